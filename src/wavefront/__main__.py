@@ -1,0 +1,5 @@
+"""`python -m wavefront <verb>` (also what `torchrun -m wavefront train ...` runs)."""
+
+from wavefront.cli import main
+
+main()

@@ -1,0 +1,45 @@
+"""Make the Triton interpreter round like the GPU.
+
+GPUs convert fp32 to bf16 with round-to-nearest-even (PTX ``cvt.rn.bf16.f32``; AMD ``v_cvt_pk_bf16_f32``
+or its software RNE sequence). Triton 3.x's interpreter truncates instead (its ``_convert_float`` is
+called with no rounding mode by implicit casts and stores), and its explicit "rtne" path rounds ties up
+without carrying into the exponent. Under the interpreter every bf16 output would then carry up to one
+extra ulp of error that the compiled kernel does not have, and accuracy tests would judge the emulator
+rather than the kernel.
+
+:func:`use_gpu_rounding` replaces the interpreter's fp32/fp64 -> bf16 conversion with PyTorch's RNE
+conversion (bit-identical to the GPU's) and makes bf16 -> fp32 widening exact for subnormals. Round-toward-zero requests keep the interpreter's own path.
+It is applied once, by ``wavefront.kernels._launch.launch``, only when the interpreter is active.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_APPLIED = False
+
+
+def use_gpu_rounding() -> None:
+    global _APPLIED
+    if _APPLIED:
+        return
+    import triton.language as tl
+    from triton._C.libtriton import ir
+    from triton.runtime import interpreter
+
+    original = interpreter._convert_float
+
+    def convert_float(input, input_dtype, output_dtype, rounding_mode):
+        if (output_dtype == tl.bfloat16 and input_dtype in (tl.float32, tl.float64)
+                and rounding_mode != ir.ROUNDING_MODE.RTZ):
+            src = np.ascontiguousarray(input).view(np.float32 if input_dtype == tl.float32 else np.float64)
+            out = torch.from_numpy(src.copy()).to(torch.bfloat16).view(torch.int16).numpy()
+            return out.view(np.uint16)
+        if input_dtype == tl.bfloat16 and output_dtype == tl.float32:
+            # Exact widening (the interpreter flushes bf16 subnormals to zero here; GPUs do not).
+            return (np.ascontiguousarray(input).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return original(input, input_dtype, output_dtype, rounding_mode)
+
+    interpreter._convert_float = convert_float
+    _APPLIED = True

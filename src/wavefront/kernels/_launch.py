@@ -1,0 +1,111 @@
+"""The one door through which every launcher starts a Triton kernel.
+
+Launchers call :func:`launch` instead of ``kernel[grid](...)``. Besides launching, it can record what
+would be launched (kernel, grid, argument types and values, constexprs, launch options) so that tools can
+see each op's kernels at the exact specialization its real arguments produce, without a GPU:
+
+    with recording() as launches:          # record and launch
+        wavefront.ops.rms_norm(x, w)
+    with recording(execute=False) as launches:   # record only: no kernel runs, outputs stay uninitialised
+        ...
+
+The inspect tool compiles the recorded launches ahead of time for GPU targets; the traffic tool runs them
+under an instrumented interpreter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from wavefront import runtime
+from wavefront.kernels._interpreter import use_gpu_rounding
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """What a kernel's pointer argument carries into specialization: dtype, alignment, shape, strides."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    data_ptr: int
+    device: str
+
+    @property
+    def aligned16(self) -> bool:
+        return self.data_ptr % 16 == 0
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: Any  # the @triton.jit function
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]  # positional runtime args; tensors become TensorArg, None stays None
+    constexprs: Mapping[str, Any]
+    options: Mapping[str, Any]  # num_warps, num_stages, and backend extras (waves_per_eu, ...)
+    op: str = ""  # the op that launched it, when known
+
+    @property
+    def name(self) -> str:
+        fn = getattr(self.kernel, "fn", self.kernel)
+        return getattr(fn, "__name__", str(fn))
+
+
+@dataclass
+class _Recorder:
+    execute: bool
+    launches: list[Launch] = field(default_factory=list)
+
+
+_RECORDER: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("wavefront_recorder", default=None)
+_OP: contextvars.ContextVar[str] = contextvars.ContextVar("wavefront_op", default="")
+
+
+@contextlib.contextmanager
+def recording(execute: bool = True) -> Iterator[list[Launch]]:
+    """Record every launch made inside the block; with execute=False, launch nothing."""
+    rec = _Recorder(execute=execute)
+    token = _RECORDER.set(rec)
+    try:
+        yield rec.launches
+    finally:
+        _RECORDER.reset(token)
+
+
+@contextlib.contextmanager
+def op_scope(name: str) -> Iterator[None]:
+    """Label launches made inside the block with the op they belong to."""
+    token = _OP.set(name)
+    try:
+        yield
+    finally:
+        _OP.reset(token)
+
+
+def _describe(arg: Any) -> Any:
+    if isinstance(arg, torch.Tensor):
+        return TensorArg(arg.dtype, tuple(arg.shape), tuple(arg.stride()), arg.data_ptr(), str(arg.device))
+    return arg
+
+
+def launch(kernel, grid: tuple[int, ...], *args: Any, constexprs: Mapping[str, Any],
+           options: Mapping[str, Any]) -> None:
+    """Launch `kernel` on `grid` (or record it; see module docstring)."""
+    grid = tuple(int(g) for g in grid)
+    if any(g <= 0 for g in grid):
+        raise ValueError(f"grid must be positive in every dimension, got {grid}")
+    rec = _RECORDER.get()
+    if rec is not None:
+        rec.launches.append(Launch(kernel, grid, tuple(_describe(a) for a in args), dict(constexprs),
+                                   dict(options), _OP.get()))
+        if not rec.execute:
+            return
+    if runtime.interpreting():
+        use_gpu_rounding()
+    kernel[grid](*args, **constexprs, **options)

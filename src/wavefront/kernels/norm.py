@@ -1,0 +1,307 @@
+"""RMSNorm and LayerNorm (optionally fused with a residual add), forward and backward.
+
+Per row of n = n_cols elements, with w' = w + offset (Gemma stores w - 1 and uses offset 1):
+
+    s     = x + residual                  (add variant; s is rounded to the input dtype and returned)
+    mean  = sum(s) / n                    (LayerNorm only; RMSNorm uses mean = 0)
+    rstd  = 1 / sqrt(sum((s - mean)^2) / n + eps)
+    xhat  = (s - mean) * rstd
+    y     = xhat * w' + b
+
+Casting (RMSNorm): ``cast="llama"`` rounds xhat to the input dtype before multiplying by the weight
+(Hugging Face Llama); ``cast="gemma"`` multiplies in fp32 and rounds once (Gemma). LayerNorm always
+multiplies in fp32. Statistics accumulate in fp32 (fp64 for fp64 inputs).
+
+Backward, with g = dy * w' and c1 = sum(xhat * g) / n, c2 = sum(g) / n:
+
+    dx = rstd * (g - xhat * c1)           (RMSNorm)
+    dx = rstd * (g - xhat * c1 - c2)      (LayerNorm)
+    evaluated as g * rstd - xhat * (c1 * rstd) [- c2 * rstd]: the order autograd's chain rule uses, which
+    loses less to cancellation when xhat^2 is near 1 (narrow rows).
+    dx += d(new residual)                 (add variant: both x and residual receive dx)
+    dw = sum over rows of dy * xhat,  db = sum over rows of dy
+
+Saved for backward: the normalized input (s, or x), mean (LayerNorm) and rstd, fp32 per row.
+
+dw/db are deterministic: each backward program owns one row of an fp32 partial buffer
+[n_programs, n_cols] (no atomics), and the host sums the partials in a fixed order.
+
+Traffic per row, 16-bit input of width n, single pass: forward reads x (2n B) and writes y (2n B) plus
+8 B of statistics: about 4n B for 5n FLOP (RMSNorm), intensity ~1.2 FLOP/B, deeply memory bound.
+Backward reads x, dy and writes dx: 6n B. Rows wider than ``max_single_pass_cols`` (row_config.py) are
+read twice.
+
+Offsets: the row index is promoted to int64 before it multiplies a stride, so tensors with 2^31 or more
+elements address correctly.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from wavefront import runtime
+from wavefront.kernels._launch import launch
+from wavefront.kernels.row_config import row_config
+
+
+@triton.jit
+def _affine(xhat, w_ptr, b_ptr, cols, mask, offset, OUT_DTYPE: tl.constexpr, ACC: tl.constexpr,
+            HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr):
+    if CAST_BEFORE_WEIGHT:
+        # Llama: round the normalized value to the input dtype, then scale (as eager bf16 * bf16 does).
+        xhat = xhat.to(OUT_DTYPE).to(ACC)
+    y = xhat
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset
+        y = y * w
+    if HAS_BIAS:
+        y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(ACC)
+    return y
+
+
+@triton.jit
+def _norm_fwd_kernel(
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
+    n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
+    eps, offset,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x_row
+    y_row = y_ptr + row * stride_y_row
+    OUT_DTYPE = y_ptr.dtype.element_ty
+    cols0 = tl.arange(0, BLOCK_N)
+    if SINGLE_PASS:
+        mask = cols0 < n_cols
+        x = tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC)
+        if HAS_RESIDUAL:
+            res = tl.load(res_ptr + row * stride_res_row + cols0, mask=mask, other=0.0)
+            s = (x + res.to(ACC)).to(OUT_DTYPE)
+            tl.store(res_out_ptr + row * stride_res_out_row + cols0, s, mask=mask)
+            x = s.to(ACC)
+        if IS_RMS:
+            xc = x
+        else:
+            mean = tl.sum(x, axis=0) / n_cols
+            # One refinement step: the rounding error of the first sum, recovered from centred values.
+            mean += tl.sum(tl.where(mask, x - mean, 0.0), axis=0) / n_cols
+            tl.store(mean_ptr + row, mean)
+            xc = tl.where(mask, x - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
+        tl.store(rstd_ptr + row, rstd)
+        y = _affine(xc * rstd, w_ptr, b_ptr, cols0, mask, offset, OUT_DTYPE, ACC,
+                    HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+        tl.store(y_row + cols0, y.to(OUT_DTYPE), mask=mask)
+    else:
+        # Pass 1: statistics from shifted sums. LayerNorm shifts by K, the (refined) mean of the first
+        # block, so the sums of (x - K) and (x - K)^2 see centred values: no cancellation when the mean
+        # is large against the spread, and the final correction (mean - K)^2 is tiny.
+        k = tl.zeros((), dtype=ACC)
+        if not IS_RMS:
+            first = cols0 < n_cols
+            x0 = tl.load(x_row + cols0, mask=first, other=0.0).to(ACC)
+            if HAS_RESIDUAL:
+                r0 = tl.load(res_ptr + row * stride_res_row + cols0, mask=first, other=0.0).to(ACC)
+                x0 = (x0 + r0).to(OUT_DTYPE).to(ACC)
+            n0 = tl.minimum(n_cols, BLOCK_N)
+            k = tl.sum(x0, axis=0) / n0
+            k += tl.sum(tl.where(first, x0 - k, 0.0), axis=0) / n0
+        sum_d = tl.zeros((), dtype=ACC)
+        sum_d2 = tl.zeros((), dtype=ACC)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + cols0
+            mask = cols < n_cols
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+            if HAS_RESIDUAL:
+                res = tl.load(res_ptr + row * stride_res_row + cols, mask=mask, other=0.0)
+                s = (x + res.to(ACC)).to(OUT_DTYPE)
+                tl.store(res_out_ptr + row * stride_res_out_row + cols, s, mask=mask)
+                x = s.to(ACC)
+            d = tl.where(mask, x - k, 0.0)
+            sum_d += tl.sum(d, axis=0)
+            sum_d2 += tl.sum(d * d, axis=0)
+        run_mean = k + sum_d / n_cols
+        if IS_RMS:
+            run_m2 = sum_d2
+        else:
+            run_m2 = sum_d2 - sum_d * (sum_d / n_cols)
+        rstd = 1.0 / tl.sqrt(run_m2 / n_cols + eps)
+        tl.store(rstd_ptr + row, rstd)
+        if not IS_RMS:
+            tl.store(mean_ptr + row, run_mean)
+        # Pass 2: normalize. The add variant re-reads its own rounded sum.
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + cols0
+            mask = cols < n_cols
+            if HAS_RESIDUAL:
+                x = tl.load(res_out_ptr + row * stride_res_out_row + cols, mask=mask, other=0.0).to(ACC)
+            else:
+                x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+            xc = x if IS_RMS else x - run_mean
+            y = _affine(xc * rstd, w_ptr, b_ptr, cols, mask, offset, OUT_DTYPE, ACC,
+                        HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+            tl.store(y_row + cols, y.to(OUT_DTYPE), mask=mask)
+
+
+@triton.jit
+def _norm_bwd_kernel(
+    x_ptr, w_ptr, dy_ptr, dres_ptr, dx_ptr, dw_part_ptr, db_part_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, rows_per_program,
+    stride_x_row, stride_dy_row, stride_dres_row, stride_dx_row,
+    offset,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DRES: tl.constexpr,
+    SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    # int64 loop bounds: the loop variable multiplies row strides.
+    row_start = pid.to(tl.int64) * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    OUT_DTYPE = dx_ptr.dtype.element_ty
+    cols0 = tl.arange(0, BLOCK_N)
+    part_row = pid.to(tl.int64) * n_cols
+    if SINGLE_PASS:
+        mask = cols0 < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(w_ptr + cols0, mask=mask, other=0.0).to(ACC) + offset
+        dw_acc = tl.zeros((BLOCK_N,), dtype=ACC)
+        db_acc = tl.zeros((BLOCK_N,), dtype=ACC)
+        for row in range(row_start, row_end):
+            x = tl.load(x_ptr + row * stride_x_row + cols0, mask=mask, other=0.0).to(ACC)
+            dy = tl.load(dy_ptr + row * stride_dy_row + cols0, mask=mask, other=0.0).to(ACC)
+            rstd = tl.load(rstd_ptr + row)
+            if IS_RMS:
+                xhat = x * rstd
+            else:
+                xhat = tl.where(mask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+            g = dy * w if HAS_WEIGHT else dy
+            c1 = tl.sum(xhat * g, axis=0) / n_cols
+            if IS_RMS:
+                dx = g * rstd - xhat * (c1 * rstd)
+            else:
+                dx = g * rstd - xhat * (c1 * rstd) - (tl.sum(g, axis=0) / n_cols) * rstd
+            if HAS_DRES:
+                dx += tl.load(dres_ptr + row * stride_dres_row + cols0, mask=mask, other=0.0).to(ACC)
+            tl.store(dx_ptr + row * stride_dx_row + cols0, dx.to(OUT_DTYPE), mask=mask)
+            dw_acc += dy * xhat
+            db_acc += dy
+        if HAS_WEIGHT:
+            tl.store(dw_part_ptr + part_row + cols0, dw_acc, mask=mask)
+        if HAS_BIAS:
+            tl.store(db_part_ptr + part_row + cols0, db_acc, mask=mask)
+    else:
+        for row in range(row_start, row_end):
+            x_row = x_ptr + row * stride_x_row
+            dy_row = dy_ptr + row * stride_dy_row
+            rstd = tl.load(rstd_ptr + row)
+            mean = 0.0
+            if not IS_RMS:
+                mean = tl.load(mean_ptr + row)
+            # Pass 1: the two row sums c1 and c2.
+            sum_xg = tl.zeros((), dtype=ACC)
+            sum_g = tl.zeros((), dtype=ACC)
+            for start in range(0, n_cols, BLOCK_N):
+                cols = start + cols0
+                mask = cols < n_cols
+                x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+                dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(ACC)
+                xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+                g = dy
+                if HAS_WEIGHT:
+                    g = dy * (tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset)
+                sum_xg += tl.sum(xhat * g, axis=0)
+                sum_g += tl.sum(g, axis=0)
+            c1 = sum_xg / n_cols
+            c2 = sum_g / n_cols
+            # Pass 2: dx, and this program's private dw/db partial row (read-modify-write, no atomics).
+            for start in range(0, n_cols, BLOCK_N):
+                cols = start + cols0
+                mask = cols < n_cols
+                x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+                dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(ACC)
+                xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+                g = dy
+                if HAS_WEIGHT:
+                    g = dy * (tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset)
+                if IS_RMS:
+                    dx = g * rstd - xhat * (c1 * rstd)
+                else:
+                    dx = g * rstd - xhat * (c1 * rstd) - c2 * rstd
+                if HAS_DRES:
+                    dx += tl.load(dres_ptr + row * stride_dres_row + cols, mask=mask, other=0.0).to(ACC)
+                tl.store(dx_ptr + row * stride_dx_row + cols, dx.to(OUT_DTYPE), mask=mask)
+                if HAS_WEIGHT:
+                    part = dw_part_ptr + part_row + cols
+                    tl.store(part, tl.load(part, mask=mask, other=0.0) + dy * xhat, mask=mask)
+                if HAS_BIAS:
+                    part = db_part_ptr + part_row + cols
+                    tl.store(part, tl.load(part, mask=mask, other=0.0) + dy, mask=mask)
+
+
+def _acc_dtype(dtype: torch.dtype):
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+             residual: torch.Tensor | None, eps: float, offset: float, is_rms: bool, cast_before_weight: bool):
+    """x, residual: [n_rows, n_cols] with unit column stride. Returns (y, new_residual, mean, rstd).
+
+    new_residual is None without a residual; mean is None for RMSNorm.
+    """
+    n_rows, n_cols = x.shape
+    cfg = row_config(n_cols, x.dtype, runtime.arch(x.device))
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    stat = _stat_dtype(x.dtype)
+    rstd = torch.empty(n_rows, dtype=stat, device=x.device)
+    mean = None if is_rms else torch.empty(n_rows, dtype=stat, device=x.device)
+    res_out = None if residual is None else torch.empty_like(y)
+    if n_rows == 0:
+        return y, res_out, mean, rstd
+    launch(
+        _norm_fwd_kernel, (n_rows,),
+        x, residual, weight, bias, y, res_out, mean, rstd,
+        n_cols, x.stride(0), residual.stride(0) if residual is not None else 0, y.stride(0),
+        res_out.stride(0) if res_out is not None else 0, eps, offset,
+        constexprs=dict(IS_RMS=is_rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
+                        HAS_BIAS=bias is not None, CAST_BEFORE_WEIGHT=cast_before_weight,
+                        SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=_acc_dtype(x.dtype)),
+        options=cfg.options(),
+    )
+    return y, res_out, mean, rstd
+
+
+def norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has_bias: bool,
+             mean: torch.Tensor | None, rstd: torch.Tensor, d_residual: torch.Tensor | None, offset: float):
+    """dy, x, d_residual: [n_rows, n_cols]. Returns (dx, dweight or None, dbias or None)."""
+    n_rows, n_cols = x.shape
+    cfg = row_config(n_cols, x.dtype, runtime.arch(x.device))
+    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    target = runtime.sm_count(x.device) * runtime.PERSISTENT_PROGRAMS_PER_SM
+    n_programs = max(1, min(n_rows, target))
+    rows_per_program = triton.cdiv(max(n_rows, 1), n_programs)
+    n_programs = triton.cdiv(max(n_rows, 1), rows_per_program)
+    part_dtype = _stat_dtype(x.dtype)
+    # Partials start at zero: the multi-pass path accumulates into them; empty rows leave them zero.
+    dw_part = torch.zeros((n_programs, n_cols), dtype=part_dtype, device=x.device) if weight is not None else None
+    db_part = torch.zeros((n_programs, n_cols), dtype=part_dtype, device=x.device) if has_bias else None
+    if n_rows > 0:
+        launch(
+            _norm_bwd_kernel, (n_programs,),
+            x, weight, dy, d_residual, dx, dw_part, db_part, mean, rstd,
+            n_rows, n_cols, rows_per_program,
+            x.stride(0), dy.stride(0), d_residual.stride(0) if d_residual is not None else 0, dx.stride(0),
+            offset,
+            constexprs=dict(IS_RMS=mean is None, HAS_WEIGHT=weight is not None, HAS_BIAS=has_bias,
+                            HAS_DRES=d_residual is not None, SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N,
+                            ACC=_acc_dtype(x.dtype)),
+            options=cfg.options(),
+        )
+    dw = dw_part.sum(0).to(weight.dtype) if weight is not None else None
+    db = db_part.sum(0).to(x.dtype) if has_bias else None
+    return dx, dw, db

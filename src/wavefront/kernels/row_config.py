@@ -1,0 +1,78 @@
+"""Launch configuration for row-wise kernels (norms, softmax): data, and one pure function.
+
+A row-wise kernel either holds a whole row in registers (``single_pass``: each element read once, the
+memory-traffic minimum) or, for rows wider than the table's limit, loops over the row in blocks of
+``BLOCK_N`` columns and reads it a second time (from L2 when the row fits there).
+
+``num_warps`` follows from the wish that each thread moves whole 16-byte vectors:
+``BLOCK_N = num_warps * warp_size * vecs_per_thread * (16 / itemsize)``, so loads and stores can be
+128-bit on every target (checked in the machine code by ``wavefront inspect``; the static gate keeps it).
+The lane width comes from the :class:`~wavefront.runtime.Arch`, never from a constant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from wavefront.runtime import Arch
+
+_VECTOR_BYTES = 16
+
+
+@dataclass(frozen=True)
+class RowTable:
+    """Per-family thresholds. Each carries its reason."""
+
+    # Widest row held in registers. 16384 columns at 16 warps x 32 lanes (or 16 waves x 64 lanes) is 32
+    # (16) fp32 values per thread per live row tensor: backward keeps x, dy, w and the dw accumulator live,
+    # which stays under the 128-register cap that a 512-thread block imposes (65536 / 512) without spills.
+    max_single_pass_cols: int
+    # Block width when looping over a wider row.
+    loop_block_cols: int
+    # 16-byte vectors per thread per row tensor: 2 gives two independent 128-bit loads in flight per
+    # thread without raising register pressure much.
+    vecs_per_thread: int
+    # Cap on num_warps (never above the architecture's max_num_warps).
+    max_warps: int
+
+
+ROW_TABLES: dict[str, RowTable] = {
+    "nvidia": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16),
+    # 64-lane wavefronts: a block holds at most 16 waves (1024 threads), so the same widths give each lane
+    # half the elements of the NVIDIA case.
+    "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16),
+    # RDNA wave32: 32 lanes like NVIDIA, 1024 threads per block.
+    "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16),
+    # The interpreter: same shape as NVIDIA so CPU tests exercise the configurations GPUs run.
+    "cpu": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16),
+}
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    BLOCK_N: int
+    num_warps: int
+    single_pass: bool
+
+    def options(self) -> dict:
+        return {"num_warps": self.num_warps, "num_stages": 1}
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def row_config(n_cols: int, dtype: torch.dtype, arch: Arch) -> RowConfig:
+    """Pure function of (row width, element dtype, architecture)."""
+    if n_cols < 1:
+        raise ValueError(f"n_cols must be >= 1, got {n_cols}")
+    table = ROW_TABLES[arch.family]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    single_pass = n_cols <= table.max_single_pass_cols
+    block_n = _next_pow2(n_cols) if single_pass else table.loop_block_cols
+    elems_per_thread = table.vecs_per_thread * max(1, _VECTOR_BYTES // itemsize)
+    want_warps = max(1, block_n // (elems_per_thread * arch.warp_size))
+    num_warps = min(_next_pow2(want_warps), table.max_warps, arch.max_num_warps)
+    return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass)

@@ -1,0 +1,7 @@
+"""Layer 3: modules built on wavefront.ops, with state_dict keys identical to the modules they replace."""
+
+from __future__ import annotations
+
+from wavefront.nn.norm import LayerNorm, RMSNorm
+
+__all__ = ["LayerNorm", "RMSNorm"]

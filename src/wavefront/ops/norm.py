@@ -1,0 +1,242 @@
+"""RMSNorm, add+RMSNorm and LayerNorm: validation, torch.library custom ops with fake kernels, autograd.
+
+The three functionals share two custom ops, ``wavefront::norm_fwd`` and ``wavefront::norm_bwd``, so they
+work inside ``torch.compile(fullgraph=True)``: the compiler sees opaque ops with shape functions and
+never traces into Triton. Absent optional outputs are 0-element tensors (custom ops return tensors).
+
+Non-contiguous inputs: kernels take one row stride (see ops._validate.as_rows); a tensor whose leading
+dims do not collapse into one stride, or whose last dim is not unit-stride, is copied once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from wavefront import reference, runtime
+from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
+from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
+from wavefront.ops._validate import (
+    as_rows,
+    check_choice,
+    check_same_device,
+    check_same_dtype,
+    check_shape,
+    check_tensor,
+)
+
+CASTS = ("llama", "gemma")
+
+
+def _stat_dtype(x: Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+@torch.library.custom_op("wavefront::norm_fwd", mutates_args=())
+def _norm_fwd(x: Tensor, weight: Tensor | None, bias: Tensor | None, residual: Tensor | None, eps: float,
+              offset: float, is_rms: bool, cast_before_weight: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    from wavefront.kernels import norm as kernels
+    from wavefront.kernels._launch import op_scope
+
+    with op_scope("rms_norm" if is_rms else "layer_norm"):
+        y, res_out, mean, rstd = kernels.norm_fwd(x, weight, bias, residual, eps, offset, is_rms,
+                                                  cast_before_weight)
+    empty = x.new_empty(0)
+    return y, empty if res_out is None else res_out, x.new_empty(0, dtype=rstd.dtype) if mean is None else mean, rstd
+
+
+@_norm_fwd.register_fake
+def _(x, weight, bias, residual, eps, offset, is_rms, cast_before_weight):
+    n_rows = x.shape[0]
+    stat = _stat_dtype(x)
+    return (torch.empty_like(x), torch.empty_like(x) if residual is not None else x.new_empty(0),
+            x.new_empty(0 if is_rms else n_rows, dtype=stat), x.new_empty(n_rows, dtype=stat))
+
+
+@torch.library.custom_op("wavefront::norm_bwd", mutates_args=())
+def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor | None, mean: Tensor, rstd: Tensor,
+              d_residual: Tensor | None, is_rms: bool, has_bias: bool, offset: float) -> tuple[Tensor, Tensor, Tensor]:
+    from wavefront.kernels import norm as kernels
+    from wavefront.kernels._launch import op_scope
+
+    with op_scope("rms_norm" if is_rms else "layer_norm"):
+        dx, dw, db = kernels.norm_bwd(dy, x, weight, has_bias, None if is_rms else mean, rstd, d_residual,
+                                      offset)
+    return dx, x.new_empty(0) if dw is None else dw, x.new_empty(0) if db is None else db
+
+
+@_norm_bwd.register_fake
+def _(dy, x, weight, mean, rstd, d_residual, is_rms, has_bias, offset):
+    return (torch.empty_like(x), torch.empty_like(weight) if weight is not None else x.new_empty(0),
+            x.new_empty(x.shape[1]) if has_bias else x.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, residual, eps, offset, is_rms, cast_before_weight = inputs
+    _, res_out, mean, rstd = output
+    ctx.save_for_backward(res_out if residual is not None else x, weight, mean, rstd)
+    ctx.offset = offset
+    ctx.has_bias = bias is not None
+    ctx.bias_dtype = bias.dtype if bias is not None else None
+    ctx.has_residual = residual is not None
+    ctx.is_rms = is_rms
+
+
+def _backward(ctx, dy, d_res_out, d_mean, d_rstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    d_residual = as_rows(d_res_out) if ctx.has_residual and d_res_out is not None else None
+    dx, dw, db = torch.ops.wavefront.norm_bwd(as_rows(dy), x, weight, mean, rstd, d_residual, ctx.is_rms,
+                                              ctx.has_bias, ctx.offset)
+    return (dx, dw if weight is not None else None, db.to(ctx.bias_dtype) if ctx.has_bias else None,
+            dx if ctx.has_residual else None, None, None, None, None)
+
+
+_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _check_norm_args(op: str, x, weight, bias=None, residual=None) -> None:
+    check_tensor(op, "x", x)
+    n_cols = x.shape[-1]
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            check_tensor(op, name, t, ndim=1)
+            check_shape(op, name, t, (n_cols,), "the last dim of 'x'")
+    if residual is not None:
+        check_tensor(op, "residual", residual)
+        check_shape(op, "residual", residual, tuple(x.shape), "the shape of 'x'")
+        check_same_dtype(op, x=x, residual=residual)
+    check_same_device(op, x=x, weight=weight, bias=bias, residual=residual)
+
+
+def _run_norm(x: Tensor, weight, bias, residual, eps, offset, is_rms, cast_before_weight):
+    y, res_out, _, _ = torch.ops.wavefront.norm_fwd(
+        as_rows(x), weight, bias, as_rows(residual) if residual is not None else None, float(eps),
+        float(offset), is_rms, cast_before_weight)
+    return y.view(x.shape), res_out.view(x.shape) if residual is not None else None
+
+
+def rms_norm(x: Tensor, weight: Tensor | None, eps: float = 1e-6, offset: float = 0.0, *,
+             cast: str = "llama") -> Tensor:
+    """RMSNorm over the last dim: ``x / rms(x) * (weight + offset)``, output in x's dtype.
+
+    offset=1.0 with zero-initialized weights is Gemma's convention. cast="llama" rounds the normalized
+    value to x's dtype before the weight multiply (Hugging Face Llama); cast="gemma" multiplies in fp32.
+    """
+    _check_norm_args("rms_norm", x, weight)
+    check_choice("rms_norm", "cast", cast, CASTS)
+    if x.numel() == 0 or not runtime.uses_triton(x.device):
+        return reference.rms_norm(x, weight, eps, offset, cast)
+    return _run_norm(x, weight, None, None, eps, offset, True, cast == "llama")[0]
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float = 1e-6, offset: float = 0.0,
+                 *, cast: str = "llama") -> tuple[Tensor, Tensor]:
+    """``(rms_norm(x + residual), x + residual)`` in one pass; the sum is rounded to x's dtype first, so
+    the first output equals rms_norm applied to the second."""
+    _check_norm_args("add_rms_norm", x, weight, residual=residual)
+    check_choice("add_rms_norm", "cast", cast, CASTS)
+    if x.numel() == 0 or not runtime.uses_triton(x.device):
+        return reference.add_rms_norm(x, residual, weight, eps, offset, cast)
+    return _run_norm(x, weight, None, residual, eps, offset, True, cast == "llama")
+
+
+def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """LayerNorm over the last dim with optional weight and bias, output in x's dtype."""
+    _check_norm_args("layer_norm", x, weight, bias)
+    if x.numel() == 0 or not runtime.uses_triton(x.device):
+        return reference.layer_norm(x, weight, bias, eps)
+    return _run_norm(x, weight, bias, None, eps, 0.0, False, False)[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Registry entries.
+# FLOPs per element (fwd / bwd): RMSNorm 4 / 8 (square, sum, scale, weight; backward two row sums and
+# the dx expression), LayerNorm 7 / 10 (centring and bias on top), add adds 1 / 1.
+# Minimal bytes: every tensor read once, every output written once, per-row statistics in fp32.
+
+
+def _norm_bytes(case: Case, dtype: torch.dtype, mode: Mode, *, n_vectors: int, reads_fwd: int,
+                writes_fwd: int, reads_bwd: int, writes_bwd: int, stats: int) -> int:
+    """n_vectors: weight/bias vectors read forward and (as gradients) written backward."""
+    e = itemsize(dtype)
+    n_rows, n_cols = case.dims["n_rows"], case.dims["n_cols"]
+    rows = n_rows * n_cols * e
+    vec = n_cols * e * n_vectors
+    if mode == "fwd":
+        return (reads_fwd + writes_fwd) * rows + vec + stats * n_rows * 4
+    return (reads_bwd + writes_bwd) * rows + 2 * vec + stats * n_rows * 4
+
+
+def _rms_inputs(case: Case, dtype, device, gen) -> OpInputs:
+    x = row_tensor(case, dtype, device, gen)
+    gemma = case.options.get("cast") == "gemma"
+    w = randn((case.dims["n_cols"],), dtype, device, gen, scale=0.1 if gemma else 1.0)
+    return OpInputs((x, w), dict(case.options), (0, 1))
+
+
+def _add_rms_inputs(case: Case, dtype, device, gen) -> OpInputs:
+    x = row_tensor(case, dtype, device, gen)
+    r = row_tensor(case, dtype, device, gen)
+    w = randn((case.dims["n_cols"],), dtype, device, gen)
+    return OpInputs((x, r, w), dict(case.options), (0, 1, 2))
+
+
+def _ln_inputs(case: Case, dtype, device, gen) -> OpInputs:
+    opts = dict(case.options)
+    affine = opts.pop("affine", True)
+    x = row_tensor(case, dtype, device, gen, shift=opts.pop("shift", 0.0))
+    if not affine:
+        return OpInputs((x, None, None), opts, (0,))
+    w = randn((case.dims["n_cols"],), dtype, device, gen)
+    b = randn((case.dims["n_cols"],), dtype, device, gen)
+    return OpInputs((x, w, b), opts, (0, 1, 2))
+
+
+SPECS = (
+    OpSpec(
+        name="rms_norm",
+        fn=rms_norm,
+        reference=reference.rms_norm,
+        make_inputs=_rms_inputs,
+        cases=row_cases(extra=(
+            Case("gemma_offset", "Gemma: weight + 1 offset, multiply in fp32 then cast", {"n_rows": 8, "n_cols": 768},
+                 {"offset": 1.0, "cast": "gemma"}),
+        )),
+        bench_cases=bench_row_cases(),
+        flops=lambda c, mode: (4 if mode == "fwd" else 8) * numel(c),
+        min_bytes=lambda c, dt, mode: _norm_bytes(c, dt, mode, n_vectors=1, reads_fwd=1, writes_fwd=1,
+                                                  reads_bwd=2, writes_bwd=1, stats=1),
+        description="RMSNorm over the last dim (Llama/Gemma casting)",
+    ),
+    OpSpec(
+        name="add_rms_norm",
+        fn=add_rms_norm,
+        reference=reference.add_rms_norm,
+        make_inputs=_add_rms_inputs,
+        cases=row_cases(include=("npow2", "batched", "strided", "wide", "one_row")),
+        bench_cases=bench_row_cases(),
+        flops=lambda c, mode: (5 if mode == "fwd" else 9) * numel(c),
+        # fwd: read x, residual; write y, new residual. bwd: read dy, d(new residual), s; write dx.
+        min_bytes=lambda c, dt, mode: _norm_bytes(c, dt, mode, n_vectors=1, reads_fwd=2, writes_fwd=2,
+                                                  reads_bwd=3, writes_bwd=1, stats=1),
+        description="residual add fused with RMSNorm; returns (normed, new residual)",
+    ),
+    OpSpec(
+        name="layer_norm",
+        fn=layer_norm,
+        reference=reference.layer_norm,
+        make_inputs=_ln_inputs,
+        cases=row_cases(extra=(
+            Case("no_affine", "no weight and no bias", {"n_rows": 6, "n_cols": 640}, {"affine": False}),
+            Case("shifted_mean", "mean 50x the spread: variance must not cancel", {"n_rows": 4, "n_cols": 3000},
+                 {"shift": 50.0}),
+            Case("shifted_wide", "large mean across blocks: Chan's merge in the looped path",
+                 {"n_rows": 2, "n_cols": 20000}, {"shift": 50.0}),
+        )),
+        bench_cases=bench_row_cases(),
+        flops=lambda c, mode: (7 if mode == "fwd" else 10) * numel(c),
+        min_bytes=lambda c, dt, mode: _norm_bytes(c, dt, mode, n_vectors=2, reads_fwd=1, writes_fwd=1,
+                                                  reads_bwd=2, writes_bwd=1, stats=2),
+        description="LayerNorm over the last dim, optional weight and bias",
+    ),
+)

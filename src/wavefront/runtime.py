@@ -1,0 +1,214 @@
+"""What machine we are on: backend, architecture, lane width and per-architecture launch limits.
+
+This is the one module that knows the hardware. Kernels and launchers never hardcode 32 lanes: they ask
+for ``arch().warp_size`` and clamp ``num_warps`` with :func:`clamp_num_warps`.
+
+Backends:
+
+- ``cuda``             an NVIDIA GPU through Triton's compiled path;
+- ``hip``              an AMD GPU (ROCm) through Triton's compiled path;
+- ``cpu-interpreter``  CPU tensors, kernels run under the Triton interpreter (``TRITON_INTERPRET=1``
+                       must be set before the first kernel module is imported);
+- ``cpu-reference``    CPU tensors without the interpreter: ops run their PyTorch reference.
+
+The architecture table (:data:`ARCHS`) is pure data, usable without a GPU: the inspect tool uses it for
+occupancy of ahead-of-time compiled kernels, and the launch-config functions take an :class:`Arch` so
+they can be tested as pure functions on any machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+Backend = Literal["cuda", "hip", "cpu-interpreter", "cpu-reference"]
+Family = Literal["nvidia", "amd-cdna", "amd-rdna", "cpu"]
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Launch and occupancy limits of one compile target (per SM on NVIDIA, per CU/SIMD on AMD)."""
+
+    name: str  # compile target: "sm_90", "gfx942", or "cpu"
+    family: Family
+    warp_size: int  # lanes per warp (NVIDIA) or wavefront (AMD)
+    max_threads_per_block: int
+    shared_mem_per_block: int  # bytes a block may allocate (opt-in maximum on NVIDIA; LDS on AMD)
+    shared_mem_per_sm: int  # bytes per SM / CU
+    regs_per_thread_max: int  # architectural VGPRs (AMD: plus AGPRs where unified)
+    # Occupancy resources. NVIDIA: per SM. AMD: per SIMD (a CU has `simds_per_cu` of them).
+    max_warps_per_sm: int  # NVIDIA: warps per SM; AMD: waves per SIMD
+    max_blocks_per_sm: int
+    regs_per_sm: int  # NVIDIA: 32-bit registers per SM; AMD: VGPRs per lane per SIMD
+    reg_alloc_unit: int  # NVIDIA: registers per warp allocation unit; AMD: VGPR granule per lane
+    simds_per_cu: int = 1
+    matrix_units: str = ""  # what tensor-core class the target has, for the inspect report
+
+    @property
+    def max_num_warps(self) -> int:
+        """Largest num_warps a launch may ask for: 32 on NVIDIA, 16 on 64-lane AMD wavefronts."""
+        return self.max_threads_per_block // self.warp_size
+
+
+# Sources: CUDA C Programming Guide, "Technical Specifications per Compute Capability" table (compute
+# capabilities 8.0, 9.0, 10.0: 64 K registers and 64 warps per SM, 32 blocks per SM, 255 registers per
+# thread, 256-register warp allocation unit; shared memory per SM 164 KB on 8.0 and 228 KB on 9.0/10.0,
+# per block 163 KB / 227 KB opt-in). AMD: ROCm "GPU specifications" table (LDS 64 KiB per CU on
+# gfx90a/gfx942/gfx1100; VGPR file 512 KiB per CU on CDNA2/3 = 512 VGPRs per lane per SIMD, unified with
+# AGPRs; 192 KiB per SIMD on RDNA3 gfx1100 = 1536 VGPRs per lane in wave32) and the CDNA3 / RDNA3 ISA
+# guides (8 waves per SIMD on CDNA, 16 on RDNA3; VGPR granule 8 on CDNA, 24 on RDNA3 wave32).
+ARCHS: dict[str, Arch] = {
+    "sm_80": Arch("sm_80", "nvidia", 32, 1024, 166_912, 167_936, 255, 64, 32, 65_536, 256, 4, "mma (HMMA)"),
+    "sm_90": Arch("sm_90", "nvidia", 32, 1024, 232_448, 233_472, 255, 64, 32, 65_536, 256, 4, "wgmma + mma"),
+    "sm_100": Arch("sm_100", "nvidia", 32, 1024, 232_448, 233_472, 255, 64, 32, 65_536, 256, 4, "tcgen05 + mma"),
+    "gfx90a": Arch("gfx90a", "amd-cdna", 64, 1024, 65_536, 65_536, 512, 8, 32, 512, 8, 4, "mfma"),
+    "gfx942": Arch("gfx942", "amd-cdna", 64, 1024, 65_536, 65_536, 512, 8, 32, 512, 8, 4, "mfma"),
+    "gfx1100": Arch("gfx1100", "amd-rdna", 32, 1024, 65_536, 131_072, 256, 16, 32, 1536, 24, 2, "wmma"),
+    # The interpreter has no hardware limits; it reuses the NVIDIA shape so configs match sm_90's.
+    "cpu": Arch("cpu", "cpu", 32, 1024, 232_448, 233_472, 255, 64, 32, 65_536, 256, 4, ""),
+}
+
+#: The default inspection targets: wave32 and wave64, NVIDIA and AMD.
+DEFAULT_TARGETS: tuple[str, ...] = ("sm_80", "sm_90", "sm_100", "gfx90a", "gfx942", "gfx1100")
+
+
+def get_arch(name: str) -> Arch:
+    """The :class:`Arch` for a compile-target name; an unknown name lists the known ones."""
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise ValueError(f"unknown architecture {name!r}; known: {', '.join(sorted(ARCHS))}") from None
+
+
+def clamp_num_warps(num_warps: int, arch: Arch) -> int:
+    """num_warps limited to what one block may hold on `arch` (16 on 64-lane wavefronts)."""
+    if num_warps < 1:
+        raise ValueError(f"num_warps must be >= 1, got {num_warps}")
+    return min(num_warps, arch.max_num_warps)
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run under the interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+@functools.cache
+def _gpu_kind() -> Literal["cuda", "hip", None]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return "hip" if getattr(torch.version, "hip", None) else "cuda"
+
+
+def backend(device=None) -> Backend:
+    """The backend that runs ops on `device` (a torch.device, a string, or None for the default)."""
+    import torch
+
+    dev = torch.device(device) if device is not None else None
+    if dev is None:
+        kind = _gpu_kind()
+        if kind is not None and not interpreting():
+            return kind
+    elif dev.type == "cuda":
+        kind = _gpu_kind()
+        if kind is None:
+            raise RuntimeError("a CUDA device was requested but torch sees no GPU")
+        return kind
+    elif dev.type != "cpu":
+        raise ValueError(f"unsupported device type {dev.type!r}: expected cuda (NVIDIA or ROCm) or cpu")
+    return "cpu-interpreter" if interpreting() else "cpu-reference"
+
+
+def uses_triton(device) -> bool:
+    """Whether an op on `device` runs its Triton kernel (compiled or interpreted)."""
+    return backend(device) != "cpu-reference"
+
+
+@functools.cache
+def _device_arch_name(index: int) -> str:
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    if _gpu_kind() == "hip":
+        return props.gcnArchName.split(":")[0]
+    return f"sm_{props.major}{props.minor}"
+
+
+def arch(device=None) -> Arch:
+    """Limits of the architecture that runs ops on `device`.
+
+    A GPU architecture missing from :data:`ARCHS` borrows the limits of its family's closest entry
+    (NVIDIA: the newest not newer than it; AMD: gfx942 for CDNA, gfx1100 for RDNA), keeping its own name.
+    """
+    import torch
+
+    b = backend(device)
+    if b.startswith("cpu"):
+        return ARCHS["cpu"]
+    dev = torch.device(device) if device is not None else torch.device("cuda")
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    name = _device_arch_name(index)
+    if name in ARCHS:
+        return ARCHS[name]
+    if b == "hip":
+        base = ARCHS["gfx1100"] if name.startswith("gfx1") else ARCHS["gfx942"]
+    else:
+        cc = int(name.removeprefix("sm_").rstrip("a"))
+        nvidia = sorted((int(k[3:]), k) for k, a in ARCHS.items() if a.family == "nvidia")
+        base = ARCHS[max((k for c, k in nvidia if c <= cc), default="sm_80")]
+    return Arch(**{**asdict(base), "name": name})
+
+
+#: Programs per SM/CU that persistent launchers (row-wise backward passes) aim for.
+PERSISTENT_PROGRAMS_PER_SM = 4
+#: The interpreter runs programs one after another; a handful of programs still exercises every
+#: cross-program reduction while keeping CPU runs short.
+INTERPRETER_SM_COUNT = 2
+
+
+def sm_count(device=None) -> int:
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD) of `device`; a small constant on CPU."""
+    import torch
+
+    if backend(device).startswith("cpu"):
+        return INTERPRETER_SM_COUNT
+    dev = torch.device(device) if device is not None else torch.device("cuda")
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def describe(device=None) -> dict:
+    """What is in use, as a JSON-ready dict (backend, arch, lane width, versions, device name)."""
+    import torch
+
+    b = backend(device)
+    a = arch(device)
+    info = {
+        "backend": b,
+        "arch": a.name,
+        "family": a.family,
+        "warp_size": a.warp_size,
+        "max_num_warps": a.max_num_warps,
+        "torch": torch.__version__,
+        "triton": _triton_version(),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "device_name": "cpu",
+    }
+    if not b.startswith("cpu"):
+        info["device_name"] = torch.cuda.get_device_name()
+        info["driver"] = torch.version.hip if b == "hip" else torch.version.cuda
+    return info
+
+
+def _triton_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("triton")
+    except Exception:
+        return None

@@ -1,0 +1,129 @@
+"""The device table: one row per GPU, every figure with its source, dense (never 2:4-sparse) peaks.
+
+Per-architecture on-chip limits (registers, shared memory/LDS, warps or waves per SM/CU) live in
+:data:`wavefront.runtime.ARCHS`, keyed by each row's ``arch``; this table holds the product figures that
+differ between parts of one architecture (H100 vs H200 share sm_90 but not their memory).
+
+An unknown GPU is an error listing the known ones: there is no silent fallback to some default part.
+
+Sources (also in ../shared/facts/devices.md):
+  A100:   NVIDIA A100 datasheet (r4); glennklockwood.com/garden/processors/A100.
+  H100:   NVIDIA H100 datasheet (its 1,979 TFLOPS BF16 is with sparsity; dense is half);
+          glennklockwood.com/garden/processors/h100 for dense matrix values.
+  H200:   NVIDIA H200 product page (https://www.nvidia.com/en-us/data-center/h200/); same GH100 compute.
+  B200:   DGX B200 datasheet; glennklockwood.com/garden/processors/B200 (HGX, 1000 W); chipsandcheese
+          "Nvidia's B200" (148 SMs, 126 MB L2).
+  MI300X, MI325X, MI250X: ROCm docs/conceptual/gpu-arch/mi300.md and mi250.md, ROCm
+          docs/reference/gpu-arch-specs.rst, AMD product pages.
+  Prices: dated defaults from ../shared/facts/training-math.md ("Prices ($/GPU-hour)", mid-2026);
+          on-demand per GPU-hour, to be overridden by users.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class GPU:
+    key: str  # short name used on the command line: "h100"
+    name: str
+    vendor: str  # "nvidia" | "amd"
+    arch: str  # compile target, a key of wavefront.runtime.ARCHS
+    bf16_tflops: float  # dense matrix peak, BF16 and FP16
+    fp8_tflops: float | None  # dense; None where the part has no FP8 matrix path
+    tf32_tflops: float | None  # dense matrix TF32/XF32
+    fp32_tflops: float  # non-tensor FP32 (vector)
+    hbm_tbps: float  # HBM bandwidth, TB/s (1e12 B/s)
+    hbm_gb: float  # capacity, GB (1e9 B)
+    l2_mb: float  # L2 per device (AMD: sum over XCDs)
+    llc_mb: float  # last-level cache beyond L2 (AMD Infinity Cache); 0 where none
+    sm_count: int  # SMs (NVIDIA) or CUs (AMD)
+    tdp_w: float
+    scaleup_gbps_per_dir: float  # per-GPU scale-up link bandwidth, one direction, GB/s
+    price_per_hour: float | None  # default on-demand $/GPU-hour (mid-2026); None: no sourced figure
+    source: str
+
+    @property
+    def ridge_bf16(self) -> float:
+        """Arithmetic intensity (FLOP/byte) where the BF16 roof meets the memory roof."""
+        return self.bf16_tflops / self.hbm_tbps
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense matrix peak for a dtype name ("bf16", "fp16", "fp8", "tf32", "fp32")."""
+        table = {
+            "bf16": self.bf16_tflops,
+            "fp16": self.bf16_tflops,
+            "fp8": self.fp8_tflops,
+            "tf32": self.tf32_tflops,
+            "fp32": self.fp32_tflops,
+        }
+        if dtype not in table:
+            raise ValueError(f"dtype must be one of {sorted(table)}, got {dtype!r}")
+        value = table[dtype]
+        if value is None:
+            raise ValueError(f"{self.name} has no dense {dtype} matrix peak")
+        return value
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"ridge_bf16": self.ridge_bf16}
+
+
+GPUS: dict[str, GPU] = {
+    g.key: g
+    for g in (
+        GPU("a100", "NVIDIA A100 80GB SXM", "nvidia", "sm_80", 312.0, None, 156.0, 19.5, 2.039, 80, 40, 0,
+            108, 400, 300, 1.50, "NVIDIA A100 datasheet r4; NVLink3 600 GB/s bidirectional"),
+        GPU("h100", "NVIDIA H100 SXM", "nvidia", "sm_90", 989.4, 1978.9, 494.7, 66.9, 3.35, 80, 50, 0,
+            132, 700, 450, 2.99, "NVIDIA H100 datasheet (dense = half the sparse headline); NVLink4 900 GB/s"),
+        GPU("h200", "NVIDIA H200 SXM", "nvidia", "sm_90", 989.4, 1978.9, 494.7, 66.9, 4.8, 141, 50, 0,
+            132, 700, 450, 3.80, "NVIDIA H200 product page; same GH100 compute as H100"),
+        GPU("b200", "NVIDIA B200 (HGX, 1000 W)", "nvidia", "sm_100", 2250.0, 4500.0, 1125.0, 80.0, 8.0, 180,
+            126, 0, 148, 1000, 900, 5.00, "DGX B200 datasheet; chipsandcheese B200; NVLink5 1.8 TB/s"),
+        GPU("mi300x", "AMD Instinct MI300X", "amd", "gfx942", 1307.4, 2614.9, 653.7, 163.4, 5.3, 192, 32,
+            256, 304, 750, 448, 2.00, "ROCm mi300.md peak table; gpu-arch-specs.rst; AMD product page"),
+        GPU("mi325x", "AMD Instinct MI325X", "amd", "gfx942", 1307.4, 2614.9, 653.7, 163.4, 6.0, 256, 32,
+            256, 304, 1000, 448, None, "ROCm gpu-arch-specs.rst; AMD MI325X product page"),
+        GPU("mi250x", "AMD Instinct MI250X (both GCDs)", "amd", "gfx90a", 383.0, None, None, 47.9, 3.2,
+            128, 16, 0, 220, 560, 350, None, "ROCm mi250.md; AMD MI250X page. Shows up as two devices"),
+        GPU("mi250x-gcd", "AMD Instinct MI250X (one GCD)", "amd", "gfx90a", 191.5, None, None, 23.95, 1.6,
+            64, 8, 0, 110, 280, 175, None, "Half of the MI250X row: torch sees each GCD as one device"),
+    )
+}
+
+_ALIASES = {
+    "a100": "a100", "a10080gb": "a100", "a100sxm": "a100",
+    "h100": "h100", "h100sxm": "h100", "h10080gbhbm3": "h100",
+    "h200": "h200", "h200sxm": "h200",
+    "b200": "b200",
+    "mi300x": "mi300x", "mi325x": "mi325x",
+    "mi250x": "mi250x", "mi250xgcd": "mi250x-gcd",
+}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower().replace("nvidia", "").replace("amd", "").replace("instinct", ""))
+
+
+def get_gpu(name: str) -> GPU:
+    """Row for a short name ("h100", "MI300X", "h100-sxm"); unknown names list the known ones."""
+    key = _ALIASES.get(_norm(name))
+    if key is None:
+        known = ", ".join(sorted(GPUS))
+        raise ValueError(f"unknown GPU {name!r}; known GPUs: {known}")
+    return GPUS[key]
+
+
+def gpu_from_device_name(device_name: str) -> GPU:
+    """Row for a name as torch.cuda.get_device_name() reports it ("NVIDIA H200", "AMD Instinct MI300X").
+
+    A device that torch reports for an MI250X is one GCD, so it maps to the per-GCD row.
+    """
+    norm = _norm(device_name)
+    for pattern, key in (("mi250", "mi250x-gcd"), ("mi325", "mi325x"), ("mi300", "mi300x"), ("b200", "b200"),
+                         ("h200", "h200"), ("h100", "h100"), ("a100", "a100")):
+        if pattern in norm:
+            return GPUS[key]
+    known = ", ".join(g.name for g in GPUS.values())
+    raise ValueError(f"GPU {device_name!r} is not in the device table; known: {known}")
