@@ -69,7 +69,7 @@ def bench(
     dtype: Annotated[list[str] | None, typer.Option("--dtype", help="fp32, bf16 or fp16 (repeatable).")] = None,
     device: Annotated[str | None, typer.Option(help="cuda or cpu (default: cuda when present).")] = None,
     slow: Annotated[bool, typer.Option("--slow", help="Include the cases marked slow.")] = False,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the result document here ('-': stdout).")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
     """Run every registered op against its float64 reference, forward and backward, with eager PyTorch's
     error in the same dtype as the yardstick; print the table and exit non-zero if any case fails."""

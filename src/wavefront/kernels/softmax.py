@@ -22,6 +22,7 @@ from wavefront import runtime
 from wavefront.kernels._launch import launch
 from wavefront.kernels.row_config import row_config
 
+
 @triton.jit
 def _softmax_fwd_kernel(x_ptr, y_ptr, n_cols, stride_x_row, stride_y_row,
                         SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):

@@ -134,8 +134,9 @@ def check_case(spec: OpSpec, case: Case, dtype: torch.dtype, device: str | torch
             diff_outs = [i for i in float_outs if out_ours[i].requires_grad]
             dys = [dys[float_outs.index(i)] for i in diff_outs]
             grads = {}
-            for name, outs, args, cast in (("ours", out_ours, ours_args, False), ("eager", out_eager, eager_args, False),
-                                           ("ref", out_ref, ref_args, True)):
+            runs = (("ours", out_ours, ours_args, False), ("eager", out_eager, eager_args, False),
+                    ("ref", out_ref, ref_args, True))
+            for name, outs, args, cast in runs:
                 targets = [args[i] for i in grad_argnums]
                 upstream = [dy.to(torch.float64) if cast else dy for dy in dys]
                 grads[name] = torch.autograd.grad([outs[i] for i in diff_outs], targets, upstream, allow_unused=True)
