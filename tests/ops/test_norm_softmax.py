@@ -1,0 +1,186 @@
+"""Norms and softmax beyond the registry sweep: gradcheck, determinism, properties, bad input, empties."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import wavefront.ops as wops
+from wavefront import reference
+
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# --- gradcheck in float64 ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_cols", [7, 33])
+def test_gradcheck_rms_norm(n_cols):
+    x = torch.randn(3, n_cols, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(n_cols, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: wops.rms_norm(x, w, 1e-6, 0.5, cast="gemma"), (x, w))
+
+
+def test_gradcheck_add_rms_norm():
+    x, r = (torch.randn(2, 9, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    w = torch.randn(9, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, r, w: wops.add_rms_norm(x, r, w), (x, r, w))
+
+
+def test_gradcheck_layer_norm():
+    x = torch.randn(3, 11, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(11, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(11, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(wops.layer_norm, (x, w, b))
+
+
+def test_gradcheck_softmax():
+    x = torch.randn(4, 13, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(wops.softmax, (x,))
+
+
+def test_gradcheck_wide_rows_take_the_looped_path():
+    # 16385 columns exceed the single-pass limit: the two-pass kernels must be differentiable too.
+    x = torch.randn(1, 16385, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(16385, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(1, 16385, dtype=torch.float64)
+    for f, ref in ((wops.rms_norm, reference.rms_norm), (wops.layer_norm, reference.layer_norm)):
+        g = torch.autograd.grad(f(x, w), (x, w), dy)
+        g_ref = torch.autograd.grad(ref(x, w), (x, w), dy)
+        for a, b in zip(g, g_ref, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+# --- determinism ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_cols", [300, 20000])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_weight_gradients_are_bitwise_reproducible(op, n_cols):
+    torch.manual_seed(0)
+    x = torch.randn(37, n_cols, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(n_cols, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(37, n_cols, dtype=torch.bfloat16)
+    fn = getattr(wops, op)
+    runs = [torch.autograd.grad(fn(x, w), (x, w), dy) for _ in range(2)]
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+# --- properties ----------------------------------------------------------------------------------------
+
+@SETTINGS
+@given(n_rows=st.integers(1, 6), n_cols=st.integers(1, 700), scale=st.floats(-30, 30))
+def test_softmax_rows_sum_to_one_and_shift_invariant(n_rows, n_cols, scale):
+    x = torch.randn(n_rows, n_cols) * scale
+    y = wops.softmax(x)
+    assert torch.all(y >= 0)
+    torch.testing.assert_close(y.sum(-1), torch.ones(n_rows), rtol=0, atol=1e-5)
+    torch.testing.assert_close(wops.softmax(x + 7.0), y, rtol=1e-5, atol=1e-6)
+
+
+@SETTINGS
+@given(n_rows=st.integers(1, 5), n_cols=st.integers(2, 600), log_scale=st.floats(-3, 3))
+def test_rms_norm_is_scale_invariant(n_rows, n_cols, log_scale):
+    x = torch.randn(n_rows, n_cols)
+    w = torch.randn(n_cols)
+    y = wops.rms_norm(x, w, eps=0.0)
+    torch.testing.assert_close(wops.rms_norm(x * 10.0**log_scale, w, eps=0.0), y, rtol=1e-5, atol=1e-5)
+    # Without a weight the output has unit root-mean-square.
+    torch.testing.assert_close(wops.rms_norm(x, None, eps=0.0).pow(2).mean(-1), torch.ones(n_rows), rtol=1e-5, atol=0)
+
+
+@SETTINGS
+@given(n_rows=st.integers(1, 5), n_cols=st.integers(2, 600), shift=st.floats(-100, 100))
+def test_layer_norm_is_shift_invariant_and_standardizes(n_rows, n_cols, shift):
+    x = torch.randn(n_rows, n_cols, dtype=torch.float64)
+    y = wops.layer_norm(x, eps=0.0)
+    torch.testing.assert_close(wops.layer_norm(x + shift, eps=0.0), y, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(y.mean(-1), torch.zeros(n_rows, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+@SETTINGS
+@given(n_rows=st.integers(1, 4), n_cols=st.integers(1, 500))
+def test_add_rms_norm_equals_rms_norm_of_the_returned_sum(n_rows, n_cols):
+    x, r = torch.randn(n_rows, n_cols, dtype=torch.bfloat16), torch.randn(n_rows, n_cols, dtype=torch.bfloat16)
+    w = torch.randn(n_cols, dtype=torch.bfloat16)
+    y, s = wops.add_rms_norm(x, r, w)
+    assert torch.equal(s, x + r)
+    assert torch.equal(y, wops.rms_norm(s, w))
+
+
+# --- casting conventions ---------------------------------------------------------------------------------
+
+def test_llama_and_gemma_casting_follow_their_references_bitwise_on_easy_inputs():
+    torch.manual_seed(1)
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    w = torch.randn(256, dtype=torch.bfloat16)
+    for cast in ("llama", "gemma"):
+        ours = wops.rms_norm(x, w, cast=cast, offset=1.0)
+        ref = reference.rms_norm(x, w, cast=cast, offset=1.0)
+        # Same rounding points: at most one bf16 ulp apart (fp32 rstd may differ in its last bit).
+        assert (ours.float() - ref.float()).abs().max() <= (ref.float().abs().max() * 2**-7)
+    assert not torch.equal(wops.rms_norm(x, w, cast="llama"), wops.rms_norm(x, w, cast="gemma"))
+
+
+# --- empties and shapes ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(0, 64), (3, 0, 64), (4, 0)])
+def test_empty_inputs_return_empty_without_a_launch(shape):
+    from wavefront.kernels._launch import recording
+
+    x = torch.randn(shape, requires_grad=True)
+    w = torch.randn(shape[-1])
+    with recording() as launches:
+        outs = [wops.rms_norm(x, w), wops.layer_norm(x, w, w), wops.softmax(x), wops.add_rms_norm(x, x, w)[0]]
+    assert launches == []
+    assert all(o.shape == x.shape for o in outs)
+
+
+def test_leading_dims_and_non_contiguous_inputs():
+    base = torch.randn(2, 3, 5, 70)
+    x = base[..., :64]  # row stride 70: a view, not a copy
+    w = torch.randn(64)
+    torch.testing.assert_close(wops.rms_norm(x, w), reference.rms_norm(x, w))
+    xt = torch.randn(64, 12).t()  # last dim not unit-stride
+    torch.testing.assert_close(wops.softmax(xt), reference.softmax(xt))
+
+
+def test_fp32_weight_with_bf16_input_keeps_input_dtype():
+    x = torch.randn(3, 128, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(128, dtype=torch.float32, requires_grad=True)
+    y = wops.rms_norm(x, w)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and w.grad.dtype == torch.float32
+
+
+# --- bad input ---------------------------------------------------------------------------------------------
+
+def test_bad_input_errors_name_the_argument():
+    x = torch.randn(4, 16)
+    w = torch.randn(16)
+    cases = [
+        (lambda: wops.rms_norm(torch.tensor(1.0), None), ValueError, "'x' must have at least 1 dim"),
+        (lambda: wops.rms_norm(torch.ones(4, 16, dtype=torch.int32), None), TypeError, "'x' must have dtype"),
+        (lambda: wops.rms_norm(x, torch.randn(15)), ValueError, "'weight' must have shape (16,)"),
+        (lambda: wops.rms_norm(x, torch.randn(2, 16)), ValueError, "'weight' must have 1 dims"),
+        (lambda: wops.rms_norm(x, w, cast="mistral"), ValueError, "'cast' must be one of"),
+        (lambda: wops.rms_norm(x, "w"), TypeError, "'weight' must be a torch.Tensor"),
+        (lambda: wops.add_rms_norm(x, torch.randn(4, 8), w), ValueError, "'residual' must have shape (4, 16)"),
+        (lambda: wops.add_rms_norm(x, x.half(), w), TypeError, "'residual' must have the dtype of 'x'"),
+        (lambda: wops.layer_norm(x, w, torch.randn(3)), ValueError, "'bias' must have shape (16,)"),
+        (lambda: wops.softmax(torch.ones(3, dtype=torch.int64)), TypeError, "softmax: argument 'x'"),
+        (lambda: wops.softmax(torch.tensor(2.0)), ValueError, "at least 1 dim"),
+    ]
+    for call, exc, text in cases:
+        with pytest.raises(exc, match=None) as info:
+            call()
+        assert text in str(info.value), (text, str(info.value))
+
+
+def test_tensors_on_different_devices_are_rejected():
+    x = torch.randn(2, 8)
+    w = torch.randn(8, device="meta")
+    with pytest.raises(ValueError, match="'weight' is on meta"):
+        wops.rms_norm(x, w)
