@@ -46,7 +46,6 @@ def temp_worktree(repo: str | Path, rev: str, dest: Path) -> Iterator[Path]:
         yield dest
     finally:
         git(repo, "worktree", "remove", "--force", str(dest), check=False)
-        git(repo, "worktree", "prune", check=False)
 
 
 def install_probe(dest_dir: Path) -> Path:
