@@ -70,7 +70,8 @@ DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
 )
 
 
-def calibrate(scenarios=DEFAULT_SCENARIOS, trials: int = 500, seed: int = 0, **compare_kwargs) -> list[CalibrationResult]:
+def calibrate(scenarios=DEFAULT_SCENARIOS, trials: int = 500, seed: int = 0,
+              **compare_kwargs) -> list[CalibrationResult]:
     """Verdict rates of `compare` over `trials` independent synthetic A/B pairs per scenario."""
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")

@@ -117,15 +117,15 @@ class GateReport:
         lines.append("Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(self.counts().items())))
         shown = self.failures or [r for r in self.rows if r.status != "ok"]
         if shown:
-            lines += ["", "| case | status | baseline us | current us | ratio | noise band | 95% CI | p | memory | why |",
-                      "|---|---|---|---|---|---|---|---|---|---|"]
+            lines += ["", "| case | status | baseline us | current us | ratio | noise band | 95% CI | p | memory "
+                          "| why |", "|---|---|---|---|---|---|---|---|---|---|"]
             for r in shown:
                 mem = (f"{_mib(r.base_peak_mem_bytes)} -> {_mib(r.cur_peak_mem_bytes)}"
                        if r.base_peak_mem_bytes is not None and r.cur_peak_mem_bytes is not None else "")
                 ci = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None and math.isfinite(r.ci_low) else ""
-                lines.append(f"| {r.label} | {'**' + r.status + '**' if r.failed else r.status} | {_f(r.base_median_us)} "
-                             f"| {_f(r.cur_median_us)} | {_f(r.ratio, 3)} | {_pct(r.noise_band)} | {ci} | "
-                             f"{_f(r.p_value, 3)} | {mem} | {r.why} |")
+                status = f"**{r.status}**" if r.failed else r.status
+                lines.append(f"| {r.label} | {status} | {_f(r.base_median_us)} | {_f(r.cur_median_us)} | "
+                             f"{_f(r.ratio, 3)} | {_pct(r.noise_band)} | {ci} | {_f(r.p_value, 3)} | {mem} | {r.why} |")
         return "\n".join(lines) + "\n"
 
     def as_dict(self) -> dict:

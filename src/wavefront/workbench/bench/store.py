@@ -265,3 +265,12 @@ def open_run(ref: str, store_path: str | Path = DEFAULT_PATH) -> StoredRun:
             return st.load(st.resolve("latest"))
     with ResultStore(store_path, create=False) as st:
         return st.load(st.resolve(ref))
+
+
+def write_document(store: ResultStore, dest: str | Path, run_ids: Iterable[int] | None = None) -> Path:
+    """Export runs as a JSON results document (``wavefront.results/1``) at `dest`."""
+    doc = store.export_document(run_ids)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(doc, indent=1, allow_nan=True) + "\n")
+    return dest
