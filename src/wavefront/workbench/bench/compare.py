@@ -112,6 +112,7 @@ class _Probe:
 
     def __init__(self, probe_dir: Path, worktree: Path):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(probe_dir), str(worktree / "src")]))
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # the idle probe must not spin on the cores the other uses
         self.proc = subprocess.Popen([sys.executable, "-m", f"{gitwork.PROBE_PACKAGE}.probe", "--serve"],
                                      cwd=worktree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, bufsize=1)

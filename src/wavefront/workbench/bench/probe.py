@@ -35,6 +35,9 @@ def _setup():
     if not torch.cuda.is_available():
         # Set before any kernel module is imported, as the CLI and the tests do.
         os.environ.setdefault("TRITON_INTERPRET", "1")
+        # Two probes take turns on the same cores; an idle probe's spinning OpenMP workers would otherwise
+        # slow the other one's first repetitions by 1000x on a small machine.
+        torch.set_num_threads(1)
     return torch
 
 
