@@ -76,6 +76,7 @@ class ReportData:
     history: list[HistoryPoint]
     documents: list[Document] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    correctness_run: StoredRun | None = None  # the newest run that checked correctness
 
 
 def modeled_points(devices=None, dtype: torch.dtype = torch.bfloat16) -> dict[str, list[Modeled]]:
@@ -155,4 +156,5 @@ def build_report_data(store_path: str | Path | None, documents: list[str | Path]
     docs = [load_document_tables(p) for p in documents]
     return ReportData(title, runs, loaded[-1] if loaded else None, gpu_runs[-1] if gpu_runs else None,
                       modeled_points(devices), measured, speedups(gpu_runs[-1]) if gpu_runs else [],
-                      history(gpu_runs), docs, problems)
+                      history(gpu_runs), docs, problems,
+                      next((r for r in reversed(loaded) if r.correctness), None))

@@ -129,7 +129,7 @@ def _roofline_chart(page: _Page, data: ReportData, key: str) -> str:
 
 
 def _correctness_chart(page: _Page, data: ReportData) -> str:
-    rows = data.latest.correctness if data.latest else []
+    rows = data.correctness_run.correctness if data.correctness_run else []
     traces = []
     for mode, color in (("fwd", "#1a73e8"), ("bwd", "#e8710a")):
         xs, ys, texts = [], [], []
@@ -146,7 +146,7 @@ def _correctness_chart(page: _Page, data: ReportData) -> str:
               "xaxis": {"showticklabels": False, "title": {"text": "op / case / dtype (hover for names)"}},
               "shapes": [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
                           "line": {"dash": "dash", "color": "#c5221f"}}]}
-    return page.chart(traces, layout, "correctness vs the float64 reference (latest run)")
+    return page.chart(traces, layout, f"correctness vs the float64 reference (run {data.correctness_run.info.id})")
 
 
 def _speedup_chart(page: _Page, data: ReportData) -> str:
@@ -191,8 +191,8 @@ def _correctness_table(data: ReportData) -> Table:
     cols = ["op", "case", "dtype", "result", "fwd_err_ours", "fwd_err_eager", "fwd_bound", "bwd_err_ours",
             "bwd_err_eager", "bwd_bound", "error"]
     rows = [[r.op, r.case, r.dtype, "pass" if r.passed else "FAIL", r.fwd_err_ours, r.fwd_err_eager, r.fwd_bound,
-             r.bwd_err_ours, r.bwd_err_eager, r.bwd_bound, r.error or ""] for r in data.latest.correctness]
-    return Table("correctness (latest run)", cols, rows)
+             r.bwd_err_ours, r.bwd_err_eager, r.bwd_bound, r.error or ""] for r in data.correctness_run.correctness]
+    return Table(f"correctness, run {data.correctness_run.info.id}", cols, rows)
 
 
 def _measurement_table(run, title: str, note: str = "") -> Table:
@@ -232,9 +232,11 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
         page.add(f'<p class="warn">{_esc(p)}</p>')
 
     page.add("<h2>Correctness</h2>")
-    if data.latest and data.latest.correctness:
-        n_pass = sum(r.passed for r in data.latest.correctness)
-        page.add(f"<p>{n_pass}/{len(data.latest.correctness)} cases pass (run {latest.id}).</p>")
+    checked = data.correctness_run
+    if checked:
+        n_pass = sum(r.passed for r in checked.correctness)
+        page.add(f"<p>{n_pass}/{len(checked.correctness)} cases pass (run {checked.info.id}, "
+                 f"{_esc(checked.info.backend)}).</p>")
         page.add(_correctness_chart(page, data))
         page.add(page.table(_correctness_table(data), collapsed=True))
     else:
@@ -264,11 +266,12 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
 
     cpu_runs = [r for r in ([data.latest] if data.latest else []) if r.info.timing == "cpu-interpreter"
                 and r.measurements]
-    if data.latest and (cpu_runs or data.latest.correctness):
+    if cpu_runs or (checked and checked.info.backend.startswith("cpu")):
         page.add(f"<h2>CPU wall times ({_esc(CPU_LABEL)})</h2>")
-        wall = Table("correctness wall time per case", ["op", "case", "dtype", "wall_s"],
-                     [[r.op, r.case, r.dtype, r.wall_s] for r in data.latest.correctness], CPU_LABEL)
-        page.add(page.table(wall, collapsed=True))
+        if checked and checked.info.backend.startswith("cpu"):
+            wall = Table("correctness wall time per case", ["op", "case", "dtype", "wall_s"],
+                         [[r.op, r.case, r.dtype, r.wall_s] for r in checked.correctness], CPU_LABEL)
+            page.add(page.table(wall, collapsed=True))
         for r in cpu_runs:
             page.add(page.table(_measurement_table(r, f"CPU-timed measurements, run {r.info.id}", CPU_LABEL),
                                 collapsed=True))
