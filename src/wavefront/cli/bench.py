@@ -37,12 +37,14 @@ def _progress(label: str, show: bool):
                     TextColumn("{task.description}"), console=err_console, disable=not show, transient=True)
 
 
-def run_correctness(ops: list[str] | None, dtypes, device: str, include_slow: bool, show_progress: bool = True):
+def run_correctness(ops: list[str] | None, dtypes, device: str, include_slow: bool, show_progress: bool = True,
+                    case_names: list[str] | None = None):
     """Check every (op, case, dtype); returns the list of CaseCheck, in registry order."""
     from wavefront.ops._spec import dtype_name
     from wavefront.workbench.correctness import check_case, iter_checks
 
-    todo = list(iter_checks(ops, dtypes, device, include_slow))
+    todo = [(spec, case, dtype) for spec, case, dtype in iter_checks(ops, dtypes, device, include_slow)
+            if not case_names or case.name in case_names]
     results = []
     with _progress("correctness", show_progress) as progress:
         task = progress.add_task("", total=len(todo))
@@ -201,7 +203,7 @@ def bench(
     with st:
         run_id = st.add_run(info)
         if not skip_correctness:
-            results = run_correctness(op, dtypes, device, slow, show_progress=show)
+            results = run_correctness(op, dtypes, device, slow, show_progress=show, case_names=case)
             run.correctness = [CorrectnessRow.from_check(r) for r in results]
             st.add_correctness(run_id, run.correctness)
             if show:

@@ -11,40 +11,13 @@ from wavefront.workbench.bench.bisect import MeasureError, bisect, parse_samples
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
-SCRIPT = """import random
-random.seed({seed})
-print("building...")
-print(" ".join(str({base} * (1 + random.gauss(0, 0.01))) for _ in range(30)))
-"""
-
-
-def _git(repo, *args):
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
-
-
-def make_repo(tmp_path, n_commits=9, first_slow=6, broken=()):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    _git(repo, "config", "user.email", "t@example.com")
-    _git(repo, "config", "user.name", "t")
-    for i in range(1, n_commits + 1):
-        text = SCRIPT.format(seed=i, base=130.0 if i >= first_slow else 100.0)
-        if i in broken:
-            text = "raise SystemExit('does not build')\n"
-        (repo / "measure.py").write_text(text)
-        _git(repo, "add", "measure.py")
-        _git(repo, "commit", "-q", "-m", f"commit {i}")
-    return repo
-
-
 def _sha_of(repo, subject):
     out = subprocess.run(["git", "-C", str(repo), "log", "--format=%H %s"], capture_output=True, text=True).stdout
     return next(line.split()[0] for line in out.splitlines() if line.endswith(subject))
 
 
-def test_finds_the_planted_commit(tmp_path):
-    repo = make_repo(tmp_path)
+def test_finds_the_planted_commit(make_repo):
+    repo = make_repo()
     result = bisect(repo, "HEAD~8", "HEAD", shell_command("python measure.py"))
     assert result.found, result.message
     assert result.first_bad == _sha_of(repo, "commit 6") and result.subject == "commit 6"
@@ -58,20 +31,20 @@ def test_finds_the_planted_commit(tmp_path):
     assert (repo / "measure.py").read_text().count("130.0") == 1
 
 
-def test_unmeasurable_commits_are_skipped(tmp_path):
-    repo = make_repo(tmp_path, broken=(4,))
+def test_unmeasurable_commits_are_skipped(make_repo):
+    repo = make_repo(broken=(4,))
     result = bisect(repo, "HEAD~8", "HEAD", shell_command("python measure.py"))
     assert result.found and result.subject == "commit 6"
 
 
-def test_no_regression_is_reported_not_bisected(tmp_path):
-    repo = make_repo(tmp_path, first_slow=100)
+def test_no_regression_is_reported_not_bisected(make_repo):
+    repo = make_repo(first_slow=100)
     result = bisect(repo, "HEAD~8", "HEAD", shell_command("python measure.py"))
     assert not result.found and "is not a regression" in result.message and result.steps == []
 
 
-def test_bad_revisions_are_clear_errors(tmp_path):
-    repo = make_repo(tmp_path, n_commits=3)
+def test_bad_revisions_are_clear_errors(make_repo):
+    repo = make_repo(n_commits=3)
     with pytest.raises(Exception, match="is not a commit"):
         bisect(repo, "nope", "HEAD", shell_command("python measure.py"))
     with pytest.raises(ValueError, match="not an ancestor"):
