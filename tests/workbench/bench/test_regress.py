@@ -104,3 +104,16 @@ def test_runs_on_different_devices_are_refused():
 def test_as_dict_is_complete():
     d = dynamic_gate(run_of(BASE, 0), run_of(BASE, 100)).as_dict()
     assert d["passed"] is True and d["exit_code"] == 0 and len(d["rows"]) == 3 and d["counts"] == {"ok": 3}
+
+
+def test_gate_runs_reads_files_and_store(tmp_path):
+    from wavefront.workbench.bench.regress import gate_runs
+    from wavefront.workbench.bench.store import ResultStore, write_document
+
+    with ResultStore(tmp_path / "r.sqlite") as st:
+        st.save(run_of(BASE, 0))
+        baseline_file = write_document(st, tmp_path / "baseline.json")
+        st.save(run_of(dict(BASE, a=(120.0, 0.02, 1000)), 100))
+    rep = gate_runs(str(baseline_file), "latest", store_path=str(tmp_path / "r.sqlite"))
+    assert rep.exit_code == 1 and [r.case for r in rep.failures] == ["a"]
+    assert gate_runs(str(baseline_file), "1", store_path=str(tmp_path / "r.sqlite")).passed

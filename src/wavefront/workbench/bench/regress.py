@@ -206,3 +206,12 @@ def _describe(run: StoredRun) -> str:
     i = run.info
     sha = (i.git_sha or "?")[:10] + ("+dirty" if i.git_dirty else "")
     return f"run {i.id if i.id is not None else '-'} ({sha}, {i.device_name}, {i.created_utc})"
+
+
+def gate_runs(baseline: str, current: str = "latest", *, store_path: str = "wavefront-results.sqlite",
+              **options) -> GateReport:
+    """The gate on two run references (a results JSON file, an SQLite store, ``FILE.sqlite:REF``, or a run
+    id / ``latest`` / label in the store at `store_path`): what ``wavefront gate --baseline FILE`` calls."""
+    from wavefront.workbench.bench.store import open_run
+
+    return dynamic_gate(open_run(baseline, store_path), open_run(current, store_path), **options)
