@@ -159,10 +159,10 @@ def _speedup_chart(page: _Page, data: ReportData) -> str:
                        "y": [s.speedup for s in pts], "marker": {"color": _PALETTE.get(base, "#777")},
                        "error_y": {"type": "data", "symmetric": False, "array": err_plus, "arrayminus": err_minus},
                        "text": [s.verdict for s in pts]})
+    unity = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
+             "line": {"dash": "dash", "color": "#444"}}
     layout = {"barmode": "group", "yaxis": {"title": {"text": "speedup of wavefront (x, 95% CI)"}},
-              "xaxis": {"tickangle": -40}, "height": 480, "shapes": [{"type": "line", "xref": "paper", "x0": 0,
-                                                                     "x1": 1, "y0": 1, "y1": 1,
-                                                                     "line": {"dash": "dash", "color": "#444"}}]}
+              "xaxis": {"tickangle": -40, "automargin": True}, "height": 520, "shapes": [unity]}
     run = data.latest_gpu.info if data.latest_gpu else None
     return page.chart(traces, layout, f"wavefront speedup per baseline (run {run.id}, {run.device_name})" if run
                       else "wavefront speedup per baseline")
