@@ -30,7 +30,7 @@ def wavefront(*args, cwd):
                           text=True, timeout=600)
 
 
-def test_bench_stores_reports_and_writes_json(tmp_path):
+def test_bench_stores_reports_and_writes_json(tmp_path, monkeypatch):
     p = wavefront("bench", "--op", "softmax", "--dtype", "fp32", "--case", "npow2", "--cpu-timing", "--reps", "3",
                   "--warmup", "1", "--provider", "wavefront", "--provider", "eager", "--json", "out.json",
                   cwd=tmp_path)
@@ -45,12 +45,12 @@ def test_bench_stores_reports_and_writes_json(tmp_path):
     assert (tmp_path / "wavefront-results.sqlite").exists()
     assert (tmp_path / doc["report"]).stat().st_size > 1_000_000
 
-    r = wavefront("report", "--export-csv", "m.csv", "--json", "-", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = in_process("report", "--export-csv", "m.csv", "--json", "-", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["n_runs"] == 1 and (tmp_path / "m.csv").exists()
 
-    c = wavefront("compare", "latest", "1", "--json", "-", cwd=tmp_path)
-    assert c.returncode == 0, c.stderr
+    c = in_process("compare", "latest", "1", "--json", "-", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert c.exit_code == 0, c.output
     cdoc = json.loads(c.stdout)
     assert cdoc["schema"] == "wavefront.compare/1" and len(cdoc["cases"]) == 6
     assert "CPU interpreter: not a performance figure" in cdoc["notes"]
