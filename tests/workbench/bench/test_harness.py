@@ -121,3 +121,74 @@ def test_liger_table_maps_registered_ops_only():
     assert set(LIGER) <= set(REGISTRY)
     got = ProviderSet(torch.device("cpu")).resolve("liger", REGISTRY["rms_norm"])
     assert isinstance(got, Unavailable)
+
+
+class _FakeFlusher:
+    n_bytes = 64 << 20
+    label = "flush 64 MiB"
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+
+
+def _gpu_harness(monkeypatch, threshold_us):
+    """The GPU code path driven on CPU: wall clock instead of events, a counting flusher, no CUDA memory."""
+    from wavefront.workbench.bench import harness as H
+    from wavefront.workbench.bench import timer as T
+
+    flusher = _FakeFlusher()
+    ctx = H.GpuContext(flusher, get_gpu("h100"), copy_gbps=4000.0, clock_factory=T.WallClock)
+    monkeypatch.setattr(H.Harness, "_peak_memory", lambda self, call: 12345)
+    cfg = BenchConfig(ops=("softmax",), case_set="small", case_names=("rows_pow2",), modes=("fwd",), reps=30,
+                      warmup=1, providers=("eager",), dtypes=(torch.float32,), graph_threshold_us=threshold_us)
+    return H.Harness(cfg, "cpu", gpu_ctx=ctx), flusher
+
+
+def test_gpu_path_times_with_flush_and_computes_rates(monkeypatch):
+    harness, flusher = _gpu_harness(monkeypatch, threshold_us=0.0)  # nothing counts as short: events path
+    (m,) = harness.run_item(plan(harness.config)[0])
+    assert m.ok and len(m.samples_us) == 30 and m.flush == "flush 64 MiB" and m.reason == ""
+    assert flusher.calls == 5 + 30  # the estimate's repetitions and the real ones, each after a flush
+    assert m.peak_mem_bytes == 12345
+    assert m.gbps == pytest.approx(m.min_bytes / (m.median_us * 1e-6) / 1e9)
+    assert m.pct_copy_bw == pytest.approx(100 * m.gbps / 4000.0)
+    assert m.pct_peak_bw == pytest.approx(100 * m.gbps / 3350.0)
+
+
+def test_short_kernels_use_graph_replay_over_rotated_inputs(monkeypatch):
+    from wavefront.workbench.bench import timer as T
+
+    captured = {}
+
+    class FakeGraph:
+        def __init__(self, calls):
+            captured["n"] = len(calls)
+            self.calls = calls
+
+        def replay(self):
+            for c in self.calls:
+                c()
+
+    monkeypatch.setattr(T, "capture_cuda_graph", FakeGraph)
+    harness, _ = _gpu_harness(monkeypatch, threshold_us=1e12)  # everything counts as short
+    (m,) = harness.run_item(plan(harness.config)[0])
+    assert m.ok and m.method == "graph" and m.flush.startswith("rotation ")
+    n_sets = int(m.flush.split()[1])
+    assert m.calls_per_sample == captured["n"] == n_sets >= 2
+
+
+def test_graph_capture_failure_falls_back_to_events(monkeypatch):
+    from wavefront.workbench.bench import timer as T
+
+    def no_graphs(calls):
+        raise RuntimeError("capture not supported")
+
+    monkeypatch.setattr(T, "capture_cuda_graph", no_graphs)
+    harness, flusher = _gpu_harness(monkeypatch, threshold_us=1e12)
+    (m,) = harness.run_item(plan(harness.config)[0])
+    assert m.ok and m.method == "wall" and m.calls_per_sample == 1
+    assert "graph capture failed (RuntimeError); timed with events" in m.reason
+    assert flusher.calls == 5 + 30

@@ -178,10 +178,11 @@ def compare_revisions(repo: str | Path, rev_a: str, rev_b: str, cases: Sequence[
                 for p in probes:
                     p.close()
     runs = []
+    env = _environment()
     for side, (rev, sha) in enumerate(zip((rev_a, rev_b), shas, strict=True)):
         info = RunInfo(created_utc=utc_now(), label=rev, git_sha=sha, git_dirty=False,
-                       device_name=_device_name(timing), arch="", backend="", torch="", triton=None, python="",
-                       host="", timing=timing, extra={"source": "compare --git", "rounds": rounds})
+                       device_name=_device_name(timing), timing=timing,
+                       extra={"source": "compare --git", "rounds": rounds, "reps_per_round": reps_per_round}, **env)
         meas = []
         for c in cases:
             err = errors[side].get(c.key)
@@ -189,6 +190,16 @@ def compare_revisions(repo: str | Path, rev_a: str, rev_b: str, cases: Sequence[
                                     samples_us=[] if err else samples[side][c.key], method="probe"))
         runs.append(StoredRun(info, meas))
     return runs[0], runs[1], compare_runs(runs[0], runs[1])
+
+
+def _environment() -> dict[str, str | None]:
+    """The probes run this interpreter: its torch, triton, python and host describe both sides."""
+    from wavefront import runtime
+
+    d = runtime.describe("cpu")
+    b = runtime.backend()
+    return {"arch": runtime.arch().name, "backend": b, "torch": d["torch"], "triton": d["triton"],
+            "python": d["python"], "host": d["host"]}
 
 
 def _device_name(timing: str) -> str:
