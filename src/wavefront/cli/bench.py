@@ -220,7 +220,7 @@ def bench(
                                 reps=reps, warmup=warmup, budget_s=budget_s)
             ctx = None
             if on_gpu:
-                with console.status("measuring device-to-device copy bandwidth"):
+                with err_console.status("measuring device-to-device copy bandwidth"):
                     ctx = H.gpu_context(torch.device(device), gpu)
                 info.copy_gbps, info.flush_bytes = ctx.copy_gbps, ctx.flusher.n_bytes
                 st.update_run(info)
