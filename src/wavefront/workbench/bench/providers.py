@@ -2,8 +2,9 @@
 
 - ``wavefront``: the op's registered function (``spec.fn``);
 - ``eager``: eager PyTorch in the input dtype (``spec.eager_fn``);
-- ``torch_compile``: ``torch.compile`` of that eager function with default settings, as a user would
-  write it (one compiled callable per op; a second shape triggers PyTorch's automatic dynamic shapes);
+- ``torch_compile``: ``torch.compile`` of that eager function, specialized to each bench shape
+  (``dynamic=False``): a training run has fixed shapes, and a dynamic-shape kernel would be an unfairly
+  weak baseline. Each shape costs one compilation, paid in the warm-up;
 - ``liger``: Liger-Kernel, when it is installed (``pip install 'wavefront[liger]'``) and runs on the
   device; ops map to its functions through :data:`LIGER`, the only per-op table in the harness.
 
@@ -92,7 +93,7 @@ class ProviderSet:
         if provider == "eager":
             return spec.eager_fn
         if provider == "torch_compile":
-            return torch.compile(spec.eager_fn)
+            return torch.compile(spec.eager_fn, dynamic=False)
         return self._liger(spec)
 
     def _liger(self, spec) -> Callable[..., Any] | Unavailable:
