@@ -1,0 +1,111 @@
+"""Who runs an op: wavefront, and the baselines a user would pick instead.
+
+- ``wavefront``: the op's registered function (``spec.fn``);
+- ``eager``: eager PyTorch in the input dtype (``spec.eager_fn``);
+- ``torch_compile``: ``torch.compile`` of that eager function, specialized to each bench shape
+  (``dynamic=False``): a training run has fixed shapes, and a dynamic-shape kernel would be an unfairly
+  weak baseline. Each shape costs one compilation, paid in the warm-up;
+- ``liger``: Liger-Kernel, when it is installed (``pip install 'wavefront[liger]'``) and runs on the
+  device; ops map to its functions through :data:`LIGER`, the only per-op table in the harness.
+
+A provider that cannot run an op says why (:class:`Unavailable`); the harness records the reason and
+goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+PROVIDERS: tuple[str, ...] = ("wavefront", "eager", "torch_compile", "liger")
+BASELINES: tuple[str, ...] = ("eager", "torch_compile", "liger")
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    reason: str
+
+
+def _liger_rms_norm(fn):
+    def call(x, w, eps=1e-6, offset=0.0, cast="llama"):
+        # in_place=False: the in-place variant overwrites the upstream gradient, which a timed backward
+        # replayed with retain_graph=True must read again.
+        return fn.apply(x, w, eps, offset, cast, False)
+    return call
+
+
+def _liger_add_rms_norm(fn):
+    def call(x, residual, w, eps=1e-6, offset=0.0, cast="llama"):
+        return fn.apply(x, residual, w, eps, offset, cast, False)
+    return call
+
+
+def _liger_layer_norm(fn):
+    def call(x, w=None, b=None, eps=1e-5):
+        if w is None or b is None:
+            raise NotImplementedError("Liger's LayerNorm needs both weight and bias")
+        return fn.apply(x, w, b, eps)
+    return call
+
+
+def _liger_softmax(fn):
+    return lambda x: fn.apply(x)
+
+
+#: op name -> (Liger module, autograd Function, adapter from our call signature to Liger's).
+LIGER: dict[str, tuple[str, str, Callable[[Any], Callable[..., Any]]]] = {
+    "rms_norm": ("liger_kernel.ops.rms_norm", "LigerRMSNormFunction", _liger_rms_norm),
+    "add_rms_norm": ("liger_kernel.ops.fused_add_rms_norm", "LigerFusedAddRMSNormFunction", _liger_add_rms_norm),
+    "layer_norm": ("liger_kernel.ops.layer_norm", "LigerLayerNormFunction", _liger_layer_norm),
+    "softmax": ("liger_kernel.ops.softmax", "LigerSoftmaxFunction", _liger_softmax),
+}
+
+
+def check_providers(names) -> tuple[str, ...]:
+    names = tuple(names)
+    for n in names:
+        if n not in PROVIDERS:
+            raise ValueError(f"provider must be one of {', '.join(PROVIDERS)}; got {n!r}")
+    return names
+
+
+class ProviderSet:
+    """Resolves (provider, op) to a callable once, caching compiled functions across cases."""
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+        self._cache: dict[tuple[str, str], Callable[..., Any] | Unavailable] = {}
+
+    def resolve(self, provider: str, spec) -> Callable[..., Any] | Unavailable:
+        key = (provider, spec.name)
+        if key not in self._cache:
+            self._cache[key] = self._resolve(provider, spec)
+        return self._cache[key]
+
+    def _resolve(self, provider: str, spec) -> Callable[..., Any] | Unavailable:
+        check_providers([provider])
+        if provider == "wavefront":
+            return spec.fn
+        if provider == "eager":
+            return spec.eager_fn
+        if provider == "torch_compile":
+            return torch.compile(spec.eager_fn, dynamic=False)
+        return self._liger(spec)
+
+    def _liger(self, spec) -> Callable[..., Any] | Unavailable:
+        if spec.name not in LIGER:
+            return Unavailable(f"no Liger-Kernel counterpart mapped for {spec.name!r}")
+        if self.device.type != "cuda":
+            return Unavailable("Liger-Kernel runs on GPUs only")
+        module, attr, adapter = LIGER[spec.name]
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except ImportError:
+            return Unavailable("Liger-Kernel is not installed (pip install 'wavefront[liger]')")
+        except AttributeError:
+            return Unavailable(f"the installed Liger-Kernel has no {module}.{attr}")
+        return adapter(fn)

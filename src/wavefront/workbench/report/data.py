@@ -1,0 +1,160 @@
+"""What the dashboard shows, gathered from the results store, the registry and other tools' JSON.
+
+- **roofline per device** (every device in the table): every op x bench case x mode in bf16 as a point
+  at its arithmetic intensity and modeled attainable TFLOP/s; measured points only from stored GPU runs
+  on that device (achieved TFLOP/s at the same intensity);
+- **speedups** of wavefront over each baseline, per case, from the latest GPU run (bootstrap 95% interval);
+- **history**: wavefront's median per case across stored GPU runs;
+- **correctness** of the latest run, CPU-interpreter wall times (labelled: not performance figures);
+- the **inspect** and **traffic** tables, rendered generically from their JSON documents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from wavefront.ops import REGISTRY
+from wavefront.workbench.bench.model import Modeled, model_case
+from wavefront.workbench.bench.providers import BASELINES
+from wavefront.workbench.bench.records import StoredRun
+from wavefront.workbench.bench.runnable import modes_for
+from wavefront.workbench.bench.store import ResultStore
+from wavefront.workbench.hardware import GPUS, gpu_from_device_name
+from wavefront.workbench.report.tables import Document, load_document_tables
+from wavefront.workbench.stats import compare
+
+
+@dataclass
+class MeasuredPoint:
+    device: str
+    run_id: int | None
+    op: str
+    case: str
+    mode: str
+    provider: str
+    intensity: float
+    tflops: float
+    median_us: float
+    gbps: float | None
+
+
+@dataclass
+class Speedup:
+    op: str
+    case: str
+    mode: str
+    dtype: str
+    baseline: str
+    speedup: float
+    ci_low: float | None
+    ci_high: float | None
+    verdict: str
+
+
+@dataclass
+class HistoryPoint:
+    run_id: int
+    created_utc: str
+    git_sha: str | None
+    device: str
+    series: str  # op/case/mode/dtype
+    median_us: float
+
+
+@dataclass
+class ReportData:
+    title: str
+    runs: list  # RunInfo, oldest first
+    latest: StoredRun | None
+    latest_gpu: StoredRun | None
+    modeled: dict[str, list[Modeled]]  # device key -> points
+    measured: dict[str, list[MeasuredPoint]]
+    speedups: list[Speedup]
+    history: list[HistoryPoint]
+    documents: list[Document] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    correctness_run: StoredRun | None = None  # the newest run that checked correctness
+
+
+def modeled_points(devices=None, dtype: torch.dtype = torch.bfloat16) -> dict[str, list[Modeled]]:
+    out: dict[str, list[Modeled]] = {}
+    for key in devices or GPUS:
+        gpu = GPUS[key]
+        out[key] = [model_case(spec, case, dtype, mode, gpu) for spec in REGISTRY.values()
+                    for case in spec.bench_cases for mode in modes_for(spec) if dtype in spec.dtypes]
+    return out
+
+
+def _device_key(device_name: str) -> str | None:
+    try:
+        return gpu_from_device_name(device_name).key
+    except ValueError:
+        return None
+
+
+def measured_points(gpu_runs: list[StoredRun]) -> tuple[dict[str, list[MeasuredPoint]], list[str]]:
+    out: dict[str, list[MeasuredPoint]] = {}
+    problems = []
+    for run in gpu_runs:
+        key = run.info.device_model or _device_key(run.info.device_name)
+        if key is None:
+            problems.append(f"run {run.info.id}: device {run.info.device_name!r} is not in the device table; "
+                            "its points are left off the rooflines")
+            continue
+        for m in run.measurements:
+            if m.ok and m.tflops is not None and m.min_bytes:
+                out.setdefault(key, []).append(MeasuredPoint(key, run.info.id, m.op, m.case, m.mode, m.provider,
+                                                             m.flops / m.min_bytes, m.tflops, m.median_us, m.gbps))
+    return out, problems
+
+
+def speedups(run: StoredRun) -> list[Speedup]:
+    """wavefront vs each baseline, per case of one run (speedup > 1: wavefront faster)."""
+    by_case: dict[tuple, dict[str, object]] = {}
+    for m in run.measurements:
+        if m.ok:
+            by_case.setdefault(m.case_key, {})[m.provider] = m
+    out = []
+    for key, provs in by_case.items():
+        ours = provs.get("wavefront")
+        if ours is None:
+            continue
+        for base in BASELINES:
+            other = provs.get(base)
+            if other is None:
+                continue
+            c = compare(other.samples_us, ours.samples_us)
+            ok = c.ci_low == c.ci_low  # NaN when too few samples
+            out.append(Speedup(*key, base, c.speedup, 1 / c.ci_high if ok else None, 1 / c.ci_low if ok else None,
+                               c.verdict))
+    return out
+
+
+def history(gpu_runs: list[StoredRun]) -> list[HistoryPoint]:
+    out = []
+    for run in gpu_runs:
+        for m in run.measurements:
+            if m.ok and m.provider == "wavefront":
+                out.append(HistoryPoint(run.info.id, run.info.created_utc, run.info.git_sha, run.info.device_name,
+                                        f"{m.op}/{m.case}/{m.mode}/{m.dtype}", m.median_us))
+    return out
+
+
+def build_report_data(store_path: str | Path | None, documents: list[str | Path] = (), *,
+                      title: str = "wavefront dashboard", devices=None) -> ReportData:
+    """Everything the dashboard shows; a missing store gives the modeled charts alone."""
+    runs, loaded = [], []
+    if store_path is not None and Path(store_path).exists():
+        with ResultStore(store_path, create=False) as st:
+            runs = st.runs()
+            loaded = [st.load(int(r.id)) for r in runs]
+    gpu_runs = [r for r in loaded if r.info.is_gpu]
+    measured, problems = measured_points(gpu_runs)
+    docs = [load_document_tables(p) for p in documents]
+    return ReportData(title, runs, loaded[-1] if loaded else None, gpu_runs[-1] if gpu_runs else None,
+                      modeled_points(devices), measured, speedups(gpu_runs[-1]) if gpu_runs else [],
+                      history(gpu_runs), docs, problems,
+                      next((r for r in reversed(loaded) if r.correctness), None))
