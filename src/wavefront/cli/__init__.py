@@ -19,6 +19,8 @@ import typer
 # One line per verb module; each owns its verbs.
 VERB_MODULES: tuple[str, ...] = (
     "wavefront.cli.bench",
+    "wavefront.cli.comm",
+    "wavefront.cli.plan",
 )
 
 
@@ -46,6 +48,13 @@ def build_app() -> typer.Typer:
     return app
 
 
+#: Verbs that never run a kernel: backend detection (which imports torch, about a second) is skipped.
+TORCH_FREE_VERBS: tuple[str, ...] = ("plan",)
+
+
 def main() -> None:
-    _configure_backend()
+    import sys
+
+    if not (len(sys.argv) > 1 and sys.argv[1] in TORCH_FREE_VERBS):
+        _configure_backend()
     build_app()()
