@@ -194,7 +194,7 @@ def comm(
     max_bytes: Annotated[int | None, typer.Option(help="Largest S in bytes (default 1 GiB on GPU, 4 MiB on CPU; "
                                                   "capped at a quarter of free memory).")] = None,
     mode: Annotated[str, typer.Option(help="in-place, out-of-place or both.")] = "both",
-    dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
+    dtype: Annotated[str, typer.Option(help="fp32, bf16, fp16 or fp8 (e4m3).")] = "fp32",
     group_size: Annotated[list[int] | None, typer.Option("--group-size", help="Ranks per group (repeatable; "
                                                           "default: the powers of two up to the world size).")] = None,
     warmup: Annotated[int, typer.Option(help="Untimed operations per case.")] = 3,
@@ -300,10 +300,10 @@ def overlap(
     model: Annotated[str, typer.Option(help="Preset whose gradient sizes the DDP proxy copies.")] = "llama3-8b",
     bucket_mb: Annotated[list[float] | None, typer.Option("--bucket-mb", help="bucket_cap_mb values (repeatable; "
                                                           "default 0.25, 1, 4, 25).")] = None,
-    shrink: Annotated[int, typer.Option(help="Divide every matrix dimension of the preset by this.")] = 32,
+    shrink: Annotated[int, typer.Option(help="Divide every matrix dimension of the preset by this.")] = 16,
     layers: Annotated[int, typer.Option(help="Proxy layers.")] = 4,
-    tokens: Annotated[int, typer.Option(help="Tokens per proxy step.")] = 256,
-    steps: Annotated[int, typer.Option(help="Steps per timing.")] = 5,
+    tokens: Annotated[int, typer.Option(help="Tokens per proxy step.")] = 64,
+    steps: Annotated[int, typer.Option(help="Timed rounds (medians reported).")] = 7,
     backend: Annotated[str, typer.Option(help="auto, nccl or gloo.")] = "auto",
     nproc: Annotated[int | None, typer.Option(help="Start N local ranks here instead of under torchrun.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,

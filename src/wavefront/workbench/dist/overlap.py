@@ -11,7 +11,8 @@ when its last gradient is ready, so only what is still running after the backwar
 it on a proxy model with a preset's layer structure (every matrix dimension divided by `shrink`) as
 t(step) - t(step under no_sync()), and predict it with `predict_ddp_exposed`: gradients become ready in
 reverse parameter order at a rate proportional to their size over the measured backward time; buckets
-follow DDP's assignment (reverse order, the first bucket capped at 1 MB, then bucket_cap_mb); bucket i
+follow DDP's assignment (reverse order, a first bucket of 1 MiB where this torch uses one, then
+bucket_cap_mb; `ddp_buckets` reproduces torch's own assignment, which the tests check); bucket i
 starts at max(ready_i, end_{i-1}) and lasts alpha + 2(n-1)/n * bytes / busbw (the all-reduce fit of
 `wavefront comm`); exposed = max(0, end_last - t_backward). The planner uses the closed form of the same
 model (time.py): exposed = max(t_reduce - t_backward, t_last_bucket).
@@ -34,8 +35,18 @@ from torch import nn
 from wavefront.shapes import ModelDims
 from wavefront.workbench.dist.comm_fit import AlphaBeta
 
-#: torch DDP's first bucket (torch.distributed.constants / reducer: 1 MiB).
+#: torch DDP's small first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB).
 FIRST_BUCKET_BYTES = 1024 * 1024
+
+
+def ddp_first_bucket_bytes(bucket_cap_bytes: int, cap_given: bool = True) -> int:
+    """The first bucket's cap in this torch: releases with DDP's _BucketCapacityConfig (2.10+) use the
+    1 MiB first bucket only when bucket_cap_mb is left at its default; older ones always do."""
+    import torch.nn.parallel.distributed as ddp_module
+
+    if hasattr(ddp_module, "_BucketCapacityConfig") and cap_given:
+        return bucket_cap_bytes
+    return min(FIRST_BUCKET_BYTES, bucket_cap_bytes)
 
 
 @dataclass(frozen=True)
@@ -65,17 +76,21 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _median_time(fn, device, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    t = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+def _interleaved_medians(fns: dict, device, rounds: int) -> dict[str, float]:
+    """Median seconds of each function, timed in turn within every round (so slow drifts of a shared
+    machine hit all of them alike), then the maximum over ranks."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            dist.barrier()
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - t0)
+    med = torch.tensor([statistics.median(v) for v in times.values()], dtype=torch.float64, device=device)
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    return dict(zip(fns, med.tolist(), strict=True))
 
 
 def probe_overlap(size_bytes: int, *, matmul_n: int = 256, matmul_iters: int = 20, repeats: int = 5,
@@ -102,9 +117,8 @@ def probe_overlap(size_bytes: int, *, matmul_n: int = 256, matmul_iters: int = 2
     for fn in (compute, comm, both):
         fn()
     _sync(device)
-    t_compute = _median_time(compute, device, repeats)
-    t_comm = _median_time(comm, device, repeats)
-    t_both = _median_time(both, device, repeats)
+    med = _interleaved_medians({"compute": compute, "comm": comm, "both": both}, device, repeats)
+    t_compute, t_comm, t_both = med["compute"], med["comm"], med["both"]
     exposed, eff = overlap_metrics(t_compute, t_comm, t_both)
     return OverlapResult("all_reduce", buf.numel() * 4, t_compute * 1e3, t_comm * 1e3, t_both * 1e3, exposed * 1e3, eff)
 
@@ -147,9 +161,12 @@ def proxy_model(dims: ModelDims, *, shrink: int, n_layers: int) -> nn.Module:
 
 
 def ddp_buckets(grad_bytes_in_param_order: Sequence[int], bucket_cap_bytes: int,
-                first_bucket_bytes: int = FIRST_BUCKET_BYTES) -> list[list[int]]:
+                first_bucket_bytes: int | None = None) -> list[list[int]]:
     """Indices of the parameters in each DDP bucket, in launch order: reverse parameter order, the
-    first bucket capped at first_bucket_bytes, the others at bucket_cap_bytes."""
+    first bucket capped at first_bucket_bytes (default: this torch's rule, ddp_first_bucket_bytes),
+    the others at bucket_cap_bytes."""
+    if first_bucket_bytes is None:
+        first_bucket_bytes = ddp_first_bucket_bytes(bucket_cap_bytes)
     buckets, current, filled = [], [], 0
     cap = min(first_bucket_bytes, bucket_cap_bytes)
     for idx in reversed(range(len(grad_bytes_in_param_order))):
@@ -164,7 +181,7 @@ def ddp_buckets(grad_bytes_in_param_order: Sequence[int], bucket_cap_bytes: int,
 
 
 def predict_ddp_exposed(grad_bytes_in_param_order: Sequence[int], backward_s: float, bucket_cap_bytes: int,
-                        all_reduce: AlphaBeta, first_bucket_bytes: int = FIRST_BUCKET_BYTES) -> float:
+                        all_reduce: AlphaBeta, first_bucket_bytes: int | None = None) -> float:
     """Exposed all-reduce seconds after a backward of backward_s (module docstring)."""
     total = float(sum(grad_bytes_in_param_order))
     if total <= 0:
@@ -197,7 +214,7 @@ class BucketResult:
 
 
 def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink: int, n_layers: int,
-                     tokens: int = 256, steps: int = 5, all_reduce: AlphaBeta | None = None,
+                     tokens: int = 64, steps: int = 7, all_reduce: AlphaBeta | None = None,
                      device: torch.device | None = None) -> tuple[list[BucketResult], dict]:
     """Measured vs predicted exposed all-reduce per bucket_cap_mb for a proxy of `dims` under DDP."""
     device = device or torch.device("cpu")
@@ -214,17 +231,15 @@ def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink
         model = nn.parallel.DistributedDataParallel(fresh(), bucket_cap_mb=cap,
                                                     device_ids=[device.index] if device.type == "cuda" else None)
 
-        def fwd_bwd(sync: bool, model=model):
+        def step(sync: bool, model=model) -> None:
             model.zero_grad(set_to_none=True)
             if sync:
-                loss = model(x).square().mean()
-                loss.backward()
+                model(x).square().mean().backward()
             else:
                 with model.no_sync():
-                    loss = model(x).square().mean()
-                    loss.backward()
+                    model(x).square().mean().backward()
 
-        def backward_only(model=model):
+        def backward_only(model=model) -> None:
             model.zero_grad(set_to_none=True)
             with model.no_sync():
                 loss = model(x).square().mean()
@@ -232,19 +247,21 @@ def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink
                 t0 = time.perf_counter()
                 loss.backward()
                 _sync(device)
-                return time.perf_counter() - t0
+                bwd_times.append(time.perf_counter() - t0)
 
+        bwd_times: list[float] = []
         for _ in range(2):
-            fwd_bwd(True)
-            fwd_bwd(False)
-        step = _median_time(lambda fb=fwd_bwd: [fb(True) for _ in range(steps)], device, 3) / steps
-        nosync = _median_time(lambda fb=fwd_bwd: [fb(False) for _ in range(steps)], device, 3) / steps
-        bwd = statistics.median(backward_only() for _ in range(steps))
+            step(True)
+            step(False)
+        med = _interleaved_medians({"sync": lambda: step(True), "no_sync": lambda: step(False),
+                                    "backward": backward_only}, device, steps)
+        stepped, nosync, bwd = med["sync"], med["no_sync"], statistics.median(bwd_times)
         n_buckets = len(ddp_buckets(grad_bytes, int(cap * 1024 * 1024)))
         pred = None
         if all_reduce is not None:
             pred = predict_ddp_exposed(grad_bytes, bwd, int(cap * 1024 * 1024), all_reduce) * 1e3
-        out.append(BucketResult(cap, n_buckets, step * 1e3, nosync * 1e3, bwd * 1e3, max(0.0, step - nosync) * 1e3, pred))
+        out.append(BucketResult(cap, n_buckets, stepped * 1e3, nosync * 1e3, bwd * 1e3, max(0.0, stepped - nosync) * 1e3,
+                                pred))
         del model
     info = {"proxy_params": sum(p.numel() for p in params), "proxy_grad_bytes": sum(grad_bytes),
             "n_tensors": len(params), "shrink": shrink, "n_layers": n_layers, "tokens": tokens}

@@ -36,9 +36,10 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
   per step; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16 weights after the optimizer
   (same bytes as the all-reduce); ZeRO-3 all-gathers the bf16 weights in forward and again in backward
   and reduce-scatters the gradients every micro-batch (training-math.md, "Communication volume": 1.5x
-  DDP per micro-batch). With Training.dp_overlap the ZeRO 0-2 reduction hides behind the backward of
-  the last micro-batch except its last bucket (DDP bucket model, workbench.dist.overlap), and ZeRO-3
-  traffic hides behind each micro-batch's compute except the first unit's gather.
+  DDP per micro-batch). With Training.dp_overlap the ZeRO 0-2 reduction runs in bucket_mb buckets
+  during the backward of the last micro-batch (bucketed_exposed_s, the closed form of the DDP bucket
+  model in workbench.dist.overlap), and ZeRO-3 traffic hides behind each micro-batch's compute except
+  the first unit's gather.
 - optimizer step: memory-bound over the locally owned parameters (sharded from ZeRO-1): AdamW reads and
   writes the master weight and both moments, reads the gradient and writes the bf16 weight
   (26 + grad_bytes B per parameter).
@@ -155,6 +156,26 @@ def cp_comm_exposed_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Tra
     return max(0.0, fwd - attn_fwd_s) + max(0.0, bwd - 2.0 * attn_fwd_s)
 
 
+def bucketed_exposed_s(cluster: Cluster, collective: str, total_bytes: float, bucket_bytes: float, group: int,
+                       stride: int, backward_s: float) -> float:
+    """Exposed time of a gradient reduction in n equal buckets launched as the backward produces them
+    (the closed form of workbench.dist.overlap.predict_ddp_exposed for uniform gradients): bandwidth-bound,
+    the buckets run back to back from the first one's ready time backward_s / n; otherwise only the last
+    bucket, ready at the end of the backward, is exposed:
+
+        exposed = max(n_full * t(bucket) + t(rest) - backward_s * (1 - 1/n), t(last bucket))
+    """
+    bucket_bytes = min(bucket_bytes, total_bytes)
+    n_full = int(total_bytes // bucket_bytes)
+    rest = total_bytes - n_full * bucket_bytes
+    n = n_full + (1 if rest > 0 else 0)
+    t_bucket = cluster.collective_s(collective, bucket_bytes, group, stride)
+    t_rest = cluster.collective_s(collective, rest, group, stride) if rest > 0 else 0.0
+    t_all = n_full * t_bucket + t_rest
+    t_last = t_rest if rest > 0 else t_bucket
+    return max(t_all - backward_s * (1.0 - 1.0 / n), t_last)
+
+
 def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
               eff: Efficiency) -> TimeBreakdown:
     m = n_micro_batches(cfg, training.global_batch_seqs)
@@ -201,11 +222,10 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
                 gather = cluster.collective_s("all_gather", 2.0 * params, d, stride)
             dp_total = reduce + gather
             if training.dp_overlap:
-                bucket = min(training.bucket_mb * 1e6, g * params)
                 kind = "all_reduce" if cfg.zero == 0 else "reduce_scatter"
-                last_bucket = cluster.collective_s(kind, bucket, d, stride)
                 backward_window = (2.0 / 3.0) * layers * layer_s
-                dp_exposed = max(reduce - backward_window, last_bucket) + gather
+                dp_exposed = bucketed_exposed_s(cluster, kind, g * params, training.bucket_mb * 1e6, d, stride,
+                                                backward_window) + gather
             else:
                 dp_exposed = dp_total
 

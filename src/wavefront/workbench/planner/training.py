@@ -56,8 +56,8 @@ class Efficiency:
 #: GH100 compute. Parts with no published run keep the Efficiency defaults and say so in their source.
 CALIBRATED: dict[str, tuple[float, float, str]] = {
     "a100": (0.695, 0.65, "gemm fitted on Narayanan et al. 2021 Table 1 (A100); attention: FA2 on A100"),
-    "h100": (0.614, 0.34, "gemm fitted on Llama 3 (Dubey et al. 2024) Table 4 row 1 (H100); attention: FA2 on H100"),
-    "h200": (0.614, 0.34, "H100 constants (same GH100 compute)"),
+    "h100": (0.615, 0.34, "gemm fitted on Llama 3 (Dubey et al. 2024) Table 4 row 1 (H100); attention: FA2 on H100"),
+    "h200": (0.615, 0.34, "H100 constants (same GH100 compute)"),
 }
 
 
