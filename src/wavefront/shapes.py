@@ -68,6 +68,9 @@ MODELS.update({
         )
     )
 })
+MODELS["megatron-gpt-22b"] = ModelDims("megatron-gpt-22b", 6144, 24576, 48, 64, 64, 96, 51200, 2048, gated_mlp=False,
+                                       tied_embeddings=True,
+                                       source="Korthikanti et al. 2022, arXiv:2205.05198, Table 3")
 MODELS["megatron-gpt-175b"] = ModelDims("megatron-gpt-175b", 12288, 49152, 96, 96, 96, 128, 51200, 2048,
                                         gated_mlp=False, tied_embeddings=True,
                                         source="Narayanan et al. 2021, Table 2 (GPT-3 175B, vocabulary 51,200)")

@@ -11,7 +11,10 @@ Metrics and conventions (match the source's FLOP counting):
 - tflops_per_gpu / palm-model-flops: PaLM model FLOPs per token (kpi.flops_per_token) x tokens/s / GPUs;
 - tokens_per_s_per_gpu / absolute or ratio-within-group: the second compares each row with the first
   row of its group (pred_i / pred_ref vs pub_i / pub_ref), for sources whose device peak is unknown;
-- memory_gib: the planner's per-GPU total (GiB = 2^30 B).
+- memory_gib: the planner's per-GPU total (GiB = 2^30 B);
+- step_s: seconds per iteration;
+- layer_ms: forward + backward (+ recomputation) of one layer for one micro-batch, with its
+  tensor-parallel communication (Korthikanti et al. 2022 Table 4).
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from wavefront.workbench.planner.cluster import make_cluster
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.parallel import PlanConfig
 from wavefront.workbench.planner.search import PlanResult, evaluate
+from wavefront.workbench.planner.time import layer_compute_s, tp_comm_per_layer_s
 from wavefront.workbench.planner.training import Efficiency, Training
 
 SCHEMA = "wavefront.published/1"
-METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "memory_gib")
+METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "memory_gib", "step_s", "layer_ms")
 CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-group")
 
 _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch")
@@ -103,8 +107,8 @@ def _row_settings(doc: dict, row: dict) -> dict:
     return merged
 
 
-def predict_row(doc: dict, row: dict, efficiency: Efficiency | None = None) -> PlanResult:
-    """The planner's evaluation of the plan a published row ran."""
+def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None):
+    """(model, plan, training, cluster, efficiency) of a published row."""
     st = _row_settings(doc, row)
     hw = doc["hardware"]
     dims = get_model(st["model"])
@@ -121,15 +125,22 @@ def predict_row(doc: dict, row: dict, efficiency: Efficiency | None = None) -> P
     if n % model_parallel:
         raise ValueError(f"{doc['name']} row {row.get('id')}: tp*pp*cp = {model_parallel} does not divide {n} GPUs")
     cfg = PlanConfig(dp=n // model_parallel, **plan_kw)
-    eff = efficiency or Efficiency.for_gpu(gpu.key)
-    result = evaluate(model, cfg, training, cluster, eff, allow_uneven_layers=bool(st.get("uneven_layers", False)))
+    return model, cfg, training, cluster, efficiency or Efficiency.for_gpu(gpu.key)
+
+
+def predict_row(doc: dict, row: dict, efficiency: Efficiency | None = None) -> PlanResult:
+    """The planner's evaluation of the plan a published row ran."""
+    model, cfg, training, cluster, eff = _row_inputs(doc, row, efficiency)
+    uneven = bool(_row_settings(doc, row).get("uneven_layers", False))
+    result = evaluate(model, cfg, training, cluster, eff, allow_uneven_layers=uneven)
     if result.time is None:
         raise ValueError(f"{doc['name']} row {row.get('id')}: the published plan is invalid here: "
                          f"{'; '.join(result.reasons)}")
     return result
 
 
-def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult) -> float:
+def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
+                  efficiency: Efficiency | None = None) -> float:
     name, conv = metric["name"], metric["convention"]
     st = _row_settings(doc, row)
     step = result.time.step_s
@@ -138,6 +149,12 @@ def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult) -> flo
         return result.memory.total_bytes / 2**30
     if name == "tokens_per_s_per_gpu":
         return result.kpis.tokens_per_s_per_gpu
+    if name == "step_s":
+        return step
+    if name == "layer_ms":
+        model, cfg, training, cluster, eff = _row_inputs(doc, row, efficiency)
+        layer, _ = layer_compute_s(model, cfg, training, cluster, eff)
+        return (layer + tp_comm_per_layer_s(model, cfg, training, cluster)) * 1e3
     if conv == "megatron-eq3":
         d = get_model(st["model"])
         flops = kpi.megatron_gpt_flops_per_iteration(int(st["global_batch"]), int(st["seq_len"]), d.n_layers,
@@ -156,7 +173,7 @@ def validate(doc: dict, efficiency: Efficiency | None = None) -> TableReport:
         refs: dict[str, tuple[float, float]] = {}
         for row, res in have:
             pub = float(row["published"][name])
-            pred = _metric_value(metric, doc, row, res)
+            pred = _metric_value(metric, doc, row, res, efficiency)
             if conv == "ratio-within-group":
                 group = row.get("group", "")
                 if group not in refs:
