@@ -171,3 +171,12 @@ def test_custom_model_dims():
                                               "--gpus", "8xa100", "--top", "2"])
     assert result.exit_code == 0, result.output
     assert "custom" in result.output
+
+
+def test_pinned_plans_that_cannot_run_say_why():
+    result = plan("llama3-70b", "64xh100", fixed={"tp": 3})
+    assert result.best is None and result.n_enumerated == 0
+    assert result.explain() == ["no plan matches the pinned fields"]
+    result = plan("llama3-70b", "64xh100", fixed={"tp": 16})
+    assert result.best is None and result.explain()[0].startswith("no valid plan: ")
+    assert "tensor parallel 16 does not divide 8 KV heads" in result.explain()[0]

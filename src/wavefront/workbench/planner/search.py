@@ -241,11 +241,13 @@ def explain(result: SearchResult, n_runner_ups: int = 4) -> list[str]:
     """Sentences: why the winner wins (its largest costs) and what each runner-up loses on."""
     best = result.best
     if best is None:
-        lines = ["no plan fits in memory"]
-        if result.out_of_memory:
-            closest = result.out_of_memory[0]
-            lines.append(f"closest: {closest.config.label()} ({closest.reasons[0]})")
-        return lines
+        if result.n_enumerated == 0:
+            return ["no plan matches the pinned fields"]
+        if not result.out_of_memory:
+            reasons = "; ".join(f"{n} x {why}" for why, n in result.rejected.most_common(3))
+            return [f"no valid plan: {reasons}"]
+        closest = result.out_of_memory[0]
+        return ["no plan fits in memory", f"closest: {closest.config.label()} ({closest.reasons[0]})"]
     t = best.time
     parts = sorted(t.parts().items(), key=lambda kv: -kv[1])
     shares = ", ".join(f"{k} {v / t.step_s:.0%}" for k, v in parts if v > 0.005 * t.step_s)
