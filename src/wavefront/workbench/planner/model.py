@@ -30,6 +30,7 @@ full recomputation keeps only the layer input, 2sbh (/t with SP).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache, cached_property
 
 from wavefront.shapes import ModelDims
 from wavefront.workbench import kpi
@@ -66,7 +67,7 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.dims.n_kv_heads * self.dims.head_dim
 
-    @property
+    @cached_property
     def layer_matmul_params(self) -> int:
         """Weights of one layer's matmuls: QKV + output projection and the MLP (no biases)."""
         h = self.dims.hidden
@@ -74,7 +75,7 @@ class ModelSpec:
         mlp = (3 if self.dims.gated_mlp else 2) * h * self.dims.ffn_hidden
         return attn + mlp
 
-    @property
+    @cached_property
     def layer_params(self) -> int:
         return self.layer_matmul_params + 2 * self.dims.hidden
 
@@ -82,13 +83,27 @@ class ModelSpec:
     def embedding_params(self) -> int:
         return self.dims.vocab * self.dims.hidden
 
-    @property
+    @cached_property
     def total_params(self) -> int:
         return kpi.param_count(self.dims).total
 
     def model_flops_per_token(self, seq_len: int) -> float:
         """PaLM-convention model FLOPs per token (the MFU numerator), from the shared KPI module."""
-        return kpi.flops_per_token(self.dims, seq_len)
+        return _model_flops(self.dims, seq_len)
+
+    def hardware_flops_per_token(self, seq_len: int, recompute: str) -> float:
+        """Model FLOPs plus recomputation (the HFU numerator), from the shared KPI module."""
+        return _hardware_flops(self.dims, seq_len, recompute)
+
+
+@cache
+def _model_flops(dims: ModelDims, seq_len: int) -> float:
+    return kpi.flops_per_token(dims, seq_len)
+
+
+@cache
+def _hardware_flops(dims: ModelDims, seq_len: int, recompute: str) -> float:
+    return kpi.hardware_flops_per_token(dims, seq_len, recompute=recompute)
 
 
 def attention_core_flops(model: ModelSpec, micro_batch: int, q_len: float, kv_len: float) -> float:
