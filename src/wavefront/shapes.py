@@ -51,6 +51,30 @@ MODELS: dict[str, ModelDims] = {
     )
 }
 
+# GPT models of Narayanan et al. 2021 (arXiv:2104.04473), Table 1 (weak scaling on A100s) and Table 2: GPT-2/3
+# style (LayerNorm, GeLU MLP with f = 4h, learned positions, tied embeddings), vocabulary 51,200 (padded),
+# sequence 2048; the Table 2 175B model is GPT-3 175B with that vocabulary (174.6B parameters). The planner's
+# validation tables (tests/data/published) refer to these names.
+_NARAYANAN_T1 = "Narayanan et al. 2021, arXiv:2104.04473, Table 1"
+MODELS.update({
+    m.name: m
+    for m in (
+        ModelDims(f"megatron-gpt-{size}", h, 4 * h, layers, heads, heads, h // heads, 51200, 2048, gated_mlp=False,
+                  tied_embeddings=True, source=_NARAYANAN_T1)
+        for size, heads, h, layers in (
+            ("1.7b", 24, 2304, 24), ("3.6b", 32, 3072, 30), ("7.5b", 32, 4096, 36), ("18.4b", 48, 6144, 40),
+            ("39.1b", 64, 8192, 48), ("76.1b", 80, 10240, 60), ("145.6b", 96, 12288, 80),
+            ("310.1b", 128, 16384, 96), ("529.6b", 128, 20480, 105), ("1t", 160, 25600, 128),
+        )
+    )
+})
+MODELS["megatron-gpt-22b"] = ModelDims("megatron-gpt-22b", 6144, 24576, 48, 64, 64, 96, 51200, 2048, gated_mlp=False,
+                                       tied_embeddings=True,
+                                       source="Korthikanti et al. 2022, arXiv:2205.05198, Table 3")
+MODELS["megatron-gpt-175b"] = ModelDims("megatron-gpt-175b", 12288, 49152, 96, 96, 96, 128, 51200, 2048,
+                                        gated_mlp=False, tied_embeddings=True,
+                                        source="Narayanan et al. 2021, Table 2 (GPT-3 175B, vocabulary 51,200)")
+
 #: Gemma 3's vocabulary, the widest row the loss kernels must handle (google/gemma-3 tokenizer).
 WIDEST_VOCAB = 262_144
 

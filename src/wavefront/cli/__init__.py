@@ -20,6 +20,8 @@ import typer
 VERB_MODULES: tuple[str, ...] = (
     "wavefront.cli.bench",
     "wavefront.cli.compare", "wavefront.cli.report", "wavefront.cli.bisect",
+    "wavefront.cli.comm",
+    "wavefront.cli.plan",
 )
 
 
@@ -47,6 +49,13 @@ def build_app() -> typer.Typer:
     return app
 
 
+#: Verbs that never run a kernel: backend detection (which imports torch, about a second) is skipped.
+TORCH_FREE_VERBS: tuple[str, ...] = ("plan",)
+
+
 def main() -> None:
-    _configure_backend()
+    import sys
+
+    if not (len(sys.argv) > 1 and sys.argv[1] in TORCH_FREE_VERBS):
+        _configure_backend()
     build_app()()

@@ -105,3 +105,20 @@ def modeled_energy_j(n_gpus: int, board_power_w: float, step_s: float, power_fra
     if not 0.0 < power_fraction <= 1.0:
         raise ValueError(f"power_fraction must be in (0, 1], got {power_fraction}")
     return n_gpus * board_power_w * power_fraction * step_s
+
+
+def megatron_gpt_flops_per_iteration(batch: int, seq_len: int, n_layers: int, hidden: int, vocab: int, *,
+                                     full_recompute: bool) -> float:
+    """FLOPs of one GPT training iteration as Megatron papers count them (matmuls only).
+
+    Narayanan et al. 2021 (arXiv:2104.04473), Eq. 3, with full activation recomputation (the forward runs
+    twice, so 4 passes of the 24*B*s*h^2 per-layer matmuls and 4*B*s^2*h attention, plus the logit layer
+    forward and backward, 6*B*s*h*V):  ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))``. Without recomputation
+    (3 passes; Korthikanti et al. 2022, arXiv:2205.05198, Sec. 6):  ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))``.
+    The tables of those papers report per-GPU TFLOP/s computed with these counts, so reproductions must
+    use the same convention. Valid for the GPT shape they assume: f = 4h, multi-head attention.
+    """
+    b, s, l, h, v = float(batch), float(seq_len), float(n_layers), float(hidden), float(vocab)
+    if full_recompute:
+        return 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
+    return 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h))

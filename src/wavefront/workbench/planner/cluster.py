@@ -1,0 +1,163 @@
+"""The cluster: GPUs from the device table, how many per node, and what the links deliver.
+
+Collective time uses the nccl-tests conventions (../shared/facts/training-math.md, "Collective bandwidth"):
+with S the size nccl-tests divides by (the buffer for all_reduce, the full array for all_gather,
+reduce_scatter and all_to_all, the message for broadcast and send/recv) and busbw the bus bandwidth of the
+link the group runs on,
+
+    t(S, n) = alpha + factor(n) * S / busbw,   factor = 2(n-1)/n all_reduce, (n-1)/n all_gather,
+                                               reduce_scatter, all_to_all, 1 broadcast and send/recv.
+
+alpha is the per-collective latency of the link (constant in n: an approximation that holds for NCCL's
+tree/LL protocols at small sizes; the ring latency term grows with n). A `wavefront comm` calibration
+file replaces (alpha, busbw) per collective with fitted values.
+
+Rank layout (Megatron order, tensor parallel innermost): tp, then cp, then dp, then pp outermost. A group
+of size g whose members are `stride` ranks apart stays inside a node when g * stride <= GPUs per node;
+otherwise it runs at the inter-node link, one NIC per GPU (rail-optimised fabric).
+
+Defaults (override any of them on the command line; calibrate them with `wavefront comm`):
+- intra-node busbw = 0.8 x the per-direction scale-up bandwidth of the device table. 0.8 is the ratio of the
+  370 GB/s NCCL all-reduce busbw quoted for H100 NVLink (training-math.md, "Communication volume", sanity
+  example) to NVLink4's 450 GB/s per direction; applied to every part as an assumption.
+- inter-node: 200 Gb/s HDR InfiniBand per A100 (DGX A100 / Selene, Narayanan et al. 2021 Sec. 5: eight
+  200 Gb/s HCAs per 8-GPU server), 400 Gb/s per GPU for H100/H200/B200/MI300-class parts (torchtitan
+  benchmarks/llama3_h100_202412_torchtitan.md: "400 Gb/s per GPU"), times the same 0.8 efficiency.
+- latency: 10 us intra-node, 25 us inter-node per collective (assumed typical NCCL small-message latencies).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from wavefront.workbench.dist.comm_fit import Calibration, bus_factor
+from wavefront.workbench.hardware import GPU, get_gpu
+
+LINK_EFFICIENCY = 0.8
+INTRA_LATENCY_US = 10.0
+INTER_LATENCY_US = 25.0
+#: Per-GPU inter-node NIC bandwidth, Gb/s, by device-table key (sources in the module docstring).
+NIC_GBITS_PER_GPU = {"a100": 200.0}
+DEFAULT_NIC_GBITS = 400.0
+
+
+@dataclass(frozen=True)
+class Link:
+    """What one class of link delivers to a collective: bus bandwidth and per-collective latency."""
+
+    busbw_gbps: float
+    latency_us: float
+    source: str = "default"
+
+    def __post_init__(self) -> None:
+        if not self.busbw_gbps > 0:
+            raise ValueError(f"link bandwidth must be > 0 GB/s, got {self.busbw_gbps}")
+        if self.latency_us < 0:
+            raise ValueError(f"link latency must be >= 0 us, got {self.latency_us}")
+
+    def time_s(self, collective: str, size_bytes: float, n: int) -> float:
+        if n <= 1 and collective != "send_recv":
+            return 0.0
+        return self.latency_us * 1e-6 + bus_factor(collective, n) * size_bytes / (self.busbw_gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpu: GPU
+    n_gpus: int
+    gpus_per_node: int
+    intra: Link
+    inter: Link
+    #: `wavefront comm` calibrations (at most one per domain); their fits win over intra/inter.
+    calibrations: tuple[Calibration, ...] = field(default=())
+    price_per_gpu_hour: float | None = None
+    power_fraction: float = 0.75  # of board power while training (kpi.modeled_energy_j)
+
+    def __post_init__(self) -> None:
+        if self.n_gpus < 1 or self.gpus_per_node < 1:
+            raise ValueError(f"n_gpus and gpus_per_node must be >= 1, got {self.n_gpus}, {self.gpus_per_node}")
+        if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
+            raise ValueError(f"{self.n_gpus} GPUs do not fill whole nodes of {self.gpus_per_node}")
+
+    @property
+    def n_nodes(self) -> int:
+        return max(1, self.n_gpus // self.gpus_per_node)
+
+    @property
+    def label(self) -> str:
+        return f"{self.n_gpus}x{self.gpu.key}"
+
+    def link(self, collective: str, group: int, stride: int) -> Link:
+        """The link a group of `group` ranks spaced `stride` apart runs a collective on."""
+        domain = "intra" if group * stride <= self.gpus_per_node else "inter"
+        for cal in self.calibrations:
+            if cal.domain == domain:
+                fit = cal.fit_for(collective, group)
+                if fit is not None:
+                    return Link(fit.busbw_gbps, fit.alpha_us, f"calibrated: {cal.backend} on {cal.device}, "
+                                                              f"{fit.group_size} ranks")
+        return self.intra if domain == "intra" else self.inter
+
+    def collective_s(self, collective: str, size_bytes: float, group: int, stride: int) -> float:
+        if group <= 1:
+            return 0.0
+        return self.link(collective, group, stride).time_s(collective, size_bytes, group)
+
+    def as_dict(self) -> dict:
+        return {
+            "gpu": self.gpu.key, "gpu_name": self.gpu.name, "n_gpus": self.n_gpus,
+            "gpus_per_node": self.gpus_per_node, "n_nodes": self.n_nodes,
+            "intra": vars(self.intra), "inter": vars(self.inter),
+            "calibrations": [{"domain": c.domain, "backend": c.backend, "device": c.device,
+                              "world_size": c.world_size, "created_utc": c.created_utc} for c in self.calibrations],
+            "price_per_gpu_hour": self.price_per_gpu_hour, "power_fraction": self.power_fraction,
+        }
+
+
+_GPUS_RE = re.compile(r"^\s*(\d+)\s*[xX*]\s*([A-Za-z0-9._-]+)\s*$")
+
+
+def parse_gpus(text: str) -> tuple[int, GPU]:
+    """"64xh100" -> (64, the H100 row). Unknown GPUs list the known ones (hardware.get_gpu)."""
+    match = _GPUS_RE.match(text)
+    if not match:
+        raise ValueError(f"--gpus must look like COUNTxGPU (e.g. 64xh100), got {text!r}")
+    count = int(match.group(1))
+    if count < 1:
+        raise ValueError(f"--gpus count must be >= 1, got {count}")
+    return count, get_gpu(match.group(2))
+
+
+def default_links(gpu: GPU) -> tuple[Link, Link]:
+    intra = Link(LINK_EFFICIENCY * gpu.scaleup_gbps_per_dir, INTRA_LATENCY_US,
+                 f"default: {LINK_EFFICIENCY} x {gpu.scaleup_gbps_per_dir:g} GB/s scale-up per direction")
+    nic_gbits = NIC_GBITS_PER_GPU.get(gpu.key, DEFAULT_NIC_GBITS)
+    inter = Link(LINK_EFFICIENCY * nic_gbits / 8.0, INTER_LATENCY_US,
+                 f"default: {LINK_EFFICIENCY} x {nic_gbits:g} Gb/s NIC per GPU")
+    return intra, inter
+
+
+def make_cluster(gpus: str | tuple[int, GPU], *, gpus_per_node: int = 8, intra_gbps: float | None = None,
+                 inter_gbps: float | None = None, intra_latency_us: float | None = None,
+                 inter_latency_us: float | None = None, price_per_gpu_hour: float | None = None,
+                 power_fraction: float = 0.75, calibrations: tuple[Calibration, ...] = ()) -> Cluster:
+    """A cluster from "64xh100"-style text, with default links unless given; `calibrations` (from
+    dist.comm_fit.load_calibration, one per domain) replace the links of their domain."""
+    n, gpu = parse_gpus(gpus) if isinstance(gpus, str) else gpus
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+    intra, inter = default_links(gpu)
+    if intra_gbps is not None or intra_latency_us is not None:
+        intra = replace(intra, busbw_gbps=intra_gbps or intra.busbw_gbps,
+                        latency_us=intra.latency_us if intra_latency_us is None else intra_latency_us,
+                        source="user")
+    if inter_gbps is not None or inter_latency_us is not None:
+        inter = replace(inter, busbw_gbps=inter_gbps or inter.busbw_gbps,
+                        latency_us=inter.latency_us if inter_latency_us is None else inter_latency_us,
+                        source="user")
+    price = price_per_gpu_hour if price_per_gpu_hour is not None else gpu.price_per_hour
+    domains = [c.domain for c in calibrations]
+    if len(set(domains)) != len(domains):
+        raise ValueError(f"at most one calibration per domain (intra, inter); got domains {domains}")
+    return Cluster(gpu, n, min(gpus_per_node, n), intra, inter, tuple(calibrations), price, power_fraction)

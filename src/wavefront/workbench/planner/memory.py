@@ -1,0 +1,154 @@
+"""Memory per GPU for a plan: model states per ZeRO stage, activations, transients, overheads.
+
+Model states (mixed precision, Rajbhandari et al. 2020, arXiv:1910.02054, Sec. 3.1; training-math.md
+"Memory per GPU"): bf16 weights w = 2 B, gradients g = 2 or 4 B (Training.grad_bytes), and the optimizer's
+master copy + states (training.OPTIMIZER_BYTES; 4 + 8 for AdamW). Sharding degree d = dp * cp (the ranks
+that hold the same parameters):
+
+    ZeRO-0 (DDP):                 P (w + g + master + states)          AdamW, fp32 grads: 18 B/param
+    ZeRO-1 (distributed opt.):    P (w + g) + P (master + states) / d    6 + 12/d
+    ZeRO-2:                       P w + P (g + master + states) / d      2 + 16/d
+    ZeRO-3 / FSDP:                P (max(master, w) + g + states) / d    16/d (FSDP2 keeps the fp32
+                                  sharded parameter as the master; the bf16 copy is gathered per layer)
+
+P is the parameter count of the most-loaded pipeline stage: its L/pp layers (matmul weights / tp; norm
+weights replicated) plus the input embedding V*h/tp on the first stage and the output layer on the last
+(Megatron keeps a copy of a tied embedding there).
+
+Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes): with 1F1B the first
+stage holds min(pp, m) micro-batches of its L/pp layers in flight; the interleaved schedule multiplies
+that by 1 + (pp-1)/(pp*vpp); the last stage holds one micro-batch plus the output layer's inputs and the
+float32 logits 4sbh(1 + V/h)/t. Transients: with full (selective) recomputation the backward rebuilds one
+layer's full activations (attention core) at a time; ZeRO-3 gathers the bf16 weights of two units
+(current + prefetch) and the unsharded gradients of one before its reduce-scatter; ZeRO 0-2 keep two
+in-flight gradient buckets. Framework overhead (CUDA context, NCCL, workspaces) is a constant, and
+allocator slack a fraction of activations and transients (Training).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from wavefront.workbench.planner.cluster import Cluster
+from wavefront.workbench.planner.model import (
+    ModelSpec,
+    embedding_activation_bytes,
+    layer_activation_bytes,
+    output_activation_bytes,
+)
+from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n_micro_batches
+from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Training
+
+WEIGHT_BYTES = 2  # bf16 working weights (fp8 training keeps bf16 weights and casts per matmul)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU on the most-loaded pipeline stage (`stage`)."""
+
+    stage: str  # "first" or "last" (pp = 1: "only")
+    params_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    transient_bytes: float
+    buffers_bytes: float
+    overhead_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    inflight_micro_batches: int
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    def as_dict(self) -> dict:
+        d = asdict(self) | {"fits": self.fits}
+        d["total_gib"] = self.total_bytes / 2**30
+        d["total_gb"] = self.total_bytes / 1e9
+        return d
+
+
+def stage_params(model: ModelSpec, cfg: PlanConfig) -> tuple[float, float]:
+    """Parameters held by one GPU of the first and of the last pipeline stage."""
+    dims = model.dims
+    layers = layers_per_stage(dims.n_layers, cfg)
+    body = layers * (model.layer_matmul_params / cfg.tp + 2 * dims.hidden)
+    emb = model.embedding_params / cfg.tp
+    head = 0.0 if dims.tied_embeddings else emb
+    if cfg.pp == 1:
+        single = body + emb + head + dims.hidden
+        return single, single
+    return body + emb, body + emb + dims.hidden
+
+
+def state_bytes(params: float, cfg: PlanConfig, training: Training) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes for `params` parameters under the plan's ZeRO stage."""
+    master, states = OPTIMIZER_BYTES[training.optimizer]
+    g = training.grad_bytes
+    d = cfg.dp * cfg.cp
+    if cfg.zero == 0:
+        return params * WEIGHT_BYTES, params * g, params * (master + states)
+    if cfg.zero == 1:
+        return params * WEIGHT_BYTES, params * g, params * (master + states) / d
+    if cfg.zero == 2:
+        return params * WEIGHT_BYTES, params * g / d, params * (master + states) / d
+    return params * max(master, WEIGHT_BYTES) / d, params * g / d, params * states / d
+
+
+def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster) -> MemoryBreakdown:
+    dims = model.dims
+    s_local = training.seq_len / cfg.cp
+    b = cfg.micro_batch
+    m = n_micro_batches(cfg, training.global_batch_seqs)
+    layers = layers_per_stage(dims.n_layers, cfg)
+    act_kw = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len)
+    per_layer = layer_activation_bytes(model, recompute=cfg.recompute, **act_kw)
+
+    inflight_first = 1 if cfg.pp == 1 else max(1, min(cfg.pp, m))
+    interleave = 1.0 + (cfg.pp - 1) / (cfg.pp * cfg.vpp) if cfg.vpp > 1 and m >= cfg.pp else 1.0
+    emb_act = embedding_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp)
+    out_act = output_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp)
+    acts_first = layers * per_layer * inflight_first * interleave + emb_act * inflight_first
+    if cfg.pp == 1:
+        acts_first += out_act
+        acts_last = acts_first
+    else:
+        # Megatron's interleaved schedule warms up (vpp-1)*pp + 2*(pp-1-rank) chunk micro-batches on a rank;
+        # on the last rank that is (vpp-1)*pp + 1 chunks of L/(pp*vpp) layers.
+        inflight_last = min(m, ((cfg.vpp - 1) * cfg.pp + 1) / cfg.vpp) if cfg.vpp > 1 else 1.0
+        acts_last = layers * per_layer * inflight_last + out_act
+
+    working = 0.0
+    if cfg.recompute != "none":
+        full = layer_activation_bytes(model, recompute="none", **act_kw)
+        working = full - (per_layer if cfg.recompute == "selective" else 0.0)
+
+    p_first, p_last = stage_params(model, cfg)
+    candidates = [("first" if cfg.pp > 1 else "only", p_first, acts_first)]
+    if cfg.pp > 1:
+        candidates.append(("last", p_last, acts_last))
+
+    g = training.grad_bytes
+    unit_params = max(model.layer_params, model.embedding_params) / cfg.tp
+    if cfg.zero == 3:
+        transient_states = unit_params * (2 * WEIGHT_BYTES + g)
+        buffers = 0.0
+    else:
+        transient_states = 0.0
+        buffers = 2 * training.bucket_mb * 1e6 if cfg.dp * cfg.cp > 1 else 0.0
+    overhead = training.framework_overhead_gb * 1e9
+    capacity = cluster.gpu.hbm_gb * 1e9
+
+    best = None
+    for stage, params, acts in candidates:
+        w, gr, opt = state_bytes(params, cfg, training)
+        transient = working + transient_states
+        slack = training.allocator_slack * (acts + transient)
+        total = w + gr + opt + acts + transient + slack + buffers + overhead
+        inflight = inflight_first if stage != "last" else max(1, round(inflight_last))
+        mb = MemoryBreakdown(stage, w, gr, opt, acts, transient + slack, buffers, overhead, total, capacity,
+                             inflight)
+        if best is None or mb.total_bytes > best.total_bytes:
+            best = mb
+    return best

@@ -1,0 +1,104 @@
+"""A parallel plan: how the GPUs, the batch and the memory-saving switches are laid out.
+
+Rank layout (Megatron-LM order): tensor parallel innermost, then context parallel, then data parallel,
+then pipeline parallel outermost, so n_gpus = tp * cp * dp * pp. A step processes the global batch of
+B sequences as dp replicas x n_micro micro-batches of `micro_batch` sequences; context parallelism splits
+each sequence over cp ranks (ring attention), sequence parallelism splits the non-tensor-parallel regions
+of a layer over the tp ranks (Korthikanti et al. 2022).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    tp: int = 1
+    sp: bool = False
+    pp: int = 1
+    vpp: int = 1  # virtual pipeline stages (model chunks) per rank: 1 = 1F1B, > 1 = interleaved 1F1B
+    cp: int = 1
+    dp: int = 1
+    zero: int = 0  # 0 DDP; 1 optimizer states (Megatron distributed optimizer); 2 + gradients; 3 FSDP
+    recompute: str = "none"
+    micro_batch: int = 1
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def schedule(self) -> str:
+        if self.pp == 1:
+            return "none"
+        return "1f1b" if self.vpp == 1 else f"interleaved-{self.vpp}"
+
+    def label(self) -> str:
+        """Compact: "tp8+sp pp4v2 cp2 dp4 z1 sel mb1" (cp omitted when 1)."""
+        pp = f"pp{self.pp}" + (f"v{self.vpp}" if self.vpp > 1 else "")
+        cp = f" cp{self.cp}" if self.cp > 1 else ""
+        rc = {"none": "none", "selective": "sel", "full": "full"}.get(self.recompute, self.recompute)
+        return f"tp{self.tp}{'+sp' if self.sp else ''} {pp}{cp} dp{self.dp} z{self.zero} {rc} mb{self.micro_batch}"
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"n_gpus": self.n_gpus, "schedule": self.schedule, "label": self.label()}
+
+
+def layers_per_stage(n_layers: int, cfg: PlanConfig) -> int:
+    """Layers on the busiest pipeline rank: L / pp, rounded up when a validation row splits unevenly
+    (Llama 3 405B: 126 layers on 16 stages, one fewer on the first and last; Dubey et al. 2024, Sec. 3.3.2)."""
+    chunk = -(-n_layers // (cfg.pp * cfg.vpp))
+    return chunk * cfg.vpp
+
+
+def n_micro_batches(cfg: PlanConfig, global_batch_seqs: int) -> int:
+    """Micro-batches per pipeline per step (gradient-accumulation steps when pp = 1)."""
+    return global_batch_seqs // (cfg.micro_batch * cfg.dp)
+
+
+def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_batch_seqs: int,
+                        seq_len: int, *, allow_uneven_layers: bool = False) -> list[str]:
+    """Why a plan cannot run at all (empty when it can); memory is checked separately.
+
+    allow_uneven_layers accepts pipeline stages that do not divide the layers (the busiest stage gets
+    the rounded-up share); the search never sets it, published-run validation does where a run did.
+    """
+    dims = model.dims
+    problems: list[str] = []
+    for name in ("tp", "pp", "vpp", "cp", "dp", "micro_batch"):
+        if getattr(cfg, name) < 1:
+            problems.append(f"{name} must be >= 1")
+    if problems:
+        return problems
+    if cfg.n_gpus != n_gpus:
+        problems.append(f"tp*cp*dp*pp = {cfg.n_gpus} is not the cluster's {n_gpus} GPUs")
+    if dims.n_heads % cfg.tp:
+        problems.append(f"tensor parallel {cfg.tp} does not divide {dims.n_heads} attention heads")
+    if dims.n_kv_heads % cfg.tp:
+        problems.append(f"tensor parallel {cfg.tp} does not divide {dims.n_kv_heads} KV heads")
+    if cfg.sp and cfg.tp == 1:
+        problems.append("sequence parallel needs tensor parallel > 1")
+    if dims.n_layers % (cfg.pp * cfg.vpp) and not allow_uneven_layers:
+        problems.append(f"pipeline stages pp*vpp = {cfg.pp * cfg.vpp} do not divide {dims.n_layers} layers")
+    if cfg.vpp > 1 and cfg.pp == 1:
+        problems.append("interleaved schedule (vpp > 1) needs pipeline parallel > 1")
+    if global_batch_seqs % (cfg.micro_batch * cfg.dp):
+        problems.append(f"global batch of {global_batch_seqs} sequences is not divisible by micro-batch "
+                        f"{cfg.micro_batch} x dp {cfg.dp}")
+    elif cfg.vpp > 1 and n_micro_batches(cfg, global_batch_seqs) % cfg.pp:
+        problems.append(f"interleaved schedule needs micro-batches ({n_micro_batches(cfg, global_batch_seqs)}) "
+                        f"divisible by pp {cfg.pp}")
+    if seq_len % cfg.cp or (cfg.cp > 1 and (seq_len // cfg.cp) % 2):
+        problems.append(f"context parallel {cfg.cp} needs the sequence ({seq_len}) split into 2*cp equal chunks")
+    if cfg.sp and (seq_len // cfg.cp) % cfg.tp:
+        problems.append(f"sequence parallel needs the local sequence ({seq_len // cfg.cp}) divisible by tp {cfg.tp}")
+    if cfg.zero not in ZERO_STAGES:
+        problems.append(f"zero stage must be one of {ZERO_STAGES}")
+    if cfg.recompute not in RECOMPUTE_MODES:
+        problems.append(f"recompute must be one of {RECOMPUTE_MODES}")
+    return problems

@@ -1,0 +1,240 @@
+"""Step time of a plan, broken down: compute, tensor/context-parallel communication, pipeline bubble and
+point-to-point traffic, data-parallel / FSDP communication and its overlap, optimizer.
+
+Compute, per layer and micro-batch on one GPU (s_l = s/cp local tokens per sequence, b micro-batch):
+- weight matmuls: 2 * b * s_l * (layer matmul weights) / tp FLOPs forward at Efficiency.gemm of the dense
+  peak of the training precision (fp8 runs the linear layers at the fp8 peak; attention and the output
+  layer stay in bf16);
+- attention core: 4 * b * s_l * s * a*Q / tp FLOPs forward (QK^T and attention x V). Flash attention skips
+  the masked half of a causal sequence (x 0.5) and runs at Efficiency.attention; materialised attention
+  (Megatron-LM 2021) computes the full square at Efficiency.gemm and streams the scores;
+- memory-bound elementwise work at Efficiency.hbm of HBM bandwidth. Bytes per layer forward, listing the
+  kernels of a fused stack: two norms read + write 2sbh each (8sbh), two fused bias-dropout-residual adds
+  read 4sbh and write 2sbh (+ sbh mask with dropout) each (12sbh, +2sbh), the MLP activation reads 2sbf
+  and writes 2sbf (plain) or reads 4sbf and writes 2sbf (gated); GPT (f = 4h): 38sbh bytes. The norm and
+  residual parts are replicated across tp ranks unless sequence parallel; the activation part is split
+  by tp. A materialised softmax reads + writes the 2-byte scores and (dropout) reads + writes its output
+  and a 1-byte mask: 9 (4 without dropout) bytes per score element, split by tp;
+- passes: backward = 2 x forward FLOPs and bytes; full recomputation adds one forward of every layer,
+  selective recomputation adds the attention core's forward (Korthikanti et al. 2022, Sec. 5).
+The output layer (2 * b * s_l * h * V / tp forward, x3 with backward) and the float32 cross-entropy
+(16 B per logit) run on the last stage.
+
+Communication (cluster.py cost model, Megatron-LM rank layout):
+- tensor parallel, per layer and micro-batch (Narayanan et al. 2021, Sec. 3.2.2): 2 all-reduces of
+  b*s_l*h 2-byte elements forward, 2 backward, 2 more with full recomputation; with sequence parallelism
+  each all-reduce becomes an all-gather + reduce-scatter pair of the same bytes (Korthikanti Sec. 4.2.2).
+  Exposed fraction 1 - Training.tp_overlap;
+- context parallel (ring attention): cp-1 send/recv steps of the local K and V (2*b*s_l*kv_dim/tp 2-byte
+  elements) forward and twice that backward (K, V and their gradients), overlapped with the attention
+  core: only the excess over the attention time is exposed;
+- pipeline: per micro-batch and stage one send of the b*s_l*h activation forward and one of its gradient
+  backward, split over the tp ranks (scatter/gather, Narayanan Sec. 4.1), x vpp with interleaving;
+  bubble = (pp - 1) / vpp x one micro-batch's stage time (Narayanan Sec. 2.2: (p-1)/m of the ideal
+  time for 1F1B, divided by v interleaved);
+- data parallel over d = dp * cp ranks, gradients in Training.grad_bytes: ZeRO-0 all-reduces them once
+  per step; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16 weights after the optimizer
+  (same bytes as the all-reduce); ZeRO-3 all-gathers the bf16 weights in forward and again in backward
+  and reduce-scatters the gradients every micro-batch (training-math.md, "Communication volume": 1.5x
+  DDP per micro-batch). With Training.dp_overlap the ZeRO 0-2 reduction runs in bucket_mb buckets
+  during the backward of the last micro-batch (bucketed_exposed_s, the closed form of the DDP bucket
+  model in workbench.dist.overlap), and ZeRO-3 traffic hides behind each micro-batch's compute except
+  the first unit's gather.
+- optimizer step: memory-bound over the locally owned parameters (sharded from ZeRO-1): AdamW reads and
+  writes the master weight and both moments, reads the gradient and writes the bf16 weight
+  (26 + grad_bytes B per parameter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from wavefront.workbench.planner.cluster import Cluster
+from wavefront.workbench.planner.memory import stage_params
+from wavefront.workbench.planner.model import ModelSpec, attention_core_flops, layer_matmul_flops
+from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n_micro_batches
+from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
+
+CE_BYTES_PER_LOGIT = 16.0  # fp32 logits read + written by the loss forward and backward
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds per optimizer step; the exposed parts add up to step_s."""
+
+    compute_s: float  # busiest stage, all micro-batches, fwd + bwd + recompute
+    tp_comm_s: float
+    cp_comm_s: float
+    pp_p2p_s: float
+    bubble_s: float
+    dp_comm_s: float  # exposed data-parallel / FSDP communication
+    optimizer_s: float
+    step_s: float
+    dp_comm_total_s: float  # before overlap
+    n_micro: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def parts(self) -> dict[str, float]:
+        return {"compute": self.compute_s, "tp comm": self.tp_comm_s, "cp comm": self.cp_comm_s,
+                "pp p2p": self.pp_p2p_s, "bubble": self.bubble_s, "dp comm": self.dp_comm_s,
+                "optimizer": self.optimizer_s}
+
+
+def _elementwise_bytes(model: ModelSpec, tokens: float, kv_len: float, cfg: PlanConfig) -> float:
+    """Forward bytes of one layer's memory-bound kernels on one GPU (module docstring)."""
+    h, f = model.dims.hidden, model.dims.ffn_hidden
+    dropout_mask = 2.0 if model.dropout else 0.0
+    replicated = (8.0 + 12.0 + dropout_mask) * tokens * h
+    act = (6.0 if model.dims.gated_mlp else 4.0) * tokens * f
+    total = replicated / (cfg.tp if cfg.sp else 1) + act / cfg.tp
+    if model.attention == "materialized":
+        per_score = 9.0 if model.dropout else 4.0
+        total += per_score * model.dims.n_heads * tokens * kv_len / cfg.tp
+    return total
+
+
+def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+                    eff: Efficiency) -> tuple[float, float]:
+    """(fwd + bwd + recompute seconds of one layer for one micro-batch, attention-core seconds of one
+    forward) on one GPU."""
+    gpu = cluster.gpu
+    tokens = cfg.micro_batch * training.seq_len / cfg.cp
+    gemm_peak = gpu.peak_tflops(training.precision) * 1e12 * eff.gemm
+    bf16_peak = gpu.peak_tflops("bf16") * 1e12
+    hbm = gpu.hbm_tbps * 1e12 * eff.hbm
+    mm = layer_matmul_flops(model, tokens) / cfg.tp / gemm_peak
+    attn_flops = attention_core_flops(model, cfg.micro_batch, training.seq_len / cfg.cp, training.seq_len) / cfg.tp
+    if model.attention == "flash":
+        attn = 0.5 * attn_flops / (bf16_peak * eff.attention)
+    else:
+        attn = attn_flops / (bf16_peak * eff.gemm)
+    ew = _elementwise_bytes(model, tokens, training.seq_len, cfg) / hbm
+    fwd = mm + attn + ew
+    total = 3.0 * fwd
+    if cfg.recompute == "full":
+        total += fwd
+    elif cfg.recompute == "selective":
+        score_bytes = 0.0
+        if model.attention == "materialized":
+            per_score = 9.0 if model.dropout else 4.0
+            score_bytes = per_score * model.dims.n_heads * tokens * training.seq_len / cfg.tp / hbm
+        total += attn + score_bytes
+    return total, attn
+
+
+def output_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, eff: Efficiency) -> float:
+    tokens = cfg.micro_batch * training.seq_len / cfg.cp
+    flops = 3.0 * 2.0 * tokens * model.dims.hidden * model.dims.vocab / cfg.tp
+    peak = cluster.gpu.peak_tflops("bf16") * 1e12 * eff.gemm
+    ce = CE_BYTES_PER_LOGIT * tokens * model.dims.vocab / cfg.tp / (cluster.gpu.hbm_tbps * 1e12 * eff.hbm)
+    return flops / peak + ce
+
+
+def tp_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster) -> float:
+    if cfg.tp == 1:
+        return 0.0
+    size = 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.dims.hidden
+    n_pairs = 4 + (2 if cfg.recompute == "full" else 0)
+    if cfg.sp:
+        one = (cluster.collective_s("all_gather", size, cfg.tp, 1)
+               + cluster.collective_s("reduce_scatter", size, cfg.tp, 1))
+    else:
+        one = cluster.collective_s("all_reduce", size, cfg.tp, 1)
+    return n_pairs * one * (1.0 - training.tp_overlap)
+
+
+def cp_comm_exposed_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+                                attn_fwd_s: float) -> float:
+    if cfg.cp == 1:
+        return 0.0
+    kv_bytes = 2.0 * 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.kv_dim / cfg.tp
+    step = cluster.collective_s("send_recv", kv_bytes, cfg.cp, cfg.tp)
+    fwd = (cfg.cp - 1) * step
+    bwd = 2.0 * fwd
+    return max(0.0, fwd - attn_fwd_s) + max(0.0, bwd - 2.0 * attn_fwd_s)
+
+
+def bucketed_exposed_s(cluster: Cluster, collective: str, total_bytes: float, bucket_bytes: float, group: int,
+                       stride: int, backward_s: float) -> float:
+    """Exposed time of a gradient reduction in n equal buckets launched as the backward produces them
+    (the closed form of workbench.dist.overlap.predict_ddp_exposed for uniform gradients): bandwidth-bound,
+    the buckets run back to back from the first one's ready time backward_s / n; otherwise only the last
+    bucket, ready at the end of the backward, is exposed:
+
+        exposed = max(n_full * t(bucket) + t(rest) - backward_s * (1 - 1/n), t(last bucket))
+    """
+    bucket_bytes = min(bucket_bytes, total_bytes)
+    n_full = int(total_bytes // bucket_bytes)
+    rest = total_bytes - n_full * bucket_bytes
+    n = n_full + (1 if rest > 0 else 0)
+    t_bucket = cluster.collective_s(collective, bucket_bytes, group, stride)
+    t_rest = cluster.collective_s(collective, rest, group, stride) if rest > 0 else 0.0
+    t_all = n_full * t_bucket + t_rest
+    t_last = t_rest if rest > 0 else t_bucket
+    return max(t_all - backward_s * (1.0 - 1.0 / n), t_last)
+
+
+def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+              eff: Efficiency) -> TimeBreakdown:
+    m = n_micro_batches(cfg, training.global_batch_seqs)
+    layers = layers_per_stage(model.dims.n_layers, cfg)
+    layer_s, attn_fwd_s = layer_compute_s(model, cfg, training, cluster, eff)
+    tp_s = tp_comm_per_layer_s(model, cfg, training, cluster)
+    cp_s = cp_comm_exposed_per_layer_s(model, cfg, training, cluster, attn_fwd_s)
+    out_s = output_layer_s(model, cfg, training, cluster, eff)
+
+    p2p_s = 0.0
+    if cfg.pp > 1:
+        act_bytes = 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.dims.hidden / cfg.tp
+        stride = cfg.tp * cfg.cp * cfg.dp
+        p2p_s = 2.0 * cfg.vpp * cluster.collective_s("send_recv", act_bytes, cfg.pp, stride)
+
+    stage_compute = layers * layer_s + out_s  # the last stage (or the only one) is the busiest
+    stage_mb = stage_compute + layers * (tp_s + cp_s) + p2p_s
+    body_mb = layers * (layer_s + tp_s + cp_s) + p2p_s
+    bubble = (cfg.pp - 1) / cfg.vpp * body_mb if cfg.pp > 1 else 0.0
+
+    p_first, p_last = stage_params(model, cfg)
+    params = max(p_first, p_last)
+    d = cfg.dp * cfg.cp
+    stride = cfg.tp
+    g = training.grad_bytes
+    dp_total = dp_exposed = 0.0
+    if d > 1:
+        if cfg.zero == 3:
+            gather = cluster.collective_s("all_gather", 2.0 * params, d, stride)
+            scatter = cluster.collective_s("reduce_scatter", g * params, d, stride)
+            per_mb = 2.0 * gather + scatter
+            dp_total = m * per_mb
+            if training.dp_overlap:
+                first_unit = gather * max(model.layer_params, model.embedding_params) / cfg.tp / params
+                dp_exposed = m * (max(0.0, per_mb - stage_compute) + first_unit)
+            else:
+                dp_exposed = dp_total
+        else:
+            if cfg.zero == 0:
+                reduce = cluster.collective_s("all_reduce", g * params, d, stride)
+                gather = 0.0
+            else:
+                reduce = cluster.collective_s("reduce_scatter", g * params, d, stride)
+                gather = cluster.collective_s("all_gather", 2.0 * params, d, stride)
+            dp_total = reduce + gather
+            if training.dp_overlap:
+                kind = "all_reduce" if cfg.zero == 0 else "reduce_scatter"
+                backward_window = (2.0 / 3.0) * layers * layer_s
+                dp_exposed = bucketed_exposed_s(cluster, kind, g * params, training.bucket_mb * 1e6, d, stride,
+                                                backward_window) + gather
+            else:
+                dp_exposed = dp_total
+
+    master, states = OPTIMIZER_BYTES[training.optimizer]
+    opt_bytes_per_param = 2.0 * (master + states) + g + 2.0
+    owned = params / d if cfg.zero >= 1 else params
+    optimizer_s = owned * opt_bytes_per_param / (cluster.gpu.hbm_tbps * 1e12 * eff.hbm)
+
+    compute_total = m * stage_compute
+    step = m * stage_mb + bubble + dp_exposed + optimizer_s
+    return TimeBreakdown(compute_total, m * layers * tp_s, m * layers * cp_s, m * p2p_s, bubble, dp_exposed,
+                         optimizer_s, step, dp_total, m)

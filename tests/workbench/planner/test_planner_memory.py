@@ -1,0 +1,128 @@
+"""Memory formulas against hand-computed values: Korthikanti et al. 2022 activations, ZeRO states,
+pipeline in-flight micro-batches, and feasibility."""
+
+from __future__ import annotations
+
+import pytest
+
+from wavefront.shapes import ModelDims, get_model
+from wavefront.workbench.planner import PlanConfig, Training, make_cluster, memory_breakdown
+from wavefront.workbench.planner.memory import state_bytes
+from wavefront.workbench.planner.model import ModelSpec, layer_activation_bytes, output_activation_bytes
+
+GIB = 2**30
+GPT3 = ModelSpec(get_model("megatron-gpt-175b"), attention="materialized", dropout=True)
+S, B, H, A, T = 2048, 1, 12288, 96, 8
+
+
+def _act(tp=1, sp=False, recompute="none"):
+    return layer_activation_bytes(GPT3, seq_len=S, micro_batch=B, tp=tp, sp=sp, recompute=recompute)
+
+
+def test_korthikanti_per_layer_terms_for_gpt3():
+    sbh = S * B * H
+    # Eq. 1: no parallelism 34sbh + 5as^2b
+    assert _act() == 34 * sbh + 5 * A * S * S * B
+    # Eq. 2: tensor parallel, no SP: sbh(10 + 24/t + 5as/(ht))
+    assert _act(tp=T) == pytest.approx(sbh * (10 + 24 / T + 5 * A * S / (H * T)))
+    # Eq. 4: TP + SP
+    assert _act(tp=T, sp=True) == pytest.approx(sbh * (34 / T + 5 * A * S / (H * T)))
+    # Eq. 6: TP + SP + selective recomputation
+    assert _act(tp=T, sp=True, recompute="selective") == pytest.approx(34 * sbh / T)
+    # TP without SP + selective: sbh(10 + 24/t)
+    assert _act(tp=T, recompute="selective") == pytest.approx(sbh * (10 + 24 / T))
+    # full recomputation keeps the layer input, /t with SP
+    assert _act(tp=T, recompute="full") == 2 * sbh
+    assert _act(tp=T, sp=True, recompute="full") == 2 * sbh / T
+
+
+def test_worked_example_gib_values():
+    # training-math.md: GPT-3 175B, s=2048, b=1, t=8: 2.67, 0.54, 0.33, 0.10, 0.047 GiB per layer
+    assert _act() / GIB == pytest.approx(2.67, abs=0.005)
+    assert _act(tp=T) / GIB == pytest.approx(0.54, abs=0.005)
+    assert _act(tp=T, sp=True) / GIB == pytest.approx(0.33, abs=0.005)
+    assert _act(tp=T, sp=True, recompute="selective") / GIB == pytest.approx(0.10, abs=0.005)
+    assert _act(recompute="full") / GIB == pytest.approx(0.047, abs=0.0005)
+
+
+def test_gqa_swiglu_no_dropout_by_hand():
+    # Llama-like: h=4096, 32 heads of 128, 8 KV heads (kv_dim 1024), SwiGLU f=14336, no dropout, flash
+    m = ModelSpec(get_model("llama3-8b"))
+    s, b, h, kv, f, a = 8192, 1, 4096, 1024, 14336, 32
+    by_hand = (4 + 2 + 2) * s * b * h + 4 * s * b * h + 4 * s * b * kv + 6 * s * b * f + 4 * a * s * b
+    assert layer_activation_bytes(m, seq_len=s, micro_batch=b, tp=1, sp=False, recompute="none") == by_hand
+    # flash attention keeps no s^2 tensor, so selective recomputation saves nothing more
+    assert layer_activation_bytes(m, seq_len=s, micro_batch=b, tp=1, sp=False, recompute="selective") == by_hand
+    # TP 4 without SP: norms and block inputs (8sbh) replicated, the rest split
+    tp4 = layer_activation_bytes(m, seq_len=s, micro_batch=b, tp=4, sp=False, recompute="none")
+    assert tp4 == 8 * s * b * h + (by_hand - 8 * s * b * h) / 4
+
+
+def test_output_layer_term():
+    assert output_activation_bytes(GPT3, seq_len=S, micro_batch=B, tp=T) == 4 * S * B * H * (1 + 51200 / H) / T
+
+
+@pytest.mark.parametrize(("zero", "d", "per_param"), [
+    (0, 8, 2 + 4 + 12),       # DDP / Megatron non-distributed optimizer: 18 B
+    (1, 8, 2 + 4 + 12 / 8),   # distributed optimizer: 6 + 12/d
+    (2, 8, 2 + 16 / 8),       # + gradients sharded: 2 + 16/d with fp32 grads
+    (3, 8, 16 / 8),           # FSDP: 16/d
+])
+def test_zero_bytes_per_param(zero, d, per_param):
+    cfg = PlanConfig(dp=d, zero=zero)
+    w, g, o = state_bytes(1e9, cfg, Training(global_batch_tokens=8192, seq_len=1024))
+    assert (w + g + o) / 1e9 == pytest.approx(per_param)
+
+
+def test_training_math_worked_example_llama70b_distributed_optimizer():
+    # TP4 PP8 DP2, distributed optimizer: (6 + 12/2) x 70.6e9 / 32 = 26.5 GB of model state per GPU
+    cfg = PlanConfig(tp=4, pp=8, dp=2, zero=1)
+    w, g, o = state_bytes(70.6e9 / 32, cfg, Training(global_batch_tokens=8192, seq_len=8192))
+    assert (w + g + o) / 1e9 == pytest.approx(26.5, abs=0.05)
+
+
+def test_pipeline_inflight_and_interleaving():
+    model = ModelSpec(get_model("llama3-70b"))
+    training = Training(global_batch_tokens=64 * 4096, seq_len=4096)
+    cluster = make_cluster("64xh100")
+    base = dict(tp=8, sp=True, dp=2, zero=1, recompute="selective", micro_batch=1)
+    one = memory_breakdown(model, PlanConfig(pp=4, **base), training, cluster)
+    per_layer = layer_activation_bytes(model, seq_len=4096, micro_batch=1, tp=8, sp=True, recompute="selective")
+    # first stage: pp micro-batches in flight of its L/pp layers = L layers' worth (Korthikanti Sec. 4.2.3)
+    assert one.stage == "first" and one.inflight_micro_batches == 4
+    emb = 8 * 4096  # int64 token ids per micro-batch, no dropout
+    assert one.activations_bytes == pytest.approx(80 * per_layer + 4 * emb)
+    inter = memory_breakdown(model, PlanConfig(pp=4, vpp=2, **base), training, cluster)
+    assert inter.activations_bytes == pytest.approx(80 * per_layer * (1 + 3 / 8) + 4 * emb)
+    # fewer micro-batches than stages: only m are in flight
+    small = Training(global_batch_tokens=4 * 4096, seq_len=4096)
+    few = memory_breakdown(model, PlanConfig(pp=4, **base), small, cluster)
+    assert few.inflight_micro_batches == 2
+
+
+def test_memory_total_adds_up_and_feasibility():
+    model = ModelSpec(get_model("llama3-70b"))
+    training = Training(global_batch_tokens=1024 * 8192, seq_len=8192)
+    cluster = make_cluster("8xh100")
+    mem = memory_breakdown(model, PlanConfig(dp=8, zero=0), training, cluster)
+    parts = (mem.params_bytes + mem.grads_bytes + mem.optimizer_bytes + mem.activations_bytes + mem.transient_bytes
+             + mem.buffers_bytes + mem.overhead_bytes)
+    assert mem.total_bytes == pytest.approx(parts)
+    assert not mem.fits and mem.capacity_bytes == 80e9  # 70B replicated with Adam: > 1 TB per GPU
+    sharded = memory_breakdown(model, PlanConfig(tp=8, sp=True, pp=1, dp=1, zero=0, recompute="full"),
+                               Training(global_batch_tokens=8192, seq_len=8192), cluster)
+    # matmul weights and both vocabulary tables split 8 ways; norm weights replicated; 2 B each
+    per_gpu = 80 * (model.layer_matmul_params / 8 + 2 * 8192) + 2 * 128256 * 8192 / 8 + 8192
+    assert sharded.params_bytes == pytest.approx(2 * per_gpu)
+
+
+def test_tied_embeddings_last_stage_keeps_a_copy():
+    dims = ModelDims("tiny", 256, 1024, 4, 4, 4, 64, 1000, 128, gated_mlp=False, tied_embeddings=True)
+    model = ModelSpec(dims)
+    from wavefront.workbench.planner.memory import stage_params
+
+    first, last = stage_params(model, PlanConfig(pp=2, dp=1))
+    body = 2 * (model.layer_matmul_params + 2 * 256)
+    assert first == body + 1000 * 256 and last == body + 1000 * 256 + 256
+    single, _ = stage_params(model, PlanConfig(pp=1))
+    assert single == 2 * body + 1000 * 256 + 256  # tied: one table on a single stage
