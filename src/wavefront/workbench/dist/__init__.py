@@ -1,0 +1,1 @@
+"""Multi-process work on torch.distributed: collective benchmarks, overlap probe, training harness."""
