@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from wavefront.patching.apply import is_patched, patch_report, patched, revert
 from wavefront.patching.apply import apply as _apply
+from wavefront.patching.apply import is_patched, patch_report, patched, revert
 from wavefront.patching.report import OPS, Absent, PatchError, PatchReport, Replacement, Unmatched
 
 

@@ -105,7 +105,7 @@ def _install_hooks(model: nn.Module, head: FusedLossHead) -> list:
         labels = bound.arguments.get("labels")
         extra = dict(bound.arguments.get("kwargs", {}))
         shift_labels = extra.get("shift_labels")
-        if labels is None and shift_labels is None:
+        if labels is None:  # as in transformers: no labels, no loss (shift_labels alone computes none)
             return None
         head._call = _LossCall(labels, shift_labels, int(extra.get("ignore_index", -100)),
                                extra.get("num_items_in_batch"))
