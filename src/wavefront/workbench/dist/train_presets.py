@@ -95,18 +95,25 @@ def build_config(model: str, **overrides):
 
 def build_model(model: str, *, seed: int = 0, dtype=None, attn_implementation: str = "eager", **overrides):
     """A randomly initialized causal LM (from a preset or a local config). A local directory that holds
-    weights (``model.safetensors`` or ``pytorch_model.bin``) loads them instead. Same seed, same weights."""
+    weights (``model.safetensors`` or ``pytorch_model.bin``) loads them instead. Same seed, same weights.
+    A model class that does not support the requested attention implementation (Gemma 2 has no sdpa
+    path, because sdpa cannot softcap) gets "eager"."""
     import torch
     from transformers import AutoModelForCausalLM
 
     config = build_config(model, **overrides)
-    config._attn_implementation = attn_implementation
     path = Path(model)
     has_weights = path.is_dir() and any((path / f).exists() for f in
                                         ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"))
-    torch.manual_seed(seed)
-    if has_weights:
-        return AutoModelForCausalLM.from_pretrained(str(path), config=config, local_files_only=True, dtype=dtype)
-    m = AutoModelForCausalLM.from_config(config, dtype=dtype) if dtype is not None else \
-        AutoModelForCausalLM.from_config(config)
-    return m
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    for impl in dict.fromkeys((attn_implementation, "eager")):
+        torch.manual_seed(seed)
+        try:
+            if has_weights:
+                return AutoModelForCausalLM.from_pretrained(str(path), config=config, local_files_only=True,
+                                                            attn_implementation=impl, **kwargs)
+            return AutoModelForCausalLM.from_config(config, attn_implementation=impl, **kwargs)
+        except ValueError:
+            if impl == "eager":
+                raise
+    raise AssertionError("unreachable")
