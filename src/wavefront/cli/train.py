@@ -12,6 +12,7 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
 
@@ -109,9 +110,9 @@ def _launch(nproc: int) -> None:
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     in_agent_report = False
     for line in proc.stderr:
-        if line.startswith("Traceback") or "torch.distributed.elastic" in line or "ChildFailedError" in line:
+        if line.startswith("Traceback") or "ChildFailedError" in line:
             in_agent_report = True
-        if not in_agent_report:
+        if not in_agent_report and "distributed/elastic" not in line and "distributed.elastic" not in line:
             sys.stderr.write(line)
     code = proc.wait()
     if code:
@@ -202,7 +203,7 @@ def train(
         cfg.validate(world_size_from_env())
     except ConfigError as e:
         if int(os.environ.get("RANK", "0")) == 0:
-            fail(str(e))
+            fail(escape(str(e)))
         raise typer.Exit(2) from None
     _run(cfg, json_out)
 
@@ -228,7 +229,7 @@ def _run(cfg, json_out: str | None) -> None:
         with progress:
             result = harness.run(cfg, on_step=on_step)
     except harness.TrainFailure as e:
-        err_console.print(f"[bold red]error:[/] {e}")
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         sys.stdout.flush()
         sys.stderr.flush()
         harness.shutdown(failed=True)

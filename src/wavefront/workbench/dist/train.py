@@ -372,7 +372,7 @@ def _start_profiler(env: _Env):
 
 def _stop_profiler(prof, out_dir: Path, variant: str, env: _Env) -> str:
     prof.__exit__(None, None, None)
-    path = out_dir / f"trace_{variant}_rank{env.rank}.json"
+    path = (out_dir / f"trace_{variant}_rank{env.rank}.json").resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(path))
     return str(path)
