@@ -1,7 +1,10 @@
 """Training KPIs in SQLite, so the dashboard and later runs can read them.
 
-Until the shared results store (wavefront.workbench.bench.store) is merged, the harness writes two
-tables of its own into the same file (default ``wavefront-results.sqlite``), created if missing:
+The harness writes two tables of its own (schema version :data:`SCHEMA_VERSION`), by default into
+``wavefront-train.sqlite``, created if missing. The benchmark results store (``wavefront-results.sqlite``,
+wavefront.workbench.bench.store) tolerates extra tables, so ``--store wavefront-results.sqlite`` puts
+these tables beside the benchmark runs of an *existing* results store; the harness never creates a new
+file at that name, which the results store would then refuse as foreign (see :func:`check_target`).
 
 ``train_runs``  one row per (run, variant): provenance, config, and the summary KPIs as columns
                 (tokens/s, MFU, HFU, peak memory, step time, $/step, $/Mtok, energy/step) plus the full
@@ -32,6 +35,17 @@ CREATE TABLE IF NOT EXISTS train_steps (
     bwd_s REAL, comm_s REAL, opt_s REAL, tokens_per_s REAL, mfu REAL, measured INTEGER,
     PRIMARY KEY (run_id, variant, step));
 """
+
+
+RESULTS_STORE_NAME = "wavefront-results.sqlite"
+
+
+def check_target(path: str | Path) -> None:
+    """Refuse to create the benchmark results store's file with only the training tables in it."""
+    p = Path(path)
+    if p.name == RESULTS_STORE_NAME and not p.exists():
+        raise ValueError(f"--store {path}: no results store there yet; run `wavefront bench` first to create it, "
+                         f"or store training KPIs in their own file (default wavefront-train.sqlite)")
 
 
 def write_variant(path: str | Path, *, run_id: str, variant: str, status: str, provenance: dict, config: dict,
