@@ -116,18 +116,25 @@ def test_nan_loss_stops_every_rank(tmp_path):
     assert "non-finite loss (nan) at step 1" in r.stderr
 
 
-def test_bad_configuration_is_reported_before_any_work(tmp_path):
-    r = _train(tmp_path, "--global-batch", "5", "--micro-batch", "2")
-    assert r.returncode == 2
-    assert "--global-batch 5 is not divisible by world size x micro-batch = 1 x 2 = 2" in r.stderr
-    assert "Traceback" not in r.stderr
+def test_bad_configuration_is_reported_before_any_work(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from wavefront.cli import build_app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    runner = CliRunner()
+    r = runner.invoke(build_app(), ["train", "--global-batch", "5", "--micro-batch", "2"])
+    assert r.exit_code == 2
+    assert "--global-batch 5 is not divisible by world size x micro-batch = 1 x 2 = 2" in " ".join(r.output.split())
+    assert r.exception is None or isinstance(r.exception, SystemExit)
     assert not (tmp_path / "wavefront-train.sqlite").exists()
-    r = _train(tmp_path, "--data", "missing.bin")
-    assert r.returncode == 2 and "missing.bin' does not exist" in r.stderr
+    r = runner.invoke(build_app(), ["train", "--data", "missing.bin"])
+    assert r.exit_code == 2 and "missing.bin' does not exist" in " ".join(r.output.split())
 
 
 def test_resume_after_kill_continues_from_the_checkpoint(tmp_path):
-    args = ["--no-patch", "--seq-len", "8", "--global-batch", "2", "--micro-batch", "1", "--steps", "6",
+    args = ["--no-patch", "--seq-len", "8", "--global-batch", "2", "--micro-batch", "1", "--steps", "4",
             "--warmup-steps", "0", "--store", ""]
     full = _train(tmp_path, *args, "--json", "full.json")
     assert full.returncode == 0, full.stderr[-2000:]
@@ -135,25 +142,25 @@ def test_resume_after_kill_continues_from_the_checkpoint(tmp_path):
 
     ckpt = tmp_path / "ckpt"
     cmd = [sys.executable, "-m", "wavefront", "train", *args, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1",
-           "--inject-failure", "0:5"]
+           "--inject-failure", "0:3"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     latest = ckpt / "baseline" / "latest"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
-        if latest.exists() and latest.read_text().strip() >= "step_000002":
+        if latest.exists() and latest.read_text().strip() >= "step_000001":
             os.kill(proc.pid, signal.SIGKILL)
             break
         time.sleep(0.02)
     proc.wait(timeout=60)
-    assert proc.returncode != 0, "the run was killed (or stopped by the injected failure at step 5)"
+    assert proc.returncode != 0, "the run was killed (or stopped by the injected failure at step 3)"
     killed_at = int(latest.read_text().strip().removeprefix("step_"))
-    assert 2 <= killed_at < 5
+    assert 1 <= killed_at < 3
 
     resumed = _train(tmp_path, *args, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1", "--resume",
                      "--json", "resumed.json")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     v = json.loads((tmp_path / "resumed.json").read_text())["variants"][0]
     assert v["resumed_from_step"] == killed_at
-    assert [s["step"] for s in v["steps"]] == list(range(killed_at + 1, 6))
+    assert [s["step"] for s in v["steps"]] == list(range(killed_at + 1, 4))
     losses = v["history_losses"][: killed_at + 1] + [s["loss"] for s in v["steps"]]
     assert losses == pytest.approx(full_losses, rel=1e-6, abs=1e-7), "no step lost or repeated"
