@@ -22,6 +22,7 @@ VERB_MODULES: tuple[str, ...] = (
     "wavefront.cli.compare", "wavefront.cli.report", "wavefront.cli.bisect",
     "wavefront.cli.comm",
     "wavefront.cli.plan",
+    "wavefront.cli.train",
 )
 
 

@@ -1,0 +1,98 @@
+"""The gated-MLP applier: ``down(act(gate(x)) * up(x))`` becomes ``down(swiglu(gate(x), up(x)))`` (or
+GeGLU), one fused pass instead of three elementwise kernels and two stored intermediates.
+
+The replacement modules hold the original Linear children under their original names, so state_dict
+keys (``gate_proj``/``up_proj``/``down_proj``, or Phi-3's ``gate_up_proj``/``down_proj``) do not change.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from wavefront.patching.apply import Patcher
+
+#: Hugging Face activation names (transformers.activations.ACT2FN keys) -> (wavefront op, its options).
+#: "gelu" is the exact erf GELU; "gelu_pytorch_tanh" and "gelu_new" are the tanh approximation.
+ACTIVATIONS: dict[str, tuple[str, dict]] = {
+    "silu": ("swiglu", {}),
+    "swish": ("swiglu", {}),
+    "gelu_pytorch_tanh": ("geglu", {"approximate": "tanh"}),
+    "gelu_new": ("geglu", {"approximate": "tanh"}),
+    "gelu": ("geglu", {"approximate": "none"}),
+}
+
+
+def _gated(kernel: str, options: dict, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    from wavefront import ops
+
+    return getattr(ops, kernel)(gate, up, **options)
+
+
+class GatedMLP(nn.Module):
+    """``down_proj(act(gate_proj(x)) * up_proj(x))`` with the activation and product fused."""
+
+    def __init__(self, gate_proj: nn.Module, up_proj: nn.Module, down_proj: nn.Module, kernel: str, options: dict):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
+        self.kernel, self.options = kernel, dict(options)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(_gated(self.kernel, self.options, self.gate_proj(x), self.up_proj(x)))
+
+    def extra_repr(self) -> str:
+        return f"kernel={self.kernel}, options={self.options}"
+
+
+class FusedGateUpMLP(nn.Module):
+    """Phi-3's MLP: ``gate_up_proj`` yields [gate, up] along the last dim."""
+
+    def __init__(self, gate_up_proj: nn.Module, down_proj: nn.Module, kernel: str, options: dict):
+        super().__init__()
+        self.gate_up_proj, self.down_proj = gate_up_proj, down_proj
+        self.kernel, self.options = kernel, dict(options)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(_gated(self.kernel, self.options, gate, up))
+
+    def extra_repr(self) -> str:
+        return f"kernel={self.kernel}, options={self.options}"
+
+
+def _activation_name(config, attrs: tuple[str, ...]) -> str | None:
+    for attr in attrs:
+        value = getattr(config, attr, None)
+        if value:
+            return str(value)
+    return None
+
+
+def apply_mlp(p: Patcher) -> None:
+    from wavefront import ops
+
+    rule = p.family.mlp
+    if rule is None:
+        p.absent("mlp", f"{p.family.name} models have no gated MLP")
+        return
+    act = _activation_name(p.model.config, rule.activation_from)
+    if act not in ACTIVATIONS:
+        p.unmatched("mlp", f"activation {act!r} (config.{'/'.join(rule.activation_from)}) has no fused gated "
+                           f"kernel; fused: {', '.join(sorted(ACTIVATIONS))}")
+        return
+    kernel, options = ACTIVATIONS[act]
+    if not hasattr(ops, kernel):
+        p.unmatched("mlp", f"wavefront.ops.{kernel} is not available in this build of wavefront")
+        return
+    found = p.of_classes(rule.classes)
+    if not found:
+        p.unmatched("mlp", f"no module of class {' or '.join(rule.classes)} in this model")
+        return
+    names = ("gate_up_proj", "down_proj") if rule.fused_gate_up else ("gate_proj", "up_proj", "down_proj")
+    for path, old in found:
+        children = [getattr(old, n, None) for n in names]
+        if not all(isinstance(c, nn.Module) for c in children):
+            p.unmatched("mlp", f"expected children {', '.join(names)} (the transformers class changed shape?)", path)
+            continue
+        cls = FusedGateUpMLP if rule.fused_gate_up else GatedMLP
+        p.swap_module("mlp", path, cls(*children, kernel, options))

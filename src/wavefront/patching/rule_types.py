@@ -1,0 +1,77 @@
+"""The vocabulary of the per-family rules: which transformers classes an op replaces, and where the
+numbers the kernel needs (epsilon, activation, softcap) live. Pure data; the appliers read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RMSNormRule:
+    """Swap each module of these classes for :class:`wavefront.nn.RMSNorm`, reusing its ``weight``.
+
+    offset=1.0 with cast="gemma" is Gemma's ``x * (1 + w)`` computed in fp32; cast="llama" rounds the
+    normalized value to the input dtype before the weight multiply, as Llama's norm does.
+    """
+
+    classes: tuple[str, ...]
+    eps_attr: str = "variance_epsilon"
+    offset: float = 0.0
+    cast: str = "llama"
+
+
+@dataclass(frozen=True)
+class GatedMLPRule:
+    """Swap each MLP of these classes for one that runs the fused gated activation, reusing its Linear
+    children (so the state_dict keys stay ``gate_proj``/``up_proj``/``down_proj`` or ``gate_up_proj``).
+
+    activation_from: config attributes that name the activation, first non-empty wins (Gemma 2 moved it
+    from ``hidden_act`` to ``hidden_activation``). fused_gate_up: the gate and up projections are one
+    Linear whose output is ``[gate, up]`` along the last dim (Phi-3).
+    """
+
+    classes: tuple[str, ...]
+    activation_from: tuple[str, ...] = ("hidden_act",)
+    fused_gate_up: bool = False
+
+
+@dataclass(frozen=True)
+class RopeRule:
+    """Give each attention module of these classes a forward whose call of ``function`` (a global of the
+    modeling module) goes to wavefront's RoPE kernel. Only the instance changes class; the modeling module
+    and its functions are untouched."""
+
+    attention_classes: tuple[str, ...]
+    function: str = "apply_rotary_pos_emb"
+
+
+@dataclass(frozen=True)
+class CausalLMLossRule:
+    """Route the causal-LM loss of these ``*ForCausalLM`` classes through ``linear_cross_entropy`` in
+    training, so the [tokens x vocab] logits are never materialized. softcap_from: the config attribute of
+    a final-logit softcap (Gemma 2's ``final_logit_softcapping``)."""
+
+    classes: tuple[str, ...]
+    head: str = "lm_head"
+    softcap_from: str | None = None
+
+
+@dataclass(frozen=True)
+class AttentionRule:
+    """Attention modules whose attention function may be served by ``wavefront.ops.attention``.
+    unsupported: why the family's attention cannot be (e.g. a logit softcap the kernel lacks)."""
+
+    attention_classes: tuple[str, ...]
+    unsupported: str | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]  # config.model_type values these rules cover
+    rms_norm: RMSNormRule | None = None
+    mlp: GatedMLPRule | None = None
+    rope: RopeRule | None = None
+    loss: CausalLMLossRule | None = None
+    attention: AttentionRule | None = None
+    has_layer_norm: bool = False  # LayerNorm modules are matched by type (torch.nn.LayerNorm) in any family

@@ -1,0 +1,460 @@
+"""The training harness behind ``wavefront train``: one code path for a single process, DDP and FSDP2,
+launched with torchrun (gloo on CPU, nccl/rccl on GPU).
+
+``run(config)`` is called on every rank and returns a :class:`TrainResult` (data only; the CLI prints
+and writes files). For each variant ("baseline" = unpatched Hugging Face, "wavefront" = patched) it
+builds the model from the same seed, wraps it for the parallel plan, trains on the same batches, and
+measures the KPIs of :mod:`train_kpi`. With ``--compare`` both variants run back to back in one
+invocation.
+
+Failure behaviour:
+
+- every collective has a timeout (``--timeout``), so a dead or stuck rank ends the job instead of
+  hanging it; a rank that raises exits at once, which closes its connections and makes its peers' next
+  collective fail fast (torchrun also stops the remaining workers);
+- each step all-reduces a status vector (loss, non-finite flag, stop flag) *before* the optimizer step,
+  so a NaN/inf loss on any rank stops every rank at the same step, with the parameters untouched;
+- SIGTERM (preemption, or torchrun stopping the job) is noted and honoured at the end of the current
+  step: a checkpoint is written (when configured) and the run exits, to be continued with ``--resume``;
+- whatever was measured before a failure is still written to the results store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import platform
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from wavefront.workbench.dist import train_checkpoint, train_store
+from wavefront.workbench.dist.train_config import ConfigError, TrainConfig
+from wavefront.workbench.dist.train_kpi import (
+    EnergyMeter,
+    MemoryMeter,
+    Peak,
+    StepRecord,
+    Summary,
+    compare,
+    device_peak,
+    flops_per_token,
+    matmul_params,
+    summarize,
+)
+
+EXIT_FAILED, EXIT_CONFIG, EXIT_NONFINITE, EXIT_INTERRUPTED = 1, 2, 3, 4
+
+
+class TrainFailure(RuntimeError):
+    """The run stopped; ``exit_code`` and a one-line message for the CLI."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class VariantResult:
+    variant: str
+    status: str  # "ok" or why it stopped
+    steps: list[StepRecord] = field(default_factory=list)
+    summary: Summary | None = None
+    patch_report: dict | None = None
+    trace_paths: list[str] = field(default_factory=list)
+    resumed_from_step: int | None = None
+    history_losses: list[float] = field(default_factory=list)  # losses of steps before a resume
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["summary"] = self.summary.as_dict() if self.summary else None
+        return d
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    config: dict
+    provenance: dict
+    variants: list[VariantResult]
+    comparison: dict | None
+    out_dir: str
+    store: str | None
+
+    def as_dict(self) -> dict:
+        return {"run_id": self.run_id, "config": self.config, "provenance": self.provenance,
+                "variants": [v.as_dict() for v in self.variants], "comparison": self.comparison,
+                "out_dir": self.out_dir, "store": self.store}
+
+
+@dataclass
+class _Env:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    plan: str
+    bf16: bool
+
+
+_STOP = threading.Event()
+
+
+def _on_sigterm(signum, frame) -> None:
+    _STOP.set()
+
+
+def world_size_from_env() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _init(cfg: TrainConfig) -> _Env:
+    world = world_size_from_env()
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        backend = "nccl" if use_cuda else "gloo"
+        timeout = timedelta(seconds=cfg.timeout_s)
+        if world == 1 and "MASTER_ADDR" not in os.environ:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        else:
+            dist.init_process_group(backend, timeout=timeout)
+    bf16 = cfg.dtype == "bf16" or (cfg.dtype == "auto" and use_cuda)
+    return _Env(rank, world, local_rank, device, cfg.resolve_parallel(world), bf16)
+
+
+class _Clock:
+    """Marks on the device timeline: CUDA events on a GPU (no sync until the step ends), else wall time."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def between(self, a, b) -> float:
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+
+def _decoder_layers(model) -> list[torch.nn.Module]:
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def _wrap(model, env: _Env):
+    if env.plan == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
+    if env.plan == "fsdp2":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(env.device.type, (env.world,))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if env.bf16 else \
+            MixedPrecisionPolicy()
+        for layer in _decoder_layers(model):
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+    return model
+
+
+def _autocast(env: _Env):
+    if env.bf16 and env.plan != "fsdp2":  # FSDP2 casts through its MixedPrecisionPolicy instead
+        return torch.autocast(env.device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _all_reduce(values: list[float], env: _Env, op=dist.ReduceOp.SUM) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=env.device)
+    dist.all_reduce(t, op=op)
+    return t.tolist()
+
+
+def _batches(cfg: TrainConfig, vocab_size: int):
+    from wavefront.workbench.dist.train_data import Batches, load_tokens, synthetic_corpus
+
+    if cfg.data == "synthetic":
+        n = max(1 << 16, 2 * cfg.seq_len * cfg.global_batch)
+        tokens = synthetic_corpus(vocab_size, n, seed=cfg.seed)
+    else:
+        tokenizer_dir = cfg.model if Path(cfg.model).is_dir() else None
+        tokens = load_tokens(cfg.data, vocab_size=vocab_size, token_dtype=cfg.token_dtype, tokenizer_dir=tokenizer_dir)
+    return Batches(tokens, cfg.seq_len, cfg.global_batch)
+
+
+def _patch_options(cfg: TrainConfig) -> dict:
+    return {**cfg.patch_options, "strict": cfg.strict_patch}
+
+
+def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_row, out_dir: Path,
+                 on_step: Callable | None, records: list[StepRecord], result: VariantResult) -> None:
+    """Train one variant; appends to `records` as it goes so a failure keeps what was measured."""
+    import wavefront
+    from wavefront.workbench.dist.train_presets import build_model
+
+    model = build_model(cfg.model, seed=cfg.seed, attn_implementation=cfg.attn_implementation)
+    if variant == "wavefront":
+        try:
+            result.patch_report = wavefront.patch(model, **_patch_options(cfg)).as_dict()
+        except wavefront.patching.PatchError as e:
+            raise TrainFailure(str(e), EXIT_CONFIG) from None
+    if cfg.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    batches = _batches(cfg, model.config.vocab_size)
+    n_params = sum(p.numel() for p in model.parameters())
+    model_flops, hw_flops = flops_per_token(model.config, cfg.seq_len, matmul_params(model),
+                                            "full" if cfg.activation_checkpointing else "none")
+    model.to(env.device).train()
+    inner = model
+    model = _wrap(model, env)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, **({"fused": True} if env.device.type == "cuda"
+                                                                and env.plan != "fsdp2" else {}))
+    clock = _Clock(env.device)
+    tail: dict = {}
+
+    def mark_backward_tail(module, args, out) -> None:
+        if out.requires_grad:
+            out.register_hook(lambda grad: tail.__setitem__("mark", clock.mark()))
+
+    emb_hook = inner.get_input_embeddings().register_forward_hook(mark_backward_tail)
+
+    start_step = 0
+    if cfg.resume:
+        meta = train_checkpoint.latest(_ckpt_dir(cfg, variant))
+        if meta is not None:
+            for key in ("global_batch", "seq_len", "model"):
+                if meta.get(key) != getattr(cfg, key):
+                    raise TrainFailure(f"--resume: the checkpoint was written with {key}={meta.get(key)!r}, this "
+                                       f"run has {getattr(cfg, key)!r}", EXIT_CONFIG)
+            train_checkpoint.load(meta, model, opt)
+            start_step = meta["step"] + 1
+            result.resumed_from_step = meta["step"]
+            result.history_losses = list(meta.get("losses", []))
+
+    accum = cfg.grad_accum(env.world)
+    tokens_per_step = cfg.global_batch * cfg.seq_len
+    n_items = torch.tensor(accum * cfg.micro_batch * (cfg.seq_len - 1), device=env.device)
+    memory = MemoryMeter(env.device)
+    energy = EnergyMeter(env.device)
+    energy_start = None
+    profiler = None
+    memory.start()
+    try:
+        for step in range(start_step, cfg.steps):
+            profiled = cfg.profile_steps is not None and cfg.profile_steps[0] <= step <= cfg.profile_steps[1]
+            if profiled and profiler is None:
+                profiler = _start_profiler(env)
+            if step == max(cfg.warmup_steps, start_step):
+                energy_start = energy.read()
+            fwd = bwd = comm = 0.0
+            loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
+            for micro in range(accum):
+                ids = batches.micro_batch(step, env.rank, env.world, micro, cfg.micro_batch).to(env.device)
+                sync = micro == accum - 1
+                if env.plan == "fsdp2":
+                    model.set_requires_gradient_sync(sync)
+                no_sync = model.no_sync() if env.plan == "ddp" and not sync else contextlib.nullcontext()
+                with no_sync:
+                    t0 = clock.mark()
+                    with _autocast(env):
+                        loss = model(input_ids=ids, labels=ids, num_items_in_batch=n_items).loss
+                    loss = _inject(cfg, env, step, loss)
+                    t1 = clock.mark()
+                    tail.clear()
+                    loss.backward()
+                    t2 = clock.mark()
+                marks = (t0, t1, tail.get("mark", t2), t2)
+                if clock.cuda:
+                    torch.cuda.synchronize(env.device)
+                f, b_compute, b_tail = (clock.between(marks[0], marks[1]), clock.between(marks[1], marks[2]),
+                                        clock.between(marks[2], marks[3]))
+                fwd += f
+                if env.world > 1 and sync:
+                    bwd, comm = bwd + b_compute, comm + b_tail
+                else:
+                    bwd += b_compute + b_tail
+                loss_sum += loss.detach().double()
+            status = _all_reduce([float(loss_sum), float(not torch.isfinite(loss_sum)), float(_STOP.is_set())], env)
+            loss_avg = status[0] / env.world
+            if status[1] > 0:
+                raise TrainFailure(f"non-finite loss ({loss_avg}) at step {step} on {int(status[1])} rank(s); stopped "
+                                   f"every rank before the optimizer step", EXIT_NONFINITE)
+            t3 = clock.mark()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            t4 = clock.mark()
+            if clock.cuda:
+                torch.cuda.synchronize(env.device)
+            opt_s = clock.between(t3, t4)
+            fwd, bwd, comm, opt_s = _all_reduce([fwd, bwd, comm, opt_s], env, dist.ReduceOp.MAX)
+            step_s = fwd + bwd + comm + opt_s
+            tps = tokens_per_step / step_s
+            util = (lambda fl: tps * fl / (env.world * peak.tflops * 1e12)) if peak.tflops else (lambda fl: None)
+            rec = StepRecord(step, loss_avg, step_s, fwd, bwd, comm, opt_s, tokens_per_step, tps, tps / env.world,
+                             util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled)
+            records.append(rec)
+            if on_step is not None and env.rank == 0:
+                on_step(variant, rec, cfg.steps)
+            if profiler is not None and step == cfg.profile_steps[1]:
+                result.trace_paths.append(_stop_profiler(profiler, out_dir, variant, env))
+                profiler = None
+            last = step == cfg.steps - 1
+            if cfg.checkpoint_every and ((step + 1) % cfg.checkpoint_every == 0 or last or status[2] > 0):
+                train_checkpoint.save(_ckpt_dir(cfg, variant), step, model, opt, {
+                    "losses": result.history_losses + [r.loss for r in records], "global_batch": cfg.global_batch,
+                    "seq_len": cfg.seq_len, "model": cfg.model, "world_size": env.world, "parallel": env.plan,
+                    "variant": variant})
+            if status[2] > 0 and not last:
+                saved = "checkpoint saved; rerun with --resume" if cfg.checkpoint_every else "no --checkpoint-dir"
+                raise TrainFailure(f"interrupted (SIGTERM) after step {step}; {saved}", EXIT_INTERRUPTED)
+        energy_end = energy.read()
+        window = None
+        if energy_start is not None and energy_end is not None:
+            window = _all_reduce([energy_end - energy_start], env)[0]
+        peak_mem = int(_all_reduce([float(memory.stop())], env, dist.ReduceOp.MAX)[0])
+        result.summary = summarize(
+            variant, records, peak=peak, model_flops=model_flops, hw_flops=hw_flops, n_params=n_params,
+            world_size=env.world, peak_mem_bytes=peak_mem, peak_mem_kind=memory.kind, device_row=device_row,
+            price_override=cfg.price_per_hour, energy_window_j=window, energy_kind=energy.kind,
+            is_gpu=env.device.type == "cuda")
+        result.summary.patch = result.patch_report
+    finally:
+        emb_hook.remove()
+        if profiler is not None:
+            result.trace_paths.append(_stop_profiler(profiler, out_dir, variant, env))
+        del model, opt, inner
+        gc.collect()
+        if env.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _inject(cfg: TrainConfig, env: _Env, step: int, loss: torch.Tensor) -> torch.Tensor:
+    """Test aids: --inject-failure RANK:STEP raises on that rank; --inject-nan STEP poisons the loss."""
+    if cfg.inject_failure == (env.rank, step):
+        raise RuntimeError(f"injected failure (--inject-failure {env.rank}:{step})")
+    if cfg.inject_nan == step:
+        return loss * float("nan")
+    return loss
+
+
+def _ckpt_dir(cfg: TrainConfig, variant: str) -> Path:
+    return Path(cfg.checkpoint_dir) / variant
+
+
+def _start_profiler(env: _Env):
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.device.type == "cuda" else [])
+    prof = profile(activities=activities, record_shapes=True, profile_memory=True)
+    prof.__enter__()
+    return prof
+
+
+def _stop_profiler(prof, out_dir: Path, variant: str, env: _Env) -> str:
+    prof.__exit__(None, None, None)
+    path = (out_dir / f"trace_{variant}_rank{env.rank}.json").resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(path))
+    return str(path)
+
+
+def _git_sha() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).parent).stdout.strip() or None
+    except Exception:
+        return None
+
+
+def _provenance(env: _Env) -> dict:
+    from wavefront import runtime
+
+    info = runtime.describe(env.device)
+    return {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_sha": _git_sha(),
+            "host": platform.node(), "backend": info["backend"], "device_name": info["device_name"],
+            "runtime": info, "world_size": env.world, "parallel": env.plan,
+            "dtype": "bf16" if env.bf16 else "fp32", "torch_threads": torch.get_num_threads()}
+
+
+def _store_variant(cfg: TrainConfig, run_id: str, prov: dict, v: VariantResult) -> None:
+    if cfg.store:
+        train_store.write_variant(cfg.store, run_id=run_id, variant=v.variant, status=v.status, provenance=prov,
+                                  config=cfg.as_dict(), summary=v.summary.as_dict() if v.summary else None,
+                                  steps=[asdict(r) for r in v.steps])
+
+
+def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | None = None) -> TrainResult:
+    """Train every requested variant on this rank; see the module docstring. Raises ConfigError before any
+    work for a bad configuration, TrainFailure (with an exit code) when the run stops."""
+    cfg.validate(world_size_from_env())
+    env = _init(cfg)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    out_dir = Path(cfg.out_dir)
+    run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    run_id = _broadcast_str(run_id, env)
+    prov = _provenance(env)
+    peak, device_row = device_peak(env.device, cfg.gpu, cfg.peak_tflops, env.bf16)
+    results: list[VariantResult] = []
+    for variant in cfg.variants:
+        v = VariantResult(variant, "running")
+        results.append(v)
+        try:
+            _run_variant(cfg, env, variant, peak, device_row, out_dir, on_step, v.steps, v)
+            v.status = "ok"
+        except TrainFailure as e:
+            v.status = f"failed: {e}"
+            if env.rank == 0:
+                _store_variant(cfg, run_id, prov, v)
+            raise
+        except ConfigError:
+            raise
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            v.status = f"failed: {type(e).__name__}: {first}"
+            if env.rank == 0:
+                _store_variant(cfg, run_id, prov, v)
+            at = len(v.steps) + (v.resumed_from_step + 1 if v.resumed_from_step is not None else 0)
+            raise TrainFailure(f"rank {env.rank} of {env.world}, {variant} step {at}: {type(e).__name__}: "
+                               f"{first}") from e
+        if env.rank == 0:
+            _store_variant(cfg, run_id, prov, v)
+    comparison = None
+    if len(results) == 2 and all(r.summary for r in results):
+        comparison = compare(results[0].summary, results[1].summary, [r.loss for r in results[0].steps],
+                             [r.loss for r in results[1].steps])
+    return TrainResult(run_id, cfg.as_dict(), prov, results, comparison, str(out_dir), cfg.store)
+
+
+def _broadcast_str(text: str, env: _Env) -> str:
+    """Rank 0's string on every rank (the run id must be one id)."""
+    box = [text]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def shutdown(failed: bool) -> None:
+    """Tear down the process group after success; after a failure peers may be gone, so do not wait on them."""
+    if dist.is_initialized() and not failed:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()

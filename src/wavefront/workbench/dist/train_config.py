@@ -1,0 +1,166 @@
+"""The training harness's configuration, checked in full before any work starts.
+
+Every rank validates the same config against the launch (``WORLD_SIZE`` from torchrun), so a bad
+configuration stops all ranks at once with one clear message, before a model is built or a collective
+is issued: unknown preset, missing data file, a global batch that world size x micro-batch does not
+divide, a parallel plan that does not fit the number of processes, and so on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PARALLEL_PLANS = ("auto", "single", "ddp", "fsdp2")
+DTYPES = ("auto", "fp32", "bf16")
+VARIANTS = ("baseline", "wavefront")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; raised before any work starts."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: str = "tiny-llama"  # preset name or local directory with config.json
+    data: str = "synthetic"  # "synthetic" or a local .txt / .npy / .bin file
+    token_dtype: str = "uint16"  # for .bin token files
+    seq_len: int = 32
+    global_batch: int = 8  # sequences per optimizer step, all ranks and micro-batches together
+    micro_batch: int = 2  # sequences per forward/backward on one rank
+    steps: int = 10
+    warmup_steps: int = 1  # first steps left out of the summary KPIs (allocator, autotune, interpreter warm-up)
+    lr: float = 1e-3
+    seed: int = 0
+    parallel: str = "auto"
+    activation_checkpointing: bool = False
+    dtype: str = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
+    attn_implementation: str = "sdpa"
+    variants: tuple[str, ...] = ("wavefront",)  # ("baseline", "wavefront") with --compare
+    patch_options: dict = field(default_factory=dict)
+    strict_patch: bool = False
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    profile_steps: tuple[int, int] | None = None  # inclusive step range traced with torch.profiler
+    out_dir: str = "runs/train"
+    store: str | None = "wavefront-train.sqlite"
+    gpu: str | None = None  # device-table key overriding detection (peak FLOPs, power, price)
+    peak_tflops: float | None = None  # dense peak per device, overrides the table / the CPU measurement
+    price_per_hour: float | None = None  # $ per device-hour, overrides the table's dated default
+    timeout_s: float = 300.0  # collective timeout: a dead or stuck rank ends the job instead of hanging it
+    inject_failure: tuple[int, int] | None = None  # (rank, step): that rank raises in its forward (tests)
+    inject_nan: int | None = None  # step whose loss is made NaN on every rank (tests)
+
+    def as_dict(self) -> dict:
+        return json.loads(json.dumps(asdict(self)))
+
+    def resolve_parallel(self, world_size: int) -> str:
+        if self.parallel == "auto":
+            return "single" if world_size == 1 else "ddp"
+        return self.parallel
+
+    def grad_accum(self, world_size: int) -> int:
+        return self.global_batch // (world_size * self.micro_batch)
+
+    def validate(self, world_size: int) -> None:
+        """Raise ConfigError naming the problem; called on every rank before any work."""
+        from wavefront.workbench.dist.train_presets import PRESETS
+
+        def bad(msg: str) -> None:
+            raise ConfigError(msg)
+
+        model_path = Path(self.model)
+        if self.model not in PRESETS and not model_path.is_dir():
+            bad(f"--model: unknown preset {self.model!r} and no such directory; presets: {', '.join(PRESETS)}")
+        if model_path.is_dir() and not (model_path / "config.json").is_file():
+            bad(f"--model: directory {self.model!r} has no config.json")
+        if self.data != "synthetic" and not Path(self.data).is_file():
+            bad(f"--data: file {self.data!r} does not exist (or pass 'synthetic')")
+        if self.token_dtype not in ("uint16", "uint32"):
+            bad(f"--token-dtype must be uint16 or uint32, got {self.token_dtype!r}")
+        for name in ("seq_len", "global_batch", "micro_batch", "steps"):
+            if getattr(self, name) < 1:
+                bad(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.warmup_steps < self.steps:
+            bad(f"--warmup-steps must be in [0, steps), got {self.warmup_steps} with --steps {self.steps}")
+        if self.lr <= 0:
+            bad(f"--lr must be > 0, got {self.lr}")
+        if self.parallel not in PARALLEL_PLANS:
+            bad(f"--parallel must be one of {', '.join(PARALLEL_PLANS)}, got {self.parallel!r}")
+        plan = self.resolve_parallel(world_size)
+        if plan == "single" and world_size != 1:
+            bad(f"--parallel single runs one process, but {world_size} were launched; use ddp or fsdp2")
+        if plan in ("ddp", "fsdp2") and world_size < 2:
+            bad(f"--parallel {plan} needs at least 2 processes; launch with torchrun --nproc_per_node=N "
+                f"(or wavefront train --nproc-per-node N), or use --parallel single")
+        if self.global_batch % (world_size * self.micro_batch):
+            bad(f"--global-batch {self.global_batch} is not divisible by world size x micro-batch = "
+                f"{world_size} x {self.micro_batch} = {world_size * self.micro_batch}")
+        if self.dtype not in DTYPES:
+            bad(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.attn_implementation not in ("sdpa", "eager"):
+            bad(f"--attn-implementation must be sdpa or eager, got {self.attn_implementation!r}")
+        if not self.variants or any(v not in VARIANTS for v in self.variants):
+            bad(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
+        if self.checkpoint_every < 0:
+            bad(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
+        if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
+            bad("--checkpoint-every and --resume need --checkpoint-dir")
+        if len(self.variants) > 1 and (self.checkpoint_every or self.resume):
+            bad("--compare measures two back-to-back runs from the same start; checkpointing and --resume apply "
+                "to single-variant runs")
+        if self.profile_steps is not None:
+            a, b = self.profile_steps
+            if not 0 <= a <= b < self.steps:
+                bad(f"--profile-steps {a}-{b} must lie within [0, {self.steps - 1}]")
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            bad(f"--peak-tflops must be > 0, got {self.peak_tflops}")
+        if self.price_per_hour is not None and self.price_per_hour < 0:
+            bad(f"--price-per-hour must be >= 0, got {self.price_per_hour}")
+        if self.gpu is not None:
+            from wavefront.workbench.hardware import get_gpu
+
+            try:
+                get_gpu(self.gpu)
+            except ValueError as e:
+                bad(f"--gpu: {e}")
+        if self.store:
+            from wavefront.workbench.dist.train_store import check_target
+
+            try:
+                check_target(self.store)
+            except ValueError as e:
+                bad(str(e))
+        if self.timeout_s <= 0:
+            bad(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.inject_failure is not None and not 0 <= self.inject_failure[0] < world_size:
+            bad(f"--inject-failure rank {self.inject_failure[0]} is outside the {world_size} launched ranks")
+        from wavefront.patching.report import OPS
+
+        unknown = set(self.patch_options) - set(OPS)
+        if unknown:
+            bad(f"--patch-ops: unknown op(s) {', '.join(sorted(unknown))}; ops: {', '.join(OPS)}")
+        if self.model in PRESETS:
+            max_pos = PRESETS[self.model].config.get("max_position_embeddings")
+            if max_pos and self.seq_len > max_pos:
+                bad(f"--seq-len {self.seq_len} exceeds the model's max_position_embeddings {max_pos}")
+
+
+def parse_step_range(text: str) -> tuple[int, int]:
+    """"3" -> (3, 3); "3-5" -> (3, 5)."""
+    try:
+        a, _, b = text.partition("-")
+        return int(a), int(b or a)
+    except ValueError:
+        raise ConfigError(f"--profile-steps: expected STEP or FIRST-LAST, got {text!r}") from None
+
+
+def parse_rank_step(text: str) -> tuple[int, int]:
+    """"1:3" -> rank 1, step 3."""
+    try:
+        r, s = text.split(":")
+        return int(r), int(s)
+    except ValueError:
+        raise ConfigError(f"--inject-failure: expected RANK:STEP, got {text!r}") from None

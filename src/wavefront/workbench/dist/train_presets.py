@@ -1,0 +1,119 @@
+"""Model presets for the training harness and the convergence proof: Hugging Face configs built locally
+(nothing is downloaded), by name.
+
+Tiny presets (``tiny-<family>``), one per patched family, are small enough to train under the Triton
+interpreter on a CPU: 2 layers, hidden 32, 4 query heads over 2 KV heads, vocabulary 128. They keep
+each family's distinguishing features (Gemma's offset norm and GeGLU, Gemma 2's logit softcaps and four
+norms per layer, Qwen3's q/k norms, Qwen2's q/k/v biases, Phi-3's fused gate/up and partial rotary).
+
+Full-size presets carry the dimensions of the published ``config.json`` files named in their ``source``;
+weights are randomly initialized (throughput and memory do not depend on the values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_TINY = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 256,
+         "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    model_type: str  # transformers config.model_type
+    config: dict = field(default_factory=dict)
+    source: str = ""
+
+    def build_config(self, **overrides):
+        from transformers import AutoConfig
+
+        return AutoConfig.for_model(self.model_type, **{**self.config, **overrides})
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("tiny-llama", "llama", dict(_TINY), "local tiny config"),
+        Preset("tiny-mistral", "mistral", dict(_TINY), "local tiny config"),
+        Preset("tiny-qwen2", "qwen2", dict(_TINY), "local tiny config (q/k/v biases)"),
+        Preset("tiny-qwen3", "qwen3", dict(_TINY), "local tiny config (q/k norms)"),
+        Preset("tiny-gemma", "gemma", {**_TINY, "hidden_act": "gelu_pytorch_tanh"},
+               "local tiny config (offset norm, GeGLU)"),
+        Preset("tiny-gemma2", "gemma2", {**_TINY, "hidden_activation": "gelu_pytorch_tanh",
+                                         "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0,
+                                         "sliding_window": 16}, "local tiny config (softcaps)"),
+        Preset("tiny-phi3", "phi3", {**_TINY, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                 "partial_rotary_factor": 0.5}},
+               "local tiny config (fused gate/up, partial rotary)"),
+        Preset("llama3.2-1b", "llama", {
+            "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": True,
+            "max_position_embeddings": 131072, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+            "bos_token_id": 128000, "eos_token_id": 128001}, "meta-llama/Llama-3.2-1B config.json"),
+        Preset("llama3.2-3b", "llama", {
+            "vocab_size": 128256, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
+            "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
+            "max_position_embeddings": 131072, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+            "bos_token_id": 128000, "eos_token_id": 128001}, "meta-llama/Llama-3.2-3B config.json"),
+        Preset("llama3-8b", "llama", {
+            "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
+            "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+            "bos_token_id": 128000, "eos_token_id": 128001}, "meta-llama/Meta-Llama-3-8B config.json"),
+    )
+}
+
+#: The tiny preset of each patched family, keyed by family name.
+TINY_BY_FAMILY: dict[str, str] = {p.model_type: p.name for p in PRESETS.values() if p.name.startswith("tiny-")}
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown model preset {name!r}; presets: {', '.join(PRESETS)} (or pass a local "
+                         f"directory holding a Hugging Face config.json)") from None
+
+
+def build_config(model: str, **overrides):
+    """A transformers config from a preset name or a local directory with ``config.json``."""
+    path = Path(model)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"model directory {model!r} has no config.json")
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+        for k, v in overrides.items():
+            setattr(config, k, v)
+        return config
+    return get_preset(model).build_config(**overrides)
+
+
+def build_model(model: str, *, seed: int = 0, dtype=None, attn_implementation: str = "eager", **overrides):
+    """A randomly initialized causal LM (from a preset or a local config). A local directory that holds
+    weights (``model.safetensors`` or ``pytorch_model.bin``) loads them instead. Same seed, same weights.
+    A model class that does not support the requested attention implementation (Gemma 2 has no sdpa
+    path, because sdpa cannot softcap) gets "eager"."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = build_config(model, **overrides)
+    path = Path(model)
+    has_weights = path.is_dir() and any((path / f).exists() for f in
+                                        ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"))
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    for impl in dict.fromkeys((attn_implementation, "eager")):
+        torch.manual_seed(seed)
+        try:
+            if has_weights:
+                return AutoModelForCausalLM.from_pretrained(str(path), config=config, local_files_only=True,
+                                                            attn_implementation=impl, **kwargs)
+            return AutoModelForCausalLM.from_config(config, attn_implementation=impl, **kwargs)
+        except ValueError:
+            if impl == "eager":
+                raise
+    raise AssertionError("unreachable")

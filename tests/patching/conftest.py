@@ -1,0 +1,45 @@
+"""Tiny models of every patched family, built locally from the harness presets (nothing downloaded)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from wavefront.workbench.dist.train_presets import TINY_BY_FAMILY, build_model  # noqa: E402
+
+FAMILIES = sorted(TINY_BY_FAMILY)
+
+#: The ops on main today; RoPE, gated MLP and the fused loss join when their kernels land.
+NORMS_ONLY = {"rope": False, "mlp": False, "loss": False}
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request) -> str:
+    return request.param
+
+
+def _tiny(family: str, seed: int = 0):
+    return build_model(TINY_BY_FAMILY[family], seed=seed)
+
+
+@pytest.fixture
+def tiny():
+    """tiny(family, seed=0) -> a freshly initialized tiny causal LM of that family."""
+    return _tiny
+
+
+@pytest.fixture
+def norms_only() -> dict:
+    return dict(NORMS_ONLY)
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """One intra-op thread: on a shared 2-core machine OpenMP's spinning threads slow tiny models 100x."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

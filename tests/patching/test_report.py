@@ -1,0 +1,114 @@
+"""What patch() reports and when it raises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import wavefront
+from wavefront.patching import PatchError
+from wavefront.patching.rules import FAMILIES as RULES
+
+# RMSNorm modules per tiny model (2 layers): 2 per layer + final; Qwen3 adds q_norm/k_norm per layer;
+# Gemma 2 has four per layer.
+EXPECTED_NORMS = {"llama": 5, "mistral": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, "gemma2": 9, "phi3": 5}
+
+
+def test_every_family_has_rules_and_a_tiny_preset():
+    assert sorted(f.name for f in RULES) == sorted(EXPECTED_NORMS)
+
+
+def test_report_lists_every_norm_replacement(family, tiny, norms_only):
+    model = tiny(family)
+    report = wavefront.patch(model, **norms_only)
+    assert report.family == family and report.ok
+    assert report.counts() == {"rms_norm": EXPECTED_NORMS[family]}
+    paths = {r.path for r in report.replacements}
+    for path in paths:
+        assert type(model.get_submodule(path)) is wavefront.nn.RMSNorm
+    assert "model.norm" in paths
+    assert all(r.old_type.startswith("transformers.models.") and r.new_type == "wavefront.nn.norm.RMSNorm"
+               for r in report.replacements)
+    assert [a.op for a in report.absent] == ["layer_norm"]
+    assert "model.norm" in str(report)
+
+
+def test_gemma_norms_keep_offset_and_fp32_multiply(tiny, norms_only):
+    report = wavefront.patch(model := tiny("gemma"), **norms_only)
+    assert report.ok
+    norm = model.model.norm
+    assert (norm.offset, norm.cast) == (1.0, "gemma")
+    assert type(tiny("llama").model.norm).__name__ == "LlamaRMSNorm"
+
+
+class CustomRMSNorm(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def test_unknown_norm_type_is_reported_and_strict_raises(tiny, norms_only):
+    model = tiny("llama")
+    model.model.layers[1].post_attention_layernorm = CustomRMSNorm(32)
+    with pytest.raises(PatchError, match=r"unknown norm type .*CustomRMSNorm"):
+        wavefront.patch(model, **norms_only)
+    assert type(model.model.norm).__name__ == "LlamaRMSNorm", "a failed strict patch must leave the model as it was"
+
+    report = wavefront.patch(model, **norms_only, strict=False)
+    assert not report.ok
+    (miss,) = report.unmatched
+    assert (miss.op, miss.path) == ("rms_norm", "model.layers.1.post_attention_layernorm")
+    assert report.counts() == {"rms_norm": 4}
+    assert type(model.model.layers[1].post_attention_layernorm) is CustomRMSNorm
+
+
+def test_layer_norm_modules_are_swapped_in_any_family(tiny, norms_only):
+    model = tiny("llama")
+    model.model.norm = nn.LayerNorm(32)
+    report = wavefront.patch(model, **norms_only)
+    assert [r.path for r in report.replacements if r.op == "layer_norm"] == ["model.norm"]
+    assert type(model.model.norm) is wavefront.nn.LayerNorm
+
+
+def test_missing_kernels_are_unmatched_with_the_reason(tiny):
+    from wavefront import ops
+
+    model = tiny("llama")
+    report = wavefront.patch(model, strict=False)
+    for name, op in (("rope", "rope"), ("swiglu", "mlp"), ("linear_cross_entropy", "loss")):
+        if not hasattr(ops, name):
+            assert any(u.op == op and f"wavefront.ops.{name} is not available" in u.reason for u in report.unmatched)
+
+
+def test_bad_options_raise_before_touching_the_model(tiny):
+    model = tiny("llama")
+    with pytest.raises(TypeError, match="rmsnorm"):
+        wavefront.patch(model, rmsnorm=True)
+    with pytest.raises(TypeError, match="'rope' must be True or False"):
+        wavefront.patch(model, rope="yes")
+    with pytest.raises(TypeError, match="Hugging Face"):
+        wavefront.patch(nn.Linear(2, 2))
+    assert type(model.model.norm).__name__ == "LlamaRMSNorm"
+
+
+def test_double_patch_and_unpatched_unpatch_raise(tiny, norms_only):
+    model = tiny("llama")
+    with pytest.raises(ValueError, match="not patched"):
+        wavefront.unpatch(model)
+    wavefront.patch(model, **norms_only)
+    with pytest.raises(ValueError, match="already patched"):
+        wavefront.patch(model, **norms_only)
+
+
+def test_model_type_without_rules():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32))
+    with pytest.raises(PatchError, match="no rules for model_type 'gpt2'"):
+        wavefront.patch(model)
+    report = wavefront.patch(model, rope=False, mlp=False, loss=False, rms_norm=False, strict=False)
+    assert report.family is None and report.counts() == {"layer_norm": 3}
