@@ -9,11 +9,11 @@ Device domain (the trace has GPU events). On the timeline, take the unions acros
 devices of the rank:
 
 - ``C``: compute kernels, ``X``: communication kernels, ``M``: memcpy and memset;
-- ``compute_us``          = |C \\ X|      compute with no communication running;
-- ``comm_overlapped_us``  = |C ∩ X|      communication hidden behind compute on some stream;
-- ``comm_exposed_us``     = |X \\ C|      communication with no compute kernel on any stream;
-- ``memory_us``           = |M \\ (C ∪ X)| copies and sets with no kernel running;
-- ``idle_host_bound_us`` + ``idle_other_us`` = |W \\ (C ∪ X ∪ M)|, the device idle.
+- ``compute``          = |C \\ X|      compute with no communication running;
+- ``comm_overlapped``  = |C ∩ X|      communication hidden behind compute on some stream;
+- ``comm_exposed``     = |X \\ C|      communication with no compute kernel on any stream;
+- ``memory``           = |M \\ (C ∪ X)| copies and sets with no kernel running;
+- ``idle_host_bound`` + ``idle_other`` = |W \\ (C ∪ X ∪ M)|, the device idle.
 
 These five pieces are disjoint and cover the window W, so they sum to the step time. Idle is split per
 maximal gap ``[g0, g1)`` of the device (no work on any stream): the gap is *host-bound* when the work that
@@ -26,14 +26,13 @@ is *other*. Per-stream idle is never summed: a stream idling while another runs 
 CPU domain (no device events): ``C`` is every CPU operator that is not a collective (any thread), ``X``
 the collective ops (``gloo:*``, ``c10d::*``, ``record_param_comms`` ...), ``M`` is empty, and idle is time
 when no profiled operator runs on any thread (Python, data loading, unprofiled code): all
-``idle_other_us``.
+``idle_other``.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,52 +48,74 @@ from wavefront.workbench.trace.intervals import IntervalSet, Segments, gaps, uni
 from wavefront.workbench.trace.model import CAT_CPU_OP, Trace
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-CATEGORIES = ("compute_us", "comm_overlapped_us", "comm_exposed_us", "memory_us", "idle_host_bound_us",
-              "idle_other_us")
+CATEGORIES = ("compute", "comm_overlapped", "comm_exposed", "memory", "idle_host_bound", "idle_other")
 
 
 @dataclass(frozen=True)
 class Step:
     step: int | None  # the N of ProfilerStep#N; None for "the whole trace"
-    start_us: float
-    end_us: float
+    start_ns: int
+    end_ns: int
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def start_us(self) -> float:
+        return self.start_ns / 1e3
 
     @property
     def dur_us(self) -> float:
-        return self.end_us - self.start_us
+        return self.dur_ns / 1e3
 
 
 @dataclass(frozen=True)
 class StepBreakdown:
+    """One step's pieces in integer nanoseconds (they sum to ``dur_ns`` exactly); ``us(category)`` and
+    ``as_dict()`` give microseconds."""
+
     step: int | None
-    start_us: float
-    dur_us: float
-    compute_us: float
-    comm_overlapped_us: float
-    comm_exposed_us: float
-    memory_us: float
-    idle_host_bound_us: float
-    idle_other_us: float
+    start_ns: int
+    dur_ns: int
+    compute_ns: int
+    comm_overlapped_ns: int
+    comm_exposed_ns: int
+    memory_ns: int
+    idle_host_bound_ns: int
+    idle_other_ns: int
     domain: str  # "device" | "cpu"
 
-    @property
-    def compute_busy_us(self) -> float:
-        return self.compute_us + self.comm_overlapped_us
+    def ns(self, category: str) -> int:
+        return getattr(self, f"{category}_ns")
+
+    def us(self, category: str) -> float:
+        return self.ns(category) / 1e3
 
     @property
-    def comm_busy_us(self) -> float:
-        return self.comm_overlapped_us + self.comm_exposed_us
+    def dur_us(self) -> float:
+        return self.dur_ns / 1e3
 
     @property
-    def idle_us(self) -> float:
-        return self.idle_host_bound_us + self.idle_other_us
+    def compute_busy_ns(self) -> int:
+        return self.compute_ns + self.comm_overlapped_ns
 
-    def total_us(self) -> float:
-        return math.fsum(getattr(self, c) for c in CATEGORIES)
+    @property
+    def comm_busy_ns(self) -> int:
+        return self.comm_overlapped_ns + self.comm_exposed_ns
+
+    @property
+    def idle_ns(self) -> int:
+        return self.idle_host_bound_ns + self.idle_other_ns
+
+    def total_ns(self) -> int:
+        return sum(self.ns(c) for c in CATEGORIES)
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"compute_busy_us": self.compute_busy_us, "comm_busy_us": self.comm_busy_us,
-                               "idle_us": self.idle_us}
+        return {"step": self.step, "domain": self.domain, "start_us": self.start_ns / 1e3, "dur_us": self.dur_us,
+                **{f"{c}_us": self.us(c) for c in CATEGORIES},
+                "compute_busy_us": self.compute_busy_ns / 1e3, "comm_busy_us": self.comm_busy_ns / 1e3,
+                "idle_us": self.idle_ns / 1e3}
 
 
 @dataclass
@@ -106,10 +127,11 @@ class Timeline:
     comm: IntervalSet
     memory: IntervalSet
     host_bound: IntervalSet  # idle gaps classified host-bound (device domain only)
-    extent: tuple[float, float]  # first start, last end of the work counted
+    extent_ns: tuple[int, int]  # first start, last end of the work counted
 
     def breakdown(self, step: Step) -> StepBreakdown:
-        lo, hi = step.start_us, step.end_us
+        """Integer-nanosecond pieces, so they sum to the window exactly; reported in microseconds."""
+        lo, hi = step.start_ns, step.end_ns
         seg = Segments.of([self.compute.clip(lo, hi), self.comm.clip(lo, hi), self.memory.clip(lo, hi)], lo, hi)
         compute = seg.measure(lambda c, x, m: c & ~x)
         overlapped = seg.measure(lambda c, x, m: c & x)
@@ -130,15 +152,15 @@ def find_steps(trace: Trace) -> tuple[list[Step], str | None]:
         rows = np.flatnonzero(np.isin(cpu.name, np.fromiter(step_name, dtype=np.int64)))
         for r in rows.tolist():
             n = step_name[int(cpu.name[r])]
-            s = Step(n, float(cpu.ts_us[r]), float(cpu.ts_us[r] + cpu.dur_us[r]))
-            if n not in best or s.dur_us > best[n].dur_us:
+            s = Step(n, int(cpu.ts_ns[r]), int(cpu.ts_ns[r] + cpu.dur_ns[r]))
+            if n not in best or s.dur_ns > best[n].dur_ns:
                 best[n] = s
     if best:
         return [best[n] for n in sorted(best)], None
     if len(trace.device):
-        lo, hi = float(trace.device.ts_us.min()), float(trace.device.end_us.max())
+        lo, hi = int(trace.device.ts_ns.min()), int(trace.device.end_ns.max())
     elif len(cpu):
-        lo, hi = float(cpu.ts_us.min()), float(cpu.end_us.max())
+        lo, hi = int(cpu.ts_ns.min()), int(cpu.end_ns.max())
     else:
         return [], "the trace has no events to analyze"
     return [Step(None, lo, hi)], "no ProfilerStep markers: the whole trace is analyzed as one step"
@@ -159,38 +181,38 @@ def build_timeline(trace: Trace, classes: DeviceClasses | None = None) -> Timeli
     cpu = trace.cpu
     comm = cpu_comm_rows(trace)
     ops = (cpu.cat == CAT_CPU_OP) & ~comm
-    compute = IntervalSet.union_of(cpu.ts_us[ops], cpu.end_us[ops])
-    comm_set = IntervalSet.union_of(cpu.ts_us[comm], cpu.end_us[comm])
-    extent = (float(cpu.ts_us.min()), float(cpu.end_us.max())) if len(cpu) else (0.0, 0.0)
+    compute = IntervalSet.union_of(cpu.ts_ns[ops], cpu.end_ns[ops])
+    comm_set = IntervalSet.union_of(cpu.ts_ns[comm], cpu.end_ns[comm])
+    extent = (int(cpu.ts_ns.min()), int(cpu.end_ns.max())) if len(cpu) else (0, 0)
     return Timeline("cpu", compute, comm_set, IntervalSet.empty(), IntervalSet.empty(), extent)
 
 
 def _device_timeline(trace: Trace, classes: DeviceClasses) -> Timeline:
     dev = trace.device
-    start, end = dev.ts_us, dev.end_us
+    start, end = dev.ts_ns, dev.end_ns
     sets = {}
     for name, sel in (("compute", classes.cls == COMPUTE), ("comm", classes.cls == COMM),
                       ("memory", classes.cls >= 2)):
         sets[name] = IntervalSet.union_of(start[sel], end[sel])
     busy = union(*sets.values())
     steps, _ = find_steps(trace)
-    lo = min([float(start.min())] + [s.start_us for s in steps])
-    hi = max([float(end.max())] + [s.end_us for s in steps])
+    lo = min([int(start.min())] + [s.start_ns for s in steps])
+    hi = max([int(end.max())] + [s.end_ns for s in steps])
     host = _host_bound_gaps(trace, classes, busy, lo, hi)
     return Timeline("device", sets["compute"], sets["comm"], sets["memory"], host,
-                    (float(start.min()), float(end.max())))
+                    (int(start.min()), int(end.max())))
 
 
-def _host_bound_gaps(trace: Trace, classes: DeviceClasses, busy: IntervalSet, lo: float, hi: float) -> IntervalSet:
+def _host_bound_gaps(trace: Trace, classes: DeviceClasses, busy: IntervalSet, lo: int, hi: int) -> IntervalSet:
     dev, rt = trace.device, trace.runtime
     idle = gaps(busy, lo, hi)
     if len(idle) == 0:
         return IntervalSet.empty()
-    launch_end = np.full(len(dev), -np.inf)  # unknown launch: never host-bound
+    launch_end = np.full(len(dev), np.iinfo(np.int64).min)  # unknown launch: never host-bound
     linked = classes.runtime_row >= 0
-    launch_end[linked] = rt.ts_us[classes.runtime_row[linked]] + rt.dur_us[classes.runtime_row[linked]]
-    order = np.argsort(dev.ts_us, kind="stable")
-    ts_sorted, le_sorted = dev.ts_us[order], launch_end[order]
+    launch_end[linked] = rt.end_ns[classes.runtime_row[linked]]
+    order = np.argsort(dev.ts_ns, kind="stable")
+    ts_sorted, le_sorted = dev.ts_ns[order], launch_end[order]
     uniq, first = np.unique(ts_sorted, return_index=True)
     earliest_launch_end = np.minimum.reduceat(le_sorted, first)
     k = np.searchsorted(uniq, idle.ends, side="left")

@@ -1,4 +1,4 @@
-"""Interval arithmetic on half-open time intervals ``[start, end)`` in microseconds, vectorized with numpy.
+"""Interval arithmetic on half-open time intervals ``[start, end)`` (integer nanoseconds), vectorized.
 
 An :class:`IntervalSet` is a sorted list of disjoint, non-touching intervals (a union already taken).
 Boolean combinations of several sets are computed on their elementary segments: the pieces between
@@ -21,13 +21,13 @@ class IntervalSet:
 
     @staticmethod
     def empty() -> IntervalSet:
-        return IntervalSet(np.zeros(0), np.zeros(0))
+        return IntervalSet(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     @staticmethod
     def union_of(starts, ends) -> IntervalSet:
         """The union of possibly overlapping intervals (zero-length ones dropped)."""
-        starts = np.asarray(starts, dtype=np.float64)
-        ends = np.asarray(ends, dtype=np.float64)
+        starts = np.asarray(starts)
+        ends = np.asarray(ends)
         keep = ends > starts
         starts, ends = starts[keep], ends[keep]
         if len(starts) == 0:
@@ -46,8 +46,8 @@ class IntervalSet:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def measure(self) -> float:
-        return float(np.sum(self.ends - self.starts))
+    def measure(self) -> int:
+        return int(np.sum(self.ends - self.starts))
 
     def clip(self, lo: float, hi: float) -> IntervalSet:
         if hi <= lo or len(self) == 0:
@@ -82,8 +82,8 @@ class Segments:
     def of(sets: list[IntervalSet], lo: float | None = None, hi: float | None = None) -> Segments:
         pts = [s.starts for s in sets] + [s.ends for s in sets]
         if lo is not None:
-            pts.append(np.array([lo, hi], dtype=np.float64))
-        bounds = np.unique(np.concatenate(pts)) if pts else np.zeros(0)
+            pts.append(np.array([lo, hi], dtype=np.int64))
+        bounds = np.unique(np.concatenate(pts)) if pts else np.zeros(0, dtype=np.int64)
         if lo is not None:
             bounds = bounds[(bounds >= lo) & (bounds <= hi)]
         left = bounds[:-1]
@@ -100,10 +100,10 @@ class Segments:
             return IntervalSet.empty()
         return IntervalSet.union_of(self.bounds[:-1][mask], self.bounds[1:][mask])
 
-    def measure(self, fn: Callable[..., np.ndarray]) -> float:
+    def measure(self, fn: Callable[..., np.ndarray]) -> int:
         if len(self.bounds) < 2:
-            return 0.0
-        return float(np.sum(self.lengths[fn(*self.member)]))
+            return 0
+        return int(np.sum(self.lengths[fn(*self.member)]))
 
 
 def union(*sets: IntervalSet) -> IntervalSet:
@@ -123,7 +123,7 @@ def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
 def gaps(busy: IntervalSet, lo: float, hi: float) -> IntervalSet:
     """The complement of ``busy`` inside ``[lo, hi)``."""
     inner = busy.clip(lo, hi)
-    starts = np.concatenate([[lo], inner.ends])
-    ends = np.concatenate([inner.starts, [hi]])
+    starts = np.concatenate([np.array([lo], dtype=np.int64), inner.ends])
+    ends = np.concatenate([inner.starts, np.array([hi], dtype=np.int64)])
     keep = ends > starts
     return IntervalSet(starts[keep], ends[keep])

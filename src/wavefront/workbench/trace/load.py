@@ -135,14 +135,14 @@ class _Builder:
     def __init__(self):
         self.names: list[str] = []
         self.name_ids: dict[str, int] = {}
-        self.dev = {k: array(t) for k, t in (("ts_us", "d"), ("dur_us", "d"), ("kind", "b"), ("name", "i"),
+        self.dev = {k: array(t) for k, t in (("ts", "d"), ("dur", "d"), ("kind", "b"), ("name", "i"),
                                              ("device", "i"), ("stream", "q"), ("correlation", "q"),
                                              ("external_id", "q"), ("has_coll", "b"), ("pid", "q"), ("tid", "q"))}
-        self.rt = {k: array(t) for k, t in (("ts_us", "d"), ("dur_us", "d"), ("name", "i"), ("tid", "q"),
+        self.rt = {k: array(t) for k, t in (("ts", "d"), ("dur", "d"), ("name", "i"), ("tid", "q"),
                                             ("correlation", "q"), ("external_id", "q"))}
-        self.cpu = {k: array(t) for k, t in (("ts_us", "d"), ("dur_us", "d"), ("name", "i"), ("tid", "q"),
+        self.cpu = {k: array(t) for k, t in (("ts", "d"), ("dur", "d"), ("name", "i"), ("tid", "q"),
                                              ("cat", "b"), ("external_id", "q"))}
-        self.flow = {k: array(t) for k, t in (("pid", "q"), ("tid", "q"), ("ts_us", "d"), ("id", "q"))}
+        self.flow = {k: array(t) for k, t in (("pid", "q"), ("tid", "q"), ("ts", "d"), ("id", "q"))}
         self.shapes: dict[int, OpShapes] = {}
         self.op_comm: dict[int, dict] = {}
         self.kernel_comm: dict[int, dict] = {}
@@ -198,8 +198,8 @@ def _add_events(reader: _Reader, b: _Builder) -> None:
                 kind = DEVICE_CATS.get(cat)
                 args = e.get("args") or {}
                 if kind is not None:
-                    dev["ts_us"].append(e["ts"])
-                    dev["dur_us"].append(e.get("dur", 0.0))
+                    dev["ts"].append(e["ts"])
+                    dev["dur"].append(e.get("dur", 0.0))
                     dev["kind"].append(kind)
                     dev["name"].append(intern(e.get("name", "")))
                     dev["device"].append(_int_id(args.get("device", e.get("pid"))))
@@ -214,8 +214,8 @@ def _add_events(reader: _Reader, b: _Builder) -> None:
                     if coll and corr != NO_ID:
                         b.kernel_comm[corr] = {k: args[k] for k in COMM_ARG_KEYS if k in args}
                 elif cat in RUNTIME_CATS:
-                    rt["ts_us"].append(e["ts"])
-                    rt["dur_us"].append(e.get("dur", 0.0))
+                    rt["ts"].append(e["ts"])
+                    rt["dur"].append(e.get("dur", 0.0))
                     rt["name"].append(intern(e.get("name", "")))
                     rt["tid"].append(_int_id(e.get("tid")))
                     rt["correlation"].append(args.get("correlation", NO_ID))
@@ -223,8 +223,8 @@ def _add_events(reader: _Reader, b: _Builder) -> None:
                 elif cat in CPU_CATS:
                     name = e.get("name", "")
                     ext = args.get("External id", NO_ID)
-                    cpu["ts_us"].append(e["ts"])
-                    cpu["dur_us"].append(e.get("dur", 0.0))
+                    cpu["ts"].append(e["ts"])
+                    cpu["dur"].append(e.get("dur", 0.0))
                     cpu["name"].append(intern(name))
                     cpu["tid"].append(_int_id(e.get("tid")))
                     cpu["cat"].append(CPU_CATS[cat])
@@ -240,7 +240,7 @@ def _add_events(reader: _Reader, b: _Builder) -> None:
             elif ph == "f" and e.get("cat") == "ac2g":
                 flow["pid"].append(_int_id(e.get("pid")))
                 flow["tid"].append(_int_id(e.get("tid")))
-                flow["ts_us"].append(e["ts"])
+                flow["ts"].append(e["ts"])
                 flow["id"].append(_int_id(e.get("id")))
             elif ph == "M":
                 name = e.get("name")
@@ -265,7 +265,11 @@ def _finish(b: _Builder, path: Path, meta: dict, warnings: list[str], complete: 
         out = {k: np.frombuffer(v, dtype=v.typecode if v.typecode != "b" else np.int8).copy()
                if len(v) else np.zeros(0, dtype=v.typecode if v.typecode != "b" else np.int8)
                for k, v in table.items()}
-        order = np.argsort(out["ts_us"], kind="stable")
+        # Kineto writes microseconds with three decimals: integer nanoseconds make every sum exact.
+        out["ts_ns"] = np.rint(out.pop("ts") * 1000.0).astype(np.int64)
+        if "dur" in out:
+            out["dur_ns"] = np.maximum(np.rint(out.pop("dur") * 1000.0), 0).astype(np.int64)
+        order = np.argsort(out["ts_ns"], kind="stable")
         return Columns({k: v[order] for k, v in out.items()})
 
     device, runtime, cpu, flow = cols(b.dev), cols(b.rt), cols(b.cpu), cols(b.flow)
@@ -288,9 +292,9 @@ def _link_flows(device: Columns, flow: Columns) -> None:
     missing = np.flatnonzero(device.correlation == NO_ID)
     if len(missing) == 0 or len(flow) == 0:
         return
-    index = {(p, t, ts): i for p, t, ts, i in zip(flow.pid.tolist(), flow.tid.tolist(), flow.ts_us.tolist(),
+    index = {(p, t, ts): i for p, t, ts, i in zip(flow.pid.tolist(), flow.tid.tolist(), flow.ts_ns.tolist(),
                                                   flow.id.tolist(), strict=True)}
-    pid, tid, ts = device.pid[missing].tolist(), device.tid[missing].tolist(), device.ts_us[missing].tolist()
+    pid, tid, ts = device.pid[missing].tolist(), device.tid[missing].tolist(), device.ts_ns[missing].tolist()
     for row, key in zip(missing.tolist(), zip(pid, tid, ts, strict=True), strict=True):
         corr = index.get(key)
         if corr is not None:

@@ -2,7 +2,9 @@
 
 A Kineto/Chrome trace is a list of events; the loader keeps only the fields the analyses read, in numpy
 columns (one row per event, names interned into ``Trace.names``), so a multi-GB trace fits in memory.
-Times are microseconds on the trace's own clock (``ts`` as written); ``end_us = ts_us + dur_us``.
+Times are integer nanoseconds on the trace's own clock (``ts`` as written, in microseconds with three
+decimals, times 1000), so interval sums are exact; ``end_ns = ts_ns + dur_ns``. Results are reported in
+microseconds.
 
 Tables:
 - ``device``: work on the GPU: kernels, memcpy, memset (``kind``), with device, stream, correlation id
@@ -44,8 +46,8 @@ class Columns:
         return Columns({k: v[index] for k, v in self.cols.items()})
 
     @property
-    def end_us(self) -> np.ndarray:
-        return self.ts_us + self.dur_us
+    def end_ns(self) -> np.ndarray:
+        return self.ts_ns + self.dur_ns
 
 
 @dataclass
@@ -63,9 +65,9 @@ class Trace:
 
     path: str
     names: list[str]
-    device: Columns  # ts_us, dur_us, kind, name, device, stream, correlation, external_id, has_coll
-    runtime: Columns  # ts_us, dur_us, name, tid, correlation, external_id
-    cpu: Columns  # ts_us, dur_us, name, tid, cat, external_id
+    device: Columns  # ts_ns, dur_ns, kind, name, device, stream, correlation, external_id, has_coll
+    runtime: Columns  # ts_ns, dur_ns, name, tid, correlation, external_id
+    cpu: Columns  # ts_ns, dur_ns, name, tid, cat, external_id
     shapes: dict[int, OpShapes] = field(default_factory=dict)  # by External id
     op_comm_args: dict[int, dict] = field(default_factory=dict)  # collective args of CPU ops, by External id
     kernel_comm_args: dict[int, dict] = field(default_factory=dict)  # collective args on kernels, by correlation
