@@ -19,6 +19,7 @@ import typer
 # One line per verb module; each owns its verbs.
 VERB_MODULES: tuple[str, ...] = (
     "wavefront.cli.bench",
+    "wavefront.cli.trace",
 )
 
 

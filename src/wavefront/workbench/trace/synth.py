@@ -18,9 +18,11 @@ from pathlib import Path
 VENDORS = {
     "nvidia": {"launch": "cudaLaunchKernel", "graph": "cudaGraphLaunch", "memcpy": "cudaMemcpyAsync",
                "memset": "cudaMemsetAsync", "sync": "cudaStreamSynchronize", "device": "NVIDIA H100 80GB HBM3",
+               "gemm": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
                "allreduce": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"},
     "amd": {"launch": "hipExtModuleLaunchKernel", "graph": "hipGraphLaunch", "memcpy": "hipMemcpyAsync",
             "memset": "hipMemsetAsync", "sync": "hipStreamSynchronize", "device": "AMD Instinct MI300X",
+            "gemm": "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI32x32x8x1_SN_1LDSB1_GRVW8",
             "allreduce": "ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclWorkElem)"},
 }
 
@@ -142,8 +144,7 @@ def planted_gpu_trace(vendor: str = "nvidia", **kwargs) -> SynthTrace:
     t.step(1, 0, 1000)
     t.step(2, 1000, 1000)
     mm = t.op("aten::mm", 40, 30, dims=[[64, 128], [128, 256]], types=["c10::BFloat16", "c10::BFloat16"])
-    t.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", 100, 200, launch_ts=50,
-             launch_dur=10, op=mm)
+    t.launch(v["gemm"], 100, 200, launch_ts=50, launch_dur=10, op=mm)
     add = t.op("aten::add", 58, 14, dims=[[64, 256], [64, 256], []], types=["c10::BFloat16", "c10::BFloat16",
                                                                           "Scalar"])
     t.launch("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >()",
