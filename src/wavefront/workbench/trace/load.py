@@ -81,7 +81,8 @@ class _Reader:
         if self.eof:
             return False
         try:
-            data = self.stream.read(CHUNK_BYTES)
+            # read1: what is decoded so far comes back before a damaged gzip tail raises
+            data = self.stream.read1(CHUNK_BYTES)
         except EOFError:
             data, self.damage = b"", "the gzip stream ends early (truncated file)"
         except (OSError, zlib.error) as exc:
@@ -349,8 +350,10 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
     except (json.JSONDecodeError, EOFError) as exc:
         complete = False
         where = f"near character {reader.offset():,}"
-        reason = reader.damage or ("the file ends early (truncated)" if reader.eof else f"corrupt JSON ({exc})")
-        if b.n_events == 0 and not meta:
+        at_end = isinstance(exc, EOFError) or exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated")
+        reason = reader.damage or ("the file ends early (truncated)" if reader.eof and at_end
+                                   else f"corrupt JSON ({exc})")
+        if b.n_events == b.n_malformed and not meta:
             raise TraceLoadError(f"{path}: {reason} {where}; no events could be read") from None
         warnings.append(f"{reason} {where}: the analysis covers the {b.n_events:,} events read before it")
     finally:
