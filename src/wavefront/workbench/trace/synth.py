@@ -173,6 +173,33 @@ def planted_gpu_trace(vendor: str = "nvidia", **kwargs) -> SynthTrace:
     return t
 
 
+def planted_ranks(clock_offsets_us: list[float], *, late_rank: int, late_us: float = 100.0, n_steps: int = 5,
+                  same_host: bool = False, vendor: str = "nvidia") -> list[SynthTrace]:
+    """One trace per rank with planted skew, a late rank and clock offsets (true time + offset is what
+    each rank records).
+
+    In true time, step k (1-based) starts at ``1100 * k`` on every rank and lasts ``900 + 50 * rank`` us
+    (skew 50 * (n - 1), the highest rank slowest). Each step: a compute kernel [100, 500) after the step
+    start, then an all-reduce that every rank enters at +500 except ``late_rank`` at ``+500 + late_us``,
+    and that ends at +800 everywhere. So each on-time rank waits ``late_us`` per step.
+    """
+    n = len(clock_offsets_us)
+    traces = []
+    for rank, offset in enumerate(clock_offsets_us):
+        t = SynthTrace(vendor=vendor, rank=rank, world_size=n, host="node0" if same_host else f"node{rank}",
+                       base_us=1_000_000.0 + offset)
+        for k in range(1, n_steps + 1):
+            s = 1100.0 * k
+            t.step(k, s, 900.0 + 50.0 * rank)
+            mm = t.op("aten::mm", s + 10, 40, dims=[[256, 256], [256, 256]], types=["c10::BFloat16"] * 2)
+            t.launch(t.v["gemm"], s + 100, 400, launch_ts=s + 20, op=mm)
+            coll = t.op("nccl:all_reduce", s + 60, 20)
+            arrive = s + 500 + (late_us if rank == late_rank else 0.0)
+            t.launch(t.v["allreduce"], arrive, s + 800 - arrive, launch_ts=s + 65, stream=20, op=coll)
+        traces.append(t)
+    return traces
+
+
 def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, rank: int = 0, world_size: int = 1,
                       vendor: str = "nvidia", clock_offset_us: float = 0.0,
                       progress: Callable[[int, int], None] | None = None) -> dict:
