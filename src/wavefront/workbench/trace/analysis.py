@@ -135,6 +135,8 @@ def analyze(paths: list[str | Path], *, device: str | None = None, short_us: flo
         ranks.append(analyze_trace(trace, device=device, short_us=short_us, top=top))
         del trace
     if not ranks:
+        if len(warnings) == 1:
+            raise TraceLoadError(warnings[0].removeprefix(f"skipped {paths[0]}: "))
         raise TraceLoadError("no trace could be read: " + "; ".join(warnings))
     return TraceAnalysis(ranks, _multirank(ranks, align, warnings), warnings)
 

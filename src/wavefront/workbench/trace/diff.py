@@ -9,7 +9,7 @@ difference inside the noise is reported as such rather than as a change.
 Durations must be positive for the ratio; a category that is zero in some steps (idle, exposed
 communication) is compared with the Mann-Whitney test alone: ``slower``/``faster`` when it is
 significant, else ``unknown`` (no ratio interval to prove equivalence); zero in every step on both
-sides is ``same``.
+sides, or the same values on both sides, is ``same``.
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ def compare_samples(kind: str, key: str, a: list[float], b: list[float], *, alph
     if not np.any(xa) and not np.any(xb):
         return DiffRow(kind, key, len(xa), len(xb), 0.0, 0.0, None, None, None, None, "same",
                        "zero in every step on both sides")
+    if len(xa) == len(xb) and np.array_equal(np.sort(xa), np.sort(xb)):
+        return DiffRow(kind, key, len(xa), len(xb), med_a, med_b, None, None, None, None, "same",
+                       "identical samples")
     ratio = med_b / med_a if med_a > 0 else None
     if len(xa) < stats.MIN_SAMPLES or len(xb) < stats.MIN_SAMPLES:
         return DiffRow(kind, key, len(xa), len(xb), med_a, med_b, ratio, None, None, None, "unknown",
