@@ -201,11 +201,13 @@ def planted_ranks(clock_offsets_us: list[float], *, late_rank: int, late_us: flo
 
 
 def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, rank: int = 0, world_size: int = 1,
-                      vendor: str = "nvidia", clock_offset_us: float = 0.0,
+                      vendor: str = "nvidia", clock_offset_us: float = 0.0, whole_us: bool = False,
                       progress: Callable[[int, int], None] | None = None) -> dict:
     """Stream a realistic multi-step GPU trace of about ``target_bytes`` to ``path`` (Kineto's indented
     layout). Each step: forward/backward CPU ops with shapes, their runtime launches and kernels on two
-    compute streams, an NCCL all-reduce overlapping the backward, a memcpy, launch gaps. Returns counts."""
+    compute streams, an NCCL all-reduce overlapping the backward, a memcpy, launch gaps. Times have
+    nanosecond resolution (three decimals, as Kineto writes), or whole microseconds with ``whole_us``.
+    Returns counts."""
     rng = random.Random(seed)
     v = VENDORS[vendor]
     path = Path(path)
@@ -225,8 +227,13 @@ def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, ran
     with opener(path, "wt", encoding="utf-8") as f:
         f.write(json.dumps(head)[:-1] + ',\n  "traceEvents": [\n')
 
+        digits = 0 if whole_us else 3
+
         def emit(ev: dict) -> None:
             nonlocal n_events, written
+            for key in ("ts", "dur"):
+                if key in ev:
+                    ev[key] = round(ev[key], digits) if digits else float(round(ev[key]))
             text = ("" if n_events == 0 else ",\n") + json.dumps(ev, indent=2)
             f.write(text)
             written += len(text)
