@@ -190,34 +190,29 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
     gpu, why = resolve_gpu(trace, device)
     if why:
         notes.append(why)
-    dev = trace.device
+    dev, cpu = trace.device, trace.cpu
     sel = (dev.kind == KIND_KERNEL) & (classes.op_row >= 0)
-    if not np.any(sel) or not trace.shapes:
+    sel[sel] = cpu.shape[classes.op_row[sel]] >= 0
+    if not np.any(sel):
         notes.append("no kernel links to an op with recorded input shapes (profile with record_shapes=True)")
         return [], gpu.key if gpu else None, notes
     op_rows = classes.op_row[sel]
-    durs = dev.dur_ns[sel] / 1e3
+    # One instance per launching op call (its kernels' times summed), grouped by (op name, shapes).
     uniq_ops, inv = np.unique(op_rows, return_inverse=True)
-    inst_dur = np.bincount(inv, weights=durs)
-    by_inst = np.argsort(inv, kind="stable")
-    inst_bounds = np.searchsorted(inv[by_inst], np.arange(len(uniq_ops) + 1))
-    kernel_names = dev.name[sel][by_inst]
+    inst_dur = np.bincount(inv, weights=dev.dur_ns[sel] / 1e3)
+    inst_key = cpu.name[uniq_ops].astype(np.int64) * (len(trace.shapes) + 1) + cpu.shape[uniq_ops]
+    keys, group_of_inst = np.unique(inst_key, return_inverse=True)
+    kernel_pairs = np.unique(np.stack([group_of_inst[inv], dev.name[sel]]), axis=1)
     groups: dict[tuple, dict] = {}
-    cpu = trace.cpu
-    for j, row in enumerate(uniq_ops.tolist()):
-        ext = int(cpu.external_id[row])
-        shapes = trace.shapes.get(ext)
-        if shapes is None:
-            continue
-        name = trace.names[int(cpu.name[row])]
+    for g, key in enumerate(keys.tolist()):
+        name_id, shape_id = divmod(key, len(trace.shapes) + 1)
+        name, shapes = trace.names[name_id], trace.shapes[shape_id]
         cost = op_cost(name, shapes.dims, shapes.types)
         if cost is None or cost.bytes_moved <= 0:
             continue
-        key = (name, json.dumps(shapes.dims), cost.dtype)
-        g = groups.setdefault(key, {"cost": cost, "durs": [], "kernels": set()})
-        g["durs"].append(float(inst_dur[j]))
-        g["kernels"].update(family(trace.names[n])
-                            for n in kernel_names[inst_bounds[j]:inst_bounds[j + 1]].tolist())
+        durs = inst_dur[group_of_inst == g]
+        kernels = {family(trace.names[n]) for n in kernel_pairs[1][kernel_pairs[0] == g].tolist()}
+        groups[(name, json.dumps(shapes.dims), cost.dtype)] = {"cost": cost, "durs": durs, "kernels": kernels}
     points = []
     for (name, shapes_text, dtype), g in groups.items():
         cost, med = g["cost"], float(np.median(g["durs"]))

@@ -93,13 +93,20 @@ def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_
 
     is_launch = launched | name_flags(trace.names, LAUNCH_APIS.__contains__)[rt.name] if len(rt) else launched
     is_sync = name_flags(trace.names, SYNC_APIS.__contains__)[rt.name] if len(rt) else np.zeros(0, dtype=bool)
+    # runtime rows are sorted by start: each step's calls are one slice, summed with prefix sums
+    def prefix(values) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(values)])
+
+    launch_ns, n_launch = prefix(np.where(is_launch, rt.dur_ns, 0)), prefix(is_launch.astype(np.int64))
+    sync_ns = prefix(np.where(is_sync, rt.dur_ns, 0))
+    lo = np.searchsorted(rt.ts_ns, [s.start_ns for s in steps], side="left")
+    hi = np.searchsorted(rt.ts_ns, [s.end_ns for s in steps], side="left")
     per_step = []
-    for s in steps:
-        inside = (rt.ts_ns >= s.start_ns) & (rt.ts_ns < s.end_ns)
-        launch_cpu = float(rt.dur_ns[inside & is_launch].sum()) / 1e3
-        per_step.append(StepLaunch(s.step, launch_cpu, int(np.sum(inside & is_launch)),
-                                   float(rt.dur_ns[inside & is_sync].sum()) / 1e3,
-                                   launch_cpu / s.dur_us if s.dur_us > 0 else float("nan")))
+    for s, a, b in zip(steps, lo.tolist(), hi.tolist(), strict=True):
+        launch_cpu = float(launch_ns[b] - launch_ns[a]) / 1e3
+        per_step.append(StepLaunch(s.step, launch_cpu, int(n_launch[b] - n_launch[a]),
+                                   float(sync_ns[b] - sync_ns[a]) / 1e3,
+                                   launch_cpu / s.dur_us if s.dur_ns > 0 else float("nan")))
     return LaunchStats(Distribution.of(delay_us), by_api, n_graph, graph_kernels, short_us, n_k, int(short.sum()),
                        float(short.mean()) if n_k else float("nan"),
                        float(k_dur[short].sum() / k_dur.sum()) if n_k and k_dur.sum() > 0 else float("nan"),

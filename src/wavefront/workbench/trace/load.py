@@ -142,9 +142,10 @@ class _Builder:
         self.rt = {k: array(t) for k, t in (("ts", "d"), ("dur", "d"), ("name", "i"), ("tid", "q"),
                                             ("correlation", "q"), ("external_id", "q"))}
         self.cpu = {k: array(t) for k, t in (("ts", "d"), ("dur", "d"), ("name", "i"), ("tid", "q"),
-                                             ("cat", "b"), ("external_id", "q"))}
+                                             ("cat", "b"), ("external_id", "q"), ("shape", "i"))}
         self.flow = {k: array(t) for k, t in (("pid", "q"), ("tid", "q"), ("ts", "d"), ("id", "q"))}
-        self.shapes: dict[int, OpShapes] = {}
+        self.shapes: list[OpShapes] = []
+        self.shape_ids: dict[str, int] = {}
         self.op_comm: dict[int, dict] = {}
         self.kernel_comm: dict[int, dict] = {}
         self.n_sync = 0
@@ -177,21 +178,16 @@ def _int_id(value) -> int:
 def _add_events(reader: _Reader, b: _Builder) -> None:
     """Decode the traceEvents array at the cursor (just after '[')."""
     decode = json.JSONDecoder().raw_decode
+    ws_comma = _WS_COMMA.match
     dev, rt, cpu, flow = b.dev, b.rt, b.cpu, b.flow
     intern = b.intern
     shaped_ops = SHAPED_OPS
-    while True:
-        ch = reader.skip(_WS_COMMA)
-        if ch == "]":
-            reader.pos += 1
-            return
-        if ch == "":
-            raise EOFError("the traceEvents array is not closed")
-        e = reader.value(decode)
+
+    def handle(e) -> None:
         b.n_events += 1
         if not isinstance(e, dict):
             b.n_malformed += 1
-            continue
+            return
         try:
             ph = e.get("ph")
             if ph == "X":
@@ -230,12 +226,19 @@ def _add_events(reader: _Reader, b: _Builder) -> None:
                     cpu["tid"].append(_int_id(e.get("tid")))
                     cpu["cat"].append(CPU_CATS[cat])
                     cpu["external_id"].append(ext)
+                    shape = NO_ID
                     if args:
                         if name in shaped_ops and "Input Dims" in args:
-                            b.shapes[ext] = OpShapes(args["Input Dims"], args.get("Input type") or [],
-                                                     args.get("Concrete Inputs"))
+                            # one copy per distinct (dims, types): a training loop repeats a few hundred shapes
+                            dims, types = args["Input Dims"], args.get("Input type") or []
+                            key = f"{dims}{types}"
+                            shape = b.shape_ids.get(key, NO_ID)
+                            if shape == NO_ID:
+                                shape = b.shape_ids[key] = len(b.shapes)
+                                b.shapes.append(OpShapes(dims, types, args.get("Concrete Inputs")))
                         if "Collective name" in args:
                             b.op_comm[ext] = {k: args[k] for k in COMM_ARG_KEYS if k in args}
+                    cpu["shape"].append(shape)
                 elif cat in SYNC_CATS:
                     b.n_sync += 1
             elif ph == "f" and e.get("cat") == "ac2g":
@@ -251,6 +254,30 @@ def _add_events(reader: _Reader, b: _Builder) -> None:
         except (TypeError, ValueError, KeyError, OverflowError):
             b.n_malformed += 1
             _truncate_to_common_length(b)
+
+    while True:
+        # Fast path: the complete events already in the buffer, without method calls per event.
+        buf, pos = reader.buf, reader.pos
+        n = len(buf)
+        while True:
+            pos = ws_comma(buf, pos).end()
+            if pos >= n or buf[pos] == "]":
+                break
+            try:
+                e, end = decode(buf, pos)
+            except json.JSONDecodeError:
+                break
+            pos = end
+            handle(e)
+        reader.pos = pos
+        # Slow path: the array's end, an event split across chunks, or damage.
+        ch = reader.skip(_WS_COMMA)
+        if ch == "]":
+            reader.pos += 1
+            return
+        if ch == "":
+            raise EOFError("the traceEvents array is not closed")
+        handle(reader.value(decode))
 
 
 def _truncate_to_common_length(b: _Builder) -> None:

@@ -67,8 +67,8 @@ class Trace:
     names: list[str]
     device: Columns  # ts_ns, dur_ns, kind, name, device, stream, correlation, external_id, has_coll
     runtime: Columns  # ts_ns, dur_ns, name, tid, correlation, external_id
-    cpu: Columns  # ts_ns, dur_ns, name, tid, cat, external_id
-    shapes: dict[int, OpShapes] = field(default_factory=dict)  # by External id
+    cpu: Columns  # ts_ns, dur_ns, name, tid, cat, external_id, shape
+    shapes: list[OpShapes] = field(default_factory=list)  # distinct input shapes; cpu.shape indexes it
     op_comm_args: dict[int, dict] = field(default_factory=dict)  # collective args of CPU ops, by External id
     kernel_comm_args: dict[int, dict] = field(default_factory=dict)  # collective args on kernels, by correlation
     n_sync_events: int = 0  # GPU-side cuda_sync events: kept out of busy time
