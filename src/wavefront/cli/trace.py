@@ -164,6 +164,8 @@ def analyze_cmd(
     top: Annotated[int, typer.Option(help="Rows per kernel table.")] = 15,
     align: Annotated[str, typer.Option(help="Clock alignment across ranks: auto, ends or none.")] = "auto",
     figures_out: Annotated[str | None, typer.Option("--figures", help="Write dashboard figure specs (JSON).")] = None,
+    annotate_out: Annotated[str | None, typer.Option("--annotate", help="Write a copy of the (single) trace with "
+                                                     "the analysis as extra tracks, for Perfetto.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and
@@ -173,6 +175,8 @@ def analyze_cmd(
     if short_us <= 0 or top <= 0:
         fail("--short-us and --top must be positive")
     paths = expand_paths(traces)
+    if annotate_out and len(paths) != 1:
+        fail(f"--annotate takes exactly one trace file; got {len(paths)}")
     t0 = time.perf_counter()
     result = _analyze(paths, device, short_us, top, align, quiet=json_out == "-")
     wall_s = time.perf_counter() - t0
@@ -185,6 +189,13 @@ def analyze_cmd(
             _print_multirank(result.multirank)
         console.print(f"[dim]analyzed {len(result.ranks)} trace(s) in {wall_s:.1f} s (wall time of this analysis "
                       "on this machine's CPU)[/]")
+    if annotate_out:
+        from wavefront.workbench.trace.annotate import write_annotated
+
+        info = write_annotated(paths[0], annotate_out)
+        if json_out != "-":
+            console.print(f"wrote {annotate_out}: {info['copied']:,} events copied, {info['added']:,} analysis "
+                          "events added (open it in ui.perfetto.dev)")
     if figures_out:
         from wavefront.workbench.trace.figures import figures
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -96,3 +97,27 @@ def test_one_unreadable_rank_is_skipped(tmp_path):
     assert res.exit_code == 0
     doc = json.loads(res.stdout)
     assert len(doc["ranks"]) == 1 and any("skipped" in w and "bad.json" in w for w in doc["warnings"])
+
+
+def test_annotated_copy_opens_and_keeps_every_event(tmp_path):
+    from wavefront.workbench.trace import load_trace
+    from wavefront.workbench.trace.breakdown import step_breakdowns
+
+    src = planted_gpu_trace().write(tmp_path / "p.json", indent=2)
+    out = tmp_path / "annotated.json.gz"
+    res = _run("analyze", src, "--annotate", out, "--json", tmp_path / "a.json")
+    assert res.exit_code == 0, res.output
+    original, annotated = load_trace(src), load_trace(out)
+    assert annotated.complete and annotated.n_events > original.n_events
+    assert step_breakdowns(annotated)[0] == step_breakdowns(original)[0]  # the analysis tracks change nothing
+    with gzip.open(out, "rt") as f:
+        doc = json.load(f)
+    added = [e for e in doc["traceEvents"] if e.get("pid") == "wavefront analysis" and e["ph"] == "X"]
+    by_track = {}
+    for e in added:
+        by_track[e["tid"]] = by_track.get(e["tid"], 0.0) + e["dur"]
+    assert by_track == {"steps": 2000.0, "comm exposed": 400.0, "comm hidden by compute": 150.0,
+                        "idle: host-bound": 300.0, "idle: other": 360.0}
+    assert doc["deviceProperties"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    two = _run("analyze", src, src, "--annotate", out)
+    assert two.exit_code == 2 and "exactly one" in two.output

@@ -75,6 +75,7 @@ class _Reader:
         self.eof = False
         self.damage: str | None = None  # why reading stopped early (gzip damage)
         self.consumed_chars = 0
+        self.last_start = 0
 
     def more(self) -> bool:
         """Append one chunk to the buffer (dropping what was consumed). False at end of input."""
@@ -109,6 +110,7 @@ class _Reader:
     def value(self, decode):
         """Decode one JSON value at the cursor, reading more input until it is complete."""
         while True:
+            self.last_start = self.pos
             try:
                 obj, end = decode(self.buf, self.pos)
             except json.JSONDecodeError:
@@ -175,8 +177,9 @@ def _int_id(value) -> int:
     return int(digits) if digits and len(digits) < 18 else zlib.crc32(text.encode()) + (1 << 40)
 
 
-def _add_events(reader: _Reader, b: _Builder) -> None:
-    """Decode the traceEvents array at the cursor (just after '[')."""
+def _add_events(reader: _Reader, b: _Builder, raw_sink: Callable[[str], None] | None = None) -> None:
+    """Decode the traceEvents array at the cursor (just after '['); ``raw_sink`` receives each event's
+    text as written (to copy the trace)."""
     decode = json.JSONDecoder().raw_decode
     ws_comma = _WS_COMMA.match
     dev, rt, cpu, flow = b.dev, b.rt, b.cpu, b.flow
@@ -267,6 +270,8 @@ def _add_events(reader: _Reader, b: _Builder) -> None:
                 e, end = decode(buf, pos)
             except json.JSONDecodeError:
                 break
+            if raw_sink is not None:
+                raw_sink(buf[pos:end])
             pos = end
             handle(e)
         reader.pos = pos
@@ -277,7 +282,10 @@ def _add_events(reader: _Reader, b: _Builder) -> None:
             return
         if ch == "":
             raise EOFError("the traceEvents array is not closed")
-        handle(reader.value(decode))
+        e = reader.value(decode)
+        if raw_sink is not None:
+            raw_sink(reader.buf[reader.last_start:reader.pos])
+        handle(e)
 
 
 def _truncate_to_common_length(b: _Builder) -> None:
@@ -329,8 +337,10 @@ def _link_flows(device: Columns, flow: Columns) -> None:
             device.correlation[row] = corr
 
 
-def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> Trace:
-    """Load one rank's trace. ``progress(bytes_done, bytes_total)`` is called after each chunk.
+def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None = None,
+               raw_sink: Callable[[str], None] | None = None) -> Trace:
+    """Load one rank's trace. ``progress(bytes_done, bytes_total)`` is called after each chunk;
+    ``raw_sink(text)`` receives every event's JSON text as written (used to copy the trace).
 
     Raises FileNotFoundError for a missing file and :class:`TraceLoadError` when nothing usable is in
     it; otherwise returns the trace, with ``complete=False`` and a warning when the file is damaged.
@@ -352,7 +362,7 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
         if first == "[":
             reader.pos += 1
             saw_events = True
-            _add_events(reader, b)
+            _add_events(reader, b, raw_sink)
         elif first == "{":
             reader.pos += 1
             while True:
@@ -369,7 +379,7 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
                 if key == "traceEvents" and ch == "[":
                     reader.pos += 1
                     saw_events = True
-                    _add_events(reader, b)
+                    _add_events(reader, b, raw_sink)
                 else:
                     meta[str(key)] = reader.value(decode)
         else:
