@@ -117,6 +117,9 @@ def _print_rank(r, top: int) -> None:
         console.print(f"launch delay (runtime call start -> first device start, {d.n} launches): median "
                       f"{d.p50:.1f} us, p90 {d.p90:.1f} us, p99 {d.p99:.1f} us, max {d.max:.1f} us; "
                       f"{ls.n_graph_launches} graph launch(es) running {ls.graph_kernels} kernel(s)")
+        o = ls.op_delay_us
+        console.print(f"CPU op start -> its first device start ({o.n} op calls): median {o.p50:.1f} us, "
+                      f"p90 {o.p90:.1f} us, max {o.max:.1f} us")
         console.print(f"short kernels (< {ls.short_us:g} us): {ls.n_short}/{ls.n_kernels} "
                       f"({100 * ls.short_count_fraction:.1f}% of kernels, {100 * ls.short_time_fraction:.1f}% of "
                       f"kernel time); unlinked device events: {ls.unlinked_device_events}")

@@ -17,6 +17,10 @@ def test_planted_launch_stats(planted_path):
     assert d.n == 10 and d.mean == pytest.approx(np.mean(delays)) and d.p50 == np.median(delays)
     assert d.max == 320 and d.p90 == pytest.approx(np.percentile(delays, 90))
     assert ls.n_graph_launches == 1 and ls.graph_kernels == 3
+    # per launching CPU op call: first device start - op start
+    op_delays = [60, 242, 325, 35, 56, 302, 55, 15, 15, 12]
+    assert ls.op_delay_us.n == 10 and ls.op_delay_us.mean == pytest.approx(np.mean(op_delays))
+    assert ls.op_delay_us.p50 == np.median(op_delays) and ls.op_delay_us.max == 325
     expected_apis = ({"hipExtModuleLaunchKernel": 7, "hipGraphLaunch": 1, "hipMemcpyAsync": 1, "hipMemsetAsync": 1}
                      if "amd" in planted_path.name else
                      {"cudaLaunchKernel": 7, "cudaGraphLaunch": 1, "cudaMemcpyAsync": 1, "cudaMemsetAsync": 1})

@@ -2,7 +2,9 @@
 device's work is too short to hide its launch, and how much CPU time each step spends launching.
 
 - launch delay, one sample per launch call with device work: start of the first device event it launched
-  minus the start of the runtime call (``cudaLaunchKernel``, ``hipExtModuleLaunchKernel``,
+  minus the start of the runtime call; and ``op_delay_us``, one sample per CPU op call that launched
+  device work: its first device event's start minus the op's start (what the op costs before the device
+  sees it: dispatch, argument checks, the launch call, the queue) (``cudaLaunchKernel``, ``hipExtModuleLaunchKernel``,
   ``cudaGraphLaunch``, ``cudaMemcpyAsync`` ...). A graph launch is one sample (its first kernel), never one
   per kernel of the graph. Long delays mean a deep queue (healthy, the host runs ahead); delays near the
   launch latency with device idle between kernels mean the host is the bottleneck.
@@ -52,6 +54,7 @@ class StepLaunch:
 @dataclass
 class LaunchStats:
     delay_us: Distribution
+    op_delay_us: Distribution
     launches_by_api: dict[str, int]
     n_graph_launches: int
     graph_kernels: int  # kernels that ran inside graph launches
@@ -76,6 +79,12 @@ def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_
     np.minimum.at(first_start, rows, dev.ts_ns[linked])
     launched = first_start != never
     delay_us = (first_start[launched] - rt.ts_ns[launched]) / 1e3
+
+    by_op = classes.op_row >= 0
+    op_first = np.full(len(trace.cpu), never, dtype=np.int64)
+    np.minimum.at(op_first, classes.op_row[by_op], dev.ts_ns[by_op])
+    op_launched = op_first != never
+    op_delay_us = (op_first[op_launched] - trace.cpu.ts_ns[op_launched]) / 1e3
 
     api_names = np.array(trace.names, dtype=object)
     by_api: dict[str, int] = {}
@@ -107,7 +116,8 @@ def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_
         per_step.append(StepLaunch(s.step, launch_cpu, int(n_launch[b] - n_launch[a]),
                                    float(sync_ns[b] - sync_ns[a]) / 1e3,
                                    launch_cpu / s.dur_us if s.dur_ns > 0 else float("nan")))
-    return LaunchStats(Distribution.of(delay_us), by_api, n_graph, graph_kernels, short_us, n_k, int(short.sum()),
+    return LaunchStats(Distribution.of(delay_us), Distribution.of(op_delay_us), by_api, n_graph, graph_kernels,
+                       short_us, n_k, int(short.sum()),
                        float(short.mean()) if n_k else float("nan"),
                        float(k_dur[short].sum() / k_dur.sum()) if n_k and k_dur.sum() > 0 else float("nan"),
                        int(np.sum(~linked)), per_step)
