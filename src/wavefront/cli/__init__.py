@@ -23,6 +23,7 @@ VERB_MODULES: tuple[str, ...] = (
     "wavefront.cli.comm",
     "wavefront.cli.plan",
     "wavefront.cli.train",
+    "wavefront.cli.trace",
 )
 
 

@@ -1,0 +1,169 @@
+"""One call from trace files to every analysis: :func:`analyze` returns a :class:`TraceAnalysis`
+(dataclasses; ``as_dict()`` is the ``wavefront.trace.analyze/1`` JSON document's body)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from wavefront.workbench.trace.breakdown import (
+    CATEGORIES,
+    StepBreakdown,
+    build_timeline,
+    cpu_comm_rows,
+    find_steps,
+)
+from wavefront.workbench.trace.classify import COMM, classify_device, family
+from wavefront.workbench.trace.kernels import KernelReport, family_time_by_step, kernel_table, roofline
+from wavefront.workbench.trace.launch import LaunchStats, launch_stats
+from wavefront.workbench.trace.load import TraceLoadError, load_trace
+from wavefront.workbench.trace.model import KIND_KERNEL, KIND_NAMES, Trace
+from wavefront.workbench.trace.multirank import CollectiveInstances, MultiRankReport, RankSteps, multirank
+
+SCHEMA = "wavefront.trace.analyze/1"
+_BACKEND_PREFIXES = ("gloo:", "nccl:", "rccl:", "mpi:", "ucc:")
+
+
+@dataclass
+class RankAnalysis:
+    path: str
+    rank: int | None
+    world_size: int | None
+    host: str | None
+    device_name: str | None
+    domain: str  # "device" | "cpu"
+    complete: bool
+    n_events: int
+    steps: list[StepBreakdown]
+    kernels: KernelReport
+    launch: LaunchStats | None
+    classification: dict  # class -> {rule: count}
+    family_step_us: dict[str, list[float]]  # per family, time per step (for diffs)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    collectives: CollectiveInstances | None = None
+
+    def totals(self) -> dict:
+        """Breakdown categories summed over steps, and the step total."""
+        out = {f"{c}_us": sum(s.ns(c) for s in self.steps) / 1e3 for c in CATEGORIES}
+        out["step_us"] = sum(s.dur_ns for s in self.steps) / 1e3
+        return out
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "rank": self.rank, "world_size": self.world_size, "host": self.host,
+                "device_name": self.device_name,
+                "domain": self.domain, "complete": self.complete, "n_events": self.n_events,
+                "notes": self.notes, "warnings": self.warnings, "classification": self.classification,
+                "steps": [s.as_dict() for s in self.steps], "totals": self.totals(),
+                "kernels": self.kernels.as_dict(), "launch": self.launch.as_dict() if self.launch else None}
+
+
+@dataclass
+class TraceAnalysis:
+    ranks: list[RankAnalysis]
+    multirank: MultiRankReport | None
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"schema": SCHEMA, "warnings": self.warnings, "ranks": [r.as_dict() for r in self.ranks],
+                "multirank": self.multirank.as_dict() if self.multirank else None}
+
+
+def _collectives(trace: Trace, classes) -> CollectiveInstances:
+    if len(trace.device):
+        rows = np.flatnonzero((classes.cls == COMM) & (trace.device.kind == KIND_KERNEL))
+        keys = []
+        for row in rows.tolist():
+            op = int(classes.op_row[row])
+            keys.append(trace.names[int(trace.cpu.name[op])] if op >= 0
+                        else family(trace.names[int(trace.device.name[row])]))
+        return CollectiveInstances(keys, trace.device.ts_ns[rows] / 1e3, trace.device.end_ns[rows] / 1e3)
+    comm = cpu_comm_rows(trace)
+    names = trace.names
+    backend = np.array([names[i].startswith(_BACKEND_PREFIXES) for i in trace.cpu.name.tolist()], dtype=bool)
+    rows = np.flatnonzero(comm & backend) if np.any(comm & backend) else np.flatnonzero(comm)
+    return CollectiveInstances([names[int(i)] for i in trace.cpu.name[rows].tolist()], trace.cpu.ts_ns[rows] / 1e3,
+                               trace.cpu.end_ns[rows] / 1e3)
+
+
+def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 10.0, top: int = 20) -> RankAnalysis:
+    """Every single-rank analysis of one loaded trace."""
+    classes = classify_device(trace) if len(trace.device) else None
+    timeline = build_timeline(trace, classes)
+    steps, note = find_steps(trace)
+    notes = [note] if note else []
+    if timeline.domain == "cpu":
+        notes.append("no device events (CPU-only trace): the breakdown is of CPU operators across threads")
+    breakdowns = [timeline.breakdown(s) for s in steps]
+    kernels = kernel_table(trace, classes, top=top)
+    launch = None
+    if classes is not None:
+        points, gpu_key, rf_notes = roofline(trace, classes, device, top=top)
+        kernels.roofline, kernels.gpu = points, gpu_key
+        kernels.notes.extend(rf_notes)
+        launch = launch_stats(trace, classes, steps, short_us)
+        if trace.n_sync_events:
+            notes.append(f"{trace.n_sync_events} GPU-side sync record(s) (cuda_sync) kept out of busy time")
+    classification = classes.counts() if classes is not None else {}
+    kinds = {KIND_NAMES[k]: int(n) for k, n in zip(*np.unique(trace.device.kind, return_counts=True), strict=True)}
+    if kinds:
+        notes.append("device events: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+    return RankAnalysis(trace.path, trace.rank, trace.world_size, trace.meta.get("host_name"), trace.device_name,
+                        timeline.domain, trace.complete, trace.n_events, breakdowns, kernels, launch, classification,
+                        family_time_by_step(trace, steps), notes, list(trace.warnings),
+                        _collectives(trace, classes))
+
+
+def analyze(paths: list[str | Path], *, device: str | None = None, short_us: float = 10.0, top: int = 20,
+            align: str = "auto", progress: Callable[[str, int, int], None] | None = None) -> TraceAnalysis:
+    """Load and analyze one trace per rank. A file that cannot be read becomes a warning (the others are
+    still analyzed); TraceLoadError only when no file could be read at all."""
+    if not paths:
+        raise ValueError("paths: expected at least one trace file")
+    warnings: list[str] = []
+    ranks: list[RankAnalysis] = []
+    for path in paths:
+        try:
+            trace = load_trace(path, progress=(lambda done, total, p=str(path): progress(p, done, total))
+                               if progress else None)
+        except (TraceLoadError, OSError) as exc:
+            warnings.append(f"skipped {path}: {exc}")
+            continue
+        ranks.append(analyze_trace(trace, device=device, short_us=short_us, top=top))
+        del trace
+    if not ranks:
+        if len(warnings) == 1:
+            raise TraceLoadError(warnings[0].removeprefix(f"skipped {paths[0]}: "))
+        raise TraceLoadError("no trace could be read: " + "; ".join(warnings))
+    return TraceAnalysis(ranks, _multirank(ranks, align, warnings), warnings)
+
+
+def _multirank(ranks: list[RankAnalysis], align: str, warnings: list[str]) -> MultiRankReport | None:
+    if len(ranks) < 2:
+        return None
+    ids = [r.rank for r in ranks]
+    if None in ids:
+        warnings.append("some traces carry no distributedInfo rank: ranks are numbered in file order")
+        ids = list(range(len(ranks)))
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        warnings.append(f"rank(s) {dup} appear in more than one file: multi-rank analysis skipped")
+        return None
+    sizes = {r.path: r.world_size for r in ranks if r.world_size is not None}
+    if len(set(sizes.values())) > 1:
+        warnings.append(f"traces disagree on world_size: {sorted(set(sizes.values()))}")
+    elif sizes and next(iter(sizes.values())) != len(ranks):
+        warnings.append(f"world_size is {next(iter(sizes.values()))} but {len(ranks)} rank file(s) were given: "
+                        "the multi-rank analysis covers only these ranks")
+    domains = {r.domain for r in ranks}
+    if len(domains) > 1:
+        warnings.append("some ranks have device events and some do not: multi-rank analysis skipped")
+        return None
+    rank_steps = [RankSteps(rid, r.host, [(s.step, s.start_ns / 1e3, s.dur_us) for s in r.steps],
+                            r.collectives or CollectiveInstances([], np.zeros(0), np.zeros(0)))
+                  for rid, r in zip(ids, ranks, strict=True)]
+    return multirank(rank_steps, align)
+

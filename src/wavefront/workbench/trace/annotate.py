@@ -1,0 +1,70 @@
+"""An annotated copy of a trace that Perfetto (ui.perfetto.dev) and chrome://tracing open: every original
+event, plus a process "wavefront analysis" whose tracks show the steps with their breakdown and the
+intervals behind each category (exposed communication, communication hidden by compute, host-bound and
+other idle), so a number in the report can be found on the timeline.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from wavefront.workbench.trace.breakdown import CATEGORIES, build_timeline, find_steps
+from wavefront.workbench.trace.intervals import IntervalSet, Segments, gaps, union
+from wavefront.workbench.trace.load import load_trace
+
+PID = "wavefront analysis"
+TRACKS = ("steps", "comm exposed", "comm hidden by compute", "idle: host-bound", "idle: other")
+
+
+def _events(track: str, name: str, s: IntervalSet, args: dict | None = None) -> list[dict]:
+    return [{"ph": "X", "cat": "wavefront", "name": name, "pid": PID, "tid": track, "ts": a / 1e3,
+             "dur": (b - a) / 1e3, **({"args": args} if args else {})}
+            for a, b in zip(s.starts.tolist(), s.ends.tolist(), strict=True)]
+
+
+def write_annotated(src: str | Path, dst: str | Path) -> dict:
+    """Copy ``src`` to ``dst`` (gzip when it ends in .gz) with the analysis tracks added. Returns the
+    number of events copied and added."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + ".events.tmp")
+    n_copied = 0
+    with open(tmp, "w", encoding="utf-8") as events_out:
+        def sink(text: str) -> None:
+            nonlocal n_copied
+            events_out.write(("," if n_copied else "") + text + "\n")
+            n_copied += 1
+
+        trace = load_trace(src, raw_sink=sink)
+    timeline = build_timeline(trace)
+    steps, _ = find_steps(trace)
+    added: list[dict] = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PID}}]
+    added += [{"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t, "args": {"sort_index": i}}
+              for i, t in enumerate(TRACKS)]
+    for step in steps:
+        b = timeline.breakdown(step)
+        added += _events("steps", f"step {step.step if step.step is not None else 'all'}",
+                         IntervalSet.union_of([step.start_ns], [step.end_ns]), {f"{c}_us": b.us(c) for c in CATEGORIES})
+    if steps:
+        lo, hi = min(s.start_ns for s in steps), max(s.end_ns for s in steps)
+        seg = Segments.of([timeline.compute.clip(lo, hi), timeline.comm.clip(lo, hi)], lo, hi)
+        added += _events("comm exposed", "comm exposed", seg.select(lambda c, x: x & ~c))
+        added += _events("comm hidden by compute", "comm hidden", seg.select(lambda c, x: x & c))
+        idle = gaps(union(timeline.compute, timeline.comm, timeline.memory), lo, hi)
+        host = timeline.host_bound.clip(lo, hi)
+        added += _events("idle: host-bound", "idle: host-bound", host)
+        other = Segments.of([idle, host], lo, hi).select(lambda i, h: i & ~h)
+        added += _events("idle: other", "idle: other", other)
+    opener = gzip.open if dst.suffix == ".gz" else open
+    meta = {k: v for k, v in trace.meta.items() if k not in ("n_flow_links", "thread_labels")}
+    with opener(dst, "wt", encoding="utf-8") as out, open(tmp, encoding="utf-8") as events_in:
+        out.write("{\n" + "".join(f"{json.dumps(k)}: {json.dumps(v)},\n" for k, v in meta.items()))
+        out.write('"traceEvents": [\n')
+        for line in events_in:
+            out.write(line)
+        for i, e in enumerate(added):
+            out.write(("," if n_copied or i else "") + json.dumps(e) + "\n")
+        out.write("]\n}\n")
+    tmp.unlink()
+    return {"copied": n_copied, "added": len(added), "complete": trace.complete}

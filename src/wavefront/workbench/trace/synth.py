@@ -1,0 +1,298 @@
+"""Synthetic Kineto traces with planted timings, in the exact shape torch.profiler writes on a GPU machine.
+
+:class:`SynthTrace` builds a trace event by event: CPU ops (with recorded shapes), ProfilerStep spans,
+kernels launched through a runtime call with a correlation id and an ac2g flow, CUDA/HIP graph launches
+(many kernels, one correlation), memcpy/memset, GPU-side sync events, NCCL or RCCL collectives. Tests
+plant overlaps, gaps and skews and check every number of the analysis exactly; :func:`write_large_trace`
+streams a realistic trace of any size to disk for the speed benchmark.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+VENDORS = {
+    "nvidia": {"launch": "cudaLaunchKernel", "graph": "cudaGraphLaunch", "memcpy": "cudaMemcpyAsync",
+               "memset": "cudaMemsetAsync", "sync": "cudaStreamSynchronize", "device": "NVIDIA H100 80GB HBM3",
+               "gemm": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
+               "allreduce": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"},
+    "amd": {"launch": "hipExtModuleLaunchKernel", "graph": "hipGraphLaunch", "memcpy": "hipMemcpyAsync",
+            "memset": "hipMemsetAsync", "sync": "hipStreamSynchronize", "device": "AMD Instinct MI300X",
+            "gemm": "Cijk_Alik_Bljk_BBS_BH_MT128x128x64_MI32x32x8x1_SN_1LDSB1_GRVW8",
+            "allreduce": "ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclWorkElem)"},
+}
+
+
+class SynthTrace:
+    """A trace under construction. Times are microseconds; ids are assigned in call order."""
+
+    def __init__(self, *, vendor: str = "nvidia", rank: int | None = None, world_size: int | None = None,
+                 host: str = "synth-host", device_name: str | None = None, pid: int = 4242, tid: int = 4242,
+                 base_us: float = 1_000_000.0, cpu_only: bool = False):
+        if vendor not in VENDORS:
+            raise ValueError(f"vendor must be one of {sorted(VENDORS)}, got {vendor!r}")
+        self.v = VENDORS[vendor]
+        self.vendor = vendor
+        self.pid, self.tid, self.base = pid, tid, base_us
+        self.events: list[dict] = []
+        self.meta: dict = {"schemaVersion": 1, "host_name": host, "record_shapes": 1,
+                           "deviceProperties": [] if cpu_only else [{"id": 0, "name": device_name or self.v["device"],
+                                                                    "totalGlobalMem": 85_000_000_000}]}
+        if rank is not None:
+            self.meta["distributedInfo"] = {"backend": "nccl" if vendor == "nvidia" else "rccl", "rank": rank,
+                                            "world_size": world_size or 1}
+        self._next_ext = 1
+        self._next_corr = 1
+
+    def _t(self, t: float) -> float:
+        return self.base + t
+
+    def op(self, name: str, ts: float, dur: float, *, tid: int | None = None, dims: list | None = None,
+           types: list | None = None, cat: str = "cpu_op", args: dict | None = None) -> int:
+        """A CPU op (or user annotation); returns its External id."""
+        ext = self._next_ext
+        self._next_ext += 1
+        a = {"External id": ext, "Record function id": 0}
+        if dims is not None:
+            a["Input Dims"], a["Input type"] = dims, types or []
+        a.update(args or {})
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": tid or self.tid,
+                            "ts": self._t(ts), "dur": dur, "args": a})
+        return ext
+
+    def step(self, n: int, ts: float, dur: float) -> None:
+        self.op(f"ProfilerStep#{n}", ts, dur, cat="user_annotation")
+
+    def runtime(self, name: str, ts: float, dur: float, *, ext: int | None = None, corr: int | None = None) -> None:
+        args: dict = {"cbid": 0}
+        if ext is not None:
+            args["External id"] = ext
+        if corr is not None:
+            args["correlation"] = corr
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": self.pid, "tid": self.tid,
+                            "ts": self._t(ts), "dur": dur, "args": args})
+
+    def _device(self, cat: str, name: str, ts: float, dur: float, stream: int, corr: int, ext: int | None,
+                extra: dict | None) -> None:
+        args = {"External id": ext if ext is not None else 0, "device": 0, "stream": stream, "correlation": corr}
+        args.update(extra or {})
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": self._t(ts),
+                            "dur": dur, "args": args})
+        self.events.append({"ph": "f", "id": corr, "pid": 0, "tid": stream, "ts": self._t(ts), "cat": "ac2g",
+                            "name": "ac2g", "bp": "e"})
+
+    def launch(self, name: str, ts: float, dur: float, *, launch_ts: float, launch_dur: float = 5.0,
+               stream: int = 7, op: int | None = None, api: str | None = None, cat: str = "kernel",
+               extra: dict | None = None) -> int:
+        """One device event launched by one runtime call; returns the correlation id."""
+        corr = self._next_corr
+        self._next_corr += 1
+        api = api or {"kernel": self.v["launch"], "gpu_memcpy": self.v["memcpy"], "gpu_memset": self.v["memset"]}[cat]
+        self.runtime(api, launch_ts, launch_dur, ext=op, corr=corr)
+        self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.tid, "ts": self._t(launch_ts),
+                            "cat": "ac2g", "name": "ac2g"})
+        self._device(cat, name, ts, dur, stream, corr, op, extra)
+        return corr
+
+    def graph_launch(self, kernels: list[tuple[str, float, float, int]], *, launch_ts: float,
+                     launch_dur: float = 8.0, op: int | None = None) -> int:
+        """A CUDA/HIP graph launch: one runtime call, every kernel sharing its correlation id."""
+        corr = self._next_corr
+        self._next_corr += 1
+        self.runtime(self.v["graph"], launch_ts, launch_dur, ext=op, corr=corr)
+        for name, ts, dur, stream in kernels:
+            self._device("kernel", name, ts, dur, stream, corr, op, None)
+        return corr
+
+    def sync_event(self, ts: float, dur: float, stream: int = 7) -> None:
+        """A GPU-side synchronization record (cat cuda_sync): not device work."""
+        self.events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": stream,
+                            "ts": self._t(ts), "dur": dur, "args": {"stream": stream, "device": 0}})
+
+    def to_dict(self) -> dict:
+        return {**self.meta, "traceEvents": self.events}
+
+    def write(self, path: str | Path, *, gz: bool | None = None, indent: int | None = None) -> Path:
+        path = Path(path)
+        gz = path.suffix == ".gz" if gz is None else gz
+        text = json.dumps(self.to_dict(), indent=indent)
+        if gz:
+            with gzip.open(path, "wt", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            path.write_text(text)
+        return path
+
+
+def planted_gpu_trace(vendor: str = "nvidia", **kwargs) -> SynthTrace:
+    """Two steps with planted overlaps and gaps (times relative to the trace base, microseconds).
+
+    Step 1 [0, 1000): mm kernel A [100, 300) and B [300, 500) on stream 7, a collective [400, 700) on the
+    comm stream, a host-bound gap [700, 750) (C launched at [720, 740)), C [750, 800), a memcpy
+    [800, 850), an "other" gap [850, 900) (D was queued at [600, 610); a GPU sync record spans it), D
+    [900, 950), then a host-bound gap into step 2 (its first launch ends at 1060).
+    Step 2 [1000, 2000): a graph launch [1050, 1058) runs [1100, 1200), [1210, 1300), [1300, 1400) (the
+    10 us gap inside is "other"); a collective whose kernel name matches no pattern, [1350, 1600),
+    identified through its launching op; E [1600, 1700) with a memset [1650, 1660) under it; no more work.
+    """
+    t = SynthTrace(vendor=vendor, **kwargs)
+    v = t.v
+    t.step(1, 0, 1000)
+    t.step(2, 1000, 1000)
+    mm = t.op("aten::mm", 40, 30, dims=[[64, 128], [128, 256]], types=["c10::BFloat16", "c10::BFloat16"])
+    t.launch(v["gemm"], 100, 200, launch_ts=50, launch_dur=10, op=mm)
+    add = t.op("aten::add", 58, 14, dims=[[64, 256], [64, 256], []], types=["c10::BFloat16", "c10::BFloat16",
+                                                                          "Scalar"])
+    t.launch("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >()",
+             300, 200, launch_ts=60, launch_dur=10, op=add)
+    # ProcessGroupNCCL names its regions "nccl:*" on ROCm too (RCCL builds the same code).
+    coll = t.op("nccl:all_reduce", 75, 20)
+    t.launch(v["allreduce"], 400, 300, launch_ts=80, launch_dur=10, stream=20, op=coll)
+    relu = t.op("aten::relu", 715, 30)
+    t.launch("triton_poi_fused_relu_0", 750, 50, launch_ts=720, launch_dur=20, op=relu)
+    cp = t.op("aten::copy_", 744, 6)
+    t.launch("Memcpy HtoD (Pageable -> Device)", 800, 50, launch_ts=745, launch_dur=3, op=cp, cat="gpu_memcpy")
+    mul = t.op("aten::mul", 598, 14)
+    t.launch("triton_poi_fused_mul_1", 900, 50, launch_ts=600, launch_dur=10, op=mul)
+    t.sync_event(850, 50)
+    t.runtime(v["sync"], 860, 30)
+
+    graph_op = t.op("cuda_graph_replay", 1045, 20, cat="user_annotation")
+    t.graph_launch([("triton_poi_fused_graph_0", 1100, 100, 7), ("triton_poi_fused_graph_1", 1210, 90, 7),
+                    ("triton_poi_fused_graph_2", 1300, 100, 7)], launch_ts=1050, launch_dur=10, op=graph_op)
+    rs = t.op("nccl:reduce_scatter", 1335, 12)
+    t.launch("fused_collective_kernel_v2", 1350, 250, launch_ts=1340, launch_dur=5, stream=21, op=rs)
+    gelu = t.op("aten::gelu", 1585, 12)
+    t.launch("triton_poi_fused_gelu_2", 1600, 100, launch_ts=1590, launch_dur=5, op=gelu)
+    zero = t.op("aten::zero_", 1638, 6)
+    t.launch("Memset (Device)", 1650, 10, launch_ts=1640, launch_dur=2, stream=8, op=zero, cat="gpu_memset")
+    return t
+
+
+def planted_ranks(clock_offsets_us: list[float], *, late_rank: int, late_us: float = 100.0, n_steps: int = 5,
+                  same_host: bool = False, vendor: str = "nvidia") -> list[SynthTrace]:
+    """One trace per rank with planted skew, a late rank and clock offsets (true time + offset is what
+    each rank records).
+
+    In true time, step k (1-based) starts at ``1100 * k`` on every rank and lasts ``900 + 50 * rank`` us
+    (skew 50 * (n - 1), the highest rank slowest). Each step: a compute kernel [100, 500) after the step
+    start, then an all-reduce that every rank enters at +500 except ``late_rank`` at ``+500 + late_us``,
+    and that ends at +800 everywhere. So each on-time rank waits ``late_us`` per step.
+    """
+    n = len(clock_offsets_us)
+    traces = []
+    for rank, offset in enumerate(clock_offsets_us):
+        t = SynthTrace(vendor=vendor, rank=rank, world_size=n, host="node0" if same_host else f"node{rank}",
+                       base_us=1_000_000.0 + offset)
+        for k in range(1, n_steps + 1):
+            s = 1100.0 * k
+            t.step(k, s, 900.0 + 50.0 * rank)
+            mm = t.op("aten::mm", s + 10, 40, dims=[[256, 256], [256, 256]], types=["c10::BFloat16"] * 2)
+            t.launch(t.v["gemm"], s + 100, 400, launch_ts=s + 20, op=mm)
+            coll = t.op("nccl:all_reduce", s + 60, 20)
+            arrive = s + 500 + (late_us if rank == late_rank else 0.0)
+            t.launch(t.v["allreduce"], arrive, s + 800 - arrive, launch_ts=s + 65, stream=20, op=coll)
+        traces.append(t)
+    return traces
+
+
+def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, rank: int = 0, world_size: int = 1,
+                      vendor: str = "nvidia", clock_offset_us: float = 0.0, whole_us: bool = False,
+                      progress: Callable[[int, int], None] | None = None) -> dict:
+    """Stream a realistic multi-step GPU trace of about ``target_bytes`` to ``path`` (Kineto's indented
+    layout). Each step: forward/backward CPU ops with shapes, their runtime launches and kernels on two
+    compute streams, an NCCL all-reduce overlapping the backward, a memcpy, launch gaps. Times have
+    nanosecond resolution (three decimals, as Kineto writes), or whole microseconds with ``whole_us``.
+    Returns counts."""
+    rng = random.Random(seed)
+    v = VENDORS[vendor]
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    n_events = 0
+    written = 0
+    ext = corr = 0
+    t = 1_000_000.0 + clock_offset_us
+    head = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": v["device"]}],
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
+            "record_shapes": 1, "host_name": f"synth-node{rank}", "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": 1_700_000_000_000_000_000}
+    kernels = ["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
+               "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>()",
+               "triton_per_fused_rms_norm_0", "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8>()",
+               "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>"]
+    with opener(path, "wt", encoding="utf-8") as f:
+        f.write(json.dumps(head)[:-1] + ',\n  "traceEvents": [\n')
+
+        digits = 0 if whole_us else 3
+
+        def emit(ev: dict) -> None:
+            nonlocal n_events, written
+            for key in ("ts", "dur"):
+                if key in ev:
+                    ev[key] = round(ev[key], digits) if digits else float(round(ev[key]))
+            text = ("" if n_events == 0 else ",\n") + json.dumps(ev, indent=2)
+            f.write(text)
+            written += len(text)
+            n_events += 1
+
+        step = 0
+        while written < target_bytes:
+            step += 1
+            step_start = t
+            step_ev = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                       "ts": step_start, "dur": 0.0, "args": {"External id": ext}}
+            ext += 1
+            gpu_t = t + 20
+            for i in range(200):
+                name = kernels[i % len(kernels)]
+                ext += 1
+                corr += 1
+                op_dur = rng.uniform(8, 20)
+                emit({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t, "dur": op_dur,
+                      "args": {"External id": ext, "Sequence number": ext, "Fwd thread id": 0,
+                               "Record function id": 0, "Input Dims": [[1024, 4096], [4096, 4096]],
+                               "Input type": ["c10::BFloat16", "c10::BFloat16"], "Ev Idx": ext}})
+                emit({"ph": "X", "cat": "cuda_runtime", "name": v["launch"], "pid": 1, "tid": 1, "ts": t + 2,
+                      "dur": 4.0, "args": {"External id": ext, "cbid": 211, "correlation": corr}})
+                emit({"ph": "s", "id": corr, "pid": 1, "tid": 1, "ts": t + 2, "cat": "ac2g", "name": "ac2g"})
+                k_dur = rng.uniform(5, 60)
+                gpu_t = max(gpu_t, t + 6) + rng.choice((0.0, 0.0, 0.0, rng.uniform(1, 30)))
+                stream = 7 if i % 4 else 13
+                emit({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": gpu_t, "dur": k_dur,
+                      "args": {"External id": ext, "queued": 0, "device": 0, "context": 1, "stream": stream,
+                               "correlation": corr, "registers per thread": 128, "shared memory": 0,
+                               "blocks per SM": 1.0, "warps per SM": 4.0, "grid": [132, 1, 1], "block": [128, 1, 1],
+                               "est. achieved occupancy %": 6}})
+                emit({"ph": "f", "id": corr, "pid": 0, "tid": stream, "ts": gpu_t, "cat": "ac2g", "name": "ac2g",
+                      "bp": "e"})
+                if i == 150:
+                    ext += 1
+                    corr += 1
+                    emit({"ph": "X", "cat": "cpu_op", "name": "nccl:all_reduce", "pid": 1, "tid": 1, "ts": t + 1,
+                          "dur": 10.0, "args": {"External id": ext, "Record function id": 0}})
+                    emit({"ph": "X", "cat": "cuda_runtime", "name": v["launch"], "pid": 1, "tid": 1, "ts": t + 3,
+                          "dur": 5.0, "args": {"External id": ext, "cbid": 211, "correlation": corr}})
+                    emit({"ph": "X", "cat": "kernel", "name": v["allreduce"], "pid": 0, "tid": 20,
+                          "ts": gpu_t + 1, "dur": rng.uniform(1500, 2500),
+                          "args": {"External id": ext, "device": 0, "stream": 20, "correlation": corr}})
+                if i == 100:
+                    corr += 1
+                    emit({"ph": "X", "cat": "cuda_runtime", "name": v["memcpy"], "pid": 1, "tid": 1, "ts": t + 7,
+                          "dur": 3.0, "args": {"External id": ext, "cbid": 41, "correlation": corr}})
+                    emit({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0,
+                          "tid": 13, "ts": gpu_t + k_dur, "dur": 30.0,
+                          "args": {"External id": ext, "device": 0, "stream": 13, "correlation": corr,
+                                   "bytes": 1 << 20, "memory bandwidth (GB/s)": 30.0}})
+                gpu_t += k_dur
+                t += op_dur + rng.uniform(0.5, 3.0)
+            t = max(t, gpu_t) + rng.uniform(50, 400)
+            step_ev["dur"] = t - step_start
+            emit(step_ev)
+            if progress is not None:
+                progress(written, target_bytes)
+        f.write("\n  ]\n}\n")
+    return {"n_events": n_events, "n_steps": step, "bytes": written}

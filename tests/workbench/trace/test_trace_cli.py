@@ -1,0 +1,123 @@
+"""The `wavefront trace` verbs: JSON documents, figures, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from wavefront.cli import build_app
+from wavefront.workbench.trace.synth import planted_gpu_trace
+
+runner = CliRunner()
+
+
+def _run(*args):
+    return runner.invoke(build_app(), ["trace", *map(str, args)])
+
+
+def test_analyze_json_and_figures(tmp_path):
+    p = planted_gpu_trace().write(tmp_path / "p.json.gz")
+    res = _run("analyze", p, "--json", "-", "--figures", tmp_path / "fig.json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "wavefront.trace.analyze/1"
+    step = doc["ranks"][0]["steps"][0]
+    parts = ["compute_us", "comm_overlapped_us", "comm_exposed_us", "memory_us", "idle_host_bound_us",
+             "idle_other_us"]
+    assert sum(step[k] for k in parts) == step["dur_us"] == 1000.0
+    assert doc["ranks"][0]["kernels"]["gpu"] == "h100" and doc["ranks"][0]["launch"]["delay_us"]["n"] == 10
+    figs = json.loads((tmp_path / "fig.json").read_text())
+    assert figs["schema"] == "wavefront.trace.figures/1"
+    assert [f["title"].split(" on ")[0] for f in figs["figures"]] == ["Step time breakdown", "Kernel roofline"]
+
+
+def test_analyze_tables_and_directory(tmp_path, data_dir):
+    res = _run("analyze", data_dir / "gloo_rank0.json.gz", data_dir / "gloo_rank1.json.gz", "--top", "3")
+    assert res.exit_code == 0, res.output
+    assert "step breakdown" in res.output and "multi-rank" in res.output and "CPU-only" in res.output
+    d = tmp_path / "set"
+    d.mkdir()
+    planted_gpu_trace().write(d / "r0.json")
+    res = _run("analyze", d, "--json", "-")
+    assert res.exit_code == 0 and len(json.loads(res.stdout)["ranks"]) == 1
+
+
+def test_diff_json(data_dir):
+    res = _run("diff", data_dir / "cpu_train_h64.json.gz", data_dir / "cpu_train_h512.json.gz", "--json", "-")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "wavefront.trace.diff/1" and doc["n_steps_a"] == 20
+    assert {r["verdict"] for r in doc["rows"]} <= {"faster", "slower", "same", "unknown"}
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "no such trace file"),
+    ("not json at all", "not a JSON trace"),
+    ('{"schemaVersion": 1}', "no 'traceEvents' list"),
+])
+def test_bad_input_is_one_line(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    if content is not None:
+        p.write_text(content)
+    res = _run("analyze", p)
+    text = " ".join(res.output.split())  # rich wraps long lines at the terminal width
+    assert res.exit_code == 2 and text.startswith("error:")
+    assert message in text and "Traceback" not in text and "no trace could be read" not in text
+
+
+def test_bad_options(tmp_path):
+    p = planted_gpu_trace().write(tmp_path / "p.json")
+    for args, message in ((["--align", "sideways"], "--align"), (["--top", "0"], "positive")):
+        res = _run("analyze", p, *args)
+        assert res.exit_code == 2 and message in res.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "holds no" in _run("analyze", empty).output
+
+
+def test_truncated_trace_gives_partial_results(tmp_path):
+    text = json.dumps(planted_gpu_trace().to_dict())
+    p = tmp_path / "cut.json"
+    p.write_text(text[: text.index('"triton_poi_fused_gelu_2"')])
+    res = _run("analyze", p, "--json", "-")
+    assert res.exit_code == 0
+    rank = json.loads(res.stdout)["ranks"][0]
+    assert rank["complete"] is False and any("truncated" in w for w in rank["warnings"])
+    assert [s["step"] for s in rank["steps"]] == [1, 2]
+
+
+def test_one_unreadable_rank_is_skipped(tmp_path):
+    good = planted_gpu_trace().write(tmp_path / "good.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("garbage")
+    res = _run("analyze", good, bad, "--json", "-")
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    assert len(doc["ranks"]) == 1 and any("skipped" in w and "bad.json" in w for w in doc["warnings"])
+
+
+def test_annotated_copy_opens_and_keeps_every_event(tmp_path):
+    from wavefront.workbench.trace import load_trace
+    from wavefront.workbench.trace.breakdown import step_breakdowns
+
+    src = planted_gpu_trace().write(tmp_path / "p.json", indent=2)
+    out = tmp_path / "annotated.json.gz"
+    res = _run("analyze", src, "--annotate", out, "--json", tmp_path / "a.json")
+    assert res.exit_code == 0, res.output
+    original, annotated = load_trace(src), load_trace(out)
+    assert annotated.complete and annotated.n_events > original.n_events
+    assert step_breakdowns(annotated)[0] == step_breakdowns(original)[0]  # the analysis tracks change nothing
+    with gzip.open(out, "rt") as f:
+        doc = json.load(f)
+    added = [e for e in doc["traceEvents"] if e.get("pid") == "wavefront analysis" and e["ph"] == "X"]
+    by_track = {}
+    for e in added:
+        by_track[e["tid"]] = by_track.get(e["tid"], 0.0) + e["dur"]
+    assert by_track == {"steps": 2000.0, "comm exposed": 400.0, "comm hidden by compute": 150.0,
+                        "idle: host-bound": 300.0, "idle: other": 360.0}
+    assert doc["deviceProperties"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    two = _run("analyze", src, src, "--annotate", out)
+    assert two.exit_code == 2 and "exactly one" in two.output
