@@ -19,6 +19,8 @@ import typer
 # One line per verb module; each owns its verbs.
 VERB_MODULES: tuple[str, ...] = (
     "wavefront.cli.bench",
+    "wavefront.cli.inspect",
+    "wavefront.cli.gate",
 )
 
 
