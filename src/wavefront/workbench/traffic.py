@@ -41,8 +41,11 @@ from wavefront.workbench.capture import _BELOW_PYTHON, op_modes, seed
 SCHEMA = "wavefront.traffic/1"
 #: Elements per traffic case (rows are scaled down to about this many): small enough for the interpreter.
 TRAFFIC_ELEMS = 1 << 18
-#: The marginal run adds this many times the case's rows.
+#: The marginal run has this many times the case's rows.
 MARGINAL_FACTOR = 2
+#: Fewest rows in a traffic case: twice the persistent programs the interpreter launches (2 SMs x 4), so
+#: every program owns rows in both runs of the marginal ratio and its fixed costs cancel.
+MIN_TRAFFIC_ROWS = 2 * runtime.INTERPRETER_SM_COUNT * runtime.PERSISTENT_PROGRAMS_PER_SM
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -67,22 +70,27 @@ def union_bytes(starts: np.ndarray, sizes: np.ndarray) -> int:
 
 @dataclass
 class _Accesses:
-    """Addresses (one per active lane) and element sizes, kept per kind until the launch is summarized."""
+    """Byte ranges touched, as runs of consecutive elements (a block load of 8192 contiguous lanes is one
+    run), kept until the launch is summarized."""
 
-    addrs: list[np.ndarray] = field(default_factory=list)
-    sizes: list[np.ndarray] = field(default_factory=list)
+    starts: list[np.ndarray] = field(default_factory=list)
+    lengths: list[np.ndarray] = field(default_factory=list)  # bytes
     requested: int = 0
 
     def add(self, addrs: np.ndarray, size: int) -> None:
-        if addrs.size:
-            self.addrs.append(addrs.astype(np.int64, copy=False))
-            self.sizes.append(np.full(addrs.size, size, dtype=np.int64))
-            self.requested += int(addrs.size) * size
+        if addrs.size == 0:
+            return
+        a = addrs.astype(np.int64, copy=False).ravel()
+        breaks = np.flatnonzero(np.diff(a) != size) + 1
+        first = np.concatenate(([0], breaks))
+        self.starts.append(a[first])
+        self.lengths.append(np.diff(np.concatenate((first, [a.size]))) * size)
+        self.requested += int(a.size) * size
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self.addrs:
+        if not self.starts:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        return np.concatenate(self.addrs), np.concatenate(self.sizes)
+        return np.concatenate(self.starts), np.concatenate(self.lengths)
 
 
 @dataclass
@@ -471,14 +479,15 @@ def measure_case(spec: OpSpec, case: Case, dtype: torch.dtype, modes: tuple[str,
 
 
 def traffic_cases(spec: OpSpec, elems: int = TRAFFIC_ELEMS) -> list[Case]:
-    """Small but representative cases: the bench cases with rows cut to about `elems` elements (their
-    widths, hence their launch configurations, unchanged); ops without rows use their non-slow cases."""
+    """Small but representative cases: the bench cases with rows cut to about `elems` elements (at least
+    :data:`MIN_TRAFFIC_ROWS`; widths, hence launch configurations, unchanged); ops without rows use their
+    non-slow cases."""
     out = []
     for case in spec.bench_cases:
         dims = dict(case.dims)
         if "n_rows" not in dims or "n_cols" not in dims:
             continue
-        dims["n_rows"] = max(1, min(dims["n_rows"], elems // dims["n_cols"]))
+        dims["n_rows"] = min(dims["n_rows"], max(MIN_TRAFFIC_ROWS, elems // dims["n_cols"]))
         out.append(replace(case, dims=dims))
     return out or [c for c in spec.cases if not c.slow]
 
