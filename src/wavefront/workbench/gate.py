@@ -6,7 +6,8 @@ The static half (this module) needs no GPU and is deterministic: it compares ``w
 
 - a kernel that stops compiling for a target, or disappears from the inspection;
 - spills that appear (or grow);
-- a widest global load or store that narrows;
+- a widest global load or store that narrows, or more narrow (< 128-bit) global accesses than before
+  (one tensor losing its vectorization leaves the widest access unchanged);
 - registers per thread that grow by more than 10%;
 - occupancy that falls;
 - matrix instructions (mma/wgmma/tcgen05/mfma/wmma) that disappear;
@@ -31,7 +32,8 @@ REGS_GROWTH = 0.10
 
 # The fields of an inspect row the static baseline keeps (the rest is report detail).
 _INSPECT_FIELDS = ("ok", "error", "num_warps", "regs", "sgprs", "agprs", "spill_bytes", "spill_count", "shared_bytes",
-                   "widest_load_bits", "widest_store_bits", "occupancy", "matrix_families")
+                   "widest_load_bits", "widest_store_bits", "narrow_loads", "narrow_stores", "occupancy",
+                   "matrix_families")
 _TRAFFIC_FIELDS = ("error", "kernel_bytes", "host_bytes", "bytes_moved", "unique_bytes", "min_bytes", "ratio_min")
 
 
@@ -142,6 +144,10 @@ def compare_inspect(baseline: dict[str, dict], current: dict[str, dict], half: s
             if c < b:
                 kind = "load" if "load" in what else "store"
                 add(key, rule, f"widest global {kind} narrowed: {_bits(b)} -> {_bits(c)}")
+        for what, kind in (("narrow_loads", "load"), ("narrow_stores", "store")):
+            b, c = base.get(what) or 0, cur.get(what) or 0
+            if c > b:
+                add(key, f"{kind}-width", f"narrow (< 128-bit) global {kind}s grew: {b} -> {c} instructions")
         b_r, c_r = base.get("regs") or 0, cur.get("regs") or 0
         if b_r and c_r > b_r * (1 + REGS_GROWTH):
             add(key, "registers", f"registers grew {c_r / b_r - 1:+.0%}: {b_r} -> {c_r} per thread "

@@ -39,6 +39,9 @@ from wavefront.workbench.inspect_parse import MachineCode
 from wavefront.workbench.occupancy import occupancy
 
 SCHEMA = "wavefront.inspect/1"
+#: Global accesses narrower than this (bits per thread) count as narrow: 128-bit is the widest vector
+#: access before Blackwell, and what 16-byte-aligned, divisible-by-16 rows allow.
+NARROW_BITS = 128
 
 
 @dataclass
@@ -66,6 +69,8 @@ class KernelRow:
     widest_store_bits: int = 0
     load_widths: dict[str, int] = field(default_factory=dict)
     store_widths: dict[str, int] = field(default_factory=dict)
+    narrow_loads: int = 0  # global load instructions narrower than 128 bits (scalars, lost vectorization)
+    narrow_stores: int = 0
     ptx_widest_load_bits: int | None = None
     matrix_families: list[str] = field(default_factory=list)
     matrix_ops: dict[str, int] = field(default_factory=dict)
@@ -276,6 +281,8 @@ def _row(p: _Planned, res: CompileResult, dtype: torch.dtype) -> KernelRow:
     row.widest_load_bits, row.widest_store_bits = code.widest_load_bits, code.widest_store_bits
     row.load_widths = {str(k): v for k, v in sorted(code.load_widths.items())}
     row.store_widths = {str(k): v for k, v in sorted(code.store_widths.items())}
+    row.narrow_loads = sum(n for bits, n in code.load_widths.items() if bits < NARROW_BITS)
+    row.narrow_stores = sum(n for bits, n in code.store_widths.items() if bits < NARROW_BITS)
     row.ptx_widest_load_bits = max(res.ptx_load_widths, default=0) if arch.family == "nvidia" else None
     row.matrix_families, row.matrix_ops = code.matrix_families, dict(sorted(code.matrix_ops.items()))
     occ = occupancy(arch, threads_per_block=res.threads_per_block, regs_per_thread=code.regs,

@@ -146,6 +146,17 @@ def frontend_ir(src, target, options: dict) -> str:
     return str(module)
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception in one line: its type, first line and last line (Triton's CompilationError puts the
+    source excerpt between them), and the underlying cause."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause).strip() and str(cause).strip() not in text:
+        text += f" (cause: {type(cause).__name__}: {str(cause).strip().splitlines()[-1]})"
+    return f"{type(exc).__name__}: {text[:400]}"
+
+
 def _run_tool(tool: str, *args: str) -> str:
     from triton import knobs
 
@@ -205,8 +216,7 @@ def compile_job(job: CompileJob) -> CompileResult:
     except Exception as exc:  # reported per kernel x target; the run goes on
         last = traceback.extract_tb(exc.__traceback__)[-1:] or [None]
         where = f" ({Path(last[0].filename).name}:{last[0].lineno})" if last[0] else ""
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        result.error = f"{type(exc).__name__}: {first}{where}"
+        result.error = f"{_one_line(exc)}{where}"
     finally:
         result.compile_s = time.perf_counter() - t0
     return result
