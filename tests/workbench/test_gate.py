@@ -48,7 +48,7 @@ def test_missing_rows_and_traffic_growth():
     assert [f.rule for f in findings] == ["missing"]
     base = {"op/fwd/c": {"bytes_moved": 1000, "min_bytes": 1000, "error": None}}
     findings, _ = g.compare_traffic(base, {"op/fwd/c": {"bytes_moved": 1500, "min_bytes": 1000, "error": None}})
-    assert [f.rule for f in findings] == ["bytes"] and "+50.0%: 1000 -> 1500" in findings[0].message
+    assert [f.rule for f in findings] == ["bytes"] and "+50.00%: 1000 -> 1500" in findings[0].message
     findings, notes = g.compare_traffic(base, {"op/fwd/c": {"bytes_moved": 900, "min_bytes": 1000, "error": None}})
     assert findings == [] and "fell 1000 -> 900" in notes[0]
 

@@ -74,9 +74,9 @@ def gate_cmd(
     if not quiet:
         for r in results:
             for note in r.notes:
-                console.print(f"[dim]{r.name}: {note}[/]")
-            for f in r.findings:
-                err_console.print(f"[bold red]REGRESSION[/] {f.line()}")
+                console.print(f"[dim]{r.name}: {note}[/]", soft_wrap=True)
+            for f in r.findings:  # one line each, never wrapped: CI logs are grepped
+                err_console.print(f"[bold red]REGRESSION[/] {f.line()}", soft_wrap=True, highlight=False)
             verdict = "[green]pass[/]" if r.passed else f"[red]FAIL ({len(r.findings)} regressions)[/]"
             console.print(f"gate {r.name}: {verdict} ({r.compared} baseline rows compared)")
     if json_out:

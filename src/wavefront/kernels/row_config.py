@@ -41,8 +41,10 @@ class RowTable:
     vecs_per_thread: int
     # Cap on num_warps (never above the architecture's max_num_warps).
     max_warps: int
-    # Widest row an accumulating kernel (norm backward) holds in registers, and its vectors per thread.
+    # Widest row an accumulating kernel (norm backward) holds in registers, its block width past that
+    # (the block's accumulators stay in registers across rows), and its vectors per thread.
     accumulate_max_single_pass_cols: int
+    accumulate_loop_block_cols: int
     accumulate_vecs_per_thread: int
 
 
@@ -54,17 +56,21 @@ class RowTable:
 # 1536-VGPR (RDNA3 wave32) files hold 16384 columns without spills (92-122 VGPRs on gfx942).
 ROW_TABLES: dict[str, RowTable] = {
     "nvidia": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                       accumulate_max_single_pass_cols=8192, accumulate_vecs_per_thread=1),
+                       accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
+                       accumulate_vecs_per_thread=1),
     # 64-lane wavefronts: a block holds at most 16 waves (1024 threads), so the same widths give each lane
     # half the elements of the NVIDIA case.
     "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                         accumulate_max_single_pass_cols=16384, accumulate_vecs_per_thread=1),
+                         accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
+                         accumulate_vecs_per_thread=1),
     # RDNA wave32: 32 lanes like NVIDIA, 1024 threads per block.
     "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                         accumulate_max_single_pass_cols=16384, accumulate_vecs_per_thread=1),
+                         accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
+                         accumulate_vecs_per_thread=1),
     # The interpreter: same shape as NVIDIA so CPU tests exercise the configurations GPUs run.
     "cpu": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                    accumulate_max_single_pass_cols=8192, accumulate_vecs_per_thread=1),
+                    accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
+                    accumulate_vecs_per_thread=1),
 }
 
 
@@ -91,7 +97,8 @@ def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool 
     limit = table.accumulate_max_single_pass_cols if accumulate else table.max_single_pass_cols
     vecs = table.accumulate_vecs_per_thread if accumulate else table.vecs_per_thread
     single_pass = n_cols <= limit
-    block_n = _next_pow2(n_cols) if single_pass else table.loop_block_cols
+    loop_block = table.accumulate_loop_block_cols if accumulate else table.loop_block_cols
+    block_n = _next_pow2(n_cols) if single_pass else loop_block
     elems_per_thread = vecs * max(1, _VECTOR_BYTES // itemsize)
     want_warps = max(1, block_n // (elems_per_thread * arch.warp_size))
     num_warps = min(_next_pow2(want_warps), table.max_warps, arch.max_num_warps)

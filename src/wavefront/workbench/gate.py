@@ -178,7 +178,7 @@ def compare_traffic(baseline: dict[str, dict], current: dict[str, dict], half: s
             continue
         b, c = base.get("bytes_moved") or 0, cur.get("bytes_moved") or 0
         if c > b:
-            findings.append(Finding(half, key, "bytes", f"bytes moved grew {c / b - 1:+.1%}: {b} -> {c} "
+            findings.append(Finding(half, key, "bytes", f"bytes moved grew {c / b - 1:+.2%}: {b} -> {c} "
                                                         f"(minimum {cur.get('min_bytes')})" if b else
                                     f"bytes moved grew: {b} -> {c}"))
         elif c < b:
