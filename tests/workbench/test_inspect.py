@@ -237,3 +237,24 @@ def test_whole_registry_on_every_target_is_vectorized_and_spill_free():
     bad = [(r.key, r.error or f"spill {r.spill_bytes} ld {r.widest_load_bits} st {r.widest_store_bits}")
            for r in report.rows if not r.ok or r.spills or r.widest_load_bits < 128 or r.widest_store_bits < 128]
     assert not bad, bad
+
+
+def test_inspect_cli_json_and_errors(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from wavefront.cli import build_app
+
+    out = tmp_path / "inspect.json"
+    result = CliRunner().invoke(build_app(), ["inspect", "--op", "softmax", "--targets", "gfx942", "--json",
+                                              str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "wavefront.inspect/1" and doc["targets"] == ["gfx942"]
+    assert len(doc["rows"]) == 2 * len(REGISTRY["softmax"].bench_cases) and doc["n_failed"] == 0
+    assert "softmax fwd" in result.output and "0 with spills" in result.output
+    bad = CliRunner().invoke(build_app(), ["inspect", "--targets", "sm_75"])
+    assert bad.exit_code == 2 and "unknown target 'sm_75'" in bad.output
+    bad = CliRunner().invoke(build_app(), ["inspect", "--op", "nope"])
+    assert bad.exit_code == 2 and "unknown op 'nope'" in bad.output
