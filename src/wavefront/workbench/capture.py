@@ -53,7 +53,9 @@ def _to_real(x):
     return x
 
 
-_BELOW_PYTHON = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+#: Where a dispatch mode sends a custom op to run its real (CPU) implementation without the op coming
+#: back through the mode's Python key (torch's OpOverload.redispatch).
+BELOW_PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
 class NoCompute(TorchDispatchMode):
@@ -69,7 +71,7 @@ class NoCompute(TorchDispatchMode):
             # The real implementation (below the Python dispatch key, so it does not come back here),
             # with this mode active again so the op's own PyTorch code stays arithmetic-free.
             with self:
-                return func.redispatch(_BELOW_PYTHON, *args, **kwargs)
+                return func.redispatch(BELOW_PYTHON_KEYS, *args, **kwargs)
         meta_args, meta_kwargs = tree_map(_to_meta, args), tree_map(_to_meta, kwargs)
         if "device" in meta_kwargs:
             meta_kwargs["device"] = torch.device("meta")

@@ -322,9 +322,9 @@ def inspect_ops(ops: Iterable[str] | None = None, targets: Iterable[str] = runti
             on_progress(done, len(distinct), f"{job.qualname.split('.')[-1]}@{job.target}")
 
     results = compile_jobs(distinct.values(), workers, progress)
-    if asm_dir is not None:
-        _write_asm(Path(asm_dir), results)
     rows = [_row(p, results[p.key], dtype) for p in planned]
+    if asm_dir is not None:
+        _write_asm(Path(asm_dir), results, planned, rows)
     rows.sort(key=lambda r: (names.index(r.op), r.mode, r.case, r.kernel, targets.index(r.target)))
     return InspectReport(rows, targets, dtype_name(dtype), versions())
 
@@ -333,8 +333,19 @@ def _unknown_op(name: str):
     raise ValueError(f"unknown op {name!r}; registered ops: {', '.join(sorted(REGISTRY))}")
 
 
-def _write_asm(root: Path, results: dict[tuple, CompileResult]) -> None:
+def _write_asm(root: Path, results: dict[tuple, CompileResult], planned: list[_Planned],
+               rows: list[KernelRow]) -> None:
+    """One file per distinct compiled kernel and listing (ptx, sass, resources, amdgcn), and index.json:
+    file stem -> the row keys compiled from it."""
+    import json
+
     root.mkdir(parents=True, exist_ok=True)
-    for i, (_, res) in enumerate(sorted(results.items(), key=lambda kv: repr(kv[0]))):
+    stems: dict[tuple, str] = {}
+    for i, (key, res) in enumerate(sorted(results.items(), key=lambda kv: repr(kv[0]))):
+        stems[key] = f"{res.kernel}.{res.target}.{i:03d}"
         for ext, text in res.asm.items():
-            (root / f"{res.kernel}.{res.target}.{i:03d}.{ext}").write_text(text)
+            (root / f"{stems[key]}.{ext}").write_text(text)
+    index: dict[str, list[str]] = {}
+    for p, row in zip(planned, rows, strict=True):
+        index.setdefault(stems[p.key], []).append(row.key)
+    (root / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")

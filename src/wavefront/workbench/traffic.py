@@ -36,7 +36,7 @@ from wavefront import runtime
 from wavefront.kernels._launch import Launch, TensorArg, recording
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
-from wavefront.workbench.capture import _BELOW_PYTHON, op_modes, seed
+from wavefront.workbench.capture import BELOW_PYTHON_KEYS, op_modes, seed
 
 SCHEMA = "wavefront.traffic/1"
 #: Elements per traffic case (rows are scaled down to about this many): small enough for the interpreter.
@@ -220,7 +220,7 @@ class AtenBytes(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.namespace != "aten":
             with self:
-                return func.redispatch(_BELOW_PYTHON, *args, **kwargs)
+                return func.redispatch(BELOW_PYTHON_KEYS, *args, **kwargs)
         out = func(*args, **kwargs)
         name = func._schema.name.split("::")[-1]
         if _IN_KERNEL[0] or func.is_view or name.startswith(("empty", "new_empty")) or name in _NO_TRAFFIC:
