@@ -18,9 +18,12 @@ they can be tested as pure functions on any machine.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 import platform
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -37,15 +40,20 @@ class Arch:
     warp_size: int  # lanes per warp (NVIDIA) or wavefront (AMD)
     max_threads_per_block: int
     shared_mem_per_block: int  # bytes a block may allocate (opt-in maximum on NVIDIA; LDS on AMD)
-    shared_mem_per_sm: int  # bytes per SM / CU
+    shared_mem_per_sm: int  # bytes per SM / CU (AMD RDNA: per WGP, see simds_per_cu)
     regs_per_thread_max: int  # architectural VGPRs (AMD: plus AGPRs where unified)
     # Occupancy resources. NVIDIA: per SM. AMD: per SIMD (a CU has `simds_per_cu` of them).
     max_warps_per_sm: int  # NVIDIA: warps per SM; AMD: waves per SIMD
-    max_blocks_per_sm: int
+    max_blocks_per_sm: int  # NVIDIA: resident blocks per SM; AMD: workgroup barriers per CU
     regs_per_sm: int  # NVIDIA: 32-bit registers per SM; AMD: VGPRs per lane per SIMD
     reg_alloc_unit: int  # NVIDIA: registers per warp allocation unit; AMD: VGPR granule per lane
     simds_per_cu: int = 1
     matrix_units: str = ""  # what tensor-core class the target has, for the inspect report
+    # Shared memory / LDS allocation granule (bytes) and what the driver reserves per block.
+    shared_mem_alloc_unit: int = 128
+    reserved_shared_mem_per_block: int = 0
+    # NVIDIA: register-file sub-partitions per SM; registers are allocated to warps in each one.
+    reg_subpartitions: int = 4
 
     @property
     def max_num_warps(self) -> int:
@@ -53,22 +61,43 @@ class Arch:
         return self.max_threads_per_block // self.warp_size
 
 
-# Sources: CUDA C Programming Guide, "Technical Specifications per Compute Capability" table (compute
-# capabilities 8.0, 9.0, 10.0: 64 K registers and 64 warps per SM, 32 blocks per SM, 255 registers per
-# thread, 256-register warp allocation unit; shared memory per SM 164 KB on 8.0 and 228 KB on 9.0/10.0,
-# per block 163 KB / 227 KB opt-in). AMD: ROCm "GPU specifications" table (LDS 64 KiB per CU on
-# gfx90a/gfx942/gfx1100; VGPR file 512 KiB per CU on CDNA2/3 = 512 VGPRs per lane per SIMD, unified with
-# AGPRs; 192 KiB per SIMD on RDNA3 gfx1100 = 1536 VGPRs per lane in wave32) and the CDNA3 / RDNA3 ISA
-# guides (8 waves per SIMD on CDNA, 16 on RDNA3; VGPR granule 8 on CDNA, 24 on RDNA3 wave32).
+# Sources.
+# NVIDIA: CUDA C Programming Guide, "Technical Specifications per Compute Capability" (8.0, 9.0, 10.0: 64 K
+#   32-bit registers, 64 resident warps and 32 resident blocks per SM, 255 registers per thread; shared
+#   memory per SM 164 KB on 8.0 and 228 KB on 9.0/10.0, per block 163 KB / 227 KB opt-in) and the CUDA
+#   toolkit's cuda_occupancy.h (registers allocated per warp in units of 256 within each of 4 sub-partitions;
+#   shared memory allocated in 128-byte units on 8.x+; the driver reserves 1 KB of shared memory per block
+#   from compute capability 8.0 on, cudaDevAttrReservedSharedMemoryPerBlock).
+# AMD: LLVM AMDGPU backend, Utils/AMDGPUBaseInfo.cpp (IsaInfo): getMaxWavesPerEU (8 on gfx90a/gfx942, 16 on
+#   gfx10.3+ incl. gfx1100), getTotalNumVGPRs (512 unified arch+acc VGPRs on gfx90a/gfx942; 1536 in wave32 on
+#   gfx1100, which has the 1.5x register file), getVGPRAllocGranule (8 on gfx90a/gfx942; 24 in wave32 on
+#   gfx1100), getMaxWorkGroupsPerCU (16 workgroup barriers per CU; 32 on gfx10+ in WGP mode; single-wave
+#   workgroups use none), getEUsPerCU (4 SIMDs). LDS: ROCm "GPU hardware specifications" table (64 KiB per
+#   CU on gfx90a/gfx942; gfx1100 compiles in WGP mode, where two CUs (4 SIMD32) share 128 KiB and a workgroup
+#   may use 64 KiB); LDS allocation granule 128 dwords = 512 B on GFX9 (LLVM AMDGPUUsage, COMPUTE_PGM_RSRC2
+#   LDS_SIZE) and 1024 B allocation blocks on GFX10.3/GFX11 (LLVM AMDGPU LDS-granularity patches, 2026).
+_NV = dict(family="nvidia", warp_size=32, max_threads_per_block=1024, regs_per_thread_max=255,
+           max_warps_per_sm=64, max_blocks_per_sm=32, regs_per_sm=65_536, reg_alloc_unit=256,
+           shared_mem_alloc_unit=128, reserved_shared_mem_per_block=1024, reg_subpartitions=4)
+_CDNA = dict(family="amd-cdna", warp_size=64, max_threads_per_block=1024, shared_mem_per_block=65_536,
+             shared_mem_per_sm=65_536, regs_per_thread_max=512, max_warps_per_sm=8, max_blocks_per_sm=16,
+             regs_per_sm=512, reg_alloc_unit=8, simds_per_cu=4, matrix_units="mfma", shared_mem_alloc_unit=512)
 ARCHS: dict[str, Arch] = {
-    "sm_80": Arch("sm_80", "nvidia", 32, 1024, 166_912, 167_936, 255, 64, 32, 65_536, 256, 4, "mma (HMMA)"),
-    "sm_90": Arch("sm_90", "nvidia", 32, 1024, 232_448, 233_472, 255, 64, 32, 65_536, 256, 4, "wgmma + mma"),
-    "sm_100": Arch("sm_100", "nvidia", 32, 1024, 232_448, 233_472, 255, 64, 32, 65_536, 256, 4, "tcgen05 + mma"),
-    "gfx90a": Arch("gfx90a", "amd-cdna", 64, 1024, 65_536, 65_536, 512, 8, 32, 512, 8, 4, "mfma"),
-    "gfx942": Arch("gfx942", "amd-cdna", 64, 1024, 65_536, 65_536, 512, 8, 32, 512, 8, 4, "mfma"),
-    "gfx1100": Arch("gfx1100", "amd-rdna", 32, 1024, 65_536, 131_072, 256, 16, 32, 1536, 24, 2, "wmma"),
+    "sm_80": Arch("sm_80", shared_mem_per_block=166_912, shared_mem_per_sm=167_936, matrix_units="mma (HMMA)",
+                  **_NV),
+    "sm_90": Arch("sm_90", shared_mem_per_block=232_448, shared_mem_per_sm=233_472, matrix_units="wgmma + mma",
+                  **_NV),
+    "sm_100": Arch("sm_100", shared_mem_per_block=232_448, shared_mem_per_sm=233_472,
+                   matrix_units="tcgen05 + mma", **_NV),
+    "gfx90a": Arch("gfx90a", **_CDNA),
+    "gfx942": Arch("gfx942", **_CDNA),
+    # One occupancy unit is a WGP (two CUs, 4 SIMD32, 128 KiB LDS): gfx10+ kernels compile in WGP mode.
+    "gfx1100": Arch("gfx1100", family="amd-rdna", warp_size=32, max_threads_per_block=1024,
+                    shared_mem_per_block=65_536, shared_mem_per_sm=131_072, regs_per_thread_max=256,
+                    max_warps_per_sm=16, max_blocks_per_sm=32, regs_per_sm=1536, reg_alloc_unit=24,
+                    simds_per_cu=4, matrix_units="wmma", shared_mem_alloc_unit=1024),
     # The interpreter has no hardware limits; it reuses the NVIDIA shape so configs match sm_90's.
-    "cpu": Arch("cpu", "cpu", 32, 1024, 232_448, 233_472, 255, 64, 32, 65_536, 256, 4, ""),
+    "cpu": Arch("cpu", shared_mem_per_block=232_448, shared_mem_per_sm=233_472, **{**_NV, "family": "cpu"}),
 }
 
 #: The default inspection targets: wave32 and wave64, NVIDIA and AMD.
@@ -138,6 +167,27 @@ def _device_arch_name(index: int) -> str:
     return f"sm_{props.major}{props.minor}"
 
 
+_ASSUMED: contextvars.ContextVar[tuple[Arch, int] | None] = contextvars.ContextVar("wavefront_assumed_target",
+                                                                                 default=None)
+
+
+@contextlib.contextmanager
+def assume_target(arch_name: str, n_sms: int) -> Iterator[None]:
+    """Inside the block, :func:`arch` and :func:`sm_count` answer for compile target `arch_name` with
+    `n_sms` SMs/CUs, whatever the device.
+
+    Launchers then choose the launch configuration that target would get, which is what the inspect tool
+    records (with ``recording(execute=False)``) and compiles ahead of time. Nothing runs on the target.
+    """
+    if n_sms < 1:
+        raise ValueError(f"n_sms must be >= 1, got {n_sms}")
+    token = _ASSUMED.set((get_arch(arch_name), int(n_sms)))
+    try:
+        yield
+    finally:
+        _ASSUMED.reset(token)
+
+
 def arch(device=None) -> Arch:
     """Limits of the architecture that runs ops on `device`.
 
@@ -146,6 +196,9 @@ def arch(device=None) -> Arch:
     """
     import torch
 
+    assumed = _ASSUMED.get()
+    if assumed is not None:
+        return assumed[0]
     b = backend(device)
     if b.startswith("cpu"):
         return ARCHS["cpu"]
@@ -174,6 +227,9 @@ def sm_count(device=None) -> int:
     """Streaming multiprocessors (NVIDIA) or compute units (AMD) of `device`; a small constant on CPU."""
     import torch
 
+    assumed = _ASSUMED.get()
+    if assumed is not None:
+        return assumed[1]
     if backend(device).startswith("cpu"):
         return INTERPRETER_SM_COUNT
     dev = torch.device(device) if device is not None else torch.device("cuda")

@@ -24,6 +24,8 @@ VERB_MODULES: tuple[str, ...] = (
     "wavefront.cli.plan",
     "wavefront.cli.train",
     "wavefront.cli.trace",
+    "wavefront.cli.inspect",
+    "wavefront.cli.gate",
 )
 
 

@@ -23,13 +23,22 @@ Backward, with g = dy * w' and c1 = sum(xhat * g) / n, c2 = sum(g) / n:
 
 Saved for backward: the normalized input (s, or x), mean (LayerNorm) and rstd, fp32 per row.
 
-dw/db are deterministic: each backward program owns one row of an fp32 partial buffer
-[n_programs, n_cols] (no atomics), and the host sums the partials in a fixed order.
+The forward runs one program per row. The backward is persistent: about ``PERSISTENT_PROGRAMS_PER_SM``
+programs per SM/CU, each owning a contiguous range of rows, with w read once per program and dw/db
+accumulated in registers. dw/db are deterministic: each backward program writes one row of an fp32 partial
+buffer [n_programs, n_cols] once (no atomics), and the host sums the partials in a fixed order.
 
 Traffic per row, 16-bit input of width n, single pass: forward reads x (2n B) and writes y (2n B) plus
-8 B of statistics: about 4n B for 5n FLOP (RMSNorm), intensity ~1.2 FLOP/B, deeply memory bound.
-Backward reads x, dy and writes dx: 6n B. Rows wider than ``max_single_pass_cols`` (row_config.py) are
-read twice.
+4-8 B of statistics: about 4n B for 5n FLOP (RMSNorm), intensity ~1.2 FLOP/B, deeply memory bound. Each
+forward program also reads w (and b): 2n B more requested per row, served from L1/L2 (the vector is
+shared by every row), which a persistent forward would avoid at the price of registers: holding w across
+rows cost 14-49 more registers per thread on sm_90 and halved occupancy at 8192-16384 columns (measured
+with `wavefront inspect`), so the forward keeps one row per program. Backward reads x, dy and writes dx:
+6n B; per program, once, w and the 4n B dw (db) partial.
+Rows wider than the single-pass limit (row_config.py) are read twice: the forward in two passes (6n B,
+plus w per row); the backward in two phases over column blocks (10n B): phase A accumulates each row's two
+sums c1, c2 block by block in a small per-row scratch, phase B computes dx and keeps the block's dw/db
+partial in registers across the program's rows, writing it once.
 
 Offsets: the row index is promoted to int64 before it multiplies a stride, so tensors with 2^31 or more
 elements address correctly.
@@ -47,17 +56,28 @@ from wavefront.kernels.row_config import row_config
 
 
 @triton.jit
-def _affine(xhat, w_ptr, b_ptr, cols, mask, offset, OUT_DTYPE: tl.constexpr, ACC: tl.constexpr,
-            HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr):
+def _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                 HAS_BIAS: tl.constexpr):
+    w = 0.0
+    b = 0.0
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(ACC)
+    return w, b
+
+
+@triton.jit
+def _affine(xhat, w, b, OUT_DTYPE: tl.constexpr, ACC: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+            HAS_BIAS: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr):
     if CAST_BEFORE_WEIGHT:
         # Llama: round the normalized value to the input dtype, then scale (as eager bf16 * bf16 does).
         xhat = xhat.to(OUT_DTYPE).to(ACC)
     y = xhat
     if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset
         y = y * w
     if HAS_BIAS:
-        y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(ACC)
+        y = y + b
     return y
 
 
@@ -92,8 +112,8 @@ def _norm_fwd_kernel(
             xc = tl.where(mask, x - mean, 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
         tl.store(rstd_ptr + row, rstd)
-        y = _affine(xc * rstd, w_ptr, b_ptr, cols0, mask, offset, OUT_DTYPE, ACC,
-                    HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
+        y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
         tl.store(y_row + cols0, y.to(OUT_DTYPE), mask=mask)
     else:
         # Pass 1: statistics from shifted sums. LayerNorm shifts by K, the (refined) mean of the first
@@ -141,14 +161,29 @@ def _norm_fwd_kernel(
             else:
                 x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
             xc = x if IS_RMS else x - run_mean
-            y = _affine(xc * rstd, w_ptr, b_ptr, cols, mask, offset, OUT_DTYPE, ACC,
-                        HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+            w, b = _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
+            y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
             tl.store(y_row + cols, y.to(OUT_DTYPE), mask=mask)
 
 
 @triton.jit
+def _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row, cols, mask, w,
+            IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, ACC: tl.constexpr):
+    """Row `row`'s normalized input and weighted upstream gradient on `cols`, and its dy."""
+    x = tl.load(x_ptr + row * stride_x_row + cols, mask=mask, other=0.0).to(ACC)
+    dy = tl.load(dy_ptr + row * stride_dy_row + cols, mask=mask, other=0.0).to(ACC)
+    rstd = tl.load(rstd_ptr + row)
+    if IS_RMS:
+        xhat = x * rstd
+    else:
+        xhat = tl.where(mask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+    g = dy * w if HAS_WEIGHT else dy
+    return xhat, g, dy, rstd
+
+
+@triton.jit
 def _norm_bwd_kernel(
-    x_ptr, w_ptr, dy_ptr, dres_ptr, dx_ptr, dw_part_ptr, db_part_ptr, mean_ptr, rstd_ptr,
+    x_ptr, w_ptr, dy_ptr, dres_ptr, dx_ptr, dw_part_ptr, db_part_ptr, mean_ptr, rstd_ptr, sums_ptr,
     n_rows, n_cols, rows_per_program,
     stride_x_row, stride_dy_row, stride_dres_row, stride_dx_row,
     offset,
@@ -164,19 +199,12 @@ def _norm_bwd_kernel(
     part_row = pid.to(tl.int64) * n_cols
     if SINGLE_PASS:
         mask = cols0 < n_cols
-        if HAS_WEIGHT:
-            w = tl.load(w_ptr + cols0, mask=mask, other=0.0).to(ACC) + offset
+        w, _ = _load_affine(w_ptr, w_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, False)
         dw_acc = tl.zeros((BLOCK_N,), dtype=ACC)
         db_acc = tl.zeros((BLOCK_N,), dtype=ACC)
         for row in range(row_start, row_end):
-            x = tl.load(x_ptr + row * stride_x_row + cols0, mask=mask, other=0.0).to(ACC)
-            dy = tl.load(dy_ptr + row * stride_dy_row + cols0, mask=mask, other=0.0).to(ACC)
-            rstd = tl.load(rstd_ptr + row)
-            if IS_RMS:
-                xhat = x * rstd
-            else:
-                xhat = tl.where(mask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
-            g = dy * w if HAS_WEIGHT else dy
+            xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
+                                        cols0, mask, w, IS_RMS, HAS_WEIGHT, ACC)
             c1 = tl.sum(xhat * g, axis=0) / n_cols
             if IS_RMS:
                 dx = g * rstd - xhat * (c1 * rstd)
@@ -192,52 +220,46 @@ def _norm_bwd_kernel(
         if HAS_BIAS:
             tl.store(db_part_ptr + part_row + cols0, db_acc, mask=mask)
     else:
-        for row in range(row_start, row_end):
-            x_row = x_ptr + row * stride_x_row
-            dy_row = dy_ptr + row * stride_dy_row
-            rstd = tl.load(rstd_ptr + row)
-            mean = 0.0
-            if not IS_RMS:
-                mean = tl.load(mean_ptr + row)
-            # Pass 1: the two row sums c1 and c2.
-            sum_xg = tl.zeros((), dtype=ACC)
-            sum_g = tl.zeros((), dtype=ACC)
-            for start in range(0, n_cols, BLOCK_N):
-                cols = start + cols0
-                mask = cols < n_cols
-                x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-                dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(ACC)
-                xhat = tl.where(mask, (x - mean) * rstd, 0.0)
-                g = dy
-                if HAS_WEIGHT:
-                    g = dy * (tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset)
-                sum_xg += tl.sum(xhat * g, axis=0)
-                sum_g += tl.sum(g, axis=0)
-            c1 = sum_xg / n_cols
-            c2 = sum_g / n_cols
-            # Pass 2: dx, and this program's private dw/db partial row (read-modify-write, no atomics).
-            for start in range(0, n_cols, BLOCK_N):
-                cols = start + cols0
-                mask = cols < n_cols
-                x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-                dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(ACC)
-                xhat = tl.where(mask, (x - mean) * rstd, 0.0)
-                g = dy
-                if HAS_WEIGHT:
-                    g = dy * (tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset)
+        # Phase A: each row's sums of xhat * g and of g, block by block, kept in sums_ptr[row, 0:2]. The
+        # blocks add in column order, as a register accumulator would.
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + cols0
+            mask = cols < n_cols
+            w, _ = _load_affine(w_ptr, w_ptr, cols, mask, offset, ACC, HAS_WEIGHT, False)
+            for row in range(row_start, row_end):
+                xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
+                                            cols, mask, w, IS_RMS, HAS_WEIGHT, ACC)
+                s_xg = tl.sum(xhat * g, axis=0)
+                s_g = tl.sum(g, axis=0)
+                if start > 0:
+                    s_xg = tl.load(sums_ptr + 2 * row) + s_xg
+                    s_g = tl.load(sums_ptr + 2 * row + 1) + s_g
+                tl.store(sums_ptr + 2 * row, s_xg)
+                tl.store(sums_ptr + 2 * row + 1, s_g)
+        # Phase B: per column block, dx of every row and this program's dw/db partial, written once.
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + cols0
+            mask = cols < n_cols
+            w, _ = _load_affine(w_ptr, w_ptr, cols, mask, offset, ACC, HAS_WEIGHT, False)
+            dw_acc = tl.zeros((BLOCK_N,), dtype=ACC)
+            db_acc = tl.zeros((BLOCK_N,), dtype=ACC)
+            for row in range(row_start, row_end):
+                xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
+                                            cols, mask, w, IS_RMS, HAS_WEIGHT, ACC)
+                c1 = tl.load(sums_ptr + 2 * row) / n_cols
                 if IS_RMS:
                     dx = g * rstd - xhat * (c1 * rstd)
                 else:
-                    dx = g * rstd - xhat * (c1 * rstd) - c2 * rstd
+                    dx = g * rstd - xhat * (c1 * rstd) - (tl.load(sums_ptr + 2 * row + 1) / n_cols) * rstd
                 if HAS_DRES:
                     dx += tl.load(dres_ptr + row * stride_dres_row + cols, mask=mask, other=0.0).to(ACC)
                 tl.store(dx_ptr + row * stride_dx_row + cols, dx.to(OUT_DTYPE), mask=mask)
-                if HAS_WEIGHT:
-                    part = dw_part_ptr + part_row + cols
-                    tl.store(part, tl.load(part, mask=mask, other=0.0) + dy * xhat, mask=mask)
-                if HAS_BIAS:
-                    part = db_part_ptr + part_row + cols
-                    tl.store(part, tl.load(part, mask=mask, other=0.0) + dy, mask=mask)
+                dw_acc += dy * xhat
+                db_acc += dy
+            if HAS_WEIGHT:
+                tl.store(dw_part_ptr + part_row + cols, dw_acc, mask=mask)
+            if HAS_BIAS:
+                tl.store(db_part_ptr + part_row + cols, db_acc, mask=mask)
 
 
 def _acc_dtype(dtype: torch.dtype):
@@ -246,6 +268,13 @@ def _acc_dtype(dtype: torch.dtype):
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _persistent_grid(n_rows: int, device) -> tuple[int, int]:
+    """(n_programs, rows_per_program): about PERSISTENT_PROGRAMS_PER_SM programs per SM, none idle."""
+    target = runtime.sm_count(device) * runtime.PERSISTENT_PROGRAMS_PER_SM
+    rows_per_program = triton.cdiv(max(n_rows, 1), max(1, min(n_rows, target)))
+    return triton.cdiv(max(n_rows, 1), rows_per_program), rows_per_program
 
 
 def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -280,20 +309,20 @@ def norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has
              mean: torch.Tensor | None, rstd: torch.Tensor, d_residual: torch.Tensor | None, offset: float):
     """dy, x, d_residual: [n_rows, n_cols]. Returns (dx, dweight or None, dbias or None)."""
     n_rows, n_cols = x.shape
-    cfg = row_config(n_cols, x.dtype, runtime.arch(x.device))
+    cfg = row_config(n_cols, x.dtype, runtime.arch(x.device), accumulate=True)
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    target = runtime.sm_count(x.device) * runtime.PERSISTENT_PROGRAMS_PER_SM
-    n_programs = max(1, min(n_rows, target))
-    rows_per_program = triton.cdiv(max(n_rows, 1), n_programs)
-    n_programs = triton.cdiv(max(n_rows, 1), rows_per_program)
+    n_programs, rows_per_program = _persistent_grid(n_rows, x.device)
     part_dtype = _stat_dtype(x.dtype)
-    # Partials start at zero: the multi-pass path accumulates into them; empty rows leave them zero.
-    dw_part = torch.zeros((n_programs, n_cols), dtype=part_dtype, device=x.device) if weight is not None else None
-    db_part = torch.zeros((n_programs, n_cols), dtype=part_dtype, device=x.device) if has_bias else None
+    # Every program writes its whole partial row, so the partials need no zeroing; with no rows there is
+    # no launch and the gradients are zero.
+    alloc = torch.empty if n_rows > 0 else torch.zeros
+    dw_part = alloc((n_programs, n_cols), dtype=part_dtype, device=x.device) if weight is not None else None
+    db_part = alloc((n_programs, n_cols), dtype=part_dtype, device=x.device) if has_bias else None
+    sums = None if cfg.single_pass else torch.empty((n_rows, 2), dtype=part_dtype, device=x.device)
     if n_rows > 0:
         launch(
             _norm_bwd_kernel, (n_programs,),
-            x, weight, dy, d_residual, dx, dw_part, db_part, mean, rstd,
+            x, weight, dy, d_residual, dx, dw_part, db_part, mean, rstd, sums,
             n_rows, n_cols, rows_per_program,
             x.stride(0), dy.stride(0), d_residual.stride(0) if d_residual is not None else 0, dx.stride(0),
             offset,

@@ -8,6 +8,11 @@ memory-traffic minimum) or, for rows wider than the table's limit, loops over th
 ``BLOCK_N = num_warps * warp_size * vecs_per_thread * (16 / itemsize)``, so loads and stores can be
 128-bit on every target (checked in the machine code by ``wavefront inspect``; the static gate keeps it).
 The lane width comes from the :class:`~wavefront.runtime.Arch`, never from a constant.
+
+Kernels that also accumulate a column vector across the rows they own (the norms' backward keeps the
+weight gradient partial, the weight and the row's xhat and g live: about four fp32 values per element)
+ask with ``accumulate=True`` for one vector per thread (more threads, fewer registers each) and a lower
+single-pass limit where registers run out.
 """
 
 from __future__ import annotations
@@ -36,17 +41,36 @@ class RowTable:
     vecs_per_thread: int
     # Cap on num_warps (never above the architecture's max_num_warps).
     max_warps: int
+    # Widest row an accumulating kernel (norm backward) holds in registers, its block width past that
+    # (the block's accumulators stay in registers across rows), and its vectors per thread.
+    accumulate_max_single_pass_cols: int
+    accumulate_loop_block_cols: int
+    accumulate_vecs_per_thread: int
 
 
+# Accumulating kernels, measured with `wavefront inspect` (bf16, Triton 3.9): one 16-byte vector per thread
+# cuts the norm backward from 96-113 to 60-87 registers per thread at 4096 columns on sm_90 (occupancy 25% ->
+# 50% for RMSNorm) and from 94 to 62 VGPRs on gfx942 (5 -> 8 waves/SIMD). On NVIDIA a 16384-column row does
+# not fit: 16 warps need 128+ registers and spill 184-784 B/thread (sm_80/90/100), 32 warps are capped at 64
+# registers and spill too; so rows over 8192 columns take the two-phase path there. AMD's 512-VGPR (CDNA) and
+# 1536-VGPR (RDNA3 wave32) files hold 16384 columns without spills (92-122 VGPRs on gfx942).
 ROW_TABLES: dict[str, RowTable] = {
-    "nvidia": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16),
+    "nvidia": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
+                       accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
+                       accumulate_vecs_per_thread=1),
     # 64-lane wavefronts: a block holds at most 16 waves (1024 threads), so the same widths give each lane
     # half the elements of the NVIDIA case.
-    "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16),
+    "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
+                         accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
+                         accumulate_vecs_per_thread=1),
     # RDNA wave32: 32 lanes like NVIDIA, 1024 threads per block.
-    "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16),
+    "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
+                         accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
+                         accumulate_vecs_per_thread=1),
     # The interpreter: same shape as NVIDIA so CPU tests exercise the configurations GPUs run.
-    "cpu": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16),
+    "cpu": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
+                    accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
+                    accumulate_vecs_per_thread=1),
 }
 
 
@@ -64,15 +88,18 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def row_config(n_cols: int, dtype: torch.dtype, arch: Arch) -> RowConfig:
-    """Pure function of (row width, element dtype, architecture)."""
+def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool = False) -> RowConfig:
+    """Pure function of (row width, element dtype, architecture, whether the kernel accumulates across rows)."""
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1, got {n_cols}")
     table = ROW_TABLES[arch.family]
     itemsize = torch.empty((), dtype=dtype).element_size()
-    single_pass = n_cols <= table.max_single_pass_cols
-    block_n = _next_pow2(n_cols) if single_pass else table.loop_block_cols
-    elems_per_thread = table.vecs_per_thread * max(1, _VECTOR_BYTES // itemsize)
+    limit = table.accumulate_max_single_pass_cols if accumulate else table.max_single_pass_cols
+    vecs = table.accumulate_vecs_per_thread if accumulate else table.vecs_per_thread
+    single_pass = n_cols <= limit
+    loop_block = table.accumulate_loop_block_cols if accumulate else table.loop_block_cols
+    block_n = _next_pow2(n_cols) if single_pass else loop_block
+    elems_per_thread = vecs * max(1, _VECTOR_BYTES // itemsize)
     want_warps = max(1, block_n // (elems_per_thread * arch.warp_size))
     num_warps = min(_next_pow2(want_warps), table.max_warps, arch.max_num_warps)
     return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass)

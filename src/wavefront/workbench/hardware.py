@@ -15,6 +15,9 @@ Sources (also in ../shared/facts/devices.md):
           "Nvidia's B200" (148 SMs, 126 MB L2).
   MI300X, MI325X, MI250X: ROCm docs/conceptual/gpu-arch/mi300.md and mi250.md, ROCm
           docs/reference/gpu-arch-specs.rst, AMD product pages.
+  W7900:  AMD Radeon PRO W7900 product page (96 CUs, 48 GB GDDR6, 864 GB/s, 295 W TBP, PCIe 4.0 x16;
+          61.3 TFLOPS FP32 and 122.6 TFLOPS FP16 peak with dual issue / WMMA at 2.495 GHz boost); the RDNA3
+          (gfx1100, wave32) row, so the wave32 target has a device for occupancy and roofline.
   Prices: dated defaults from ../shared/facts/training-math.md ("Prices ($/GPU-hour)", mid-2026);
           on-demand per GPU-hour, to be overridden by users.
 """
@@ -66,8 +69,15 @@ class GPU:
             raise ValueError(f"{self.name} has no dense {dtype} matrix peak")
         return value
 
+    @property
+    def limits(self):
+        """Per-SM/CU on-chip limits of the part's architecture (registers, shared memory/LDS, warps/waves)."""
+        from wavefront.runtime import get_arch
+
+        return get_arch(self.arch)
+
     def as_dict(self) -> dict:
-        return asdict(self) | {"ridge_bf16": self.ridge_bf16}
+        return asdict(self) | {"ridge_bf16": self.ridge_bf16, "limits": asdict(self.limits)}
 
 
 GPUS: dict[str, GPU] = {
@@ -89,8 +99,16 @@ GPUS: dict[str, GPU] = {
             128, 16, 0, 220, 560, 350, None, "ROCm mi250.md; AMD MI250X page. Shows up as two devices"),
         GPU("mi250x-gcd", "AMD Instinct MI250X (one GCD)", "amd", "gfx90a", 191.5, None, None, 23.95, 1.6,
             64, 8, 0, 110, 280, 175, None, "Half of the MI250X row: torch sees each GCD as one device"),
+        # RDNA3 has no FP8 or TF32 matrix path; its scale-up link is PCIe 4.0 x16 (~32 GB/s per direction).
+        GPU("w7900", "AMD Radeon PRO W7900", "amd", "gfx1100", 122.6, None, None, 61.3, 0.864, 48, 6, 96,
+            96, 295, 32, None, "AMD Radeon PRO W7900 product page (RDNA3, Navi 31)"),
     )
 }
+
+#: The device whose SM/CU count a compile target's launches assume when inspected ahead of time (the
+#: persistent-program count of row-wise backward passes depends on it).
+TARGET_GPUS: dict[str, str] = {"sm_80": "a100", "sm_90": "h100", "sm_100": "b200", "gfx90a": "mi250x-gcd",
+                               "gfx942": "mi300x", "gfx1100": "w7900"}
 
 _ALIASES = {
     "a100": "a100", "a10080gb": "a100", "a100sxm": "a100",
@@ -99,6 +117,7 @@ _ALIASES = {
     "b200": "b200",
     "mi300x": "mi300x", "mi325x": "mi325x",
     "mi250x": "mi250x", "mi250xgcd": "mi250x-gcd",
+    "w7900": "w7900", "radeonprow7900": "w7900",
 }
 
 
@@ -121,9 +140,16 @@ def gpu_from_device_name(device_name: str) -> GPU:
     A device that torch reports for an MI250X is one GCD, so it maps to the per-GCD row.
     """
     norm = _norm(device_name)
-    for pattern, key in (("mi250", "mi250x-gcd"), ("mi325", "mi325x"), ("mi300", "mi300x"), ("b200", "b200"),
-                         ("h200", "h200"), ("h100", "h100"), ("a100", "a100")):
+    for pattern, key in (("w7900", "w7900"), ("mi250", "mi250x-gcd"), ("mi325", "mi325x"), ("mi300", "mi300x"),
+                         ("b200", "b200"), ("h200", "h200"), ("h100", "h100"), ("a100", "a100")):
         if pattern in norm:
             return GPUS[key]
     known = ", ".join(g.name for g in GPUS.values())
     raise ValueError(f"GPU {device_name!r} is not in the device table; known: {known}")
+
+
+def gpu_for_target(arch: str) -> GPU:
+    """The representative device of a compile target (:data:`TARGET_GPUS`); unknown targets list the known."""
+    if arch not in TARGET_GPUS:
+        raise ValueError(f"no device in the table for target {arch!r}; known targets: {', '.join(TARGET_GPUS)}")
+    return GPUS[TARGET_GPUS[arch]]

@@ -1,0 +1,89 @@
+"""`wavefront gate`: regression gates for CI, one clear line per regression, non-zero exit on any."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from wavefront.cli._output import console, err_console, fail, write_json
+
+
+def _read_doc(path: Path, what: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        fail(f"--{what}: cannot read {path}: {exc}")
+
+
+def gate_cmd(
+    static: Annotated[bool, typer.Option("--static", help="The static half: inspect + traffic against a "
+                                                          "committed baseline (no GPU needed).")] = False,
+    baseline: Annotated[Path | None, typer.Option(help="Static baseline file (default "
+                                                       "benchmarks/baselines/static.json).")] = None,
+    update: Annotated[bool, typer.Option("--update", help="Rewrite the baseline from the present state "
+                                                          "(deliberately accepting every change).")] = False,
+    targets: Annotated[str, typer.Option(help="Comma-separated compile targets.")] =
+        "sm_80,sm_90,sm_100,gfx90a,gfx942,gfx1100",
+    inspect_json: Annotated[Path | None, typer.Option("--inspect", help="Use this `wavefront inspect --json` "
+                                                                        "document instead of compiling.")] = None,
+    traffic_json: Annotated[Path | None, typer.Option("--traffic", help="Use this `wavefront traffic --json` "
+                                                                        "document instead of counting.")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
+) -> None:
+    """Fail (exit 1, one line per kernel x target) when a kernel spills, narrows its loads or stores, grows
+    its registers by more than 10%, loses occupancy or matrix instructions, stops compiling, or moves more
+    bytes than the committed baseline says."""
+    from wavefront.cli.inspect import parse_targets, run_inspect, run_traffic, use_interpreter
+    from wavefront.workbench import gate as g
+
+    if not static:
+        fail("choose a gate half: --static (the perf half runs with the bench results; see docs/inspect.md)")
+    path = baseline or g.DEFAULT_STATIC_BASELINE
+    base = None
+    if not update:
+        try:
+            base = g.load_baseline(path)
+        except (FileNotFoundError, ValueError) as exc:
+            fail(str(exc))
+    target_list = parse_targets(targets)
+    quiet = json_out == "-"
+    use_interpreter()
+
+    def static_half() -> g.HalfResult:
+        import torch
+
+        if inspect_json is not None:
+            inspect_doc = _read_doc(inspect_json, "inspect")
+        else:
+            inspect_doc = run_inspect(None, target_list, torch.bfloat16, show_progress=not quiet).as_dict()
+        if traffic_json is not None:
+            traffic_doc = _read_doc(traffic_json, "traffic")
+        else:
+            traffic_doc = run_traffic(None, torch.bfloat16, show_progress=not quiet, marginal=False).as_dict()
+        if update:
+            g.write_baseline(g.static_snapshot(inspect_doc, traffic_doc), path)
+            n = len(inspect_doc["rows"]) + len(traffic_doc["rows"])
+            return g.HalfResult("static", notes=[f"baseline rewritten: {path} ({n} rows)"], compared=0)
+        return g.static_half(inspect_doc, traffic_doc, base)
+
+    results = g.run_gate([static_half])
+    doc = g.gate_document(results)
+    if not quiet:
+        for r in results:
+            for note in r.notes:
+                console.print(f"[dim]{r.name}: {note}[/]", soft_wrap=True)
+            for f in r.findings:  # one line each, never wrapped: CI logs are grepped
+                err_console.print(f"[bold red]REGRESSION[/] {f.line()}", soft_wrap=True, highlight=False)
+            verdict = "[green]pass[/]" if r.passed else f"[red]FAIL ({len(r.findings)} regressions)[/]"
+            console.print(f"gate {r.name}: {verdict} ({r.compared} baseline rows compared)")
+    if json_out:
+        write_json(doc, json_out)
+    if not doc["passed"]:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gate")(gate_cmd)
