@@ -203,3 +203,37 @@ def static_half(inspect_doc: dict, traffic_doc: dict, baseline: dict) -> HalfRes
         if bv.get(tool) and cv.get(tool) and bv[tool] != cv[tool]:
             result.notes.append(f"{tool} {bv[tool]} in the baseline, {cv[tool]} now: code generation may differ")
     return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# Perf half: timings and peak memory of a stored run against a baseline run (workbench/bench/regress.py).
+
+
+def is_static_baseline(path: str | Path) -> bool:
+    """Whether `path` is a static baseline (else it is taken as a perf baseline: a results document or
+    store). Lets one `--baseline` option feed either half."""
+    p = Path(path)
+    if p.suffix != ".json" or not p.is_file():
+        return False
+    try:
+        return json.loads(p.read_text()).get("schema") == BASELINE_SCHEMA
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def perf_half(baseline_ref: str, current_ref: str = "latest", *, store_path: str | Path = "wavefront-results.sqlite",
+              threshold: float = 0.05) -> tuple[HalfResult, str]:
+    """The dynamic gate as a half: one finding per case that slowed beyond threshold and noise, grew its
+    peak memory, errors now, or went missing. Returns the half and the markdown summary."""
+    from wavefront.workbench.bench.regress import gate_runs
+    from wavefront.workbench.bench.store import StoreError
+
+    try:
+        report = gate_runs(baseline_ref, current_ref, store_path=str(store_path), threshold=threshold)
+    except (StoreError, ValueError, FileNotFoundError) as exc:
+        result = HalfResult("perf", notes=[f"cannot compare: {exc}"])
+        result.findings.append(Finding("perf", str(baseline_ref), "unusable", str(exc)))
+        return result, f"## Dynamic perf gate: FAILED\n\n{exc}\n"
+    findings = [Finding("perf", r.label, r.status, r.why or r.status) for r in report.failures]
+    result = HalfResult("perf", findings=findings, notes=list(report.notes), compared=len(report.rows))
+    return result, report.markdown()

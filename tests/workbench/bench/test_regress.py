@@ -117,3 +117,43 @@ def test_gate_runs_reads_files_and_store(tmp_path):
     rep = gate_runs(str(baseline_file), "latest", store_path=str(tmp_path / "r.sqlite"))
     assert rep.exit_code == 1 and [r.case for r in rep.failures] == ["a"]
     assert gate_runs(str(baseline_file), "1", store_path=str(tmp_path / "r.sqlite")).passed
+
+
+def test_gate_cli_perf_half_and_both_halves(tmp_path):
+    """`wavefront gate --baseline PERF` fails with one line per slowed case; an A/A run passes; a static
+    baseline given beside it is routed to the static half (fed canned inspect/traffic documents here)."""
+    import json
+    import subprocess
+    import sys
+
+    from wavefront.workbench.bench.store import ResultStore, write_document
+
+    with ResultStore(tmp_path / "r.sqlite") as st:
+        st.save(run_of(BASE, 0))
+        base_file = write_document(st, tmp_path / "perf-baseline.json")
+        st.save(run_of(dict(BASE, b=(60.0, 0.02, 2000)), 100))
+
+    def gate(*args):
+        return subprocess.run([sys.executable, "-m", "wavefront", "gate", *args, "--store", str(tmp_path / "r.sqlite")],
+                              capture_output=True, text=True, timeout=120)
+
+    slow = gate("--baseline", str(base_file), "--current", "latest", "--markdown", str(tmp_path / "gate.md"))
+    assert slow.returncode == 1, slow.stderr
+    assert "REGRESSION perf: op/b/fwd/bf16/wavefront" in slow.stderr
+    assert "op/a/" not in slow.stderr and "Traceback" not in slow.stderr
+    assert "Dynamic perf gate: FAILED" in (tmp_path / "gate.md").read_text()
+    same = gate("--baseline", str(base_file), "--current", "1")
+    assert same.returncode == 0, same.stderr
+
+    rows = [{"key": "k", "op": "op", "target": "sm_90", "spill_bytes": 0}]
+    (tmp_path / "inspect.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "traffic.json").write_text(json.dumps({"rows": []}))
+    (tmp_path / "static.json").write_text(json.dumps({"schema": "wavefront.gate.static-baseline/1",
+                                                      "inspect": {}, "traffic": {}}))
+    both = gate("--baseline", str(tmp_path / "static.json"), "--baseline", str(base_file), "--current", "latest",
+                "--inspect", str(tmp_path / "inspect.json"), "--traffic", str(tmp_path / "traffic.json"),
+                "--json", str(tmp_path / "gate.json"))
+    doc = json.loads((tmp_path / "gate.json").read_text())
+    assert [h["name"] for h in doc["halves"]] == ["static", "perf"]
+    assert both.returncode == 1 and doc["passed"] is False
+    assert doc["halves"][0]["passed"] is True and doc["halves"][1]["passed"] is False
