@@ -5,15 +5,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, "-m", "wavefront", *args], capture_output=True, text=True, timeout=300)
+def _run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "wavefront", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
 
 
 def test_bench_json_document_for_one_op(tmp_path):
+    """The CPU main job for one op: correctness, then inspect (one target here) and traffic documents that
+    land in the dashboard."""
     out = tmp_path / "bench.json"
-    proc = _run("bench", "--op", "softmax", "--dtype", "bf16", "--no-store", "--no-report", "--json", str(out))
+    proc = _run("bench", "--op", "softmax", "--dtype", "bf16", "--no-store", "--inspect-targets", "gfx942",
+                "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["schema"] == "wavefront.bench/1"
@@ -22,6 +27,13 @@ def test_bench_json_document_for_one_op(tmp_path):
     assert first["op"] == "softmax" and first["dtype"] == "bf16" and first["passed"] is True
     assert {c["mode"] for c in first["checks"]} == {"fwd", "bwd"}
     assert "correctness vs float64 reference" in proc.stdout
+    docs = {name: json.loads(Path(path if Path(path).is_absolute() else tmp_path / path).read_text())
+            for name, path in doc["documents"].items()}
+    assert set(docs) == {"inspect", "traffic"}
+    assert {r["target"] for r in docs["inspect"]["rows"]} == {"gfx942"}
+    assert all(r["op"] == "softmax" for r in docs["traffic"]["rows"])
+    html = (tmp_path / doc["report"]).read_text()
+    assert "_softmax_fwd_kernel" in html, "the inspect table is in the dashboard"
 
 
 def test_unknown_op_is_one_clear_line():

@@ -114,6 +114,35 @@ def timing_table(rows, gpu_timing: bool):
     return table
 
 
+def _static_documents(ops, inspect_targets: str, traffic: bool, out_dir: Path, show: bool) -> dict[str, str]:
+    """The CPU main job's static sections: machine code per target (inspect) and bytes moved (traffic),
+    written as JSON documents beside the report. A failure is reported and the job goes on."""
+    import torch
+
+    from wavefront.cli.inspect import parse_targets, run_inspect, run_traffic
+
+    docs: dict[str, str] = {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    if inspect_targets.strip().lower() != "none":
+        targets = parse_targets(inspect_targets)
+        jobs.append(("inspect", lambda: run_inspect(ops, targets, torch.bfloat16, show_progress=show)))
+    if traffic:
+        jobs.append(("traffic", lambda: run_traffic(ops, torch.bfloat16, show_progress=show)))
+    for name, job in jobs:
+        try:
+            doc = job().as_dict()
+        except Exception as exc:  # the correctness results stand; say what is missing and why
+            err_console.print(f"[yellow]{name} skipped:[/] {type(exc).__name__}: {exc}")
+            continue
+        path = out_dir / f"{name}.json"
+        write_json(doc, path)
+        docs[name] = str(path)
+        if show:
+            console.print(f"{name}: {len(doc.get('rows', []))} rows -> {path}")
+    return docs
+
+
 def _pct(x) -> str:
     return f"{x:.0f}%" if x is not None else ""
 
@@ -147,6 +176,13 @@ def bench(
     doc: Annotated[list[str] | None, typer.Option(
         "--doc", help="A JSON document to tabulate in the report (wavefront inspect/traffic --json; repeatable).")]
     = None,
+    inspect_targets: Annotated[str, typer.Option(
+        "--inspect-targets", help="On CPU, compile every kernel for these targets and tabulate the machine code in "
+                                  "the report (comma-separated; 'none' to skip; all six: wavefront inspect).")]
+    = "sm_90,gfx942",
+    traffic: Annotated[bool, typer.Option("--traffic/--no-traffic", help="On CPU, count each kernel's bytes "
+                                                                          "(instrumented interpreter) for the report.")]
+    = True,
     label: Annotated[str, typer.Option(help="A label stored with the run.")] = "",
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
@@ -237,6 +273,9 @@ def bench(
                     run.measurements.extend(rows)
             if show:
                 console.print(timing_table(run.measurements, on_gpu))
+    static_docs: dict[str, str] = {}
+    if not on_gpu:
+        static_docs = _static_documents(op, inspect_targets, traffic, Path(report).parent, show)
     n_fail = sum(not r.passed for r in results)
     if show:
         if not on_gpu:
@@ -249,14 +288,15 @@ def bench(
         from wavefront.workbench.report import write_report
 
         try:
-            report_path = write_report(report, store_path, doc or [])
+            report_path = write_report(report, store_path, [*(doc or []), *static_docs.values()])
         except (ValueError, OSError) as exc:
             fail(f"report: {exc}")
         if show:
             console.print(f"dashboard: {report_path}")
     if json_out:
         write_json({"schema": SCHEMA, "runtime": rt, "run_id": run_id, "store": None if no_store else str(store_path),
-                    "report": str(report_path) if report_path else None, "n_cases": len(results),
+                    "report": str(report_path) if report_path else None, "documents": static_docs,
+                    "n_cases": len(results),
                     "n_failed": n_fail, "results": [r.as_dict() for r in results],
                     "modeled": [p.as_dict() for p in modeled], "run": run.as_dict()}, json_out)
     if n_fail:

@@ -33,6 +33,7 @@ def wavefront(*args, cwd):
 def test_bench_stores_reports_and_writes_json(tmp_path, monkeypatch):
     p = wavefront("bench", "--op", "softmax", "--dtype", "fp32", "--case", "npow2", "--cpu-timing", "--reps", "3",
                   "--warmup", "1", "--provider", "wavefront", "--provider", "eager", "--json", "out.json",
+                  "--inspect-targets", "none", "--no-traffic",
                   cwd=tmp_path)
     assert p.returncode == 0, p.stderr + p.stdout
     assert "CPU interpreter" in p.stdout and "modeled roofline on NVIDIA H100 SXM" in p.stdout
