@@ -52,15 +52,34 @@ def _load(driver, path: Path, timeout_s: float = 60.0) -> dict:
     return driver.execute_script("return window.__wf")
 
 
+def _trace_figures_doc(tmp_path: Path) -> Path:
+    """Dashboard figures of a planted (synthetic) GPU trace, as `wavefront trace analyze --figures` writes."""
+    import json
+
+    from wavefront.workbench.trace import analyze
+    from wavefront.workbench.trace.figures import figures
+    from wavefront.workbench.trace.synth import planted_gpu_trace
+
+    trace = planted_gpu_trace().write(tmp_path / "planted.json")
+    doc = {"schema": "wavefront.trace.figures/1", "figures": figures(analyze([trace], device="h100"))}
+    out = tmp_path / "trace-figures.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
 @pytest.mark.parametrize("with_runs", [True, False], ids=["gpu-fixture-runs", "cpu-only"])
 def test_dashboard_renders_in_chromium(browser, store_path, inspect_doc, traffic_doc, tmp_path, with_runs):
-    path = write_report(tmp_path / "index.html", store_path if with_runs else None,
-                        [inspect_doc, traffic_doc] if with_runs else [])
+    docs = [inspect_doc, traffic_doc, _trace_figures_doc(tmp_path)] if with_runs else []
+    path = write_report(tmp_path / "index.html", store_path if with_runs else None, docs)
     state = _load(browser, path)
     assert state is not None, "the page's bootstrap script did not run"
     assert state["errors"] == []
     chart_ids = browser.execute_script("return Array.from(document.querySelectorAll('.wf-chart')).map(d => d.id)")
     assert state["expected"] == len(chart_ids) > 0
+    if with_runs:
+        titles = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.wf-chart')).map(d => d.dataset.title)")
+        assert any("step" in t.lower() for t in titles), titles  # the trace's per-step breakdown chart
     assert sorted(state["rendered"]) == sorted(chart_ids), "some chart did not render"
     for cid in chart_ids:  # each chart drew its SVG with at least one trace
         n = browser.execute_script(f"return document.querySelectorAll('#{cid} .main-svg .trace').length")

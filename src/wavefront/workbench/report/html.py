@@ -280,9 +280,11 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
         page.add(f"<h2>{_esc(doc.schema or doc.source)}</h2><p class=\"note\">from {_esc(doc.source)}</p>")
         if doc.scalars:
             page.add(page.table(Table("summary", ["field", "value"], [[k, v] for k, v in doc.scalars.items()])))
+        for fig in doc.figures:
+            page.add(page.chart(fig["data"], fig["layout"], str(fig.get("title", ""))))
         for t in doc.tables:
             page.add(page.table(t))
-        if not doc.tables:
+        if not doc.tables and not doc.figures:
             page.add('<p class="note">This document holds no list of records to tabulate.</p>')
 
     page.add("<h2>Stored runs</h2>")

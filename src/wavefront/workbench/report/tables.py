@@ -30,6 +30,13 @@ class Document:
     schema: str | None
     tables: list[Table] = field(default_factory=list)
     scalars: dict[str, Any] = field(default_factory=dict)
+    # Ready-made charts: a top-level "figures" list of {"title", "data", "layout"} plotly specs (as
+    # `wavefront trace analyze --figures` writes them) is drawn, not tabulated.
+    figures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _is_figure(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("data"), list) and isinstance(value.get("layout"), dict)
 
 
 def _is_records(value: Any) -> bool:
@@ -61,7 +68,9 @@ def document_tables(doc: Any, source: str) -> Document:
         raise ValueError(f"{source}: expected a JSON object or a list of objects, got {type(doc).__name__}")
     out = Document(source, doc.get("schema"))
     for key, value in doc.items():
-        if _is_records(value):
+        if key == "figures" and isinstance(value, list) and value and all(_is_figure(v) for v in value):
+            out.figures = list(value)
+        elif _is_records(value):
             out.tables.append(records_table(key, value))
         elif isinstance(value, dict):
             for sub, sub_value in value.items():
