@@ -58,7 +58,8 @@ def roofline_figure(analysis: TraceAnalysis, rank_index: int = 0) -> dict | None
                  "text": [f"{p.op} {p.shapes} ({p.count}x, {p.median_us:.1f} us, {p.pct_of_roof:.1f}% of roof)"
                           for p in points],
                  "marker": {"size": 9}})
-    return {"title": f"Kernel roofline on {gpu.name} (rank {r.rank})", "data": data,
+    title = f"Kernel roofline on {gpu.name}" + (f" (rank {r.rank})" if r.rank is not None else "")
+    return {"title": title, "data": data,
             "layout": {"xaxis": {"type": "log", "title": "FLOP / byte"},
                        "yaxis": {"type": "log", "title": "TFLOP/s"}}}
 
