@@ -149,7 +149,7 @@ def train(
     profile_steps: Annotated[str | None, typer.Option(help="Trace steps with torch.profiler: STEP or "
                                                            "FIRST-LAST.")] = None,
     out: Annotated[str, typer.Option(help="Directory for traces.")] = "runs/train",
-    store: Annotated[str, typer.Option(help="SQLite results store ('' to skip).")] = "wavefront-train.sqlite",
+    store: Annotated[str, typer.Option(help="Results store for the KPIs ('' to skip).")] = "wavefront-results.sqlite",
     gpu: Annotated[str | None, typer.Option(help="Device-table key (h100, mi300x, ...) overriding "
                                                  "detection.")] = None,
     peak_tflops: Annotated[float | None, typer.Option(help="Dense peak TFLOP/s per device for MFU.")] = None,

@@ -70,7 +70,7 @@ def test_ddp_two_ranks_compare(tmp_path):
     _check_kpis(doc, world=2)
     assert doc["provenance"]["world_size"] == 2 and doc["provenance"]["parallel"] == "ddp"
     assert any(v["summary"]["comm_s"] > 0 for v in doc["variants"]), "DDP's final all-reduce is exposed"
-    stored = _stored(tmp_path / "wavefront-train.sqlite", doc["run_id"])
+    stored = _stored(tmp_path / "wavefront-results.sqlite", doc["run_id"])
     assert {row[0] for row in stored["runs"]} == {"baseline", "wavefront"} and stored["n_steps"] == 6
     assert "tokens/s (total)" in r.stdout and "CPU run" in r.stdout
 
@@ -96,14 +96,14 @@ def test_failing_rank_stops_the_job_with_a_clear_error(tmp_path):
     assert time.monotonic() - t0 < 120, "a dead rank must not leave the others waiting for the full timeout"
     assert "rank 1 of 2, baseline step 1: RuntimeError: injected failure" in r.stderr
     assert "Traceback" not in r.stderr
-    stored = _stored(tmp_path / "wavefront-train.sqlite", _run_ids(tmp_path)[0])
+    stored = _stored(tmp_path / "wavefront-results.sqlite", _run_ids(tmp_path)[0])
     assert stored["runs"][0][1].startswith("failed") and stored["n_steps"] == 1, "the measured step is kept"
 
 
 def _run_ids(tmp_path: Path) -> list[str]:
     import sqlite3
 
-    con = sqlite3.connect(tmp_path / "wavefront-train.sqlite")
+    con = sqlite3.connect(tmp_path / "wavefront-results.sqlite")
     try:
         return [row[0] for row in con.execute("SELECT run_id FROM train_runs ORDER BY started_at")]
     finally:
@@ -128,7 +128,7 @@ def test_bad_configuration_is_reported_before_any_work(tmp_path, monkeypatch):
     assert r.exit_code == 2
     assert "--global-batch 5 is not divisible by world size x micro-batch = 1 x 2 = 2" in " ".join(r.output.split())
     assert r.exception is None or isinstance(r.exception, SystemExit)
-    assert not (tmp_path / "wavefront-train.sqlite").exists()
+    assert not (tmp_path / "wavefront-results.sqlite").exists()
     r = runner.invoke(build_app(), ["train", "--data", "missing.bin"])
     assert r.exit_code == 2 and "missing.bin' does not exist" in " ".join(r.output.split())
 

@@ -45,7 +45,22 @@ def store_path(tmp_path):
         st.save(cpu)
         st.save(_gpu_run(2, 1.0))
         st.save(_gpu_run(3, 0.9))
+    _training_run(path)
     return path
+
+
+def _training_run(path) -> None:
+    """A `wavefront train --compare` run as the harness stores it (synthetic fixture values)."""
+    from wavefront.workbench.dist.train_store import write_variant
+
+    for variant, loss0 in (("baseline", 5.0), ("wavefront", 5.0)):
+        steps = [{"step": i, "loss": loss0 - 0.3 * i, "step_s": 0.5, "fwd_s": 0.2, "bwd_s": 0.25, "comm_s": 0.0,
+                  "opt_s": 0.05, "tokens_per_s": 1000.0, "mfu": 0.01, "measured": i > 0} for i in range(5)]
+        write_variant(path, run_id="fixture-train", variant=variant, status="ok",
+                      provenance={"started_at": "2026-01-04T00:00:00Z", "backend": "cpu-interpreter",
+                                  "device_name": "cpu", "world_size": 2, "parallel": "ddp"},
+                      config={"model": "tiny-llama", "seq_len": 64, "global_batch": 4},
+                      summary={"tokens_per_s": 1000.0, "mfu": 0.01, "final_loss": steps[-1]["loss"]}, steps=steps)
 
 
 @pytest.fixture

@@ -60,3 +60,10 @@ def test_generic_tables_tolerate_unknown_shapes():
     assert doc.scalars["summary"] == '{"n":2}'
     with pytest.raises(ValueError, match="expected a JSON object"):
         document_tables(3, "bad.json")
+
+
+def test_training_kpis_from_the_shared_store(store_path, tmp_path):
+    html = write_report(tmp_path / "t.html", store_path).read_text()
+    assert "Training KPIs (wavefront train)" in html
+    assert "training loss per step, run fixture-train" in html
+    assert html.count("tiny-llama") >= 2  # one table row per variant

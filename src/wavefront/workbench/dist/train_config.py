@@ -45,7 +45,7 @@ class TrainConfig:
     resume: bool = False
     profile_steps: tuple[int, int] | None = None  # inclusive step range traced with torch.profiler
     out_dir: str = "runs/train"
-    store: str | None = "wavefront-train.sqlite"
+    store: str | None = "wavefront-results.sqlite"
     gpu: str | None = None  # device-table key overriding detection (peak FLOPs, power, price)
     peak_tflops: float | None = None  # dense peak per device, overrides the table / the CPU measurement
     price_per_hour: float | None = None  # $ per device-hour, overrides the table's dated default
@@ -127,10 +127,10 @@ class TrainConfig:
             except ValueError as e:
                 bad(f"--gpu: {e}")
         if self.store:
-            from wavefront.workbench.dist.train_store import check_target
+            from wavefront.workbench.dist.train_store import check_store
 
             try:
-                check_target(self.store)
+                check_store(self.store)
             except ValueError as e:
                 bad(str(e))
         if self.timeout_s <= 0:

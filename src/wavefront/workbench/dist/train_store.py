@@ -1,10 +1,9 @@
 """Training KPIs in SQLite, so the dashboard and later runs can read them.
 
-The harness writes two tables of its own (schema version :data:`SCHEMA_VERSION`), by default into
-``wavefront-train.sqlite``, created if missing. The benchmark results store (``wavefront-results.sqlite``,
-wavefront.workbench.bench.store) tolerates extra tables, so ``--store wavefront-results.sqlite`` puts
-these tables beside the benchmark runs of an *existing* results store; the harness never creates a new
-file at that name, which the results store would then refuse as foreign (see :func:`check_target`).
+The harness writes two tables of its own (schema version :data:`SCHEMA_VERSION`) into the results store
+(``wavefront-results.sqlite`` by default, wavefront.workbench.bench.store), beside the benchmark runs, so
+``wavefront report`` shows training KPIs next to the kernel benchmarks. A missing store is created as a
+results store first (:func:`ensure_store`), so it stays readable by every tool.
 
 ``train_runs``  one row per (run, variant): provenance, config, and the summary KPIs as columns
                 (tokens/s, MFU, HFU, peak memory, step time, $/step, $/Mtok, energy/step) plus the full
@@ -37,20 +36,41 @@ CREATE TABLE IF NOT EXISTS train_steps (
 """
 
 
-RESULTS_STORE_NAME = "wavefront-results.sqlite"
+DEFAULT_STORE = "wavefront-results.sqlite"
 
 
-def check_target(path: str | Path) -> None:
-    """Refuse to create the benchmark results store's file with only the training tables in it."""
-    p = Path(path)
-    if p.name == RESULTS_STORE_NAME and not p.exists():
-        raise ValueError(f"--store {path}: no results store there yet; run `wavefront bench` first to create it, "
-                         f"or store training KPIs in their own file (default wavefront-train.sqlite)")
+def check_store(path: str | Path) -> None:
+    """An existing file at `path` must be a results store (ValueError otherwise); nothing is created."""
+    from wavefront.workbench.bench.store import ResultStore, StoreError
+
+    if Path(path).exists():
+        try:
+            ResultStore(path, create=False).close()
+        except StoreError as exc:
+            raise ValueError(f"--store: {exc}") from None
+
+
+def ensure_store(path: str | Path) -> None:
+    """Create the results store at `path` if absent (its schema first, then the training tables)."""
+    from wavefront.workbench.bench.store import ResultStore
+
+    ResultStore(path).close()
+
+
+def has_training(path: str | Path) -> bool:
+    """Whether the store at `path` holds training runs."""
+    if not Path(path).exists():
+        return False
+    con = sqlite3.connect(str(path))
+    try:
+        return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='train_runs'").fetchone() is not None
+    finally:
+        con.close()
 
 
 def write_variant(path: str | Path, *, run_id: str, variant: str, status: str, provenance: dict, config: dict,
                   summary: dict | None, steps: list[dict]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    ensure_store(path)
     con = sqlite3.connect(str(path), timeout=30)
     try:
         con.executescript(_DDL)

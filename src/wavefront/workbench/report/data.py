@@ -77,6 +77,8 @@ class ReportData:
     documents: list[Document] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     correctness_run: StoredRun | None = None  # the newest run that checked correctness
+    training_runs: list[dict] = field(default_factory=list)  # `wavefront train` KPIs (table train_runs)
+    training_steps: dict[str, list[dict]] = field(default_factory=dict)  # newest run: variant -> steps
 
 
 def modeled_points(devices=None, dtype: torch.dtype = torch.bfloat16) -> dict[str, list[Modeled]]:
@@ -154,7 +156,22 @@ def build_report_data(store_path: str | Path | None, documents: list[str | Path]
     gpu_runs = [r for r in loaded if r.info.is_gpu]
     measured, problems = measured_points(gpu_runs)
     docs = [load_document_tables(p) for p in documents]
-    return ReportData(title, runs, loaded[-1] if loaded else None, gpu_runs[-1] if gpu_runs else None,
+    data = ReportData(title, runs, loaded[-1] if loaded else None, gpu_runs[-1] if gpu_runs else None,
                       modeled_points(devices), measured, speedups(gpu_runs[-1]) if gpu_runs else [],
                       history(gpu_runs), docs, problems,
                       next((r for r in reversed(loaded) if r.correctness), None))
+    if store_path is not None:
+        data.training_runs, data.training_steps = training(store_path)
+    return data
+
+
+def training(store_path: str | Path) -> tuple[list[dict], dict[str, list[dict]]]:
+    """`wavefront train` runs stored beside the benchmarks, and the newest run's per-step rows."""
+    from wavefront.workbench.dist.train_store import has_training, read_runs, read_steps
+
+    if not has_training(store_path):
+        return [], {}
+    runs = read_runs(store_path)
+    newest = runs[-1]["run_id"] if runs else None
+    steps = {r["variant"]: read_steps(store_path, newest, r["variant"]) for r in runs if r["run_id"] == newest}
+    return runs, steps

@@ -180,6 +180,25 @@ def _history_chart(page: _Page, data: ReportData) -> str:
     return page.chart(traces, layout, "history across stored GPU runs")
 
 
+_TRAIN_COLUMNS = ("run_id", "variant", "status", "started_at", "device_name", "backend", "world_size", "parallel",
+                  "model", "tokens_per_s", "tokens_per_s_per_device", "mfu", "hfu", "peak_source", "peak_mem_bytes",
+                  "step_s", "cost_per_step", "cost_per_mtok", "energy_per_step_j", "energy_kind", "final_loss")
+
+
+def _training_table(data: ReportData) -> Table:
+    rows = [[r.get(c) for c in _TRAIN_COLUMNS] for r in data.training_runs]
+    cpu = any(str(r.get("backend", "")).startswith("cpu") for r in data.training_runs)
+    return Table("training runs", list(_TRAIN_COLUMNS), rows, CPU_LABEL if cpu else "")
+
+
+def _training_chart(page: _Page, data: ReportData) -> str:
+    traces = [{"type": "scatter", "mode": "lines+markers", "name": variant, "x": [s["step"] for s in steps],
+               "y": [s["loss"] for s in steps]} for variant, steps in data.training_steps.items()]
+    run_id = data.training_runs[-1]["run_id"]
+    layout = {"xaxis": {"title": "step"}, "yaxis": {"title": "loss"}}
+    return page.chart(traces, layout, f"training loss per step, run {run_id} (baseline vs wavefront-patched)")
+
+
 def _runs_table(data: ReportData) -> Table:
     cols = ["id", "created_utc", "label", "git_sha", "git_dirty", "device_name", "arch", "backend", "timing",
             "driver", "torch", "triton", "copy_gbps"]
@@ -275,6 +294,11 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
         for r in cpu_runs:
             page.add(page.table(_measurement_table(r, f"CPU-timed measurements, run {r.info.id}", CPU_LABEL),
                                 collapsed=True))
+
+    if data.training_runs:
+        page.add("<h2>Training KPIs (wavefront train)</h2>")
+        page.add(_training_chart(page, data))
+        page.add(page.table(_training_table(data)))
 
     for doc in data.documents:
         page.add(f"<h2>{_esc(doc.schema or doc.source)}</h2><p class=\"note\">from {_esc(doc.source)}</p>")
