@@ -59,3 +59,68 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim, computed in fp32 (or fp64), output in x's dtype."""
     return torch.softmax(x.to(_compute_dtype(x)), dim=-1).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Losses, RoPE, gated activations, AdamW (issue 5). Same three roles as above: float64 ground truth,
+# eager baseline at the input dtype, and the cpu-reference fallback.
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def reduce_loss(loss_rows: torch.Tensor, denom: torch.Tensor, reduction: str,
+                 divisor: torch.Tensor | float | None = None) -> torch.Tensor:
+    """none: per-row losses; sum: their sum (divided by `divisor` when given); mean: sum / denom, 0 when
+    denom is 0 (an all-ignored batch gives loss 0 and zero gradient, where F.cross_entropy gives NaN)."""
+    if reduction == "none":
+        return loss_rows
+    total = loss_rows.sum()
+    if reduction == "sum":
+        return total if divisor is None else total / divisor
+    return total / torch.where(denom > 0, denom, torch.ones_like(denom))
+
+
+def cross_entropy_denominator(target: torch.Tensor, ignore_index: int, weight: torch.Tensor | None,
+                              dtype: torch.dtype) -> torch.Tensor:
+    """The mean reduction's denominator on the target's device (no host sync): the count of non-ignored
+    targets, or the sum of their class weights when weights are given (F.cross_entropy's convention)."""
+    valid = target != ignore_index
+    if weight is None:
+        return valid.sum().to(dtype)
+    safe = torch.where(valid, target, torch.zeros_like(target)).clamp(0, weight.numel() - 1)
+    return torch.where(valid, weight.to(dtype)[safe], torch.zeros((), dtype=dtype, device=target.device)).sum()
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
+                  label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
+                  weight: torch.Tensor | None = None, reduction: str = "mean",
+                  divisor: torch.Tensor | float | None = None) -> torch.Tensor:
+    """Cross-entropy over the last dim of logits [..., V] with targets [...], computed in fp32 (fp64).
+
+    F.cross_entropy's definition (class weights also weight the smoothing term; mean divides by the
+    total weight of the non-ignored targets), plus softcap (x -> c tanh(x / c) first, Gemma 2),
+    PaLM's z-loss (z * lse^2 per non-ignored row, not class-weighted) and sum-with-divisor.
+    """
+    acc = _compute_dtype(logits, weight)
+    n_classes = logits.shape[-1]
+    x = logits.to(acc).reshape(-1, n_classes)
+    t = target.reshape(-1)
+    if softcap is not None:
+        x = softcap * torch.tanh(x / softcap)
+    lse = torch.logsumexp(x, dim=-1)
+    valid = t != ignore_index
+    safe = torch.where(valid, t, torch.zeros_like(t))
+    x_t = x.gather(1, safe[:, None]).squeeze(1)
+    w = weight.to(acc) if weight is not None else None
+    w_t = w[safe] if w is not None else torch.ones_like(lse)
+    loss = (1.0 - label_smoothing) * w_t * (lse - x_t)
+    if label_smoothing:
+        per_class = lse[:, None] - x
+        smooth = (per_class * w).sum(-1) if w is not None else per_class.sum(-1)
+        loss = loss + label_smoothing / n_classes * smooth
+    if z_loss:
+        loss = loss + z_loss * lse * lse
+    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    denom = cross_entropy_denominator(t, ignore_index, weight, acc) if reduction == "mean" else None
+    out = reduce_loss(loss, denom, reduction, divisor)
+    return out.reshape(target.shape) if reduction == "none" else out
