@@ -124,3 +124,94 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     denom = cross_entropy_denominator(t, ignore_index, weight, acc) if reduction == "mean" else None
     out = reduce_loss(loss, denom, reduction, divisor)
     return out.reshape(target.shape) if reduction == "none" else out
+
+
+def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
+                       ignore_index: int, label_smoothing: float, z_loss: float, softcap: float | None,
+                       stats: torch.Tensor | None = None, grad: torch.Tensor | None = None,
+                       scale: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The cross-entropy kernel's contract (wavefront.kernels.cross_entropy.cross_entropy_rows) in plain
+    PyTorch, for the cpu-reference backend of the chunked linear cross-entropy.
+
+    It works one row at a time so that, like the kernel, it allocates nothing of size [rows x vocab]
+    beyond the outputs: its temporaries are a few vectors of the vocabulary's length. (Out-of-range
+    targets are the op layer's to reject; here they raise an IndexError.)
+    """
+    n_rows, n_classes = logits.shape
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    compute_stats = stats is None
+    loss = torch.zeros(n_rows, dtype=acc, device=logits.device) if compute_stats else None
+    if compute_stats:
+        stats = torch.zeros((n_rows, 2), dtype=acc, device=logits.device)
+    w = weight.to(acc) if weight is not None else None
+    w_sum = w.sum() if w is not None else float(n_classes)
+    scales = None if scale is None else scale.to(acc).expand(n_rows)
+    for i in range(n_rows):
+        t = int(target[i])
+        if t == ignore_index:
+            if grad is not None:
+                grad[i].zero_()
+            continue
+        x = logits[i].to(acc)
+        if softcap is not None:
+            x = softcap * torch.tanh(x / softcap)
+        if compute_stats:
+            m = x.max()
+            log_s = torch.log(torch.exp(x - m).sum())
+            stats[i, 0], stats[i, 1] = m, log_s
+        else:
+            m, log_s = stats[i, 0], stats[i, 1]
+        lse = m + log_s
+        w_t = w[t] if w is not None else 1.0
+        if compute_stats:
+            sum_wx = (w * x).sum() if w is not None else x.sum()
+            smooth = label_smoothing * (lse * w_sum - sum_wx) / n_classes
+            loss[i] = (1.0 - label_smoothing) * w_t * (lse - x[t]) + smooth + z_loss * lse * lse
+        if grad is not None:
+            p = torch.exp((x - m) - log_s)
+            coef = (1.0 - label_smoothing) * w_t + label_smoothing * w_sum / n_classes + 2.0 * z_loss * lse
+            g = coef * p - (label_smoothing / n_classes) * (w if w is not None else 1.0)
+            g[t] -= (1.0 - label_smoothing) * w_t
+            g *= scales[i]
+            if softcap is not None:
+                g *= 1.0 - (x / softcap) ** 2
+            grad[i].copy_(g)
+    return loss, stats
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
+                         bias: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
+                         z_loss: float = 0.0, softcap: float | None = None, class_weight: torch.Tensor | None = None,
+                         reduction: str = "mean", divisor: torch.Tensor | float | None = None,
+                         chunk_size: int | None = None) -> torch.Tensor:
+    """The LM-head loss as eager users write it: logits = F.linear(hidden, weight, bias) at the input dtype
+    (the full [tokens x vocab] tensor), then cross_entropy on logits.float() (Hugging Face's order).
+    chunk_size is accepted for signature parity and ignored."""
+    logits = torch.nn.functional.linear(hidden, weight, bias)
+    return cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
+                         softcap=softcap, weight=class_weight, reduction=reduction, divisor=divisor)
+
+
+def _glu(gate: torch.Tensor, up: torch.Tensor, act) -> torch.Tensor:
+    acc = _compute_dtype(gate, up)
+    a = act(gate.to(acc)).to(gate.dtype)
+    return (a.to(acc) * up.to(acc)).to(gate.dtype)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) rounded to gate's dtype, times up, rounded: Hugging Face's act_fn(gate_proj(x)) * up_proj(x)."""
+    return _glu(gate, up, torch.nn.functional.silu)
+
+
+def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    """gelu(gate) (tanh or erf form) rounded to gate's dtype, times up: Gemma's MLP."""
+    return _glu(gate, up, lambda g: torch.nn.functional.gelu(g, approximate=approximate))
+
+
+def swiglu_eager(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """The Hugging Face module's ops at the input dtype (its backward rounds dy * up before silu')."""
+    return torch.nn.functional.silu(gate) * up
+
+
+def geglu_eager(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    return torch.nn.functional.gelu(gate, approximate=approximate) * up

@@ -8,6 +8,7 @@ built from exp2 here (one ex2 on NVIDIA, one v_exp_f32 on AMD, the same instruct
 
 The series branch exists because 1 - e cancels for small |x| (relative error eps / |2x|); its truncation
 error is below 3e-10 relative at |x| = 1/8. Both branches are evaluated and selected (no divergence).
+:func:`tanh_parts` also returns 1 - tanh^2 and 1 + tanh in forms that do not cancel near saturation.
 
 Activations and their derivatives (g is the gate value, fp32):
 
@@ -29,14 +30,31 @@ ACT_GELU_ERF = 2
 
 
 @triton.jit
-def tanh(x):
+def tanh_parts(x):
+    """(tanh x, 1 - tanh^2 x, 1 + tanh x), each free of cancellation.
+
+    With e = 2^(-2|x| log2 e): 1 - |t| = 2e / (1 + e) and 1 - t^2 = 4e / (1 + e)^2, exact-form expressions
+    where the direct 1 - t would lose every digit as |t| -> 1 (the gradient of a saturated softcap or
+    gelu lives there).
+    """
     ax = tl.abs(x)
     e = tl.exp2(ax * -2.8853900817779268)  # -2 log2(e)
-    big = (1.0 - e) / (1.0 + e)
+    inv = 1.0 / (1.0 + e)
     x2 = x * x
-    small = ax * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * -0.05396825396825397)))
-    t = tl.where(ax < 0.125, small, big)
-    return tl.where(x < 0, -t, t)
+    small = ax < 0.125
+    t_series = ax * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * -0.05396825396825397)))
+    t_abs = tl.where(small, t_series, (1.0 - e) * inv)
+    sech2 = tl.where(small, 1.0 - t_abs * t_abs, 4.0 * e * inv * inv)
+    one_minus_abs = tl.where(small, 1.0 - t_abs, 2.0 * e * inv)
+    t = tl.where(x < 0, -t_abs, t_abs)
+    one_plus_t = tl.where(x < 0, one_minus_abs, 1.0 + t_abs)
+    return t, sech2, one_plus_t
+
+
+@triton.jit
+def tanh(x):
+    t, _, _ = tanh_parts(x)
+    return t
 
 
 @triton.jit
@@ -50,8 +68,8 @@ def activation(g, ACT: tl.constexpr):
     if ACT == 0:
         out = g * sigmoid(g)
     elif ACT == 1:
-        u = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-        out = 0.5 * g * (1.0 + tanh(u))
+        _, _, one_plus_t = tanh_parts(0.7978845608028654 * (g + 0.044715 * g * g * g))
+        out = 0.5 * g * one_plus_t
     else:
         out = 0.5 * g * (1.0 + tl.math.erf(g * 0.7071067811865476))
     return out
@@ -66,10 +84,9 @@ def activation_and_grad(g, ACT: tl.constexpr):
         d = s * (1.0 + g * (1.0 - s))
     elif ACT == 1:
         g2 = g * g
-        u = 0.7978845608028654 * (g + 0.044715 * g2 * g)
-        t = tanh(u)
-        out = 0.5 * g * (1.0 + t)
-        d = 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 0.134145 * g2)
+        _, sech2, one_plus_t = tanh_parts(0.7978845608028654 * (g + 0.044715 * g2 * g))
+        out = 0.5 * g * one_plus_t
+        d = 0.5 * one_plus_t + 0.5 * g * sech2 * 0.7978845608028654 * (1.0 + 0.134145 * g2)
     else:
         cdf = 0.5 * (1.0 + tl.math.erf(g * 0.7071067811865476))
         out = g * cdf

@@ -15,7 +15,7 @@ the class weights, like PyTorch's), plus PaLM's z-loss, which is not class-weigh
 and r the row's upstream scale (the reduction's 1/denominator times the incoming gradient):
 
     dloss/dx'_j = r (A p_j - (1 - eps) w_t [j == t] - eps w_j / V),   A = (1 - eps) w_t + eps W / V + 2 z lse
-    dloss/dx_j  = dloss/dx'_j (1 - (x'_j / c)^2)                       (softcap: tanh' = 1 - tanh^2)
+    dloss/dx_j  = dloss/dx'_j (1 - tanh^2(x_j / c))                    (softcap; 4e/(1+e)^2 form, _math.py)
 
 Saved per row: the statistics (m, log_s) as two fp32 numbers, not lse = m + log_s: the backward
 evaluates p_j = exp((x'_j - m) - log_s), where x'_j - m is exact near the max; a single fp32 lse would
@@ -51,7 +51,7 @@ import triton.language as tl
 
 from wavefront import runtime
 from wavefront.kernels._launch import launch
-from wavefront.kernels._math import tanh
+from wavefront.kernels._math import tanh, tanh_parts
 from wavefront.kernels.row_config import row_config
 
 
@@ -63,9 +63,14 @@ def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def _grad_block(xc, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, softcap, scale,
+def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, softcap, scale,
                 HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
-    """The gradient of one block of capped logits xc (fp32); masked lanes give 0."""
+    """The gradient of one block of raw logits x (fp32); masked lanes give 0."""
+    if HAS_SOFTCAP:
+        th, sech2, _ = tanh_parts(x / softcap)
+        xc = softcap * th
+    else:
+        xc = x
     # exp(x' - lse) as exp(((x' - m) - log_s)): x' - m is exact near the max, where p matters; folding lse
     # into one number would cost ulp(lse) ~ |x| eps of relative error in every probability.
     p = tl.exp2(((xc - m) - log_s) * 1.4426950408889634)
@@ -76,8 +81,7 @@ def _grad_block(xc, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, s
         g = coef * p - smooth_w
     g = tl.where(cols == t, g - on_target, g) * scale
     if HAS_SOFTCAP:
-        r = xc / softcap
-        g = g * (1.0 - r * r)
+        g = g * sech2
     return tl.where(mask, g, 0.0)
 
 
@@ -111,11 +115,12 @@ def _ce_kernel(
     inv_n = 1.0 / n_f
 
     if valid:
-        xc_single = tl.zeros((BLOCK_N,), ACC)
+        x_single = tl.zeros((BLOCK_N,), ACC)
         if COMPUTE_LSE:
             if SINGLE_PASS:
                 mask = cols0 < n_cols
-                xc_single = _capped(tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC), softcap, HAS_SOFTCAP)
+                x_single = tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC)
+                xc_single = _capped(x_single, softcap, HAS_SOFTCAP)
                 m = tl.max(tl.where(mask, xc_single, -float("inf")), axis=0)
                 s = tl.sum(tl.where(mask, tl.exp2((xc_single - m) * log2e), 0.0), axis=0)
                 if HAS_WEIGHT:
@@ -175,15 +180,15 @@ def _ce_kernel(
             smooth_w = label_smoothing * inv_n
             if SINGLE_PASS and COMPUTE_LSE:
                 mask = cols0 < n_cols
-                g = _grad_block(xc_single, cols0, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, softcap,
+                g = _grad_block(x_single, cols0, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, softcap,
                                 scale, HAS_WEIGHT, HAS_SOFTCAP)
                 tl.store(g_row + cols0, (g + poison).to(G_DTYPE), mask=mask)
             else:
                 for start in range(0, n_cols, BLOCK_N):
                     cols = start + cols0
                     mask = cols < n_cols
-                    xc = _capped(tl.load(x_row + cols, mask=mask, other=0.0).to(ACC), softcap, HAS_SOFTCAP)
-                    g = _grad_block(xc, cols, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, softcap,
+                    x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+                    g = _grad_block(x, cols, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, softcap,
                                     scale, HAS_WEIGHT, HAS_SOFTCAP)
                     tl.store(g_row + cols, (g + poison).to(G_DTYPE), mask=mask)
     else:
