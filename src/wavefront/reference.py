@@ -215,3 +215,52 @@ def swiglu_eager(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def geglu_eager(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
     return torch.nn.functional.gelu(gate, approximate=approximate) * up
+
+
+def rope_tables(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor | None = None,
+                cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin rows for every token of q, shaped to broadcast against q's rotary part:
+    [B, 1, S, R] for q [B, H, S, D] (HF layout), [T, 1, R] for q [T, H, D] (packed)."""
+    if cu_seqlens is not None:
+        tokens = torch.arange(q.shape[0], device=q.device)
+        seq = torch.searchsorted(cu_seqlens.to(torch.int64), tokens, right=True) - 1
+        position_ids = tokens - cu_seqlens.to(torch.int64)[seq]
+    if position_ids is not None:
+        cos, sin = cos[position_ids], sin[position_ids]
+    if q.dim() == 4 and cos.dim() == 3:
+        return cos.unsqueeze(1), sin.unsqueeze(1)
+    if q.dim() == 3:
+        return cos.unsqueeze(1), sin.unsqueeze(1)
+    return cos, sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rope_one(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, acc: torch.dtype | None) -> torch.Tensor:
+    r = cos.shape[-1]
+    rot, tail = x[..., :r], x[..., r:]
+    if acc is not None:  # compute in fp32 (fp64), round once
+        out = (rot.to(acc) * cos.to(acc) + _rotate_half(rot.to(acc)) * sin.to(acc)).to(x.dtype)
+    else:  # Hugging Face: everything in x's dtype, each product and the sum rounded
+        out = rot * cos.to(x.dtype) + _rotate_half(rot) * sin.to(x.dtype)
+    return torch.cat((out, tail), dim=-1) if tail.shape[-1] else out
+
+
+def rope(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, *,
+         position_ids: torch.Tensor | None = None,
+         cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HF's apply_rotary_pos_emb on the first cos.shape[-1] dims of q and k, computed in fp32 (fp64)."""
+    c, s = rope_tables(q, cos, sin, position_ids, cu_seqlens)
+    acc = _compute_dtype(q, cos)
+    return _rope_one(q, c, s, acc), (_rope_one(k, c, s, acc) if k is not None else None)
+
+
+def rope_eager(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, *,
+               position_ids: torch.Tensor | None = None,
+               cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Hugging Face's apply_rotary_pos_emb as written (products and sum at q's dtype)."""
+    c, s = rope_tables(q, cos, sin, position_ids, cu_seqlens)
+    return _rope_one(q, c, s, None), (_rope_one(k, c, s, None) if k is not None else None)
