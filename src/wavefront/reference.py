@@ -264,3 +264,53 @@ def rope_eager(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: 
     """Hugging Face's apply_rotary_pos_emb as written (products and sum at q's dtype)."""
     c, s = rope_tables(q, cos, sin, position_ids, cu_seqlens)
     return _rope_one(q, c, s, None), (_rope_one(k, c, s, None) if k is not None else None)
+
+
+def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
+               lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 1e-2,
+               step: int = 1, maximize: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One AdamW step (decoupled weight decay, bias-corrected), computed in fp32 (fp64), rounded once per
+    output; returns new (param, exp_avg, exp_avg_sq) in their own dtypes."""
+    acc = _compute_dtype(param, grad, exp_avg, exp_avg_sq)
+    p, g, m, v = (t.to(acc) for t in (param, grad, exp_avg, exp_avg_sq))
+    if maximize:
+        g = -g
+    p = p * (1 - lr * weight_decay)
+    m = m + (1 - beta1) * (g - m)
+    v = v * beta2 + (1 - beta2) * g * g
+    denom = v.sqrt() / (1 - beta2 ** step) ** 0.5 + eps
+    p = p - (lr / (1 - beta1 ** step)) * m / denom
+    return p.to(param.dtype), m.to(exp_avg.dtype), v.to(exp_avg_sq.dtype)
+
+
+def adamw_update_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                  max_exp_avg_sq: torch.Tensor | None = None, master: torch.Tensor | None = None, *, lr: float,
+                  beta1: float, beta2: float, eps: float, weight_decay: float, step: float,
+                  maximize: bool = False) -> None:
+    """torch.optim.AdamW(foreach=False)'s update in place, op by op and at the tensors' own dtypes: the
+    eager baseline, and the optimizer's path where no Triton kernel runs. With `master` (fp32) the update
+    runs on it and `param` receives its rounding."""
+    target = master if master is not None else param
+    g = (-grad if maximize else grad).to(exp_avg.dtype)
+    target.mul_(1 - lr * weight_decay)
+    exp_avg.lerp_(g, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    second = exp_avg_sq
+    if max_exp_avg_sq is not None:
+        torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+        second = max_exp_avg_sq
+    denom = (second.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+    target.addcdiv_(exp_avg.to(target.dtype), denom.to(target.dtype), value=-(lr / (1 - beta1 ** step)))
+    if master is not None:
+        param.copy_(master)
+
+
+def adamw_step_eager(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
+                     lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                     weight_decay: float = 1e-2, step: int = 1,
+                     maximize: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """torch.optim.AdamW(foreach=False)'s arithmetic at the input dtype, on copies."""
+    p, m, v = param.clone(), exp_avg.clone(), exp_avg_sq.clone()
+    adamw_update_(p, grad, m, v, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, step=step,
+                  maximize=maximize)
+    return p, m, v
