@@ -78,25 +78,26 @@ _CHECKS = textwrap.dedent("""
     q_ref, _ = ops.rope(q.contiguous(), None, cos, sin)
     out["rope"] = float((q_out - q_ref).abs().max())
 
-    # adamw: blocks starting at and past 2^31 inside 2^31 + 8192-element tensors.
-    n = 2**31 + 8192
+    # adamw: a whole block ending at 2^31 and a masked tail block past it, in 2^31 + 5000-element tensors.
+    from wavefront.reference import adamw_update_
+    n = 2**31 + 5000
     tensors = [big(n, torch.float32) for _ in range(4)]
-    starts = [2**31 - 1024, 2**31 + 4096]
+    spans = [(2**31 - 2048, 2**31), (2**31 + 4096, n)]
     for k, tns in enumerate(tensors):
-        for s in starts:
-            tns[s:s + 2048] = torch.rand(2048) * (0.01 if k == 3 else 1.0)
-    expect = [[tns[s:s + 2048].clone() for tns in tensors] for s in starts]
+        for a, b in spans:
+            tns[a:b] = torch.rand(b - a) * (0.01 if k == 3 else 1.0)
+    expect = [[tns[a:b].clone() for tns in tensors] for a, b in spans]
     scal = adamw_kernels.step_scalars(1e-2, 0.9, 0.999, 1e-8, 0.01, 3.0)
     ptrs = torch.tensor([[tns.data_ptr() for tns in tensors] + [0, 0]], dtype=torch.int64)
     launch(adamw_kernels._adamw_kernel, (2,), ptrs, torch.tensor([n]), torch.tensor([list(scal)], dtype=torch.float64),
-           torch.zeros(2, dtype=torch.int32), torch.tensor(starts, dtype=torch.int64),
+           torch.zeros(2, dtype=torch.int32), torch.tensor([a for a, _ in spans], dtype=torch.int64),
            constexprs=dict(P_DTYPE=tl.float32, G_DTYPE=tl.float32, S_DTYPE=tl.float32, HAS_MASTER=False,
-                           AMSGRAD=False, MAXIMIZE=False, BLOCK=2048, ACC=tl.float32), options={"num_warps": 4})
+                           AMSGRAD=False, MAXIMIZE=False, ALIGNED=True, BLOCK=2048, ACC=tl.float32),
+           options={"num_warps": 4})
     err = 0.0
-    for s, (p, gr, m, v) in zip(starts, expect):
-        from wavefront.reference import adamw_update_
+    for (a, b), (p, gr, m, v) in zip(spans, expect):
         adamw_update_(p, gr, m, v, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=3.0)
-        err = max(err, float((tensors[0][s:s + 2048] - p).abs().max()))
+        err = max(err, float((tensors[0][a:b] - p).abs().max()))
     out["adamw"] = err
     print(json.dumps(out))
 """)
