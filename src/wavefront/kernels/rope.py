@@ -48,16 +48,19 @@ _VECTOR_BYTES = 16
 
 @dataclass(frozen=True)
 class RopeTable:
-    # Threads per program are sized so each holds one 16-byte vector per head-half row slice; more warps
-    # than this only add idle lanes for the head counts of current models (<= 128 q heads).
+    # Upper bound on warps per program (one program per token).
     max_warps: int
+    # Most q values one thread holds per half tile: 32 fp32 values for x1 and as many for x2 plus the
+    # outputs keep a thread near 128 registers (measured: 125 on sm_90, 120 VGPRs on gfx942 for Llama 3
+    # 8B's 32/8 heads at 2 warps / 1 wave, no spills); 128 q heads (405B) therefore get 8 warps.
+    max_q_per_thread: int
 
 
 ROPE_TABLES: dict[str, RopeTable] = {
-    "nvidia": RopeTable(max_warps=8),
-    "amd-cdna": RopeTable(max_warps=8),
-    "amd-rdna": RopeTable(max_warps=8),
-    "cpu": RopeTable(max_warps=8),
+    "nvidia": RopeTable(max_warps=8, max_q_per_thread=32),
+    "amd-cdna": RopeTable(max_warps=8, max_q_per_thread=32),
+    "amd-rdna": RopeTable(max_warps=8, max_q_per_thread=32),
+    "cpu": RopeTable(max_warps=8, max_q_per_thread=32),
 }
 
 
@@ -87,9 +90,13 @@ def rope_config(n_q_heads: int, n_k_heads: int, head_dim: int, rotary_dim: int, 
     block_half = _next_pow2(half)
     per_vector = max(1, _VECTOR_BYTES // torch.empty((), dtype=dtype).element_size())
     block_hq = _next_pow2(n_q_heads)
-    threads = max(1, block_hq * block_half // per_vector)
+    block_hk = _next_pow2(max(n_k_heads, 1))
+    # Size the block to the smaller (k, with GQA) tile so each of its threads still holds a whole 16-byte
+    # vector; the q tile then gives each thread several vectors instead of k's threads idling on 4 bytes.
+    smallest = min(block_hq, block_hk) if n_k_heads else block_hq
+    threads = max(1, smallest * block_half // per_vector, block_hq * block_half // table.max_q_per_thread)
     warps = min(_next_pow2(max(1, threads // arch.warp_size)), table.max_warps, arch.max_num_warps)
-    return RopeConfig(BLOCK_HQ=block_hq, BLOCK_HK=_next_pow2(max(n_k_heads, 1)), BLOCK_HALF=block_half,
+    return RopeConfig(BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BLOCK_HALF=block_half,
                       BLOCK_PASS=_next_pow2(max(head_dim - rotary_dim, 1)), num_warps=warps)
 
 
