@@ -75,6 +75,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(logits, target, weight, output[1])
     ctx.options = (ignore_index, label_smoothing, z_loss, softcap)
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # no zero "gradient" for the statistics
 
 
 def _backward(ctx, dloss, dstats):

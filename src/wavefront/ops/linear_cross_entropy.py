@@ -225,6 +225,9 @@ def _setup_context(ctx, inputs, output):
     else:
         ctx.save_for_backward(dh, dw, db)
     ctx.mark_non_differentiable(stats, dh, dw, db)
+    # Without this, autograd would allocate zero "gradients" for the unused dh/dweight outputs in the
+    # backward: an N x H and a V x H (fp32) tensor for nothing.
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dloss, dstats, d_dh, d_dw, d_db):
