@@ -107,6 +107,21 @@ def test_frozen_weight_and_no_grad():
     torch.testing.assert_close(loss, _eager(hidden, weight.detach(), target))
 
 
+def test_autocast_casts_like_f_linear():
+    # Mixed precision: fp32 master weight, bf16 autocast. The loss equals eager's under the same autocast
+    # and the weight's gradient arrives in fp32.
+    hidden, weight, target = _data(n_tokens=16, vocab=64)
+    w, w_ref = weight.clone().requires_grad_(), weight.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = linear_cross_entropy(hidden, w, target, chunk_size=8)
+        expect = F.cross_entropy(F.linear(hidden, w_ref).float(), target)
+    torch.testing.assert_close(ours, expect, rtol=1e-3, atol=1e-3)
+    ours.backward()
+    expect.backward()
+    assert w.grad.dtype == torch.float32
+    torch.testing.assert_close(w.grad, w_ref.grad, rtol=2e-2, atol=2e-3)
+
+
 def test_gradient_accumulation_with_divisor():
     # Hugging Face: reduction="sum" and divisor = the batch's non-ignored tokens, across micro-batches,
     # equals the full batch's mean.

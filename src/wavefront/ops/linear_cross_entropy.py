@@ -276,12 +276,18 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, *, bias
     ``class_weight`` here); ``softcap`` is Gemma 2's final-logit softcapping. Gradient accumulation as in
     Hugging Face: ``reduction="sum", divisor=num_items_in_batch`` (a number or a device tensor).
     ``chunk_size`` overrides the tokens per chunk (default: :func:`chunk_tokens`).
+    Under autocast the matmul operands are cast to the autocast dtype first, as F.linear's would be;
+    otherwise hidden, weight and bias must share a dtype.
     Returns the fp32 loss (fp64 for fp64 inputs); shape ``target.shape`` for reduction="none".
     """
     op = "linear_cross_entropy"
     check_tensor(op, "hidden", hidden)
     n_hidden = hidden.shape[-1]
     _check_weight_is_whole(op, weight, n_hidden)
+    if torch.is_autocast_enabled(hidden.device.type):
+        cast = torch.get_autocast_dtype(hidden.device.type)
+        hidden, weight = hidden.to(cast), weight.to(cast)
+        bias = bias.to(cast) if bias is not None else None
     check_same_dtype(op, hidden=hidden, weight=weight)
     vocab = weight.shape[0]
     if bias is not None:
