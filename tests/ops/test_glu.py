@@ -74,3 +74,32 @@ def test_bad_input_is_named(call, error, match):
 def test_empty_batch():
     out = swiglu(torch.randn(0, 16, requires_grad=True), torch.randn(0, 16))
     assert out.shape == (0, 16)
+
+
+@pytest.mark.parametrize("arch_name", ["sm_80", "sm_90", "sm_100", "gfx90a", "gfx942", "gfx1100"])
+def test_launch_configs_give_whole_16_byte_vectors(arch_name):
+    # Pure config functions: every thread of a full block owns whole 16-byte vectors (the precondition for
+    # 128-bit loads), and num_warps fits the architecture.
+    from wavefront.kernels.adamw import adamw_config
+    from wavefront.kernels.glu import glu_config
+    from wavefront.kernels.rope import rope_config
+    from wavefront.runtime import get_arch
+
+    arch = get_arch(arch_name)
+    for dtype, per_vector in ((torch.bfloat16, 8), (torch.float32, 4)):
+        for n_cols in (14336, 28672, 18944):
+            cfg = glu_config(n_cols, dtype, arch)
+            assert cfg.num_warps <= arch.max_num_warps
+            assert (cfg.BLOCK_N // (cfg.num_warps * arch.warp_size)) % per_vector == 0, cfg
+        cfg = adamw_config(dtype, arch)
+        assert cfg.num_warps <= arch.max_num_warps
+        assert (cfg.BLOCK // (cfg.num_warps * arch.warp_size)) % per_vector == 0, cfg
+        for heads, kv in ((32, 8), (64, 8), (128, 8), (28, 4)):
+            cfg = rope_config(heads, kv, 128, 128, dtype, arch)
+            threads = cfg.num_warps * arch.warp_size
+            assert cfg.num_warps <= arch.max_num_warps
+            assert (cfg.BLOCK_HQ * cfg.BLOCK_HALF) // threads >= per_vector, cfg
+            # k's tile gets whole vectors unless the cap on q values per thread (32) needs more threads.
+            ratio = cfg.BLOCK_HQ // cfg.BLOCK_HK
+            if ratio * per_vector <= 32:
+                assert (cfg.BLOCK_HK * cfg.BLOCK_HALF) // threads >= per_vector, cfg
