@@ -22,6 +22,7 @@ import numbers
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from wavefront import reference, runtime
 from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
@@ -160,6 +161,13 @@ def check_loss_options(op: str, *, n_classes: int, ignore_index, label_smoothing
             raise ValueError(f"{op}: argument '{class_weight_name}' must be on {device}, got {class_weight.device}")
 
 
+def values_checkable(t: Tensor) -> bool:
+    """Whether reading t's values on the host is free and meaningful: a CPU tensor (no device sync),
+    outside torch.compile tracing and outside any dispatch mode (shape-only captures such as inspect's,
+    fake tensors, memory meters), where the values may not exist."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling() and not is_in_torch_dispatch_mode()
+
+
 def check_target(op: str, target, batch_shape: tuple[int, ...], n_classes: int, ignore_index: int, device,
                  what: str) -> None:
     check_tensor(op, "target", target, dtypes=INDEX_DTYPES, min_dim=0)
@@ -168,7 +176,7 @@ def check_target(op: str, target, batch_shape: tuple[int, ...], n_classes: int, 
         raise ValueError(f"{op}: argument 'target' must be on {device}, got {target.device}")
     # Range check only where it costs no device synchronization (CPU tensors, outside compilation). On a
     # GPU an out-of-range target never reads out of bounds: its row's loss is NaN (kernels/cross_entropy.py).
-    if target.device.type == "cpu" and not torch.compiler.is_compiling() and target.numel():
+    if values_checkable(target) and target.numel():
         bad = (target != ignore_index) & ((target < 0) | (target >= n_classes))
         if bool(bad.any()):
             first = int(bad.reshape(-1).nonzero()[0])

@@ -10,7 +10,7 @@ from wavefront import reference, runtime
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_same_dtype, check_tensor
-from wavefront.ops.cross_entropy import INDEX_DTYPES
+from wavefront.ops.cross_entropy import INDEX_DTYPES, values_checkable
 
 POS_DIRECT, POS_IDS, POS_CU_SEQLENS = 0, 1, 2  # kernels/rope.py's codes (importing it would import Triton)
 
@@ -92,7 +92,7 @@ def _check(q, k, cos, sin, position_ids, cu_seqlens) -> int:
             raise ValueError(f"{op}: argument 'cu_seqlens' must hold at least [0, tokens], got {cu_seqlens.numel()} "
                              f"value(s)")
         _check_table(op, cos, "cu_seqlens")
-        if cu_seqlens.device.type == "cpu" and not torch.compiler.is_compiling():
+        if values_checkable(cu_seqlens):
             diffs = cu_seqlens[1:] - cu_seqlens[:-1]
             if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != n_tokens or bool((diffs < 0).any()):
                 raise ValueError(f"{op}: argument 'cu_seqlens' must rise from 0 to the token count {n_tokens}, got "
@@ -106,7 +106,7 @@ def _check(q, k, cos, sin, position_ids, cu_seqlens) -> int:
             want = f"({seq},)" if packed else f"({batch}, {seq}), (1, {seq}) or ({seq},)"
             raise ValueError(f"{op}: argument 'position_ids' must have shape {want}, got {tuple(position_ids.shape)}")
         _check_table(op, cos, "position_ids")
-        if position_ids.device.type == "cpu" and not torch.compiler.is_compiling() and position_ids.numel():
+        if values_checkable(position_ids) and position_ids.numel():
             if bool((position_ids < 0).any()):
                 raise ValueError(f"{op}: argument 'position_ids' must be >= 0")
             _check_positions(op, "position_ids", position_ids.max() + 1, cos.shape[0])
