@@ -98,3 +98,18 @@ def test_cross_entropy_ignore_index_under_compile():
     f = torch.compile(lambda x: ops.cross_entropy(x, target), backend="aot_eager", fullgraph=True)
     expect = torch.nn.functional.cross_entropy(logits, target)
     torch.testing.assert_close(f(logits), expect)
+
+
+def test_inplace_backward_is_ignored_under_compile():
+    # The in-place gradient is an eager memory trick; compiled, the default path runs and the logits survive.
+    torch._dynamo.reset()
+    logits = torch.randn(6, 30)
+    target = torch.randint(0, 30, (6,))
+    x = logits.clone().requires_grad_()
+    f = torch.compile(lambda x: ops.cross_entropy(x * 1.0, target, inplace_backward=True), backend="aot_eager",
+                      fullgraph=True)
+    f(x).backward()
+    expect = logits.clone().requires_grad_()
+    torch.nn.functional.cross_entropy(expect, target).backward()
+    torch.testing.assert_close(x.grad, expect.grad)
+    assert torch.equal(x.detach(), logits)
