@@ -59,3 +59,258 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim, computed in fp32 (or fp64), output in x's dtype."""
     return torch.softmax(x.to(_compute_dtype(x)), dim=-1).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Losses, RoPE, gated activations, AdamW (issue 5). Same three roles as above: float64 ground truth,
+# eager baseline at the input dtype, and the cpu-reference fallback.
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def reduce_loss(loss_rows: torch.Tensor, denom: torch.Tensor, reduction: str,
+                 divisor: torch.Tensor | float | None = None) -> torch.Tensor:
+    """none: per-row losses; sum: their sum (divided by `divisor` when given); mean: sum / denom, 0 when
+    denom is 0 (an all-ignored batch gives loss 0 and zero gradient, where F.cross_entropy gives NaN)."""
+    if reduction == "none":
+        return loss_rows
+    total = loss_rows.sum()
+    if reduction == "sum":
+        return total if divisor is None else total / divisor
+    return total / torch.where(denom > 0, denom, torch.ones_like(denom))
+
+
+def cross_entropy_denominator(target: torch.Tensor, ignore_index: int, weight: torch.Tensor | None,
+                              dtype: torch.dtype) -> torch.Tensor:
+    """The mean reduction's denominator on the target's device (no host sync): the count of non-ignored
+    targets, or the sum of their class weights when weights are given (F.cross_entropy's convention)."""
+    valid = target != ignore_index
+    if weight is None:
+        return valid.sum().to(dtype)
+    safe = torch.where(valid, target, torch.zeros_like(target)).clamp(0, weight.numel() - 1)
+    return torch.where(valid, weight.to(dtype)[safe], torch.zeros((), dtype=dtype, device=target.device)).sum()
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
+                  label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
+                  weight: torch.Tensor | None = None, reduction: str = "mean",
+                  divisor: torch.Tensor | float | None = None) -> torch.Tensor:
+    """Cross-entropy over the last dim of logits [..., V] with targets [...], computed in fp32 (fp64).
+
+    F.cross_entropy's definition (class weights also weight the smoothing term; mean divides by the
+    total weight of the non-ignored targets), plus softcap (x -> c tanh(x / c) first, Gemma 2),
+    PaLM's z-loss (z * lse^2 per non-ignored row, not class-weighted) and sum-with-divisor.
+    """
+    acc = _compute_dtype(logits, weight)
+    n_classes = logits.shape[-1]
+    x = logits.to(acc).reshape(-1, n_classes)
+    t = target.reshape(-1)
+    if softcap is not None:
+        x = softcap * torch.tanh(x / softcap)
+    lse = torch.logsumexp(x, dim=-1)
+    valid = t != ignore_index
+    safe = torch.where(valid, t, torch.zeros_like(t))
+    x_t = x.gather(1, safe[:, None]).squeeze(1)
+    w = weight.to(acc) if weight is not None else None
+    w_t = w[safe] if w is not None else torch.ones_like(lse)
+    loss = (1.0 - label_smoothing) * w_t * (lse - x_t)
+    if label_smoothing:
+        per_class = lse[:, None] - x
+        smooth = (per_class * w).sum(-1) if w is not None else per_class.sum(-1)
+        loss = loss + label_smoothing / n_classes * smooth
+    if z_loss:
+        loss = loss + z_loss * lse * lse
+    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    denom = cross_entropy_denominator(t, ignore_index, weight, acc) if reduction == "mean" else None
+    out = reduce_loss(loss, denom, reduction, divisor)
+    return out.reshape(target.shape) if reduction == "none" else out
+
+
+def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
+                       ignore_index: int, label_smoothing: float, z_loss: float, softcap: float | None,
+                       stats: torch.Tensor | None = None, grad: torch.Tensor | None = None,
+                       scale: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The cross-entropy kernel's contract (wavefront.kernels.cross_entropy.cross_entropy_rows) in plain
+    PyTorch, for the cpu-reference backend of the chunked linear cross-entropy.
+
+    It works one row at a time so that, like the kernel, it allocates nothing of size [rows x vocab]
+    beyond the outputs: its temporaries are a few vectors of the vocabulary's length. (Out-of-range
+    targets are the op layer's to reject; here they raise an IndexError.)
+    """
+    n_rows, n_classes = logits.shape
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    compute_stats = stats is None
+    loss = torch.zeros(n_rows, dtype=acc, device=logits.device) if compute_stats else None
+    if compute_stats:
+        stats = torch.zeros((n_rows, 2), dtype=acc, device=logits.device)
+    w = weight.to(acc) if weight is not None else None
+    w_sum = w.sum() if w is not None else float(n_classes)
+    scales = None if scale is None else scale.to(acc).expand(n_rows)
+    for i in range(n_rows):
+        t = int(target[i])
+        if t == ignore_index:
+            if grad is not None:
+                grad[i].zero_()
+            continue
+        x = logits[i].to(acc)
+        if softcap is not None:
+            x = softcap * torch.tanh(x / softcap)
+        if compute_stats:
+            m = x.max()
+            log_s = torch.log(torch.exp(x - m).sum())
+            stats[i, 0], stats[i, 1] = m, log_s
+        else:
+            m, log_s = stats[i, 0], stats[i, 1]
+        lse = m + log_s
+        w_t = w[t] if w is not None else 1.0
+        if compute_stats:
+            sum_wx = (w * x).sum() if w is not None else x.sum()
+            smooth = label_smoothing * (lse * w_sum - sum_wx) / n_classes
+            loss[i] = (1.0 - label_smoothing) * w_t * (lse - x[t]) + smooth + z_loss * lse * lse
+        if grad is not None:
+            p = torch.exp((x - m) - log_s)
+            coef = (1.0 - label_smoothing) * w_t + label_smoothing * w_sum / n_classes + 2.0 * z_loss * lse
+            g = coef * p - (label_smoothing / n_classes) * (w if w is not None else 1.0)
+            g[t] -= (1.0 - label_smoothing) * w_t
+            g *= scales[i]
+            if softcap is not None:
+                g *= 1.0 - (x / softcap) ** 2
+            grad[i].copy_(g)
+    return loss, stats
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
+                         bias: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
+                         z_loss: float = 0.0, softcap: float | None = None, class_weight: torch.Tensor | None = None,
+                         reduction: str = "mean", divisor: torch.Tensor | float | None = None,
+                         chunk_size: int | None = None) -> torch.Tensor:
+    """The LM-head loss as eager users write it: logits = F.linear(hidden, weight, bias) at the input dtype
+    (the full [tokens x vocab] tensor), then cross_entropy on logits.float() (Hugging Face's order).
+    chunk_size is accepted for signature parity and ignored."""
+    logits = torch.nn.functional.linear(hidden, weight, bias)
+    return cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
+                         softcap=softcap, weight=class_weight, reduction=reduction, divisor=divisor)
+
+
+def _glu(gate: torch.Tensor, up: torch.Tensor, act) -> torch.Tensor:
+    acc = _compute_dtype(gate, up)
+    a = act(gate.to(acc)).to(gate.dtype)
+    return (a.to(acc) * up.to(acc)).to(gate.dtype)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) rounded to gate's dtype, times up, rounded: Hugging Face's act_fn(gate_proj(x)) * up_proj(x)."""
+    return _glu(gate, up, torch.nn.functional.silu)
+
+
+def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    """gelu(gate) (tanh or erf form) rounded to gate's dtype, times up: Gemma's MLP."""
+    return _glu(gate, up, lambda g: torch.nn.functional.gelu(g, approximate=approximate))
+
+
+def swiglu_eager(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """The Hugging Face module's ops at the input dtype (its backward rounds dy * up before silu')."""
+    return torch.nn.functional.silu(gate) * up
+
+
+def geglu_eager(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+    return torch.nn.functional.gelu(gate, approximate=approximate) * up
+
+
+def rope_tables(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor | None = None,
+                cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin rows for every token of q, shaped to broadcast against q's rotary part:
+    [B, 1, S, R] for q [B, H, S, D] (HF layout), [T, 1, R] for q [T, H, D] (packed)."""
+    if cu_seqlens is not None:
+        tokens = torch.arange(q.shape[0], device=q.device)
+        seq = torch.searchsorted(cu_seqlens.to(torch.int64), tokens, right=True) - 1
+        position_ids = tokens - cu_seqlens.to(torch.int64)[seq]
+    if position_ids is not None:
+        cos, sin = cos[position_ids], sin[position_ids]
+    if q.dim() == 4 and cos.dim() == 3:
+        return cos.unsqueeze(1), sin.unsqueeze(1)
+    if q.dim() == 3:
+        return cos.unsqueeze(1), sin.unsqueeze(1)
+    return cos, sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rope_one(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, acc: torch.dtype | None) -> torch.Tensor:
+    r = cos.shape[-1]
+    rot, tail = x[..., :r], x[..., r:]
+    if acc is not None:  # compute in fp32 (fp64), round once
+        out = (rot.to(acc) * cos.to(acc) + _rotate_half(rot.to(acc)) * sin.to(acc)).to(x.dtype)
+    else:  # Hugging Face: everything in x's dtype, each product and the sum rounded
+        out = rot * cos.to(x.dtype) + _rotate_half(rot) * sin.to(x.dtype)
+    return torch.cat((out, tail), dim=-1) if tail.shape[-1] else out
+
+
+def rope(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, *,
+         position_ids: torch.Tensor | None = None,
+         cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """HF's apply_rotary_pos_emb on the first cos.shape[-1] dims of q and k, computed in fp32 (fp64)."""
+    c, s = rope_tables(q, cos, sin, position_ids, cu_seqlens)
+    acc = _compute_dtype(q, cos)
+    return _rope_one(q, c, s, acc), (_rope_one(k, c, s, acc) if k is not None else None)
+
+
+def rope_eager(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, *,
+               position_ids: torch.Tensor | None = None,
+               cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Hugging Face's apply_rotary_pos_emb as written (products and sum at q's dtype)."""
+    c, s = rope_tables(q, cos, sin, position_ids, cu_seqlens)
+    return _rope_one(q, c, s, None), (_rope_one(k, c, s, None) if k is not None else None)
+
+
+def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
+               lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 1e-2,
+               step: int = 1, maximize: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One AdamW step (decoupled weight decay, bias-corrected), computed in fp32 (fp64), rounded once per
+    output; returns new (param, exp_avg, exp_avg_sq) in their own dtypes."""
+    acc = _compute_dtype(param, grad, exp_avg, exp_avg_sq)
+    p, g, m, v = (t.to(acc) for t in (param, grad, exp_avg, exp_avg_sq))
+    if maximize:
+        g = -g
+    p = p * (1 - lr * weight_decay)
+    m = m + (1 - beta1) * (g - m)
+    v = v * beta2 + (1 - beta2) * g * g
+    denom = v.sqrt() / (1 - beta2 ** step) ** 0.5 + eps
+    p = p - (lr / (1 - beta1 ** step)) * m / denom
+    return p.to(param.dtype), m.to(exp_avg.dtype), v.to(exp_avg_sq.dtype)
+
+
+def adamw_update_(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+                  max_exp_avg_sq: torch.Tensor | None = None, master: torch.Tensor | None = None, *, lr: float,
+                  beta1: float, beta2: float, eps: float, weight_decay: float, step: float,
+                  maximize: bool = False) -> None:
+    """torch.optim.AdamW(foreach=False)'s update in place, op by op and at the tensors' own dtypes: the
+    eager baseline, and the optimizer's path where no Triton kernel runs. With `master` (fp32) the update
+    runs on it and `param` receives its rounding."""
+    target = master if master is not None else param
+    g = (-grad if maximize else grad).to(exp_avg.dtype)
+    target.mul_(1 - lr * weight_decay)
+    exp_avg.lerp_(g, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    second = exp_avg_sq
+    if max_exp_avg_sq is not None:
+        torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+        second = max_exp_avg_sq
+    denom = (second.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+    target.addcdiv_(exp_avg.to(target.dtype), denom.to(target.dtype), value=-(lr / (1 - beta1 ** step)))
+    if master is not None:
+        param.copy_(master)
+
+
+def adamw_step_eager(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, *,
+                     lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                     weight_decay: float = 1e-2, step: int = 1,
+                     maximize: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """torch.optim.AdamW(foreach=False)'s arithmetic at the input dtype, on copies."""
+    p, m, v = param.clone(), exp_avg.clone(), exp_avg_sq.clone()
+    adamw_update_(p, grad, m, v, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, step=step,
+                  maximize=maximize)
+    return p, m, v

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from wavefront.nn.mlp import GeGLUMLP, SwiGLUMLP
 from wavefront.nn.norm import LayerNorm, RMSNorm
 
 __all__ = ["LayerNorm", "RMSNorm"]
+__all__ += ["GeGLUMLP", "SwiGLUMLP"]

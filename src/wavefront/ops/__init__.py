@@ -7,13 +7,25 @@ its module's ``SPECS`` here.
 
 from __future__ import annotations
 
+from wavefront.ops import adamw as _adamw
+from wavefront.ops import cross_entropy as _cross_entropy
+from wavefront.ops import glu as _glu
+from wavefront.ops import linear_cross_entropy as _linear_cross_entropy
 from wavefront.ops import norm as _norm
+from wavefront.ops import rope as _rope
 from wavefront.ops import softmax as _softmax
 from wavefront.ops._spec import Case, OpInputs, OpSpec, Tolerance
+from wavefront.ops.adamw import adamw_step
+from wavefront.ops.cross_entropy import cross_entropy
+from wavefront.ops.glu import geglu, swiglu
+from wavefront.ops.linear_cross_entropy import linear_cross_entropy
 from wavefront.ops.norm import add_rms_norm, layer_norm, rms_norm
+from wavefront.ops.rope import rope
 from wavefront.ops.softmax import softmax
 
-REGISTRY: dict[str, OpSpec] = {spec.name: spec for spec in (*_norm.SPECS, *_softmax.SPECS)}
+REGISTRY: dict[str, OpSpec] = {spec.name: spec for spec in (*_norm.SPECS, *_softmax.SPECS, *_cross_entropy.SPECS,
+                                                          *_linear_cross_entropy.SPECS, *_glu.SPECS,
+                                                          *_rope.SPECS, *_adamw.SPECS)}
 
 
 def get_spec(name: str) -> OpSpec:
@@ -26,3 +38,4 @@ def get_spec(name: str) -> OpSpec:
 
 __all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "add_rms_norm", "get_spec", "layer_norm",
            "rms_norm", "softmax"]
+__all__ += ["adamw_step", "cross_entropy", "geglu", "linear_cross_entropy", "rope", "swiglu"]

@@ -1,0 +1,251 @@
+"""Cross-entropy over the last dim (the vocabulary), loss and gradient, one kernel for every mode.
+
+Per row i with logits x (V = n_cols), target t, class weights w (all ones without weights), label
+smoothing eps, z-loss coefficient z and optional softcap c:
+
+    x'    = c tanh(x / c)                          (softcap; x' = x without it)
+    m     = max_j x'_j,  log_s = log sum_j exp(x'_j - m),  lse = m + log_s
+            (online over blocks in base 2: s = sum 2^((x' - m) log2 e), the running sum rescaled by
+            2^((m_old - m_new) log2 e) when the max grows; log2(e) is folded into the scaled difference)
+    loss  = (1 - eps) w_t (lse - x'_t) + eps (W lse - sum_j w_j x'_j) / V + z lse^2,   W = sum_j w_j
+    loss  = 0 for an ignored row (t == ignore_index)
+
+This is F.cross_entropy's definition with weights and label smoothing (the smoothing term is weighted by
+the class weights, like PyTorch's), plus PaLM's z-loss, which is not class-weighted. With p = softmax(x')
+and r the row's upstream scale (the reduction's 1/denominator times the incoming gradient):
+
+    dloss/dx'_j = r (A p_j - (1 - eps) w_t [j == t] - eps w_j / V),   A = (1 - eps) w_t + eps W / V + 2 z lse
+    dloss/dx_j  = dloss/dx'_j (1 - tanh^2(x_j / c))                    (softcap; 4e/(1+e)^2 form, _math.py)
+
+Saved per row: the statistics (m, log_s) as two fp32 numbers, not lse = m + log_s: the backward
+evaluates p_j = exp((x'_j - m) - log_s), where x'_j - m is exact near the max; a single fp32 lse would
+put ulp(lse) ~ |x| eps of relative error into every probability (4x eager's error at logits ~100).
+
+Modes (constexpr): COMPUTE_LSE (forward: loss and statistics) and WRITE_GRAD (the gradient above). The
+default forward writes loss and statistics and reads each logit once; the backward reads the saved
+statistics and each logit once more and writes the gradient (no second statistics pass). The fused linear cross-entropy and the
+opt-in in-place mode set both flags: the gradient is written in the same launch, into ``grad_ptr``,
+which may be the logits buffer itself (each block is read before it is overwritten).
+
+Rows wider than the single-pass limit of row_config.py are processed in blocks of BLOCK_N: the
+statistics pass reads each block once with the online max/sum (rescaling the running sum when the max
+grows); writing the gradient in the same launch then reads the row a second time (from L2 at vocabulary
+sizes up to ~256k x 2 B per row in flight per SM). Rows that fit one block are read once in every mode.
+
+Traffic per row, 16-bit logits, vocabulary V: forward reads 2V B and writes 12 B (loss, statistics), ~6V FLOP
+(softcap adds ~10V), intensity ~3 FLOP/B; backward reads 2V B, writes 2V B. Class weights are read per
+row too but stay in L2 (4V B shared by all rows).
+
+Targets outside [0, V) other than ignore_index never address memory out of bounds: the row's target
+logit is read at index 0 instead and the row's loss and gradient are NaN, so the error is visible in the
+result. (The op layer raises a ValueError first where checking is free of a device synchronization.)
+
+Offsets: the row index is int64 before it multiplies a stride; targets are loaded as int64.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from wavefront import runtime
+from wavefront.kernels._launch import launch
+from wavefront.kernels._math import tanh, tanh_parts
+from wavefront.kernels.row_config import row_config
+
+
+@triton.jit
+def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
+    if HAS_SOFTCAP:
+        x = softcap * tanh(x / softcap)
+    return x
+
+
+@triton.jit
+def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, softcap, scale,
+                HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
+    """The gradient of one block of raw logits x (fp32); masked lanes give 0."""
+    if HAS_SOFTCAP:
+        th, sech2, _ = tanh_parts(x / softcap)
+        xc = softcap * th
+    else:
+        xc = x
+    # exp(x' - lse) as exp(((x' - m) - log_s)): x' - m is exact near the max, where p matters; folding lse
+    # into one number would cost ulp(lse) ~ |x| eps of relative error in every probability.
+    p = tl.exp2(((xc - m) - log_s) * 1.4426950408889634)
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(xc.dtype)
+        g = coef * p - smooth_w * w
+    else:
+        g = coef * p - smooth_w
+    g = tl.where(cols == t, g - on_target, g) * scale
+    if HAS_SOFTCAP:
+        g = g * sech2
+    return tl.where(mask, g, 0.0)
+
+
+@triton.jit
+def _ce_kernel(
+    logits_ptr, target_ptr, weight_ptr, loss_ptr, stats_ptr, grad_ptr, scale_ptr,
+    n_cols, stride_logits_row, stride_grad_row, stride_target, stride_scale,
+    ignore_index, label_smoothing, z_loss, softcap,
+    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, COMPUTE_LSE: tl.constexpr, WRITE_GRAD: tl.constexpr,
+    SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = logits_ptr + row * stride_logits_row
+    cols0 = tl.arange(0, BLOCK_N)
+    log2e: tl.constexpr = 1.4426950408889634
+    ln2: tl.constexpr = 0.6931471805599453
+
+    t = tl.load(target_ptr + row * stride_target).to(tl.int64)
+    valid = t != ignore_index
+    in_range = (t >= 0) & (t < n_cols)
+    # Out-of-range targets read index 0 (never out of bounds) and poison the row with NaN below.
+    t_safe = tl.where(in_range, t, 0)
+    poison = tl.where(valid & (~in_range), float("nan"), 0.0)
+    if HAS_WEIGHT:
+        w_t = tl.load(weight_ptr + t_safe).to(ACC)
+    else:
+        w_t = tl.full((), 1.0, ACC)
+    w_t = tl.where(valid, w_t, 0.0)
+    # n_cols arrives as a constexpr when it is 1 (Triton specializes 1): build the float from a tensor.
+    n_f = tl.zeros((), ACC) + n_cols
+    inv_n = 1.0 / n_f
+
+    if valid:
+        x_single = tl.zeros((BLOCK_N,), ACC)
+        if COMPUTE_LSE:
+            if SINGLE_PASS:
+                mask = cols0 < n_cols
+                x_single = tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC)
+                xc_single = _capped(x_single, softcap, HAS_SOFTCAP)
+                m = tl.max(tl.where(mask, xc_single, -float("inf")), axis=0)
+                s = tl.sum(tl.where(mask, tl.exp2((xc_single - m) * log2e), 0.0), axis=0)
+                if HAS_WEIGHT:
+                    w = tl.load(weight_ptr + cols0, mask=mask, other=0.0).to(ACC)
+                    sum_wx = tl.sum(w * xc_single, axis=0)
+                    sum_w = tl.sum(w, axis=0)
+                else:
+                    sum_wx = tl.sum(tl.where(mask, xc_single, 0.0), axis=0)
+                    sum_w = n_f
+            else:
+                m = tl.full((), -float("inf"), ACC)
+                s = tl.zeros((), ACC)
+                sum_wx = tl.zeros((), ACC)
+                sum_w = tl.zeros((), ACC)
+                for start in range(0, n_cols, BLOCK_N):
+                    cols = start + cols0
+                    mask = cols < n_cols
+                    xc = _capped(tl.load(x_row + cols, mask=mask, other=0.0).to(ACC), softcap, HAS_SOFTCAP)
+                    m_new = tl.maximum(m, tl.max(tl.where(mask, xc, -float("inf")), axis=0))
+                    # The running sum was relative to the old max: rescale it (2^-inf = 0 on the first block).
+                    s = s * tl.exp2((m - m_new) * log2e) + tl.sum(tl.where(mask, tl.exp2((xc - m_new) * log2e), 0.0), axis=0)
+                    m = m_new
+                    if HAS_WEIGHT:
+                        w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(ACC)
+                        sum_wx += tl.sum(w * xc, axis=0)
+                        sum_w += tl.sum(w, axis=0)
+                    else:
+                        sum_wx += tl.sum(tl.where(mask, xc, 0.0), axis=0)
+                if not HAS_WEIGHT:
+                    sum_w = n_f
+            log_s = tl.log2(s) * ln2
+            lse = m + log_s
+            x_t = _capped(tl.load(x_row + t_safe).to(ACC), softcap, HAS_SOFTCAP)
+            # eps (W lse - sum_j w_j x'_j) / V, divided before subtracting so the two terms stay O(|x|).
+            smooth = label_smoothing * (lse * (sum_w * inv_n) - sum_wx * inv_n)
+            loss = (1.0 - label_smoothing) * w_t * ((m - x_t) + log_s) + smooth + z_loss * lse * lse
+            tl.store(loss_ptr + row, loss + poison)
+            tl.store(stats_ptr + 2 * row, m)
+            tl.store(stats_ptr + 2 * row + 1, log_s)
+        else:
+            m = tl.load(stats_ptr + 2 * row).to(ACC)
+            log_s = tl.load(stats_ptr + 2 * row + 1).to(ACC)
+            lse = m + log_s
+            if HAS_WEIGHT:
+                sum_w = tl.zeros((), ACC)
+                for start in range(0, n_cols, BLOCK_N):
+                    cols = start + cols0
+                    sum_w += tl.sum(tl.load(weight_ptr + cols, mask=cols < n_cols, other=0.0).to(ACC), axis=0)
+            else:
+                sum_w = n_f
+        if WRITE_GRAD:
+            g_row = grad_ptr + row * stride_grad_row
+            G_DTYPE = grad_ptr.dtype.element_ty
+            scale = tl.load(scale_ptr + row * stride_scale).to(ACC)
+            on_target = (1.0 - label_smoothing) * w_t
+            coef = on_target + label_smoothing * sum_w * inv_n + 2.0 * z_loss * lse
+            smooth_w = label_smoothing * inv_n
+            if SINGLE_PASS and COMPUTE_LSE:
+                mask = cols0 < n_cols
+                g = _grad_block(x_single, cols0, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, softcap,
+                                scale, HAS_WEIGHT, HAS_SOFTCAP)
+                tl.store(g_row + cols0, (g + poison).to(G_DTYPE), mask=mask)
+            else:
+                for start in range(0, n_cols, BLOCK_N):
+                    cols = start + cols0
+                    mask = cols < n_cols
+                    x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+                    g = _grad_block(x, cols, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, softcap,
+                                    scale, HAS_WEIGHT, HAS_SOFTCAP)
+                    tl.store(g_row + cols, (g + poison).to(G_DTYPE), mask=mask)
+    else:
+        # An ignored row: zero loss and gradient, and the row's logits are never read.
+        if COMPUTE_LSE:
+            tl.store(loss_ptr + row, tl.zeros((), ACC))
+            tl.store(stats_ptr + 2 * row, tl.zeros((), ACC))
+            tl.store(stats_ptr + 2 * row + 1, tl.zeros((), ACC))
+        if WRITE_GRAD:
+            g_row = grad_ptr + row * stride_grad_row
+            zero = tl.zeros((BLOCK_N,), grad_ptr.dtype.element_ty)
+            for start in range(0, n_cols, BLOCK_N):
+                cols = start + cols0
+                tl.store(g_row + cols, zero, mask=cols < n_cols)
+
+
+def _acc(dtype: torch.dtype):
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    """dtype of the per-row loss and statistics: fp32 (fp64 for fp64 logits)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
+                       ignore_index: int, label_smoothing: float, z_loss: float, softcap: float | None,
+                       stats: torch.Tensor | None = None, grad: torch.Tensor | None = None,
+                       scale: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """One launch over the rows of logits [n_rows, V] (unit column stride); target [n_rows] (any stride).
+
+    stats None: compute the per-row loss and statistics [n_rows, 2] = (max, log-sum-exp below the max),
+    returned as (loss, stats). stats given (from an earlier call): backward mode, loss is None. grad
+    given: also write the gradient there (it may be `logits` itself), scaled per row by ``scale`` (a 0-d
+    or [n_rows] tensor, any stride).
+    """
+    n_rows, n_cols = logits.shape
+    compute_stats = stats is None
+    stat = stat_dtype(logits.dtype)
+    loss = torch.empty(n_rows, dtype=stat, device=logits.device) if compute_stats else None
+    if compute_stats:
+        stats = torch.empty((n_rows, 2), dtype=stat, device=logits.device)
+    if n_rows == 0:
+        return loss, stats
+    write_grad = grad is not None
+    if write_grad and scale is None:
+        raise ValueError("cross_entropy_rows: a gradient needs its per-row scale")
+    cfg = row_config(n_cols, logits.dtype, runtime.arch(logits.device))
+    launch(
+        _ce_kernel, (n_rows,),
+        logits, target, weight, loss, stats, grad, scale,
+        n_cols, logits.stride(0), grad.stride(0) if write_grad else 0, target.stride(0),
+        (scale.stride(0) if scale.dim() else 0) if write_grad else 0,
+        ignore_index, label_smoothing, z_loss, 1.0 if softcap is None else softcap,
+        constexprs=dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None, COMPUTE_LSE=compute_stats,
+                        WRITE_GRAD=write_grad, SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N,
+                        ACC=_acc(logits.dtype)),
+        options=cfg.options(),
+    )
+    return loss, stats

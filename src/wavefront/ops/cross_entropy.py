@@ -1,0 +1,297 @@
+"""Cross-entropy over the vocabulary: validation, custom ops with fake kernels, autograd, registry entry.
+
+Two custom ops carry the default path: ``wavefront::cross_entropy_fwd`` (per-row loss and softmax statistics,
+one read of the logits) and ``wavefront::cross_entropy_bwd`` (reads the logits once more with the saved
+statistics and writes the gradient). The reduction is plain tensor arithmetic on the per-row losses, so its
+gradient reaches the backward kernel as a per-row scale and the mean's denominator (the count, or class
+weight, of the non-ignored targets) stays on the device: no ``.item()``, CUDA-graph safe.
+
+``inplace_backward=True`` (opt-in) uses ``wavefront::cross_entropy_fwd_grad_``, which writes the
+per-row gradient into the logits buffer during the forward, so the backward allocates nothing of size
+[tokens x vocab]; the caller's logits are overwritten (see docs/kernels-loss-pointwise.md).
+
+Why the default does not compute the gradient in the forward: the logits stay alive for the backward
+anyway (the caller holds them), so recomputing softmax from the saved statistics costs no extra memory, and it
+moves fewer bytes (forward reads once, backward reads once and writes once: 3 passes over [N, V]) than
+writing a gradient in the forward and scaling it by the upstream gradient in the backward (4 passes).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+from wavefront import reference, runtime
+from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
+from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
+from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_shape, check_tensor
+
+INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def _stat(logits: Tensor) -> torch.dtype:
+    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+
+
+@torch.library.custom_op("wavefront::cross_entropy_fwd", mutates_args=())
+def _ce_fwd(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
+            z_loss: float, softcap: float | None) -> tuple[Tensor, Tensor]:
+    from wavefront.kernels import cross_entropy as kernels
+    from wavefront.kernels._launch import op_scope
+
+    with op_scope("cross_entropy"):
+        return kernels.cross_entropy_rows(logits, target, weight, ignore_index=ignore_index,
+                                          label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
+
+
+@_ce_fwd.register_fake
+def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap):
+    n_rows = logits.shape[0]
+    return logits.new_empty(n_rows, dtype=_stat(logits)), logits.new_empty((n_rows, 2), dtype=_stat(logits))
+
+
+@torch.library.custom_op("wavefront::cross_entropy_bwd", mutates_args=())
+def _ce_bwd(dloss: Tensor, logits: Tensor, target: Tensor, weight: Tensor | None, stats: Tensor, ignore_index: int,
+            label_smoothing: float, z_loss: float, softcap: float | None) -> Tensor:
+    from wavefront.kernels import cross_entropy as kernels
+    from wavefront.kernels._launch import op_scope
+
+    grad = torch.empty_like(logits)
+    with op_scope("cross_entropy"):
+        kernels.cross_entropy_rows(logits, target, weight, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                                   z_loss=z_loss, softcap=softcap, stats=stats, grad=grad, scale=dloss)
+    return grad
+
+
+@_ce_bwd.register_fake
+def _(dloss, logits, target, weight, stats, ignore_index, label_smoothing, z_loss, softcap):
+    return torch.empty_like(logits)
+
+
+def _setup_context(ctx, inputs, output):
+    logits, target, weight, ignore_index, label_smoothing, z_loss, softcap = inputs
+    ctx.save_for_backward(logits, target, weight, output[1])
+    ctx.options = (ignore_index, label_smoothing, z_loss, softcap)
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # no zero "gradient" for the statistics
+
+
+def _backward(ctx, dloss, dstats):
+    logits, target, weight, stats = ctx.saved_tensors
+    dlogits = torch.ops.wavefront.cross_entropy_bwd(dloss, logits, target, weight, stats, *ctx.options)
+    return dlogits, None, None, None, None, None, None
+
+
+_ce_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("wavefront::cross_entropy_fwd_grad_", mutates_args=("logits",))
+def _ce_fwd_grad_(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
+                  z_loss: float, softcap: float | None) -> tuple[Tensor, Tensor]:
+    from wavefront.kernels import cross_entropy as kernels
+    from wavefront.kernels._launch import op_scope
+
+    one = torch.ones((), dtype=_stat(logits), device=logits.device)
+    with op_scope("cross_entropy"):
+        return kernels.cross_entropy_rows(logits, target, weight, ignore_index=ignore_index,
+                                          label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+                                          grad=logits, scale=one)
+
+
+@_ce_fwd_grad_.register_fake
+def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap):
+    n_rows = logits.shape[0]
+    return logits.new_empty(n_rows, dtype=_stat(logits)), logits.new_empty((n_rows, 2), dtype=_stat(logits))
+
+
+class _InplaceCrossEntropy(torch.autograd.Function):
+    """Forward overwrites the logits rows with d(loss_row)/d(logits); backward scales them in place."""
+
+    @staticmethod
+    def forward(ctx, rows, target, weight, ignore_index, label_smoothing, z_loss, softcap):
+        loss_rows, _ = torch.ops.wavefront.cross_entropy_fwd_grad_(rows, target, weight, ignore_index,
+                                                                   label_smoothing, z_loss, softcap)
+        ctx.save_for_backward(rows)
+        return loss_rows
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dloss):
+        (grad,) = ctx.saved_tensors
+        return grad.mul_(dloss[:, None].to(grad.dtype)), None, None, None, None, None, None
+
+
+def check_loss_options(op: str, *, n_classes: int, ignore_index, label_smoothing, z_loss, softcap, reduction,
+                       divisor, class_weight, class_weight_name: str, device) -> None:
+    """Checks shared by cross_entropy and linear_cross_entropy; messages name the argument."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
+        raise TypeError(f"{op}: argument 'ignore_index' must be an int, got {type(ignore_index).__name__}")
+    for name, value in (("label_smoothing", label_smoothing), ("z_loss", z_loss)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{op}: argument '{name}' must be a float, got {type(value).__name__}")
+    if not 0.0 <= float(label_smoothing) < 1.0:
+        raise ValueError(f"{op}: argument 'label_smoothing' must be in [0, 1), got {label_smoothing}")
+    if not float(z_loss) >= 0.0:
+        raise ValueError(f"{op}: argument 'z_loss' must be >= 0, got {z_loss}")
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+            raise TypeError(f"{op}: argument 'softcap' must be a float or None, got {type(softcap).__name__}")
+        if not float(softcap) > 0.0:
+            raise ValueError(f"{op}: argument 'softcap' must be > 0 (or None for no capping), got {softcap}")
+    check_choice(op, "reduction", reduction, reference.REDUCTIONS)
+    if divisor is not None:
+        if reduction != "sum":
+            raise ValueError(f"{op}: argument 'divisor' needs reduction='sum' (the sum is divided by it), got "
+                             f"reduction={reduction!r}")
+        if isinstance(divisor, torch.Tensor):
+            if divisor.numel() != 1:
+                raise ValueError(f"{op}: argument 'divisor' must be a number or a one-element tensor, got shape "
+                                 f"{tuple(divisor.shape)}")
+        elif isinstance(divisor, bool) or not isinstance(divisor, numbers.Real):
+            raise TypeError(f"{op}: argument 'divisor' must be a number or a tensor, got {type(divisor).__name__}")
+        elif divisor == 0:
+            raise ValueError(f"{op}: argument 'divisor' must be non-zero")
+    if class_weight is not None:
+        check_tensor(op, class_weight_name, class_weight, ndim=1)
+        check_shape(op, class_weight_name, class_weight, (n_classes,), "one weight per class")
+        if class_weight.device != torch.device(device):
+            raise ValueError(f"{op}: argument '{class_weight_name}' must be on {device}, got {class_weight.device}")
+
+
+def values_checkable(t: Tensor) -> bool:
+    """Whether reading t's values on the host is free and meaningful: a CPU tensor (no device sync),
+    outside torch.compile tracing and outside any dispatch mode (shape-only captures such as inspect's,
+    fake tensors, memory meters), where the values may not exist."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling() and not is_in_torch_dispatch_mode()
+
+
+def check_target(op: str, target, batch_shape: tuple[int, ...], n_classes: int, ignore_index: int, device,
+                 what: str) -> None:
+    check_tensor(op, "target", target, dtypes=INDEX_DTYPES, min_dim=0)
+    check_shape(op, "target", target, batch_shape, what)
+    if target.device != torch.device(device):
+        raise ValueError(f"{op}: argument 'target' must be on {device}, got {target.device}")
+    # Range check only where it costs no device synchronization (CPU tensors, outside compilation). On a
+    # GPU an out-of-range target never reads out of bounds: its row's loss is NaN (kernels/cross_entropy.py).
+    if values_checkable(target) and target.numel():
+        bad = (target != ignore_index) & ((target < 0) | (target >= n_classes))
+        if bool(bad.any()):
+            first = int(bad.reshape(-1).nonzero()[0])
+            raise ValueError(f"{op}: argument 'target' has values outside [0, {n_classes}) that are not "
+                             f"ignore_index ({ignore_index}): {int(target.reshape(-1)[first])} at flat index {first}")
+
+
+def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
+                  z_loss: float = 0.0, softcap: float | None = None, weight: Tensor | None = None,
+                  reduction: str = "mean", divisor: Tensor | float | None = None,
+                  inplace_backward: bool = False) -> Tensor:
+    """Cross-entropy over the last dim of ``logits [..., V]`` with integer ``target [...]``.
+
+    Same definition as ``F.cross_entropy`` (class ``weight``, ``label_smoothing``, ``ignore_index``,
+    reductions ``"mean" | "sum" | "none"``), computed in fp32 and returned in fp32 (fp64 for fp64 logits),
+    plus ``softcap`` (logits -> softcap * tanh(logits / softcap) first, Gemma 2), ``z_loss`` (adds
+    z_loss * lse^2 per non-ignored row, PaLM) and ``divisor`` (with reduction="sum": the sum divided by
+    it, e.g. Hugging Face's ``num_items_in_batch`` for gradient accumulation; a tensor stays on device).
+
+    ``mean`` divides by the count (or total class weight) of non-ignored targets without a host sync; an
+    all-ignored batch gives 0 with zero gradient (F.cross_entropy gives NaN).
+
+    ``inplace_backward=True`` overwrites ``logits`` with the gradient during the forward to save one
+    [..., V] buffer in the backward: only when nothing else reads the logits after the loss (one backward
+    pass). Under torch.compile the option is ignored (the compiler plans the buffers).
+    """
+    op = "cross_entropy"
+    check_tensor(op, "logits", logits)
+    n_classes = logits.shape[-1]
+    check_target(op, target, tuple(logits.shape[:-1]), n_classes, ignore_index, logits.device,
+                 "the shape of 'logits' without its last (class) dim")
+    check_loss_options(op, n_classes=n_classes, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                       z_loss=z_loss, softcap=softcap, reduction=reduction, divisor=divisor, class_weight=weight,
+                       class_weight_name="weight", device=logits.device)
+    check_same_device(op, logits=logits, target=target, weight=weight)
+    options = (int(ignore_index), float(label_smoothing), float(z_loss), None if softcap is None else float(softcap))
+    if logits.numel() == 0 or not runtime.uses_triton(logits.device):
+        return reference.cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                                       z_loss=z_loss, softcap=softcap, weight=weight, reduction=reduction,
+                                       divisor=divisor)
+    rows = as_rows(logits)
+    flat_target = target.reshape(-1)
+    w = weight.contiguous() if weight is not None else None
+    if (inplace_backward and torch.is_grad_enabled() and logits.requires_grad
+            and not torch.compiler.is_compiling()):
+        loss_rows = _InplaceCrossEntropy.apply(rows, flat_target, w, *options)
+    else:
+        loss_rows, _ = torch.ops.wavefront.cross_entropy_fwd(rows, flat_target, w, *options)
+    denom = (reference.cross_entropy_denominator(flat_target, ignore_index, w, loss_rows.dtype)
+             if reduction == "mean" else None)
+    out = reference.reduce_loss(loss_rows, denom, reduction, divisor)
+    return out.view(target.shape) if reduction == "none" else out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Registry entry. Targets are uniform over the vocabulary with about one in eight ignored (padding).
+
+
+def _inputs(case: Case, dtype, device, gen) -> OpInputs:
+    opts = dict(case.options)
+    scale = opts.pop("scale", 2.0)
+    ignore_frac = opts.pop("ignore_frac", 0.125)
+    logits = row_tensor(case, dtype, device, gen, scale=scale)
+    n_classes = case.dims["n_cols"]
+    batch_shape = tuple(logits.shape[:-1])
+    target = torch.randint(0, n_classes, batch_shape, generator=gen)
+    ignored = torch.rand(batch_shape, generator=gen) < ignore_frac
+    target = torch.where(ignored, torch.full_like(target, -100), target).to(device)
+    if opts.pop("class_weight", False):
+        opts["weight"] = randn((n_classes,), torch.float32, device, gen).abs() + 0.1
+    return OpInputs((logits, target), opts, (0,))
+
+
+def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
+    # fwd: read logits and targets (8 B), write the loss (4 B) and statistics (8 B). bwd: read logits,
+    # targets, statistics and the upstream scale (4 B), write the gradient.
+    return (1 if mode == "fwd" else 2) * numel(case) * itemsize(dtype) + 20 * case.dims["n_rows"]
+
+
+_VOCABS = {"mistral_32k": 32768, "llama3_128k": 128256, "qwen2.5_152k": 152064, "gemma3_262k": 262144}
+
+SPECS = (
+    OpSpec(
+        name="cross_entropy",
+        fn=cross_entropy,
+        reference=reference.cross_entropy,
+        make_inputs=_inputs,
+        cases=row_cases(extra=(
+            Case("smoothing", "label smoothing 0.1: every class receives gradient", {"n_rows": 6, "n_cols": 1000},
+                 {"label_smoothing": 0.1}),
+            Case("z_loss", "PaLM z-loss 1e-3: adds 2 z lse p to the gradient", {"n_rows": 6, "n_cols": 1000},
+                 {"z_loss": 1e-3}),
+            Case("softcap", "Gemma 2 softcap 30 with logits up to ~60: tanh saturates", {"n_rows": 6, "n_cols": 1000},
+                 {"softcap": 30.0, "scale": 20.0}),
+            Case("class_weight", "class weights with smoothing: weighted mean and smoothing term",
+                 {"n_rows": 8, "n_cols": 700}, {"class_weight": True, "label_smoothing": 0.2}),
+            Case("sum", "reduction sum", {"n_rows": 6, "n_cols": 1000}, {"reduction": "sum"}),
+            Case("none", "reduction none: per-row upstream gradients", {"n_rows": 6, "n_cols": 1000},
+                 {"reduction": "none"}),
+            Case("all_ignored", "every target ignored: loss 0 and zero gradient, not NaN",
+                 {"n_rows": 4, "n_cols": 512}, {"ignore_frac": 1.1}),
+            Case("large_logits", "logits scaled by 30: exp overflows without max subtraction",
+                 {"n_rows": 4, "n_cols": 2048}, {"scale": 30.0}),
+            Case("large_logits_wide", "scaled logits across blocks: online max rescaling",
+                 {"n_rows": 2, "n_cols": 20000}, {"scale": 30.0}),
+            Case("all_options_wide", "softcap, smoothing, z-loss and weights across the blocks of a wide row",
+                 {"n_rows": 2, "n_cols": 20000},
+                 {"softcap": 30.0, "scale": 10.0, "label_smoothing": 0.1, "z_loss": 1e-4, "class_weight": True}),
+        )),
+        # No ignored targets at bench shapes: ignored rows are never read, which would flatter bytes/minimum.
+        bench_cases=bench_row_cases(_VOCABS, {"ignore_frac": 0.0}),
+        # fwd per element: softmax statistics (max, subtract, exp2, sum) and the smoothing sum; bwd: exp2,
+        # multiply-add and the target correction.
+        flops=lambda c, mode: (5 if mode == "fwd" else 4) * numel(c),
+        min_bytes=_bytes,
+        description="cross-entropy over the vocabulary (ignore_index, smoothing, z-loss, softcap, weights)",
+    ),
+)

@@ -1,0 +1,183 @@
+"""cross_entropy beyond the registry's accuracy sweep: semantics, reductions, in-place opt-in, host syncs,
+bad input, and the kernel's behaviour on out-of-range targets."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _host_sync import host_syncs
+
+from wavefront.ops import cross_entropy
+
+# The package re-exports the function under the module's name; reach the module itself.
+ce_mod = importlib.import_module("wavefront.ops.cross_entropy")
+
+
+def _data(n_rows=12, n_classes=300, seed=0, ignore_every=4, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(n_rows, n_classes, generator=gen) * 2).to(device)
+    target = torch.randint(0, n_classes, (n_rows,), generator=gen)
+    target[::ignore_every] = -100
+    return logits, target.to(device)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.15])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_same_definition_as_torch(reduction, smoothing, weighted, device):
+    logits, target = _data(device=device)
+    weight = None
+    if weighted:
+        weight = torch.rand(logits.shape[1], generator=torch.Generator().manual_seed(1)).to(device) + 0.2
+    ours_in = logits.clone().requires_grad_()
+    torch_in = logits.clone().requires_grad_()
+    ours = cross_entropy(ours_in, target, weight=weight, label_smoothing=smoothing, reduction=reduction)
+    expect = F.cross_entropy(torch_in, target, weight=weight, label_smoothing=smoothing, reduction=reduction)
+    torch.testing.assert_close(ours, expect, rtol=2e-6, atol=2e-6)
+    dy = torch.randn(ours.shape, generator=torch.Generator().manual_seed(2)).to(device)
+    ours.backward(dy)
+    expect.backward(dy)
+    torch.testing.assert_close(ours_in.grad, torch_in.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_all_ignored_gives_zero_loss_and_zero_grad(reduction, device):
+    logits, target = _data(device=device)
+    target.fill_(-100)
+    x = logits.clone().requires_grad_()
+    loss = cross_entropy(x, target, reduction=reduction, label_smoothing=0.1, z_loss=1e-3)
+    loss.backward()
+    assert loss.item() == 0.0
+    assert torch.count_nonzero(x.grad) == 0
+    # The difference from torch, on purpose: F.cross_entropy's mean is 0/0.
+    assert torch.isnan(F.cross_entropy(logits, target, reduction="mean"))
+
+
+def test_custom_ignore_index_and_int32_targets(device):
+    logits, target = _data(device=device)
+    target = torch.where(target == -100, torch.full_like(target, 7), target)
+    target[::4] = 5
+    ours = cross_entropy(logits, target.to(torch.int32), ignore_index=5)
+    torch.testing.assert_close(ours, F.cross_entropy(logits, target, ignore_index=5), rtol=2e-6, atol=2e-6)
+
+
+def test_default_path_leaves_logits_untouched(device):
+    # Liger #272 / Unsloth #5002: a gradient written into the logits corrupts a tensor the caller still uses.
+    logits, target = _data(device=device)
+    x = logits.clone().requires_grad_()
+    cross_entropy(x, target, label_smoothing=0.1, softcap=10.0).backward()
+    assert torch.equal(x.detach(), logits)
+
+
+def test_inplace_backward_is_opt_in_and_matches(device):
+    logits, target = _data(n_classes=20000, device=device)
+    base = logits.clone().requires_grad_()
+    loss = cross_entropy(base, target, softcap=15.0, z_loss=1e-3)
+    loss.backward(torch.tensor(0.7))
+    inner = logits.clone().requires_grad_()
+    x = inner * 1.0  # a non-leaf, as lm_head outputs are
+    loss_inplace = cross_entropy(x, target, softcap=15.0, z_loss=1e-3, inplace_backward=True)
+    # Documented behaviour: the logits buffer now holds the per-row gradient.
+    assert not torch.equal(x.detach(), logits)
+    loss_inplace.backward(torch.tensor(0.7))
+    torch.testing.assert_close(loss_inplace, loss)
+    torch.testing.assert_close(inner.grad, base.grad, rtol=1e-5, atol=1e-8)
+
+
+def test_mean_path_makes_no_host_sync(monkeypatch, device):
+    # The detector works: the CPU-only target range check syncs by design (bool of a tensor; free on the
+    # CPU, skipped on GPUs) and is caught.
+    with host_syncs() as calls:
+        ce_mod.check_target("t", torch.tensor([0, 1]), (2,), 4, -100, "cpu", "")
+    assert any("__bool__" in c for c in calls)
+    # Everything else on the mean path (denominator, reduction, kernels, backward) must not sync.
+    monkeypatch.setattr(ce_mod, "check_target", lambda *a, **k: None)
+    logits, target = _data(device=device)
+    weight = torch.rand(logits.shape[1]).to(device) + 0.5
+    x = logits.clone().requires_grad_()
+    with host_syncs() as calls:
+        loss = cross_entropy(x, target, weight=weight, label_smoothing=0.1)
+        loss.backward()
+    assert calls == []
+
+
+def test_divisor_gives_gradient_accumulation(device):
+    # Two micro-batches with reduction="sum", divisor = non-ignored tokens of the whole batch, sum to the
+    # full batch's mean (Hugging Face's num_items_in_batch), loss and gradient.
+    logits, target = _data(n_rows=16, device=device)
+    full = logits.clone().requires_grad_()
+    cross_entropy(full, target).backward()
+    n_items = (target != -100).sum()
+    parts = logits.clone().requires_grad_()
+    total = 0.0
+    for rows in (slice(0, 7), slice(7, 16)):
+        loss = cross_entropy(parts[rows], target[rows], reduction="sum", divisor=n_items)
+        loss.backward()
+        total = total + loss.detach()
+    torch.testing.assert_close(total, cross_entropy(logits, target))
+    torch.testing.assert_close(parts.grad, full.grad)
+    as_float = cross_entropy(logits, target, reduction="sum", divisor=float(n_items))
+    torch.testing.assert_close(as_float, total)
+
+
+def test_none_reduction_keeps_batch_shape(device):
+    logits = torch.randn(2, 3, 50).to(device)
+    target = torch.randint(0, 50, (2, 3)).to(device)
+    out = cross_entropy(logits, target, reduction="none")
+    assert out.shape == (2, 3)
+    torch.testing.assert_close(out, F.cross_entropy(logits.reshape(6, 50), target.reshape(6), reduction="none")
+                               .reshape(2, 3), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"target": torch.tensor([0, 1, 50, 2])}, ValueError, r"'target' has values outside \[0, 50\).*50 at flat index 2"),
+    ({"target": torch.tensor([0, -3, 1, 2])}, ValueError, r"'target' has values outside"),
+    ({"target": torch.zeros(4)}, TypeError, r"'target' must have dtype"),
+    ({"target": torch.zeros(5, dtype=torch.long)}, ValueError, r"'target' must have shape \(4,\)"),
+    ({"softcap": 0.0}, ValueError, r"'softcap' must be > 0"),
+    ({"softcap": -1.0}, ValueError, r"'softcap' must be > 0"),
+    ({"label_smoothing": 1.0}, ValueError, r"'label_smoothing' must be in \[0, 1\)"),
+    ({"label_smoothing": -0.1}, ValueError, r"'label_smoothing' must be in \[0, 1\)"),
+    ({"z_loss": -1e-4}, ValueError, r"'z_loss' must be >= 0"),
+    ({"reduction": "avg"}, ValueError, r"'reduction' must be one of"),
+    ({"divisor": 3.0}, ValueError, r"'divisor' needs reduction='sum'"),
+    ({"divisor": 0, "reduction": "sum"}, ValueError, r"'divisor' must be non-zero"),
+    ({"weight": torch.ones(49)}, ValueError, r"'weight' must have shape \(50,\)"),
+    ({"ignore_index": 1.5}, TypeError, r"'ignore_index' must be an int"),
+])
+def test_bad_input_is_named(kwargs, error, match):
+    args = {"logits": torch.randn(4, 50), "target": torch.tensor([0, 1, 2, 3])}
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        cross_entropy(args.pop("logits"), args.pop("target"), **args)
+
+
+def test_bad_logits_dtype_is_named():
+    with pytest.raises(TypeError, match=r"cross_entropy: argument 'logits' must have dtype"):
+        cross_entropy(torch.zeros(4, 5, dtype=torch.int64), torch.zeros(4, dtype=torch.long))
+
+
+def test_kernel_out_of_range_target_poisons_its_row_only():
+    # The kernel never addresses outside the row: the logits sit inside a NaN-filled buffer, so reading
+    # a neighbour would show as NaN in the other rows; the bad row itself is NaN on purpose.
+    from wavefront.kernels.cross_entropy import cross_entropy_rows
+
+    n_rows, n_classes = 4, 300
+    buf = torch.full((n_rows + 2, n_classes + 64), float("nan"))
+    logits = buf[1:-1, 32:32 + n_classes]
+    logits.copy_(torch.randn(n_rows, n_classes))
+    target = torch.tensor([3, n_classes + 5, -7, 10])
+    loss, stats = cross_entropy_rows(logits, target, None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
+                                     softcap=None)
+    assert torch.isnan(loss[1]) and torch.isnan(loss[2])
+    good = [0, 3]
+    expect = F.cross_entropy(logits[good], target[good], reduction="none")
+    torch.testing.assert_close(loss[good], expect)
+    grad = torch.empty_like(logits)
+    cross_entropy_rows(logits, target, None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+                       stats=stats, grad=grad, scale=torch.ones(n_rows))
+    assert torch.isnan(grad[1]).all() and torch.isnan(grad[2]).all()
+    assert torch.isfinite(grad[good]).all()
