@@ -13,11 +13,14 @@ import pytest
 from wavefront.workbench.dist.train_convergence import run_convergence
 from wavefront.workbench.dist.train_presets import TINY_BY_FAMILY
 
-ON_MAIN = {"rope": False, "mlp": False, "loss": False}
+# Everything the default patch swaps: norms, RoPE, the gated MLP and the fused LM-head loss.
+FULL_PATCH = {"rope": True, "mlp": True, "loss": True}
 
 
 def _check(result, steps: int) -> None:
-    assert result.patch_report["ok"] and result.patch_report["counts"]["rms_norm"] >= 3
+    counts = result.patch_report["counts"]
+    assert result.patch_report["ok"] and counts["rms_norm"] >= 3
+    assert counts["rope"] >= 1 and counts["mlp"] >= 1 and counts["loss"] >= 1, counts
     assert len(result.loss_patched) == steps
     assert min(result.loss_ref) < result.loss_ref[0], "the corpus must be learnable"
     bad = [f"{c.what}: |patched-ref|={c.err_patched:.3g} > tol={c.tol:.3g} (fp32 envelope {c.err_eager:.3g})"
@@ -27,9 +30,9 @@ def _check(result, steps: int) -> None:
 
 
 def test_patched_training_agrees_with_unpatched(family, single_thread):
-    _check(run_convergence(TINY_BY_FAMILY[family], steps=20, patch_options=ON_MAIN, num_hidden_layers=1), 20)
+    _check(run_convergence(TINY_BY_FAMILY[family], steps=20, patch_options=FULL_PATCH, num_hidden_layers=1), 20)
 
 
 @pytest.mark.slow
 def test_patched_training_agrees_two_layers_longer(family, single_thread):
-    _check(run_convergence(TINY_BY_FAMILY[family], steps=30, batch=2, patch_options=ON_MAIN), 30)
+    _check(run_convergence(TINY_BY_FAMILY[family], steps=30, batch=2, patch_options=FULL_PATCH), 30)

@@ -25,7 +25,7 @@ from wavefront.workbench.dist.train_store import read_runs, read_steps, write_va
     ({"patch_options": {"rmsnorm": True}}, 1, "unknown op(s) rmsnorm"),
     ({"gpu": "z80"}, 1, "unknown GPU 'z80'"),
     ({"inject_failure": (3, 1)}, 2, "outside the 2 launched ranks"),
-    ({"store": "/nonexistent-dir/wavefront-results.sqlite"}, 1, "run `wavefront bench` first"),
+    ({"store": __file__}, 1, "is not an SQLite results store"),
 ])
 def test_bad_config_is_named(overrides, world, message):
     with pytest.raises(ConfigError, match=None) as err:
