@@ -9,6 +9,11 @@ rather than the kernel.
 
 :func:`use_gpu_rounding` replaces the interpreter's fp32/fp64 -> bf16 conversion with PyTorch's RNE
 conversion (bit-identical to the GPU's) and makes bf16 -> fp32 widening exact for subnormals. Round-toward-zero requests keep the interpreter's own path.
+
+It also fixes ``tl.dot`` on bf16 operands: the interpreter hands numpy the raw uint16 storage of bf16
+tensors, so the product is computed on the bit patterns as integers. The operands are widened to fp32
+exactly (a bf16 x bf16 product is exact in fp32), which is what a tensor core with an fp32 accumulator
+computes, up to summation order.
 It is applied once, by ``wavefront.kernels._launch.launch``, only when the interpreter is active.
 """
 
@@ -42,4 +47,23 @@ def use_gpu_rounding() -> None:
         return original(input, input_dtype, output_dtype, rounding_mode)
 
     interpreter._convert_float = convert_float
+    _widen_bf16_dot_operands(interpreter)
     _APPLIED = True
+
+
+def _widen_bf16_dot_operands(interpreter) -> None:
+    import triton.language as tl
+
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+
+    def widen(handle):
+        if handle.dtype.scalar != tl.bfloat16:
+            return handle
+        bits = np.ascontiguousarray(handle.data).view(np.uint16).astype(np.uint32) << 16
+        return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = create_dot
