@@ -5,7 +5,7 @@ Per (batch, head), with Q [S, D], K and V [S, D] (K/V head ``h // group`` for GQ
 
     S_ij = s * q_i . k_j                  (masked to -inf where j > i when causal, or j >= seqlen)
     P    = softmax_j(S)                   O = P V
-    lse_i = log sum_j exp(S_ij)           (saved for backward in base 2: lse2 = lse log2(e), fp32)
+    lse_i = log sum_j exp(S_ij)           (saved for backward in base 2, lse2 = lse log2 e, fp32)
 
 Forward (online softmax, fp32, base 2): a program owns BLOCK_M query rows and streams BLOCK_N-row K/V
 tiles. With c = s * log2(e) and running row max m (in base-2 units) and row sum l:
@@ -36,16 +36,18 @@ accumulator, and streams the K/V tiles up to the diagonal. P is recomputed in bo
 passes in all against the 5 of the field's 2.5x-forward FLOP convention): the price of writing each
 gradient exactly once, instead of accumulating dQ with fp32 atomics whose order varies run to run.
 
-Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S. lse2 stays in base 2:
-converting to natural log and back would add two fp32 roundings at |lse| ~ 10-100, each an error of
-that size relative to P in the backward (measured: it tripled the fp32 dV error of peaked softmaxes).
+Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
+
+Rounding: the exponents c S' - m and c S' - lse2 are each one ``tl.fma`` (one rounding whatever the
+FP-fusion default, which Triton 3.10 turns off). lse stays in base 2: no ln 2 / log2 e conversions, each
+another fp32 rounding at |lse|, which reaches 20-100 for peaked softmaxes.
 
 Packed variable-length input (``cu_seqlens``): q is [1, H, total, D] and k/v [1, H_kv, total, D], the
 sequences concatenated along the sequence axis; sequence b occupies rows cu_seqlens[b]:cu_seqlens[b+1]
-and attends only within itself. lse is then [1, H, total].
+and attends only within itself. lse2 is then [1, H, total].
 
 FLOPs (field convention, non-causal): forward 4 B H S^2 D; causal half that. Bytes (16-bit, minimum):
-forward reads Q, K, V and writes O: 2 B (2 H + 2 H_kv) S D, plus 4 B H S for lse. Intensity at
+forward reads Q, K, V and writes O: 2 B (2 H + 2 H_kv) S D, plus 4 B H S for lse2. Intensity at
 S = 8192, D = 128, H = H_kv: 4 S^2 D / (8 S D) = S/2 = 4096 FLOP/B, far right of every ridge point:
 compute bound, so the tiles are sized for the matrix units, not for bandwidth.
 
@@ -140,7 +142,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, 
         # Every row sees key 0 in its first block (blocks run from key 0 upward), so m_new is finite and
         # exp2(-inf - m_new) is a clean 0 for masked entries and for the initial m = -inf.
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        p = tl.math.exp2(tl.fma(qk, qk_scale, -m_new[:, None]))
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
@@ -189,8 +191,8 @@ def _attn_fwd_kernel(
 
     o_base = o_ptr + b_mem * stride_ob + h64 * stride_oh + seq_start * stride_os
     _store_tile(o_base, offs_m, stride_os, offs_d, seqlen, acc / l_i[:, None], HEAD_DIM)
-    lse_base = lse_ptr + b_mem * stride_lb + h64 * stride_lh + seq_start
-    tl.store(lse_base + offs_m, m_i + tl.math.log2(l_i), mask=offs_m < seqlen)
+    tl.store(lse_ptr + b_mem * stride_lb + h64 * stride_lh + seq_start + offs_m, m_i + tl.math.log2(l_i),
+             mask=offs_m < seqlen)
 
 
 @triton.jit
@@ -221,7 +223,7 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        # Query rows past the sequence read as zero (q, dO, lse, delta), which makes their
+        # Query rows past the sequence read as zero (q, dO, lse2, delta), which makes their
         # contributions to dK and dV exactly zero without a mask on P.
         q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
         do = _load_tile(do_base, offs_m, stride_dos, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
@@ -232,7 +234,8 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
             lse2 = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
         # Transposed scores [BLOCK_N, BLOCK_M]: dK and dV accumulate along the key rows this program owns.
-        p_t = tl.math.exp2(tl.dot(k, tl.trans(q), input_precision="ieee") * qk_scale - lse2[None, :])
+        s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
+        p_t = tl.math.exp2(tl.fma(s_t, qk_scale, -lse2[None, :]))
         if MASKED and IS_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision="ieee")
@@ -284,6 +287,7 @@ def _attn_bwd_dkdv_kernel(
         h = kvh * group_size + g
         q_base = q_ptr + b_mem * stride_qb + h * stride_qh + seq_start * stride_qs
         do_base = do_ptr + b_mem * stride_dob + h * stride_doh + seq_start * stride_dos
+        # delta [B, H, S] has lse2's strides.
         lse_base = lse_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         delta_base = delta_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
@@ -309,7 +313,8 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, off
         offs_n = start_n + offs_n0
         k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
         v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        p = tl.math.exp2(tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale - lse2[:, None])
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        p = tl.math.exp2(tl.fma(s, qk_scale, -lse2[:, None]))
         if MASKED:
             valid = offs_n[None, :] < seqlen
             if IS_CAUSAL:
@@ -386,23 +391,23 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
     B, H, S, D = q.shape
     cfg = config or attention_config("fwd", D, q.dtype, arch)
     o = torch.empty_like(q)
-    lse = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
+    lse2 = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
     n_batch, seqlen, longest = _layout(q, cu_seqlens, max_seqlen)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
     n_programs = n_m_blocks * n_batch * H
     launch(
         _attn_fwd_kernel, (n_programs,),
-        q, k, v, o, lse, cu_seqlens,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(o), lse.stride(0), lse.stride(1),
+        q, k, v, o, lse2, cu_seqlens,
+        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(o), lse2.stride(0), lse2.stride(1),
         H, H // k.shape[1], seqlen, n_m_blocks, n_programs, scale * LOG2E,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                         IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch)),
         options=cfg.options(arch),
     )
-    return o, lse
+    return o, lse2
 
 
-def attention_bwd(do, q, k, v, o, lse, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
+def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
                   arch: runtime.Arch | None = None, dkdv_config: TileConfig | None = None,
                   dq_config: TileConfig | None = None):
     """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not)."""
@@ -414,7 +419,7 @@ def attention_bwd(do, q, k, v, o, lse, causal: bool, scale: float, cu_seqlens=No
     varlen = cu_seqlens is not None
     xcds = num_xcds(arch)
 
-    delta = torch.empty_like(lse)
+    delta = torch.empty_like(lse2)
     delta_rows = 64
     delta_blocks = triton.cdiv(S, delta_rows)
     launch(
@@ -432,9 +437,9 @@ def attention_bwd(do, q, k, v, o, lse, causal: bool, scale: float, cu_seqlens=No
     n_programs = n_n_blocks * n_batch * H_kv
     launch(
         _attn_bwd_dkdv_kernel, (n_programs,),
-        q, k, v, do, lse, delta, dk, dv, cu_seqlens,
+        q, k, v, do, lse2, delta, dk, dv, cu_seqlens,
         *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do), *_strides3(dk), *_strides3(dv),
-        lse.stride(0), lse.stride(1),
+        lse2.stride(0), lse2.stride(1),
         H_kv, H // H_kv, seqlen, n_n_blocks, n_programs, scale * LOG2E, scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
                         VARLEN=varlen, NUM_XCDS=xcds),
@@ -445,8 +450,8 @@ def attention_bwd(do, q, k, v, o, lse, causal: bool, scale: float, cu_seqlens=No
     n_programs = n_m_blocks * n_batch * H
     launch(
         _attn_bwd_dq_kernel, (n_programs,),
-        q, k, v, do, lse, delta, dq, cu_seqlens,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do), *_strides3(dq), lse.stride(0), lse.stride(1),
+        q, k, v, do, lse2, delta, dq, cu_seqlens,
+        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do), *_strides3(dq), lse2.stride(0), lse2.stride(1),
         H, H // H_kv, seqlen, n_m_blocks, n_programs, scale * LOG2E, scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
                         VARLEN=varlen, NUM_XCDS=xcds),

@@ -191,8 +191,7 @@ def _linear_bwd_kernel(
              mask=(rows < M) & (cols < N))
     if ROWSUM:
         # Every column of programs streams the whole of A; the first column's programs own the result.
-        if pid_n == 0:
-            tl.store(rowsum_ptr + offs_m, rowsum.to(rowsum_ptr.dtype.element_ty), mask=offs_m < M)
+        tl.store(rowsum_ptr + offs_m, rowsum.to(rowsum_ptr.dtype.element_ty), mask=(offs_m < M) & (pid_n == 0))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -253,7 +253,7 @@ def gemm_candidates(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch) -> l
     if min(M, N, K) < 0:
         raise ValueError(f"gemm: sizes must be >= 0, got M={M}, N={N}, K={K}")
     itemsize = _itemsize(dtype)
-    entries = [c for min_m, c in GEMM_TABLES[arch.family] if M >= min_m]
+    entries = [c for min_m, c in GEMM_TABLES[arch.family] if min_m <= M]
     out = []
     for cfg in entries:
         # fp32 operands (tests) double the tiles: halve BLOCK_K until the buffers fit.
