@@ -38,9 +38,10 @@ gradient exactly once, instead of accumulating dQ with fp32 atomics whose order 
 
 Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
 
-Rounding: the exponents c S' - m and c S' - lse2 are each one ``tl.fma`` (one rounding whatever the
-FP-fusion default, which Triton 3.10 turns off). lse stays in base 2: no ln 2 / log2 e conversions, each
-another fp32 rounding at |lse|, which reaches 20-100 for peaked softmaxes.
+Rounding: the scaled score x = c S' is rounded once and both m = max x and x - m use that value, so
+the largest entry of every row is exactly exp2(0) = 1 (a one-key row reproduces V exactly). lse stays in
+base 2: converting to natural log and back would add two fp32 roundings at |lse|, which reaches 20-100
+for peaked softmaxes, each an error shared by a whole row of the recomputed P.
 
 Packed variable-length input (``cu_seqlens``): q is [1, H, total, D] and k/v [1, H_kv, total, D], the
 sequences concatenated along the sequence axis; sequence b occupies rows cu_seqlens[b]:cu_seqlens[b+1]
@@ -59,8 +60,6 @@ Offsets: sequence, batch and head offsets are promoted to int64 before they mult
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import triton
@@ -141,8 +140,9 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, 
             qk = tl.where(valid, qk, float("-inf"))
         # Every row sees key 0 in its first block (blocks run from key 0 upward), so m_new is finite and
         # exp2(-inf - m_new) is a clean 0 for masked entries and for the initial m = -inf.
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        p = tl.math.exp2(tl.fma(qk, qk_scale, -m_new[:, None]))
+        x = qk * qk_scale
+        m_new = tl.maximum(m_i, tl.max(x, 1))
+        p = tl.math.exp2(x - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
@@ -218,25 +218,21 @@ def _attn_bwd_delta_kernel(
 
 @triton.jit
 def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
-                 lo, hi, seqlen, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_M: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+                 lo, seqlen, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                 BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
-    for start_m in range(lo, hi, BLOCK_M):
+    for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
         # Query rows past the sequence read as zero (q, dO, lse2, delta), which makes their
         # contributions to dK and dV exactly zero without a mask on P.
-        q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        do = _load_tile(do_base, offs_m, stride_dos, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        if MASKED:
-            lse2 = tl.load(lse_base + offs_m, mask=offs_m < seqlen, other=0.0)
-            delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen, other=0.0)
-        else:
-            lse2 = tl.load(lse_base + offs_m)
-            delta = tl.load(delta_base + offs_m)
+        q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+        do = _load_tile(do_base, offs_m, stride_dos, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+        lse2 = tl.load(lse_base + offs_m, mask=offs_m < seqlen, other=0.0)
+        delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen, other=0.0)
         # Transposed scores [BLOCK_N, BLOCK_M]: dK and dV accumulate along the key rows this program owns.
         s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
-        p_t = tl.math.exp2(tl.fma(s_t, qk_scale, -lse2[None, :]))
-        if MASKED and IS_CAUSAL:
+        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
+        if IS_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision="ieee")
         dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
@@ -273,16 +269,11 @@ def _attn_bwd_dkdv_kernel(
                    seqlen, HEAD_DIM, BLOCK_D, True)
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    # Query tiles [lo, diag_end) straddle the causal diagonal; [diag_end, full_end) need no mask;
-    # [max(diag_end, full_end), seqlen) is the ragged tail.
-    if IS_CAUSAL:
-        lo = start_n // BLOCK_M * BLOCK_M
-        diag_end = tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M
-    else:
-        lo = 0
-        diag_end = 0
-    full_end = seqlen // BLOCK_M * BLOCK_M
-    tail = tl.maximum(diag_end, full_end)
+    # One loop over the query tiles from the causal diagonal on, mask applied throughout (a compare and a
+    # select per score). Splitting off the unmasked tiles into their own loop, as the forward does,
+    # spilled registers on sm_80, sm_90 and sm_100 at head_dim 128 (each loop's pipelined buffers stay
+    # live), while the single loop fits in 189 registers on sm_90.
+    lo = start_n // BLOCK_M * BLOCK_M if IS_CAUSAL else 0
     for g in range(0, group_size):
         h = kvh * group_size + g
         q_base = q_ptr + b_mem * stride_qb + h * stride_qh + seq_start * stride_qs
@@ -291,13 +282,7 @@ def _attn_bwd_dkdv_kernel(
         lse_base = lse_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         delta_base = delta_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                              offs_d, lo, tl.minimum(diag_end, seqlen), seqlen, qk_scale, HEAD_DIM, BLOCK_D,
-                              BLOCK_M, True, IS_CAUSAL)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                              offs_d, diag_end, full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False,
-                              IS_CAUSAL)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                              offs_d, tail, seqlen, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, IS_CAUSAL)
+                              offs_d, lo, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL)
     _store_tile(dk_ptr + b_mem * stride_dkb + kvh * stride_dkh + seq_start * stride_dks, offs_n, stride_dks, offs_d,
                 seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(dv_ptr + b_mem * stride_dvb + kvh * stride_dvh + seq_start * stride_dvs, offs_n, stride_dvs, offs_d,
@@ -314,7 +299,7 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, off
         k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
         v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        p = tl.math.exp2(tl.fma(s, qk_scale, -lse2[:, None]))
+        p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if MASKED:
             valid = offs_n[None, :] < seqlen
             if IS_CAUSAL:
@@ -458,7 +443,3 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         options=cfg.options(arch),
     )
     return dq, dk, dv
-
-
-def default_scale(head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim)

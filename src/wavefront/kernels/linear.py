@@ -8,14 +8,18 @@ Forward (torch.nn.functional.linear semantics, weight stored [N, K]):
 
 The bias, the activation and the residual are applied to the fp32 accumulator before the single rounding
 to the output dtype, so they cost no pass over memory (eager: three extra reads and writes of [M, N]).
-With an activation and gradients required, the kernel also writes z (input dtype) for backward:
-recomputing z would cost a full GEMM, saving it costs one [M, N] write.
+With an activation and gradients required, the epilogue also writes g = act'(z) (input dtype) for
+backward: recomputing z would cost a full GEMM; saving z and differentiating in the backward would put
+the transcendental act' (erf, exp) inside the backward GEMMs' K loops, where each element of z is
+revisited once per output tile column: about 64 evaluations per element for a Llama MLP projection,
+more fp32 work than the matrix units' share of the product, and on sm_80 the branchy erf made ptxas spill
+3 KB per thread. Saving g costs the same one [M, N] write as saving z.
 
-Backward, with g = dy (the residual's gradient is dy itself):
+Backward (the residual's gradient is dy itself):
 
-    dz = g * act'(z)                       applied in the GEMM prologue: each dy tile is multiplied by
-                                           act'(z) right after it is loaded, in fp32, then rounded to the
-                                           input dtype for the matrix unit
+    dz = dy * g                            applied in the GEMM prologue: each dy tile is multiplied by the
+                                           saved g tile right after it is loaded, in fp32, then rounded to
+                                           the input dtype for the matrix unit
     dx = dz W                              [M, N] x [N, K]
     dW = dz^T x                            [N, M] x [M, K]
     db = sum_rows dz                       accumulated by the dW product's programs as they stream dz
@@ -28,10 +32,11 @@ All three products are the same kernel, ``C = epilogue(prologue(A) B^T)``, given
 forward A = x, B = W; dx: A = dy [M, N], B = W^T (a [K, N] view); dW: A = dy^T (an [N, M] view), B = x^T.
 No operand is copied or transposed in memory: the kernel takes both strides of every operand.
 
-Saved for backward: x, W, and z when there is an activation. Bias-only and no-epilogue calls save no z.
+Saved for backward: x, W, and g = act'(z) when there is an activation. Bias-only and no-epilogue calls
+save nothing extra.
 
 FLOPs: 2 M N K forward, 4 M N K backward. Bytes (16-bit, minimum): forward reads x, W, b, r and writes
-y: 2 (M K + N K + N + 2 M N) (+ 2 M N for z). Intensity at M = 8192, N = K = 4096: about 2000 FLOP/B:
+y: 2 (M K + N K + N + 2 M N) (+ 2 M N for g). Intensity at M = 8192, N = K = 4096: about 2000 FLOP/B:
 compute bound, tiles sized for the matrix units.
 
 Ragged shapes: rows and columns past M or N are read from wrapped indices (``% M``) so loads need no
@@ -51,10 +56,12 @@ from wavefront.kernels._launch import launch
 from wavefront.kernels._program_order import grouped_tile, xcd_remap
 from wavefront.kernels.matmul_config import TileConfig, gemm_config, num_xcds
 
-SQRT1_2 = 0.7071067811865476
-SQRT_2_OVER_PI = 0.7978845608028654
-INV_SQRT_2PI = 0.3989422804014327
-GELU_C = 0.044715
+# Globals read inside @triton.jit functions must be constexpr (the compiler rejects plain floats; the
+# interpreter does not, so only the ahead-of-time compile test catches it).
+SQRT1_2 = tl.constexpr(0.7071067811865476)
+SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
+INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
+GELU_C = tl.constexpr(0.044715)
 
 
 @triton.jit
@@ -106,19 +113,19 @@ def _tile_offsets(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 
 
 @triton.jit
-def _mainloop(a_ptr, z_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_zm, stride_zk,
+def _mainloop(a_ptr, g_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_gm, stride_gk,
               stride_bn, stride_bk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              EVEN_K: tl.constexpr, GRAD_OF: tl.constexpr, ROWSUM: tl.constexpr):
+              EVEN_K: tl.constexpr, SCALE_A: tl.constexpr, ROWSUM: tl.constexpr):
     """acc = prologue(A)[offs_m, :] @ B[offs_n, :]^T in fp32, and the row sums of prologue(A) if ROWSUM.
-    GRAD_OF names an activation: the prologue multiplies A by its derivative at Z (same shape as A)."""
+    SCALE_A: the prologue multiplies A elementwise by G (same shape and strides as A)."""
     # Wrapped rows: every load is in bounds, so the loads carry no row mask; the store masks them.
     rows_a = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M).to(tl.int64)
     rows_b = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N).to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + rows_b[:, None] * stride_bn + offs_k[None, :] * stride_bk
-    if GRAD_OF != "none":
-        z_ptrs = z_ptr + rows_a[:, None] * stride_zm + offs_k[None, :] * stride_zk
+    if SCALE_A:
+        g_ptrs = g_ptr + rows_a[:, None] * stride_gm + offs_k[None, :] * stride_gk
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     rowsum = tl.zeros((BLOCK_M,), tl.float32)
     for kb in range(0, tl.cdiv(K, BLOCK_K)):
@@ -129,16 +136,16 @@ def _mainloop(a_ptr, z_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak
             k_ok = offs_k[None, :] < K - kb * BLOCK_K
             a = tl.load(a_ptrs, mask=k_ok, other=0.0)
             b = tl.load(b_ptrs, mask=k_ok, other=0.0)
-        if GRAD_OF != "none":
+        if SCALE_A:
             if EVEN_K:
-                z = tl.load(z_ptrs)
+                g = tl.load(g_ptrs)
             else:
-                z = tl.load(z_ptrs, mask=k_ok, other=0.0)
-            dz = a.to(tl.float32) * _activation_grad(z.to(tl.float32), GRAD_OF)
+                g = tl.load(g_ptrs, mask=k_ok, other=0.0)
+            dz = a.to(tl.float32) * g.to(tl.float32)
             if ROWSUM:
                 rowsum += tl.sum(dz, 1)
             a = dz.to(a.dtype)
-            z_ptrs += BLOCK_K * stride_zk
+            g_ptrs += BLOCK_K * stride_gk
         elif ROWSUM:
             rowsum += tl.sum(a.to(tl.float32), 1)
         # fp32 operands get IEEE fp32 products (eager fp32 semantics); 16-bit operands use the MMA.
@@ -150,23 +157,24 @@ def _mainloop(a_ptr, z_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak
 
 @triton.jit
 def _linear_fwd_kernel(
-    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, z_ptr,
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr,
     M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_zm, stride_zn,
-    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_PREACT: tl.constexpr,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn,
+    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr,
     EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr,
 ):
     _, offs_m, offs_n = _tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
     acc, _ = _mainloop(x_ptr, x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_xk, 0, 0, stride_wn,
-                       stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, "none", False)
+                       stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, False, False)
     rows = offs_m.to(tl.int64)[:, None]
     cols = offs_n[None, :]
     out_mask = (rows < M) & (cols < N)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
-    if SAVE_PREACT:
-        tl.store(z_ptr + rows * stride_zm + cols * stride_zn, acc.to(z_ptr.dtype.element_ty), mask=out_mask)
+    if SAVE_GRAD:
+        tl.store(g_ptr + rows * stride_gm + cols * stride_gn, _activation_grad(acc, ACTIVATION).to(g_ptr.dtype.element_ty),
+                 mask=out_mask)
     y = _activation(acc, ACTIVATION)
     if HAS_RESIDUAL:
         y += tl.load(res_ptr + rows * stride_rm + cols * stride_rn, mask=out_mask, other=0.0).to(tl.float32)
@@ -175,16 +183,16 @@ def _linear_fwd_kernel(
 
 @triton.jit
 def _linear_bwd_kernel(
-    a_ptr, z_ptr, b_ptr, c_ptr, rowsum_ptr,
+    a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr,
     M, N, K,
-    stride_am, stride_ak, stride_zm, stride_zk, stride_bn, stride_bk, stride_cm, stride_cn,
-    GRAD_OF: tl.constexpr, ROWSUM: tl.constexpr, EVEN_K: tl.constexpr,
+    stride_am, stride_ak, stride_gm, stride_gk, stride_bn, stride_bk, stride_cm, stride_cn,
+    SCALE_A: tl.constexpr, ROWSUM: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_XCDS: tl.constexpr,
 ):
     pid_n, offs_m, offs_n = _tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
-    acc, rowsum = _mainloop(a_ptr, z_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_zm,
-                            stride_zk, stride_bn, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, GRAD_OF, ROWSUM)
+    acc, rowsum = _mainloop(a_ptr, g_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_gm,
+                            stride_gk, stride_bn, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SCALE_A, ROWSUM)
     rows = offs_m.to(tl.int64)[:, None]
     cols = offs_n[None, :]
     tl.store(c_ptr + rows * stride_cm + cols * stride_cn, acc.to(c_ptr.dtype.element_ty),
@@ -199,9 +207,9 @@ def _linear_bwd_kernel(
 # (the op layer sends empty problems to the reference).
 
 
-def _gemm_launch(kernel, M: int, N: int, K: int, dtype: torch.dtype, arch: runtime.Arch, config, *args,
-                 constexprs: dict) -> None:
-    cfg = config or gemm_config(M, N, K, dtype, arch)
+def _gemm_launch(kernel, M: int, N: int, K: int, dtype: torch.dtype, arch: runtime.Arch, config, heavy: bool,
+                 *args, constexprs: dict) -> None:
+    cfg = config or gemm_config(M, N, K, dtype, arch, heavy=heavy)
     grid = (triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N),)
     launch(kernel, grid, *args,
            constexprs=dict(constexprs, EVEN_K=K % cfg.BLOCK_K == 0, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
@@ -210,59 +218,58 @@ def _gemm_launch(kernel, M: int, N: int, K: int, dtype: torch.dtype, arch: runti
 
 
 def linear_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
-               activation: str | None, save_preact: bool, *, arch: runtime.Arch | None = None,
+               activation: str | None, save_grad: bool, *, arch: runtime.Arch | None = None,
                config: TileConfig | None = None):
-    """Returns (y [M, N], z [M, N] or None): z is the pre-activation, written when save_preact."""
+    """Returns (y [M, N], g [M, N] or None): g = act'(z), written when save_grad (needs an activation)."""
     arch = arch or runtime.arch(x.device)
     M, K = x.shape
     N = weight.shape[0]
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    z = torch.empty((M, N), dtype=x.dtype, device=x.device) if save_preact else None
+    g = torch.empty((M, N), dtype=x.dtype, device=x.device) if save_grad else None
     _gemm_launch(
-        _linear_fwd_kernel, M, N, K, x.dtype, arch, config,
-        x, weight, bias, residual, y, z, M, N, K,
+        _linear_fwd_kernel, M, N, K, x.dtype, arch, config, activation is not None,
+        x, weight, bias, residual, y, g, M, N, K,
         x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
         *(residual.stride() if residual is not None else (0, 0)), y.stride(0), y.stride(1),
-        *(z.stride() if z is not None else (0, 0)),
+        *(g.stride() if g is not None else (0, 0)),
         constexprs=dict(ACTIVATION=activation or "none", HAS_BIAS=bias is not None,
-                        HAS_RESIDUAL=residual is not None, SAVE_PREACT=save_preact),
+                        HAS_RESIDUAL=residual is not None, SAVE_GRAD=save_grad),
     )
-    return y, z
+    return y, g
 
 
-def linear_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, z: torch.Tensor | None,
-               activation: str | None, needs_dx: bool, needs_dw: bool, has_bias: bool, *,
-               arch: runtime.Arch | None = None, config: TileConfig | None = None):
+def linear_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, g: torch.Tensor | None, needs_dx: bool,
+               needs_dw: bool, has_bias: bool, *, arch: runtime.Arch | None = None,
+               config: TileConfig | None = None):
     """Returns (dx [M, K] or None, dweight [N, K] or None, dbias [N] or None).
 
-    dy: [M, N]; z: the saved pre-activation (required when activation is not None).
+    dy: [M, N]; g: the saved act'(z) (None without an activation): dz = dy * g.
     """
     arch = arch or runtime.arch(x.device)
     M, K = x.shape
     N = weight.shape[0]
-    grad_of = activation or "none"
-    z_or_dy = z if z is not None else dy
+    g_or_dy = g if g is not None else dy
     dx = dw = db = None
     if needs_dx:
         # dx [M, K] = dz [M, N] @ (W^T [K, N])^T
         dx = torch.empty((M, K), dtype=x.dtype, device=x.device)
         _gemm_launch(
-            _linear_bwd_kernel, M, K, N, x.dtype, arch, config,
-            dy, z_or_dy, weight, dx, None, M, K, N,
-            dy.stride(0), dy.stride(1), z_or_dy.stride(0), z_or_dy.stride(1),
+            _linear_bwd_kernel, M, K, N, x.dtype, arch, config, True,
+            dy, g_or_dy, weight, dx, None, M, K, N,
+            dy.stride(0), dy.stride(1), g_or_dy.stride(0), g_or_dy.stride(1),
             weight.stride(1), weight.stride(0), dx.stride(0), dx.stride(1),
-            constexprs=dict(GRAD_OF=grad_of, ROWSUM=False),
+            constexprs=dict(SCALE_A=g is not None, ROWSUM=False),
         )
     if needs_dw or has_bias:
         # dW [N, K] = dz^T [N, M] @ (x^T [K, M])^T; db = the row sums of dz^T, from the same pass.
         dw = torch.empty((N, K), dtype=weight.dtype, device=x.device)
         db = torch.empty((N,), dtype=weight.dtype, device=x.device) if has_bias else None
         _gemm_launch(
-            _linear_bwd_kernel, N, K, M, x.dtype, arch, config,
-            dy, z_or_dy, x, dw, db, N, K, M,
-            dy.stride(1), dy.stride(0), z_or_dy.stride(1), z_or_dy.stride(0),
+            _linear_bwd_kernel, N, K, M, x.dtype, arch, config, True,
+            dy, g_or_dy, x, dw, db, N, K, M,
+            dy.stride(1), dy.stride(0), g_or_dy.stride(1), g_or_dy.stride(0),
             x.stride(1), x.stride(0), dw.stride(0), dw.stride(1),
-            constexprs=dict(GRAD_OF=grad_of, ROWSUM=has_bias),
+            constexprs=dict(SCALE_A=g is not None, ROWSUM=has_bias),
         )
         if not needs_dw:
             dw = None

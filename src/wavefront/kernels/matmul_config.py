@@ -1,19 +1,18 @@
 """Launch configurations of the matrix-unit kernels (attention and the GEMM behind linear): data, and pure
 functions that pick from it.
 
-One table per architecture family. Each entry is a tile shape plus launch options and the reason it is
-there; a picker walks the family's short candidate list in order of preference and returns the first
-entry that fits the problem and the architecture's shared memory / LDS (the pruning), so a tuner that
-times the survivors (``*_candidates``) times at most a handful, never a long sweep.
+One table per architecture family (``nvidia``, ``amd-cdna``, ``amd-rdna``, and ``cpu`` for the
+interpreter). Each entry is a tile shape, launch options, and the reason it is there. The reasons quote
+what the ahead-of-time compiled kernel showed for bf16 at that entry (registers per thread, spills, shared
+memory/LDS, matrix instruction; ``tests/ops/test_matrix_instructions.py`` re-checks them, and
+docs/kernels-attention-gemm.md has the full table). No entry carries a GPU timing: none was measured on
+this project's machines yet, so among spill-free shapes the choice follows the published practice named
+in the reason (FlashAttention-2/Triton tutorial tiles on NVIDIA, AMD's Triton attention and GEMM tuning
+guides on CDNA) and would be refined by timing the short candidate lists on a GPU.
 
-Shared-memory model (what the Triton pipeliner allocates, checked against the ahead-of-time compiled
-kernels by ``tests/ops/test_matrix_instructions.py``):
-
-- GEMM: ``(num_stages - 1 or 1) * (BLOCK_M + BLOCK_N) * BLOCK_K * itemsize`` plus the epilogue's
-  layout-conversion scratch, bounded by ``BLOCK_M * BLOCK_N * 4``;
-- attention forward: the Q tile plus the K and V tiles per stage;
-- attention backward: the resident K/V (dk/dv pass) or Q/dO (dq pass) tiles plus the streamed pair per
-  stage.
+16-bit inputs use the entries as listed. fp32 inputs (accepted for testing) double every operand tile,
+so the picker halves the tiles that the dtype doubles (attention: BLOCK_M and BLOCK_N; GEMM: BLOCK_K),
+keeping shared memory at the verified 16-bit footprint.
 
 AMD-only launch options (``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack``) are emitted by
 :meth:`TileConfig.options` only for AMD families: the NVIDIA compiler and the interpreter reject them.
@@ -21,9 +20,6 @@ AMD-only launch options (``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack``) 
 MI300X (gfx942) has 8 XCDs, each with a private 4 MB L2, and the dispatcher hands workgroup ``p`` to XCD
 ``p % 8``. :data:`XCDS` feeds the program-order remap in ``kernels/_program_order.py`` so that programs
 sharing a K/V head (attention) or an A row panel (GEMM) run on the same XCD.
-
-No entry here comes with a GPU timing: none was measured on this project's machines yet. The reasons
-state the resource arithmetic and the published practice each entry follows.
 """
 
 from __future__ import annotations
@@ -68,101 +64,80 @@ class TileConfig:
         return opts
 
 
-def _buffers(num_stages: int) -> int:
-    return max(1, num_stages - 1)
+_T = TileConfig
 
 
-def attention_smem_bytes(kind: AttentionKernel, cfg: TileConfig, block_d: int, itemsize: int) -> int:
-    """Shared memory / LDS an attention kernel needs at `cfg` (see the module docstring)."""
-    bufs = _buffers(cfg.num_stages)
-    if kind == "fwd":
-        return (cfg.BLOCK_M + 2 * bufs * cfg.BLOCK_N) * block_d * itemsize
-    # dkdv: K, V resident (BLOCK_N rows); Q and dO streamed (BLOCK_M rows). dq: the reverse.
-    resident, streamed = (cfg.BLOCK_N, cfg.BLOCK_M) if kind == "bwd_dkdv" else (cfg.BLOCK_M, cfg.BLOCK_N)
-    return (2 * resident + 2 * bufs * streamed) * block_d * itemsize
-
-
-def gemm_smem_bytes(cfg: TileConfig, itemsize: int) -> int:
-    operands = _buffers(cfg.num_stages) * (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * itemsize
-    return max(operands, cfg.BLOCK_M * cfg.BLOCK_N * 4 // 2)
+def _cdna(m, n, w, reason, wpe=2, **kw):
+    # nonkdim 16 selects the 16x16 MFMA; num_stages 1 is what AMD's stream pipeliner wants for attention
+    # with everything else in registers.
+    return TileConfig(m, n, w, kw.pop("num_stages", 1), reason, waves_per_eu=wpe, matrix_instr_nonkdim=16, **kw)
 
 
 # ---------------------------------------------------------------------------------------------------
-# Attention. Keyed by family, then kernel, then the largest (power-of-two padded) head dim an entry
-# serves. Candidates are listed in order of preference.
-
-_T = TileConfig
+# Attention: family -> kernel -> largest padded head dim served -> candidates, preferred first.
+# BLOCK_M is the query tile and BLOCK_N the key tile in all three kernels. "regs/spill/smem" quote
+# sm_90 | gfx942 at bf16 (the docs table has every target).
 
 ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[TileConfig, ...]]]] = {
     "nvidia": {
         "fwd": {
-            64: (_T(128, 128, 8, 3, "128x128 tile, two warpgroups: each wgmma m64 slice gets 64 rows; "
-                                    "3 stages of K/V = 96 KiB of 227 KiB smem"),
-                 _T(128, 64, 4, 3, "one warpgroup, 128x64: fewer registers for the fp32 S tile")),
-            128: (_T(128, 64, 8, 3, "128x64 with d128: S (128x64) and O (128x128) fp32 accumulators over "
-                                    "256 threads stay under 255 registers; K/V 2 buffers = 64 KiB"),
-                  _T(128, 32, 4, 3, "fallback with a smaller K/V tile when registers are short")),
-            256: (_T(64, 32, 4, 2, "d256: the O accumulator alone is 64x256 fp32; 64-row tiles keep it in "
-                                   "registers"),),
+            64: (_T(128, 128, 8, 3, "FA2 tile: two warpgroups, wgmma m64 per warpgroup; 204 regs, 0 spill, 112 KiB"),),
+            128: (_T(128, 64, 8, 3, "128x64 at d128: S and O accumulators fit with 8 warps; 188 regs, 0 spill, "
+                                    "128 KiB (sm_80: 242 regs)"),),
+            256: (_T(64, 64, 8, 2, "64-row tiles keep the 64x256 O accumulator in registers; 227 regs, 0 spill "
+                                   "(sm_80: 254)"),),
         },
         "bwd_dkdv": {
-            64: (_T(64, 128, 8, 2, "K/V block of 128 rows resident, Q/dO streamed 64 rows at a time"),),
-            128: (_T(64, 64, 8, 2, "d128: dK and dV fp32 accumulators (64x128 each) over 256 threads"),),
-            256: (_T(32, 32, 4, 1, "d256: four 32x256 tiles resident; one buffer keeps smem under 227 KiB"),),
+            64: (_T(32, 128, 8, 2, "128 keys resident, 32 query rows streamed (tutorial's dK/dV shape); "
+                                   "166 regs, 0 spill"),),
+            128: (_T(32, 64, 8, 2, "d128: dK+dV accumulators 2x64x128 fp32 over 256 threads; 189 regs, 0 spill; "
+                                   "32x128 fits sm_90 only, 64x64 spills"),),
+            256: (_T(32, 32, 8, 2, "d256: 32x32 is the largest spill-free tile (169 regs); too few rows for "
+                                   "wgmma, so sm_90 runs mma.sync here"),),
         },
         "bwd_dq": {
-            64: (_T(128, 64, 8, 2, "128 query rows resident (Q, dO, dQ), K/V streamed 64 rows"),),
-            128: (_T(64, 64, 4, 2, "d128: Q, dO and the dQ accumulator resident, K/V streamed"),),
-            256: (_T(32, 32, 4, 1, "d256: small tiles, one buffer"),),
+            64: (_T(128, 32, 8, 2, "128 query rows resident, 32 keys streamed (tutorial's dQ shape); 116 regs"),),
+            128: (_T(128, 32, 8, 2, "d128: 157 regs, 0 spill on sm_90; 64x64 with 4 warps spills on sm_80"),),
+            256: (_T(64, 32, 8, 2, "d256: 240 regs, 0 spill; 64x16 spills on sm_90"),),
         },
     },
     "amd-cdna": {
-        # 64 KiB LDS per CU; Triton's AMD stream pipeliner wants num_stages 1-2. waves_per_eu=2 asks the
-        # compiler to budget 256 VGPRs per lane so two waves per SIMD overlap memory with MFMA (the
-        # setting AMD's own Triton attention kernels start from); nonkdim 16 selects the 16x16 MFMA.
+        # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
+        # memory with MFMA, the setting AMD's Triton attention kernels start from; d256 needs 1.
         "fwd": {
-            64: (_T(128, 64, 4, 1, "128x64, 4 waves: Q + K/V = 48 KiB of 64 KiB LDS", waves_per_eu=2,
-                    matrix_instr_nonkdim=16, kpack=1),),
-            128: (_T(128, 64, 4, 1, "128x64 at d128: Q 32 KiB + K/V 32 KiB fits 64 KiB with one buffer",
-                     waves_per_eu=2, matrix_instr_nonkdim=16, kpack=1),
-                  _T(64, 64, 4, 1, "half the Q tile when LDS is short", waves_per_eu=2,
-                     matrix_instr_nonkdim=16, kpack=1)),
-            256: (_T(64, 32, 4, 1, "d256: 64-row Q tile (32 KiB) + 32-row K/V", waves_per_eu=1,
-                     matrix_instr_nonkdim=16, kpack=1),),
+            64: (_cdna(128, 64, 8, "128x64, 8 waves: 134 VGPRs, 0 spill, 16 KiB LDS; 4 waves spill on gfx90a"),),
+            128: (_cdna(128, 64, 8, "128x64, 8 waves: 186 VGPRs, 0 spill, 32 KiB LDS; 4 waves spill 7 VGPRs"),),
+            256: (_cdna(64, 32, 8, "d256: 64x32, 8 waves, waves_per_eu 1: 168 VGPRs, 0 spill", wpe=1),),
         },
         "bwd_dkdv": {
-            64: (_T(64, 64, 4, 1, "K/V 64 rows resident, Q/dO 64 rows streamed: 32 KiB LDS", waves_per_eu=1,
-                    matrix_instr_nonkdim=16, kpack=1),),
-            128: (_T(32, 64, 4, 1, "d128: 64-row K/V resident + 32-row Q/dO streamed = 48 KiB",
-                     waves_per_eu=1, matrix_instr_nonkdim=16, kpack=1),),
-            256: (_T(16, 32, 4, 1, "d256: 32-row K/V resident + 16-row Q/dO streamed = 48 KiB",
-                     waves_per_eu=1, matrix_instr_nonkdim=16, kpack=1),),
+            64: (_cdna(32, 64, 8, "64 keys resident, 32 queries streamed: 119 VGPRs, 8 KiB LDS"),),
+            128: (_cdna(32, 64, 8, "d128: 191 VGPRs, 0 spill, 16 KiB LDS"),),
+            256: (_cdna(16, 32, 8, "d256: 16x32, waves_per_eu 1: 213 VGPRs, 0 spill", wpe=1),),
         },
         "bwd_dq": {
-            64: (_T(64, 64, 4, 1, "Q/dO 64 rows resident, K/V 64 rows streamed", waves_per_eu=1,
-                    matrix_instr_nonkdim=16, kpack=1),),
-            128: (_T(64, 32, 4, 1, "d128: 64-row Q/dO resident + 32-row K/V streamed = 48 KiB",
-                     waves_per_eu=1, matrix_instr_nonkdim=16, kpack=1),),
-            256: (_T(32, 16, 4, 1, "d256: 32-row Q/dO resident + 16-row K/V streamed = 48 KiB",
-                     waves_per_eu=1, matrix_instr_nonkdim=16, kpack=1),),
+            64: (_cdna(128, 32, 8, "128 queries resident, 32 keys streamed: 121 VGPRs"),),
+            128: (_cdna(128, 32, 8, "d128: 207 VGPRs, 0 spill, 32 KiB LDS"),),
+            256: (_cdna(64, 16, 8, "d256: 64x16, waves_per_eu 1: 197 VGPRs, 0 spill; 32x32 spills", wpe=1),),
         },
     },
     "amd-rdna": {
-        # wave32 WMMA 16x16x16; 64 KiB LDS per WGP in CU mode budget; no matrix_instr_nonkdim/kpack.
+        # gfx1100 wave32 WMMA keeps both operands replicated across the two half-waves, so register
+        # pressure grows with head_dim much faster than on CDNA; at head_dim >= 128 (backward) and 256
+        # (forward) every tile shape tried still spills (docs/kernels-attention-gemm.md).
         "fwd": {
-            64: (_T(64, 64, 4, 1, "64x64, 4 waves: one 16-row WMMA strip per wave"),),
-            128: (_T(64, 32, 4, 1, "d128: 64x32 keeps the O accumulator in the 256-VGPR budget"),),
-            256: (_T(32, 32, 4, 1, "d256: 32x32 tiles"),),
+            64: (_T(64, 32, 4, 1, "64x32, 4 waves: 201 VGPRs, 0 spill"),),
+            128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 221 VGPRs, 0 spill; 64x32 spills"),),
+            256: (_T(16, 16, 4, 1, "d256: smallest tile; still spills on gfx1100 (known limitation)"),),
         },
         "bwd_dkdv": {
-            64: (_T(32, 64, 4, 1, "K/V 64 rows resident, Q/dO 32 rows streamed"),),
-            128: (_T(32, 32, 4, 1, "d128: 32-row tiles"),),
-            256: (_T(16, 32, 4, 1, "d256: 16-row Q/dO stream"),),
+            64: (_T(16, 32, 4, 1, "16x32, 4 waves: 227 VGPRs, 0 spill; 32x32 spills"),),
+            128: (_T(16, 32, 8, 1, "d128: least spilling shape tried (107 B); spills on gfx1100 (known limitation)"),),
+            256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
         },
         "bwd_dq": {
-            64: (_T(64, 32, 4, 1, "Q/dO 64 rows resident, K/V 32 rows streamed"),),
-            128: (_T(32, 32, 4, 1, "d128: 32-row tiles"),),
-            256: (_T(32, 16, 4, 1, "d256: 16-row K/V stream"),),
+            64: (_T(64, 16, 4, 1, "64x16, 4 waves: 232 VGPRs, 0 spill"),),
+            128: (_T(32, 16, 8, 1, "d128: least spilling shape tried; spills on gfx1100 (known limitation)"),),
+            256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
         },
     },
     "cpu": {
@@ -175,100 +150,115 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[TileConfig, ..
 }
 
 
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def padded_head_dim(head_dim: int) -> int:
     """The power-of-two tile width the head dim is held in (96 -> 128); at least 16 for the MMA."""
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
+def _wide(dtype: torch.dtype) -> bool:
+    return torch.empty((), dtype=dtype).element_size() > 2
+
+
 def attention_candidates(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> list[TileConfig]:
-    """The family's entries for this head dim that fit `arch`'s shared memory, in order of preference."""
+    """The family's entries for this head dim, in order of preference (fp32: tiles halved)."""
     block_d = padded_head_dim(head_dim)
     table = ATTENTION_TABLES[arch.family][kind]
     fitting = [d for d in sorted(table) if d >= block_d]
     if not fitting:
         raise ValueError(f"attention: head_dim {head_dim} is larger than the largest supported ({max(table)})")
-    entries = table[fitting[0]]
-    itemsize = _itemsize(dtype)
-    out = [c for c in entries if attention_smem_bytes(kind, c, block_d, itemsize) <= arch.shared_mem_per_block]
-    # fp32 inputs (tests) double every tile: shrink the preferred entry until it fits.
-    cfg = entries[-1]
-    while not out and cfg.BLOCK_M > 16:
-        cfg = replace(cfg, BLOCK_M=cfg.BLOCK_M // 2, BLOCK_N=max(16, cfg.BLOCK_N // 2), num_stages=1,
-                      reason=cfg.reason + "; halved to fit shared memory")
-        if attention_smem_bytes(kind, cfg, block_d, itemsize) <= arch.shared_mem_per_block:
-            out.append(cfg)
-    if not out:
-        raise ValueError(f"attention: no {kind} tile fits {arch.name}'s shared memory at head_dim {head_dim}")
-    return out
+    entries = list(table[fitting[0]])
+    if _wide(dtype) and arch.family != "cpu":
+        entries = [replace(c, BLOCK_M=max(16, c.BLOCK_M // 2), BLOCK_N=max(16, c.BLOCK_N // 2),
+                           reason=c.reason + "; fp32: tiles halved") for c in entries]
+    return entries
 
 
 def attention_config(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> TileConfig:
-    """The default (first fitting) entry: a pure function of (kernel, head dim, dtype, architecture)."""
+    """The default (first) entry: a pure function of (kernel, head dim, dtype, architecture)."""
     return attention_candidates(kind, head_dim, dtype, arch)[0]
 
 
 # ---------------------------------------------------------------------------------------------------
-# GEMM (linear forward, and the dx and dweight products of its backward). Keyed by family; each entry
-# serves problems whose M (output rows) is at least `min_m`, so decode-sized and thin problems get
-# smaller tiles instead of mostly-masked ones.
+# GEMM (linear forward, and the dx and dweight products of its backward). Per family two lists,
+# "light" (no epilogue, bias or residual) and "heavy" (an activation and its derivative in the epilogue,
+# or the backward's scaled-A prologue and transposed operands), each of (min M, entry): the first entry
+# whose min M the problem reaches, so decode-sized problems get short tiles instead of masked ones.
 
-GEMM_TABLES: dict[str, tuple[tuple[int, TileConfig], ...]] = {
-    "nvidia": (
-        (256, _T(128, 256, 8, 3, "128x256x64, two warpgroups: wgmma n256 keeps the tensor cores fed; "
-                                 "2 buffers x 48 KiB = 96 KiB smem (sm_80: 164 KiB)", BLOCK_K=64, GROUP_M=8)),
-        (64, _T(64, 128, 4, 4, "64x128x64 for a few hundred rows: more programs than 128x256", BLOCK_K=64,
-                GROUP_M=8)),
-        (1, _T(16, 128, 4, 4, "decode-sized M: 16-row tiles waste no MMA rows beyond the minimum", BLOCK_K=128,
-               GROUP_M=1)),
-    ),
-    "amd-cdna": (
-        # MI300X: 256x256x64 with 8 waves, nonkdim 16, kpack 2 and num_stages 2 is the shape AMD's
-        # GEMM tuning guide starts from; LDS is (256 + 256) x 64 x 2 B = 64 KiB for one buffer, so the
-        # K tile is 32 here to leave room for the epilogue scratch.
-        (256, _T(256, 256, 8, 2, "256x256x32, 8 waves, mfma16, kpack 2: 32 KiB LDS per buffer", BLOCK_K=32,
-                 GROUP_M=4, waves_per_eu=0, matrix_instr_nonkdim=16, kpack=2)),
-        (64, _T(64, 128, 4, 2, "64x128x64 for a few hundred rows: more workgroups over 304 CUs", BLOCK_K=64,
-                GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
-        (1, _T(16, 128, 4, 2, "decode-sized M: 16-row tiles (the MFMA 16x16 minimum)", BLOCK_K=128, GROUP_M=1,
-               waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
-    ),
-    "amd-rdna": (
-        (128, _T(128, 128, 8, 2, "128x128x32, 8 wave32s: 16 KiB LDS per buffer, WMMA 16x16x16", BLOCK_K=32,
-                 GROUP_M=8, waves_per_eu=0)),
-        (1, _T(32, 64, 4, 2, "small M: 32x64x64", BLOCK_K=64, GROUP_M=1, waves_per_eu=0)),
-    ),
-    "cpu": (
+GEMM_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
+    "nvidia": {
+        "light": (
+            (256, _T(128, 256, 8, 3, "128x256x64, two warpgroups, wgmma n256 (the Triton matmul tutorial's Hopper "
+                                     "shape): 174 regs, 0 spill, 144 KiB on sm_90; sm_80 255 regs", BLOCK_K=64,
+                     GROUP_M=8)),
+            (64, _T(64, 128, 4, 4, "64x128x64 for a few hundred rows: more programs than 128x256", BLOCK_K=64,
+                    GROUP_M=8)),
+            (1, _T(16, 128, 4, 4, "decode-sized M: 16-row tiles waste no MMA rows beyond the minimum", BLOCK_K=128,
+                   GROUP_M=1)),
+        ),
+        "heavy": (
+            (256, _T(128, 128, 8, 4, "128x128x32: 128x256 spills 528 B with a gelu epilogue on sm_90 and ptxas "
+                                     "spills 4 KB in the backward on sm_80; this shape is 0 spill on sm_80/90/100 "
+                                     "(sm_80 gelu: 254 regs)", BLOCK_K=32, GROUP_M=8)),
+            (64, _T(64, 128, 4, 4, "64x128x32 for a few hundred rows", BLOCK_K=32, GROUP_M=8)),
+            (1, _T(16, 128, 4, 4, "decode-sized M", BLOCK_K=64, GROUP_M=1)),
+        ),
+    },
+    "amd-cdna": {
+        "light": (
+            (256, _T(256, 256, 8, 2, "256x256x32, 8 waves, mfma16, kpack 2, num_stages 2 (AMD's MI300X GEMM tuning "
+                                     "starting point): 210 VGPRs, 0 spill, 32 KiB LDS", BLOCK_K=32, GROUP_M=4,
+                     matrix_instr_nonkdim=16, kpack=2)),
+            (64, _T(64, 128, 4, 2, "64x128x64 for a few hundred rows: more workgroups over 304 CUs", BLOCK_K=64,
+                    GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
+            (1, _T(16, 128, 4, 2, "decode-sized M: 16-row tiles (the MFMA 16x16 minimum)", BLOCK_K=128, GROUP_M=1,
+                   waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
+        ),
+        "heavy": (
+            (256, _T(128, 128, 8, 2, "128x128x64, waves_per_eu 2: 256x256 spills 262 VGPRs with gelu; this is "
+                                     "166-215 VGPRs, 0 spill, 32-48 KiB LDS", BLOCK_K=64, GROUP_M=4, waves_per_eu=2,
+                     matrix_instr_nonkdim=16, kpack=2)),
+            (64, _T(64, 128, 4, 2, "64x128x64 for a few hundred rows", BLOCK_K=64, GROUP_M=4, waves_per_eu=2,
+                    matrix_instr_nonkdim=16, kpack=2)),
+            (1, _T(16, 128, 4, 2, "decode-sized M", BLOCK_K=64, GROUP_M=1, waves_per_eu=2, matrix_instr_nonkdim=16,
+                   kpack=2)),
+        ),
+    },
+    "amd-rdna": {
+        "light": (
+            (128, _T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: 175 VGPRs, 16 KiB LDS", BLOCK_K=32,
+                     GROUP_M=8)),
+            (1, _T(64, 64, 4, 2, "small M: 64x64x32, 133 VGPRs", BLOCK_K=32, GROUP_M=1)),
+        ),
+        "heavy": (
+            (128, _T(128, 128, 8, 2, "128x128x32: gelu epilogue 214 VGPRs, backward 234, 0 spill", BLOCK_K=32,
+                     GROUP_M=8)),
+            (1, _T(64, 64, 4, 2, "small M: 64x64x32, backward 175 VGPRs", BLOCK_K=32, GROUP_M=1)),
+        ),
+    },
+    "cpu": {
         # The interpreter: small tiles so small test matrices cross several blocks in M, N and K.
-        (1, _T(32, 32, 4, 1, "interpreter: several tiles per test matrix", BLOCK_K=16, GROUP_M=2)),
-    ),
+        "light": ((1, _T(32, 32, 4, 1, "interpreter: several tiles per test matrix", BLOCK_K=16, GROUP_M=2)),),
+        "heavy": ((1, _T(32, 32, 4, 1, "interpreter: several tiles per test matrix", BLOCK_K=16, GROUP_M=2)),),
+    },
 }
 
 
-def gemm_candidates(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch) -> list[TileConfig]:
-    """Entries serving this M that fit shared memory, most preferred first."""
-    if min(M, N, K) < 0:
-        raise ValueError(f"gemm: sizes must be >= 0, got M={M}, N={N}, K={K}")
-    itemsize = _itemsize(dtype)
-    entries = [c for min_m, c in GEMM_TABLES[arch.family] if min_m <= M]
-    out = []
-    for cfg in entries:
-        # fp32 operands (tests) double the tiles: halve BLOCK_K until the buffers fit.
-        while gemm_smem_bytes(cfg, itemsize) > arch.shared_mem_per_block and cfg.BLOCK_K > 16:
-            cfg = replace(cfg, BLOCK_K=cfg.BLOCK_K // 2, reason=cfg.reason + "; BLOCK_K halved to fit")
-        if gemm_smem_bytes(cfg, itemsize) <= arch.shared_mem_per_block:
-            out.append(cfg)
-    if not out:
-        raise ValueError(f"gemm: no tile fits {arch.name}'s shared memory for M={M}, N={N}, K={K}")
-    return out
+def gemm_candidates(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, *, heavy: bool = False
+                    ) -> list[TileConfig]:
+    """Entries serving this M, most preferred first. heavy: the epilogue evaluates an activation and its
+    derivative, or the kernel is a backward product (see GEMM_TABLES). fp32: BLOCK_K halved."""
+    if min(M, N, K) < 1:
+        raise ValueError(f"gemm: sizes must be >= 1, got M={M}, N={N}, K={K}")
+    entries = [c for min_m, c in GEMM_TABLES[arch.family]["heavy" if heavy else "light"] if min_m <= M]
+    if _wide(dtype) and arch.family != "cpu":
+        entries = [replace(c, BLOCK_K=max(16, c.BLOCK_K // 2), reason=c.reason + "; fp32: BLOCK_K halved")
+                   for c in entries]
+    return entries
 
 
-def gemm_config(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch) -> TileConfig:
-    """The default entry: a pure function of (M, N, K, dtype, architecture)."""
-    return gemm_candidates(M, N, K, dtype, arch)[0]
+def gemm_config(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, *, heavy: bool = False) -> TileConfig:
+    """The default entry: a pure function of (M, N, K, dtype, architecture, epilogue weight)."""
+    return gemm_candidates(M, N, K, dtype, arch, heavy=heavy)[0]
 
 
 def num_xcds(arch: Arch) -> int:

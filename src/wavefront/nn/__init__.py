@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from wavefront.nn.attention import ScaledDotProductAttention, hf_attention_forward
+from wavefront.nn.linear import Linear
 from wavefront.nn.norm import LayerNorm, RMSNorm
 
-__all__ = ["LayerNorm", "RMSNorm"]
+__all__ = ["LayerNorm", "Linear", "RMSNorm", "ScaledDotProductAttention", "hf_attention_forward"]

@@ -152,7 +152,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: f
     """softmax(q k^T * scale) v on [batch, heads, seq, head_dim]; see the module docstring for GQA and the
     packed layout. scale defaults to 1/sqrt(head_dim). Output has q's dtype and shape."""
     _check(q, k, v, causal, scale, cu_seqlens, max_seqlen)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if q.numel() == 0 or q.dtype == torch.float64 or not runtime.uses_triton(q.device):
         return reference.attention(q, k, v, causal, scale, cu_seqlens, max_seqlen)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))

@@ -3,8 +3,8 @@
 ``linear(x, weight, bias=None, *, activation=None, residual=None)`` is
 ``activation(F.linear(x, weight, bias)) + residual`` in one GEMM pass: x [..., K], weight [N, K] (any
 strides: a transposed view is read in place), bias [N], residual [..., N]; activation one of None,
-"relu", "gelu", "gelu_tanh", "silu". The pre-activation is saved for backward (in the input dtype) only
-when an activation is set and a gradient is required.
+"relu", "gelu", "gelu_tanh", "silu". The activation's derivative at the pre-activation is saved for
+backward (in the input dtype) only when an activation is set and a gradient is required.
 
 fp64 inputs, empty problems and CPU runs without the Triton interpreter use the PyTorch reference.
 """
@@ -26,36 +26,35 @@ ACTIVATIONS = (None, *reference.ACTIVATIONS)
 
 @torch.library.custom_op("wavefront::linear_fwd", mutates_args=())
 def _linear_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str,
-                save_preact: bool) -> tuple[Tensor, Tensor]:
+                save_grad: bool) -> tuple[Tensor, Tensor]:
     from wavefront.kernels import linear as kernels
     from wavefront.kernels._launch import op_scope
 
     with op_scope(OP):
-        y, z = kernels.linear_fwd(x, weight, bias, residual, activation or None, save_preact)
-    return y, x.new_empty(0) if z is None else z
+        y, g = kernels.linear_fwd(x, weight, bias, residual, activation or None, save_grad)
+    return y, x.new_empty(0) if g is None else g
 
 
 @_linear_fwd.register_fake
-def _(x, weight, bias, residual, activation, save_preact):
+def _(x, weight, bias, residual, activation, save_grad):
     y = x.new_empty((x.shape[0], weight.shape[0]))
-    return y, torch.empty_like(y) if save_preact else x.new_empty(0)
+    return y, torch.empty_like(y) if save_grad else x.new_empty(0)
 
 
 @torch.library.custom_op("wavefront::linear_bwd", mutates_args=())
-def _linear_bwd(dy: Tensor, x: Tensor, weight: Tensor, z: Tensor, activation: str, needs_dx: bool, needs_dw: bool,
+def _linear_bwd(dy: Tensor, x: Tensor, weight: Tensor, g: Tensor | None, needs_dx: bool, needs_dw: bool,
                 has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
     from wavefront.kernels import linear as kernels
     from wavefront.kernels._launch import op_scope
 
     with op_scope(OP):
-        dx, dw, db = kernels.linear_bwd(dy, x, weight, z if activation else None, activation or None, needs_dx,
-                                        needs_dw, has_bias)
+        dx, dw, db = kernels.linear_bwd(dy, x, weight, g, needs_dx, needs_dw, has_bias)
     empty = x.new_empty(0)
     return (empty if dx is None else dx, empty if dw is None else dw, empty if db is None else db)
 
 
 @_linear_bwd.register_fake
-def _(dy, x, weight, z, activation, needs_dx, needs_dw, has_bias):
+def _(dy, x, weight, g, needs_dx, needs_dw, has_bias):
     empty = x.new_empty(0)
     return (torch.empty_like(x) if needs_dx else empty,
             weight.new_empty(weight.shape) if needs_dw else empty,
@@ -63,25 +62,25 @@ def _(dy, x, weight, z, activation, needs_dx, needs_dw, has_bias):
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual, activation, save_preact = inputs
-    _, z = output
-    ctx.save_for_backward(x, weight, z)
+    x, weight, bias, residual, activation, save_grad = inputs
+    _, g = output
+    ctx.save_for_backward(x, weight, g)
     ctx.activation = activation
     ctx.has_bias = bias is not None
     ctx.has_residual = residual is not None
 
 
-def _backward(ctx, dy, dz_unused):
-    x, weight, z = ctx.saved_tensors
+def _backward(ctx, dy, dg_unused):
+    x, weight, g = ctx.saved_tensors
     needs_x, needs_w, needs_b, needs_r = ctx.needs_input_grad[:4]
-    if ctx.activation and z.numel() == 0:
-        raise RuntimeError(f"{OP}: backward needs the saved pre-activation, which was not saved because no input "
-                           "required a gradient when the forward ran")
+    if ctx.activation and g.numel() == 0:
+        raise RuntimeError(f"{OP}: backward needs the activation's saved derivative, which was not saved because "
+                           "no input required a gradient when the forward ran")
     dy = as_rows(dy)
     dx = dw = db = None
     if needs_x or needs_w or needs_b:
-        dx, dw, db = torch.ops.wavefront.linear_bwd(dy, x, weight, z, ctx.activation, needs_x, needs_w,
-                                                    ctx.has_bias and needs_b)
+        dx, dw, db = torch.ops.wavefront.linear_bwd(dy, x, weight, g if ctx.activation else None, needs_x,
+                                                    needs_w, ctx.has_bias and needs_b)
     return (dx if needs_x else None, dw if needs_w else None, db if ctx.has_bias and needs_b else None,
             dy if needs_r else None, None, None)
 
@@ -165,12 +164,12 @@ def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
     e = itemsize(dtype)
     bias = N * e if case.options.get("bias") else 0
     res = M * N * e if case.options.get("residual") else 0
-    z = M * N * e if case.options.get("activation") else 0
+    g = M * N * e if case.options.get("activation") else 0
     if mode == "fwd":
-        # read x, W, b, r; write y (and z when an activation needs it for backward).
-        return (M * K + N * K + M * N) * e + bias + res + z
-    # read dy, x, W (and z); write dx, dW (and db). The residual's gradient is dy itself.
-    return (M * N + 2 * M * K + 2 * N * K) * e + z + bias
+        # read x, W, b, r; write y (and g = act'(z) when an activation needs it for backward).
+        return (M * K + N * K + M * N) * e + bias + res + g
+    # read dy, x, W (and g); write dx, dW (and db). The residual's gradient is dy itself.
+    return (M * N + 2 * M * K + 2 * N * K) * e + g + bias
 
 
 def _case(name, reason, M, N, K, layout="contiguous", slow=False, **options):
