@@ -57,7 +57,8 @@ from wavefront.kernels._program_order import grouped_tile, xcd_remap
 from wavefront.kernels.matmul_config import TileConfig, gemm_config, num_xcds
 
 # Globals read inside @triton.jit functions must be constexpr (the compiler rejects plain floats; the
-# interpreter does not, so only the ahead-of-time compile test catches it).
+# interpreter does not, so only the ahead-of-time compile test catches it). In expressions they follow a
+# tensor operand: the interpreter turns `constexpr * tensor` into a constexpr wrapping a tensor.
 SQRT1_2 = tl.constexpr(0.7071067811865476)
 SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
 INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
@@ -77,7 +78,7 @@ def _activation(z, ACTIVATION: tl.constexpr):
     elif ACTIVATION == "gelu":
         y = 0.5 * z * (1.0 + tl.math.erf(z * SQRT1_2))
     elif ACTIVATION == "gelu_tanh":
-        y = 0.5 * z * (1.0 + _tanh(SQRT_2_OVER_PI * (z + GELU_C * z * z * z)))
+        y = 0.5 * z * (1.0 + _tanh((z + z * z * z * GELU_C) * SQRT_2_OVER_PI))
     elif ACTIVATION == "silu":
         y = z * tl.sigmoid(z)
     else:
@@ -92,8 +93,8 @@ def _activation_grad(z, ACTIVATION: tl.constexpr):
     elif ACTIVATION == "gelu":
         d = 0.5 * (1.0 + tl.math.erf(z * SQRT1_2)) + z * INV_SQRT_2PI * tl.math.exp(-0.5 * z * z)
     elif ACTIVATION == "gelu_tanh":
-        t = _tanh(SQRT_2_OVER_PI * (z + GELU_C * z * z * z))
-        d = 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * z * z)
+        t = _tanh((z + z * z * z * GELU_C) * SQRT_2_OVER_PI)
+        d = 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + z * z * GELU_C * 3.0)
     else:  # silu
         s = tl.sigmoid(z)
         d = s * (1.0 + z * (1.0 - s))
@@ -199,7 +200,8 @@ def _linear_bwd_kernel(
              mask=(rows < M) & (cols < N))
     if ROWSUM:
         # Every column of programs streams the whole of A; the first column's programs own the result.
-        tl.store(rowsum_ptr + offs_m, rowsum.to(rowsum_ptr.dtype.element_ty), mask=(offs_m < M) & (pid_n == 0))
+        owned_rows = tl.where(pid_n == 0, M, 0)
+        tl.store(rowsum_ptr + offs_m, rowsum.to(rowsum_ptr.dtype.element_ty), mask=offs_m < owned_rows)
 
 
 # ---------------------------------------------------------------------------------------------------

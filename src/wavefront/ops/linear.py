@@ -17,7 +17,7 @@ from torch import Tensor
 from wavefront import reference, runtime
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
-from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_same_dtype, check_tensor
+from wavefront.ops._validate import as_rows, check_same_device, check_same_dtype, check_tensor
 from wavefront.shapes import MODELS
 
 OP = "linear"
@@ -49,16 +49,15 @@ def _linear_bwd(dy: Tensor, x: Tensor, weight: Tensor, g: Tensor | None, needs_d
 
     with op_scope(OP):
         dx, dw, db = kernels.linear_bwd(dy, x, weight, g, needs_dx, needs_dw, has_bias)
-    empty = x.new_empty(0)
-    return (empty if dx is None else dx, empty if dw is None else dw, empty if db is None else db)
+    # Absent outputs are distinct 0-element tensors: custom-op outputs may not alias each other.
+    return tuple(x.new_empty(0) if t is None else t for t in (dx, dw, db))
 
 
 @_linear_bwd.register_fake
 def _(dy, x, weight, g, needs_dx, needs_dw, has_bias):
-    empty = x.new_empty(0)
-    return (torch.empty_like(x) if needs_dx else empty,
-            weight.new_empty(weight.shape) if needs_dw else empty,
-            weight.new_empty(weight.shape[0]) if has_bias else empty)
+    return (torch.empty_like(x) if needs_dx else x.new_empty(0),
+            weight.new_empty(weight.shape) if needs_dw else x.new_empty(0),
+            weight.new_empty(weight.shape[0]) if has_bias else x.new_empty(0))
 
 
 def _setup_context(ctx, inputs, output):
@@ -106,7 +105,8 @@ def _check(x, weight, bias, activation, residual) -> None:
             raise ValueError(f"{OP}: 'residual' must have the output's shape {want}, got {tuple(residual.shape)}")
     check_same_dtype(OP, x=x, weight=weight, bias=bias, residual=residual)
     check_same_device(OP, x=x, weight=weight, bias=bias, residual=residual)
-    check_choice(OP, "activation", activation, ACTIVATIONS)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{OP}: 'activation' must be one of {ACTIVATIONS}, got {activation!r}")
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation: str | None = None,
