@@ -34,15 +34,23 @@ def _fwd_bwd(q, k, v, dout, **kw):
 def test_packed_sequences_equal_separate_calls():
     """Each packed sequence is computed exactly as if it were alone: tiles start at each sequence's first
     row, so the arithmetic and the rounding are identical, bit for bit."""
-    lengths = [5, 40, 1, 23]
+    lengths = [5, 30, 1, 17]
     q, k, v = _qkv(1, 4, 2, sum(lengths), 64)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.dtype)
-    cu = torch.tensor([0, 5, 45, 46, 69], dtype=torch.int32)
+    cu = torch.tensor([0, 5, 35, 36, 53], dtype=torch.int32)
     packed = _fwd_bwd(q, k, v, dout, causal=True, cu_seqlens=cu)
     for s, e in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
         alone = _fwd_bwd(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], dout[:, :, s:e], causal=True)
         for got, want in zip(packed, alone, strict=True):
             assert torch.equal(got[:, :, s:e], want), (s, e)
+
+
+def test_strided_cu_seqlens():
+    q, k, v = _qkv(1, 2, 1, 30, 64)
+    every_other = torch.tensor([0, -1, 12, -1, 30], dtype=torch.int32)[::2]
+    assert not every_other.is_contiguous()
+    want = ops.attention(q, k, v, causal=True, cu_seqlens=torch.tensor([0, 12, 30], dtype=torch.int32))
+    assert torch.equal(ops.attention(q, k, v, causal=True, cu_seqlens=every_other), want)
 
 
 def test_gqa_equals_repeated_heads():

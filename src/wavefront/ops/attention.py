@@ -156,6 +156,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: f
     if q.numel() == 0 or q.dtype == torch.float64 or not runtime.uses_triton(q.device):
         return reference.attention(q, k, v, causal, scale, cu_seqlens, max_seqlen)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if cu_seqlens is not None:
+        cu_seqlens = cu_seqlens.contiguous()  # the kernels read offsets b and b + 1 at unit stride
     out, _ = torch.ops.wavefront.attention_fwd(q, k, v, cu_seqlens, -1 if max_seqlen is None else max_seqlen,
                                                causal, scale)
     return out
