@@ -275,3 +275,19 @@ def test_packed_needs_batch_one():
     q, k, v = _qkv(2, 4, 2, 16, 64)
     with pytest.raises(ValueError, match=r"\[1, heads, total, head_dim\]"):
         ops.attention(q, k, v, cu_seqlens=torch.tensor([0, 16], dtype=torch.int32))
+
+
+@pytest.mark.slow
+def test_torch_compile_inductor():
+    """The default backend (inductor) around the custom ops, forward and backward."""
+    q, k, v = _qkv(1, 4, 2, 33, 64)
+
+    def f(q, k, v):
+        return ops.attention(q, k, v, causal=True).float().square().sum()
+
+    args = [t.clone().requires_grad_() for t in (q, k, v)]
+    args_c = [t.clone().requires_grad_() for t in (q, k, v)]
+    f(*args).backward()
+    torch.compile(f, fullgraph=True)(*args_c).backward()
+    for a, b in zip(args, args_c, strict=True):
+        assert torch.equal(a.grad, b.grad)

@@ -219,3 +219,18 @@ def test_empty_and_fp64_use_the_reference():
     x64 = torch.randn(3, 8, dtype=torch.float64)
     w64 = torch.randn(5, 8, dtype=torch.float64)
     assert torch.equal(ops.linear(x64, w64, activation="relu"), reference.linear(x64, w64, None, "relu"))
+
+
+@pytest.mark.slow
+def test_torch_compile_inductor():
+    x, w, b, r = _leaves()
+
+    def f(x, w, b, r):
+        return ops.linear(x, w, b, activation="gelu", residual=r).square().sum()
+
+    eager_args = [t.detach().clone().requires_grad_() for t in (x, w, b, r)]
+    comp_args = [t.detach().clone().requires_grad_() for t in (x, w, b, r)]
+    f(*eager_args).backward()
+    torch.compile(f, fullgraph=True)(*comp_args).backward()
+    for a, c in zip(eager_args, comp_args, strict=True):
+        torch.testing.assert_close(a.grad, c.grad, rtol=1e-6, atol=1e-6)
