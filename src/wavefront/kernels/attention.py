@@ -405,6 +405,8 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
     xcds = num_xcds(arch)
 
     delta = torch.empty_like(lse2)
+    # A row reduction, not a matrix product: 64 rows x head_dim per program is enough work per program
+    # and keeps every target spill-free (35-135 registers across the six targets).
     delta_rows = 64
     delta_blocks = triton.cdiv(S, delta_rows)
     launch(
