@@ -34,7 +34,7 @@ EXPECTED = {"sm_80": "HMMA", "sm_90": "HGMMA", "sm_100": "UTCHMMA", "gfx90a": "v
             "gfx1100": "v_wmma"}
 _FIND = {"cuda": r"\b(?:HMMA|HGMMA|UTC\w*MMA|IMMA)\b", "hip": r"\bv_(?:mfma|wmma)\w*"}
 KERNELS = ("attention_fwd", "attention_bwd_delta", "attention_bwd_dkdv", "attention_bwd_dq", "linear_fwd",
-           "linear_fwd_plain", "linear_bwd_dx", "linear_bwd_dw")
+           "linear_fwd_plain", "linear_fwd_residual", "linear_bwd_dx", "linear_bwd_dw")
 NO_MATRIX_UNIT = {"attention_bwd_delta"}  # a row reduction: no product to put on the matrix units
 
 # Known gaps, each with its reason (docs/kernels-attention-gemm.md): (target, kernel, head_dim) -> reason.
@@ -73,43 +73,48 @@ def _record(target: str, head_dim: int):
         attention.attention_bwd(o, q, kv, kv, o, lse, True, 0.1, arch=arch)
         y, g = linear.linear_fwd(x, w, b, r, "gelu", True, arch=arch)
         linear.linear_fwd(x, w, None, None, None, False, arch=arch)
+        linear.linear_fwd(x, w, None, r, None, False, arch=arch)
         linear.linear_bwd(y, x, w, g, True, True, True, arch=arch)
     return dict(zip(KERNELS, rec, strict=True))
 
 
-def _source(launch):
-    import torch
+class _TensorProxy:
+    """What Triton's specialization reads from a tensor argument: dtype, pointer, byte range."""
+
+    def __init__(self, arg):
+        import torch
+
+        self.dtype = arg.dtype
+        self._ptr = arg.data_ptr
+        itemsize = torch.empty((), dtype=arg.dtype).element_size()
+        self._range = 0 if 0 in arg.shape else (sum((n - 1) * abs(st) for n, st in zip(arg.shape, arg.stride,
+                                                                                      strict=True)) + 1) * itemsize
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    def ptr_range(self) -> int:
+        return self._range
+
+
+def _source(launch, target: str):
+    """The ASTSource Triton's JIT would build for this launch on `target`: its own binder decides the
+    signature, the constants (None, ints equal to 1), tt.divisibility 16 and, on AMD, tt.pointer_range 32
+    (buffer instructions for tensors under 2 GiB)."""
     from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
 
     from wavefront.kernels._launch import TensorArg
 
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "i32",
-             torch.int64: "i64"}
     fn = launch.kernel
-    runtime_args = dict(zip([p.name for p in fn.params if not p.is_constexpr], launch.args, strict=True))
-    signature, constexprs, attrs = {}, {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in launch.constexprs:
-            signature[name], constexprs[name] = "constexpr", launch.constexprs[name]
-            continue
-        arg = runtime_args[name]
-        # The JIT's own specialization: None and the integer 1 become constants; pointers aligned to 16
-        # bytes and integers divisible by 16 carry the divisibility hint.
-        if arg is None or (isinstance(arg, int) and not isinstance(arg, bool) and arg == 1):
-            signature[name], constexprs[name] = "constexpr", arg
-        elif isinstance(arg, TensorArg):
-            signature[name] = "*" + names[arg.dtype]
-            if arg.aligned16:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(arg, bool):
-            signature[name] = "i1"
-        elif isinstance(arg, int):
-            signature[name] = "i64" if abs(arg) >= 2**31 else "i32"
-            if arg % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        else:
-            signature[name] = "fp32"
-    return ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    backend = make_backend(_gpu_target(target))
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    args = tuple(_TensorProxy(a) if isinstance(a, TensorArg) else a for a in launch.args)
+    kwargs = dict(launch.constexprs) | dict(launch.options)
+    bound, specialization, opts = binder(*args, **kwargs)
+    _, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, opts)
+    return ASTSource(fn, signature, constexprs, attrs)
 
 
 def _gpu_target(target: str):
@@ -159,7 +164,8 @@ def compile_table(targets, head_dims, kernels) -> list[dict]:
             launches = _record(target, head_dim)
             for name in kernels:
                 launch = launches[name]
-                compiled = triton.compile(_source(launch), target=_gpu_target(target), options=dict(launch.options))
+                compiled = triton.compile(_source(launch, target), target=_gpu_target(target),
+                                          options=dict(launch.options))
                 c = launch.constexprs
                 tile = f"{c.get('BLOCK_M')}x{c.get('BLOCK_N')}" + (f"x{c['BLOCK_K']}" if "BLOCK_K" in c else "")
                 rows.append({"target": target, "kernel": name,

@@ -229,7 +229,7 @@ def linear_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     g = torch.empty((M, N), dtype=x.dtype, device=x.device) if save_grad else None
     _gemm_launch(
-        _linear_fwd_kernel, M, N, K, x.dtype, arch, config, activation is not None,
+        _linear_fwd_kernel, M, N, K, x.dtype, arch, config, activation is not None or residual is not None,
         x, weight, bias, residual, y, g, M, N, K,
         x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
         *(residual.stride() if residual is not None else (0, 0)), y.stride(0), y.stride(1),
