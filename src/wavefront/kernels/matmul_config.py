@@ -82,7 +82,7 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[TileConfig, ..
     "nvidia": {
         "fwd": {
             64: (_T(128, 128, 8, 3, "FA2 tile: two warpgroups, wgmma m64 per warpgroup; 204 regs, 0 spill, 112 KiB"),),
-            128: (_T(128, 64, 8, 3, "128x64 at d128: S and O accumulators fit with 8 warps; 188 regs, 0 spill, "
+            128: (_T(128, 64, 8, 3, "128x64 at d128: S and O accumulators fit with 8 warps; 184 regs, 0 spill, "
                                     "128 KiB (sm_80: 242 regs)"),),
             256: (_T(64, 64, 8, 2, "64-row tiles keep the 64x256 O accumulator in registers; 227 regs, 0 spill "
                                    "(sm_80: 254)"),),
@@ -105,19 +105,19 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[TileConfig, ..
         # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
         # memory with MFMA, the setting AMD's Triton attention kernels start from; d256 needs 1.
         "fwd": {
-            64: (_cdna(128, 64, 8, "128x64, 8 waves: 134 VGPRs, 0 spill, 16 KiB LDS; 4 waves spill on gfx90a"),),
-            128: (_cdna(128, 64, 8, "128x64, 8 waves: 186 VGPRs, 0 spill, 32 KiB LDS; 4 waves spill 7 VGPRs"),),
-            256: (_cdna(64, 32, 8, "d256: 64x32, 8 waves, waves_per_eu 1: 168 VGPRs, 0 spill", wpe=1),),
+            64: (_cdna(128, 64, 8, "128x64, 8 waves: 128 VGPRs, 0 spill, 16 KiB LDS; 4 waves spill on gfx90a"),),
+            128: (_cdna(128, 64, 8, "128x64, 8 waves: 190 VGPRs, 0 spill, 32 KiB LDS; 4 waves spill 7 VGPRs"),),
+            256: (_cdna(64, 32, 8, "d256: 64x32, 8 waves, waves_per_eu 1: 154 VGPRs, 0 spill", wpe=1),),
         },
         "bwd_dkdv": {
-            64: (_cdna(32, 64, 8, "64 keys resident, 32 queries streamed: 119 VGPRs, 8 KiB LDS"),),
-            128: (_cdna(32, 64, 8, "d128: 191 VGPRs, 0 spill, 16 KiB LDS"),),
-            256: (_cdna(16, 32, 8, "d256: 16x32, waves_per_eu 1: 213 VGPRs, 0 spill", wpe=1),),
+            64: (_cdna(32, 64, 8, "64 keys resident, 32 queries streamed: 108 VGPRs, 8 KiB LDS"),),
+            128: (_cdna(32, 64, 8, "d128: 178 VGPRs, 0 spill, 16 KiB LDS"),),
+            256: (_cdna(16, 32, 8, "d256: 16x32, waves_per_eu 1: 170 VGPRs, 0 spill", wpe=1),),
         },
         "bwd_dq": {
-            64: (_cdna(128, 32, 8, "128 queries resident, 32 keys streamed: 121 VGPRs"),),
-            128: (_cdna(128, 32, 8, "d128: 207 VGPRs, 0 spill, 32 KiB LDS"),),
-            256: (_cdna(64, 16, 8, "d256: 64x16, waves_per_eu 1: 197 VGPRs, 0 spill; 32x32 spills", wpe=1),),
+            64: (_cdna(128, 32, 8, "128 queries resident, 32 keys streamed: 118 VGPRs"),),
+            128: (_cdna(128, 32, 8, "d128: 205 VGPRs, 0 spill, 32 KiB LDS"),),
+            256: (_cdna(64, 16, 8, "d256: 64x16, waves_per_eu 1: 174 VGPRs, 0 spill; 32x32 spills", wpe=1),),
         },
     },
     "amd-rdna": {
@@ -125,17 +125,17 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[TileConfig, ..
         # pressure grows with head_dim much faster than on CDNA; at head_dim >= 128 (backward) and 256
         # (forward) every tile shape tried still spills (docs/kernels-attention-gemm.md).
         "fwd": {
-            64: (_T(64, 32, 4, 1, "64x32, 4 waves: 201 VGPRs, 0 spill"),),
-            128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 221 VGPRs, 0 spill; 64x32 spills"),),
+            64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
+            128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 219 VGPRs, 0 spill; 64x32 spills"),),
             256: (_T(16, 16, 4, 1, "d256: smallest tile; still spills on gfx1100 (known limitation)"),),
         },
         "bwd_dkdv": {
-            64: (_T(16, 32, 4, 1, "16x32, 4 waves: 227 VGPRs, 0 spill; 32x32 spills"),),
-            128: (_T(16, 32, 8, 1, "d128: least spilling shape tried (107 B); spills on gfx1100 (known limitation)"),),
+            64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
+            128: (_T(16, 32, 8, 1, "d128: least spilling shape tried (228 B per lane); spills on gfx1100 (known limitation)"),),
             256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
         },
         "bwd_dq": {
-            64: (_T(64, 16, 4, 1, "64x16, 4 waves: 232 VGPRs, 0 spill"),),
+            64: (_T(64, 16, 4, 1, "64x16, 4 waves: 230 VGPRs, 0 spill"),),
             128: (_T(32, 16, 8, 1, "d128: least spilling shape tried; spills on gfx1100 (known limitation)"),),
             256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
         },
@@ -229,12 +229,12 @@ GEMM_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
     },
     "amd-rdna": {
         "light": (
-            (128, _T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: 175 VGPRs, 16 KiB LDS", BLOCK_K=32,
+            (128, _T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: 151 VGPRs, 16 KiB LDS", BLOCK_K=32,
                      GROUP_M=8)),
             (1, _T(64, 64, 4, 2, "small M: 64x64x32, 133 VGPRs", BLOCK_K=32, GROUP_M=1)),
         ),
         "heavy": (
-            (128, _T(128, 128, 8, 2, "128x128x32: gelu epilogue 214 VGPRs, residual 169, backward 234, 0 spill",
+            (128, _T(128, 128, 8, 2, "128x128x32: gelu epilogue 236 VGPRs, residual 169, backward 175-207, 0 spill",
                      BLOCK_K=32, GROUP_M=8)),
             (1, _T(64, 64, 4, 2, "small M: 64x64x32, backward 175 VGPRs", BLOCK_K=32, GROUP_M=1)),
         ),
