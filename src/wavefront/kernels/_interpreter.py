@@ -9,6 +9,19 @@ rather than the kernel.
 
 :func:`use_gpu_rounding` replaces the interpreter's fp32/fp64 -> bf16 conversion with PyTorch's RNE
 conversion (bit-identical to the GPU's) and makes bf16 -> fp32 widening exact for subnormals. Round-toward-zero requests keep the interpreter's own path.
+
+Two fixes to ``tl.dot``:
+
+- bf16 operands: the interpreter hands numpy the raw uint16 storage of bf16 tensors, so the product is
+  computed on the bit patterns as integers. The operands are widened to fp32 exactly (a bf16 x bf16
+  product is exact in fp32), which is what a tensor core with an fp32 accumulator computes, up to
+  summation order.
+- fp32 operands with ``input_precision="ieee"``: on GPUs Triton lowers this dot to a chain of FMAs along
+  K (one rounding per step, in K order), so the same dot product computed by two kernels of different
+  tile shapes rounds identically, which recomputation schemes (FlashAttention's backward) rely on.
+  numpy's BLAS sums in an order that depends on the operand shapes; the interpreter now runs the same
+  FMA chain as the compiled kernel.
+
 It is applied once, by ``wavefront.kernels._launch.launch``, only when the interpreter is active.
 """
 
@@ -42,4 +55,35 @@ def use_gpu_rounding() -> None:
         return original(input, input_dtype, output_dtype, rounding_mode)
 
     interpreter._convert_float = convert_float
+    _gpu_faithful_dot(interpreter)
     _APPLIED = True
+
+
+def _gpu_faithful_dot(interpreter) -> None:
+    import triton.language as tl
+    from triton._C.libtriton import interpreter as native
+    from triton._C.libtriton import ir
+
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+
+    def widen(handle):
+        if handle.dtype.scalar != tl.bfloat16:
+            return handle
+        bits = np.ascontiguousarray(handle.data).view(np.uint16).astype(np.uint32) << 16
+        return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+
+    def fma_chain(a, b, d):
+        acc = np.array(d.data, dtype=np.float32, copy=True)
+        a_data, b_data = a.data, b.data
+        for k in range(a_data.shape[-1]):
+            acc = native.fma_fp32(*np.broadcast_arrays(a_data[..., :, k:k + 1], b_data[..., k:k + 1, :], acc))
+        return interpreter.TensorHandle(acc, d.dtype.scalar)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if (input_precision == ir.INPUT_PRECISION.IEEE and a.dtype.scalar == tl.float32
+                and b.dtype.scalar == tl.float32 and d.data.dtype == np.float32):
+            return fma_chain(a, b, d)
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = create_dot

@@ -8,24 +8,30 @@ its module's ``SPECS`` here.
 from __future__ import annotations
 
 from wavefront.ops import adamw as _adamw
+from wavefront.ops import attention as _attention
 from wavefront.ops import cross_entropy as _cross_entropy
 from wavefront.ops import glu as _glu
+from wavefront.ops import linear as _linear
 from wavefront.ops import linear_cross_entropy as _linear_cross_entropy
 from wavefront.ops import norm as _norm
 from wavefront.ops import rope as _rope
 from wavefront.ops import softmax as _softmax
 from wavefront.ops._spec import Case, OpInputs, OpSpec, Tolerance
 from wavefront.ops.adamw import adamw_step
+from wavefront.ops.attention import attention
 from wavefront.ops.cross_entropy import cross_entropy
 from wavefront.ops.glu import geglu, swiglu
+from wavefront.ops.linear import linear
 from wavefront.ops.linear_cross_entropy import linear_cross_entropy
 from wavefront.ops.norm import add_rms_norm, layer_norm, rms_norm
 from wavefront.ops.rope import rope
 from wavefront.ops.softmax import softmax
 
-REGISTRY: dict[str, OpSpec] = {spec.name: spec for spec in (*_norm.SPECS, *_softmax.SPECS, *_cross_entropy.SPECS,
-                                                          *_linear_cross_entropy.SPECS, *_glu.SPECS,
-                                                          *_rope.SPECS, *_adamw.SPECS)}
+REGISTRY: dict[str, OpSpec] = {
+    spec.name: spec
+    for module in (_norm, _softmax, _cross_entropy, _linear_cross_entropy, _glu, _rope, _adamw, _attention, _linear)
+    for spec in module.SPECS
+}
 
 
 def get_spec(name: str) -> OpSpec:
@@ -36,6 +42,6 @@ def get_spec(name: str) -> OpSpec:
         raise ValueError(f"unknown op {name!r}; registered ops: {', '.join(sorted(REGISTRY))}") from None
 
 
-__all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "add_rms_norm", "get_spec", "layer_norm",
-           "rms_norm", "softmax"]
-__all__ += ["adamw_step", "cross_entropy", "geglu", "linear_cross_entropy", "rope", "swiglu"]
+__all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "adamw_step", "add_rms_norm", "attention",
+           "cross_entropy", "geglu", "get_spec", "layer_norm", "linear", "linear_cross_entropy", "rms_norm", "rope",
+           "softmax", "swiglu"]
