@@ -34,22 +34,23 @@ def wavefront_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
     return ops.rope(q, k, cos, sin)
 
 
-def _rebuild(fn: Callable, name: str, replacement: Callable) -> Callable:
-    """`fn` (possibly wrapped by closure decorators) with global `name` bound to `replacement` in a
-    private globals dict. Raises LookupError when the innermost function does not use that global."""
+def _rebuild(fn: Callable, replacements: dict[str, Callable]) -> Callable:
+    """`fn` (possibly wrapped by closure decorators) with each global named in `replacements` bound to its
+    replacement in one private globals dict. Raises LookupError when the innermost function does not use
+    one of those globals."""
     wrapped = getattr(fn, "__wrapped__", None)
     if wrapped is not None:
-        inner = _rebuild(wrapped, name, replacement)
+        inner = _rebuild(wrapped, replacements)
         cells = fn.__closure__ or ()
         if not any(c.cell_contents is wrapped for c in cells):
             raise LookupError(f"cannot rebuild decorator {fn.__qualname__} around a new function")
         closure = tuple(types.CellType(inner) if c.cell_contents is wrapped else c for c in cells)
         new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
     else:
-        if name not in fn.__code__.co_names or name not in fn.__globals__:
-            raise LookupError(f"{fn.__qualname__} does not call the global {name!r}")
-        scope = dict(fn.__globals__)
-        scope[name] = replacement
+        for name in replacements:
+            if name not in fn.__code__.co_names or name not in fn.__globals__:
+                raise LookupError(f"{fn.__qualname__} does not call the global {name!r}")
+        scope = {**fn.__globals__, **replacements}
         new = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     new.__kwdefaults__ = fn.__kwdefaults__
     functools.update_wrapper(new, fn)
@@ -59,9 +60,7 @@ def _rebuild(fn: Callable, name: str, replacement: Callable) -> Callable:
 
 
 def with_globals(fn: Callable, replacements: dict[str, Callable]) -> Callable:
-    for name, replacement in replacements.items():
-        fn = _rebuild(fn, name, replacement)
-    return fn
+    return _rebuild(fn, replacements)
 
 
 _SUBCLASSES: dict[tuple[type, tuple[str, ...]], type] = {}
