@@ -1,0 +1,27 @@
+"""The README's kernel tour runs as written (so the README keeps telling the truth)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_kernel_tour_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    tour = blocks[0]
+    scope: dict = {}
+    exec(compile(tour, str(README), "exec"), scope)
+    assert scope["loss"].ndim == 0 and scope["o"].shape == scope["q"].shape
+    assert scope["y"].dtype == scope["x"].dtype
+
+
+def test_readme_names_only_existing_verbs():
+    from wavefront.cli import build_app
+
+    app = build_app()
+    verbs = {c.name or c.callback.__name__ for c in app.registered_commands}
+    verbs |= {g.name for g in app.registered_groups}
+    table_verbs = re.findall(r"^\| `(\w+)", README.read_text(), re.M)
+    assert table_verbs and set(table_verbs) <= verbs, set(table_verbs) - verbs
