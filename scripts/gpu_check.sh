@@ -98,7 +98,7 @@ else
 fi
 
 say "tests on the GPU (limit ${TEST_LIMIT_S} s)"
-step timeout "$TEST_LIMIT_S" "$PY" -m pytest -q -x -p no:cacheprovider
+step timeout "$TEST_LIMIT_S" "$PY" -m pytest -q -x -p no:cacheprovider -n 0
 test_rc=$?
 
 say "full bench (timing budget ${BENCH_BUDGET_S} s)"

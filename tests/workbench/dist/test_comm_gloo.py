@@ -40,7 +40,9 @@ def test_sizes_are_powers_of_two():
 
 
 def test_comm_two_ranks_under_torchrun(tmp_path):
-    out = _run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "wavefront", "comm",
+    # --standalone: a free rendezvous port, so parallel test workers never collide on 29500.
+    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                "wavefront", "comm",
                 "--min-bytes", "64", "--max-bytes", "4096", "--warmup", "1", "--iters", "2", "--repeats", "2",
                 "--calibration", "cal.json", "--json", "comm.json"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
