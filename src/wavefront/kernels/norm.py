@@ -182,6 +182,15 @@ def _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
 
 
 @triton.jit
+def _dx(xhat, g, rstd, c1, c2, IS_RMS: tl.constexpr):
+    """dx = rstd * (g - xhat * c1 [- c2]), in the order autograd's chain rule uses (see the header)."""
+    dx = g * rstd - xhat * (c1 * rstd)
+    if not IS_RMS:
+        dx -= c2 * rstd
+    return dx
+
+
+@triton.jit
 def _norm_bwd_kernel(
     x_ptr, w_ptr, dy_ptr, dres_ptr, dx_ptr, dw_part_ptr, db_part_ptr, mean_ptr, rstd_ptr, sums_ptr,
     n_rows, n_cols, rows_per_program,
@@ -205,11 +214,10 @@ def _norm_bwd_kernel(
         for row in range(row_start, row_end):
             xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
                                         cols0, mask, w, IS_RMS, HAS_WEIGHT, ACC)
-            c1 = tl.sum(xhat * g, axis=0) / n_cols
-            if IS_RMS:
-                dx = g * rstd - xhat * (c1 * rstd)
-            else:
-                dx = g * rstd - xhat * (c1 * rstd) - (tl.sum(g, axis=0) / n_cols) * rstd
+            c2 = 0.0
+            if not IS_RMS:
+                c2 = tl.sum(g, axis=0) / n_cols
+            dx = _dx(xhat, g, rstd, tl.sum(xhat * g, axis=0) / n_cols, c2, IS_RMS)
             if HAS_DRES:
                 dx += tl.load(dres_ptr + row * stride_dres_row + cols0, mask=mask, other=0.0).to(ACC)
             tl.store(dx_ptr + row * stride_dx_row + cols0, dx.to(OUT_DTYPE), mask=mask)
@@ -246,11 +254,10 @@ def _norm_bwd_kernel(
             for row in range(row_start, row_end):
                 xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
                                             cols, mask, w, IS_RMS, HAS_WEIGHT, ACC)
-                c1 = tl.load(sums_ptr + 2 * row) / n_cols
-                if IS_RMS:
-                    dx = g * rstd - xhat * (c1 * rstd)
-                else:
-                    dx = g * rstd - xhat * (c1 * rstd) - (tl.load(sums_ptr + 2 * row + 1) / n_cols) * rstd
+                c2 = 0.0
+                if not IS_RMS:
+                    c2 = tl.load(sums_ptr + 2 * row + 1) / n_cols
+                dx = _dx(xhat, g, rstd, tl.load(sums_ptr + 2 * row) / n_cols, c2, IS_RMS)
                 if HAS_DRES:
                     dx += tl.load(dres_ptr + row * stride_dres_row + cols, mask=mask, other=0.0).to(ACC)
                 tl.store(dx_ptr + row * stride_dx_row + cols, dx.to(OUT_DTYPE), mask=mask)
