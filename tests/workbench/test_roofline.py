@@ -95,3 +95,32 @@ def test_traffic_cli_json(tmp_path):
     first = doc["rows"][0]
     assert (first["op"], first["mode"], first["ratio_min"]) == ("softmax", "fwd", 1.0)
     assert "softmax" in result.output and "CPU interpreter" in result.output
+
+
+def test_measured_times_come_from_a_stored_gpu_run(tmp_path):
+    """`wavefront roofline --store`: the achieved % of roof uses a GPU run's medians; CPU runs are refused.
+    (Synthetic fixture timings, not performance figures.)"""
+    import pytest
+
+    from wavefront.workbench.bench.records import Measurement, RunInfo, StoredRun
+    from wavefront.workbench.bench.store import ResultStore
+    from wavefront.workbench.roofline import measured_from_store, roofline
+
+    def run(timing, device):
+        info = RunInfo("2026-01-01T00:00:00Z", "fixture", "a" * 40, False, device, "sm_90", "cuda", "2.13", "3.9",
+                       "3.11", "h", timing)
+        ms = [Measurement("rms_norm", "llama3-8b_hidden", "fwd", "bf16", p, "ok", samples_us=[us] * 5)
+              for p, us in (("wavefront", 250.0), ("eager", 900.0))]
+        return StoredRun(info, ms)
+
+    with ResultStore(tmp_path / "r.sqlite") as st:
+        st.save(run("gpu", "NVIDIA H100 80GB HBM3"))
+        st.save(run("cpu-interpreter", "cpu"))
+    times = measured_from_store(tmp_path / "r.sqlite", "1")
+    assert times == {("rms_norm", "llama3-8b_hidden", "fwd", "bf16", "h100"): 250.0}
+    point = next(p for p in roofline("h100", ["rms_norm"], measured=times).points
+                 if p.case == "llama3-8b_hidden" and p.mode == "fwd")
+    assert point.measured_us == 250.0
+    assert point.pct_of_roof == pytest.approx(point.attainable_us / 250.0 * 100)
+    with pytest.raises(ValueError, match="not timed on a GPU"):
+        measured_from_store(tmp_path / "r.sqlite", "latest")

@@ -233,6 +233,9 @@ def roofline_cmd(
         = None,
     measured: Annotated[Path | None, typer.Option(help="Measured times (JSON records with op, case, mode, "
                                                        "dtype, device, dur_us) from real GPU runs.")] = None,
+    store: Annotated[Path | None, typer.Option(help="A results store: take the measured times of its run "
+                                                    "--run (a GPU run of `wavefront bench`).")] = None,
+    run: Annotated[str, typer.Option(help="The stored run to read with --store.")] = "latest",
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
     """Arithmetic intensity, attainable time on a device of the table and, given measured times, the
@@ -256,6 +259,13 @@ def roofline_cmd(
         times = rl.load_measured(measured) if measured else None
     except (OSError, ValueError) as exc:
         fail(f"--measured: {exc}")
+    if store is not None:
+        from wavefront.workbench.bench.store import StoreError
+
+        try:
+            times = {**(times or {}), **rl.measured_from_store(store, run)}
+        except (StoreError, ValueError) as exc:
+            fail(f"--store: {exc}")
     matrix = (rl.matrix_ops_from_inspect(docs["inspect"]) if "inspect" in docs
               else rl.detect_matrix_ops(op, target=gpu.arch))
     report = rl.roofline(gpu, op, parse_dtype(dtype), matrix_ops=matrix, traffic=docs.get("traffic"), measured=times)

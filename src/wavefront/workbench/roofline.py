@@ -131,6 +131,22 @@ def load_measured(path: str | Path) -> dict[tuple[str, str, str, str, str], floa
     return out
 
 
+def measured_from_store(store_path: str | Path, run_ref: str = "latest",
+                        provider: str = "wavefront") -> dict[tuple[str, str, str, str, str], float]:
+    """Median times of one stored GPU run (``wavefront bench`` on a GPU) for `provider`, keyed like
+    :func:`load_measured`. A CPU-timed run is refused: interpreter wall times are no performance figures."""
+    from wavefront.workbench.bench.store import open_run
+    from wavefront.workbench.hardware import gpu_from_device_name
+
+    run = open_run(run_ref, store_path)
+    if not run.info.is_gpu:
+        raise ValueError(f"run {run.info.id} of {store_path} was not timed on a GPU ({run.info.timing}); "
+                         "its times are not performance figures")
+    key = gpu_from_device_name(run.info.device_name).key
+    return {(m.op, m.case, m.mode, m.dtype, key): m.median_us for m in run.measurements
+            if m.ok and m.provider == provider}
+
+
 def roofline(device: str | GPU, ops: Iterable[str] | None = None, dtype: torch.dtype = torch.bfloat16, *,
              matrix_ops: Iterable[str] = (), traffic: dict | None = None, measured: MeasuredTimes | None = None,
              cases: Callable[[OpSpec], Iterable[Case]] | None = None) -> RooflineReport:
