@@ -56,12 +56,38 @@ def _liger_softmax(fn):
     return lambda x: fn.apply(x)
 
 
-#: op name -> (Liger module, autograd Function, adapter from our call signature to Liger's).
+def _liger_swiglu(fn):
+    return lambda gate, up: fn.apply(gate, up)
+
+
+def _liger_geglu(fn):
+    def call(gate, up, approximate="tanh"):
+        if approximate != "tanh":
+            raise NotImplementedError("Liger's GEGLU implements the tanh approximation only")
+        return fn.apply(gate, up)
+    return call
+
+
+def _liger_rope(fn):
+    def call(q, k, cos, sin, *, position_ids=None, cu_seqlens=None):
+        if cu_seqlens is not None or k is None:
+            raise NotImplementedError("Liger's RoPE takes the [batch, heads, seq, head_dim] layout with q and k")
+        return fn.apply(q, k, cos, sin, position_ids, 1)
+    return call
+
+
+# Not mapped: Liger's cross-entropy and fused linear cross-entropy write the gradient into their input during
+# the forward (liger_kernel.ops.cross_entropy), so a replayed timing would run on overwritten logits.
+#: op name -> (Liger module, autograd Function, adapter from our call signature to Liger's). Signatures as of
+#: liger-kernel 0.8.5.
 LIGER: dict[str, tuple[str, str, Callable[[Any], Callable[..., Any]]]] = {
     "rms_norm": ("liger_kernel.ops.rms_norm", "LigerRMSNormFunction", _liger_rms_norm),
     "add_rms_norm": ("liger_kernel.ops.fused_add_rms_norm", "LigerFusedAddRMSNormFunction", _liger_add_rms_norm),
     "layer_norm": ("liger_kernel.ops.layer_norm", "LigerLayerNormFunction", _liger_layer_norm),
     "softmax": ("liger_kernel.ops.softmax", "LigerSoftmaxFunction", _liger_softmax),
+    "swiglu": ("liger_kernel.ops.swiglu", "LigerSiLUMulFunction", _liger_swiglu),
+    "geglu": ("liger_kernel.ops.geglu", "LigerGELUMulFunction", _liger_geglu),
+    "rope": ("liger_kernel.ops.rope", "LigerRopeFunction", _liger_rope),
 }
 
 
