@@ -8,7 +8,8 @@ extra ulp of error that the compiled kernel does not have, and accuracy tests wo
 rather than the kernel.
 
 :func:`use_gpu_rounding` replaces the interpreter's fp32/fp64 -> bf16 conversion with PyTorch's RNE
-conversion (bit-identical to the GPU's) and makes bf16 -> fp32 widening exact for subnormals. Round-toward-zero requests keep the interpreter's own path.
+conversion (bit-identical to the GPU's) and makes bf16 -> fp32 widening exact for subnormals.
+Round-toward-zero requests keep the interpreter's own path.
 
 Two fixes to ``tl.dot``:
 
