@@ -10,6 +10,8 @@ that hold the same parameters):
     ZeRO-2:                       P w + P (g + master + states) / d      2 + 16/d
     ZeRO-3 / FSDP:                P (max(master, w) + g + states) / d    16/d (FSDP2 keeps the fp32
                                   sharded parameter as the master; the bf16 copy is gathered per layer)
+    ZeRO-3, DeepSpeed layout:     P (w + master + g + states) / d        (2 + 2 + 12)/d with bf16 grads, the
+                                  paper's (2 + 2 + K) psi / Nd (Training.zero3_16bit_shard)
 
 P is the parameter count of the most-loaded pipeline stage: its L/pp layers (matmul weights / tp; norm
 weights replicated) plus the input embedding V*h/tp on the first stage and the output layer on the last
@@ -93,6 +95,8 @@ def state_bytes(params: float, cfg: PlanConfig, training: Training) -> tuple[flo
         return params * WEIGHT_BYTES, params * g, params * (master + states) / d
     if cfg.zero == 2:
         return params * WEIGHT_BYTES, params * g / d, params * (master + states) / d
+    if training.zero3_16bit_shard and master:
+        return params * (master + WEIGHT_BYTES) / d, params * g / d, params * states / d
     return params * max(master, WEIGHT_BYTES) / d, params * g / d, params * states / d
 
 

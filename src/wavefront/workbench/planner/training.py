@@ -83,6 +83,9 @@ class Training:
     framework_overhead_gb: CUDA context, NCCL buffers and workspace (training-math.md: about 1-3 GB).
     allocator_slack: fraction added to activation and transient memory for caching-allocator
         fragmentation (reserved vs allocated).
+    zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
+        master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
+        fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
     """
 
     global_batch_tokens: int
@@ -97,6 +100,7 @@ class Training:
     bucket_mb: float = 25.0
     framework_overhead_gb: float = 2.0
     allocator_slack: float = 0.05
+    zero3_16bit_shard: bool = False
 
     def __post_init__(self) -> None:
         if self.seq_len < 1 or self.global_batch_tokens < self.seq_len:
