@@ -124,6 +124,27 @@ def _key_bounds(start_m, seqlen, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, I
 
 
 @triton.jit
+def _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] mask of the keys a query block may see: inside the sequence, and at or before
+    the query when causal."""
+    valid = offs_n[None, :] < seqlen
+    if IS_CAUSAL:
+        valid = valid & (offs_m[:, None] >= offs_n[None, :])
+    return valid
+
+
+@triton.jit
+def _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL: tl.constexpr):
+    """(batch, head, query block) of a forward or dQ program. Causal grids run the longest
+    query blocks (the last ones, which see the most keys) first, so the tail of the launch is short."""
+    bh = pid // n_m_blocks
+    m_block = pid % n_m_blocks
+    if IS_CAUSAL:
+        m_block = n_m_blocks - 1 - m_block
+    return bh // n_heads, bh % n_heads, m_block
+
+
+@triton.jit
 def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, lo, hi, seqlen,
                 qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                 MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
@@ -134,10 +155,7 @@ def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, 
         # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
         qk = tl.dot(q, tl.trans(k), input_precision="ieee")
         if MASKED:
-            valid = offs_n[None, :] < seqlen
-            if IS_CAUSAL:
-                valid = valid & (offs_m[:, None] >= offs_n[None, :])
-            qk = tl.where(valid, qk, float("-inf"))
+            qk = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), qk, float("-inf"))
         # Every row sees key 0 in its first block (blocks run from key 0 upward), so m_new is finite and
         # exp2(-inf - m_new) is a clean 0 for masked entries and for the initial m = -inf.
         x = qk * qk_scale
@@ -161,12 +179,7 @@ def _attn_fwd_kernel(
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
-    bh = pid // n_m_blocks
-    m_block = pid % n_m_blocks
-    if IS_CAUSAL:
-        m_block = n_m_blocks - 1 - m_block
-    b = bh // n_heads
-    h = bh % n_heads
+    b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
     seq_start, seqlen, b_mem = _sequence(cu_seqlens_ptr, b, seqlen, VARLEN)
     start_m = m_block * BLOCK_M
     if start_m >= seqlen:
@@ -301,10 +314,7 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, off
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
         p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if MASKED:
-            valid = offs_n[None, :] < seqlen
-            if IS_CAUSAL:
-                valid = valid & (offs_m[:, None] >= offs_n[None, :])
-            p = tl.where(valid, p, 0.0)
+            p = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision="ieee")
@@ -321,12 +331,8 @@ def _attn_bwd_dq_kernel(
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
-    bh = pid // n_m_blocks
-    m_block = pid % n_m_blocks
-    if IS_CAUSAL:
-        m_block = n_m_blocks - 1 - m_block
-    b = bh // n_heads
-    h = (bh % n_heads).to(tl.int64)
+    b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
+    h = h.to(tl.int64)
     kvh = h // group_size
     seq_start, seqlen, b_mem = _sequence(cu_seqlens_ptr, b, seqlen, VARLEN)
     start_m = m_block * BLOCK_M
