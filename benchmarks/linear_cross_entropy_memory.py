@@ -1,6 +1,7 @@
 """Peak extra memory of the LM-head loss: wavefront.ops.linear_cross_entropy vs eager matmul + cross-entropy.
 
     python benchmarks/linear_cross_entropy_memory.py --tokens 8192 --vocab 128256 --hidden 64 --json out.json
+    python benchmarks/linear_cross_entropy_memory.py --dtype bf16 --hidden 4096 --dweight both --json out.json
 
 Both contenders run forward + backward of a mean-reduced loss on the same [tokens, hidden] input and
 [vocab, hidden] weight (which are not counted); the meter (wavefront.workbench.live_bytes) counts every
@@ -60,9 +61,13 @@ def run_eager(tokens, vocab, hidden, dtype, device) -> dict:
     return measure(step)
 
 
-def run_ours(tokens, vocab, hidden, dtype) -> dict:
+def run_ours(tokens, vocab, hidden, dtype, dweight="auto") -> dict:
+    import wavefront.ops.linear_cross_entropy as lce
     from wavefront import ops, runtime
     from wavefront.ops.linear_cross_entropy import chunk_tokens
+
+    if dweight == "accumulate":  # force the fp32 cross-chunk accumulator (the path before dweight slices)
+        lce.DWEIGHT_ACCUMULATOR_MAX_BYTES = float("inf")
 
     h, w, t = inputs(tokens, vocab, hidden, dtype, "cpu")
 
@@ -71,8 +76,19 @@ def run_ours(tokens, vocab, hidden, dtype) -> dict:
 
     out = measure(step)
     out["backend"] = runtime.backend("cpu")
+    out["dweight"] = "slices" if lce.dweight_by_slices(vocab, hidden, dtype) else "accumulate"
     out["chunk_tokens"] = chunk_tokens(tokens, vocab, torch.empty((), dtype=dtype).element_size())
     return out
+
+
+def _git_sha() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def main() -> None:
@@ -83,6 +99,8 @@ def main() -> None:
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--eager-real", action="store_true", help="also run eager on real CPU tensors")
     p.add_argument("--only", choices=("both", "ours", "eager"), default="both")
+    p.add_argument("--dweight", choices=("auto", "accumulate", "both"), default="auto",
+                   help="16-bit weights: the op's own choice, the fp32 accumulator forced, or both (subprocess)")
     p.add_argument("--cross-check-tokens", type=int, default=0,
                    help="also run ours at this many tokens under the interpreter and on cpu-reference")
     p.add_argument("--json", default=None)
@@ -90,14 +108,21 @@ def main() -> None:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
     full_logits = a.tokens * a.vocab * torch.empty((), dtype=dtype).element_size()
     doc = {"schema": "wavefront.lce_memory/1", "tokens": a.tokens, "vocab": a.vocab, "hidden": a.hidden,
-           "dtype": a.dtype, "full_logits_bytes": full_logits, "torch": torch.__version__}
+           "dtype": a.dtype, "full_logits_bytes": full_logits, "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": "cpu", "git_sha": _git_sha()}
     if a.only in ("both", "eager"):
         doc["eager_meta"] = run_eager(a.tokens, a.vocab, a.hidden, dtype, "meta")
         if a.eager_real:
             doc["eager_cpu"] = run_eager(a.tokens, a.vocab, a.hidden, dtype, "cpu")
     if a.only in ("both", "ours"):
-        doc["wavefront"] = run_ours(a.tokens, a.vocab, a.hidden, dtype)
+        doc["wavefront"] = run_ours(a.tokens, a.vocab, a.hidden, dtype, "auto" if a.dweight == "both" else a.dweight)
         doc["wavefront_peak_over_full_logits"] = doc["wavefront"]["peak_bytes"] / full_logits
+        if a.dweight == "both":  # a fresh process: the module constant is patched there
+            cmd = [sys.executable, __file__, "--tokens", str(a.tokens), "--vocab", str(a.vocab), "--hidden",
+                   str(a.hidden), "--dtype", a.dtype, "--only", "ours", "--dweight", "accumulate", "--json", "-"]
+            res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            doc["wavefront_accumulate"] = json.loads(res.stdout)["wavefront"]
+            doc["wavefront_accumulate_peak_over_full_logits"] = doc["wavefront_accumulate"]["peak_bytes"] / full_logits
     if "eager_meta" in doc:
         doc["eager_peak_over_full_logits"] = doc["eager_meta"]["peak_bytes"] / full_logits
     if a.cross_check_tokens:
@@ -117,7 +142,7 @@ def main() -> None:
                 f.write(text + "\n")
         mib = 2**20
         print(f"full logits {full_logits / mib:.1f} MiB ({a.tokens} x {a.vocab} {a.dtype})")
-        for key in ("eager_meta", "eager_cpu", "wavefront"):
+        for key in ("eager_meta", "eager_cpu", "wavefront", "wavefront_accumulate"):
             if key in doc:
                 print(f"{key:>12}: peak {doc[key]['peak_bytes'] / mib:9.1f} MiB "
                       f"({doc[key]['peak_bytes'] / full_logits:.3f} x full logits)")

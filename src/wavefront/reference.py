@@ -129,17 +129,23 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
 def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
                        ignore_index: int, label_smoothing: float, z_loss: float, softcap: float | None,
                        stats: torch.Tensor | None = None, grad: torch.Tensor | None = None,
-                       scale: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                       scale: torch.Tensor | None = None, col_offset: int = 0,
+                       n_classes: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The cross-entropy kernel's contract (wavefront.kernels.cross_entropy.cross_entropy_rows) in plain
-    PyTorch, for the cpu-reference backend of the chunked linear cross-entropy.
+    PyTorch, for the cpu-reference backend of the chunked linear cross-entropy, column slices included.
 
     It works one row at a time so that, like the kernel, it allocates nothing of size [rows x vocab]
     beyond the outputs: its temporaries are a few vectors of the vocabulary's length. (Out-of-range
     targets are the op layer's to reject; here they raise an IndexError.)
     """
-    n_rows, n_classes = logits.shape
+    n_rows, n_cols = logits.shape
     acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
     compute_stats = stats is None
+    if n_classes is None:
+        n_classes = n_cols
+    if col_offset < 0 or col_offset + n_cols > n_classes or (compute_stats and n_cols != n_classes):
+        raise ValueError(f"cross_entropy_rows: columns [{col_offset}, {col_offset + n_cols}) of {n_classes} classes "
+                         f"(a column slice needs saved stats)")
     loss = torch.zeros(n_rows, dtype=acc, device=logits.device) if compute_stats else None
     if compute_stats:
         stats = torch.zeros((n_rows, 2), dtype=acc, device=logits.device)
@@ -170,8 +176,10 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
         if grad is not None:
             p = torch.exp((x - m) - log_s)
             coef = (1.0 - label_smoothing) * w_t + label_smoothing * w_sum / n_classes + 2.0 * z_loss * lse
-            g = coef * p - (label_smoothing / n_classes) * (w if w is not None else 1.0)
-            g[t] -= (1.0 - label_smoothing) * w_t
+            w_cols = w[col_offset:col_offset + n_cols] if w is not None else 1.0
+            g = coef * p - (label_smoothing / n_classes) * w_cols
+            if col_offset <= t < col_offset + n_cols:
+                g[t - col_offset] -= (1.0 - label_smoothing) * w_t
             g *= scales[i]
             if softcap is not None:
                 g *= 1.0 - (x / softcap) ** 2

@@ -260,3 +260,118 @@ def test_fsdp2_sharded_weight_gathered_by_the_caller(tmp_path):
         for name in ("lm_head.weight", "proj.weight", "proj.bias"):
             assert out[name] < 1e-5, (name, out[name])
         assert "DTensor" in out["dtensor_error"] and "unshard" in out["dtensor_error"]
+
+
+def test_dweight_by_slices_rule():
+    # bf16 lm_head of Llama 3 8B: a 6 V H = 3 GiB fp32 accumulator + product would exceed the logits; slices.
+    assert lce_mod.dweight_by_slices(128256, 4096, torch.bfloat16)
+    assert not lce_mod.dweight_by_slices(128256, 64, torch.bfloat16)  # 49 MB: accumulate
+    assert not lce_mod.dweight_by_slices(128256, 4096, torch.float32)  # the accumulator is the output
+    # 8k tokens x 8192 bf16 columns = 128 MiB, the chunk budget; never below one aligned slice
+    assert lce_mod.slice_columns(8192, 128256, 2) == 8192
+    assert lce_mod.slice_columns(8192, 128256, 2, free_bytes=8 * 2**20) == 128
+    assert lce_mod.slice_columns(64, 300, 4) == 300
+
+
+def _force_slices(monkeypatch, n_tokens, itemsize, cols=128):
+    monkeypatch.setattr(lce_mod, "DWEIGHT_ACCUMULATOR_MAX_BYTES", 0)
+    monkeypatch.setattr(lce_mod, "CHUNK_BUDGET_BYTES", n_tokens * itemsize * cols)
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 5.0, "class_weight": True, "bias": True},
+])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_dweight_by_slices_meets_the_accuracy_rule(monkeypatch, options, reduction):
+    # vocab 300 in slices of 128, 128 and 44 columns; bf16, so slices are the path that real lm_heads take.
+    n_tokens, vocab = 64, 300
+    _force_slices(monkeypatch, n_tokens, 2)
+    hidden, weight, target = _data(n_tokens=n_tokens, vocab=vocab, dtype=torch.bfloat16)
+    gen = torch.Generator().manual_seed(3)
+    kw = {k: v for k, v in options.items() if k not in ("class_weight", "bias")}
+    if options.get("class_weight"):
+        kw["weight"] = torch.rand(vocab, generator=gen) + 0.5
+    bias = (torch.randn(vocab, generator=gen) * 0.1).to(torch.bfloat16) if options.get("bias") else None
+    upstream = torch.randn(n_tokens, generator=gen) if reduction == "none" else torch.tensor(1.3)
+
+    def run(dtype, fn):
+        args = [t.to(dtype).requires_grad_() for t in (hidden, weight)]
+        b = bias.to(dtype).requires_grad_() if bias is not None else None
+        fn(args[0], args[1], b).backward(upstream.to(torch.float64 if dtype == torch.float64 else torch.float32))
+        return [args[0].grad, args[1].grad] + ([b.grad] if b is not None else [])
+
+    def eager(h, w, b):
+        acc = torch.float64 if h.dtype == torch.float64 else torch.float32
+        logits = F.linear(h, w, b).to(acc)  # Hugging Face's order: the logits in the input dtype, then up-cast
+        if "softcap" in kw:
+            logits = kw["softcap"] * torch.tanh(logits / kw["softcap"])
+        cw = kw["weight"].to(acc) if "weight" in kw else None
+        loss = F.cross_entropy(logits, target, weight=cw, label_smoothing=kw.get("label_smoothing", 0.0),
+                               reduction=reduction)
+        if "z_loss" in kw:
+            lse = torch.logsumexp(logits, -1)
+            z = kw["z_loss"] * lse * lse * (target != -100)
+            denom = (cw[target.clamp(min=0)] * (target != -100)).sum() if cw is not None else (target != -100).sum()
+            loss = loss + (z if reduction == "none" else z.sum() / denom)
+        return loss
+
+    def ours(h, w, b):
+        return linear_cross_entropy(h, w, target, bias=b, reduction=reduction, chunk_size=16,
+                                    class_weight=kw.get("weight"), label_smoothing=kw.get("label_smoothing", 0.0),
+                                    z_loss=kw.get("z_loss", 0.0), softcap=kw.get("softcap"))
+
+    ref = run(torch.float64, eager)
+    got, base = run(torch.bfloat16, ours), run(torch.bfloat16, eager)
+    assert got[1].dtype == torch.bfloat16
+    for name, g, e, r in zip(("dhidden", "dweight", "dbias"), got, base, ref, strict=False):
+        err, err_eager = (g.double() - r).abs().max(), (e.double() - r).abs().max()
+        floor = torch.finfo(torch.bfloat16).eps * r.abs().max()
+        assert err <= 2 * err_eager + floor, (name, float(err), float(err_eager))
+
+
+def test_dweight_by_slices_keeps_no_fp32_accumulator(monkeypatch):
+    n_tokens, vocab, n_hidden = 256, 2048, 64
+    hidden, weight, target = _data(n_tokens, vocab, n_hidden, dtype=torch.bfloat16)
+    peaks = {}
+    for path in ("accumulate", "slices"):
+        if path == "slices":
+            _force_slices(monkeypatch, n_tokens, 2, cols=256)
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        with LiveBytesMeter() as meter:
+            linear_cross_entropy(h, w, target, chunk_size=32).backward()
+        peaks[path] = meter.result.peak_bytes
+    vh = vocab * n_hidden
+    # accumulate: fp32 accumulator (4 V H) + a bf16 product per chunk (2 V H) + the scaled copies in backward;
+    # slices: dweight is born in bf16 (2 V H) and scaled once in backward (2 V H), plus the [N, S] buffer.
+    assert peaks["accumulate"] >= 8 * vh
+    assert peaks["slices"] <= 4 * vh + n_tokens * 256 * 2 + n_tokens * (2 * n_hidden + 64), peaks
+
+
+@pytest.mark.parametrize("backend", ["kernel", "reference"])
+def test_cross_entropy_rows_on_column_slices_equals_whole_rows(backend):
+    from wavefront import reference
+    from wavefront.kernels import cross_entropy as kernels
+
+    rows_ce = kernels.cross_entropy_rows if backend == "kernel" else reference.cross_entropy_rows
+    gen = torch.Generator().manual_seed(5)
+    n_rows, vocab = 9, 300
+    logits = torch.randn(n_rows, vocab, generator=gen) * 3
+    target = torch.randint(0, vocab, (n_rows,), generator=gen)
+    target[2] = -100
+    target[4], target[5] = 0, vocab - 1  # the first and the last class: slice boundaries
+    cw = torch.rand(vocab, generator=gen) + 0.5
+    kw = dict(ignore_index=-100, label_smoothing=0.1, z_loss=1e-3, softcap=4.0)
+    _, stats = rows_ce(logits, target, cw, **kw)
+    scale = torch.rand(n_rows, generator=gen)
+    whole = torch.empty_like(logits)
+    rows_ce(logits, target, cw, stats=stats, grad=whole, scale=scale, **kw)
+    for start, end in ((0, 128), (128, 256), (256, 300)):
+        part = logits[:, start:end].contiguous()
+        rows_ce(part, target, cw, stats=stats, grad=part, scale=scale, col_offset=start, n_classes=vocab, **kw)
+        assert torch.equal(part, whole[:, start:end]), (start, end)
+    with pytest.raises(ValueError, match="columns"):
+        rows_ce(logits[:, :10].contiguous(), target, cw, stats=stats, grad=whole[:, :10].contiguous(),
+                scale=scale, col_offset=295, n_classes=vocab, **kw)
+    with pytest.raises(ValueError, match="column slice needs saved stats"):
+        rows_ce(logits[:, :10].contiguous(), target, cw, col_offset=0, n_classes=vocab, **kw)

@@ -63,9 +63,10 @@ def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, softcap, scale,
+def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, col_offset, softcap, scale,
                 HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
-    """The gradient of one block of raw logits x (fp32); masked lanes give 0."""
+    """The gradient of one block of raw logits x (fp32) at slice columns `cols` (classes col_offset + cols);
+    t is the target relative to the slice; masked lanes give 0."""
     if HAS_SOFTCAP:
         th, sech2, _ = tanh_parts(x / softcap)
         xc = softcap * th
@@ -75,7 +76,7 @@ def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, so
     # into one number would cost ulp(lse) ~ |x| eps of relative error in every probability.
     p = tl.exp2(((xc - m) - log_s) * 1.4426950408889634)
     if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(xc.dtype)
+        w = tl.load(w_ptr + col_offset + cols, mask=mask, other=0.0).to(xc.dtype)
         g = coef * p - smooth_w * w
     else:
         g = coef * p - smooth_w
@@ -88,7 +89,7 @@ def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, so
 @triton.jit
 def _ce_kernel(
     logits_ptr, target_ptr, weight_ptr, loss_ptr, stats_ptr, grad_ptr, scale_ptr,
-    n_cols, stride_logits_row, stride_grad_row, stride_target, stride_scale,
+    n_cols, n_classes, col_offset, stride_logits_row, stride_grad_row, stride_target, stride_scale,
     ignore_index, label_smoothing, z_loss, softcap,
     HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, COMPUTE_LSE: tl.constexpr, WRITE_GRAD: tl.constexpr,
     SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
@@ -101,7 +102,7 @@ def _ce_kernel(
 
     t = tl.load(target_ptr + row * stride_target).to(tl.int64)
     valid = t != ignore_index
-    in_range = (t >= 0) & (t < n_cols)
+    in_range = (t >= 0) & (t < n_classes)
     # Out-of-range targets read index 0 (never out of bounds) and poison the row with NaN below.
     t_safe = tl.where(in_range, t, 0)
     poison = tl.where(valid & (~in_range), float("nan"), 0.0)
@@ -110,8 +111,8 @@ def _ce_kernel(
     else:
         w_t = tl.full((), 1.0, ACC)
     w_t = tl.where(valid, w_t, 0.0)
-    # n_cols arrives as a constexpr when it is 1 (Triton specializes 1): build the float from a tensor.
-    n_f = tl.zeros((), ACC) + n_cols
+    # n_classes arrives as a constexpr when it is 1 (Triton specializes 1): build the float from a tensor.
+    n_f = tl.zeros((), ACC) + n_classes
     inv_n = 1.0 / n_f
 
     if valid:
@@ -166,9 +167,9 @@ def _ce_kernel(
             lse = m + log_s
             if HAS_WEIGHT:
                 sum_w = tl.zeros((), ACC)
-                for start in range(0, n_cols, BLOCK_N):
+                for start in range(0, n_classes, BLOCK_N):
                     cols = start + cols0
-                    sum_w += tl.sum(tl.load(weight_ptr + cols, mask=cols < n_cols, other=0.0).to(ACC), axis=0)
+                    sum_w += tl.sum(tl.load(weight_ptr + cols, mask=cols < n_classes, other=0.0).to(ACC), axis=0)
             else:
                 sum_w = n_f
         if WRITE_GRAD:
@@ -180,16 +181,18 @@ def _ce_kernel(
             smooth_w = label_smoothing * inv_n
             if SINGLE_PASS and COMPUTE_LSE:
                 mask = cols0 < n_cols
-                g = _grad_block(x_single, cols0, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, softcap,
-                                scale, HAS_WEIGHT, HAS_SOFTCAP)
+                g = _grad_block(x_single, cols0, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, 0,
+                                softcap, scale, HAS_WEIGHT, HAS_SOFTCAP)
                 tl.store(g_row + cols0, (g + poison).to(G_DTYPE), mask=mask)
             else:
+                # A column slice (backward mode) sees its classes from col_offset on: the target and the class
+                # weights are indexed relative to the slice.
                 for start in range(0, n_cols, BLOCK_N):
                     cols = start + cols0
                     mask = cols < n_cols
                     x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-                    g = _grad_block(x, cols, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, softcap,
-                                    scale, HAS_WEIGHT, HAS_SOFTCAP)
+                    g = _grad_block(x, cols, mask, t_safe - col_offset, m, log_s, coef, on_target, smooth_w,
+                                    weight_ptr, col_offset, softcap, scale, HAS_WEIGHT, HAS_SOFTCAP)
                     tl.store(g_row + cols, (g + poison).to(G_DTYPE), mask=mask)
     else:
         # An ignored row: zero loss and gradient, and the row's logits are never read.
@@ -214,19 +217,34 @@ def stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def check_column_slice(n_cols: int, col_offset: int, n_classes: int | None, compute_stats: bool) -> int:
+    """The number of classes of a (possibly sliced) row; a slice is only meaningful in backward mode."""
+    if n_classes is None:
+        n_classes = n_cols
+    if col_offset < 0 or col_offset + n_cols > n_classes:
+        raise ValueError(f"cross_entropy_rows: columns [{col_offset}, {col_offset + n_cols}) are not inside the "
+                         f"{n_classes} classes")
+    if compute_stats and n_cols != n_classes:
+        raise ValueError("cross_entropy_rows: the statistics need whole rows; a column slice needs saved stats")
+    return n_classes
+
+
 def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
                        ignore_index: int, label_smoothing: float, z_loss: float, softcap: float | None,
                        stats: torch.Tensor | None = None, grad: torch.Tensor | None = None,
-                       scale: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                       scale: torch.Tensor | None = None, col_offset: int = 0,
+                       n_classes: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """One launch over the rows of logits [n_rows, V] (unit column stride); target [n_rows] (any stride).
 
     stats None: compute the per-row loss and statistics [n_rows, 2] = (max, log-sum-exp below the max),
     returned as (loss, stats). stats given (from an earlier call): backward mode, loss is None. grad
     given: also write the gradient there (it may be `logits` itself), scaled per row by ``scale`` (a 0-d
-    or [n_rows] tensor, any stride).
+    or [n_rows] tensor, any stride). In backward mode `logits` may be a column slice of rows of
+    ``n_classes`` classes starting at class ``col_offset`` (the fused linear cross-entropy's dweight pass).
     """
     n_rows, n_cols = logits.shape
     compute_stats = stats is None
+    n_classes = check_column_slice(n_cols, col_offset, n_classes, compute_stats)
     stat = stat_dtype(logits.dtype)
     loss = torch.empty(n_rows, dtype=stat, device=logits.device) if compute_stats else None
     if compute_stats:
@@ -240,7 +258,7 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
     launch(
         _ce_kernel, (n_rows,),
         logits, target, weight, loss, stats, grad, scale,
-        n_cols, logits.stride(0), grad.stride(0) if write_grad else 0, target.stride(0),
+        n_cols, n_classes, col_offset, logits.stride(0), grad.stride(0) if write_grad else 0, target.stride(0),
         (scale.stride(0) if scale.dim() else 0) if write_grad else 0,
         ignore_index, label_smoothing, z_loss, 1.0 if softcap is None else softcap,
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None, COMPUTE_LSE=compute_stats,

@@ -9,19 +9,34 @@ Per chunk of C tokens (rows a..b of hidden [N, H]; weight [V, H]):
     dweight      += g_c^T @ hidden[a:b]                          fp32 accumulator for 16-bit weights
     dbias        += sum_rows g_c                                 fp32
 
+dweight by vocabulary slices: for 16-bit weights the cross-chunk accumulation needs an fp32 [V, H]
+accumulator and a [V, H] product per chunk (6 V H bytes: 3 GiB at V = 128k, H = 4096, more than the
+logits themselves). When that exceeds DWEIGHT_ACCUMULATOR_MAX_BYTES (:func:`dweight_by_slices`), the token
+chunks compute only the loss, the statistics, dhidden and dbias, and a second loop over slices of S
+vocabulary rows (:func:`slice_columns`, the same buffer budget) recomputes each slice's logits for all
+tokens and writes its dweight rows once:
+
+    logits_s = hidden @ weight[s]^T (+ bias[s])                  [N, S] buffer, reused
+    g_s      = CE kernel, backward mode on a column slice (the saved statistics make every column's
+               probability known without the rest of the row)
+    dweight[s] = g_s^T @ hidden                                  one GEMM per slice, fp32 accumulation inside,
+                                                                 rounded once to the weight's dtype (as eager)
+
 FLOPs: 6 N V H, the same as eager matmul + cross-entropy + its backward; nothing is recomputed for the
-mean and sum reductions. The forward leaves dhidden/dweight/dbias computed for an upstream gradient of
-1; the backward multiplies them by the actual (scalar) upstream gradient. reduction="none" has a
-per-row upstream gradient, so its forward computes only loss and statistics and its backward re-runs
-the chunks (one more logits GEMM: 8 N V H in total).
+mean and sum reductions, except that the dweight-by-slices path recomputes the logits once (8 N V H).
+The forward leaves dhidden/dweight/dbias computed for an upstream gradient of 1; the backward multiplies
+them by the actual (scalar) upstream gradient. reduction="none" has a per-row upstream gradient, so its
+forward computes only loss and statistics and its backward re-runs the chunks (one more logits GEMM:
+8 N V H in total; 10 N V H with dweight by slices).
 
 Chunk size (tokens), :func:`chunk_tokens`: the largest power of two whose logits buffer fits
 ``min(CHUNK_BUDGET_BYTES, free_device_bytes / FREE_MEMORY_DIVISOR)`` bytes, at least MIN_CHUNK_TOKENS and
 at most the number of tokens. At vocab 128,256: 512 tokens in bf16 (125 MiB), 256 in fp32.
 
 Peak extra memory (beyond inputs), mean/sum reductions: the chunk buffer C x V, the outputs dhidden
-(N x H) and dweight (V x H, held in fp32 for 16-bit weights: V x H x 4 B), per-row loss and statistics
-(12 B per token). Eager holds the logits, their fp32 copy or log-softmax, and their gradient: several
+(N x H) and dweight (V x H; in fp32 for 16-bit weights only while 6 V H bytes stay under
+DWEIGHT_ACCUMULATOR_MAX_BYTES, otherwise in the weight's dtype through the slices), per-row loss and
+statistics (12 B per token). Eager holds the logits, their fp32 copy or log-softmax, and their gradient: several
 N x V tensors. Measured numbers: docs/kernels-loss-pointwise.md.
 
 Sharded weights (FSDP2, ZeRO-3): the op needs the whole [V, H] weight. Call it where the weight is
@@ -48,6 +63,11 @@ CHUNK_BUDGET_BYTES = 128 * 2**20
 FREE_MEMORY_DIVISOR = 8
 #: Below 16 rows a GEMM tile is mostly padding.
 MIN_CHUNK_TOKENS = 16
+#: 16-bit weights: above this many bytes of fp32 dweight accumulator + per-chunk product (6 V H), dweight is
+#: computed by vocabulary slices (one more logits GEMM) instead of accumulated across token chunks.
+DWEIGHT_ACCUMULATOR_MAX_BYTES = CHUNK_BUDGET_BYTES
+#: Vocabulary rows per dweight slice: a multiple of this (GEMM-friendly), at least this many.
+SLICE_ALIGN = 128
 
 
 def chunk_tokens(n_tokens: int, vocab: int, itemsize: int, free_bytes: int | None = None) -> int:
@@ -60,6 +80,28 @@ def chunk_tokens(n_tokens: int, vocab: int, itemsize: int, free_bytes: int | Non
         budget = min(budget, free_bytes // FREE_MEMORY_DIVISOR)
     fit = max(1, budget // (vocab * itemsize))
     return min(n_tokens, max(MIN_CHUNK_TOKENS, 1 << (fit.bit_length() - 1)))
+
+
+def dweight_by_slices(vocab: int, hidden: int, dtype: torch.dtype) -> bool:
+    """Whether dweight is computed by vocabulary slices (module docstring); a pure function."""
+    if dtype in (torch.float32, torch.float64):
+        return False  # the accumulator is the output itself: addmm_ in place, nothing extra
+    return 6 * vocab * hidden > DWEIGHT_ACCUMULATOR_MAX_BYTES
+
+
+def slice_columns(n_tokens: int, vocab: int, itemsize: int, free_bytes: int | None = None) -> int:
+    """Vocabulary rows per dweight slice: the [n_tokens, S] logits buffer within the chunk budget."""
+    budget = CHUNK_BUDGET_BYTES
+    if free_bytes is not None:
+        budget = min(budget, free_bytes // FREE_MEMORY_DIVISOR)
+    fit = budget // max(1, n_tokens * itemsize) // SLICE_ALIGN * SLICE_ALIGN
+    return min(vocab, max(SLICE_ALIGN, fit))
+
+
+def _dw_dtype(weight: Tensor) -> torch.dtype:
+    if dweight_by_slices(weight.shape[0], weight.shape[1], weight.dtype):
+        return weight.dtype
+    return _acc_dtype(weight.dtype)
 
 
 def _free_bytes(device: torch.device) -> int | None:
@@ -76,11 +118,12 @@ def _stat(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _rows_ce(logits, target, class_weight, options, stats=None, grad=None, scale=None):
+def _rows_ce(logits, target, class_weight, options, stats=None, grad=None, scale=None, col_offset=0,
+             n_classes=None):
     """The per-chunk cross-entropy: the Triton kernel, or its row-wise PyTorch twin on cpu-reference."""
     ignore_index, label_smoothing, z_loss, softcap = options
     kw = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-              stats=stats, grad=grad, scale=scale)
+              stats=stats, grad=grad, scale=scale, col_offset=col_offset, n_classes=n_classes)
     if runtime.uses_triton(logits.device):
         from wavefront.kernels import cross_entropy as kernels
         from wavefront.kernels._launch import op_scope
@@ -105,9 +148,11 @@ def _chunked(hidden, weight, target, bias, class_weight, options, chunk, scale, 
     given: backward of reduction="none" (gradients only, scale per row)."""
     n_tokens, _ = hidden.shape
     vocab = weight.shape[0]
-    want_grad = need_dh or need_dw or need_db
+    slices = need_dw and dweight_by_slices(vocab, weight.shape[1], weight.dtype)
+    chunk_dw = need_dw and not slices
+    want_grad = need_dh or chunk_dw or need_db
     dh = torch.empty_like(hidden) if need_dh else None
-    dw = torch.zeros(weight.shape, dtype=_acc_dtype(weight.dtype), device=weight.device) if need_dw else None
+    dw = torch.zeros(weight.shape, dtype=_acc_dtype(weight.dtype), device=weight.device) if chunk_dw else None
     db = torch.zeros(vocab, dtype=_stat(hidden.dtype), device=hidden.device) if need_db else None
     buf = torch.empty((min(chunk, n_tokens), vocab), dtype=hidden.dtype, device=hidden.device)
     losses, stats = [], []
@@ -127,12 +172,35 @@ def _chunked(hidden, weight, target, bias, class_weight, options, chunk, scale, 
         stats.append(stats_c)
         if need_dh:
             torch.mm(logits, weight, out=dh[start:end])
-        if need_dw:
+        if chunk_dw:
             _addmm_acc_(dw, logits.t(), h)
         if need_db:
             db.add_(logits.sum(0, dtype=db.dtype))
     loss_rows = torch.cat(losses) if stats_in is None else None
-    return loss_rows, (torch.cat(stats) if stats_in is None else stats_in), dh, dw, db
+    stats_all = torch.cat(stats) if stats_in is None else stats_in
+    if slices:
+        dw = _dweight_slices(hidden, weight, target, bias, class_weight, options, stats_all, scale)
+    return loss_rows, stats_all, dh, dw, db
+
+
+def _dweight_slices(hidden, weight, target, bias, class_weight, options, stats, scale) -> Tensor:
+    """dweight by vocabulary slices (module docstring), in the weight's dtype."""
+    n_tokens = hidden.shape[0]
+    vocab = weight.shape[0]
+    cols = slice_columns(n_tokens, vocab, hidden.element_size(), _free_bytes(hidden.device))
+    dw = torch.empty_like(weight)
+    flat = torch.empty(n_tokens * cols, dtype=hidden.dtype, device=hidden.device)
+    for start in range(0, vocab, cols):
+        end = min(start + cols, vocab)
+        logits = flat[: n_tokens * (end - start)].view(n_tokens, end - start)
+        if bias is None:
+            torch.mm(hidden, weight[start:end].t(), out=logits)
+        else:
+            torch.addmm(bias[start:end], hidden, weight[start:end].t(), out=logits)
+        _rows_ce(logits, target, class_weight, options, stats=stats, grad=logits, scale=scale, col_offset=start,
+                 n_classes=vocab)
+        torch.mm(logits.t(), hidden, out=dw[start:end])
+    return dw
 
 
 def _empty(t: Tensor, dtype=None) -> Tensor:
@@ -181,8 +249,7 @@ def _(hidden, weight, target, bias, class_weight, divisor, divisor_value, ignore
     grads = reduction != "none"
     loss = hidden.new_empty(n_tokens, dtype=stat) if reduction == "none" else hidden.new_empty((), dtype=stat)
     dh = torch.empty_like(hidden) if grads and need_dh else _empty(hidden)
-    dw = (hidden.new_empty(weight.shape, dtype=_acc_dtype(weight.dtype)) if grads and need_dw
-          else _empty(hidden, stat))
+    dw = hidden.new_empty(weight.shape, dtype=_dw_dtype(weight)) if grads and need_dw else _empty(hidden, stat)
     db = hidden.new_empty(weight.shape[0], dtype=stat) if grads and need_db else _empty(hidden, stat)
     return loss, hidden.new_empty((n_tokens, 2), dtype=stat), dh, dw, db
 
@@ -207,7 +274,7 @@ def _(dloss, hidden, weight, target, bias, class_weight, stats, ignore_index, la
       chunk_size, need_dh, need_dw, need_db):
     stat = _stat(hidden.dtype)
     return (torch.empty_like(hidden) if need_dh else _empty(hidden),
-            hidden.new_empty(weight.shape, dtype=_acc_dtype(weight.dtype)) if need_dw else _empty(hidden, stat),
+            hidden.new_empty(weight.shape, dtype=_dw_dtype(weight)) if need_dw else _empty(hidden, stat),
             hidden.new_empty(weight.shape[0], dtype=stat) if need_db else _empty(hidden, stat))
 
 
