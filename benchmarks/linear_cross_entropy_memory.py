@@ -62,8 +62,11 @@ def run_eager(tokens, vocab, hidden, dtype, device) -> dict:
 
 
 def run_ours(tokens, vocab, hidden, dtype, dweight="auto") -> dict:
-    import wavefront.ops.linear_cross_entropy as lce
+    import importlib
+
     from wavefront import ops, runtime
+
+    lce = importlib.import_module("wavefront.ops.linear_cross_entropy")  # the module, not the op it exports
     from wavefront.ops.linear_cross_entropy import chunk_tokens
 
     if dweight == "accumulate":  # force the fp32 cross-chunk accumulator (the path before dweight slices)
