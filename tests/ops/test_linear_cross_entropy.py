@@ -331,6 +331,9 @@ def test_dweight_by_slices_meets_the_accuracy_rule(monkeypatch, options, reducti
 
 
 def test_dweight_by_slices_keeps_no_fp32_accumulator(monkeypatch):
+    # The buffers live in the op layer, the same on every backend; the Triton interpreter adds host copies of
+    # each launch's arguments that a GPU launch does not make, so this measures on the cpu-reference backend.
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
     n_tokens, vocab, n_hidden = 256, 2048, 64
     hidden, weight, target = _data(n_tokens, vocab, n_hidden, dtype=torch.bfloat16)
     peaks = {}
@@ -342,10 +345,10 @@ def test_dweight_by_slices_keeps_no_fp32_accumulator(monkeypatch):
             linear_cross_entropy(h, w, target, chunk_size=32).backward()
         peaks[path] = meter.result.peak_bytes
     vh = vocab * n_hidden
-    # accumulate: fp32 accumulator (4 V H) + a bf16 product per chunk (2 V H) + the scaled copies in backward;
-    # slices: dweight is born in bf16 (2 V H) and scaled once in backward (2 V H), plus the [N, S] buffer.
-    assert peaks["accumulate"] >= 8 * vh
-    assert peaks["slices"] <= 4 * vh + n_tokens * 256 * 2 + n_tokens * (2 * n_hidden + 64), peaks
+    # accumulate: an fp32 accumulator (4 V H) and a bf16 product per chunk (2 V H), then the bf16 cast;
+    # slices: dweight is born in bf16 (2 V H) and scaled in place, plus the [N, S] buffer and dhidden.
+    assert peaks["accumulate"] >= 6 * vh
+    assert peaks["slices"] <= 2 * vh + n_tokens * 256 * 2 + n_tokens * (2 * n_hidden + 64), peaks
 
 
 @pytest.mark.parametrize("backend", ["kernel", "reference"])
@@ -375,3 +378,20 @@ def test_cross_entropy_rows_on_column_slices_equals_whole_rows(backend):
                 scale=scale, col_offset=295, n_classes=vocab, **kw)
     with pytest.raises(ValueError, match="column slice needs saved stats"):
         rows_ce(logits[:, :10].contiguous(), target, cw, col_offset=0, n_classes=vocab, **kw)
+
+
+def test_second_backward_through_one_graph_is_refused():
+    hidden, weight, target = _data()
+    w = weight.clone().requires_grad_()
+    loss = linear_cross_entropy(hidden, w, target, chunk_size=16)
+    loss.backward(retain_graph=True)
+    first = w.grad.clone()
+    with pytest.raises(RuntimeError, match="backward ran a second time"):
+        loss.backward()
+    assert torch.equal(w.grad, first)  # nothing was added by the refused call
+    # reduction="none" recomputes in its backward, so it supports it
+    w.grad = None
+    rows = linear_cross_entropy(hidden, w, target, reduction="none", chunk_size=16)
+    rows.sum().backward(retain_graph=True)
+    rows.sum().backward()
+    torch.testing.assert_close(w.grad, 2 * first * (target != -100).sum(), rtol=1e-5, atol=1e-6)

@@ -25,7 +25,8 @@ tokens and writes its dweight rows once:
 FLOPs: 6 N V H, the same as eager matmul + cross-entropy + its backward; nothing is recomputed for the
 mean and sum reductions, except that the dweight-by-slices path recomputes the logits once (8 N V H).
 The forward leaves dhidden/dweight/dbias computed for an upstream gradient of 1; the backward multiplies
-them by the actual (scalar) upstream gradient. reduction="none" has a per-row upstream gradient, so its
+them in place by the actual (scalar) upstream gradient and hands them out, once: a second backward
+through the same graph (retain_graph=True) raises. reduction="none" has a per-row upstream gradient, so its
 forward computes only loss and statistics and its backward re-runs the chunks (one more logits GEMM:
 8 N V H in total; 10 N V H with dweight by slices).
 
@@ -179,6 +180,7 @@ def _chunked(hidden, weight, target, bias, class_weight, options, chunk, scale, 
     loss_rows = torch.cat(losses) if stats_in is None else None
     stats_all = torch.cat(stats) if stats_in is None else stats_in
     if slices:
+        del buf, logits  # the chunk buffer is not needed by the slices, which bring their own
         dw = _dweight_slices(hidden, weight, target, bias, class_weight, options, stats_all, scale)
     return loss_rows, stats_all, dh, dw, db
 
@@ -287,6 +289,7 @@ def _setup_context(ctx, inputs, output):
     ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
     ctx.options = (ignore_index, label_smoothing, z_loss, softcap)
     ctx.chunk_size = chunk_size
+    ctx.grads_handed_out = False
     if reduction == "none":
         ctx.save_for_backward(hidden, weight, target, bias, class_weight, stats)
     else:
@@ -306,8 +309,16 @@ def _backward(ctx, dloss, dstats, d_dh, d_dw, d_db):
                                                                  stats, *ctx.options, ctx.chunk_size, need_dh,
                                                                  need_dw, need_db)
     else:
+        if ctx.grads_handed_out:
+            raise RuntimeError("linear_cross_entropy: backward ran a second time through the same graph "
+                               "(retain_graph=True): the mean/sum reductions compute their gradients in forward "
+                               "and hand them out once. Recompute the loss, or use reduction='none', whose "
+                               "backward recomputes them.")
+        ctx.grads_handed_out = True
         dh, dw, db = ctx.saved_tensors
-        dh, dw, db = dh * dloss, dw * dloss, db * dloss
+        # Scaled in place: a scaled copy would hold a second [V, H] dweight at the peak.
+        for grad in (dh, dw, db):
+            grad.mul_(dloss)
     return (dh.to(h_dtype) if need_dh else None, dw.to(w_dtype) if need_dw else None, None,
             db.to(b_dtype) if need_db else None, None, None, None, None, None, None, None, None, None, None, None,
             None)
