@@ -128,6 +128,13 @@ def main() -> None:
             doc["wavefront_accumulate_peak_over_full_logits"] = doc["wavefront_accumulate"]["peak_bytes"] / full_logits
     if "eager_meta" in doc:
         doc["eager_peak_over_full_logits"] = doc["eager_meta"]["peak_bytes"] / full_logits
+    # Beyond the gradients: peak minus what is left at the end (dhidden and dweight, which every
+    # implementation must return): the working memory the loss itself needs.
+    for key in ("eager_meta", "wavefront", "wavefront_accumulate"):
+        if key in doc:
+            r = doc[key]
+            r["beyond_grads_bytes"] = r["peak_bytes"] - r["end_bytes"]
+            r["beyond_grads_over_full_logits"] = r["beyond_grads_bytes"] / full_logits
     if a.cross_check_tokens:
         doc["cross_check"] = {}
         for name, interp in (("cpu-interpreter", "1"), ("cpu-reference", "0")):
@@ -148,7 +155,9 @@ def main() -> None:
         for key in ("eager_meta", "eager_cpu", "wavefront", "wavefront_accumulate"):
             if key in doc:
                 print(f"{key:>12}: peak {doc[key]['peak_bytes'] / mib:9.1f} MiB "
-                      f"({doc[key]['peak_bytes'] / full_logits:.3f} x full logits)")
+                      f"({doc[key]['peak_bytes'] / full_logits:.3f} x full logits); beyond the gradients "
+                      f"{doc[key]['peak_bytes'] / mib - doc[key]['end_bytes'] / mib:9.1f} MiB "
+                      f"({(doc[key]['peak_bytes'] - doc[key]['end_bytes']) / full_logits:.3f} x)")
         for name, r in doc.get("cross_check", {}).items():
             print(f"cross-check {a.cross_check_tokens} tokens {name}: peak {r['peak_bytes'] / mib:.2f} MiB")
 
