@@ -52,7 +52,7 @@ class KernelRow:
     mode: str
     case: str
     dtype: str
-    kernel: str  # kernel name; "#2", "#3"... when a mode launches the same kernel again
+    kernel: str  # kernel name; "#2", "#3"... when a mode launches it again with another specialization
     target: str
     grid: list[int]
     ok: bool
@@ -232,13 +232,22 @@ class _Planned:
     key: tuple
 
 
-def _kernel_labels(launches: list[Launch]) -> list[str]:
-    seen: dict[str, int] = {}
-    labels = []
+def _distinct_launches(launches: list[Launch], target: str, keep_asm: bool) -> list[tuple[str, Launch, CompileJob]]:
+    """One (label, launch, job) per distinct compiled kernel of a mode: a launch that compiles to the same
+    specialization as an earlier one (the chunks of a chunked op, say) adds no row. A kernel that appears
+    again with another specialization is labelled name#2, name#3, ..."""
+    seen_keys: set[tuple] = set()
+    count: dict[str, int] = {}
+    out = []
     for la in launches:
-        seen[la.name] = seen.get(la.name, 0) + 1
-        labels.append(la.name if seen[la.name] == 1 else f"{la.name}#{seen[la.name]}")
-    return labels
+        job = job_for(la, target, keep_asm)
+        key = specialization_key(job)
+        if key in seen_keys:
+            continue
+        seen_keys.add(key)
+        count[la.name] = count.get(la.name, 0) + 1
+        out.append((la.name if count[la.name] == 1 else f"{la.name}#{count[la.name]}", la, job))
+    return out
 
 
 def plan(specs: Iterable[OpSpec], targets: Iterable[str], dtype: torch.dtype, keep_asm: bool = False,
@@ -258,8 +267,7 @@ def plan(specs: Iterable[OpSpec], targets: Iterable[str], dtype: torch.dtype, ke
                 for mode, launches in captured.launches.items():
                     if transform is not None:
                         launches = [transform(la) for la in launches]
-                    for label, la in zip(_kernel_labels(launches), launches, strict=True):
-                        job = job_for(la, target, keep_asm)
+                    for label, la, job in _distinct_launches(launches, target, keep_asm):
                         planned.append(_Planned(spec, case, mode, label, target, la, job, specialization_key(job)))
     return planned
 
