@@ -39,7 +39,7 @@ def _parse_fixed(items: list[str] | None) -> dict:
     return out
 
 
-def _model(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, gated, tied, attention, dropout):
+def _model(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, gated, tied, attention, dropout, kernels):
     from wavefront.shapes import ModelDims, get_model
     from wavefront.workbench.planner import ModelSpec
 
@@ -60,7 +60,7 @@ def _model(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, gated, ti
         dims = ModelDims("custom", hidden, ffn, layers, heads, kv, hidden // heads, vocab, seq_len or 4096,
                          gated_mlp=gated, tied_embeddings=tied, source="command line")
     try:
-        return ModelSpec(dims, attention=attention, dropout=dropout)
+        return ModelSpec(dims, attention=attention, dropout=dropout, kernels=kernels)
     except ValueError as exc:
         fail(str(exc))
 
@@ -169,6 +169,9 @@ def plan(
     grad_bytes: Annotated[int, typer.Option(help="Gradient bytes per element: 4 (fp32) or 2 (bf16).")] = 4,
     attention: Annotated[str, typer.Option(help="flash or materialized.")] = "flash",
     dropout: Annotated[bool, typer.Option(help="The model keeps dropout masks.")] = False,
+    kernels: Annotated[str, typer.Option(help="fused (norms and gated activations as fused kernels: Megatron, "
+                                              "wavefront-patched models) or eager (Hugging Face's eager modules, "
+                                              "which keep more activations).")] = "fused",
     no_dp_overlap: Annotated[bool, typer.Option("--no-dp-overlap",
                                                 help="Gradient reduction after the backward.")] = False,
     price: Annotated[float | None, typer.Option(help="$ per GPU-hour (default: the device table's).")] = None,
@@ -210,7 +213,8 @@ def plan(
         fail(f"--rank-by must be time or cost; got {rank_by!r}")
     if top < 0:
         fail(f"--top must be >= 0, got {top}")
-    spec = _model(model, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, gated, tied, attention, dropout)
+    spec = _model(model, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, gated, tied, attention, dropout,
+                  kernels)
     try:
         cals = tuple(load_calibration(p) for p in calibration or [])
         clusters = [make_cluster(g, gpus_per_node=gpus_per_node, intra_gbps=intra_gbps, inter_gbps=inter_gbps,
@@ -237,7 +241,7 @@ def plan(
         write_json({
             "schema": SCHEMA,
             "model": spec.dims.as_dict() | {"params": spec.total_params, "attention": spec.attention,
-                                            "dropout": spec.dropout},
+                                            "dropout": spec.dropout, "kernels": spec.kernels},
             "clusters": [c.as_dict() for c in clusters], "training": training.as_dict(),
             "efficiency": [(efficiency or Efficiency.for_gpu(c.gpu.key)).as_dict() for c in clusters],
             "rank_by": rank_by,

@@ -58,6 +58,31 @@ def test_gqa_swiglu_no_dropout_by_hand():
     assert tp4 == 8 * s * b * h + (by_hand - 8 * s * b * h) / 4
 
 
+def test_eager_kernels_add_norm_copies_and_the_gated_product():
+    # Hugging Face eager: +4sbh per RMSNorm (fp32 input and normalized copy instead of the input) and
+    # +2sbf for a gated MLP; replicated / split under TP like the terms they extend.
+    dims = get_model("llama3-8b")
+    s, b, h, f = 8192, 1, 4096, 14336
+    fused = layer_activation_bytes(ModelSpec(dims), seq_len=s, micro_batch=b, tp=1, sp=False, recompute="none")
+    eager = layer_activation_bytes(ModelSpec(dims, kernels="eager"), seq_len=s, micro_batch=b, tp=1, sp=False,
+                                   recompute="none")
+    assert eager - fused == 8 * s * b * h + 2 * s * b * f
+    tp4 = layer_activation_bytes(ModelSpec(dims, kernels="eager"), seq_len=s, micro_batch=b, tp=4, sp=False,
+                                 recompute="none")
+    tp4_fused = layer_activation_bytes(ModelSpec(dims), seq_len=s, micro_batch=b, tp=4, sp=False, recompute="none")
+    assert tp4 - tp4_fused == 8 * s * b * h + 2 * s * b * f / 4
+    # a plain GELU MLP keeps the same in both; full recomputation keeps only the layer input
+    gpt = get_model("megatron-gpt-175b")
+    kw = dict(seq_len=2048, micro_batch=1, tp=1, sp=False, recompute="none")
+    assert (layer_activation_bytes(ModelSpec(gpt, kernels="eager"), **kw)
+            - layer_activation_bytes(ModelSpec(gpt), **kw)) == 8 * 2048 * 12288
+    full = dict(kw, recompute="full")
+    assert layer_activation_bytes(ModelSpec(dims, kernels="eager"), **full) == layer_activation_bytes(ModelSpec(dims),
+                                                                                                       **full)
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        ModelSpec(dims, kernels="triton")
+
+
 def test_output_layer_term():
     assert output_activation_bytes(GPT3, seq_len=S, micro_batch=B, tp=T) == 4 * S * B * H * (1 + 51200 / H) / T
 

@@ -19,6 +19,13 @@ the paper's way by listing the tensors backward needs:
 - MLP: the first linear's input 2sbh; plain: activation input and output 2*2*s*b*f; gated: gate and up
   outputs 2*2*s*b*f and the product fed to the down projection 2*s*b*f; the dropout mask sbh.
 
+Kernels (ModelSpec.kernels): the list above is what fused norm and gated-activation kernels keep (Megatron,
+wavefront-patched models). Hugging Face's eager modules keep more, listed from the tensors autograd saves
+(planner.measure): each RMSNorm keeps its float32 input 4sbh and the normalized bf16 copy 2sbh instead of
+the bf16 input (+4sbh per norm, +8sbh per layer), and a gated MLP keeps the gate projection's output (the
+activation's input), the activation's output, the up projection's output and their product, 8sbf instead
+of 6sbf (+2sbf). kernels="eager" adds these; a plain GELU MLP is the same in both.
+
 GPT check (q_dim = kv_dim = h, f = 4h): attention 11sbh + 5as^2b, MLP 19sbh, norms 4sbh: 34sbh + 5as^2b
 (paper Eq. 1). Under tensor parallelism without sequence parallelism the norm inputs, the two block
 inputs and the dropout masks (10sbh for GPT) are replicated on every rank and the rest is split by t
@@ -36,6 +43,7 @@ from wavefront.shapes import ModelDims
 from wavefront.workbench import kpi
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+KERNELS = ("fused", "eager")
 
 
 @dataclass(frozen=True)
@@ -45,15 +53,20 @@ class ModelSpec:
     attention: "flash" (no s^2 tensor is stored or streamed; the default for current training stacks)
     or "materialized" (Megatron-LM 2021: scores and softmax written to memory, as in the papers' tables).
     dropout: whether the layer keeps dropout masks (GPT-3 era models: yes; Llama-family training: no).
+    kernels: "fused" (norms and gated activations as fused kernels: Megatron, wavefront-patched models) or
+    "eager" (Hugging Face's eager modules, which keep more activations; module docstring).
     """
 
     dims: ModelDims
     attention: str = "flash"
     dropout: bool = False
+    kernels: str = "fused"
 
     def __post_init__(self) -> None:
         if self.attention not in ("flash", "materialized"):
             raise ValueError(f"attention must be 'flash' or 'materialized', got {self.attention!r}")
+        if self.kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {self.kernels!r}")
 
     @property
     def name(self) -> str:
@@ -132,9 +145,10 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
     if recompute == "full":
         return 2.0 * sbh / sp_div
     masks = 2.0 * sbh if model.dropout else 0.0
-    replicated = 4.0 * sbh + 2.0 * sbh + 2.0 * sbh + masks
+    eager = model.kernels == "eager"
+    replicated = (12.0 if eager else 4.0) * sbh + 2.0 * sbh + 2.0 * sbh + masks
     f = float(model.dims.ffn_hidden)
-    mlp = (6.0 if model.dims.gated_mlp else 4.0) * s * b * f
+    mlp = ((8.0 if eager else 6.0) if model.dims.gated_mlp else 4.0) * s * b * f
     split = 4.0 * s * b * model.q_dim + 4.0 * s * b * model.kv_dim + mlp
     a = float(model.dims.n_heads)
     if model.attention == "flash":

@@ -112,7 +112,8 @@ def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None):
     st = _row_settings(doc, row)
     hw = doc["hardware"]
     dims = get_model(st["model"])
-    model = ModelSpec(dims, attention=st.get("attention", "flash"), dropout=bool(st.get("dropout", False)))
+    model = ModelSpec(dims, attention=st.get("attention", "flash"), dropout=bool(st.get("dropout", False)),
+                      kernels=st.get("kernels", "fused"))
     n = int(st["n_gpus"])
     gpu = get_gpu(hw["gpu"])
     cluster = make_cluster((n, gpu), gpus_per_node=int(hw.get("gpus_per_node", 8)),
