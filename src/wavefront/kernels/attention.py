@@ -124,6 +124,12 @@ def _key_bounds(start_m, seqlen, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, I
 
 
 @triton.jit
+def _tile_base(ptr, b_mem, head, seq_start, stride_b, stride_h, stride_s):
+    """Address of row 0 of one (batch, head) sequence: the start of its tiles."""
+    return ptr + b_mem * stride_b + head * stride_h + seq_start * stride_s
+
+
+@triton.jit
 def _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL: tl.constexpr):
     """[BLOCK_M, BLOCK_N] mask of the keys a query block may see: inside the sequence, and at or before
     the query when causal."""
@@ -186,9 +192,9 @@ def _attn_fwd_kernel(
         return
     h64 = h.to(tl.int64)
     kvh = h64 // group_size
-    q_base = q_ptr + b_mem * stride_qb + h64 * stride_qh + seq_start * stride_qs
-    k_base = k_ptr + b_mem * stride_kb + kvh * stride_kh + seq_start * stride_ks
-    v_base = v_ptr + b_mem * stride_vb + kvh * stride_vh + seq_start * stride_vs
+    q_base = _tile_base(q_ptr, b_mem, h64, seq_start, stride_qb, stride_qh, stride_qs)
+    k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
+    v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
@@ -202,7 +208,7 @@ def _attn_fwd_kernel(
     acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
                                 full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL)
 
-    o_base = o_ptr + b_mem * stride_ob + h64 * stride_oh + seq_start * stride_os
+    o_base = _tile_base(o_ptr, b_mem, h64, seq_start, stride_ob, stride_oh, stride_os)
     _store_tile(o_base, offs_m, stride_os, offs_d, seqlen, acc / l_i[:, None], HEAD_DIM)
     tl.store(lse_ptr + b_mem * stride_lb + h64 * stride_lh + seq_start + offs_m, m_i + tl.math.log2(l_i),
              mask=offs_m < seqlen)
@@ -276,10 +282,10 @@ def _attn_bwd_dkdv_kernel(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     # Key rows past the sequence read as zero; the dK/dV rows they produce are masked off at the store.
-    k = _load_tile(k_ptr + b_mem * stride_kb + kvh * stride_kh + seq_start * stride_ks, offs_n, stride_ks, offs_d,
-                   seqlen, HEAD_DIM, BLOCK_D, True)
-    v = _load_tile(v_ptr + b_mem * stride_vb + kvh * stride_vh + seq_start * stride_vs, offs_n, stride_vs, offs_d,
-                   seqlen, HEAD_DIM, BLOCK_D, True)
+    k = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n, stride_ks,
+                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    v = _load_tile(_tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs), offs_n, stride_vs,
+                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     # One loop over the query tiles from the causal diagonal on, mask applied throughout (a compare and a
@@ -289,17 +295,17 @@ def _attn_bwd_dkdv_kernel(
     lo = start_n // BLOCK_M * BLOCK_M if IS_CAUSAL else 0
     for g in range(0, group_size):
         h = kvh * group_size + g
-        q_base = q_ptr + b_mem * stride_qb + h * stride_qh + seq_start * stride_qs
-        do_base = do_ptr + b_mem * stride_dob + h * stride_doh + seq_start * stride_dos
+        q_base = _tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs)
+        do_base = _tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos)
         # delta [B, H, S] has lse2's strides.
         lse_base = lse_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         delta_base = delta_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
                               offs_d, lo, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL)
-    _store_tile(dk_ptr + b_mem * stride_dkb + kvh * stride_dkh + seq_start * stride_dks, offs_n, stride_dks, offs_d,
-                seqlen, dk * sm_scale, HEAD_DIM)
-    _store_tile(dv_ptr + b_mem * stride_dvb + kvh * stride_dvh + seq_start * stride_dvs, offs_n, stride_dvs, offs_d,
-                seqlen, dv, HEAD_DIM)
+    _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
+                offs_d, seqlen, dk * sm_scale, HEAD_DIM)
+    _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
+                offs_d, seqlen, dv, HEAD_DIM)
 
 
 @triton.jit
@@ -340,23 +346,23 @@ def _attn_bwd_dq_kernel(
         return
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q = _load_tile(q_ptr + b_mem * stride_qb + h * stride_qh + seq_start * stride_qs, offs_m, stride_qs, offs_d,
-                   seqlen, HEAD_DIM, BLOCK_D, True)
-    do = _load_tile(do_ptr + b_mem * stride_dob + h * stride_doh + seq_start * stride_dos, offs_m, stride_dos,
+    q = _load_tile(_tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs), offs_m, stride_qs,
+                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    do = _load_tile(_tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos), offs_m, stride_dos,
                     offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     stat = b_mem * stride_lb + h * stride_lh + seq_start + offs_m
     lse2 = tl.load(lse_ptr + stat, mask=offs_m < seqlen, other=0.0)
     delta = tl.load(delta_ptr + stat, mask=offs_m < seqlen, other=0.0)
-    k_base = k_ptr + b_mem * stride_kb + kvh * stride_kh + seq_start * stride_ks
-    v_base = v_ptr + b_mem * stride_vb + kvh * stride_vh + seq_start * stride_vs
+    k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
+    v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, 0, full_end,
                     seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL)
     dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, full_end, hi,
                     seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL)
-    _store_tile(dq_ptr + b_mem * stride_dqb + h * stride_dqh + seq_start * stride_dqs, offs_m, stride_dqs, offs_d,
-                seqlen, dq * sm_scale, HEAD_DIM)
+    dq_base = _tile_base(dq_ptr, b_mem, h, seq_start, stride_dqb, stride_dqh, stride_dqs)
+    _store_tile(dq_base, offs_m, stride_dqs, offs_d, seqlen, dq * sm_scale, HEAD_DIM)
 
 
 # ---------------------------------------------------------------------------------------------------
