@@ -204,9 +204,9 @@ def plan(
         _run_validation(validate, json_out)
         return
 
-    from wavefront.workbench.dist.comm_fit import load_calibration
     from wavefront.workbench.planner import Efficiency, Training, make_cluster
     from wavefront.workbench.planner import plan as run_plan
+    from wavefront.workbench.planner.comm_model import load_calibration
     from wavefront.workbench.planner.search import DEFAULT_BATCH_TOKENS
 
     if rank_by not in ("time", "cost"):

@@ -31,8 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from wavefront.workbench.dist.comm_fit import Calibration, bus_factor
 from wavefront.workbench.hardware import GPU, get_gpu
+from wavefront.workbench.planner.comm_model import Calibration, bus_factor
 
 LINK_EFFICIENCY = 0.8
 INTRA_LATENCY_US = 10.0

@@ -69,7 +69,8 @@ class AlphaBeta:
     max_rel_error: float  # worst |fit / measured - 1| over the points
 
     def time_s(self, size_bytes: float) -> float:
-        return self.alpha_us * 1e-6 + bus_factor(self.collective, self.group_size) * size_bytes / (self.busbw_gbps * 1e9)
+        wire_s = bus_factor(self.collective, self.group_size) * size_bytes / (self.busbw_gbps * 1e9)
+        return self.alpha_us * 1e-6 + wire_s
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -156,7 +157,8 @@ def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration file; a missing or malformed file is a ValueError that says what is wrong."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"calibration file {path} does not exist (write one with `wavefront comm --calibration {path}`)")
+        raise ValueError(f"calibration file {path} does not exist "
+                         f"(write one with `wavefront comm --calibration {path}`)")
     try:
         doc = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
