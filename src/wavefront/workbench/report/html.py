@@ -72,8 +72,9 @@ class _Page:
     def add(self, text: str) -> None:
         self.parts.append(text)
 
-    def figure(self, fig: charts.Figure) -> str:
-        """A chart (with its view selector when it has views) and its note."""
+    def figure(self, fig: charts.Figure, *, source: str = "") -> str:
+        """A chart (with its view selector when it has views) and its note; `source`: the document a
+        ready-made figure came from (``data-source``), empty for the dashboard's own charts."""
         cid = f"chart-{self.n_charts}"
         self.n_charts += 1
         layout = {"margin": {"l": 80, "r": 20, "t": 60, "b": 80}, "height": 420, "template": None, **fig.layout,
@@ -86,11 +87,12 @@ class _Page:
             select = (f'<div class="wf-view-row"><label for="{cid}-view">{_esc(fig.view_label)}</label>'
                       f'<select class="wf-view" id="{cid}-view" data-chart="{cid}">{options}</select></div>')
         note = f'<p class="note">{_esc(fig.note)}</p>' if fig.note else ""
-        return (f'{select}<div class="wf-chart" id="{cid}" data-title="{_esc(fig.title)}"></div>'
+        origin = f' data-source="{_esc(source)}"' if source else ""
+        return (f'{select}<div class="wf-chart" id="{cid}" data-title="{_esc(fig.title)}"{origin}></div>'
                 f'<script type="application/json" id="{cid}-spec">{text}</script>{note}')
 
-    def chart(self, data: list[dict], layout: dict, title: str) -> str:
-        return self.figure(charts.Figure(title, data, layout))
+    def chart(self, data: list[dict], layout: dict, title: str, *, source: str = "") -> str:
+        return self.figure(charts.Figure(title, data, layout), source=source)
 
     def table(self, t: Table, *, collapsed: bool = True) -> str:
         head = "".join(f"<th>{_esc(c)}</th>" for c in t.columns)
@@ -223,7 +225,7 @@ def _other_documents(page: _Page, data: ReportData) -> None:
             page.add(page.table(Table("summary", ["field", "value"], [[k, v] for k, v in doc.scalars.items()]),
                                 collapsed=doc.schema == TRACE_FIGURES))
         for fig in doc.figures:
-            page.add(page.chart(fig["data"], fig["layout"], str(fig.get("title", ""))))
+            page.add(page.chart(fig["data"], fig["layout"], str(fig.get("title", "")), source=doc.source))
         _doc_tables(page, doc)
         if not doc.tables and not doc.figures:
             page.add('<p class="note">This document holds no list of records to tabulate.</p>')
