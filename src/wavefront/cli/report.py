@@ -8,35 +8,38 @@ import typer
 
 from wavefront.cli._output import console, fail, write_json
 
+Store = Annotated[str, typer.Option(help="Results store (SQLite) to read; it must exist.")]
+NoStore = Annotated[bool, typer.Option("--no-store", help="Read no store: the modeled charts and documents.")]
+Out = Annotated[str, typer.Option("--out", "-o", help="HTML file to write.")]
+Doc = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--doc",
+        help="A JSON document to show (wavefront inspect/traffic --json, an lce_memory result, trace figures; "
+        "repeatable). Without it, the documents stored with the newest runs are shown.",
+    ),
+]
+ResultsDir = Annotated[str, typer.Option(help="Committed results to chart (lce_memory_*.json); '' for none.")]
+Device = Annotated[
+    list[str] | None, typer.Option("--device", help="Device-table rows in the roofline (repeatable; default all).")
+]
+Title = Annotated[str, typer.Option(help="Page title.")]
+ExportJson = Annotated[str | None, typer.Option("--export-json", help="Also export the store's runs as JSON.")]
+ExportCsv = Annotated[str | None, typer.Option("--export-csv", help="Also export measurements as CSV.")]
+JsonOut = Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")]
+
 
 def report(
-    store: Annotated[str, typer.Option(help="Results store (SQLite) to read; it must exist.")] = (
-        "wavefront-results.sqlite"
-    ),
-    no_store: Annotated[bool, typer.Option("--no-store", help="Read no store: the modeled charts and documents.")] = (
-        False
-    ),
-    out: Annotated[str, typer.Option("--out", "-o", help="HTML file to write.")] = "artifacts/wavefront-report.html",
-    doc: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--doc",
-            help="A JSON document to show (wavefront inspect/traffic --json, an lce_memory result, trace figures; "
-            "repeatable). Without it, the documents stored with the newest runs are shown.",
-        ),
-    ] = None,
-    results_dir: Annotated[
-        str, typer.Option(help="Committed results to chart (lce_memory_*.json); '' for none.")
-    ] = "benchmarks/results",
-    device: Annotated[
-        list[str] | None, typer.Option("--device", help="Device-table rows in the roofline (repeatable; default all).")
-    ] = None,
-    title: Annotated[str, typer.Option(help="Page title.")] = "wavefront dashboard",
-    export_json: Annotated[str | None, typer.Option("--export-json", help="Also export the store's runs as JSON.")] = (
-        None
-    ),
-    export_csv: Annotated[str | None, typer.Option("--export-csv", help="Also export measurements as CSV.")] = None,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
+    store: Store = "wavefront-results.sqlite",
+    no_store: NoStore = False,
+    out: Out = "artifacts/wavefront-report.html",
+    doc: Doc = None,
+    results_dir: ResultsDir = "benchmarks/results",
+    device: Device = None,
+    title: Title = "wavefront dashboard",
+    export_json: ExportJson = None,
+    export_csv: ExportCsv = None,
+    json_out: JsonOut = None,
 ) -> None:
     """Write the dashboard: inspect heat map, traffic bars, one roofline with a device selector, the fused-loss
     memory result, correctness, speedups vs each baseline and history (GPU runs), training KPIs."""
@@ -52,9 +55,16 @@ def report(
             get_gpu(d)
         except ValueError as exc:
             fail(f"--device: {exc}")
-    request = ReportRequest(out=out, store=None if no_store else store, documents=tuple(doc or ()),
-                            devices=tuple(device) if device else None, title=title, results_dir=results_dir or None,
-                            export_json=export_json, export_csv=export_csv)
+    request = ReportRequest(
+        out=out,
+        store=None if no_store else store,
+        documents=tuple(doc or ()),
+        devices=tuple(device) if device else None,
+        title=title,
+        results_dir=results_dir or None,
+        export_json=export_json,
+        export_csv=export_csv,
+    )
     try:
         result = run(request)
     except StoreError as exc:
@@ -68,8 +78,10 @@ def report(
         fail(f"{exc.filename or out}: {exc.strerror or exc}")
     if json_out != "-":
         left = f", {result.n_left_out} incomplete/failed left out" if result.n_left_out else ""
-        console.print(f"dashboard: {result.report} ({result.n_runs} stored run(s){left}, "
-                      f"{len(result.documents)} document(s), roofline for {len(result.devices)} device(s))")
+        console.print(
+            f"dashboard: {result.report} ({result.n_runs} stored run(s){left}, "
+            f"{len(result.documents)} document(s), roofline for {len(result.devices)} device(s))"
+        )
     if json_out:
         write_json(result.as_dict(), json_out)
 

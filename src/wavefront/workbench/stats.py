@@ -99,8 +99,15 @@ def _bootstrap_ratios(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> n
     """The bootstrap distribution of median(b) / median(a), each side resampled independently."""
     from scipy import stats
 
-    res = stats.bootstrap((a, b), _median_ratio, n_resamples=n_boot, vectorized=True, paired=False,
-                          method="percentile", rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        (a, b),
+        _median_ratio,
+        n_resamples=n_boot,
+        vectorized=True,
+        paired=False,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     return np.asarray(res.bootstrap_distribution)
 
 
@@ -121,8 +128,17 @@ def bootstrap_ratio_ci(a, b, *, confidence: float = 0.95, n_boot: int = 2000, se
     return _interval(_bootstrap_ratios(a, b, n_boot, seed), confidence)
 
 
-def compare(a, b, *, alpha: float = 0.01, equivalence: float = 0.05, confidence: float = 0.95,
-            equivalence_confidence: float = 0.90, n_boot: int = 2000, seed: int = 0) -> Comparison:
+def compare(
+    a,
+    b,
+    *,
+    alpha: float = 0.01,
+    equivalence: float = 0.05,
+    confidence: float = 0.95,
+    equivalence_confidence: float = 0.90,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Comparison:
     """Compare duration samples `a` (baseline) and `b` (candidate). See the module docstring."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)

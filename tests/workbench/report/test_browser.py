@@ -18,9 +18,11 @@ DRIVER = shutil.which("chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
-                                reason="headless Chromium is not installed (CI installs the Debian packages "
-                                       "chromium and chromium-driver; see .ci/run)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or DRIVER is None,
+    reason="headless Chromium is not installed (CI installs the Debian packages "
+    "chromium and chromium-driver; see .ci/run)",
+)
 
 
 @pytest.fixture
@@ -31,9 +33,17 @@ def browser():
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     profile = tempfile.mkdtemp(prefix="wavefront-chromium-")
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000",
-                f"--user-data-dir={profile}"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,1000",
+        f"--user-data-dir={profile}",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
@@ -71,7 +81,8 @@ def _trace_figures_doc(tmp_path: Path) -> Path:
 
 def _axis_titles(driver, cid: str) -> list[str]:
     return driver.execute_script(
-        f"return Array.from(document.querySelectorAll('#{cid} .xtitle, #{cid} .ytitle')).map(e => e.textContent)")
+        f"return Array.from(document.querySelectorAll('#{cid} .xtitle, #{cid} .ytitle')).map(e => e.textContent)"
+    )
 
 
 def _select(driver, cid: str, label: str) -> None:
@@ -92,42 +103,53 @@ def _select(driver, cid: str, label: str) -> None:
 def _chart_id(driver, title_start: str) -> str:
     return driver.execute_script(
         "return Array.from(document.querySelectorAll('.wf-chart')).find(d => d.dataset.title.startsWith("
-        f"{title_start!r})).id")
+        f"{title_start!r})).id"
+    )
 
 
 @pytest.mark.parametrize("with_runs", [True, False], ids=["gpu-fixture-runs", "cpu-only"])
 def test_dashboard_renders_in_chromium(browser, store_path, inspect_doc, traffic_doc, tmp_path, with_runs):
     docs = [inspect_doc, traffic_doc, _trace_figures_doc(tmp_path)] if with_runs else []
-    path = write_report(tmp_path / "index.html", store_path if with_runs else None, docs,
-                        results_dir=RESULTS if with_runs else None)
+    path = write_report(
+        tmp_path / "index.html", store_path if with_runs else None, docs, results_dir=RESULTS if with_runs else None
+    )
     state = _load(browser, path)
     assert state is not None, "the page's bootstrap script did not run"
     assert state["errors"] == []
     chart_ids = browser.execute_script("return Array.from(document.querySelectorAll('.wf-chart')).map(d => d.id)")
     assert state["expected"] == len(chart_ids) > 0
     titles = browser.execute_script(
-        "return Array.from(document.querySelectorAll('.wf-chart')).map(d => d.dataset.title)")
+        "return Array.from(document.querySelectorAll('.wf-chart')).map(d => d.dataset.title)"
+    )
     if with_runs:
         assert any("step" in t.lower() for t in titles), titles  # the trace's per-step breakdown chart
     assert sorted(state["rendered"]) == sorted(chart_ids), "some chart did not render"
     for cid in chart_ids:  # each chart drew its SVG with at least one trace
-        n = browser.execute_script(f"return document.querySelectorAll('#{cid} .main-svg .trace, #{cid} .main-svg .hm')"
-                                   ".length")
+        n = browser.execute_script(
+            f"return document.querySelectorAll('#{cid} .main-svg .trace, #{cid} .main-svg .hm').length"
+        )
         assert n >= 1, f"{cid} has no trace"
     ours = browser.execute_script(
-        "return Array.from(document.querySelectorAll('.wf-chart:not([data-source])')).map(d => d.id)")
+        "return Array.from(document.querySelectorAll('.wf-chart:not([data-source])')).map(d => d.id)"
+    )
     assert len(ours) >= (6 if with_runs else 1)
     for cid in ours:  # our charts label both axes (ready-made figures from other tools' documents aside)
-        assert all(_axis_titles(browser, cid)) and len(_axis_titles(browser, cid)) >= 2, (cid, _axis_titles(browser,
-                                                                                                          cid))
+        assert all(_axis_titles(browser, cid)) and len(_axis_titles(browser, cid)) >= 2, (
+            cid,
+            _axis_titles(browser, cid),
+        )
     assert sum(t.startswith("roofline on") for t in titles) == 1  # one roofline, not one per device
     roof = _chart_id(browser, "roofline on")
     _select(browser, roof, "NVIDIA H100 SXM")
     title = browser.execute_script(f"return document.querySelector('#{roof} .gtitle').textContent")
-    assert title == ("roofline on NVIDIA H100 SXM (modeled + measured, bf16)" if with_runs else
-                     "roofline on NVIDIA H100 SXM (modeled, bf16)")
+    assert title == (
+        "roofline on NVIDIA H100 SXM (modeled + measured, bf16)"
+        if with_runs
+        else "roofline on NVIDIA H100 SXM (modeled, bf16)"
+    )
     legend = browser.execute_script(
-        f"return Array.from(document.querySelectorAll('#{roof} .legendtext')).map(e => e.textContent)")
+        f"return Array.from(document.querySelectorAll('#{roof} .legendtext')).map(e => e.textContent)"
+    )
     assert "rms_norm" in legend and "softmax" in legend  # points coloured by op, named in the legend
     assert ("measured: wavefront" in legend) == with_runs
     if with_runs:
@@ -136,7 +158,8 @@ def test_dashboard_renders_in_chromium(browser, store_path, inspect_doc, traffic
         assert cells == 1, "the heat map drew no image"
         _select(browser, heat, "registers per thread")
         assert browser.execute_script(f"return document.querySelector('#{heat} .gtitle').textContent") == (
-            "inspect: registers per thread per kernel and target")
+            "inspect: registers per thread per kernel and target"
+        )
         assert "traffic: bytes moved by wavefront, the minimum, and eager PyTorch" in titles
         assert any(t.startswith("fused linear + cross-entropy") for t in titles)
     severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]

@@ -57,13 +57,19 @@ def test_full_report_sections(store_path, inspect_doc, traffic_doc):
     assert "rms_norm" in visible and "measured: wavefront" in visible and "softmax" in visible
     assert any(n.startswith("roof: ") for n in visible)
     assert {t["marker"]["color"] for t in roof["data"] if t["name"] == "rms_norm"} == {
-        next(t["marker"]["color"] for t in roof["data"] if t["name"] == "rms_norm")}  # one colour per op
+        next(t["marker"]["color"] for t in roof["data"] if t["name"] == "rms_norm")
+    }  # one colour per op
     assert any(t["name"] == "rms_norm (wavefront, counted bytes)" for t in roof["data"])  # from the traffic doc
     heat = specs["inspect: occupancy per kernel and target"]
     assert heat["data"][0]["type"] == "heatmap" and heat["data"][0]["x"] == inspect_document()["targets"]
     assert len(heat["data"][0]["y"]) == 12  # 3 ops x 2 modes x 2 cases
-    assert [v["label"] for v in heat["views"]] == ["occupancy", "registers per thread", "widest global load (bits)",
-                                                   "spill bytes per thread", "matrix instructions"]
+    assert [v["label"] for v in heat["views"]] == [
+        "occupancy",
+        "registers per thread",
+        "widest global load (bits)",
+        "spill bytes per thread",
+        "matrix instructions",
+    ]
     assert "failed" in heat["data"][0]["text"][-1]  # the one target that did not compile
     traffic = specs["traffic: bytes moved by wavefront, the minimum, and eager PyTorch"]
     assert [t["name"] for t in traffic["data"]] == ["wavefront", "minimum", "eager"]
@@ -110,13 +116,16 @@ def test_documents_stored_with_a_run_are_shown_without_arguments(store_path, tmp
     assert [d.source for d in data.documents if d.schema == "wavefront.inspect/1"] == [str(tmp_path / "given.json")]
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ({"schema": "wavefront.results/1", "runs": []}, "schema 'wavefront.results/1': not a document the dashboard"),
-    ([{"a": 1}], "no \"schema\" field"),
-    ({"schema": "wavefront.inspect/1", "rows": {"a": 1}}, "without a list of row objects"),
-    ({"schema": "wavefront.traffic/1"}, "without a list of row objects"),
-    ("not json", "cannot read JSON document"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({"schema": "wavefront.results/1", "runs": []}, "schema 'wavefront.results/1': not a document the dashboard"),
+        ([{"a": 1}], 'no "schema" field'),
+        ({"schema": "wavefront.inspect/1", "rows": {"a": 1}}, "without a list of row objects"),
+        ({"schema": "wavefront.traffic/1"}, "without a list of row objects"),
+        ("not json", "cannot read JSON document"),
+    ],
+)
 def test_wrong_documents_are_refused_in_one_line(tmp_path, content, message):
     path = tmp_path / "doc.json"
     path.write_text(content if isinstance(content, str) else json.dumps(content))
@@ -136,15 +145,22 @@ def test_report_is_self_contained(store_path, tmp_path):
     path = write_report(tmp_path / "r" / "index.html", store_path, results_dir=None)
     html = path.read_text()
     assert "Plotly" in html and len(html) > 1_000_000  # plotly.js is inlined
-    assert not re.search(r'<script[^>]+src=', html)
+    assert not re.search(r"<script[^>]+src=", html)
     assert not re.search(r'<link[^>]+href=["\']https?:', html)
 
 
 def test_generic_tables_tolerate_unknown_shapes():
-    doc = document_tables({"schema": "x/1", "summary": {"n": 2}, "rows": [{"a": 1}, {"b": [1, 2]}],
-                           "nested": {"kernels": [{"k": "f"}]}, "empty": [],
-                           "long": [{"kernels": [{"kernel": "_a"}, {"kernel": "_b"}], "blob": list(range(100))}]},
-                          "x.json")
+    doc = document_tables(
+        {
+            "schema": "x/1",
+            "summary": {"n": 2},
+            "rows": [{"a": 1}, {"b": [1, 2]}],
+            "nested": {"kernels": [{"k": "f"}]},
+            "empty": [],
+            "long": [{"kernels": [{"kernel": "_a"}, {"kernel": "_b"}], "blob": list(range(100))}],
+        },
+        "x.json",
+    )
     assert [t.title for t in doc.tables] == ["rows", "nested.kernels", "long"]
     assert doc.tables[0].columns == ["a", "b"] and doc.tables[0].rows == [[1, None], [None, "[1,2]"]]
     assert doc.scalars["summary"] == '{"n":2}'

@@ -26,26 +26,33 @@ def _one_line_error(result, message: str) -> None:
     assert "Traceback" not in result.output and text.startswith("error:") and text.count("error:") == 1
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((), "--store: no results store at wavefront-results.sqlite (run `wavefront bench` first, or pass --no-store)"),
-    (("--store", "."), "--store: . is a directory: give the path of a results store file"),
-    (("--no-store", "--export-csv", "x.csv"), "--export-json/--export-csv need a store"),
-    (("--no-store", "--device", "tpu"), "--device: unknown GPU 'tpu'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "--store: no results store at wavefront-results.sqlite (run `wavefront bench` first, or pass --no-store)"),
+        (("--store", "."), "--store: . is a directory: give the path of a results store file"),
+        (("--no-store", "--export-csv", "x.csv"), "--export-json/--export-csv need a store"),
+        (("--no-store", "--device", "tpu"), "--device: unknown GPU 'tpu'"),
+    ],
+)
 def test_bad_store_arguments(tmp_path, monkeypatch, args, message):
     _one_line_error(_report(*args, cwd=tmp_path, monkeypatch=monkeypatch), message)
     assert not (tmp_path / "artifacts").exists()  # no page written on bad input
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ({"schema": "wavefront.results/1", "runs": []}, "schema 'wavefront.results/1': not a document the dashboard"),
-    ({"rows": []}, 'no "schema" field'),
-    ({"schema": "wavefront.inspect/1", "rows": 3}, "wavefront.inspect/1 document without a list of row objects"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({"schema": "wavefront.results/1", "runs": []}, "schema 'wavefront.results/1': not a document the dashboard"),
+        ({"rows": []}, 'no "schema" field'),
+        ({"schema": "wavefront.inspect/1", "rows": 3}, "wavefront.inspect/1 document without a list of row objects"),
+    ],
+)
 def test_wrong_document_is_exit_2(tmp_path, monkeypatch, content, message):
     (tmp_path / "doc.json").write_text(json.dumps(content))
-    _one_line_error(_report("--no-store", "--doc", "doc.json", cwd=tmp_path, monkeypatch=monkeypatch),
-                    f"--doc doc.json: {message}")
+    _one_line_error(
+        _report("--no-store", "--doc", "doc.json", cwd=tmp_path, monkeypatch=monkeypatch), f"--doc doc.json: {message}"
+    )
 
 
 def test_report_without_arguments_keeps_what_bench_stored(tmp_path, monkeypatch, store_path):
@@ -63,8 +70,9 @@ def test_report_without_arguments_keeps_what_bench_stored(tmp_path, monkeypatch,
 
 def test_no_store_draws_the_modeled_charts_and_documents(tmp_path, monkeypatch):
     (tmp_path / "traffic.json").write_text(json.dumps(traffic_document()))
-    r = _report("--no-store", "--doc", "traffic.json", "--device", "h100", "--json", "-", cwd=tmp_path,
-                monkeypatch=monkeypatch)
+    r = _report(
+        "--no-store", "--doc", "traffic.json", "--device", "h100", "--json", "-", cwd=tmp_path, monkeypatch=monkeypatch
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["store"] is None and doc["devices"] == ["h100"] and doc["documents"][0] == "traffic.json"

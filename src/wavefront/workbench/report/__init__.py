@@ -12,8 +12,15 @@ SCHEMA = "wavefront.report/1"
 DEFAULT_RESULTS_DIR = "benchmarks/results"
 
 
-def write_report(dest: str | Path, store_path: str | Path | None, documents=(), *, title: str = "wavefront dashboard",
-                 devices=None, results_dir: str | Path | None = DEFAULT_RESULTS_DIR) -> Path:
+def write_report(
+    dest: str | Path,
+    store_path: str | Path | None,
+    documents=(),
+    *,
+    title: str = "wavefront dashboard",
+    devices=None,
+    results_dir: str | Path | None = DEFAULT_RESULTS_DIR,
+) -> Path:
     """Write the self-contained dashboard to `dest`; returns the path. Raises StoreError for a store that is
     missing or not a results store, DocumentError for a document the dashboard does not show."""
     return _write(dest, store_path, documents, title=title, devices=devices, results_dir=results_dir)[0]
@@ -54,9 +61,17 @@ class ReportResult:
     export_csv: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "report": str(self.report), "store": self.store, "n_runs": self.n_runs,
-                "n_left_out": self.n_left_out, "devices": self.devices, "documents": self.documents,
-                "export_json": self.export_json, "export_csv": self.export_csv}
+        return {
+            "schema": SCHEMA,
+            "report": str(self.report),
+            "store": self.store,
+            "n_runs": self.n_runs,
+            "n_left_out": self.n_left_out,
+            "devices": self.devices,
+            "documents": self.documents,
+            "export_json": self.export_json,
+            "export_csv": self.export_csv,
+        }
 
 
 def run(request: ReportRequest) -> ReportResult:
@@ -66,16 +81,27 @@ def run(request: ReportRequest) -> ReportResult:
     from wavefront.workbench.hardware import GPUS, get_gpu
 
     devices = [get_gpu(d).key for d in request.devices] if request.devices else None
-    path, data = _write(request.out, request.store, request.documents, title=request.title, devices=devices,
-                        results_dir=request.results_dir)
+    path, data = _write(
+        request.out,
+        request.store,
+        request.documents,
+        title=request.title,
+        devices=devices,
+        results_dir=request.results_dir,
+    )
     if request.store is not None and (request.export_json or request.export_csv):
         with ResultStore(request.store, create=False) as st:
             if request.export_json:
                 write_document(st, request.export_json)
             if request.export_csv:
                 st.export_csv(request.export_csv)
-    return ReportResult(path, str(request.store) if request.store is not None else None, len(data.runs),
-                        sum(s != "complete" for s in data.statuses.values()), devices or list(GPUS),
-                        [d.source for d in data.documents],
-                        str(request.export_json) if request.export_json else None,
-                        str(request.export_csv) if request.export_csv else None)
+    return ReportResult(
+        path,
+        str(request.store) if request.store is not None else None,
+        len(data.runs),
+        sum(s != "complete" for s in data.statuses.values()),
+        devices or list(GPUS),
+        [d.source for d in data.documents],
+        str(request.export_json) if request.export_json else None,
+        str(request.export_csv) if request.export_csv else None,
+    )

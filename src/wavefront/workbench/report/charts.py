@@ -18,10 +18,27 @@ from wavefront.workbench.hardware import GPUS
 from wavefront.workbench.report.tables import Document
 
 # One colour per op, stable across devices and charts (Tableau 10 + two).
-OP_COLORS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-             "#bab0ac", "#17becf", "#7f7f7f")
-PROVIDER_COLORS = {"wavefront": "#1a73e8", "eager": "#e8710a", "torch_compile": "#7b1fa2", "liger": "#188038",
-                   "minimum": "#9aa0a6"}
+OP_COLORS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+    "#17becf",
+    "#7f7f7f",
+)
+PROVIDER_COLORS = {
+    "wavefront": "#1a73e8",
+    "eager": "#e8710a",
+    "torch_compile": "#7b1fa2",
+    "liger": "#188038",
+    "minimum": "#9aa0a6",
+}
 MODE_SYMBOLS = {"fwd": "circle", "bwd": "square", "fwd_bwd": "diamond"}
 UNITLESS = {"exponentformat": "power"}  # no SI prefixes on ratios and counts
 LOG = {"type": "log", "dtick": 1, "exponentformat": "power"}  # a label per power of ten, none between
@@ -63,7 +80,7 @@ def op_colors(ops) -> dict[str, str]:
 def _traffic_points(traffic: Document | None) -> dict[tuple[str, str, str], tuple[float, float]]:
     """(op, case, mode) -> (counted bytes / minimum, eager bytes / minimum) from a traffic document."""
     out = {}
-    for r in (traffic.body.get("rows", []) if traffic else []):
+    for r in traffic.body.get("rows", []) if traffic else []:
         ratio = r.get("marginal_ratio") or r.get("ratio_min")
         eager = r.get("eager_bytes")
         if r.get("error") or not ratio or not r.get("min_bytes"):
@@ -97,57 +114,121 @@ def roofline(modeled: dict[str, list], measured: dict[str, list], traffic: Docum
         lo = min([0.05, *xs_all]) / 2
         hi = max([gpu.ridge_bf16 * 8, *xs_all]) * 2
         xs = [lo * (hi / lo) ** (i / 80) for i in range(81)]
-        add(key, {"type": "scatter", "mode": "lines", "name": f"roof: {gpu.bf16_tflops:g} TFLOP/s bf16, "
-                  f"{gpu.hbm_tbps:g} TB/s", "x": xs, "y": [min(gpu.bf16_tflops, x * gpu.hbm_tbps) for x in xs],
-                  "line": {"color": "#3c4043", "width": 2}, "hoverinfo": "skip"})
+        add(
+            key,
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"roof: {gpu.bf16_tflops:g} TFLOP/s bf16, {gpu.hbm_tbps:g} TB/s",
+                "x": xs,
+                "y": [min(gpu.bf16_tflops, x * gpu.hbm_tbps) for x in xs],
+                "line": {"color": "#3c4043", "width": 2},
+                "hoverinfo": "skip",
+            },
+        )
         by_op: dict[str, list] = defaultdict(list)
         for p in points:
             by_op[p.op].append(p)
         for op, pts in sorted(by_op.items()):
-            add(key, {"type": "scatter", "mode": "markers", "name": op, "legendgroup": op,
-                      "x": [p.intensity for p in pts], "y": [p.attainable_tflops for p in pts],
-                      "text": [f"{p.op} {p.case} {p.mode}: modeled {p.attainable_us:.1f} us, {p.bound}-bound, "
-                               f"{p.min_bytes / MIB:.1f} MiB minimum" for p in pts], "hoverinfo": "text",
-                      "marker": {"color": colors[op], "size": 9, "symbol": [MODE_SYMBOLS.get(p.mode, "circle")
-                                                                           for p in pts],
-                                 "line": {"width": 1, "color": "#ffffff"}}})
+            add(
+                key,
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": op,
+                    "legendgroup": op,
+                    "x": [p.intensity for p in pts],
+                    "y": [p.attainable_tflops for p in pts],
+                    "text": [
+                        f"{p.op} {p.case} {p.mode}: modeled {p.attainable_us:.1f} us, {p.bound}-bound, "
+                        f"{p.min_bytes / MIB:.1f} MiB minimum"
+                        for p in pts
+                    ],
+                    "hoverinfo": "text",
+                    "marker": {
+                        "color": colors[op],
+                        "size": 9,
+                        "symbol": [MODE_SYMBOLS.get(p.mode, "circle") for p in pts],
+                        "line": {"width": 1, "color": "#ffffff"},
+                    },
+                },
+            )
             for which, idx, style in (("wavefront, counted bytes", 0, "open"), ("eager, counted bytes", 1, "x")):
                 pairs = [(p, counted[(p.op, p.case, p.mode)][idx]) for p in pts if (p.op, p.case, p.mode) in counted]
                 pairs = [(p, r) for p, r in pairs if r > 0]
                 if not pairs:
                     continue
-                ys = [p.flops / max(p.flops / (gpu.bf16_tflops * 1e12), p.min_bytes * r / (gpu.hbm_tbps * 1e12))
-                      / 1e12 for p, r in pairs]
-                add(key, {"type": "scatter", "mode": "markers", "name": f"{op} ({which})", "legendgroup": op,
-                          "showlegend": False, "x": [p.intensity for p, _ in pairs], "y": ys,
-                          "text": [f"{p.op} {p.case} {p.mode}, {which}: {r:.2f}x the minimal bytes"
-                                   for p, r in pairs], "hoverinfo": "text",
-                          "marker": {"color": colors[op], "size": 8, "symbol": f"circle-{style}" if style == "open"
-                                     else "x-thin", "line": {"width": 2, "color": colors[op]}}})
+                ys = [
+                    p.flops / max(p.flops / (gpu.bf16_tflops * 1e12), p.min_bytes * r / (gpu.hbm_tbps * 1e12)) / 1e12
+                    for p, r in pairs
+                ]
+                add(
+                    key,
+                    {
+                        "type": "scatter",
+                        "mode": "markers",
+                        "name": f"{op} ({which})",
+                        "legendgroup": op,
+                        "showlegend": False,
+                        "x": [p.intensity for p, _ in pairs],
+                        "y": ys,
+                        "text": [f"{p.op} {p.case} {p.mode}, {which}: {r:.2f}x the minimal bytes" for p, r in pairs],
+                        "hoverinfo": "text",
+                        "marker": {
+                            "color": colors[op],
+                            "size": 8,
+                            "symbol": f"circle-{style}" if style == "open" else "x-thin",
+                            "line": {"width": 2, "color": colors[op]},
+                        },
+                    },
+                )
         by_prov: dict[str, list] = defaultdict(list)
         for m in measured.get(key, []):
             by_prov[m.provider].append(m)
         for prov, pts in sorted(by_prov.items()):
-            add(key, {"type": "scatter", "mode": "markers", "name": f"measured: {prov}",
-                      "x": [m.intensity for m in pts], "y": [m.tflops for m in pts],
-                      "text": [f"{m.op} {m.case} {m.mode} ({prov}, run {m.run_id}): {m.median_us:.1f} us"
-                               for m in pts], "hoverinfo": "text",
-                      "marker": {"size": 11, "symbol": "star", "color": PROVIDER_COLORS.get(prov, "#000"),
-                                 "line": {"width": 1, "color": "#202124"}}})
+            add(
+                key,
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": f"measured: {prov}",
+                    "x": [m.intensity for m in pts],
+                    "y": [m.tflops for m in pts],
+                    "text": [f"{m.op} {m.case} {m.mode} ({prov}, run {m.run_id}): {m.median_us:.1f} us" for m in pts],
+                    "hoverinfo": "text",
+                    "marker": {
+                        "size": 11,
+                        "symbol": "star",
+                        "color": PROVIDER_COLORS.get(prov, "#000"),
+                        "line": {"width": 1, "color": "#202124"},
+                    },
+                },
+            )
     views = []
     for key in keys:
         kind = "modeled + measured" if measured.get(key) else "modeled"
-        views.append(View(GPUS[key].name, {"visible": [o == key for o in owner]},
-                          {"title.text": f"roofline on {GPUS[key].name} ({kind}, bf16)"}))
+        views.append(
+            View(
+                GPUS[key].name,
+                {"visible": [o == key for o in owner]},
+                {"title.text": f"roofline on {GPUS[key].name} ({kind}, bf16)"},
+            )
+        )
     for t, o in zip(traces, owner, strict=True):
         t["visible"] = o == keys[0]
-    layout = {"xaxis": _axis("arithmetic intensity (FLOP/byte, minimal bytes)", **LOG),
-              "yaxis": _axis("TFLOP/s", **LOG), "height": 560,
-              "legend": {"title": {"text": "op (shape: fwd ● bwd ■ fwd_bwd ◆)"}}}
-    note = ("Filled: modeled with the minimal bytes (on the roof by construction). Open circles: wavefront with "
-            "the bytes `wavefront traffic` counted; crosses: eager PyTorch with its counted bytes." if counted else
-            "Modeled with the minimal bytes, so every point sits on the roof; a traffic document adds the counted "
-            "bytes, GPU runs add measured points.")
+    layout = {
+        "xaxis": _axis("arithmetic intensity (FLOP/byte, minimal bytes)", **LOG),
+        "yaxis": _axis("TFLOP/s", **LOG),
+        "height": 560,
+        "legend": {"title": {"text": "op (shape: fwd ● bwd ■ fwd_bwd ◆)"}},
+    }
+    note = (
+        "Filled: modeled with the minimal bytes (on the roof by construction). Open circles: wavefront with "
+        "the bytes `wavefront traffic` counted; crosses: eager PyTorch with its counted bytes."
+        if counted
+        else "Modeled with the minimal bytes, so every point sits on the roof; a traffic document adds the counted "
+        "bytes, GPU runs add measured points."
+    )
     title = views[0].layout["title.text"] if views else "roofline"
     return Figure(title, traces, layout, views, "device", note)
 
@@ -159,8 +240,7 @@ _METRICS = (  # (label, value of a row, colour scale, fixed range or None)
     ("registers per thread", lambda r: r.get("regs"), GOOD_LOW, None),
     ("widest global load (bits)", lambda r: r.get("widest_load_bits"), GOOD_HIGH, (0, 128)),
     ("spill bytes per thread", lambda r: r.get("spill_bytes"), GOOD_LOW, None),
-    ("matrix instructions", lambda r: sum((r.get("matrix_ops") or {}).values()) if r.get("ok") else None, COUNT,
-     None),
+    ("matrix instructions", lambda r: sum((r.get("matrix_ops") or {}).values()) if r.get("ok") else None, COUNT, None),
 )
 
 
@@ -176,10 +256,12 @@ def inspect_heatmap(doc: Document) -> Figure:
     """Kernel (op, mode, case, kernel) x target, one metric at a time (a selector switches metrics)."""
     rows = doc.body.get("rows", [])
     targets = list(doc.body.get("targets") or dict.fromkeys(r.get("target") for r in rows))
-    kernels = list(dict.fromkeys(f"{r.get('op')} {r.get('mode')} {r.get('case')} \u00b7 {r.get('kernel')}"
-                                 for r in rows))
-    cell = {(f"{r.get('op')} {r.get('mode')} {r.get('case')} \u00b7 {r.get('kernel')}", r.get("target")): r
-            for r in rows}
+    kernels = list(
+        dict.fromkeys(f"{r.get('op')} {r.get('mode')} {r.get('case')} \u00b7 {r.get('kernel')}" for r in rows)
+    )
+    cell = {
+        (f"{r.get('op')} {r.get('mode')} {r.get('case')} \u00b7 {r.get('kernel')}", r.get("target")): r for r in rows
+    }
     views = []
     for label, value, scale, fixed in _METRICS:
         z, text = [], []
@@ -194,18 +276,44 @@ def inspect_heatmap(doc: Document) -> Figure:
             text.append(tr)
         values = [v for zr in z for v in zr if v is not None]
         lo, hi = fixed or (min(values, default=0), max(values, default=1))
-        views.append(View(label, {"z": [z], "text": [text], "colorscale": [scale], "zmin": [lo],
-                                  "zmax": [hi if hi > lo else lo + 1], "colorbar.title.text": [label]},
-                          {"title.text": f"inspect: {label} per kernel and target"}))
+        views.append(
+            View(
+                label,
+                {
+                    "z": [z],
+                    "text": [text],
+                    "colorscale": [scale],
+                    "zmin": [lo],
+                    "zmax": [hi if hi > lo else lo + 1],
+                    "colorbar.title.text": [label],
+                },
+                {"title.text": f"inspect: {label} per kernel and target"},
+            )
+        )
     first = views[0].data
     height = max(360, 26 * len(kernels) + 150)
-    trace = {"type": "heatmap", "x": targets, "y": kernels, "z": first["z"][0], "text": first["text"][0],
-             "texttemplate": "%{text}", "colorscale": first["colorscale"][0], "zmin": first["zmin"][0],
-             "zmax": first["zmax"][0], "xgap": 2, "ygap": 2, "colorbar": {"title": {"text": _METRICS[0][0]}},
-             "hovertemplate": "%{y}<br>%{x}: %{text}<extra></extra>"}
-    layout = {"xaxis": _axis("compile target", side="top"),
-              "yaxis": _axis("op, mode, bench case \u00b7 kernel", autorange="reversed", tickfont={"size": 11}),
-              "height": height, "margin": {"l": 320, "r": 20, "t": 120, "b": 30}, **_top_title(height)}
+    trace = {
+        "type": "heatmap",
+        "x": targets,
+        "y": kernels,
+        "z": first["z"][0],
+        "text": first["text"][0],
+        "texttemplate": "%{text}",
+        "colorscale": first["colorscale"][0],
+        "zmin": first["zmin"][0],
+        "zmax": first["zmax"][0],
+        "xgap": 2,
+        "ygap": 2,
+        "colorbar": {"title": {"text": _METRICS[0][0]}},
+        "hovertemplate": "%{y}<br>%{x}: %{text}<extra></extra>",
+    }
+    layout = {
+        "xaxis": _axis("compile target", side="top"),
+        "yaxis": _axis("op, mode, bench case \u00b7 kernel", autorange="reversed", tickfont={"size": 11}),
+        "height": height,
+        "margin": {"l": 320, "r": 20, "t": 120, "b": 30},
+        **_top_title(height),
+    }
     return Figure(views[0].layout["title.text"], [trace], layout, views, "metric")
 
 
@@ -225,25 +333,40 @@ def traffic_bars(doc: Document) -> Figure:
     traces = []
     for name, key in series:
         xs = [(r.get(key) or 0) / MIB for r in rows]
-        traces.append({"type": "bar", "orientation": "h", "name": name, "y": labels, "x": xs,
-                       "marker": {"color": PROVIDER_COLORS[name]},
-                       "text": [f"{(r.get(key) or 0) / r['min_bytes']:.2f}x minimum" for r in rows],
-                       "textposition": "none",
-                       "hovertemplate": "%{y}<br>" + name + ": %{x:.3f} MiB (%{text})<extra></extra>"})
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": name,
+                "y": labels,
+                "x": xs,
+                "marker": {"color": PROVIDER_COLORS[name]},
+                "text": [f"{(r.get(key) or 0) / r['min_bytes']:.2f}x minimum" for r in rows],
+                "textposition": "none",
+                "hovertemplate": "%{y}<br>" + name + ": %{x:.3f} MiB (%{text})<extra></extra>",
+            }
+        )
     height = max(360, 34 * len(rows) + 170)
-    layout = {"barmode": "group", "bargap": 0.25, "height": height,
-              "xaxis": _axis("bytes moved (MiB, at the traffic case's shape)", side="top", **LOG),
-              "yaxis": _axis("op, mode, case", autorange="reversed", tickfont={"size": 11}),
-              "margin": {"l": 260, "r": 20, "t": 130, "b": 30}, **_top_title(height),
-              "legend": {"orientation": "h", "y": 1 - 40 / height, "yref": "container", "yanchor": "top", "x": 0}}
+    layout = {
+        "barmode": "group",
+        "bargap": 0.25,
+        "height": height,
+        "xaxis": _axis("bytes moved (MiB, at the traffic case's shape)", side="top", **LOG),
+        "yaxis": _axis("op, mode, case", autorange="reversed", tickfont={"size": 11}),
+        "margin": {"l": 260, "r": 20, "t": 130, "b": 30},
+        **_top_title(height),
+        "legend": {"orientation": "h", "y": 1 - 40 / height, "yref": "container", "yanchor": "top", "x": 0},
+    }
     return Figure("traffic: bytes moved by wavefront, the minimum, and eager PyTorch", traces, layout)
 
 
 # -- fused-loss memory -------------------------------------------------------------------------------------
 
-_LCE_VARIANTS = (("eager_meta", "eager PyTorch (full logits)", "#e8710a"),
-                 ("wavefront", "wavefront fused loss", "#1a73e8"),
-                 ("wavefront_accumulate", "wavefront, dW accumulated", "#8ab4f8"))
+_LCE_VARIANTS = (
+    ("eager_meta", "eager PyTorch (full logits)", "#e8710a"),
+    ("wavefront", "wavefront fused loss", "#1a73e8"),
+    ("wavefront_accumulate", "wavefront, dW accumulated", "#8ab4f8"),
+)
 
 
 def lce_memory(docs: list[Document]) -> Figure:
@@ -251,8 +374,10 @@ def lce_memory(docs: list[Document]) -> Figure:
     configs = []
     for d in docs:
         b = d.body
-        configs.append(f"{b.get('tokens')} tok x {b.get('vocab')} vocab, hidden {b.get('hidden')}, "
-                       f"{b.get('dtype')}<br>{Path(d.source).name}")
+        configs.append(
+            f"{b.get('tokens')} tok x {b.get('vocab')} vocab, hidden {b.get('hidden')}, "
+            f"{b.get('dtype')}<br>{Path(d.source).name}"
+        )
     traces = []
     for key, name, color in _LCE_VARIANTS:
         ys, texts = [], []
@@ -263,16 +388,47 @@ def lce_memory(docs: list[Document]) -> Figure:
             ys.append(peak / b["full_logits_bytes"] if peak else None)
             texts.append(f"{peak / b['full_logits_bytes']:.2f}x ({peak / GIB:.2f} GiB)" if peak else "")
         if any(y is not None for y in ys):
-            traces.append({"type": "bar", "name": name, "x": configs, "y": ys, "text": texts,
-                           "marker": {"color": color}, "textposition": "outside", "cliponaxis": False,
-                           "hovertemplate": "%{x}<br>" + name + ": %{text} peak<extra></extra>"})
-    one = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"dash": "dash",
-                                                                                         "color": "#3c4043"}}
-    layout = {"barmode": "group", "height": 460, "shapes": [one],
-              "yaxis": _axis("peak memory / one full logits tensor", **UNITLESS),
-              "xaxis": _axis("configuration (tokens x vocab, hidden, dtype)"),
-              "annotations": [{"xref": "paper", "x": 1, "y": 1, "yref": "y", "text": "one full logits tensor",
-                               "showarrow": False, "xanchor": "right", "yanchor": "bottom"}]}
+            traces.append(
+                {
+                    "type": "bar",
+                    "name": name,
+                    "x": configs,
+                    "y": ys,
+                    "text": texts,
+                    "marker": {"color": color},
+                    "textposition": "outside",
+                    "cliponaxis": False,
+                    "hovertemplate": "%{x}<br>" + name + ": %{text} peak<extra></extra>",
+                }
+            )
+    one = {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "y0": 1,
+        "y1": 1,
+        "line": {"dash": "dash", "color": "#3c4043"},
+    }
+    layout = {
+        "barmode": "group",
+        "height": 460,
+        "shapes": [one],
+        "yaxis": _axis("peak memory / one full logits tensor", **UNITLESS),
+        "xaxis": _axis("configuration (tokens x vocab, hidden, dtype)"),
+        "annotations": [
+            {
+                "xref": "paper",
+                "x": 1,
+                "y": 1,
+                "yref": "y",
+                "text": "one full logits tensor",
+                "showarrow": False,
+                "xanchor": "right",
+                "yanchor": "bottom",
+            }
+        ],
+    }
     return Figure("fused linear + cross-entropy: peak memory (committed CPU results)", traces, layout)
 
 
@@ -291,14 +447,40 @@ def correctness(run) -> Figure:
             xs.append(r.op)
             ys.append(max(err / bound, 1e-6))
             texts.append(f"{r.op} {r.case} {r.dtype} {mode}: error {err:.2e}, bound {bound:.2e}")
-        traces.append({"type": "box", "name": mode, "x": xs, "y": ys, "text": texts, "boxpoints": "all",
-                       "jitter": 0.5, "pointpos": 0, "line": {"width": 1, "color": color}, "fillcolor": color + "22",
-                       "marker": {"color": color, "size": 6, "opacity": 0.8}, "hoveron": "points",
-                       "hovertemplate": "%{text}<extra></extra>"})
-    layout = {"boxmode": "group", "yaxis": _axis("our error / allowed bound (\u2264 1 passes)", **LOG),
-              "xaxis": _axis("op (each point: one case and dtype)", tickangle=-30),
-              "shapes": [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
-                          "line": {"dash": "dash", "color": "#c5221f"}}], "height": 440}
+        traces.append(
+            {
+                "type": "box",
+                "name": mode,
+                "x": xs,
+                "y": ys,
+                "text": texts,
+                "boxpoints": "all",
+                "jitter": 0.5,
+                "pointpos": 0,
+                "line": {"width": 1, "color": color},
+                "fillcolor": color + "22",
+                "marker": {"color": color, "size": 6, "opacity": 0.8},
+                "hoveron": "points",
+                "hovertemplate": "%{text}<extra></extra>",
+            }
+        )
+    layout = {
+        "boxmode": "group",
+        "yaxis": _axis("our error / allowed bound (\u2264 1 passes)", **LOG),
+        "xaxis": _axis("op (each point: one case and dtype)", tickangle=-30),
+        "shapes": [
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": 1,
+                "y1": 1,
+                "line": {"dash": "dash", "color": "#c5221f"},
+            }
+        ],
+        "height": 440,
+    }
     return Figure(f"correctness vs the float64 reference (run {run.info.id})", traces, layout)
 
 
@@ -306,18 +488,43 @@ def speedups(speedups_: list, run_info) -> Figure:
     traces = []
     for base in sorted({s.baseline for s in speedups_}):
         pts = [s for s in speedups_ if s.baseline == base]
-        traces.append({"type": "bar", "name": f"vs {base}", "x": [f"{s.op} {s.case} {s.mode}" for s in pts],
-                       "y": [s.speedup for s in pts], "marker": {"color": PROVIDER_COLORS.get(base, "#777")},
-                       "error_y": {"type": "data", "symmetric": False,
-                                   "array": [(s.ci_high - s.speedup) if s.ci_high else 0 for s in pts],
-                                   "arrayminus": [(s.speedup - s.ci_low) if s.ci_low else 0 for s in pts]},
-                       "text": [s.verdict for s in pts]})
-    unity = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1,
-             "line": {"dash": "dash", "color": "#444"}}
-    layout = {"barmode": "group", "yaxis": _axis("speedup of wavefront (x, 95% CI)", **UNITLESS),
-              "xaxis": _axis("op, case, mode", tickangle=-40), "height": 520, "shapes": [unity]}
-    title = (f"wavefront speedup per baseline (run {run_info.id}, {run_info.device_name})" if run_info
-             else "wavefront speedup per baseline")
+        traces.append(
+            {
+                "type": "bar",
+                "name": f"vs {base}",
+                "x": [f"{s.op} {s.case} {s.mode}" for s in pts],
+                "y": [s.speedup for s in pts],
+                "marker": {"color": PROVIDER_COLORS.get(base, "#777")},
+                "error_y": {
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [(s.ci_high - s.speedup) if s.ci_high else 0 for s in pts],
+                    "arrayminus": [(s.speedup - s.ci_low) if s.ci_low else 0 for s in pts],
+                },
+                "text": [s.verdict for s in pts],
+            }
+        )
+    unity = {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "y0": 1,
+        "y1": 1,
+        "line": {"dash": "dash", "color": "#444"},
+    }
+    layout = {
+        "barmode": "group",
+        "yaxis": _axis("speedup of wavefront (x, 95% CI)", **UNITLESS),
+        "xaxis": _axis("op, case, mode", tickangle=-40),
+        "height": 520,
+        "shapes": [unity],
+    }
+    title = (
+        f"wavefront speedup per baseline (run {run_info.id}, {run_info.device_name})"
+        if run_info
+        else "wavefront speedup per baseline"
+    )
     return Figure(title, traces, layout)
 
 
@@ -325,16 +532,36 @@ def history(points: list) -> Figure:
     series: dict[str, list] = defaultdict(list)
     for h in points:
         series[f"{h.series} @ {h.device}"].append(h)
-    traces = [{"type": "scatter", "mode": "lines+markers", "name": name, "x": [p.created_utc for p in pts],
-               "y": [p.median_us for p in pts], "text": [f"run {p.run_id} {(p.git_sha or '')[:10]}" for p in pts]}
-              for name, pts in series.items()]
-    layout = {"yaxis": _axis("wavefront median (us)", **LOG), "xaxis": _axis("run date (UTC)"), "height": 480,
-              "showlegend": len(traces) <= 20}
+    traces = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": name,
+            "x": [p.created_utc for p in pts],
+            "y": [p.median_us for p in pts],
+            "text": [f"run {p.run_id} {(p.git_sha or '')[:10]}" for p in pts],
+        }
+        for name, pts in series.items()
+    ]
+    layout = {
+        "yaxis": _axis("wavefront median (us)", **LOG),
+        "xaxis": _axis("run date (UTC)"),
+        "height": 480,
+        "showlegend": len(traces) <= 20,
+    }
     return Figure("history across stored GPU runs", traces, layout)
 
 
 def training_loss(steps: dict[str, list[dict]], run_id) -> Figure:
-    traces = [{"type": "scatter", "mode": "lines+markers", "name": variant, "x": [s["step"] for s in rows],
-               "y": [s["loss"] for s in rows]} for variant, rows in steps.items()]
+    traces = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": variant,
+            "x": [s["step"] for s in rows],
+            "y": [s["loss"] for s in rows],
+        }
+        for variant, rows in steps.items()
+    ]
     layout = {"xaxis": _axis("step", tickformat="d"), "yaxis": _axis("loss")}
     return Figure(f"training loss per step, run {run_id} (baseline vs wavefront-patched)", traces, layout)

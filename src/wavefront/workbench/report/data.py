@@ -94,7 +94,6 @@ class ReportData:
     results_dir: str | None = None  # where the committed results (lce_memory_*.json) were looked for
 
 
-
 def committed_results(results_dir: str | Path | None) -> list[Document]:
     """The committed fused-loss memory results (``lce_memory_*.json``) in `results_dir`, oldest name first;
     a file that is not such a document is skipped (the directory holds other results too)."""
@@ -115,8 +114,13 @@ def modeled_points(devices=None, dtype: torch.dtype = torch.bfloat16) -> dict[st
     out: dict[str, list[Modeled]] = {}
     for key in devices or GPUS:
         gpu = GPUS[key]
-        out[key] = [model_case(spec, case, dtype, mode, gpu) for spec in REGISTRY.values()
-                    for case in spec.bench_cases for mode in modes_for(spec) if dtype in spec.dtypes]
+        out[key] = [
+            model_case(spec, case, dtype, mode, gpu)
+            for spec in REGISTRY.values()
+            for case in spec.bench_cases
+            for mode in modes_for(spec)
+            if dtype in spec.dtypes
+        ]
     return out
 
 
@@ -133,13 +137,27 @@ def measured_points(gpu_runs: list[StoredRun]) -> tuple[dict[str, list[MeasuredP
     for run in gpu_runs:
         key = run.info.device_model or _device_key(run.info.device_name)
         if key is None:
-            problems.append(f"run {run.info.id}: device {run.info.device_name!r} is not in the device table; "
-                            "its points are left off the rooflines")
+            problems.append(
+                f"run {run.info.id}: device {run.info.device_name!r} is not in the device table; "
+                "its points are left off the rooflines"
+            )
             continue
         for m in run.measurements:
             if m.ok and m.tflops is not None and m.min_bytes:
-                out.setdefault(key, []).append(MeasuredPoint(key, run.info.id, m.op, m.case, m.mode, m.provider,
-                                                             m.flops / m.min_bytes, m.tflops, m.median_us, m.gbps))
+                out.setdefault(key, []).append(
+                    MeasuredPoint(
+                        key,
+                        run.info.id,
+                        m.op,
+                        m.case,
+                        m.mode,
+                        m.provider,
+                        m.flops / m.min_bytes,
+                        m.tflops,
+                        m.median_us,
+                        m.gbps,
+                    )
+                )
     return out, problems
 
 
@@ -160,8 +178,9 @@ def speedups(run: StoredRun) -> list[Speedup]:
                 continue
             c = compare(other.samples_us, ours.samples_us)
             ok = c.ci_low == c.ci_low  # NaN when too few samples
-            out.append(Speedup(*key, base, c.speedup, 1 / c.ci_high if ok else None, 1 / c.ci_low if ok else None,
-                               c.verdict))
+            out.append(
+                Speedup(*key, base, c.speedup, 1 / c.ci_high if ok else None, 1 / c.ci_low if ok else None, c.verdict)
+            )
     return out
 
 
@@ -170,14 +189,27 @@ def history(gpu_runs: list[StoredRun]) -> list[HistoryPoint]:
     for run in gpu_runs:
         for m in run.measurements:
             if m.ok and m.provider == "wavefront":
-                out.append(HistoryPoint(run.info.id, run.info.created_utc, run.info.git_sha, run.info.device_name,
-                                        f"{m.op}/{m.case}/{m.mode}/{m.dtype}", m.median_us))
+                out.append(
+                    HistoryPoint(
+                        run.info.id,
+                        run.info.created_utc,
+                        run.info.git_sha,
+                        run.info.device_name,
+                        f"{m.op}/{m.case}/{m.mode}/{m.dtype}",
+                        m.median_us,
+                    )
+                )
     return out
 
 
-def build_report_data(store_path: str | Path | None, documents: list[str | Path] = (), *,
-                      title: str = "wavefront dashboard", devices=None,
-                      results_dir: str | Path | None = DEFAULT_RESULTS_DIR) -> ReportData:
+def build_report_data(
+    store_path: str | Path | None,
+    documents: list[str | Path] = (),
+    *,
+    title: str = "wavefront dashboard",
+    devices=None,
+    results_dir: str | Path | None = DEFAULT_RESULTS_DIR,
+) -> ReportData:
     """Everything the dashboard shows. `store_path` None: the modeled charts and the documents alone; a
     path that does not exist or is not a results store raises StoreError. `documents` are checked
     (DocumentError on a schema the dashboard does not show); documents stored with runs fill in the
@@ -201,10 +233,19 @@ def build_report_data(store_path: str | Path | None, documents: list[str | Path]
     docs += [d for d in committed_results(results_dir) if d.source not in {x.source for x in docs}]
     gpu_runs = [r for r in loaded if r.info.is_gpu]
     measured, problems = measured_points(gpu_runs)
-    data = ReportData(title, runs, loaded[-1] if loaded else None, gpu_runs[-1] if gpu_runs else None,
-                      modeled_points(devices), measured, speedups(gpu_runs[-1]) if gpu_runs else [],
-                      history(gpu_runs), docs, problems,
-                      next((r for r in reversed(loaded) if r.correctness), None))
+    data = ReportData(
+        title,
+        runs,
+        loaded[-1] if loaded else None,
+        gpu_runs[-1] if gpu_runs else None,
+        modeled_points(devices),
+        measured,
+        speedups(gpu_runs[-1]) if gpu_runs else [],
+        history(gpu_runs),
+        docs,
+        problems,
+        next((r for r in reversed(loaded) if r.correctness), None),
+    )
     data.statuses = statuses
     data.results_dir = str(results_dir) if results_dir is not None else None
     if store_path is not None:

@@ -77,40 +77,79 @@ class _Page:
         ready-made figure came from (``data-source``), empty for the dashboard's own charts."""
         cid = f"chart-{self.n_charts}"
         self.n_charts += 1
-        layout = {"margin": {"l": 80, "r": 20, "t": 60, "b": 80}, "height": 420, "template": None, **fig.layout,
-                  "title": {"text": fig.title, **fig.layout.get("title", {})}}
+        layout = {
+            "margin": {"l": 80, "r": 20, "t": 60, "b": 80},
+            "height": 420,
+            "template": None,
+            **fig.layout,
+            "title": {"text": fig.title, **fig.layout.get("title", {})},
+        }
         spec = {"data": fig.data, "layout": layout, "views": [asdict(v) for v in fig.views]}
         text = json.dumps(spec, allow_nan=False, default=str).replace("</", "<\\/")
         select = ""
         if fig.views:
             options = "".join(f'<option value="{i}">{_esc(v.label)}</option>' for i, v in enumerate(fig.views))
-            select = (f'<div class="wf-view-row"><label for="{cid}-view">{_esc(fig.view_label)}</label>'
-                      f'<select class="wf-view" id="{cid}-view" data-chart="{cid}">{options}</select></div>')
+            select = (
+                f'<div class="wf-view-row"><label for="{cid}-view">{_esc(fig.view_label)}</label>'
+                f'<select class="wf-view" id="{cid}-view" data-chart="{cid}">{options}</select></div>'
+            )
         note = f'<p class="note">{_esc(fig.note)}</p>' if fig.note else ""
         origin = f' data-source="{_esc(source)}"' if source else ""
-        return (f'{select}<div class="wf-chart" id="{cid}" data-title="{_esc(fig.title)}"{origin}></div>'
-                f'<script type="application/json" id="{cid}-spec">{text}</script>{note}')
+        return (
+            f'{select}<div class="wf-chart" id="{cid}" data-title="{_esc(fig.title)}"{origin}></div>'
+            f'<script type="application/json" id="{cid}-spec">{text}</script>{note}'
+        )
 
     def chart(self, data: list[dict], layout: dict, title: str, *, source: str = "") -> str:
         return self.figure(charts.Figure(title, data, layout), source=source)
 
     def table(self, t: Table, *, collapsed: bool = True) -> str:
         head = "".join(f"<th>{_esc(c)}</th>" for c in t.columns)
-        body = "".join("<tr>" + "".join(
-            f'<td class="num">{_fmt(v)}</td>' if isinstance(v, int | float) and not isinstance(v, bool)
-            else f"<td>{_fmt(v)}</td>" for v in row) + "</tr>" for row in t.rows)
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f'<td class="num">{_fmt(v)}</td>'
+                if isinstance(v, int | float) and not isinstance(v, bool)
+                else f"<td>{_fmt(v)}</td>"
+                for v in row
+            )
+            + "</tr>"
+            for row in t.rows
+        )
         more = f'<p class="note">{t.truncated} more rows not shown.</p>' if t.truncated else ""
         inner = f'<div class="wf-table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
         note = f'<p class="note">{_esc(t.note)}</p>' if t.note else ""
         if collapsed:
-            return (f"<details><summary>{_esc(t.title)}: table ({len(t.rows)} rows x {len(t.columns)} columns)"
-                    f"</summary>{note}{inner}{more}</details>")
+            return (
+                f"<details><summary>{_esc(t.title)}: table ({len(t.rows)} rows x {len(t.columns)} columns)"
+                f"</summary>{note}{inner}{more}</details>"
+            )
         return f"<h3>{_esc(t.title)}</h3>{note}{inner}{more}"
 
 
-_TRAIN_COLUMNS = ("run_id", "variant", "status", "started_at", "device_name", "backend", "world_size", "parallel",
-                  "model", "tokens_per_s", "tokens_per_s_per_device", "mfu", "hfu", "peak_source", "peak_mem_bytes",
-                  "step_s", "cost_per_step", "cost_per_mtok", "energy_per_step_j", "energy_kind", "final_loss")
+_TRAIN_COLUMNS = (
+    "run_id",
+    "variant",
+    "status",
+    "started_at",
+    "device_name",
+    "backend",
+    "world_size",
+    "parallel",
+    "model",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+    "mfu",
+    "hfu",
+    "peak_source",
+    "peak_mem_bytes",
+    "step_s",
+    "cost_per_step",
+    "cost_per_mtok",
+    "energy_per_step_j",
+    "energy_kind",
+    "final_loss",
+)
 
 
 def _training_table(data: ReportData) -> Table:
@@ -120,30 +159,120 @@ def _training_table(data: ReportData) -> Table:
 
 
 def _runs_table(data: ReportData) -> Table:
-    cols = ["id", "status", "created_utc", "label", "git_sha", "git_dirty", "device_name", "arch", "backend", "timing",
-            "driver", "torch", "triton", "copy_gbps"]
-    rows = [[data.statuses.get(int(r.id), "") if c == "status" else (r.git_sha or "")[:12] if c == "git_sha"
-             else getattr(r, c) for c in cols] for r in data.runs]
+    cols = [
+        "id",
+        "status",
+        "created_utc",
+        "label",
+        "git_sha",
+        "git_dirty",
+        "device_name",
+        "arch",
+        "backend",
+        "timing",
+        "driver",
+        "torch",
+        "triton",
+        "copy_gbps",
+    ]
+    rows = [
+        [
+            data.statuses.get(int(r.id), "")
+            if c == "status"
+            else (r.git_sha or "")[:12]
+            if c == "git_sha"
+            else getattr(r, c)
+            for c in cols
+        ]
+        for r in data.runs
+    ]
     return Table("stored runs", cols, rows)
 
 
 def _correctness_table(data: ReportData) -> Table:
-    cols = ["op", "case", "dtype", "result", "fwd_err_ours", "fwd_err_eager", "fwd_bound", "bwd_err_ours",
-            "bwd_err_eager", "bwd_bound", "error"]
-    rows = [[r.op, r.case, r.dtype, "pass" if r.passed else "FAIL", r.fwd_err_ours, r.fwd_err_eager, r.fwd_bound,
-             r.bwd_err_ours, r.bwd_err_eager, r.bwd_bound, r.error or ""] for r in data.correctness_run.correctness]
+    cols = [
+        "op",
+        "case",
+        "dtype",
+        "result",
+        "fwd_err_ours",
+        "fwd_err_eager",
+        "fwd_bound",
+        "bwd_err_ours",
+        "bwd_err_eager",
+        "bwd_bound",
+        "error",
+    ]
+    rows = [
+        [
+            r.op,
+            r.case,
+            r.dtype,
+            "pass" if r.passed else "FAIL",
+            r.fwd_err_ours,
+            r.fwd_err_eager,
+            r.fwd_bound,
+            r.bwd_err_ours,
+            r.bwd_err_eager,
+            r.bwd_bound,
+            r.error or "",
+        ]
+        for r in data.correctness_run.correctness
+    ]
     failed = [r for r in rows if r[3] == "FAIL"]
-    return Table(f"correctness, run {data.correctness_run.info.id}", cols,
-                 failed + [r for r in rows if r[3] != "FAIL"])  # failures first
+    return Table(
+        f"correctness, run {data.correctness_run.info.id}", cols, failed + [r for r in rows if r[3] != "FAIL"]
+    )  # failures first
 
 
 def _measurement_table(run, title: str, note: str = "") -> Table:
-    cols = ["op", "case", "mode", "dtype", "provider", "status", "median_us", "p10_us", "p90_us", "n_reps", "method",
-            "flush", "gbps", "tflops", "pct_peak_bw", "pct_copy_bw", "pct_peak_flops", "peak_mem_bytes",
-            "max_diff_vs_eager", "reason"]
-    rows = [[m.op, m.case, m.mode, m.dtype, m.provider, m.status, m.median_us, m.p10_us, m.p90_us, len(m.samples_us),
-             m.method, m.flush, m.gbps, m.tflops, m.pct_peak_bw, m.pct_copy_bw, m.pct_peak_flops, m.peak_mem_bytes,
-             m.max_diff_vs_eager, m.reason] for m in run.measurements]
+    cols = [
+        "op",
+        "case",
+        "mode",
+        "dtype",
+        "provider",
+        "status",
+        "median_us",
+        "p10_us",
+        "p90_us",
+        "n_reps",
+        "method",
+        "flush",
+        "gbps",
+        "tflops",
+        "pct_peak_bw",
+        "pct_copy_bw",
+        "pct_peak_flops",
+        "peak_mem_bytes",
+        "max_diff_vs_eager",
+        "reason",
+    ]
+    rows = [
+        [
+            m.op,
+            m.case,
+            m.mode,
+            m.dtype,
+            m.provider,
+            m.status,
+            m.median_us,
+            m.p10_us,
+            m.p90_us,
+            len(m.samples_us),
+            m.method,
+            m.flush,
+            m.gbps,
+            m.tflops,
+            m.pct_peak_bw,
+            m.pct_copy_bw,
+            m.pct_peak_flops,
+            m.peak_mem_bytes,
+            m.max_diff_vs_eager,
+            m.reason,
+        ]
+        for m in run.measurements
+    ]
     return Table(title, cols, rows, note)
 
 
@@ -167,22 +296,28 @@ def _static_sections(page: _Page, data: ReportData) -> None:
     page.add("<h2>Machine code per target (inspect)</h2>")
     if inspect:
         body = inspect.body
-        page.add(f'<p class="note">{_esc(inspect.source)}: {len(body.get("rows", []))} kernel x target rows, '
-                 f'{_esc(body.get("n_failed", 0))} failed to compile; dtype {_esc(body.get("dtype"))}. Pick the '
-                 "metric above the map.</p>")
+        page.add(
+            f'<p class="note">{_esc(inspect.source)}: {len(body.get("rows", []))} kernel x target rows, '
+            f"{_esc(body.get('n_failed', 0))} failed to compile; dtype {_esc(body.get('dtype'))}. Pick the "
+            "metric above the map.</p>"
+        )
         page.add(page.figure(charts.inspect_heatmap(inspect)))
         _doc_tables(page, inspect)
     else:
-        page.add('<p class="note">No inspect document: <code>wavefront bench</code> on CPU stores one with its run; '
-                 "or pass <code>--doc</code> with <code>wavefront inspect --json</code> output.</p>")
+        page.add(
+            '<p class="note">No inspect document: <code>wavefront bench</code> on CPU stores one with its run; '
+            "or pass <code>--doc</code> with <code>wavefront inspect --json</code> output.</p>"
+        )
     page.add("<h2>Bytes moved (traffic)</h2>")
     if traffic:
         page.add(f'<p class="note">{_esc(traffic.source)}: {_esc(traffic.body.get("note", ""))}.</p>')
         page.add(page.figure(charts.traffic_bars(traffic)))
         _doc_tables(page, traffic)
     else:
-        page.add('<p class="note">No traffic document: <code>wavefront bench</code> on CPU stores one with its run; '
-                 "or pass <code>--doc</code> with <code>wavefront traffic --json</code> output.</p>")
+        page.add(
+            '<p class="note">No traffic document: <code>wavefront bench</code> on CPU stores one with its run; '
+            "or pass <code>--doc</code> with <code>wavefront traffic --json</code> output.</p>"
+        )
 
 
 def _gpu_sections(page: _Page, data: ReportData) -> None:
@@ -191,8 +326,10 @@ def _gpu_sections(page: _Page, data: ReportData) -> None:
         page.add(page.figure(charts.speedups(data.speedups, data.latest_gpu.info if data.latest_gpu else None)))
         page.add(page.table(_measurement_table(data.latest_gpu, f"measurements, run {data.latest_gpu.info.id}")))
     else:
-        page.add('<p class="note">No GPU run is stored: speedups need real timings (run '
-                 "<code>scripts/gpu_check.sh</code> or <code>wavefront bench</code> on a GPU).</p>")
+        page.add(
+            '<p class="note">No GPU run is stored: speedups need real timings (run '
+            "<code>scripts/gpu_check.sh</code> or <code>wavefront bench</code> on a GPU).</p>"
+        )
     page.add("<h2>History</h2>")
     if data.history:
         page.add(page.figure(charts.history(data.history)))
@@ -202,15 +339,20 @@ def _gpu_sections(page: _Page, data: ReportData) -> None:
 
 def _cpu_section(page: _Page, data: ReportData) -> None:
     checked = data.correctness_run
-    cpu_runs = [r for r in ([data.latest] if data.latest else []) if r.info.timing == "cpu-interpreter"
-                and r.measurements]
+    cpu_runs = [
+        r for r in ([data.latest] if data.latest else []) if r.info.timing == "cpu-interpreter" and r.measurements
+    ]
     cpu_checked = checked is not None and checked.info.backend.startswith("cpu")
     if not (cpu_runs or cpu_checked):
         return
     page.add(f"<h2>CPU wall times ({_esc(CPU_LABEL)})</h2>")
     if cpu_checked:
-        wall = Table("correctness wall time per case", ["op", "case", "dtype", "wall_s"],
-                     [[r.op, r.case, r.dtype, r.wall_s] for r in checked.correctness], CPU_LABEL)
+        wall = Table(
+            "correctness wall time per case",
+            ["op", "case", "dtype", "wall_s"],
+            [[r.op, r.case, r.dtype, r.wall_s] for r in checked.correctness],
+            CPU_LABEL,
+        )
         page.add(page.table(wall))
     for r in cpu_runs:
         page.add(page.table(_measurement_table(r, f"CPU-timed measurements, run {r.info.id}", CPU_LABEL)))
@@ -220,10 +362,14 @@ def _other_documents(page: _Page, data: ReportData) -> None:
     for doc in data.documents:
         if doc.schema in (INSPECT, TRAFFIC, LCE_MEMORY):
             continue
-        page.add(f"<h2>{_esc(doc.schema or doc.source)}</h2><p class=\"note\">from {_esc(doc.source)}</p>")
+        page.add(f'<h2>{_esc(doc.schema or doc.source)}</h2><p class="note">from {_esc(doc.source)}</p>')
         if doc.scalars:
-            page.add(page.table(Table("summary", ["field", "value"], [[k, v] for k, v in doc.scalars.items()]),
-                                collapsed=doc.schema == TRACE_FIGURES))
+            page.add(
+                page.table(
+                    Table("summary", ["field", "value"], [[k, v] for k, v in doc.scalars.items()]),
+                    collapsed=doc.schema == TRACE_FIGURES,
+                )
+            )
         for fig in doc.figures:
             page.add(page.chart(fig["data"], fig["layout"], str(fig.get("title", "")), source=doc.source))
         _doc_tables(page, doc)
@@ -241,14 +387,23 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
     latest = data.latest.info if data.latest else None
     page.add(f"<h1>{_esc(data.title)}</h1>")
     left_out = sum(s != "complete" for s in data.statuses.values())
-    page.add(f'<p class="note">{len(data.runs)} stored run(s)'
-             + (f" ({left_out} incomplete or failed, left out of every chart)" if left_out else "") + "; latest: "
-             + (f"run {latest.id}, {_esc(latest.created_utc)}, git {_esc((latest.git_sha or '?')[:12])}"
-                f"{' (dirty)' if latest.git_dirty else ''}, {_esc(latest.device_name)} ({_esc(latest.backend)})"
-                if latest else "none") + "</p>")
-    page.add('<p class="note">Modeled points come from datasheet figures and the registry\'s FLOP and byte '
-             "formulas: no device was run to get them. Measured points and speedups come only from stored GPU "
-             f"runs. {CPU_LABEL}: CPU wall times appear only in their own labelled tables.</p>")
+    page.add(
+        f'<p class="note">{len(data.runs)} stored run(s)'
+        + (f" ({left_out} incomplete or failed, left out of every chart)" if left_out else "")
+        + "; latest: "
+        + (
+            f"run {latest.id}, {_esc(latest.created_utc)}, git {_esc((latest.git_sha or '?')[:12])}"
+            f"{' (dirty)' if latest.git_dirty else ''}, {_esc(latest.device_name)} ({_esc(latest.backend)})"
+            if latest
+            else "none"
+        )
+        + "</p>"
+    )
+    page.add(
+        '<p class="note">Modeled points come from datasheet figures and the registry\'s FLOP and byte '
+        "formulas: no device was run to get them. Measured points and speedups come only from stored GPU "
+        f"runs. {CPU_LABEL}: CPU wall times appear only in their own labelled tables.</p>"
+    )
     for p in data.problems:
         page.add(f'<p class="warn">{_esc(p)}</p>')
 
@@ -263,13 +418,17 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
     lce = [d for d in data.documents if d.schema == LCE_MEMORY]
     page.add("<h2>Fused linear + cross-entropy memory</h2>")
     if lce:
-        page.add('<p class="note">Peak memory of one LM-head + loss forward and backward, counted by the PyTorch '
-                 "allocator hooks on CPU (bytes, not time: these carry over to a GPU). Files: "
-                 + ", ".join(f"<code>{_esc(d.source)}</code>" for d in lce) + ".</p>")
+        page.add(
+            '<p class="note">Peak memory of one LM-head + loss forward and backward, counted by the PyTorch '
+            "allocator hooks on CPU (bytes, not time: these carry over to a GPU). Files: "
+            + ", ".join(f"<code>{_esc(d.source)}</code>" for d in lce)
+            + ".</p>"
+        )
         page.add(page.figure(charts.lce_memory(lce)))
         for d in lce:
-            page.add(page.table(Table(f"summary of {d.source}", ["field", "value"],
-                                      [[k, v] for k, v in d.scalars.items()])))
+            page.add(
+                page.table(Table(f"summary of {d.source}", ["field", "value"], [[k, v] for k, v in d.scalars.items()]))
+            )
     else:
         where = f"in {data.results_dir}" if data.results_dir else "(no results directory given)"
         page.add(f'<p class="note">No <code>lce_memory_*.json</code> result found {_esc(where)}.</p>')
@@ -278,8 +437,10 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
     checked = data.correctness_run
     if checked:
         n_pass = sum(r.passed for r in checked.correctness)
-        page.add(f"<p>{n_pass}/{len(checked.correctness)} cases pass (run {checked.info.id}, "
-                 f"{_esc(checked.info.backend)}).</p>")
+        page.add(
+            f"<p>{n_pass}/{len(checked.correctness)} cases pass (run {checked.info.id}, "
+            f"{_esc(checked.info.backend)}).</p>"
+        )
         page.add(page.figure(charts.correctness(checked)))
         page.add(page.table(_correctness_table(data)))
     else:
@@ -298,7 +459,9 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
     page.add("<h2>Stored runs</h2>")
     page.add(page.table(_runs_table(data), collapsed=len(data.runs) > 10))
     body = "\n".join(page.parts)
-    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_esc(data.title)}</title><style>{_CSS}</style><script>{_BOOT}</script>"
-            f"<script>{plotly_js}</script></head><body data-charts-expected=\"{page.n_charts}\">{body}"
-            f"<script>{_DRAW}</script></body></html>\n")
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_esc(data.title)}</title><style>{_CSS}</style><script>{_BOOT}</script>"
+        f'<script>{plotly_js}</script></head><body data-charts-expected="{page.n_charts}">{body}'
+        f"<script>{_DRAW}</script></body></html>\n"
+    )

@@ -43,10 +43,41 @@ SHOWN_SCHEMAS = CHARTED_SCHEMAS + TABLE_SCHEMAS
 
 # Columns shown first (in this order) in the raw tables of known schemas; the rest follow as found.
 KEY_COLUMNS = {
-    INSPECT: ["key", "op", "mode", "case", "kernel", "target", "ok", "occupancy", "occupancy_limiter", "regs",
-              "spill_bytes", "widest_load_bits", "widest_store_bits", "matrix_families", "shared_bytes", "num_warps"],
-    TRAFFIC: ["key", "op", "mode", "case", "bytes_moved", "min_bytes", "eager_bytes", "ratio_min", "ratio_eager",
-              "marginal_ratio", "kernel_bytes", "host_bytes", "unique_bytes", "kernels", "error"],
+    INSPECT: [
+        "key",
+        "op",
+        "mode",
+        "case",
+        "kernel",
+        "target",
+        "ok",
+        "occupancy",
+        "occupancy_limiter",
+        "regs",
+        "spill_bytes",
+        "widest_load_bits",
+        "widest_store_bits",
+        "matrix_families",
+        "shared_bytes",
+        "num_warps",
+    ],
+    TRAFFIC: [
+        "key",
+        "op",
+        "mode",
+        "case",
+        "bytes_moved",
+        "min_bytes",
+        "eager_bytes",
+        "ratio_min",
+        "ratio_eager",
+        "marginal_ratio",
+        "kernel_bytes",
+        "host_bytes",
+        "unique_bytes",
+        "kernels",
+        "error",
+    ],
 }
 # Bulky columns moved to the end of those tables.
 LAST_COLUMNS = {
@@ -143,18 +174,18 @@ def check_document(doc: Any, source: str) -> str:
     """The document's schema if the dashboard shows it; DocumentError (one line) otherwise."""
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if schema not in SHOWN_SCHEMAS:
-        what = f"schema {schema!r}" if schema else "no \"schema\" field"
-        raise DocumentError(f"{source}: {what}: not a document the dashboard shows (expected one of "
-                            f"{', '.join(SHOWN_SCHEMAS)})")
+        what = f"schema {schema!r}" if schema else 'no "schema" field'
+        raise DocumentError(
+            f"{source}: {what}: not a document the dashboard shows (expected one of {', '.join(SHOWN_SCHEMAS)})"
+        )
     if schema in (INSPECT, TRAFFIC):
         rows = doc.get("rows")
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise DocumentError(f"{source}: {schema} document without a list of row objects in \"rows\"")
-    if schema == TRACE_FIGURES and not (isinstance(doc.get("figures"), list) and all(map(_is_figure,
-                                                                                        doc["figures"]))):
-        raise DocumentError(f"{source}: {schema} document without a list of plotly figures in \"figures\"")
+            raise DocumentError(f'{source}: {schema} document without a list of row objects in "rows"')
+    if schema == TRACE_FIGURES and not (isinstance(doc.get("figures"), list) and all(map(_is_figure, doc["figures"]))):
+        raise DocumentError(f'{source}: {schema} document without a list of plotly figures in "figures"')
     if schema == LCE_MEMORY and not isinstance(doc.get("full_logits_bytes"), int | float):
-        raise DocumentError(f"{source}: {schema} document without \"full_logits_bytes\"")
+        raise DocumentError(f'{source}: {schema} document without "full_logits_bytes"')
     return schema
 
 
