@@ -89,6 +89,96 @@ def _traffic_points(traffic: Document | None) -> dict[tuple[str, str, str], tupl
     return out
 
 
+def _roof(gpu, points) -> dict[str, Any]:
+    xs_all = [p.intensity for p in points if p.intensity > 0 and math.isfinite(p.intensity)]
+    lo = min([0.05, *xs_all]) / 2
+    hi = max([gpu.ridge_bf16 * 8, *xs_all]) * 2
+    xs = [lo * (hi / lo) ** (i / 80) for i in range(81)]
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "name": f"roof: {gpu.bf16_tflops:g} TFLOP/s bf16, {gpu.hbm_tbps:g} TB/s",
+        "x": xs,
+        "y": [min(gpu.bf16_tflops, x * gpu.hbm_tbps) for x in xs],
+        "line": {"color": "#3c4043", "width": 2},
+        "hoverinfo": "skip",
+    }
+
+
+def _modeled_op(op: str, pts: list, color: str) -> dict[str, Any]:
+    text = [
+        f"{p.op} {p.case} {p.mode}: modeled {p.attainable_us:.1f} us, {p.bound}-bound, "
+        f"{p.min_bytes / MIB:.1f} MiB minimum"
+        for p in pts
+    ]
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": op,
+        "legendgroup": op,
+        "x": [p.intensity for p in pts],
+        "y": [p.attainable_tflops for p in pts],
+        "text": text,
+        "hoverinfo": "text",
+        "marker": {
+            "color": color,
+            "size": 9,
+            "symbol": [MODE_SYMBOLS.get(p.mode, "circle") for p in pts],
+            "line": {"width": 1, "color": "#ffffff"},
+        },
+    }
+
+
+def _counted_op(gpu, op: str, pts: list, color: str, counted: dict) -> list[dict[str, Any]]:
+    """The op's cases again at the same intensity, timed with the counted bytes (wavefront, then eager)."""
+    out = []
+    for which, idx, symbol in (("wavefront, counted bytes", 0, "circle-open"), ("eager, counted bytes", 1, "x-thin")):
+        pairs = [(p, counted[(p.op, p.case, p.mode)][idx]) for p in pts if (p.op, p.case, p.mode) in counted]
+        pairs = [(p, r) for p, r in pairs if r > 0]
+        if not pairs:
+            continue
+        seconds = [max(p.flops / (gpu.bf16_tflops * 1e12), p.min_bytes * r / (gpu.hbm_tbps * 1e12)) for p, r in pairs]
+        out.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"{op} ({which})",
+                "legendgroup": op,
+                "showlegend": False,
+                "x": [p.intensity for p, _ in pairs],
+                "y": [p.flops / t / 1e12 for (p, _), t in zip(pairs, seconds, strict=True)],
+                "text": [f"{p.op} {p.case} {p.mode}, {which}: {r:.2f}x the minimal bytes" for p, r in pairs],
+                "hoverinfo": "text",
+                "marker": {"color": color, "size": 8, "symbol": symbol, "line": {"width": 2, "color": color}},
+            }
+        )
+    return out
+
+
+def _measured(pts: list) -> list[dict[str, Any]]:
+    by_prov: dict[str, list] = defaultdict(list)
+    for m in pts:
+        by_prov[m.provider].append(m)
+    return [
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": f"measured: {prov}",
+            "x": [m.intensity for m in ms],
+            "y": [m.tflops for m in ms],
+            "hoverinfo": "text",
+            "text": [f"{m.op} {m.case} {m.mode} ({prov}, run {m.run_id}): {m.median_us:.1f} us" for m in ms],
+            "marker": {
+                "size": 11,
+                "symbol": "star",
+                "color": PROVIDER_COLORS.get(prov, "#000"),
+                "line": {"width": 1, "color": "#202124"},
+            },
+        }
+        for prov, ms in sorted(by_prov.items())
+    ]
+
+
 def roofline(modeled: dict[str, list], measured: dict[str, list], traffic: Document | None = None) -> Figure:
     """One roofline for every device: a selector picks the device; points coloured by op, shaped by mode.
 
@@ -102,108 +192,17 @@ def roofline(modeled: dict[str, list], measured: dict[str, list], traffic: Docum
     counted = _traffic_points(traffic)
     traces: list[dict[str, Any]] = []
     owner: list[str] = []  # device key of each trace
-
-    def add(key: str, trace: dict[str, Any]) -> None:
-        traces.append(trace)
-        owner.append(key)
-
     for key in keys:
         gpu = GPUS[key]
-        points = modeled[key]
-        xs_all = [p.intensity for p in points if p.intensity > 0 and math.isfinite(p.intensity)]
-        lo = min([0.05, *xs_all]) / 2
-        hi = max([gpu.ridge_bf16 * 8, *xs_all]) * 2
-        xs = [lo * (hi / lo) ** (i / 80) for i in range(81)]
-        add(
-            key,
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "name": f"roof: {gpu.bf16_tflops:g} TFLOP/s bf16, {gpu.hbm_tbps:g} TB/s",
-                "x": xs,
-                "y": [min(gpu.bf16_tflops, x * gpu.hbm_tbps) for x in xs],
-                "line": {"color": "#3c4043", "width": 2},
-                "hoverinfo": "skip",
-            },
-        )
         by_op: dict[str, list] = defaultdict(list)
-        for p in points:
+        for p in modeled[key]:
             by_op[p.op].append(p)
+        device_traces = [_roof(gpu, modeled[key])]
         for op, pts in sorted(by_op.items()):
-            add(
-                key,
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "name": op,
-                    "legendgroup": op,
-                    "x": [p.intensity for p in pts],
-                    "y": [p.attainable_tflops for p in pts],
-                    "text": [
-                        f"{p.op} {p.case} {p.mode}: modeled {p.attainable_us:.1f} us, {p.bound}-bound, "
-                        f"{p.min_bytes / MIB:.1f} MiB minimum"
-                        for p in pts
-                    ],
-                    "hoverinfo": "text",
-                    "marker": {
-                        "color": colors[op],
-                        "size": 9,
-                        "symbol": [MODE_SYMBOLS.get(p.mode, "circle") for p in pts],
-                        "line": {"width": 1, "color": "#ffffff"},
-                    },
-                },
-            )
-            for which, idx, style in (("wavefront, counted bytes", 0, "open"), ("eager, counted bytes", 1, "x")):
-                pairs = [(p, counted[(p.op, p.case, p.mode)][idx]) for p in pts if (p.op, p.case, p.mode) in counted]
-                pairs = [(p, r) for p, r in pairs if r > 0]
-                if not pairs:
-                    continue
-                ys = [
-                    p.flops / max(p.flops / (gpu.bf16_tflops * 1e12), p.min_bytes * r / (gpu.hbm_tbps * 1e12)) / 1e12
-                    for p, r in pairs
-                ]
-                add(
-                    key,
-                    {
-                        "type": "scatter",
-                        "mode": "markers",
-                        "name": f"{op} ({which})",
-                        "legendgroup": op,
-                        "showlegend": False,
-                        "x": [p.intensity for p, _ in pairs],
-                        "y": ys,
-                        "text": [f"{p.op} {p.case} {p.mode}, {which}: {r:.2f}x the minimal bytes" for p, r in pairs],
-                        "hoverinfo": "text",
-                        "marker": {
-                            "color": colors[op],
-                            "size": 8,
-                            "symbol": f"circle-{style}" if style == "open" else "x-thin",
-                            "line": {"width": 2, "color": colors[op]},
-                        },
-                    },
-                )
-        by_prov: dict[str, list] = defaultdict(list)
-        for m in measured.get(key, []):
-            by_prov[m.provider].append(m)
-        for prov, pts in sorted(by_prov.items()):
-            add(
-                key,
-                {
-                    "type": "scatter",
-                    "mode": "markers",
-                    "name": f"measured: {prov}",
-                    "x": [m.intensity for m in pts],
-                    "y": [m.tflops for m in pts],
-                    "text": [f"{m.op} {m.case} {m.mode} ({prov}, run {m.run_id}): {m.median_us:.1f} us" for m in pts],
-                    "hoverinfo": "text",
-                    "marker": {
-                        "size": 11,
-                        "symbol": "star",
-                        "color": PROVIDER_COLORS.get(prov, "#000"),
-                        "line": {"width": 1, "color": "#202124"},
-                    },
-                },
-            )
+            device_traces += [_modeled_op(op, pts, colors[op]), *_counted_op(gpu, op, pts, colors[op], counted)]
+        device_traces += _measured(measured.get(key, []))
+        traces += device_traces
+        owner += [key] * len(device_traces)
     views = []
     for key in keys:
         kind = "modeled + measured" if measured.get(key) else "modeled"
