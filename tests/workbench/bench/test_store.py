@@ -345,6 +345,7 @@ def test_json_and_csv_export(tmp_path):
         n = st.export_csv(tmp_path / "m.csv")
     doc = json.loads(path.read_text())
     assert doc["schema"] == "wavefront.results/1" and doc["store_schema_version"] == SCHEMA_VERSION
+    assert [r["status"] for r in doc["runs"]] == ["complete", "complete"]
     runs = load_document(path)
     assert [r.info.label for r in runs] == ["one", "two"]
     assert runs[1].measurements[0].samples_us == [20.0, 21.0]

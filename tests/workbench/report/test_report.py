@@ -110,6 +110,11 @@ def test_documents_stored_with_a_run_are_shown_without_arguments(store_path, tmp
     assert "inspect: occupancy per kernel and target" in titles
     assert "traffic: bytes moved by wavefront, the minimum, and eager PyTorch" in titles
     assert "inspect (stored with run 1)" in html
+    with ResultStore(store_path) as st:
+        st.add_document(2, "plan", {"schema": "wavefront.plan/0"})  # from another version of its tool
+    assert "not shown: plan (stored with run 2): schema 'wavefront.plan/0'" in " ".join(
+        build_report_data(store_path, results_dir=None).problems
+    )
     given = dict(inspect_document(), rows=inspect_document()["rows"][:6])  # a given document wins over a stored one
     (tmp_path / "given.json").write_text(json.dumps(given))
     data = build_report_data(store_path, [tmp_path / "given.json"], results_dir=None)

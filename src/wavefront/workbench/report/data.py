@@ -1,8 +1,8 @@
 """What the dashboard shows, gathered from the results store, the registry and other tools' JSON.
 
-- **roofline per device** (every device in the table): every op x bench case x mode in bf16 as a point
-  at its arithmetic intensity and modeled attainable TFLOP/s; measured points only from stored GPU runs
-  on that device (achieved TFLOP/s at the same intensity);
+- **one roofline** with a device selector (every device in the table): every op x bench case x mode in
+  bf16 as a point at its arithmetic intensity and modeled attainable TFLOP/s; measured points only from
+  stored GPU runs on that device (achieved TFLOP/s at the same intensity);
 - **speedups** of wavefront over each baseline, per case, from the latest GPU run (bootstrap 95% interval);
 - **history**: wavefront's median per case across stored GPU runs;
 - **correctness** of the latest run, CPU-interpreter wall times (labelled: not performance figures);
@@ -222,12 +222,13 @@ def build_report_data(
             statuses = st.statuses()
             loaded = [st.load(int(r.id)) for r in runs if statuses[int(r.id)] == "complete"]
             stored = st.documents()
-    given = {d.schema for d in docs}
+    given, unreadable = {d.schema for d in docs}, []
     for name, (run_id, body) in sorted(stored.items()):
         try:
             doc = parse_document(body, f"{name} (stored with run {run_id})")
-        except DocumentError:
-            continue  # stored by a newer or older tool; the page still shows the rest
+        except DocumentError as exc:  # stored by another version of its tool: say so, show the rest
+            unreadable.append(f"not shown: {exc}")
+            continue
         if doc.schema not in given:
             docs.append(doc)
     docs += [d for d in committed_results(results_dir) if d.source not in {x.source for x in docs}]
@@ -243,7 +244,7 @@ def build_report_data(
         speedups(gpu_runs[-1]) if gpu_runs else [],
         history(gpu_runs),
         docs,
-        problems,
+        problems + unreadable,
         next((r for r in reversed(loaded) if r.correctness), None),
     )
     data.statuses = statuses
