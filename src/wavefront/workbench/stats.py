@@ -28,7 +28,8 @@ the 90% interval; at 1-3% noise both give about 99%. The figures come from wavef
 
 The bootstrap is scipy's with ``method="percentile"`` rather than its default BCa: BCa's acceleration
 term needs a jackknife over all n_a + n_b samples per comparison, and the percentile interval is the
-one the calibration targets were set with. One bootstrap distribution gives both intervals.
+one the calibration targets were set with. One bootstrap distribution gives both intervals. scipy is
+imported when a test runs, not with this module: importing it (as trace.diff does) needs numpy alone.
 """
 
 from __future__ import annotations
