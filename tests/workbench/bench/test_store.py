@@ -285,6 +285,25 @@ def test_run_status_and_latest_skip_interrupted_runs(tmp_path):
     assert open_run(str(tmp_path / "r.sqlite")).info.label == "done"  # what the gate reads
 
 
+def test_an_exception_leaving_the_store_marks_its_unfinished_runs(tmp_path):
+    """An interrupted `bench` (Ctrl-C inside `with ResultStore(...)`) leaves its run marked, not counted."""
+    path = tmp_path / "r.sqlite"
+    with ResultStore(path) as st:
+        done = st.save(make_run(label="done"))
+    with pytest.raises(KeyboardInterrupt), ResultStore(path) as st:
+        cut = st.add_run(make_run(label="cut").info)
+        sealed = st.add_run(make_run(label="sealed").info)
+        st.finish_run(sealed)
+        raise KeyboardInterrupt
+    with ResultStore(path) as st:
+        assert st.statuses() == {done: "complete", cut: "incomplete", sealed: "complete"}
+        assert st.resolve("latest") == sealed and st.resolve("latest~1") == done
+    with ResultStore(path) as st:  # leaving normally changes nothing
+        quiet = st.add_run(make_run().info)
+    with ResultStore(path) as st:
+        assert st.run_status(quiet) == "complete"
+
+
 def test_documents_are_kept_with_their_run(tmp_path):
     with ResultStore(tmp_path / "r.sqlite") as st:
         one, two = st.save(make_run()), st.save(make_run())

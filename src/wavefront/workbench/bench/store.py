@@ -15,8 +15,10 @@ both versions named, and creation is atomic when several processes open a new pa
 
 A run written row by row starts with :meth:`ResultStore.begin_run` (status ``incomplete``) and ends with
 :meth:`ResultStore.finish_run`; measurements are committed one group at a time, so an interrupted run
-keeps what it measured and stays marked ``incomplete``. Run references (``latest``, ``latest~N``, a label)
-resolve among ``complete`` runs only; a run id resolves whatever its status. ``export_document`` /
+keeps what it measured and stays marked ``incomplete`` even if the process is killed. A run added with
+:meth:`ResultStore.add_run` inside ``with ResultStore(...)`` is marked ``incomplete`` when an exception
+(Ctrl-C included) leaves the block before :meth:`ResultStore.finish_run` sealed it. Run references
+(``latest``, ``latest~N``, a label) resolve among ``complete`` runs only; an id reaches any run. ``export_document`` /
 ``load_document`` give the same runs as JSON (``"schema": "wavefront.results/1"``); ``export_csv``
 flattens measurements with their run's provenance.
 """
@@ -79,6 +81,7 @@ class ResultStore:
         self.path = Path(path)
         try:
             self._db = sqlite_schema.connect(self.path, create=create)
+            self._unsealed: set[int] = set()  # runs added here and not passed to finish_run
         except sqlite_schema.SchemaError as exc:
             raise StoreError(str(exc)) from None
 
@@ -92,8 +95,17 @@ class ResultStore:
     def __enter__(self) -> ResultStore:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Leaving the ``with`` block on an exception (Ctrl-C included) marks the runs added through this
+        store and not finished explicitly ``incomplete``: what they hold may be partial."""
+        try:
+            if exc_type is not None and self._unsealed:
+                with self._db:
+                    self._db.executemany(
+                        "UPDATE runs SET status=? WHERE id=?", [(RUN_INCOMPLETE, i) for i in sorted(self._unsealed)]
+                    )
+        finally:
+            self.close()
 
     # -- writing ---------------------------------------------------------------------------------------
 
@@ -107,6 +119,7 @@ class ResultStore:
                 [*(_to_sql(c, getattr(info, c)) for c in _RUN_COLS), status],
             )
         info.id = int(cur.lastrowid)
+        self._unsealed.add(info.id)
         return info.id
 
     def begin_run(self, info: RunInfo) -> int:
@@ -120,6 +133,7 @@ class ResultStore:
             cur = self._db.execute("UPDATE runs SET status=? WHERE id=?", (status, run_id))
         if cur.rowcount != 1:
             raise StoreError(f"no run {run_id} in {self.path}")
+        self._unsealed.discard(run_id)
 
     def run_status(self, run_id: int) -> str:
         row = self._db.execute("SELECT status FROM runs WHERE id=?", (run_id,)).fetchone()
