@@ -14,15 +14,14 @@ from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
 
-Parallel = Enum("Parallel", {k: k for k in ("auto", "single", "ddp", "fsdp2")}, type=str)
-DType = Enum("DType", {k: k for k in ("auto", "fp32", "bf16")}, type=str)
-Attn = Enum("Attn", {k: k for k in ("sdpa", "eager")}, type=str)
-TokenDType = Enum("TokenDType", {k: k for k in ("uint16", "uint32")}, type=str)
+Parallel, DType, Attn, TokenDType = (Enum(name, {k: k for k in values}, type=str) for name, values in (
+    ("Parallel", ("auto", "single", "ddp", "fsdp2")), ("DType", ("auto", "fp32", "bf16")), ("Attn", ("sdpa", "eager")),
+    ("TokenDType", ("uint16", "uint32"))))
 
 #: (label, Summary field, format, comparison key) per table row; peak memory is shown in MB.
-ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"),
-        ("tokens/s per device", "tokens_per_s_per_device", ".4g", None),
-        ("step time mean (s)", "step_s_mean", ".4g", "step_s_ratio"), ("  forward (s)", "fwd_s", ".3g", None),
+ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"), ("tokens/s per device",
+        "tokens_per_s_per_device", ".4g", None), ("step time mean (s)", "step_s_mean", ".4g", "step_s_ratio"),
+        ("  forward (s)", "fwd_s", ".3g", None),
         ("  backward (s)", "bwd_s", ".3g", None), ("  exposed comm (s)", "comm_s", ".3g", None),
         ("  optimizer (s)", "opt_s", ".3g", None), ("MFU", "mfu", ".3e", None), ("HFU", "hfu", ".3e", None),
         ("peak memory (MB)", "peak_mem_bytes", ".1f", "peak_mem_ratio"), ("$/step", "cost_per_step", ".3g", None),
@@ -30,8 +29,8 @@ ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"),
         ("final loss", "final_loss", ".5f", None))
 
 
-def _fmt(value, spec: str, none: str = "n/a") -> str:
-    return none if value is None else format(value, spec)
+def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
+    return none if value is None else format(value * scale, spec)
 
 
 def kpi_table(result):
@@ -42,14 +41,11 @@ def kpi_table(result):
     table = Table(title=f"wavefront train {result.run_id}: {result.config['model']}, {result.provenance['parallel']} "
                         f"x{result.provenance['world_size']}, {result.provenance['device_name']}")
     table.add_column("KPI")
-    for v in measured:
-        table.add_column(v.variant, justify="right")
-    for name in result.comparisons:
-        table.add_column(f"{name} / {ref}", justify="right")
+    for name in [v.variant for v in measured] + [f"{n} / {ref}" for n in result.comparisons]:
+        table.add_column(name, justify="right")
     for label, key, spec, ratio in ROWS:
         scale = 1e-6 if key == "peak_mem_bytes" else 1.0
-        cells = [_fmt(None if getattr(v.summary, key) is None else getattr(v.summary, key) * scale, spec)
-                 for v in measured]
+        cells = [_fmt(getattr(v.summary, key), spec, scale=scale) for v in measured]
         cells += [_fmt(c.get(ratio) if ratio else None, ".3f", "") for c in result.comparisons.values()]
         table.add_row(label, *cells)
     return table
@@ -60,31 +56,31 @@ def _notes(result) -> list[str]:
     lines = [f"peak: {s.peak.source}", f"memory: {s.peak_mem_kind}; price: {s.price_source}; energy: "
                                        f"{s.energy_kind}", *s.notes] if s else []
     for v in result.variants:
-        lines += v.notes
+        lines += v.notes + [f"trace: {path}" for path in v.trace_paths]
         if v.patch_report:
             counts = ", ".join(f"{k} x{n}" for k, n in v.patch_report["counts"].items()) or "nothing"
-            lines.append(f"patched: {counts}")
-            lines += [f"  not patched: {u['op']}: {u['reason']}" for u in v.patch_report["unmatched"]]
-        lines += [f"trace: {path}" for path in v.trace_paths]
-        if v.resumed_from_step is not None:
-            lines.append(f"{v.variant}: resumed after step {v.resumed_from_step}")
-    for name, c in result.comparisons.items():
-        if c.get("max_abs_loss_diff") is not None:
-            lines.append(f"loss curves: max |{name} - {result.variants[0].variant}| = {c['max_abs_loss_diff']:.3g}")
-    if result.store:
-        lines.append(f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}")
-    return lines
+            lines += [f"patched: {counts}", *(f"  not patched: {u['op']}: {u['reason']}"
+                                              for u in v.patch_report["unmatched"])]
+        lines += [f"{v.variant}: resumed after step {v.resumed_from_step}"] if v.resumed_from_step is not None else []
+    lines += [f"loss curves: max |{name} - {result.variants[0].variant}| = {c['max_abs_loss_diff']:.3g}"
+              for name, c in result.comparisons.items() if c.get("max_abs_loss_diff") is not None]
+    stored = f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"
+    return lines + ([stored] if result.store else [])
 
 
 def check_json_dest(dest: str | None) -> None:
-    """Refuse an unwritable --json destination before the run, not after it."""
-    if dest in (None, "-"):
+    """Refuse an unwritable --json destination before the run (by opening it), not after it."""
+    if dest in (None, "-") or int(os.environ.get("RANK", "0")) != 0:
         return
-    path = Path(dest)
-    existing = next(p for p in (path.parent.resolve(), *path.parent.resolve().parents) if p.exists())
-    if path.is_dir() or (path.exists() and not os.access(path, os.W_OK)) or not existing.is_dir() or \
-            not os.access(existing, os.W_OK | os.X_OK):
-        fail(f"--json: cannot write {escape(dest)!r} (a directory, no permission, or a file in the path)")
+    path, existed = Path(dest), Path(dest).exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.open("a").close()
+    except OSError as e:
+        why = "a file is in the path" if isinstance(e, FileExistsError | NotADirectoryError) else e.strerror or e
+        fail(f"--json: cannot write {escape(dest)!r}: {why}")
+    if not existed:
+        path.unlink()
 
 
 def train(
@@ -102,16 +98,14 @@ def train(
     lr: Annotated[float, typer.Option(help="AdamW learning rate (> 0).")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of the weights and the synthetic corpus.")] = 0,
     parallel: Annotated[Parallel, typer.Option(help="auto: single for one process, else ddp.")] = Parallel.auto,
-    activation_checkpointing: Annotated[bool, typer.Option("--activation-checkpointing",
-                                                           help="Recompute each layer in backward.")] = False,
+    activation_checkpointing: Annotated[bool, typer.Option(help="Recompute each layer in backward.")] = False,
     dtype: Annotated[DType, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")] = DType.auto,
     attn_implementation: Annotated[Attn, typer.Option(help="Hugging Face attention implementation.")] = Attn.sdpa,
     compare: Annotated[bool, typer.Option("--compare", help="Run several variants back to back on the same data "
                                                            "(default baseline,wavefront; see VARIANTS).")] = False,
     no_patch: Annotated[bool, typer.Option("--no-patch", help="Train the unpatched model only.")] = False,
     patch_ops: Annotated[str | None, typer.Option(help="Comma-separated ops to patch, e.g. rms_norm,rope.")] = None,
-    strict_patch: Annotated[bool, typer.Option("--strict-patch", help="Fail when a requested op cannot be "
-                                                                      "patched.")] = False,
+    strict_patch: Annotated[bool, typer.Option("--strict-patch", help="Fail if an op cannot be patched.")] = False,
     checkpoint_dir: Annotated[str | None, typer.Option(help="Directory for DCP checkpoints.")] = None,
     checkpoint_every: Annotated[int, typer.Option(min=0, help="Save every N steps (and at the end).")] = 0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest intact checkpoint (none: "
@@ -123,47 +117,51 @@ def train(
     peak_tflops: Annotated[float | None, typer.Option(help="Dense peak TFLOP/s per device for MFU.")] = None,
     price_per_hour: Annotated[float | None, typer.Option(help="$ per device-hour.")] = None,
     timeout: Annotated[float, typer.Option(help="Collective timeout in seconds.")] = 300.0,
-    nproc_per_node: Annotated[int | None, typer.Option(min=1, help="Launch torchrun with this many "
-                                                                   "processes.")] = None,
+    nproc_per_node: Annotated[int | None, typer.Option(min=1, help="Launch torchrun with N processes.")] = None,
     inject_failure: Annotated[str | None, typer.Option(help="Testing aid: RANK:STEP raises on that rank.")] = None,
     inject_nan: Annotated[int | None, typer.Option(help="Testing aid: make the loss NaN at this step.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
     """Train with torch.distributed (single, DDP, FSDP2) and report tokens/s, MFU/HFU, memory, step-time
     split, $/step and energy/step; --compare runs variants back to back on the same data."""
-    from wavefront.workbench.distributed.launch import relaunch_under_torchrun
-    from wavefront.workbench.distributed.train import config as c
-
     check_json_dest(json_out)
-    if nproc_per_node is not None:
-        if "WORLD_SIZE" in os.environ:
-            fail("--nproc-per-node launches torchrun itself; drop it when already running under torchrun")
-        code = relaunch_under_torchrun(sys.argv[1:], nproc_per_node, "--nproc-per-node")
-        if code:
-            fail(f"training failed (torchrun exit code {code}); the rank messages above say why", code)
+    if nproc_per_node is None:
+        _run(_config(dict(locals())), json_out)
         return
+    from wavefront.workbench.distributed.launch import relaunch_under_torchrun
+
+    if "WORLD_SIZE" in os.environ:
+        fail("--nproc-per-node launches torchrun itself; drop it when already running under torchrun")
+    code = relaunch_under_torchrun(sys.argv[1:], nproc_per_node, "--nproc-per-node")
+    if code:
+        fail(f"training failed (torchrun exit code {code}); the rank messages above say why", code)
+
+
+def _config(o: dict):
+    """The typed request from the options, validated for this launch; exit 2 with one line if bad."""
+    from dataclasses import fields
+
+    from wavefront.workbench.distributed.train import config as c
+    o = {k: v.value if isinstance(v, Enum) else v for k, v in o.items()}
     try:
-        if compare and no_patch:
+        if o["compare"] and o["no_patch"]:
             raise c.ConfigError("--compare and --no-patch exclude each other")
-        if variants is not None and not compare:
-            raise c.ConfigError(f"unexpected argument {variants!r}: variants are given with --compare")
-        cfg = c.TrainConfig(
-            model=model, data=data, token_dtype=token_dtype.value, seq_len=seq_len, global_batch=global_batch,
-            micro_batch=micro_batch, steps=steps, warmup_steps=warmup_steps, lr=lr, seed=seed,
-            parallel=parallel.value, activation_checkpointing=activation_checkpointing, dtype=dtype.value,
-            attn_implementation=attn_implementation.value,
-            variants=c.parse_variants(variants) if compare else (("baseline",) if no_patch else ("wavefront",)),
-            patch_options=c.parse_patch_ops(patch_ops) if patch_ops is not None else {}, strict_patch=strict_patch,
-            checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-            profile_steps=c.parse_step_range(profile_steps) if profile_steps else None, out_dir=out,
-            store=store or None, gpu=gpu, peak_tflops=peak_tflops, price_per_hour=price_per_hour, timeout_s=timeout,
-            inject_failure=c.parse_rank_step(inject_failure) if inject_failure else None, inject_nan=inject_nan)
+        if o["variants"] is not None and not o["compare"]:
+            raise c.ConfigError(f"unexpected argument {o['variants']!r}: variants are given with --compare")
+        cfg = c.TrainConfig(**{f.name: o[f.name] for f in fields(c.TrainConfig) if f.name in o and f.name not in (
+            "variants", "patch_options", "profile_steps", "inject_failure", "store")},
+            variants=c.parse_variants(o["variants"]) if o["compare"] else (
+                ("baseline",) if o["no_patch"] else ("wavefront",)),
+            patch_options=c.parse_patch_ops(o["patch_ops"]) if o["patch_ops"] is not None else {},
+            profile_steps=c.parse_step_range(o["profile_steps"]) if o["profile_steps"] else None,
+            inject_failure=c.parse_rank_step(o["inject_failure"]) if o["inject_failure"] else None,
+            out_dir=o["out"], store=o["store"] or None, timeout_s=o["timeout"])
         cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))
     except c.ConfigError as e:
         if int(os.environ.get("RANK", "0")) == 0:
             fail(escape(str(e)))
         raise typer.Exit(2) from None
-    _run(cfg, json_out)
+    return cfg
 
 
 def _run(cfg, json_out: str | None) -> None:
@@ -178,26 +176,22 @@ def _run(cfg, json_out: str | None) -> None:
     tasks: dict[str, int] = {}
 
     def on_step(variant, rec, total) -> None:
-        if variant not in tasks:
-            tasks[variant] = progress.add_task(variant, total=total, info="")
-        info = f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s"
-        progress.update(tasks[variant], completed=rec.step + 1, info=info)
+        task = tasks.setdefault(variant, progress.add_task(variant, total=total, info="")) if variant not in tasks \
+            else tasks[variant]
+        progress.update(task, completed=rec.step + 1, info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
 
     try:
         with progress:
             result = harness.run(cfg, on_step=on_step)
     except harness.TrainFailure as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        harness.shutdown(failed=True)
+        sys.stdout.flush(), sys.stderr.flush(), harness.shutdown(failed=True)
         os._exit(e.exit_code)  # a failed peer may have left collectives pending: do not wait on them
-    if rank == 0:
-        if json_out != "-":
-            console.print(kpi_table(result))
-            for line in _notes(result):
-                console.print(f"[dim]{escape(line)}[/]")
-        if json_out:
+    if rank == 0 and json_out != "-":
+        console.print(kpi_table(result))
+        for line in _notes(result):
+            console.print(f"[dim]{escape(line)}[/]")
+    if rank == 0 and json_out:
             write_json(result.document(), json_out)
     harness.shutdown(failed=False)
 

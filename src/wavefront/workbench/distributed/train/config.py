@@ -187,8 +187,8 @@ def parse_variants(text: str | None) -> tuple[str, ...]:
     names = tuple(v.strip() for v in text.split(",") if v.strip())
     unknown = [v for v in names if v not in VARIANTS]
     if unknown or not names:
-        raise ConfigError(f"--compare: unknown variant(s) {', '.join(unknown) or repr(text)}; variants: "
-                          f"{', '.join(VARIANTS)}")
+        raise ConfigError(f"--compare: unknown variant(s) {', '.join(unknown) or repr(text)} (known: "
+                          f"{','.join(VARIANTS)})")
     return names
 
 
