@@ -123,3 +123,23 @@ def test_compare_with_torch_compile(tmp_path):
     assert compiled["variant"] == "compile" and compiled["status"] == "ok"
     assert doc["comparisons"]["compile"]["max_abs_loss_diff"] < 1e-4
     assert [s["step"] for s in compiled["steps"]] == [s["step"] for s in eager["steps"]]
+
+
+def _train(tmp_path: Path, *args: str) -> dict:
+    cmd = [sys.executable, "-m", "wavefront", "train", "--no-patch", *TINY, "--store", "", "--json", "r.json", *args]
+    r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads((tmp_path / "r.json").read_text())["variants"][0]
+
+
+@pytest.mark.slow
+def test_resume_end_to_end_no_checkpoint_then_a_missing_shard(tmp_path):
+    ckpt = ["--checkpoint-dir", "ck", "--checkpoint-every", "1", "--resume"]
+    first = _train(tmp_path, *ckpt)
+    assert first["resumed_from_step"] is None and [s["step"] for s in first["steps"]] == [0, 1]
+    assert any("no checkpoint under ck/baseline yet; starting at step 0" in n for n in first["notes"])
+    newest = tmp_path / "ck" / "baseline" / "step_000001"
+    next(newest.glob("*.distcp")).unlink()
+    second = _train(tmp_path, *ckpt, "--steps", "3")
+    assert second["resumed_from_step"] == 0 and [s["step"] for s in second["steps"]] == [1, 2]
+    assert any("skipped step_000001" in n and "last intact checkpoint step_000000" in n for n in second["notes"])
