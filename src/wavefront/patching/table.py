@@ -14,8 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wavefront.patching import attention, loss, mlp, norm, rope
+from wavefront.patching.attention import apply_attention
+from wavefront.patching.loss import apply_loss
+from wavefront.patching.mlp import apply_mlp
+from wavefront.patching.norm import apply_layer_norm, apply_rms_norm
 from wavefront.patching.patcher import Patcher
+from wavefront.patching.rope import apply_rope
 
 
 @dataclass(frozen=True)
@@ -28,13 +32,13 @@ class PatchableOp:
 
 
 PATCHABLE: tuple[PatchableOp, ...] = (
-    PatchableOp("rms_norm", norm.apply_rms_norm, True, summary="family RMSNorm classes -> wavefront.nn.RMSNorm"),
-    PatchableOp("layer_norm", norm.apply_layer_norm, True, any_family=True,
+    PatchableOp("rms_norm", apply_rms_norm, True, summary="family RMSNorm classes -> wavefront.nn.RMSNorm"),
+    PatchableOp("layer_norm", apply_layer_norm, True, any_family=True,
                 summary="torch.nn.LayerNorm -> wavefront.nn.LayerNorm"),
-    PatchableOp("rope", rope.apply_rope, True, summary="attention modules rotate q and k with ops.rope"),
-    PatchableOp("mlp", mlp.apply_mlp, True, summary="gated MLPs -> fused SwiGLU/GeGLU"),
-    PatchableOp("loss", loss.apply_loss, True, summary="causal-LM loss -> ops.linear_cross_entropy in training"),
-    PatchableOp("attention", attention.apply_attention, False,
+    PatchableOp("rope", apply_rope, True, summary="attention modules rotate q and k with ops.rope"),
+    PatchableOp("mlp", apply_mlp, True, summary="gated MLPs -> fused SwiGLU/GeGLU"),
+    PatchableOp("loss", apply_loss, True, summary="causal-LM loss -> ops.linear_cross_entropy in training"),
+    PatchableOp("attention", apply_attention, False,
                 summary="attention function -> ops.attention through transformers' AttentionInterface"),
 )
 
