@@ -21,7 +21,7 @@ def _table(deltas, title: str):
                      f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-", f"{c.p_value:.2g}" if c else "-",
                      f"[{_COLORS[d.verdict]}]{d.verdict}[/]", d.note])
     return table(title, ["case", "speedup B/A", "95% CI", "p", "verdict", "note"], rows,
-                 numeric=["speedup B/A", "95% CI", "p"])
+                 numeric=["speedup B/A", "95% CI", "p"], droppable=["p"])
 
 
 def _calibrate(trials: int, json_out: str | None) -> None:

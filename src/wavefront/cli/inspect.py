@@ -49,10 +49,10 @@ def inspect_table(report):
         occ = f"{r.occupancy:.0%} {_LIMITER.get(r.occupancy_limiter, r.occupancy_limiter)}".strip()
         rows.append([name, r.target, str(r.num_warps), _regs(r), spill, str(r.shared_bytes), occ, ld, st,
                      ",".join(r.matrix_families) or "-"])
-    return table(f"compiled kernels at bench shapes ({report.dtype}); occ: of max warps/SM (NVIDIA), waves/SIMD "
-                 "(AMD); ld/st: widest global access, bits", ["kernel", "target", "warps", "regs", "spill B",
+    return table(f"compiled kernels at bench shapes ({report.dtype})", ["kernel", "target", "warps", "regs", "spill B",
                                                             "smem B", "occ", "ld", "st", "matrix"], rows,
-                 numeric=["warps", "regs", "spill B", "smem B", "occ", "ld", "st"])
+                 numeric=["target", "warps", "regs", "spill B", "smem B", "occ", "ld", "st"],
+                 droppable=["warps", "smem B"])
 
 
 def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
@@ -73,6 +73,8 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
         report = jobs.inspect(req, bars.phase("compile"))
     if show:
         console.print(inspect_table(report))
+        note("occ: share of the most resident warps per SM (NVIDIA) or waves per SIMD (AMD), and its limiter; "
+             "ld/st: widest global load/store in bits (yellow: under 128).")
         n_spill = sum(r.spills for r in report.rows)
         console.print(f"{len(report.rows)} kernel x target rows, {len(report.failed)} failed to compile, "
                       f"{n_spill} with spills", soft_wrap=True)
@@ -101,7 +103,8 @@ def traffic_table(report):
                      per_row, _ratio(r.ratio_eager), ""])
     return table(f"bytes moved ({report.dtype}; counted by the Triton interpreter)",
                  ["op mode case", "dims", "ours B", "min B", "ours/min", "per row", "eager/ours", "error"], rows,
-                 numeric=["ours B", "min B", "ours/min", "per row", "eager/ours"])
+                 numeric=["dims", "ours B", "min B", "ours/min", "per row", "eager/ours"],
+                 droppable=["dims", "eager/ours"])
 
 
 def traffic_cmd(op: OpsOption = None,
@@ -136,11 +139,11 @@ def roofline_table(report):
     rows = [[f"{p.op} {p.mode} {p.case}", f"{p.intensity:.2f}", p.compute_roof, p.bound, f"{p.min_bytes / 1e6:.1f}",
              f"{p.attainable_us:.1f}", _opt(p.kernel_attainable_us, ".1f"), _opt(p.measured_us, ".1f"),
              "-" if p.pct_of_roof is None else f"{p.pct_of_roof:.0f}%"] for p in report.points]
-    return table(f"roofline on {g.name}: {g.hbm_tbps} TB/s, vector FP32 {g.fp32_tflops} TFLOPS, {report.dtype} "
-                 f"matrix {g.bf16_tflops} TFLOPS (dense, modeled)",
+    return table(f"roofline on {g.name} ({report.dtype}, modeled)",
                  ["op mode case", "FLOP/B", "roof", "bound", "min MB", "roof us", "kernel us", "measured us",
                   "% of roof"], rows,
-                 numeric=["FLOP/B", "min MB", "roof us", "kernel us", "measured us", "% of roof"])
+                 numeric=["FLOP/B", "min MB", "roof us", "kernel us", "measured us", "% of roof"],
+                 droppable=["roof", "min MB"])
 
 
 def roofline_cmd(
@@ -173,7 +176,9 @@ def roofline_cmd(
         report = jobs.roofline(req)
     if json_out != "-":
         console.print(roofline_table(report))
-        note("Modeled from the device table's dense peaks: not a measurement.")
+        g = report.device
+        note(f"Modeled from the device table's dense peaks ({g.hbm_tbps} TB/s, vector FP32 {g.fp32_tflops} TFLOPS, "
+             f"{report.dtype} matrix {g.bf16_tflops} TFLOPS): not a measurement. roof us: attainable time.")
     if json_out:
         write_json(report.as_dict(), json_out)
 
