@@ -48,3 +48,15 @@ def test_schemas_live_beside_their_producers():
                                                     "roofline")}
     for name in OWNED:
         assert "SCHEMA =" not in (CLI / f"{name}.py").read_text(), name
+
+
+def test_bench_help_states_the_full_sweep_cost_and_the_choices():
+    from typer.testing import CliRunner
+
+    from wavefront.cli import build_app
+
+    r = CliRunner().invoke(build_app(), ["bench", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0
+    assert "--full" in text and "about 17 min and 7.5 GiB" in text
+    assert "fwd|bwd|fwd_bwd" in text.replace(" ", "") or "[fwd|bwd|fwd_bwd]" in text

@@ -256,8 +256,9 @@ def empty_notes(a: StoredRun, b: StoredRun) -> list[str]:
     unless --cpu-timing), or no case in common."""
     untimed = [name for name, r in (("A", a), ("B", b)) if not r.measurements]
     if untimed:
-        return [f"nothing to compare: run {' and '.join(untimed)} holds no timings (only correctness rows; "
-                "`wavefront bench` times on a GPU, or on a CPU with --cpu-timing)"]
+        which = "runs A and B hold" if len(untimed) == 2 else f"run {untimed[0]} holds"
+        return [f"nothing to compare: {which} no timings (only correctness rows; `wavefront bench` times on a "
+                "GPU, or on a CPU with --cpu-timing)"]
     return ["nothing to compare: the runs share no case (op, case, mode, dtype, provider)"]
 
 

@@ -134,7 +134,9 @@ def _perf_half(request: GateRequest, baseline_ref: str) -> tuple[g.HalfResult, s
     except ValueError as exc:  # different devices or timing kinds: not comparable
         raise RequestError("baseline", str(exc)) from None
     findings = [g.Finding("perf", r.label, r.status, r.why or r.status) for r in report.failures]
-    half = g.HalfResult("perf", findings=findings, notes=list(report.notes), compared=len(report.rows))
+    notes = list(report.notes) + ([] if report.rows else ["the runs hold no timings: nothing to gate (a CPU "
+                                                           "`wavefront bench` times only with --cpu-timing)"])
+    half = g.HalfResult("perf", findings=findings, notes=notes, compared=len(report.rows))
     return half, report.markdown()
 
 

@@ -225,6 +225,11 @@ def plan(request: BenchRequest) -> BenchPlan:
         raise RequestError("budget_s", f"must be > 0; got {request.budget_s}")
     if request.store is not None and Path(request.store).is_dir():
         raise RequestError("store", f"{request.store} is a directory; give the results store file")
+    if request.report is not None and Path(request.report).is_dir():
+        raise RequestError("report", f"{request.report} is a directory; give the dashboard's file name")
+    for d in request.doc:
+        if not Path(d).is_file():
+            raise RequestError("doc", f"no such file: {d}")
     targets = check_targets(request.inspect_targets, "inspect_targets") if request.inspect_targets else ()
     gpu = _gpu(request, device)
     timing = TIMING_GPU if on_gpu else (TIMING_CPU if request.cpu_timing else TIMING_NONE)
