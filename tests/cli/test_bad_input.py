@@ -29,6 +29,7 @@ def _files(tmp: Path) -> None:
     (tmp / "rows_not_list.json").write_text(json.dumps({"schema": "wavefront.traffic/1", "rows": {"a": 1}}))
     (tmp / "inspect_doc.json").write_text(json.dumps({"schema": "wavefront.inspect/1", "rows": []}))
     (tmp / "garbage.json").write_text("{not json")
+    (tmp / "number.json").write_text("3")
 
 
 CASES = [
@@ -47,6 +48,7 @@ CASES = [
     (("gate", "--threshold", "-1", "--static"), "--threshold"),
     (("roofline", "--traffic", "inspect_doc.json"), "--traffic: inspect_doc.json has schema 'wavefront.inspect/1'"),
     (("roofline", "--store", "adir"), "--store: adir is a directory"),
+    (("roofline", "--measured", "number.json"), "--measured: cannot read number.json"),
     (("inspect", "--targets", "sm_75"), "--targets: unknown target 'sm_75'"),
     (("inspect", "--workers", "0"), "--workers"),
     (("traffic", "--dtype", "fp8"), "'fp8' is not one of 'fp32', 'bf16', 'fp16'"),

@@ -21,7 +21,7 @@ from wavefront.cli._common import (
     table,
     values,
 )
-from wavefront.cli._output import console, err_console, write_json
+from wavefront.cli._output import console, err_console, fail, write_json
 
 _FULL_HELP = ("On a CPU, run the full sweep: every non-slow correctness case in every dtype, every bench case "
               "compiled and counted (about 17 min and 7.5 GiB peak on 2 CPU cores). Default: the quick sweep, one "
@@ -134,8 +134,11 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
         if show:
             for line in bench_plan.describe():
                 err_console.print(line, soft_wrap=True, highlight=False)
-        with Bars(show) as bars:
-            result = job.run(request, bars.update, bench_plan)
+        try:
+            with Bars(show) as bars:
+                result = job.run(request, bars.update, bench_plan)
+        except KeyboardInterrupt:
+            fail("interrupted: the run stays marked incomplete in the store (the gate refuses it)", 130)
     if show:
         _summary(result)
     if json_out:

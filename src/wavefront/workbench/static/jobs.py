@@ -206,8 +206,8 @@ def roofline(request: RooflineRequest):
     if request.measured:
         try:
             times.update(rl.load_measured(request.measured))
-        except (OSError, ValueError, AttributeError) as exc:
-            raise RequestError("measured", str(exc)) from None
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            raise RequestError("measured", f"cannot read {request.measured}: {exc}") from None
     if request.store is not None:
         times.update(_store_times(request.store, request.run))
     matrix = (rl.matrix_ops_from_inspect(inspect_doc) if inspect_doc is not None
