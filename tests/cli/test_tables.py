@@ -66,3 +66,16 @@ def test_roofline_table_tells_cases_apart_and_hides_empty_columns(width):
     # No traffic document and no measured time: those columns are empty in every row, so hidden.
     assert "kernel us" not in text and "measured us" not in text and "% of roof" not in text
     assert max(len(line) for line in text.splitlines()) <= width
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_bench_prints_failures_whole(width):
+    """The bench summary's failure table: the case, the errors against their bounds, and why (markup-safe)."""
+    from wavefront.cli import bench as cli_bench
+    from wavefront.workbench.bench.correctness import CaseCheck, TensorCheck
+
+    bad = CaseCheck("linear_cross_entropy", "llama3-70b_128k_vocab", "", "bf16", "cpu", "cpu-interpreter",
+                    [TensorCheck("out0", "fwd", 1.234e-2, 1.0e-3, 2.5e-3, 10.0)])
+    broken = CaseCheck("softmax", "npow2", "", "fp16", "cpu", "cpu-interpreter", error="ValueError: shape [3] bad")
+    text = render(cli_bench._failures_table([bad, broken]), width)
+    assert "…" not in text and "1.23e-02" in text and "ValueError: shape [3] bad" in " ".join(text.split())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from wavefront.cli._common import (
     Bars,
@@ -66,7 +67,7 @@ def _failures_table(failures):
     for r in failures:
         fwd, bwd = r.worst("fwd"), r.worst("bwd")
         rows.append([f"{r.op}/{r.case}/{r.dtype}", fmt(fwd, "err_ours"), fmt(fwd, "bound"), fmt(bwd, "err_ours"),
-                     fmt(bwd, "bound"), r.error or "error above bound"])
+                     fmt(bwd, "bound"), escape(r.error) if r.error else "error above bound"])
     return table("correctness failures", ["case", "fwd err", "fwd bound", "bwd err", "bwd bound", "why"], rows,
                  numeric=["fwd err", "fwd bound", "bwd err", "bwd bound"], droppable=["fwd bound", "bwd bound"])
 
@@ -81,7 +82,7 @@ def _timing_summary(measurements, on_gpu: bool) -> None:
     errors = [m for m in bad if m.status == "error"]
     if errors:
         console.print(table("timing errors", ["item", "why"],
-                            [[f"{m.op}/{m.case}/{m.mode}/{m.provider}", m.reason] for m in errors]))
+                            [[f"{m.op}/{m.case}/{m.mode}/{m.provider}", escape(m.reason)] for m in errors]))
 
 
 def _summary(result) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from wavefront.cli._common import (
     ALL_TARGETS,
@@ -41,7 +42,7 @@ def inspect_table(report):
     for r in report.rows:
         name = f"{r.op} {r.mode} {r.case} {r.kernel}"
         if not r.ok:
-            rows.append([name, r.target, "-", "-", "-", "-", "-", "-", "-", f"[red]FAILED: {r.error}[/]"])
+            rows.append([name, r.target, "-", "-", "-", "-", "-", "-", "-", f"[red]FAILED: {escape(str(r.error))}[/]"])
             continue
         spill = f"[red]{r.spill_bytes}[/]" if r.spills else "0"
         ld = _bits(r.widest_load_bits) if r.widest_load_bits >= 128 else f"[yellow]{_bits(r.widest_load_bits)}[/]"
@@ -94,7 +95,7 @@ def traffic_table(report):
     for r in report.rows:
         dims = "x".join(str(v) for v in r.dims.values())
         if r.error:
-            rows.append([f"{r.op} {r.mode} {r.case}", dims, "-", "-", "-", "-", "-", f"[red]{r.error}[/]"])
+            rows.append([f"{r.op} {r.mode} {r.case}", dims, "-", "-", "-", "-", "-", f"[red]{escape(r.error)}[/]"])
             continue
         per_row = _ratio(r.marginal_ratio)
         if r.marginal_ratio is not None and r.marginal_ratio > 1.005:
