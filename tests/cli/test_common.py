@@ -60,3 +60,22 @@ def test_bench_help_states_the_full_sweep_cost_and_the_choices():
     assert r.exit_code == 0
     assert "--full" in text and "about 17 min and 7.5 GiB" in text
     assert "fwd|bwd|fwd_bwd" in text.replace(" ", "") or "[fwd|bwd|fwd_bwd]" in text
+
+
+def test_json_document_equals_the_library_call(tmp_path):
+    """`wavefront roofline --json -` is exactly what the documented Python call returns (docs/json/roofline.md)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from wavefront.cli import build_app
+    from wavefront.cli._output import _clean
+    from wavefront.workbench.static import jobs
+
+    inspect_doc = tmp_path / "inspect.json"
+    inspect_doc.write_text(json.dumps({"rows": [{"op": "softmax", "matrix_families": []}]}))
+    r = CliRunner().invoke(build_app(), ["roofline", "--device", "mi300x", "--op", "softmax", "--inspect",
+                                         str(inspect_doc), "--json", "-"])
+    assert r.exit_code == 0, r.output
+    doc = jobs.roofline(jobs.RooflineRequest(device="mi300x", ops=("softmax",), inspect=str(inspect_doc))).as_dict()
+    assert json.loads(r.stdout) == json.loads(json.dumps(_clean(doc)))
