@@ -31,7 +31,8 @@ def test_full_sweep_checks_every_non_slow_case():
 
 
 @pytest.mark.parametrize(("changes", "argument"), [
-    ({"case": ("no_such_case",)}, "case"), ({"op": ("nope",)}, "op"), ({"mode": ("up",)}, "mode"),
+    ({"case": ("no_such_case",)}, "case"), ({"case": ("llama3-8b_hidden",), "op": ("rms_norm",)}, "case"),
+    ({"op": ("nope",)}, "op"), ({"mode": ("up",)}, "mode"),
     ({"dtype": ("fp8",)}, "dtype"), ({"reps": 0}, "reps"), ({"device_model": "tpu"}, "device_model"),
     ({"inspect_targets": ("sm_75",)}, "inspect_targets"),
 ])

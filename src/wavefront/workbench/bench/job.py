@@ -248,8 +248,12 @@ def plan(request: BenchRequest) -> BenchPlan:
                             case_set="bench" if on_gpu else "small", case_names=request.case or None,
                             reps=request.reps, warmup=request.warmup, budget_s=request.budget_s)
         items = H.plan(cfg)
-    return BenchPlan(request, device, gpu, timing, _checks(request, device), modeled, items, cfg,
-                     () if on_gpu else targets, request.traffic and not on_gpu)
+    checks = _checks(request, device)
+    if request.case and not checks and not items:
+        raise RequestError("case", f"{', '.join(request.case)} names no correctness case of the selected ops "
+                                   "(bench cases are timed on a GPU, or on a CPU with cpu_timing): nothing would run")
+    return BenchPlan(request, device, gpu, timing, checks, modeled, items, cfg, () if on_gpu else targets,
+                     request.traffic and not on_gpu)
 
 
 def _open_store(request: BenchRequest):
