@@ -79,7 +79,7 @@ def test_compare_explains_runs_without_timings(tmp_path):
     with ResultStore(tmp_path / "s.sqlite") as st:
         st.save(StoredRun(info))
     result = compare.run(compare.CompareRequest("1", "1", store=str(tmp_path / "s.sqlite")))
-    assert not result.deltas and any("holds no timings" in n for n in result.notes)
+    assert not result.deltas and any("runs A and B hold no timings" in n for n in result.notes)
     assert json.loads(json.dumps(result.as_dict()))["schema"] == compare.SCHEMA
 
 
