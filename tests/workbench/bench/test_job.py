@@ -71,6 +71,20 @@ def test_interrupted_run_stays_marked_incomplete(tmp_path):
         job.run(req, interrupt)
     with ResultStore(store) as st:
         assert [r.extra["status"] for r in st.runs()] == ["complete", "incomplete"]
+        assert list(st.statuses().values()) == ["complete", "incomplete"], "the store's own run status"
+
+
+def test_static_documents_are_kept_with_the_run(tmp_path):
+    """The CPU job's traffic document goes into the store with its run, so `wavefront report` without
+    arguments still has the section."""
+    store = tmp_path / "s.sqlite"
+    req = job.BenchRequest(op=("softmax",), dtype=("fp32",), device="cpu", store=str(store),
+                           report=str(tmp_path / "r.html"), inspect_targets=(), traffic=True)
+    done = job.run(req)
+    with ResultStore(store) as st:
+        kept = st.documents(done.run_id)
+    assert set(kept) == {"traffic"}
+    assert {r["op"] for r in kept["traffic"][1]["rows"]} == {"softmax"}
 
 
 def test_compare_explains_runs_without_timings(tmp_path):

@@ -358,7 +358,7 @@ def run(request: BenchRequest, on_progress: ProgressFn | None = None, bench_plan
     store_path, st = _open_store(request)
     results: list = []
     with st:
-        run_id = st.add_run(info)
+        run_id = st.begin_run(info)  # the store marks it incomplete until finish_run (and on an exception)
         if p.checks:
             results = _correctness(p, progress)
             stored.correctness = [CorrectnessRow.from_check(r) for r in results]
@@ -367,8 +367,11 @@ def run(request: BenchRequest, on_progress: ProgressFn | None = None, bench_plan
             stored.measurements = _timing(p, st, info, progress)
         report_dir = Path(request.report or DEFAULT_REPORT).parent
         docs, skipped = _static_documents(p, report_dir, progress) if p.device == "cpu" else ({}, {})
+        for name, doc_path in docs.items():  # kept with the run, so `wavefront report` alone shows them
+            st.add_document(run_id, name, json.loads(Path(doc_path).read_text()))
         info.extra = {**info.extra, "status": STATUS_COMPLETE}
         st.update_run(info)
+        st.finish_run(run_id)
     report_path = None
     if request.report is not None:
         from wavefront.workbench.report import write_report
