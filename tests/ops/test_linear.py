@@ -18,7 +18,7 @@ from wavefront import ops, reference, runtime
 from wavefront.kernels import linear as kernels
 from wavefront.kernels._launch import launch, recording
 from wavefront.kernels._program_order import grouped_tile, xcd_remap
-from wavefront.kernels.matmul_config import GEMM_TABLES, gemm_candidates, gemm_config
+from wavefront.kernels.matmul_config import GEMM_TABLES, gemm_candidates, gemm_config, tma_capable, tma_config
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case
 from wavefront.workbench.correctness import check_case
@@ -74,7 +74,7 @@ def test_only_the_needed_products_run():
     with recording() as launches:
         ops.linear(x, w, b, activation="gelu").sum().backward()
     names = [(launch.name, launch.constexprs.get("ROWSUM")) for launch in launches]
-    assert names == [("_linear_fwd_kernel", None), ("_linear_bwd_kernel", False)]
+    assert names == [("_linear_fwd_tma_kernel", None), ("_linear_bwd_tma_kernel", False)]
     assert launches[0].constexprs["SAVE_GRAD"] is True
     assert w.grad is None
     with torch.no_grad(), recording() as launches:
@@ -105,9 +105,11 @@ def test_gpu_tile_shapes_under_the_interpreter(arch_name):
                                 matrix_instr_nonkdim=0, kpack=1)
     heavy = dataclasses.replace(gemm_config(300, 260, 100, torch.bfloat16, arch, heavy=True), waves_per_eu=0,
                                 matrix_instr_nonkdim=0, kpack=1)
-    y, g = kernels.linear_fwd(x, w, b, None, "gelu", True, arch=cpu, config=heavy)
-    y_plain, _ = kernels.linear_fwd(x, w, None, None, None, False, arch=cpu, config=light)
-    dx, dw, db = kernels.linear_bwd(dy, x, w, g, True, True, True, arch=cpu, config=heavy)
+    with recording() as launches:
+        y, g = kernels.linear_fwd(x, w, b, None, "gelu", True, arch=cpu, config=heavy, tma=False)
+        y_plain, _ = kernels.linear_fwd(x, w, None, None, None, False, arch=cpu, config=light, tma=False)
+        dx, dw, db = kernels.linear_bwd(dy, x, w, g, True, True, True, arch=cpu, config=heavy, tma=False)
+    assert all("tma" not in launch.name for launch in launches)
     x64, w64, b64 = (t.double().requires_grad_() for t in (x, w, b))
     y_ref = reference.linear(x64, w64, b64, "gelu")
     y_ref.backward(dy.double())
@@ -234,3 +236,150 @@ def test_torch_compile_inductor():
     torch.compile(f, fullgraph=True)(*comp_args).backward()
     for a, c in zip(eager_args, comp_args, strict=True):
         torch.testing.assert_close(a.grad, c.grad, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------
+# TMA persistent kernels (kernels/linear_tma.py) under the interpreter, and the vendor-BLAS provider rule.
+
+
+def _bf16_problem(M, N, K, seed=3):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=gen).bfloat16()
+    w = (torch.randn(N, K, generator=gen) * K ** -0.5).bfloat16()
+    b = torch.randn(N, generator=gen).bfloat16()
+    r = torch.randn(M, N, generator=gen).bfloat16()
+    dy = torch.randn(M, N, generator=gen).bfloat16()
+    return x, w, b, r, dy
+
+
+def _max_rel(got, want):
+    return float((got.double() - want).abs().max() / want.abs().max())
+
+
+def test_tma_tiles_under_the_interpreter():
+    """The Hopper TMA entries (sm_100's have the same tile shapes) (persistent, warp-specialized) on a 200 x 296 x 136 problem (ragged against the tiles;
+    rows stay 16-byte aligned for the descriptors):
+    fwd with gelu, bias and residual, and dx, dW, db with the dz prologue; the weight also as a transposed view
+    (B stored [K, N]: B_T). Each tensor within two bf16 ulps of the float64 result's largest magnitude."""
+    arch = runtime.get_arch("sm_90")
+    cpu = runtime.get_arch("cpu")
+    x, w, b, r, dy = _bf16_problem(200, 296, 136)
+    for weight in (w, w.t().contiguous().t()):
+        with recording() as launches:
+            y, g = kernels.linear_fwd(x, weight, b, r, "gelu", True, arch=cpu, tma=True,
+                                      config=tma_config(200, 296, 136, torch.bfloat16, arch, "epilogue"))
+            dx, dw, db = kernels.linear_bwd(dy, x, weight, g, True, True, True, arch=cpu, tma=True,
+                                            config=tma_config(200, 136, 296, torch.bfloat16, arch, "prologue"))
+        assert [launch.name for launch in launches] == ["_linear_fwd_tma_kernel"] + ["_linear_bwd_tma_kernel"] * 2
+        assert launches[0].constexprs["W_T"] == (weight.stride(0) == 1)
+        assert launches[2].constexprs["A_T"] and launches[2].constexprs["B_T"]  # dW reads dy^T and x^T in place
+        x64, w64, b64, r64 = (t.double().requires_grad_() for t in (x, w, b, r))
+        y_ref = reference.linear(x64, w64, b64, "gelu", r64)
+        y_ref.backward(dy.double())
+        eps = torch.finfo(torch.bfloat16).eps
+        for got, want in ((y, y_ref.detach()), (dx, x64.grad), (dw, w64.grad), (db, b64.grad)):
+            assert _max_rel(got, want) <= 2 * eps
+
+
+def test_tma_and_pointer_paths_agree_and_fall_back():
+    """Aligned operands take the TMA kernels, an unaligned row (K = 11: 22-byte rows) the pointer kernels; both
+    paths give the same numbers where both apply; tma=True on an unaligned operand is refused."""
+    x, w, b, r, dy = _bf16_problem(48, 40, 32)
+    outs = {}
+    for tma in (True, False):
+        with recording() as launches:
+            y, g = kernels.linear_fwd(x, w, b, r, "silu", True, tma=tma)
+            grads = kernels.linear_bwd(dy, x, w, g, True, True, True, tma=tma)
+        assert all(("tma" in launch.name) == tma for launch in launches)
+        outs[tma] = (y, g, *grads)
+    for a, c in zip(outs[True], outs[False], strict=True):
+        assert _max_rel(a, c.double()) <= torch.finfo(torch.bfloat16).eps
+    x11, w11, *_ = _bf16_problem(48, 40, 11)
+    with recording() as launches:
+        kernels.linear_fwd(x11, w11, None, None, None, False)
+    assert [launch.name for launch in launches] == ["_linear_fwd_kernel"]
+    with pytest.raises(ValueError, match="does not qualify for a tensor descriptor"):
+        kernels.linear_fwd(x11, w11, None, None, None, False, tma=True)
+
+
+@pytest.mark.parametrize("arch_name", ["sm_80", "sm_90", "sm_100", "gfx90a", "gfx942", "gfx1100", "cpu"])
+def test_tma_configs(arch_name):
+    arch = runtime.get_arch(arch_name)
+    kinds = ("light", "residual", "epilogue", "prologue")
+    if not tma_capable(arch):
+        assert all(tma_config(8192, 4096, 4096, torch.bfloat16, arch, k) is None for k in kinds)
+        return
+    for kind in kinds:
+        cfg = tma_config(8192, 4096, 4096, torch.bfloat16, arch, kind)
+        assert cfg.warp_specialize and cfg.reason
+        if arch.family == "nvidia":
+            # Triton 3.9's Hopper warp specializer acts only with num_warps=4 (one producer + two consumers).
+            assert cfg.num_warps == (4 if arch.name == "sm_90" else 8)
+            assert cfg.BLOCK_M == 128 and cfg.BLOCK_N >= 128
+            assert tma_config(16, 4096, 4096, torch.bfloat16, arch, kind) is None  # decode: pointer path
+            assert tma_config(8192, 4096, 4096, torch.float32, arch, kind).BLOCK_K == cfg.BLOCK_K // 2
+
+
+RULE = {  # (product, activation, bias, residual) -> provider on a GPU, from the stated rule
+    ("fwd", False, False, False): "vendor", ("fwd", False, True, False): "vendor",
+    ("fwd", False, False, True): "wavefront", ("fwd", True, False, False): "wavefront",
+    ("dx", False, True, True): "vendor", ("dx", True, False, False): "wavefront",
+    ("dw", False, False, True): "vendor", ("dw", False, True, False): "wavefront",
+    ("dw", True, False, False): "wavefront",
+}
+
+
+@pytest.mark.parametrize("arch_name", ["sm_80", "sm_90", "sm_100", "gfx90a", "gfx942", "gfx1100", "cpu"])
+def test_provider_rule(arch_name):
+    from wavefront.kernels.matmul_config import gemm_provider
+
+    arch = runtime.get_arch(arch_name)
+    for (product, act, bias, res), want in RULE.items():
+        choice = gemm_provider(product, arch, activation=act, bias=bias, residual=res)
+        assert choice.provider == ("wavefront" if arch.family == "cpu" else want), (product, act, bias, res)
+        assert len(choice.reason) > 20
+    with pytest.raises(ValueError, match="gemm product"):
+        gemm_provider("dq", arch, activation=False)
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx942"])
+@pytest.mark.parametrize(("activation", "bias", "residual"),
+                         [(None, False, False), (None, True, False), (None, False, True), ("gelu", True, False)])
+def test_auto_dispatch_follows_the_rule(target, activation, bias, residual):
+    """ops.linear on a GPU target (recorded, not run): our kernels exactly for the products the rule keeps;
+    provider="wavefront" launches all of them, provider="vendor" none."""
+    x, w, b, r, _ = (t.float() for t in _bf16_problem(64, 64, 32))  # every product has M >= 64 (TMA entries)
+    kwargs = dict(activation=activation, residual=r if residual else None)
+    want_fwd = activation is not None or residual
+    want_dx = activation is not None
+    want_dw = activation is not None or bias
+    for provider, expect in (("auto", (want_fwd, want_dx, want_dw)), ("wavefront", (True, True, True)),
+                             ("vendor", (False, False, False))):
+        leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+        with runtime.assume_target(target, 132), recording(execute=False) as launches:
+            y = ops.linear(leaves[0], leaves[1], leaves[2] if bias else None, provider=provider, **kwargs)
+            y.backward(torch.ones_like(y))
+        names = [(launch.name.replace("_tma", ""), launch.constexprs.get("ROWSUM")) for launch in launches]
+        expected = [name for name, on in ((("_linear_fwd_kernel", None), expect[0]),
+                                          (("_linear_bwd_kernel", False), expect[1]),
+                                          (("_linear_bwd_kernel", bias), expect[2])) if on]
+        assert names == expected, (provider, names)
+        assert all(("_tma" in launch.name) == (target == "sm_90") for launch in launches)
+        assert all(t.grad is not None for t in leaves[: 3 if bias else 2])
+
+
+@pytest.mark.parametrize("provider", ["vendor", "wavefront"])
+def test_forced_providers_match_the_reference(provider):
+    """Every product forced to one side, with an activation, bias and residual: fp32 against autograd of
+    the float64 reference."""
+    x, w, b, r = _leaves()
+    dy = torch.randn(24, 40)
+    with recording() as launches:
+        ops.linear(x, w, b, activation="gelu_tanh", residual=r, provider=provider).backward(dy)
+    assert (len(launches) == 0) == (provider == "vendor")
+    x2, w2, b2 = (t.detach().double().requires_grad_() for t in (x, w, b))
+    reference.linear(x2, w2, b2, "gelu_tanh", r.detach().double()).backward(dy.double())
+    for ours, ref in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
+        torch.testing.assert_close(ours.double(), ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="'provider' must be one of"):
+        ops.linear(x, w, provider="cublas")
