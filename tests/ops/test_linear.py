@@ -257,10 +257,10 @@ def _max_rel(got, want):
 
 
 def test_tma_tiles_under_the_interpreter():
-    """The Hopper TMA entries (sm_100's have the same tile shapes) (persistent, warp-specialized) on a 200 x 296 x 136 problem (ragged against the tiles;
-    rows stay 16-byte aligned for the descriptors):
-    fwd with gelu, bias and residual, and dx, dW, db with the dz prologue; the weight also as a transposed view
-    (B stored [K, N]: B_T). Each tensor within two bf16 ulps of the float64 result's largest magnitude."""
+    """The Hopper TMA entries (persistent, warp-specialized; sm_100's have the same tile shapes) on 200 x 296 x 136
+    (ragged against the tiles; rows 16-byte aligned for the descriptors): fwd with gelu, bias and residual, and
+    dx, dW, db with the dz prologue; the weight also as a transposed view (B stored [K, N]: B_T). Each tensor
+    within two bf16 ulps of the float64 result's largest magnitude."""
     arch = runtime.get_arch("sm_90")
     cpu = runtime.get_arch("cpu")
     x, w, b, r, dy = _bf16_problem(200, 296, 136)
@@ -383,3 +383,23 @@ def test_forced_providers_match_the_reference(provider):
         torch.testing.assert_close(ours.double(), ref, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="'provider' must be one of"):
         ops.linear(x, w, provider="cublas")
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_pretransposed_backward(monkeypatch, activation):
+    """The AMD CDNA backward (PRETRANSPOSE_FAMILIES) through the interpreter: dx reads a contiguous W^T, dW a
+    contiguous dz^T (formed in one pass) and x^T, so every operand's reduction dim is unit-stride; same numbers
+    as the in-place transposed views, dbias included."""
+    x, w, b, _, dy = _bf16_problem(40, 48, 24)
+    y, g = kernels.linear_fwd(x, w, b, None, activation, activation is not None)
+    want = kernels.linear_bwd(dy, x, w, g, True, True, True, tma=False)
+    monkeypatch.setattr(kernels, "PRETRANSPOSE_FAMILIES", ("cpu",))
+    with recording() as launches:
+        got = kernels.linear_bwd(dy, x, w, g, True, True, True, tma=False)
+    strides = [launch.args[:3] for launch in launches]
+    for a, _g, bmat in strides:
+        assert a.stride[1] == 1 and bmat.stride[1] == 1, strides  # reduction dim unit-stride for A and B
+    assert launches[1].constexprs["SCALE_A"] is False  # dz^T was formed before the dW product
+    for ours, ref in zip(got, want, strict=True):
+        assert ours.dtype == ref.dtype == torch.bfloat16
+        assert _max_rel(ours, ref.double()) <= torch.finfo(torch.bfloat16).eps

@@ -56,7 +56,7 @@ from wavefront.kernels import linear_tma
 from wavefront.kernels._launch import launch
 from wavefront.kernels._program_order import grouped_tile, xcd_remap
 from wavefront.kernels.linear_epilogue import activation_grad, apply_activation
-from wavefront.kernels.matmul_config import TileConfig, gemm_config, num_xcds, tma_config
+from wavefront.kernels.matmul_config import PRETRANSPOSE_FAMILIES, TileConfig, gemm_config, num_xcds, tma_config
 
 
 @triton.jit
@@ -318,16 +318,31 @@ def linear_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, g: torch
     arch = arch or runtime.arch(x.device)
     M, K = x.shape
     N = weight.shape[0]
+    pretranspose = arch.family in PRETRANSPOSE_FAMILIES
     dx = dw = db = None
     if needs_dx:
         # dx [M, K] = dz [M, N] @ (W^T [K, N])^T
         dx = torch.empty((M, K), dtype=x.dtype, device=x.device)
-        _bwd_product(dy, g, weight.t(), dx, None, arch, config, tma)
+        w_t = weight.t().contiguous() if pretranspose else weight.t()
+        _bwd_product(dy, g, w_t, dx, None, arch, config, tma)
     if needs_dw or has_bias:
         # dW [N, K] = dz^T [N, M] @ (x^T [K, M])^T; db = the row sums of dz^T, from the same pass.
         dw = torch.empty((N, K), dtype=weight.dtype, device=x.device)
-        db = torch.empty((N,), dtype=weight.dtype, device=x.device) if has_bias else None
-        _bwd_product(dy.t(), None if g is None else g.t(), x.t(), dw, db, arch, config, tma)
+        # dbias accumulates into fp32 and is rounded on the host: a 16-bit row-sum store would reach memory
+        # through a narrow (ds_write_b16 / ds_read_u16) shared-memory layout conversion on AMD.
+        db = torch.empty((N,), dtype=torch.float32, device=x.device) if has_bias else None
+        if pretranspose:
+            # One pass forms dz^T contiguous (the product rounded once, as the prologue rounds it).
+            dz_t = torch.empty((N, M), dtype=dy.dtype, device=dy.device)
+            if g is None:
+                dz_t.copy_(dy.t())
+            else:
+                torch.mul(dy.t(), g.t(), out=dz_t)
+            _bwd_product(dz_t, None, x.t().contiguous(), dw, db, arch, config, tma)
+        else:
+            _bwd_product(dy.t(), None if g is None else g.t(), x.t(), dw, db, arch, config, tma)
         if not needs_dw:
             dw = None
+        if db is not None:
+            db = db.to(weight.dtype)
     return dx, dw, db

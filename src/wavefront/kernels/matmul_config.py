@@ -248,6 +248,15 @@ GEMM_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
 }
 
 
+#: Families whose backward products take reduction-contiguous copies of their transposed operands (dx: W^T;
+#: dW: (dy * act'(z))^T formed in one pass, and x^T). Measured on gfx942 and gfx90a at bf16 with Triton 3.9: an
+#: operand whose reduction dim is strided reaches the MFMA through ds_read_u16 (dx: 32-80, dW: 96-97 per
+#: kernel, 16 MFMA against 48 ds_read_u16 per k-step), for every kpack, nonkdim and load orientation tried, the
+#: in-thread-transpose pass notwithstanding; with the copies every LDS read is ds_read_b128, as in the forward.
+#: The copies cost one pass over W (dx) and over dy, act'(z) and x (dW), against the product's 2 M N K FLOPs.
+PRETRANSPOSE_FAMILIES: tuple[str, ...] = ("amd-cdna",)
+
+
 def gemm_candidates(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, *, heavy: bool = False
                     ) -> list[TileConfig]:
     """Entries serving this M, most preferred first. heavy: the epilogue evaluates an activation and its
