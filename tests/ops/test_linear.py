@@ -403,3 +403,29 @@ def test_pretransposed_backward(monkeypatch, activation):
     for ours, ref in zip(got, want, strict=True):
         assert ours.dtype == ref.dtype == torch.bfloat16
         assert _max_rel(ours, ref.double()) <= torch.finfo(torch.bfloat16).eps
+
+
+def test_split_k_under_the_interpreter():
+    """Split-K through the TMA kernels (3 K slices over 13 k-steps: uneven slices) plus the reduction/epilogue
+    kernel: fwd with gelu, bias, residual, and dx, dW, db, the same numbers as without splitting."""
+    x, w, b, r, dy = _bf16_problem(40, 48, 200)
+    outs = {}
+    for splits in (1, 3):
+        with recording() as launches:
+            y, g = kernels.linear_fwd(x, w, b, r, "gelu", True, splits=splits)
+            grads = kernels.linear_bwd(dy, x, w, g, True, True, True, splits=splits)
+        assert all(launch.constexprs["SPLIT_K"] == splits for launch in launches)
+        assert sum(launch.name == "_splitk_epilogue_kernel" for launch in launches) == (3 if splits > 1 else 0)
+        outs[splits] = (y, g, *grads)
+    for a, c in zip(outs[3], outs[1], strict=True):
+        assert _max_rel(a, c.double()) <= torch.finfo(torch.bfloat16).eps
+
+
+def test_split_k_rule():
+    from wavefront.kernels.matmul_config import SPLIT_K_MAX, split_k
+
+    cfg = tma_config(8192, 4096, 4096, torch.bfloat16, runtime.get_arch("sm_90"), "epilogue")
+    assert split_k(8192, 4096, 4096, cfg, 132) == 1  # 2048 tiles fill the GPU
+    assert split_k(256, 1024, 8192, cfg, 132) == 8  # 16 tiles, 128 k-steps: 8 slices of 16 k-steps
+    assert split_k(256, 1024, 512, cfg, 132) == 1  # 8 k-steps: too short to split
+    assert split_k(128, 128, 1 << 20, cfg, 132) == SPLIT_K_MAX

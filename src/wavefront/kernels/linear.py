@@ -56,7 +56,15 @@ from wavefront.kernels import linear_tma
 from wavefront.kernels._launch import launch
 from wavefront.kernels._program_order import grouped_tile, xcd_remap
 from wavefront.kernels.linear_epilogue import activation_grad, apply_activation
-from wavefront.kernels.matmul_config import PRETRANSPOSE_FAMILIES, TileConfig, gemm_config, num_xcds, tma_config
+from wavefront.kernels.matmul_config import (
+    PRETRANSPOSE_FAMILIES,
+    SPLITK_EPILOGUE,
+    TileConfig,
+    gemm_config,
+    num_xcds,
+    split_k,
+    tma_config,
+)
 
 
 @triton.jit
@@ -218,14 +226,39 @@ def _tma_plan(M: int, N: int, K: int, dtype: torch.dtype, arch: runtime.Arch, co
     return config or cfg
 
 
-def _tma_launch(kernel, cfg: TileConfig, device, *, constexprs: dict, **named) -> None:
+def _tma_launch(kernel, cfg: TileConfig, device, splits: int | None, *, constexprs: dict,
+                **named) -> torch.Tensor | None:
+    """Launch a TMA kernel on a persistent grid of at most one program per SM. With split-K (forced `splits`
+    or the table's rule) returns the fp32 partials [SPLIT_K, M_pad, N] it wrote, else None."""
     _ensure_tma_allocator()
-    tiles = triton.cdiv(named["M"], cfg.BLOCK_M) * triton.cdiv(named["N"], cfg.BLOCK_N)
-    programs = min(tiles, runtime.sm_count(device))
+    M, N, K = named["M"], named["N"], named["K"]
+    n_sms = runtime.sm_count(device)
+    splits = splits or split_k(M, N, K, cfg, n_sms)
+    work = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N) * splits
+    programs = min(work, n_sms)
+    if splits > 1:
+        named["ws_ptr"] = torch.empty((splits, triton.cdiv(M, cfg.BLOCK_M) * cfg.BLOCK_M, N), dtype=torch.float32,
+                                      device=device)
     launch(kernel, (programs,),
-           constexprs=dict(constexprs, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
+           constexprs=dict(constexprs, SPLIT_K=splits, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
                            GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs, WARP_SPECIALIZE=cfg.warp_specialize),
            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, **named)
+    return named["ws_ptr"] if splits > 1 else None
+
+
+def _splitk_epilogue(ws: torch.Tensor, y: torch.Tensor, *, bias=None, residual=None, g=None, activation=None) -> None:
+    """y = act(sum over slices of ws + bias) + residual (and g = act'), from the split-K partials."""
+    splits, M_pad, N = ws.shape
+    M = y.shape[0]
+    cfg = SPLITK_EPILOGUE
+    launch(linear_tma._splitk_epilogue_kernel, (triton.cdiv(M, cfg.BLOCK_M), triton.cdiv(N, cfg.BLOCK_N)),
+           ws_ptr=ws, bias_ptr=bias, res_ptr=residual, y_ptr=y, g_ptr=g, M=M, N=N, M_pad=M_pad,
+           stride_r=residual.stride(0) if residual is not None else 0, stride_y=y.stride(0),
+           stride_g=g.stride(0) if g is not None else 0,
+           constexprs=dict(ACTIVATION=activation or "none", HAS_BIAS=bias is not None,
+                           HAS_RESIDUAL=residual is not None, SAVE_GRAD=g is not None, SPLIT_K=splits,
+                           BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N),
+           options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
 
 
 def _gemm_launch(kernel, dtype: torch.dtype, arch: runtime.Arch, config, heavy: bool, *, constexprs: dict,
@@ -241,8 +274,9 @@ def _gemm_launch(kernel, dtype: torch.dtype, arch: runtime.Arch, config, heavy: 
 
 def linear_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
                activation: str | None, save_grad: bool, *, arch: runtime.Arch | None = None,
-               config: TileConfig | None = None, tma: bool | None = None):
-    """Returns (y [M, N], g [M, N] or None): g = act'(z), written when save_grad (needs an activation)."""
+               config: TileConfig | None = None, tma: bool | None = None, splits: int | None = None):
+    """Returns (y [M, N], g [M, N] or None): g = act'(z), written when save_grad (needs an activation).
+    tma / splits force the path and the split-K count (tests); by default the config tables decide."""
     arch = arch or runtime.arch(x.device)
     M, K = x.shape
     N = weight.shape[0]
@@ -258,13 +292,15 @@ def linear_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     kind = "epilogue" if activation else "residual" if residual is not None else "light"
     cfg = _tma_plan(M, N, K, x.dtype, arch, config, kind, tma, layouts)
     if cfg is not None:
-        _tma_launch(
-            linear_tma._linear_fwd_tma_kernel, cfg, x.device,
-            x_ptr=x, w_ptr=weight, bias_ptr=bias, res_ptr=residual, y_ptr=y, g_ptr=g, M=M, N=N, K=K,
+        ws = _tma_launch(
+            linear_tma._linear_fwd_tma_kernel, cfg, x.device, splits,
+            x_ptr=x, w_ptr=weight, bias_ptr=bias, res_ptr=residual, y_ptr=y, g_ptr=g, ws_ptr=None, M=M, N=N, K=K,
             stride_x=x_l[1], stride_w=w_l[1], stride_r=residual.stride(0) if residual is not None else 0,
             stride_y=y.stride(0), stride_g=g.stride(0) if g is not None else 0,
             constexprs=dict(epilogue, W_T=w_l[0]),
         )
+        if ws is not None:
+            _splitk_epilogue(ws, y, bias=bias, residual=residual, g=g, activation=activation)
         return y, g
     _gemm_launch(
         _linear_fwd_kernel, x.dtype, arch, config, activation is not None or residual is not None,
@@ -280,7 +316,7 @@ def linear_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 
 def _bwd_product(a: torch.Tensor, g: torch.Tensor | None, b: torch.Tensor, c: torch.Tensor,
-                 rowsum: torch.Tensor | None, arch: runtime.Arch, config, tma) -> None:
+                 rowsum: torch.Tensor | None, arch: runtime.Arch, config, tma, splits) -> None:
     """c = (a * g) b^T for logical views a [M, K], g like a (or None), b [N, K]; rowsum = row sums of a * g."""
     M, K = a.shape
     N = b.shape[0]
@@ -291,12 +327,21 @@ def _bwd_product(a: torch.Tensor, g: torch.Tensor | None, b: torch.Tensor, c: to
     flags = dict(SCALE_A=g is not None, ROWSUM=rowsum is not None)
     cfg = _tma_plan(M, N, K, a.dtype, arch, config, "light" if g is None else "prologue", tma, layouts)
     if cfg is not None:
-        _tma_launch(
-            linear_tma._linear_bwd_tma_kernel, cfg, a.device,
-            a_ptr=a, g_ptr=g if g is not None else a, b_ptr=b, c_ptr=c, rowsum_ptr=rowsum, M=M, N=N, K=K,
+        n_splits = splits or split_k(M, N, K, cfg, runtime.sm_count(a.device))
+        partial_sums = None
+        if rowsum is not None and n_splits > 1:
+            partial_sums = torch.empty((n_splits, M), dtype=torch.float32, device=a.device)
+        ws = _tma_launch(
+            linear_tma._linear_bwd_tma_kernel, cfg, a.device, n_splits,
+            a_ptr=a, g_ptr=g if g is not None else a, b_ptr=b, c_ptr=c,
+            rowsum_ptr=rowsum if partial_sums is None else partial_sums, ws_ptr=None, M=M, N=N, K=K,
             stride_a=a_l[1], stride_g=g_l[1], stride_b=b_l[1], stride_c=c.stride(0),
             constexprs=dict(flags, A_T=a_l[0], B_T=b_l[0]),
         )
+        if ws is not None:
+            _splitk_epilogue(ws, c)
+        if partial_sums is not None:
+            torch.sum(partial_sums, 0, out=rowsum)
         return
     g_or_a = g if g is not None else a
     _gemm_launch(
@@ -310,7 +355,7 @@ def _bwd_product(a: torch.Tensor, g: torch.Tensor | None, b: torch.Tensor, c: to
 
 def linear_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, g: torch.Tensor | None, needs_dx: bool,
                needs_dw: bool, has_bias: bool, *, arch: runtime.Arch | None = None,
-               config: TileConfig | None = None, tma: bool | None = None):
+               config: TileConfig | None = None, tma: bool | None = None, splits: int | None = None):
     """Returns (dx [M, K] or None, dweight [N, K] or None, dbias [N] or None).
 
     dy: [M, N]; g: the saved act'(z) (None without an activation): dz = dy * g.
@@ -324,7 +369,7 @@ def linear_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, g: torch
         # dx [M, K] = dz [M, N] @ (W^T [K, N])^T
         dx = torch.empty((M, K), dtype=x.dtype, device=x.device)
         w_t = weight.t().contiguous() if pretranspose else weight.t()
-        _bwd_product(dy, g, w_t, dx, None, arch, config, tma)
+        _bwd_product(dy, g, w_t, dx, None, arch, config, tma, splits)
     if needs_dw or has_bias:
         # dW [N, K] = dz^T [N, M] @ (x^T [K, M])^T; db = the row sums of dz^T, from the same pass.
         dw = torch.empty((N, K), dtype=weight.dtype, device=x.device)
@@ -338,9 +383,9 @@ def linear_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, g: torch
                 dz_t.copy_(dy.t())
             else:
                 torch.mul(dy.t(), g.t(), out=dz_t)
-            _bwd_product(dz_t, None, x.t().contiguous(), dw, db, arch, config, tma)
+            _bwd_product(dz_t, None, x.t().contiguous(), dw, db, arch, config, tma, splits)
         else:
-            _bwd_product(dy.t(), None if g is None else g.t(), x.t(), dw, db, arch, config, tma)
+            _bwd_product(dy.t(), None if g is None else g.t(), x.t(), dw, db, arch, config, tma, splits)
         if not needs_dw:
             dw = None
         if db is not None:

@@ -349,6 +349,24 @@ TMA_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
 }
 
 
+#: Split-K (TMA kernels): used when the output's tiles fill less than half the SMs and each K slice keeps at
+#: least SPLIT_K_MIN_K_TILES k-steps (so the pipeline reaches steady state and the fp32 partials, 4 bytes per
+#: output element per slice written and read once, stay small against the slice's operand traffic).
+SPLIT_K_MIN_K_TILES = 8
+SPLIT_K_MAX = 16
+#: The split-K reduction + epilogue kernel: elementwise over [M, N], 64x64 tiles, 4 warps.
+SPLITK_EPILOGUE = _T(64, 64, 4, 1, "split-K reduction and epilogue: elementwise, 16 fp32 per thread per slice")
+
+
+def split_k(M: int, N: int, K: int, cfg: TileConfig, n_sms: int) -> int:
+    """How many K slices the TMA kernels split a product into (1: none)."""
+    tiles = -(-M // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
+    k_tiles = -(-K // cfg.BLOCK_K)
+    if 2 * tiles > n_sms:
+        return 1
+    return max(1, min(n_sms // tiles, k_tiles // SPLIT_K_MIN_K_TILES, SPLIT_K_MAX))
+
+
 def tma_capable(arch: Arch) -> bool:
     """Whether `arch` runs the TMA kernels (the interpreter does: tests exercise them on CPU)."""
     if arch.family == "cpu":
