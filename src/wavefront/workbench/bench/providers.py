@@ -6,7 +6,13 @@
   (``dynamic=False``): a training run has fixed shapes, and a dynamic-shape kernel would be an unfairly
   weak baseline. Each shape costs one compilation, paid in the warm-up;
 - ``liger``: Liger-Kernel, when it is installed (``pip install 'wavefront[liger]'``) and runs on the
-  device; ops map to its functions through :data:`LIGER`, the only per-op table in the harness.
+  device; ops map to its functions through :data:`LIGER`;
+- ``vendor``: the vendor BLAS (cuBLAS/cuBLASLt, hipBLASLt through torch.mm / torch.addmm) for every GEMM
+  product of ops that have one, with any epilogue as separate PyTorch ops: the op called with
+  ``provider="vendor"`` (:data:`VENDOR`). Beside ``wavefront`` (``provider="auto"``: the vendor where we fuse
+  nothing, our kernel where fusion saves a pass) it shows what the rule and the fusion gain.
+
+:data:`LIGER` and :data:`VENDOR` are the only per-op tables in the harness.
 
 A provider that cannot run an op says why (:class:`Unavailable`); the harness records the reason and
 goes on.
@@ -14,6 +20,7 @@ goes on.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +28,11 @@ from typing import Any
 
 import torch
 
-PROVIDERS: tuple[str, ...] = ("wavefront", "eager", "torch_compile", "liger")
-BASELINES: tuple[str, ...] = ("eager", "torch_compile", "liger")
+PROVIDERS: tuple[str, ...] = ("wavefront", "eager", "torch_compile", "liger", "vendor")
+BASELINES: tuple[str, ...] = ("eager", "torch_compile", "liger", "vendor")
+
+#: Ops whose function takes ``provider=`` ("auto" | "wavefront" | "vendor") to route their GEMM products.
+VENDOR: tuple[str, ...] = ("linear",)
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,10 @@ class ProviderSet:
             return spec.eager_fn
         if provider == "torch_compile":
             return torch.compile(spec.eager_fn, dynamic=False)
+        if provider == "vendor":
+            if spec.name not in VENDOR:
+                return Unavailable(f"{spec.name!r} has no vendor-BLAS path")
+            return functools.partial(spec.fn, provider="vendor")
         return self._liger(spec)
 
     def _liger(self, spec) -> Callable[..., Any] | Unavailable:
