@@ -430,18 +430,3 @@ def test_split_k_rule():
     assert split_k(256, 1024, 512, cfg, 132) == 1  # 8 k-steps: too short to split
     assert split_k(128, 128, 1 << 20, cfg, 132) == SPLIT_K_MAX
 
-
-def test_bench_vendor_provider():
-    """`wavefront bench` has a vendor-BLAS provider row for linear (the op with provider="vendor"), unavailable
-    elsewhere; it is also a baseline of the report's speedup table."""
-    from wavefront.workbench.bench.providers import BASELINES, PROVIDERS, ProviderSet, Unavailable
-
-    assert "vendor" in PROVIDERS and "vendor" in BASELINES
-    providers = ProviderSet(torch.device("cpu"))
-    vendor = providers.resolve("vendor", SPEC)
-    assert isinstance(providers.resolve("vendor", REGISTRY["rms_norm"]), Unavailable)
-    x, w, b, r = (t.detach() for t in _leaves())
-    with recording() as launches:
-        got = vendor(x, w, b, activation="silu", residual=r)
-    assert launches == []
-    torch.testing.assert_close(got, reference.linear(x, w, b, "silu", r), rtol=1e-5, atol=1e-5)
