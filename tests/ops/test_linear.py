@@ -430,3 +430,66 @@ def test_split_k_rule():
     assert split_k(256, 1024, 512, cfg, 132) == 1  # 8 k-steps: too short to split
     assert split_k(128, 128, 1 << 20, cfg, 132) == SPLIT_K_MAX
 
+
+
+# ---------------------------------------------------------------------------------------------------
+# Machine code of the new designs (compiled ahead of time in a subprocess without the interpreter).
+
+_CODE_SCRIPT = r"""
+import json, re, sys
+import torch
+from wavefront import runtime
+from wavefront.kernels import linear
+from wavefront.kernels._launch import recording
+from wavefront.workbench.inspect import job_for
+from wavefront.workbench.inspect_compile import compile_job
+
+target = sys.argv[1]
+bf16 = torch.bfloat16
+x, w, b = torch.empty(4096, 1024, dtype=bf16), torch.empty(2048, 1024, dtype=bf16), torch.empty(2048, dtype=bf16)
+r = torch.empty(4096, 2048, dtype=bf16)
+with runtime.assume_target(target, 132 if target.startswith("sm") else 304), recording(execute=False) as rec:
+    y, g = linear.linear_fwd(x, w, b, None, "gelu", True)
+    linear.linear_fwd(x, w, None, r, None, False)
+    linear.linear_bwd(y, x, w, g, True, True, True)
+rows = []
+for name, launch in zip(("fwd_gelu", "fwd_residual", "dx_prologue", "dw_prologue_bias"), rec):
+    res = compile_job(job_for(launch, target, keep_asm=True))
+    assert res.ok, res.error
+    text = res.asm.get("ptx", "") + res.asm.get("sass", "") + res.asm.get("amdgcn", "")
+    patterns = (("tma", r"cp\.async\.bulk\.tensor"), ("setmaxnreg", r"setmaxnreg"), ("ds_read_u16", r"ds_read_u16"),
+                ("ds_write_b16", r"ds_write_b16"), ("ds_read_u8", r"ds_read_u8"))
+    count = {k: len(re.findall(p, text)) for k, p in patterns}
+    rows.append(dict(product=name, kernel=launch.name, spill=res.code.spill_bytes, shared=res.shared_bytes, **count))
+print(json.dumps(rows))
+"""
+
+
+def _compiled(target: str) -> list[dict]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _CODE_SCRIPT, target], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["sm_90", "sm_100", "gfx90a", "gfx942"])
+def test_machine_code(target):
+    """sm_90/sm_100: every forward and backward product is the TMA kernel (bulk tensor copies) and warp-specialized
+    (setmaxnreg), fits shared memory and spills nothing. gfx90a/gfx942: no narrow LDS access (the backward reads
+    reduction-contiguous operands), no spills."""
+    rows = _compiled(target)
+    assert len(rows) == 4
+    arch = runtime.get_arch(target)
+    for row in rows:
+        assert row["spill"] == 0 and row["shared"] <= arch.shared_mem_per_block, row
+        if target.startswith("sm"):
+            assert "tma" in row["kernel"] and row["tma"] > 0 and row["setmaxnreg"] > 0, row
+        else:
+            assert row["ds_read_u16"] == row["ds_write_b16"] == row["ds_read_u8"] == 0, row
