@@ -62,17 +62,18 @@ from wavefront.kernels.matmul_config import (
     TileConfig,
     gemm_config,
     num_xcds,
+    persistent_programs,
     split_k,
     tma_config,
 )
 
 
 @triton.jit
-def _tile_offsets(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+def _tile_offsets(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
                   NUM_XCDS: tl.constexpr):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid = xcd_remap(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
+    pid = xcd_remap(tile, num_pid_m * num_pid_n, NUM_XCDS)
     pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -123,15 +124,12 @@ def _mainloop(a_ptr, g_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak
 
 
 @triton.jit
-def _linear_fwd_kernel(
-    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr,
-    M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn,
-    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr,
-    EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr,
-):
-    _, offs_m, offs_n = _tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
+def _fwd_tile(tile, x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+              stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn, ACTIVATION: tl.constexpr,
+              HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr, EVEN_K: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+              NUM_XCDS: tl.constexpr):
+    _, offs_m, offs_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
     acc, _ = _mainloop(x_ptr, x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_xk, 0, 0, stride_wn,
                        stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, False, False)
     rows = offs_m.to(tl.int64)[:, None]
@@ -149,15 +147,32 @@ def _linear_fwd_kernel(
 
 
 @triton.jit
-def _linear_bwd_kernel(
-    a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr,
+def _linear_fwd_kernel(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr,
     M, N, K,
-    stride_am, stride_ak, stride_gm, stride_gk, stride_bn, stride_bk, stride_cm, stride_cn,
-    SCALE_A: tl.constexpr, ROWSUM: tl.constexpr, EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_XCDS: tl.constexpr,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn,
+    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr,
+    EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
-    pid_n, offs_m, offs_n = _tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
+    """NUM_PROGRAMS 0: one tile per program; > 0: a persistent grid of NUM_PROGRAMS programs walking the tiles."""
+    if NUM_PROGRAMS == 0:
+        _fwd_tile(tl.program_id(0), x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, M, N, K, stride_xm, stride_xk,
+                  stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn, ACTIVATION,
+                  HAS_BIAS, HAS_RESIDUAL, SAVE_GRAD, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_XCDS)
+    else:
+        for tile in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), NUM_PROGRAMS):
+            _fwd_tile(tile, x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, M, N, K, stride_xm, stride_xk, stride_wn,
+                      stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn, ACTIVATION,
+                      HAS_BIAS, HAS_RESIDUAL, SAVE_GRAD, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_XCDS)
+
+
+@triton.jit
+def _bwd_tile(tile, a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr, M, N, K, stride_am, stride_ak, stride_gm, stride_gk,
+              stride_bn, stride_bk, stride_cm, stride_cn, SCALE_A: tl.constexpr, ROWSUM: tl.constexpr,
+              EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr):
+    pid_n, offs_m, offs_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
     acc, rowsum = _mainloop(a_ptr, g_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_gm,
                             stride_gk, stride_bn, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SCALE_A, ROWSUM)
     rows = offs_m.to(tl.int64)[:, None]
@@ -168,6 +183,27 @@ def _linear_bwd_kernel(
         # Every column of programs streams the whole of A; the first column's programs own the result.
         owned_rows = tl.where(pid_n == 0, M, 0)
         tl.store(rowsum_ptr + offs_m, rowsum.to(rowsum_ptr.dtype.element_ty), mask=offs_m < owned_rows)
+
+
+@triton.jit
+def _linear_bwd_kernel(
+    a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_gm, stride_gk, stride_bn, stride_bk, stride_cm, stride_cn,
+    SCALE_A: tl.constexpr, ROWSUM: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_XCDS: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+):
+    """NUM_PROGRAMS as in _linear_fwd_kernel."""
+    if NUM_PROGRAMS == 0:
+        _bwd_tile(tl.program_id(0), a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr, M, N, K, stride_am, stride_ak, stride_gm,
+                  stride_gk, stride_bn, stride_bk, stride_cm, stride_cn, SCALE_A, ROWSUM, EVEN_K, BLOCK_M, BLOCK_N,
+                  BLOCK_K, GROUP_M, NUM_XCDS)
+    else:
+        for tile in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), NUM_PROGRAMS):
+            _bwd_tile(tile, a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr, M, N, K, stride_am, stride_ak, stride_gm,
+                      stride_gk, stride_bn, stride_bk, stride_cm, stride_cn, SCALE_A, ROWSUM, EVEN_K, BLOCK_M,
+                      BLOCK_N, BLOCK_K, GROUP_M, NUM_XCDS)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -265,10 +301,12 @@ def _gemm_launch(kernel, dtype: torch.dtype, arch: runtime.Arch, config, heavy: 
                  **named) -> None:
     M, N, K = named["M"], named["N"], named["K"]
     cfg = config or gemm_config(M, N, K, dtype, arch, heavy=heavy)
-    grid = (triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N),)
-    launch(kernel, grid,
+    tiles = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N)
+    device = (named["x_ptr"] if "x_ptr" in named else named["a_ptr"]).device
+    programs = persistent_programs(tiles, cfg, arch, runtime.sm_count(device))
+    launch(kernel, (programs or tiles,),
            constexprs=dict(constexprs, EVEN_K=K % cfg.BLOCK_K == 0, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                           BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_XCDS=num_xcds(arch)),
+                           BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_XCDS=num_xcds(arch), NUM_PROGRAMS=programs),
            options=cfg.options(arch), **named)
 
 
