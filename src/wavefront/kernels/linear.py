@@ -43,6 +43,17 @@ Ragged shapes: rows and columns past M or N are read from wrapped indices (``% M
 mask, and masked only at the store; the K loop masks its last tile unless K is a multiple of BLOCK_K.
 Programs walk tiles in grouped order and, on MI300X, XCD-remapped order (kernels/_program_order.py).
 Row offsets are int64 before they multiply a stride.
+
+Which kernel runs each product (the launchers below):
+- sm_90 / sm_100 with descriptor-friendly operands (a unit-stride dim, 16-byte aligned rows): the persistent,
+  warp-specialized TMA kernels of kernels/linear_tma.py (with split-K for few tiles and a long K);
+- otherwise (sm_80, AMD, RDNA, unaligned operands, decode-sized M) the pointer kernels in this file; on AMD
+  CDNA they run a persistent grid sized to the CUs (matmul_config.PERSISTENT_FAMILIES), and the backward
+  products read reduction-contiguous copies of their transposed operands (PRETRANSPOSE_FAMILIES): MFMA
+  operands then come from LDS by ds_read_b128, never one bf16 at a time;
+- whether our kernel runs at all, or the vendor BLAS, is decided above this layer (ops/linear.py, by
+  matmul_config.gemm_provider).
+dbias is accumulated in fp32 and rounded on the host.
 """
 
 from __future__ import annotations
