@@ -496,15 +496,16 @@ def test_machine_code(target):
 
 
 def test_persistent_pointer_kernels(monkeypatch):
-    """The AMD CDNA persistent grid (PERSISTENT_FAMILIES) through the interpreter: 2 programs walk all the
-    tiles of every product; same numbers as one program per tile. The grid rule: CUs x resident programs."""
+    """The AMD CDNA persistent grid (PERSISTENT_PRODUCTS) through the interpreter: 2 programs walk all the
+    tiles of every product; same numbers as one program per tile. The grid rule: CUs x resident programs,
+    backward products only on CDNA."""
     from wavefront.kernels import matmul_config
     from wavefront.kernels.matmul_config import persistent_programs
 
     x, w, b, r, dy = _bf16_problem(100, 72, 40)
     want_y, want_g = kernels.linear_fwd(x, w, b, r, "gelu", True, tma=False)
     want = kernels.linear_bwd(dy, x, w, want_g, True, True, True, tma=False)
-    monkeypatch.setattr(matmul_config, "PERSISTENT_FAMILIES", ("cpu",))
+    monkeypatch.setattr(matmul_config, "PERSISTENT_PRODUCTS", {"cpu": ("fwd", "bwd")})
     with recording() as launches:
         y, g = kernels.linear_fwd(x, w, b, r, "gelu", True, tma=False)
         got = kernels.linear_bwd(dy, x, w, g, True, True, True, tma=False)
@@ -515,5 +516,6 @@ def test_persistent_pointer_kernels(monkeypatch):
     gfx942 = runtime.get_arch("gfx942")
     heavy = gemm_config(8192, 4096, 4096, torch.bfloat16, gfx942, heavy=True)  # 8 waves, waves_per_eu 2
     assert persistent_programs(2048, heavy, gfx942, 304) == 304  # one 8-wave program per CU, a multiple of 8 XCDs
+    assert persistent_programs(2048, heavy, gfx942, 304, "fwd") == 0
     assert persistent_programs(200, heavy, gfx942, 304) == 0  # fewer tiles than CUs: one program per tile
     assert persistent_programs(2048, heavy, runtime.get_arch("sm_80"), 108) == 0

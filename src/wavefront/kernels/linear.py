@@ -48,8 +48,8 @@ Which kernel runs each product (the launchers below):
 - sm_90 / sm_100 with descriptor-friendly operands (a unit-stride dim, 16-byte aligned rows): the persistent,
   warp-specialized TMA kernels of kernels/linear_tma.py (with split-K for few tiles and a long K);
 - otherwise (sm_80, AMD, RDNA, unaligned operands, decode-sized M) the pointer kernels in this file; on AMD
-  CDNA they run a persistent grid sized to the CUs (matmul_config.PERSISTENT_FAMILIES), and the backward
-  products read reduction-contiguous copies of their transposed operands (PRETRANSPOSE_FAMILIES): MFMA
+  CDNA the backward products run a persistent grid sized to the CUs (matmul_config.PERSISTENT_PRODUCTS) and
+  read reduction-contiguous copies of their transposed operands (PRETRANSPOSE_FAMILIES): MFMA
   operands then come from LDS by ds_read_b128, never one bf16 at a time;
 - whether our kernel runs at all, or the vendor BLAS, is decided above this layer (ops/linear.py, by
   matmul_config.gemm_provider).
@@ -314,7 +314,8 @@ def _gemm_launch(kernel, dtype: torch.dtype, arch: runtime.Arch, config, heavy: 
     cfg = config or gemm_config(M, N, K, dtype, arch, heavy=heavy)
     tiles = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N)
     device = (named["x_ptr"] if "x_ptr" in named else named["a_ptr"]).device
-    programs = persistent_programs(tiles, cfg, arch, runtime.sm_count(device))
+    product = "fwd" if kernel is _linear_fwd_kernel else "bwd"
+    programs = persistent_programs(tiles, cfg, arch, runtime.sm_count(device), product)
     launch(kernel, (programs or tiles,),
            constexprs=dict(constexprs, EVEN_K=K % cfg.BLOCK_K == 0, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                            BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_XCDS=num_xcds(arch), NUM_PROGRAMS=programs),

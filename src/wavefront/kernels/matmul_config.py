@@ -257,18 +257,20 @@ GEMM_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
 PRETRANSPOSE_FAMILIES: tuple[str, ...] = ("amd-cdna",)
 
 
-#: Families whose pointer-kernel GEMM runs a persistent grid: MI300X has 304 CUs in 8 XCDs; a grid of
+#: Pointer-kernel products that run a persistent grid, per family. MI300X has 304 CUs in 8 XCDs; a grid of
 #: (resident programs per CU) x CUs, a multiple of 8, keeps every program on one XCD for its whole life, and the
 #: XCD remap (kernels/_program_order.py) applied to the tile index hands each XCD a contiguous run of tiles,
 #: so A and B panels are reused in that XCD's L2. Resident programs per CU follow the entry's waves_per_eu
-#: (4 SIMDs x waves_per_eu waves / num_warps waves per program; 1 when unset).
-PERSISTENT_FAMILIES: tuple[str, ...] = ("amd-cdna",)
+#: (4 SIMDs x waves_per_eu waves / num_warps waves per program; 1 when unset). Backward products only: in the
+#: forward the tile loop lifts the silu epilogue from 111 to 130 VGPRs on gfx942 (bf16, compiled), past 128,
+#: halving resident waves (4 -> 2 per SIMD); the backward kernels keep their occupancy (gfx942: 2-4 per SIMD).
+PERSISTENT_PRODUCTS: dict[str, tuple[str, ...]] = {"amd-cdna": ("bwd",)}
 
 
-def persistent_programs(tiles: int, cfg: TileConfig, arch: Arch, n_cus: int) -> int:
-    """Programs of the pointer kernels' persistent grid, or 0 for one program per tile (other families, or
-    fewer tiles than the grid would hold)."""
-    if arch.family not in PERSISTENT_FAMILIES:
+def persistent_programs(tiles: int, cfg: TileConfig, arch: Arch, n_cus: int, product: str = "bwd") -> int:
+    """Programs of the pointer kernels' persistent grid for `product` ("fwd" or "bwd"), or 0 for one program
+    per tile (other families and products, or fewer tiles than the grid would hold)."""
+    if product not in PERSISTENT_PRODUCTS.get(arch.family, ()):
         return 0
     per_cu = max(1, (arch.simds_per_cu * cfg.waves_per_eu) // min(cfg.num_warps, arch.max_num_warps))
     programs = n_cus * per_cu
