@@ -8,7 +8,7 @@
 #      (torch.mm / addmm) and eager, at the bench shapes                                -> .sqlite, .peers.json
 #   4. every other op against eager, torch.compile and Liger-Kernel (budget BENCH_BUDGET_S) -> .sqlite, .json
 #   5. a training step of an 8B-shaped Llama: eager HF, torch.compile, Liger's patch, wavefront, same data
-#      (skipped with a note if the train verb does not take the --compare list)          -> .train.json
+#      (skipped with a note if the train verb rejects the --compare list)          -> .train.json
 #   6. the dashboard and the results document                                           -> .html, .results.json
 #
 #   OUT=/some/dir scripts/gpu_check.sh            # on the GPU machine
@@ -135,12 +135,12 @@ step timeout $((BENCH_BUDGET_S + 50)) "$PY" -m wavefront bench $others --provide
 bench_rc=$?
 
 say "training step, ${TRAIN_MODEL}-shaped Llama: eager, compile, liger, wavefront (limit ${TRAIN_LIMIT_S} s)"
-step timeout "$TRAIN_LIMIT_S" "$PY" -m wavefront train --compare eager,compile,liger,wavefront --preset "$TRAIN_MODEL" \
+step timeout "$TRAIN_LIMIT_S" "$PY" -m wavefront train --compare eager,compile,liger,wavefront --model "$TRAIN_MODEL" \
   --seq-len 2048 --global-batch 1 --micro-batch 1 --steps 4 --warmup-steps 2 --activation-checkpointing \
   --store "$stem.sqlite" --json "$stem.train.json"
 train_rc=$?
 if [[ $train_rc == 2 ]]; then
-  echo "train: the verb rejected the --compare list / --preset (not available in this checkout): skipped" | tee -a "$LOG"
+  echo "train: the verb rejected the --compare list / --model (not available in this checkout): skipped" | tee -a "$LOG"
   train_rc=0
 fi
 

@@ -38,7 +38,8 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert sorted(o.split()[0] for o in ops) == sorted(n for n in REGISTRY if n not in ("attention", "linear"))
     assert "--provider liger" in bench and f"--store {stem}.sqlite" in bench
     train = next(line for line in log.splitlines() if "-m wavefront train" in line)
-    assert "--compare eager,compile,liger,wavefront --preset llama3-8b" in train and f"{stem}.train.json" in train
+    assert "--compare eager,compile,liger,wavefront --model llama3-8b" in train and f"{stem}.train.json" in train
+    _assert_verb_parses(train.split("-m wavefront ", 1)[1])
     assert f"--export-json {stem}.results.json" in log
     # Every step that runs has a time limit, and the limits add up to less than 8 minutes.
     limits = [int(line.split("timeout ")[1].split()[0]) for line in log.splitlines() if line.startswith("+ timeout")]
@@ -54,3 +55,20 @@ def test_unknown_argument_is_one_clear_line(tmp_path):
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--bogus"], cwd=ROOT,
                           env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--bogus" in proc.stderr
+
+
+def _assert_verb_parses(command_line: str) -> None:
+    """The script's command line is one the CLI accepts: every option exists and every value parses (the
+    command is parsed by the real CLI, not run)."""
+    import shlex
+
+    import typer
+
+    from wavefront.cli import build_app
+
+    verb, *args = shlex.split(command_line)
+    group = typer.main.get_command(build_app())
+    ctx = group.make_context("wavefront", [verb, "--help"], resilient_parsing=True)
+    command = group.get_command(ctx, verb)
+    assert command is not None, verb
+    command.make_context(verb, args)  # raises click.UsageError / BadParameter on any unknown or bad option
