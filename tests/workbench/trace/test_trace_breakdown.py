@@ -6,7 +6,7 @@ import pytest
 
 from wavefront.workbench.trace import analyze, load_trace
 from wavefront.workbench.trace.breakdown import CATEGORIES, build_timeline, find_steps, step_breakdowns
-from wavefront.workbench.trace.synth import SynthTrace, planted_gpu_trace
+from wavefront.workbench.trace.testing import SynthTrace, planted_gpu_trace
 
 # Planted in synth.planted_gpu_trace, worked out by hand there (microseconds).
 STEP1 = {"compute": 400, "comm_overlapped": 100, "comm_exposed": 200, "memory": 50, "idle_host_bound": 200,

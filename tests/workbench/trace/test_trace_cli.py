@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from wavefront.cli import build_app
-from wavefront.workbench.trace.synth import planted_gpu_trace
+from wavefront.workbench.trace.testing import planted_gpu_trace
 
 runner = CliRunner()
 

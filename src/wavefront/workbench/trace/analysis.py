@@ -72,21 +72,44 @@ class TraceAnalysis:
                 "multirank": self.multirank.as_dict() if self.multirank else None}
 
 
+def _identity(args: dict | None) -> tuple | None:
+    """(process group, collective, sequence number) from record_param_comms args, when all are there."""
+    if not args:
+        return None
+    group = args.get("Process Group Name", args.get("pg_id"))
+    kind, seq = args.get("Collective name"), args.get("Seq")
+    if group is None or kind is None or seq is None:
+        return None
+    return (str(group), str(kind), int(seq) if str(seq).lstrip("-").isdigit() else str(seq))
+
+
 def _collectives(trace: Trace, classes) -> CollectiveInstances:
+    """The rank's collective instances: type, identity (from the kernel's own collective args, else its
+    launching op's), start and end."""
+    names = trace.names
     if len(trace.device):
         rows = np.flatnonzero((classes.cls == COMM) & (trace.device.kind == KIND_KERNEL))
-        keys = []
+        kinds, identities = [], []
         for row in rows.tolist():
             op = int(classes.op_row[row])
-            keys.append(trace.names[int(trace.cpu.name[op])] if op >= 0
-                        else family(trace.names[int(trace.device.name[row])]))
-        return CollectiveInstances(keys, trace.device.ts_ns[rows] / 1e3, trace.device.end_ns[rows] / 1e3)
+            args = trace.kernel_comm_args.get(int(trace.device.correlation[row]))
+            if args is None and op >= 0:
+                args = trace.op_comm_args.get(int(trace.cpu.external_id[op]))
+            identities.append(_identity(args))
+            if args and args.get("Collective name") is not None:
+                kinds.append(str(args["Collective name"]))
+            elif op >= 0 and names[int(trace.cpu.name[op])] != "record_param_comms":
+                kinds.append(names[int(trace.cpu.name[op])])
+            else:
+                kinds.append(family(names[int(trace.device.name[row])]))
+        return CollectiveInstances(kinds, identities, trace.device.ts_ns[rows], trace.device.end_ns[rows])
     comm = cpu_comm_rows(trace)
-    names = trace.names
     backend = np.array([names[i].startswith(_BACKEND_PREFIXES) for i in trace.cpu.name.tolist()], dtype=bool)
     rows = np.flatnonzero(comm & backend) if np.any(comm & backend) else np.flatnonzero(comm)
-    return CollectiveInstances([names[int(i)] for i in trace.cpu.name[rows].tolist()], trace.cpu.ts_ns[rows] / 1e3,
-                               trace.cpu.end_ns[rows] / 1e3)
+    ext = trace.cpu.external_id[rows].tolist()
+    return CollectiveInstances([names[int(i)] for i in trace.cpu.name[rows].tolist()],
+                               [_identity(trace.op_comm_args.get(int(x))) for x in ext], trace.cpu.ts_ns[rows],
+                               trace.cpu.end_ns[rows])
 
 
 def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 10.0, top: int = 20) -> RankAnalysis:
@@ -142,9 +165,16 @@ def analyze(paths: list[str | Path], *, device: str | None = None, short_us: flo
 
 
 def _multirank(ranks: list[RankAnalysis], align: str, warnings: list[str]) -> MultiRankReport | None:
+    ids = [r.rank for r in ranks]
+    sizes = {r.world_size for r in ranks if r.world_size is not None}
+    if len(sizes) > 1:
+        warnings.append(f"traces disagree on world_size: {sorted(sizes)}: they probably come from different runs")
+    elif sizes and next(iter(sizes)) > len(ranks):
+        given = sorted(i for i in ids if i is not None)
+        warnings.append(f"world_size is {next(iter(sizes))} but {len(ranks)} rank file(s) were given"
+                        + (f" (rank(s) {given})" if given else "") + ": the analysis covers only these ranks")
     if len(ranks) < 2:
         return None
-    ids = [r.rank for r in ranks]
     if None in ids:
         warnings.append("some traces carry no distributedInfo rank: ranks are numbered in file order")
         ids = list(range(len(ranks)))
@@ -152,18 +182,11 @@ def _multirank(ranks: list[RankAnalysis], align: str, warnings: list[str]) -> Mu
         dup = sorted({i for i in ids if ids.count(i) > 1})
         warnings.append(f"rank(s) {dup} appear in more than one file: multi-rank analysis skipped")
         return None
-    sizes = {r.path: r.world_size for r in ranks if r.world_size is not None}
-    if len(set(sizes.values())) > 1:
-        warnings.append(f"traces disagree on world_size: {sorted(set(sizes.values()))}")
-    elif sizes and next(iter(sizes.values())) != len(ranks):
-        warnings.append(f"world_size is {next(iter(sizes.values()))} but {len(ranks)} rank file(s) were given: "
-                        "the multi-rank analysis covers only these ranks")
     domains = {r.domain for r in ranks}
     if len(domains) > 1:
         warnings.append("some ranks have device events and some do not: multi-rank analysis skipped")
         return None
-    rank_steps = [RankSteps(rid, r.host, [(s.step, s.start_ns / 1e3, s.dur_us) for s in r.steps],
-                            r.collectives or CollectiveInstances([], np.zeros(0), np.zeros(0)))
+    rank_steps = [RankSteps(rid, r.host, [(s.step, s.start_ns, s.dur_ns) for s in r.steps],
+                            r.collectives or CollectiveInstances.empty())
                   for rid, r in zip(ids, ranks, strict=True)]
     return multirank(rank_steps, align)
-
