@@ -6,13 +6,10 @@ import pytest
 
 from wavefront.workbench.trace import analyze, load_trace
 from wavefront.workbench.trace.breakdown import CATEGORIES, build_timeline, find_steps, step_breakdowns
-from wavefront.workbench.trace.testing import SynthTrace, planted_gpu_trace
+from wavefront.workbench.trace.testing import PLANTED_STEP1_US, PLANTED_STEP2_US, SynthTrace, planted_gpu_trace
 
-# Planted in synth.planted_gpu_trace, worked out by hand there (microseconds).
-STEP1 = {"compute": 400, "comm_overlapped": 100, "comm_exposed": 200, "memory": 50, "idle_host_bound": 200,
-         "idle_other": 50}
-STEP2 = {"compute": 340, "comm_overlapped": 50, "comm_exposed": 200, "memory": 0, "idle_host_bound": 100,
-         "idle_other": 310}
+# Planted in testing.planted_gpu_trace, worked out by hand there (microseconds).
+STEP1, STEP2 = PLANTED_STEP1_US, PLANTED_STEP2_US
 
 
 def test_planted_steps_exact(planted_path):

@@ -167,6 +167,13 @@ class SynthTrace:
         return path
 
 
+# The breakdown of planted_gpu_trace's two steps, worked out by hand from its docstring (microseconds).
+PLANTED_STEP1_US = {"compute": 400, "comm_overlapped": 100, "comm_exposed": 200, "memory": 50, "idle_host_bound": 200,
+                    "idle_other": 50}
+PLANTED_STEP2_US = {"compute": 340, "comm_overlapped": 50, "comm_exposed": 200, "memory": 0, "idle_host_bound": 100,
+                    "idle_other": 310}
+
+
 def planted_gpu_trace(vendor: str = "nvidia", **kwargs) -> SynthTrace:
     """Two steps with planted overlaps and gaps (times relative to the trace base, microseconds).
 
