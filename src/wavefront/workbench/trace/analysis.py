@@ -1,9 +1,17 @@
 """One call from trace files to every analysis: :func:`analyze` returns a :class:`TraceAnalysis`
-(dataclasses; ``as_dict()`` is the ``wavefront.trace.analyze/1`` JSON document's body)."""
+(dataclasses) whose ``to_json()`` is the ``wavefront.trace.analyze/1`` document (:data:`SCHEMA`).
+
+Each file is parsed once. Ranks are analyzed in parallel processes (``workers``, default: the CPUs this
+process may use), each returning its :class:`RankAnalysis`; a single large uncompressed file is read in
+parallel byte ranges instead.
+"""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +25,7 @@ from wavefront.workbench.trace.breakdown import (
     find_steps,
 )
 from wavefront.workbench.trace.classify import COMM, classify_device, family
+from wavefront.workbench.trace.compat import hta_equivalent
 from wavefront.workbench.trace.kernels import KernelReport, family_time_by_step, kernel_table, roofline
 from wavefront.workbench.trace.launch import LaunchStats, launch_stats
 from wavefront.workbench.trace.load import TraceLoadError, load_trace
@@ -45,6 +54,7 @@ class RankAnalysis:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     collectives: CollectiveInstances | None = None
+    hta: dict | None = None  # HTA 0.5.0's definitions on this trace (hta_compatible=True, device traces)
 
     def totals(self) -> dict:
         """Breakdown categories summed over steps, and the step total."""
@@ -58,7 +68,8 @@ class RankAnalysis:
                 "domain": self.domain, "complete": self.complete, "n_events": self.n_events,
                 "notes": self.notes, "warnings": self.warnings, "classification": self.classification,
                 "steps": [s.as_dict() for s in self.steps], "totals": self.totals(),
-                "kernels": self.kernels.as_dict(), "launch": self.launch.as_dict() if self.launch else None}
+                "kernels": self.kernels.as_dict(), "launch": self.launch.as_dict() if self.launch else None,
+                "hta_equivalent": self.hta}
 
 
 @dataclass
@@ -66,10 +77,17 @@ class TraceAnalysis:
     ranks: list[RankAnalysis]
     multirank: MultiRankReport | None
     warnings: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    wall_s: float | None = None  # this analysis on this machine's CPU
+    annotation: dict | None = None  # what annotate_to wrote
 
     def as_dict(self) -> dict:
         return {"schema": SCHEMA, "warnings": self.warnings, "ranks": [r.as_dict() for r in self.ranks],
                 "multirank": self.multirank.as_dict() if self.multirank else None}
+
+    def to_json(self) -> dict:
+        """The ``wavefront.trace.analyze/1`` document (docs/json/trace.md)."""
+        return self.as_dict() | {"inputs": self.inputs, "analysis_wall_s": self.wall_s, "annotation": self.annotation}
 
 
 def _identity(args: dict | None) -> tuple | None:
@@ -112,8 +130,9 @@ def _collectives(trace: Trace, classes) -> CollectiveInstances:
                                trace.cpu.end_ns[rows])
 
 
-def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 10.0, top: int = 20) -> RankAnalysis:
-    """Every single-rank analysis of one loaded trace."""
+def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 10.0, top: int = 20,
+                  hta_compatible: bool = False) -> RankAnalysis:
+    """Every single-rank analysis of one loaded trace (with HTA's definitions too, on request)."""
     classes = classify_device(trace) if len(trace.device) else None
     timeline = build_timeline(trace, classes)
     steps, note = find_steps(trace)
@@ -134,34 +153,97 @@ def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 
     kinds = {KIND_NAMES[k]: int(n) for k, n in zip(*np.unique(trace.device.kind, return_counts=True), strict=True)}
     if kinds:
         notes.append("device events: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+    hta = None
+    if hta_compatible and classes is not None:
+        try:
+            hta = hta_equivalent(trace, classes)
+        except ValueError as exc:
+            notes.append(f"HTA-equivalent figures not computed: {exc}")
+    elif hta_compatible:
+        notes.append("HTA-equivalent figures need device events: none in this trace")
     return RankAnalysis(trace.path, trace.rank, trace.world_size, trace.meta.get("host_name"), trace.device_name,
                         timeline.domain, trace.complete, trace.n_events, breakdowns, kernels, launch, classification,
                         family_time_by_step(trace, steps), notes, list(trace.warnings),
-                        _collectives(trace, classes))
+                        _collectives(trace, classes), hta)
+
+
+@dataclass(frozen=True)
+class _Options:
+    device: str | None
+    short_us: float
+    top: int
+    hta_compatible: bool
+    range_workers: int
+
+
+def _analyze_file(path: str, opts: _Options) -> RankAnalysis | str:
+    """One rank, in a worker process: its analysis, or why it could not be read."""
+    try:
+        trace = load_trace(path, workers=opts.range_workers)
+    except (TraceLoadError, OSError) as exc:
+        return f"skipped {path}: {exc}"
+    return analyze_trace(trace, device=opts.device, short_us=opts.short_us, top=opts.top,
+                         hta_compatible=opts.hta_compatible)
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def analyze(paths: list[str | Path], *, device: str | None = None, short_us: float = 10.0, top: int = 20,
-            align: str = "auto", progress: Callable[[str, int, int], None] | None = None) -> TraceAnalysis:
+            align: str = "auto", workers: int | None = None, annotate_to: str | Path | None = None,
+            hta_compatible: bool = False, progress: Callable[[str, int, int], None] | None = None) -> TraceAnalysis:
     """Load and analyze one trace per rank. A file that cannot be read becomes a warning (the others are
-    still analyzed); TraceLoadError only when no file could be read at all."""
+    still analyzed); TraceLoadError only when no file could be read at all. ``annotate_to`` writes a copy
+    of the (single) trace with the analysis as extra tracks (:mod:`annotate`), from the same parse.
+    ``progress(path, bytes_done, bytes_total)`` reports each file."""
     if not paths:
         raise ValueError("paths: expected at least one trace file")
-    warnings: list[str] = []
-    ranks: list[RankAnalysis] = []
-    for path in paths:
-        try:
-            trace = load_trace(path, progress=(lambda done, total, p=str(path): progress(p, done, total))
-                               if progress else None)
-        except (TraceLoadError, OSError) as exc:
-            warnings.append(f"skipped {path}: {exc}")
-            continue
-        ranks.append(analyze_trace(trace, device=device, short_us=short_us, top=top))
-        del trace
+    if align not in ("auto", "ends", "none"):
+        raise ValueError(f"align must be 'auto', 'ends' or 'none', got {align!r}")
+    if annotate_to is not None and len(paths) != 1:
+        raise ValueError(f"annotate_to: takes exactly one trace file; got {len(paths)}")
+    t0 = time.perf_counter()
+    workers = max(1, workers or default_workers())
+    opts = _Options(device, short_us, top, hta_compatible, max(1, workers // len(paths)))
+    annotation = None
+    if annotate_to is not None:
+        from wavefront.workbench.trace.annotate import load_annotated
+
+        trace, annotation = load_annotated(paths[0], annotate_to)
+        outcomes: list[RankAnalysis | str] = [analyze_trace(trace, device=device, short_us=short_us, top=top,
+                                                            hta_compatible=hta_compatible)]
+    elif len(paths) == 1 or workers == 1:
+        outcomes = []
+        for p in paths:
+            outcomes.append(_analyze_file(str(p), opts))
+            _report(progress, p)
+    else:
+        from wavefront.workbench.trace.decode import pool_context
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=pool_context()) as pool:
+            futures = [pool.submit(_analyze_file, str(p), opts) for p in paths]
+            outcomes = []
+            for p, fut in zip(paths, futures, strict=True):
+                outcomes.append(fut.result())
+                _report(progress, p)
+    warnings = [o for o in outcomes if isinstance(o, str)]
+    ranks = [o for o in outcomes if isinstance(o, RankAnalysis)]
     if not ranks:
         if len(warnings) == 1:
             raise TraceLoadError(warnings[0].removeprefix(f"skipped {paths[0]}: "))
         raise TraceLoadError("no trace could be read: " + "; ".join(warnings))
-    return TraceAnalysis(ranks, _multirank(ranks, align, warnings), warnings)
+    mr = _multirank(ranks, align, warnings)
+    return TraceAnalysis(ranks, mr, warnings, [str(p) for p in paths], time.perf_counter() - t0, annotation)
+
+
+def _report(progress: Callable[[str, int, int], None] | None, path: str | Path) -> None:
+    if progress is not None:
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        progress(str(path), size, size)
 
 
 def _multirank(ranks: list[RankAnalysis], align: str, warnings: list[str]) -> MultiRankReport | None:

@@ -322,7 +322,7 @@ def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, ran
                       vendor: str = "nvidia", clock_offset_us: float = 0.0, whole_us: bool = False,
                       progress: Callable[[int, int], None] | None = None) -> dict:
     """Stream a realistic multi-step GPU trace of about ``target_bytes`` to ``path`` (Kineto's indented
-    layout). Each step: forward/backward CPU ops with shapes, their runtime launches and kernels on two
+    layout, near enough). Each step: forward/backward CPU ops with shapes, their runtime launches and kernels on two
     compute streams, an NCCL all-reduce overlapping the backward, a memcpy, launch gaps. Times have
     nanosecond resolution (three decimals, as Kineto writes), or whole microseconds with ``whole_us``.
     Returns counts."""
@@ -352,7 +352,8 @@ def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, ran
             for key in ("ts", "dur"):
                 if key in ev:
                     ev[key] = round(ev[key], digits) if digits else float(round(ev[key]))
-            text = ("" if n_events == 0 else ",\n") + json.dumps(ev, indent=2)
+            # the C encoder (indent= would use the pure-Python one), laid out about as Kineto indents
+            text = ("  " if n_events == 0 else ",\n  ") + json.dumps(ev, separators=(",\n    ", ": "))
             f.write(text)
             written += len(text)
             n_events += 1
