@@ -57,11 +57,14 @@ def _run_analysis(paths: list[Path], quiet: bool, **options):
 
     from wavefront.workbench.trace import TraceLoadError, analyze
 
+    # auto_refresh=False: no refresh thread while the analysis forks its worker processes
     with Progress(TextColumn("[bold]analyzing[/] {task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=err_console, disable=quiet or not err_console.is_terminal, transient=True) as progress:
+                  console=err_console, disable=quiet or not err_console.is_terminal, transient=True,
+                  auto_refresh=False) as progress:
         task = progress.add_task(f"{len(paths)} trace file(s)", total=len(paths))
+        progress.refresh()
         try:
-            return analyze(paths, progress=lambda *_: progress.advance(task), **options)
+            return analyze(paths, progress=lambda *_: progress.update(task, advance=1, refresh=True), **options)
         except (TraceLoadError, ValueError, OSError) as exc:
             _fail(str(exc))
 
@@ -77,7 +80,7 @@ def fit_table(spec, width: int) -> Table:
         return max(cells) if c.numeric else min(max(cells), 16)
 
     dropped = []
-    while sum(need(i) + 2 for i in cols) + 2 > width:
+    while sum(need(i) + 3 for i in cols) + 1 > width:  # a column: its text, padding both sides, a divider
         droppable = [i for i in cols if spec.columns[i].priority < 100]
         if not droppable:
             break
@@ -88,8 +91,9 @@ def fit_table(spec, width: int) -> Table:
     t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     for i in cols:
         c = spec.columns[i]
+        header = c.header if len(c.header) <= need(i) else c.header.replace(" ", "\n")  # headers wrap, numbers never
         if c.numeric:
-            t.add_column(c.header, justify="right", no_wrap=True, min_width=need(i))
+            t.add_column(header, justify="right", no_wrap=True, min_width=need(i))
         else:
             t.add_column(c.header, overflow="ellipsis", no_wrap=True, min_width=min(need(i), 12))
     for n, row in enumerate(spec.rows):

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,14 +223,7 @@ def analyze(paths: list[str | Path], *, device: str | None = None, short_us: flo
             outcomes.append(_analyze_file(str(p), opts))
             _report(progress, p)
     else:
-        from wavefront.workbench.trace.decode import pool_context
-
-        with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=pool_context()) as pool:
-            futures = [pool.submit(_analyze_file, str(p), opts) for p in paths]
-            outcomes = []
-            for p, fut in zip(paths, futures, strict=True):
-                outcomes.append(fut.result())
-                _report(progress, p)
+        outcomes = _in_pool(paths, opts, workers, progress)
     warnings = [o for o in outcomes if isinstance(o, str)]
     ranks = [o for o in outcomes if isinstance(o, RankAnalysis)]
     if not ranks:
@@ -238,6 +232,25 @@ def analyze(paths: list[str | Path], *, device: str | None = None, short_us: flo
         raise TraceLoadError("no trace could be read: " + "; ".join(warnings))
     mr = _multirank(ranks, align, warnings)
     return TraceAnalysis(ranks, mr, warnings, [str(p) for p in paths], time.perf_counter() - t0, annotation)
+
+
+def _in_pool(paths: list[str | Path], opts: _Options, workers: int,
+             progress: Callable[[str, int, int], None] | None) -> list[RankAnalysis | str]:
+    """One worker process per file (up to ``workers`` at once); if the pool breaks (a worker killed, out
+    of memory), the files are analyzed here one after the other."""
+    from wavefront.workbench.trace.decode import pool_context
+
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=pool_context()) as pool:
+            futures = [pool.submit(_analyze_file, str(p), opts) for p in paths]
+            outcomes = []
+            for p, fut in zip(paths, futures, strict=True):
+                outcomes.append(fut.result())
+                _report(progress, p)
+            return outcomes
+    except BrokenProcessPool:
+        serial = _Options(opts.device, opts.short_us, opts.top, opts.hta_compatible, 1)
+        return [_analyze_file(str(p), serial) for p in paths]
 
 
 def _report(progress: Callable[[str, int, int], None] | None, path: str | Path) -> None:

@@ -38,12 +38,14 @@ from wavefront.workbench.trace.events import (
     META_NAMES,
     RUNTIME_CATS,
     SYNC_CATS,
+    XLA_STEP_CAT,
     Parts,
     finish,
     int_ids,
+    xla_step_name,
 )
 from wavefront.workbench.trace.flops import SHAPED_OPS
-from wavefront.workbench.trace.model import NO_ID, OpShapes, Trace
+from wavefront.workbench.trace.model import KIND_KERNEL, NO_ID, OpShapes, Trace
 
 try:
     import msgspec
@@ -85,6 +87,9 @@ if msgspec is not None:
         rank: msgspec.Raw = msgspec.field(default=_NONE, name="Rank")
         name: Any = None  # process_name / thread_name metadata
         labels: Any = None  # process_labels metadata
+        hlo_op: Any = None  # an XLA op (jax.profiler)
+        device_ordinal: Any = None
+        step_num: Any = None  # jax.profiler.StepTraceAnnotation
 
     class _Event(msgspec.Struct, gc=False):
         ph: Any = None
@@ -142,13 +147,20 @@ class _Acc:
         rt = [e for e in x if e.cat in RUNTIME_CATS]
         cpu = [e for e in x if e.cat in CPU_CATS]
         p.n_sync += sum(1 for e in x if e.cat in SYNC_CATS)
-        if dev:
-            self._device(dev)
         if rt:
             args = [e.args or _EMPTY_ARGS for e in rt]
             self.put("rt", {"ts_ns": _ns([e.ts for e in rt]), "dur_ns": self._dur(rt), "name": self.names([e.name for e in rt]),
                             "tid": int_ids([e.tid for e in rt]), "correlation": self._ids([a.correlation for a in args]),
                             "external_id": self._ids([a.external_id for a in args])})
+        xla = [e for e in x if e.cat is None and e.args is not None]
+        if xla:
+            dev += [e for e in xla if e.args.hlo_op is not None]
+            steps = [e for e in xla if e.args.step_num is not None]
+            for e in steps:
+                e.name, e.cat = xla_step_name(e.args.step_num), XLA_STEP_CAT
+            cpu += steps
+        if dev:
+            self._device(dev)
         if cpu:
             self._cpu(cpu)
         flows = [e for e in events if e.ph == "f" and e.cat == "ac2g"]
@@ -181,8 +193,10 @@ class _Acc:
             if corr[row] != NO_ID:
                 self.parts.kernel_comm[int(corr[row])] = _comm(args[row])
         self.put("dev", {"ts_ns": _ns([e.ts for e in dev]), "dur_ns": self._dur(dev),
-                         "kind": [DEVICE_CATS[e.cat] for e in dev], "name": self.names([e.name for e in dev]),
-                         "device": int_ids([a.device if a.device is not None else e.pid
+                         "kind": [DEVICE_CATS.get(e.cat, KIND_KERNEL) for e in dev],
+                         "name": self.names([e.name for e in dev]),
+                         "device": int_ids([a.device if a.device is not None else a.device_ordinal
+                                            if a.device_ordinal is not None else e.pid
                                             for a, e in zip(args, dev, strict=True)]),
                          "stream": int_ids([a.stream if a.stream is not None else e.tid
                                             for a, e in zip(args, dev, strict=True)]),

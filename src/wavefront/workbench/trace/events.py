@@ -38,6 +38,14 @@ SYNC_CATS = frozenset({"cuda_sync"})
 COMM_ARG_KEYS = ("Collective name", "Process Group Name", "Process Group Description", "Process Group Ranks",
                  "pg_id", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Seq", "Rank")
 META_NAMES = frozenset({"process_name", "process_labels", "thread_name"})
+# jax.profiler (XLA) traces have no categories: an event whose args name an HLO op ("hlo_op") is device work
+# (a kernel of the XLA backend's executor: a GPU stream, or the CPU client's threads), and an event with a
+# "step_num" arg (jax.profiler.StepTraceAnnotation) marks step N, read as ProfilerStep#N.
+XLA_STEP_CAT = "user_annotation"
+
+
+def xla_step_name(step_num) -> str:
+    return f"ProfilerStep#{int(step_num)}"
 
 COLUMNS = {
     "dev": ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "has_coll", "pid",

@@ -35,12 +35,14 @@ from wavefront.workbench.trace.events import (
     META_NAMES,
     RUNTIME_CATS,
     SYNC_CATS,
+    XLA_STEP_CAT,
     Parts,
     finish,
     int_id,
+    xla_step_name,
 )
 from wavefront.workbench.trace.flops import SHAPED_OPS
-from wavefront.workbench.trace.model import NO_ID, OpShapes, Trace
+from wavefront.workbench.trace.model import KIND_KERNEL, NO_ID, OpShapes, Trace
 
 CHUNK_BYTES = 8 << 20
 # A single event larger than this is treated as corruption rather than read on forever.
@@ -182,12 +184,17 @@ def _handle(b: _Builder, e) -> None:
             args = e.get("args") or {}
             if not isinstance(args, dict):
                 raise TypeError("args")
+            name = e.get("name", "")
+            if cat is None and "hlo_op" in args:  # an XLA op (jax.profiler)
+                kind = KIND_KERNEL
+                args = {"device": args.get("device_ordinal", e.get("pid")), **args}
+            elif cat is None and "step_num" in args:
+                cat, name = XLA_STEP_CAT, xla_step_name(args["step_num"])
             if kind is None and cat not in RUNTIME_CATS and cat not in CPU_CATS:
                 if cat in SYNC_CATS:
                     p.n_sync += 1
                 return
             ts, dur = value_to_ns(e["ts"]), value_to_ns(e.get("dur", 0))
-            name = e.get("name", "")
             corr = int_id(args.get("correlation", NO_ID))
             ext = int_id(args.get("External id", NO_ID))
             if kind is not None:

@@ -108,14 +108,16 @@ def launch_lines(r: RankAnalysis) -> list[str]:
     if ls is None:
         return []
     d, o = ls.delay_us, ls.op_delay_us
+    short = (f"short kernels (< {ls.short_us:g} us): {ls.n_short}/{ls.n_kernels} ({100 * ls.short_count_fraction:.1f}% "
+             f"of kernels, {100 * ls.short_time_fraction:.1f}% of kernel time); unlinked device events: "
+             f"{ls.unlinked_device_events}")
+    if d.n == 0:  # no launch records (a jax.profiler trace): nothing to say about launches
+        return [short]
     lines = [f"launch delay (runtime call start -> first device start, {d.n} launches): median {d.p50:.1f} us, "
              f"p90 {d.p90:.1f} us, p99 {d.p99:.1f} us, max {d.max:.1f} us; {ls.n_graph_launches} graph launch(es) "
              f"running {ls.graph_kernels} kernel(s)",
              f"CPU op start -> its first device start ({o.n} op calls): median {o.p50:.1f} us, p90 {o.p90:.1f} us, "
-             f"max {o.max:.1f} us",
-             f"short kernels (< {ls.short_us:g} us): {ls.n_short}/{ls.n_kernels} ({100 * ls.short_count_fraction:.1f}% "
-             f"of kernels, {100 * ls.short_time_fraction:.1f}% of kernel time); unlinked device events: "
-             f"{ls.unlinked_device_events}"]
+             f"max {o.max:.1f} us", short]
     if ls.per_step:
         mean_launch = sum(s.launch_cpu_us for s in ls.per_step) / len(ls.per_step)
         mean_sync = sum(s.sync_cpu_us for s in ls.per_step) / len(ls.per_step)
