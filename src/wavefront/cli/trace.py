@@ -124,8 +124,8 @@ def analyze_cmd(
     top: Annotated[int, typer.Option(min=1, help="Rows per kernel table.")] = 15,
     align: Annotated[Align, typer.Option(help="Clock alignment across ranks.")] = Align.auto,
     workers: Annotated[int | None, typer.Option(min=1, help="Processes (default: the CPUs available).")] = None,
-    hta_compatible: Annotated[bool, typer.Option("--hta-compatible", help="Also report Holistic Trace Analysis "
-                                                 "0.5.0's temporal breakdown and overlap, by its definitions.")] = False,
+    hta_compatible: Annotated[bool, typer.Option("--hta-compatible", help="Also report HTA 0.5.0's temporal "
+                                                 "breakdown and overlap, by its definitions.")] = False,
     figures_out: Annotated[str | None, typer.Option("--figures", help="Write dashboard figure specs (JSON).")] = None,
     annotate_out: Annotated[str | None, typer.Option("--annotate", help="Write a copy of the (single) trace with "
                                                      "the analysis as extra tracks, for Perfetto.")] = None,

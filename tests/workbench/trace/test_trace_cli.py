@@ -76,7 +76,8 @@ def test_bad_input_is_one_line(tmp_path, content, message):
 
 def test_bad_options(tmp_path):
     p = planted_gpu_trace().write(tmp_path / "p.json")
-    for args, message in ((["--align", "sideways"], "'sideways' is not one of"), (["--top", "0"], "greater than or equal to 1")):
+    for args, message in ((["--align", "sideways"], "'sideways' is not one of"),
+                          (["--top", "0"], "greater than or equal to 1")):
         res = _run("analyze", p, *args)
         assert res.exit_code == 2 and message in " ".join(res.output.replace("│", " ").split())
     empty = tmp_path / "empty"

@@ -260,17 +260,18 @@ def _report(progress: Callable[[str, int, int], None] | None, path: str | Path) 
 
 
 def _multirank(ranks: list[RankAnalysis], align: str, warnings: list[str]) -> MultiRankReport | None:
-    ids = [r.rank for r in ranks]
+    given_ids = [r.rank for r in ranks]
     sizes = {r.world_size for r in ranks if r.world_size is not None}
     if len(sizes) > 1:
         warnings.append(f"traces disagree on world_size: {sorted(sizes)}: they probably come from different runs")
     elif sizes and next(iter(sizes)) > len(ranks):
-        given = sorted(i for i in ids if i is not None)
+        given = sorted(i for i in given_ids if i is not None)
         warnings.append(f"world_size is {next(iter(sizes))} but {len(ranks)} rank file(s) were given"
                         + (f" (rank(s) {given})" if given else "") + ": the analysis covers only these ranks")
     if len(ranks) < 2:
         return None
-    if None in ids:
+    ids = [i for i in given_ids if i is not None]
+    if len(ids) != len(given_ids):
         warnings.append("some traces carry no distributedInfo rank: ranks are numbered in file order")
         ids = list(range(len(ranks)))
     if len(set(ids)) != len(ids):

@@ -50,7 +50,7 @@ from wavefront.workbench.trace.model import KIND_KERNEL, NO_ID, OpShapes, Trace
 try:
     import msgspec
 except ImportError:  # the streaming reader serves
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]
 
 RANGE_BYTES = 48 << 20
 # A file is read in parallel byte ranges when it is uncompressed and at least this large.
@@ -149,8 +149,9 @@ class _Acc:
         p.n_sync += sum(1 for e in x if e.cat in SYNC_CATS)
         if rt:
             args = [e.args or _EMPTY_ARGS for e in rt]
-            self.put("rt", {"ts_ns": _ns([e.ts for e in rt]), "dur_ns": self._dur(rt), "name": self.names([e.name for e in rt]),
-                            "tid": int_ids([e.tid for e in rt]), "correlation": self._ids([a.correlation for a in args]),
+            self.put("rt", {"ts_ns": _ns([e.ts for e in rt]), "dur_ns": self._dur(rt),
+                            "name": self.names([e.name for e in rt]), "tid": int_ids([e.tid for e in rt]),
+                            "correlation": self._ids([a.correlation for a in args]),
                             "external_id": self._ids([a.external_id for a in args])})
         xla = [e for e in x if e.cat is None and e.args is not None]
         if xla:
@@ -238,6 +239,7 @@ class _Acc:
 
 def _decode_range(acc: _Acc, data: bytes | memoryview) -> None:
     """Events of one cut range given with its brackets: ``[`` whole events separated by commas ``]``."""
+    events: list | None = None
     try:
         events = _EVENTS.decode(data)
         acc.add(events)
@@ -267,12 +269,17 @@ def _head(data: bytes) -> tuple[int, dict]:
     return m.end(), meta
 
 
+def _skip(ws: re.Pattern, s: str, pos: int) -> int:
+    m = ws.match(s, pos)
+    return m.end() if m is not None else pos
+
+
 def _tail(acc: _Acc, text: bytes, meta: dict) -> None:
     """The last events (after the last cut), the array's end and the top-level keys after it."""
     s = text.decode("utf-8")
     dec = json.JSONDecoder()
     ws = re.compile(r"[ \t\r\n,]*")
-    pos = ws.match(s, 0).end()
+    pos = _skip(ws, s, 0)
     events = []
     while pos < len(s) and s[pos] != "]":
         try:
@@ -280,7 +287,7 @@ def _tail(acc: _Acc, text: bytes, meta: dict) -> None:
             events.append(_ONE_EVENT.decode(s[pos:end].encode()))
         except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
             raise FastPathFailed("the last events do not decode") from None
-        pos = ws.match(s, end).end()
+        pos = _skip(ws, s, end)
     if pos >= len(s):
         raise FastPathFailed("the traceEvents array is not closed")
     acc.add(events)
@@ -294,7 +301,7 @@ def _tail(acc: _Acc, text: bytes, meta: dict) -> None:
     meta.update({k: v for k, v in extra.items() if k != "traceEvents"})
 
 
-def _last_cut(buf: bytes, lo: int, hi: int) -> tuple[int, int] | None:
+def _last_cut(buf: bytes | bytearray, lo: int, hi: int) -> tuple[int, int] | None:
     """The last candidate cut in ``buf[lo:hi]``: (just after its ``}``, at its ``{``), or None."""
     window = 1 << 16
     while True:

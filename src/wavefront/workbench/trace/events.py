@@ -158,7 +158,8 @@ def finish(parts: Parts, path: Path, meta: dict, warnings: list[str], complete: 
     meta["thread_labels"] = parts.meta_events
     return Trace(path=str(path), names=parts.names, device=device, runtime=runtime, cpu=cpu, shapes=parts.shapes,
                  op_comm_args=parts.op_comm, kernel_comm_args=parts.kernel_comm, n_sync_events=parts.n_sync,
-                 n_events=parts.n_events, n_malformed=parts.n_malformed, meta=meta, warnings=warnings, complete=complete, bytes_read=nbytes)
+                 n_events=parts.n_events, n_malformed=parts.n_malformed, meta=meta, warnings=warnings,
+                 complete=complete, bytes_read=nbytes)
 
 
 def _link_flows(device: Columns, flow: Columns) -> None:

@@ -180,7 +180,7 @@ def _handle(b: _Builder, e) -> None:
         ph = e.get("ph")
         if ph == "X":
             cat = e.get("cat")
-            kind = DEVICE_CATS.get(cat)
+            kind = DEVICE_CATS.get(cat) if isinstance(cat, str) else None
             args = e.get("args") or {}
             if not isinstance(args, dict):
                 raise TypeError("args")
@@ -222,7 +222,7 @@ def _handle(b: _Builder, e) -> None:
                 if "Collective name" in args:
                     p.op_comm[ext] = _comm_args(args)
                 b.row("cpu", {"ts_ns": ts, "dur_ns": dur, "name": b.intern(name), "tid": int_id(e.get("tid")),
-                              "cat": CPU_CATS[cat], "external_id": ext, "shape": shape,
+                              "cat": CPU_CATS[str(cat)], "external_id": ext, "shape": shape,
                               "pid": int_id(e.get("pid"))})
         elif ph == "f" and e.get("cat") == "ac2g":
             b.row("flow", {"pid": int_id(e.get("pid")), "tid": int_id(e.get("tid")), "ts_ns": value_to_ns(e["ts"]),
@@ -249,7 +249,7 @@ def _add_events(reader: _Reader, b: _Builder, raw_sink: Callable[[str], None] | 
         buf, pos = reader.buf, reader.pos
         n = len(buf)
         while True:
-            pos = ws_comma(buf, pos).end()
+            pos = ws_comma(buf, pos).end()  # type: ignore[union-attr]  # [ws,]* always matches
             if pos >= n or buf[pos] == "]":
                 break
             try:

@@ -3,8 +3,8 @@
 A Kineto/Chrome trace is a list of events; the loader keeps only the fields the analyses read, in numpy
 columns (one row per event, names interned into ``Trace.names``), so a multi-GB trace fits in memory.
 Times are integer nanoseconds on the trace's own clock, read exactly from the decimal text of ``ts`` (in
-microseconds, at any magnitude: see :mod:`wavefront.workbench.trace.clock`), so interval sums are exact; ``end_ns = ts_ns + dur_ns``. Results are reported in
-microseconds.
+microseconds, at any magnitude: see :mod:`wavefront.workbench.trace.clock`), so interval sums are exact;
+``end_ns = ts_ns + dur_ns``. Results are reported in microseconds.
 
 Tables:
 - ``device``: work on the GPU: kernels, memcpy, memset (``kind``), with device, stream, correlation id

@@ -114,6 +114,8 @@ def _by_identity(ranks: list[RankSteps], warnings: list[str]) -> list[Instance]:
     for r in ranks:
         c = r.collectives
         for ident, s, e in zip(c.identities, c.start_ns.tolist(), c.end_ns.tolist(), strict=True):
+            if ident is None:
+                continue
             inst = by_id.setdefault(ident, {})
             if r.rank in inst:
                 s0, e0 = inst[r.rank]

@@ -58,7 +58,8 @@ def breakdown_table(r: RankAnalysis) -> Table:
              for c in CATEGORIES]
     t = Table("step breakdown, ms (the six pieces sum to the step time)", cols)
     for s in r.steps:
-        t.rows.append([str(s.step if s.step is not None else "all"), _ms(s.dur_us), *[_ms(s.us(c)) for c in CATEGORIES]])
+        step = str(s.step if s.step is not None else "all")
+        t.rows.append([step, _ms(s.dur_us), *[_ms(s.us(c)) for c in CATEGORIES]])
     if len(r.steps) > 1:
         t.bold_rows.add(len(t.rows))
         t.rows.append(["total", _ms(totals["step_us"]), *[_ms(totals[f"{c}_us"]) for c in CATEGORIES]])
@@ -121,7 +122,8 @@ def launch_lines(r: RankAnalysis) -> list[str]:
     if ls.per_step:
         mean_launch = sum(s.launch_cpu_us for s in ls.per_step) / len(ls.per_step)
         mean_sync = sum(s.sync_cpu_us for s in ls.per_step) / len(ls.per_step)
-        lines.append(f"CPU time per step in launch APIs: {mean_launch:,.1f} us (mean), in sync APIs: {mean_sync:,.1f} us")
+        lines.append(f"CPU time per step in launch APIs: {mean_launch:,.1f} us (mean), in sync APIs: "
+                     f"{mean_sync:,.1f} us")
     return lines
 
 
@@ -188,7 +190,8 @@ def diff_table(result: TraceDiff) -> Table:
     t = Table(f"B vs A per step ({result.n_steps_a} steps in A, {result.n_steps_b} in B; ratio = median B / median A)",
               cols)
     for r in result.rows:
-        t.rows.append([r.kind, r.key, _ms(r.median_a_us), _ms(r.median_b_us), "-" if r.ratio is None else f"{r.ratio:.3f}",
+        t.rows.append([r.kind, r.key, _ms(r.median_a_us), _ms(r.median_b_us),
+                       "-" if r.ratio is None else f"{r.ratio:.3f}",
                        "-" if r.ci_low is None else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]",
                        "-" if r.p_value is None else f"{r.p_value:.2g}", r.verdict, r.note or ""])
     return t

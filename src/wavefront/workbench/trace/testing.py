@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
+Num = float | int | Decimal  # a time in microseconds; Decimal keeps an epoch-scale clock exact
+
 VENDORS = {
     "nvidia": {"launch": "cudaLaunchKernel", "graph": "cudaGraphLaunch", "memcpy": "cudaMemcpyAsync",
                "memset": "cudaMemsetAsync", "sync": "cudaStreamSynchronize", "device": "NVIDIA H100 80GB HBM3",
@@ -39,7 +41,7 @@ class SynthTrace:
 
     def __init__(self, *, vendor: str = "nvidia", rank: int | None = None, world_size: int | None = None,
                  host: str = "synth-host", device_name: str | None = None, pid: int = 4242, tid: int = 4242,
-                 base_us: float | int | str = 1_000_000, cpu_only: bool = False, whole_us: bool = False):
+                 base_us: Num | str = 1_000_000, cpu_only: bool = False, whole_us: bool = False):
         if vendor not in VENDORS:
             raise ValueError(f"vendor must be one of {sorted(VENDORS)}, got {vendor!r}")
         self.v = VENDORS[vendor]
@@ -57,11 +59,11 @@ class SynthTrace:
         self._next_ext = 1
         self._next_corr = 1
 
-    def _t(self, t: float) -> Decimal:
+    def _t(self, t: Num) -> Decimal:
         return self.base + Decimal(repr(t) if isinstance(t, float) else str(t))
 
     @staticmethod
-    def _dur(d: float) -> Decimal:
+    def _dur(d: Num) -> Decimal:
         return Decimal(repr(d) if isinstance(d, float) else str(d))
 
     def _number(self, value: Decimal) -> str:
@@ -72,12 +74,12 @@ class SynthTrace:
             return str(int(value))
         return f"{value.quantize(Decimal('0.001')):f}"
 
-    def op(self, name: str, ts: float, dur: float, *, tid: int | None = None, dims: list | None = None,
+    def op(self, name: str, ts: Num, dur: Num, *, tid: int | None = None, dims: list | None = None,
            types: list | None = None, cat: str = "cpu_op", args: dict | None = None) -> int:
         """A CPU op (or user annotation); returns its External id."""
         ext = self._next_ext
         self._next_ext += 1
-        a = {"External id": ext, "Record function id": 0}
+        a: dict = {"External id": ext, "Record function id": 0}
         if dims is not None:
             a["Input Dims"], a["Input type"] = dims, types or []
         a.update(args or {})
@@ -85,10 +87,10 @@ class SynthTrace:
                             "ts": self._t(ts), "dur": self._dur(dur), "args": a})
         return ext
 
-    def step(self, n: int, ts: float, dur: float) -> None:
+    def step(self, n: int, ts: Num, dur: Num) -> None:
         self.op(f"ProfilerStep#{n}", ts, dur, cat="user_annotation")
 
-    def runtime(self, name: str, ts: float, dur: float, *, ext: int | None = None, corr: int | None = None) -> None:
+    def runtime(self, name: str, ts: Num, dur: Num, *, ext: int | None = None, corr: int | None = None) -> None:
         args: dict = {"cbid": 0}
         if ext is not None:
             args["External id"] = ext
@@ -97,7 +99,7 @@ class SynthTrace:
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": self.pid, "tid": self.tid,
                             "ts": self._t(ts), "dur": self._dur(dur), "args": args})
 
-    def _device(self, cat: str, name: str, ts: float, dur: float, stream: int, corr: int, ext: int | None,
+    def _device(self, cat: str, name: str, ts: Num, dur: Num, stream: int, corr: int, ext: int | None,
                 extra: dict | None) -> None:
         args = {"External id": ext if ext is not None else 0, "device": 0, "stream": stream, "correlation": corr}
         args.update(extra or {})
@@ -106,7 +108,7 @@ class SynthTrace:
         self.events.append({"ph": "f", "id": corr, "pid": 0, "tid": stream, "ts": self._t(ts), "cat": "ac2g",
                             "name": "ac2g", "bp": "e"})
 
-    def launch(self, name: str, ts: float, dur: float, *, launch_ts: float, launch_dur: float = 5.0,
+    def launch(self, name: str, ts: Num, dur: Num, *, launch_ts: Num, launch_dur: Num = 5.0,
                stream: int = 7, op: int | None = None, api: str | None = None, cat: str = "kernel",
                extra: dict | None = None) -> int:
         """One device event launched by one runtime call; returns the correlation id."""
@@ -119,8 +121,8 @@ class SynthTrace:
         self._device(cat, name, ts, dur, stream, corr, op, extra)
         return corr
 
-    def graph_launch(self, kernels: list[tuple[str, float, float, int]], *, launch_ts: float,
-                     launch_dur: float = 8.0, op: int | None = None) -> int:
+    def graph_launch(self, kernels: list[tuple[str, Num, Num, int]], *, launch_ts: Num,
+                     launch_dur: Num = 8.0, op: int | None = None) -> int:
         """A CUDA/HIP graph launch: one runtime call, every kernel sharing its correlation id."""
         corr = self._next_corr
         self._next_corr += 1
@@ -129,7 +131,7 @@ class SynthTrace:
             self._device("kernel", name, ts, dur, stream, corr, op, None)
         return corr
 
-    def sync_event(self, ts: float, dur: float, stream: int = 7) -> None:
+    def sync_event(self, ts: Num, dur: Num, stream: int = 7) -> None:
         """A GPU-side synchronization record (cat cuda_sync): not device work."""
         self.events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": stream,
                             "ts": self._t(ts), "dur": self._dur(dur), "args": {"stream": stream, "device": 0}})
@@ -291,7 +293,8 @@ def fsdp_ranks(n_ranks: int = 4, *, n_steps: int = 3, n_layers: int = 4, seed: i
         for i in range(n_layers):
             for kind, planned, stream in (("_allgather_base", 1_000_000 + 1_000_000 * i, 20),
                                           ("reduce_scatter_tensor", 1_100_000 + 1_000_000 * i, 24)):
-                arrive = {r: step0 + planned + rng.randrange(0, 400_000 // n_ranks) * n_ranks + r for r in range(n_ranks)}
+                late = [rng.randrange(0, 400_000 // n_ranks) * n_ranks + r for r in range(n_ranks)]  # distinct
+                arrive = {r: step0 + planned + late[r] for r in range(n_ranks)}
                 end = max(arrive.values()) + 200_000
                 latest = max(arrive, key=lambda r: arrive[r])
                 last[latest] += 1
