@@ -70,32 +70,39 @@ def _run_analysis(paths: list[Path], quiet: bool, **options):
 
 
 def fit_table(spec, width: int) -> Table:
-    """A rich table of a report table that never cuts a number: the least useful columns are dropped
-    whole until the numbers fit ``width`` (names may be shortened with an ellipsis)."""
+    """A rich table of a report table that never cuts a number: every numeric column gets the width of its
+    widest cell; the least useful columns are dropped whole until that fits ``width``; text columns share
+    what is left (at least 8 characters, names shortened with an ellipsis)."""
     cols = list(range(len(spec.columns)))
 
-    def need(i: int) -> int:
+    def full(i: int) -> int:
         c = spec.columns[i]
-        cells = [len(row[i]) for row in spec.rows] + [max(map(len, c.header.split()), default=0)]
-        return max(cells) if c.numeric else min(max(cells), 16)
+        return max([len(row[i]) for row in spec.rows] + [max(map(len, c.header.split()), default=0)])
+
+    def least(i: int) -> int:
+        return full(i) if spec.columns[i].numeric else min(full(i), 8)
 
     dropped = []
-    while sum(need(i) + 3 for i in cols) + 1 > width:  # a column: its text, padding both sides, a divider
+    while sum(least(i) for i in cols) + 3 * len(cols) + 1 > width:  # text, padding, divider per column
         droppable = [i for i in cols if spec.columns[i].priority < 100]
         if not droppable:
             break
         worst = min(droppable, key=lambda i: spec.columns[i].priority)
         cols.remove(worst)
         dropped.append(spec.columns[worst].header)
+    widths = {i: least(i) for i in cols}
+    spare = width - sum(widths.values()) - 3 * len(cols) - 1
+    for i in cols:  # text columns grow to their content, left to right, while room is left
+        grow = min(max(0, spare), full(i) - widths[i])
+        widths[i] += grow
+        spare -= grow
     title = spec.title + (f" [dim](not shown at this width: {', '.join(dropped)}; see --json)[/]" if dropped else "")
     t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     for i in cols:
         c = spec.columns[i]
-        header = c.header if len(c.header) <= need(i) else c.header.replace(" ", "\n")  # headers wrap, numbers never
-        if c.numeric:
-            t.add_column(header, justify="right", no_wrap=True, min_width=need(i))
-        else:
-            t.add_column(c.header, overflow="ellipsis", no_wrap=True, min_width=min(need(i), 12))
+        header = c.header if len(c.header) <= widths[i] else c.header.replace(" ", "\n")  # headers wrap
+        t.add_column(header, justify="right" if c.numeric else "left", no_wrap=True, overflow="ellipsis",
+                     width=widths[i])
     for n, row in enumerate(spec.rows):
         t.add_row(*[escape(row[i]) for i in cols], style="bold" if n in spec.bold_rows else None)
     return t

@@ -92,7 +92,7 @@ def kernel_tables(r: RankAnalysis, top: int) -> list[Table]:
 def roofline_table(r: RankAnalysis, top: int) -> Table | None:
     if not r.kernels.roofline:
         return None
-    cols = [Column("op", numeric=False), Column("shapes", numeric=False, priority=1),
+    cols = [Column("op", numeric=False), Column("shapes", priority=1),  # shapes are numbers: shown whole or not
             Column("dtype", numeric=False, priority=2), Column("count", priority=3), Column("median us"),
             Column("GFLOP", priority=5), Column("MB", priority=4), Column("FLOP/B", priority=6), Column("TFLOP/s"),
             Column("% of roof"), Column("bound", numeric=False, priority=7)]
