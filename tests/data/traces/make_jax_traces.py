@@ -25,7 +25,7 @@ WORKER = """
 import sys
 import jax
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(coordinator_address="localhost:%d", num_processes=2, process_id=int(sys.argv[1]))
+jax.distributed.initialize(coordinator_address="localhost:PORT", num_processes=2, process_id=int(sys.argv[1]))
 import jax.numpy as jnp
 
 def loss(w, x, y):
@@ -47,7 +47,7 @@ with jax.profiler.trace(sys.argv[2]):
         with jax.profiler.StepTraceAnnotation("train", step_num=i):
             w, value = train_step(w, x, y)
             value.block_until_ready()
-""" % PORT
+""".replace("PORT", str(PORT))
 
 
 def main() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -150,42 +151,58 @@ def _cli(*args, columns: int = 100):
                           timeout=120)
 
 
-def test_analyze_without_torch_and_one_line_errors(tmp_path):
+def test_analyze_without_torch(tmp_path):
     p = planted_gpu_trace().write(tmp_path / "p.json")
     ok = _cli("analyze", p, "--json", "-")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["ranks"][0]["totals"]["step_us"] == 2000.0
+    (tmp_path / "numbers.json").write_text("[1,2,3]")
+    bad = _cli("analyze", tmp_path / "numbers.json")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "holds no usable event" in bad.stderr
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "ends early (truncated)"),  # cut before the first event
+    ("[1,2,3]", "holds no usable event (3 malformed)"),
+    ('{"traceEvents": []}', "holds no events"),
+])
+def test_files_without_events_are_one_line_errors(tmp_path, content, message):
     text = planted_gpu_trace().text()
-    bad = {"truncated.json": text[: text.index('"traceEvents"') + 40], "numbers.json": "[1,2,3]",
-           "empty.json": '{"traceEvents": []}'}
-    for name, content in bad.items():
-        (tmp_path / name).write_text(content)
-        res = _cli("analyze", tmp_path / name)
-        assert res.returncode == 2, (name, res.stdout)
-        assert res.stderr.startswith("error:") and res.stderr.count("\n") == 1, (name, res.stderr)
-        assert "Traceback" not in res.stderr and name in res.stderr
+    p = tmp_path / "bad.json"
+    p.write_text(content if content is not None else text[: text.index('"traceEvents"') + 40])
+    res = _run("analyze", p)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error:") and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert message in res.stderr and "bad.json" in res.stderr
 
 
 @pytest.mark.parametrize("columns", [80, 120])
-def test_tables_never_cut_a_number(tmp_path, data_dir, columns):
+def test_tables_never_cut_a_number(tmp_path, data_dir, monkeypatch, columns):
+    from rich.console import Console
+
+    import wavefront.cli.trace as cli_trace
+
     p = planted_gpu_trace().write(tmp_path / "p.json")
     for args in ([p], [data_dir / "gloo_rank0.json.gz", data_dir / "gloo_rank1.json.gz"]):
-        res = _cli("analyze", *args, "--top", "5", columns=columns)
-        assert res.returncode == 0, res.stderr
-        lines = res.stdout.splitlines()
+        out = io.StringIO()
+        monkeypatch.setattr(cli_trace, "console", Console(file=out, width=columns, color_system=None))
+        res = _run("analyze", *args, "--top", "5")
+        assert res.exit_code == 0, res.output
+        lines = out.getvalue().splitlines()
         assert max(len(line) for line in lines) <= columns
         assert not any(re.search(r"(^|\s)[-\d.,%]+…", line) for line in lines)  # no number cut short
         for rank in analyze(args).ranks:
             for step in rank.steps:  # every step time is printed whole
-                assert f"{step.dur_us / 1e3:,.3f}" in res.stdout
+                assert f"{step.dur_us / 1e3:,.3f}" in out.getvalue()
 
 
 def test_single_trace_heading_and_cpu_op_table_once(data_dir):
-    res = _cli("analyze", data_dir / "cpu_train_h64.json.gz", "--top", "3")
-    assert res.returncode == 0, res.stderr
-    assert "rank ?" not in res.stdout and "trace  cpu_train_h64.json.gz" in res.stdout
-    assert res.stdout.count("CPU operator families by total time") == 1
-    assert res.stdout.count("top-level CPU operators by total time") <= 1
+    res = _run("analyze", data_dir / "cpu_train_h64.json.gz", "--top", "3")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "rank ?" not in text and "trace cpu_train_h64.json.gz" in text
+    assert text.count("CPU operator families by total time") == 1
+    assert text.count("top-level CPU operators by total time") <= 1
 
 
 def test_hta_compatible(tmp_path):
