@@ -23,6 +23,7 @@ import re
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -454,7 +455,7 @@ def load_fast(path: Path, *, progress: Callable[[int, int], None] | None = None,
             parts, meta = _read_parallel(path, workers)
         else:
             parts, meta, size = _read_serial(path, progress)
-    except FastPathFailed:
+    except (FastPathFailed, BrokenProcessPool):  # damage, an odd file, or a worker lost (memory)
         return None
     finally:
         if gc_was_enabled:
