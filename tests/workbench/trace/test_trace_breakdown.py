@@ -73,3 +73,20 @@ def test_analysis_totals_are_sums_of_steps(planted_path):
     assert totals["step_us"] == 2000
     assert totals["compute_us"] == 740 and totals["idle_other_us"] == 360
     assert sum(totals[f"{c}_us"] for c in CATEGORIES) == pytest.approx(totals["step_us"], abs=1e-9)
+
+
+def test_all_steps_at_once_equals_step_by_step(tmp_path, data_dir):
+    """Timeline.breakdowns (prefix sums over the whole timeline) gives the same integers as breakdown()
+    per step, on planted, generated, FSDP-like and real (CPU, gloo, jax) traces."""
+    from wavefront.workbench.trace.testing import fsdp_ranks, write_large_trace
+
+    write_large_trace(tmp_path / "large.json", 300_000, seed=4)
+    paths = [planted_gpu_trace().write(tmp_path / "p.json"), fsdp_ranks(2).traces[1].write(tmp_path / "f.json"),
+             tmp_path / "large.json", data_dir / "cpu_train_h64.json.gz", data_dir / "gloo_rank1.json.gz",
+             data_dir / "jax_cpu" / "rank0" / "plugins" / "profile" / "run" / "host.trace.json.gz"]
+    for path in paths:
+        trace = load_trace(path)
+        timeline = build_timeline(trace)
+        steps, _ = find_steps(trace)
+        assert len(steps) > 0
+        assert timeline.breakdowns(steps) == [timeline.breakdown(s) for s in steps], path

@@ -140,7 +140,7 @@ def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 
     notes = [note] if note else []
     if timeline.domain == "cpu":
         notes.append("no device events (CPU-only trace): the breakdown is of CPU operators across threads")
-    breakdowns = [timeline.breakdown(s) for s in steps]
+    breakdowns = timeline.breakdowns(steps)
     kernels = kernel_table(trace, classes, top=top)
     launch = None
     if classes is not None:
