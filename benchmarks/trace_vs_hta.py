@@ -1,21 +1,24 @@
-"""`wavefront trace` against Holistic Trace Analysis (HTA) on the same synthetic Kineto traces, in one run.
+"""`wavefront trace analyze` against Holistic Trace Analysis (HTA 0.5.0) on the same synthetic multi-rank
+Kineto traces, in one run, each measured as a whole process tree.
 
-    PYTHONPATH=src python benchmarks/trace_vs_hta.py                 # 20 MB, 200 MB, 1 GB
-    PYTHONPATH=src python benchmarks/trace_vs_hta.py --sizes-mb 20   # quick
+    PYTHONPATH=src python benchmarks/trace_vs_hta.py                       # 2 ranks x 200 MB and 2 x 1 GB
+    PYTHONPATH=src python benchmarks/trace_vs_hta.py --sizes-mb 20         # quick
+    PYTHONPATH=src python benchmarks/trace_vs_hta.py --hta-sizes-mb 200    # HTA only where it fits in memory
 
-For each size it writes one rank's trace (synth.write_large_trace: Kineto's indented layout, ns
-timestamps, NCCL all-reduce overlapping compute, launches, memcpy) and, in separate processes so that
-nothing is shared:
+For each size it writes one trace per rank (``trace.testing.write_large_trace``: Kineto's layout, ns
+timestamps, NCCL all-reduce overlapping compute, launches, memcpy; 2 ranks by default) into one
+directory, then runs, each in its own process tree:
 
-- ours: ``load_trace`` + ``analyze_trace`` (every analysis: breakdown, kernel table, roofline, launch
-  stats) + ``compat.hta_equivalent`` (HTA's definitions on our classification);
-- HTA 0.5.0: ``TraceAnalysis`` (parse) + ``get_temporal_breakdown`` + ``get_comm_comp_overlap``, with its
-  default JSON parser and with ``IJSON_BATCH_AND_COMPRESS``, its documented choice for big traces.
+- ours: the CLI, ``python -m wavefront.cli.trace analyze DIR --json OUT`` (every analysis: breakdown,
+  kernel tables, roofline, launch statistics, multi-rank), torch never imported, ranks in parallel;
+- HTA: ``TraceAnalysis(trace_dir=DIR)`` (parses every rank) + ``get_temporal_breakdown`` +
+  ``get_comm_comp_overlap``, with its default JSON parser.
 
-Each process is timed (wall and CPU seconds) and its peak memory is the largest resident set size of
-its process tree, sampled every 0.1 s (a process that passes ``--mem-cap-gb`` is killed and recorded
-as such). Agreement compares HTA's numbers with ours under HTA's definitions and rounding. These are
-CPU timings of CPU software on this machine; the load average at each run is recorded beside it.
+Per run: wall seconds, CPU seconds (user + sys) of the whole process tree (``RUSAGE_CHILDREN`` around
+the run: every worker process is counted once it is reaped), and the peak resident memory of the tree,
+sampled every 0.1 s (a run above ``--mem-cap-gb`` is killed and recorded as such). Agreement compares
+HTA's numbers with ``--hta-compatible``'s on each rank. These are CPU timings of CPU software on a
+shared machine; the load average around each run is recorded beside it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import datetime as dt
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -34,42 +38,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-OURS = """
-import json, resource, sys, time
-t0, c0 = time.perf_counter(), time.process_time()
-from wavefront.workbench.trace import load_trace, analyze_trace
-from wavefront.workbench.trace.compat import hta_equivalent
-trace = load_trace(sys.argv[1])
-t1 = time.perf_counter()
-analysis = analyze_trace(trace)
-t2 = time.perf_counter()
-out = {"load_s": t1 - t0, "analyze_s": t2 - t1, "wall_s": t2 - t0, "cpu_s": time.process_time() - c0,
-       "n_events": trace.n_events, "n_steps": len(analysis.steps),
-       "hta_rounded": hta_equivalent(trace), "ns": hta_equivalent(trace, hta_rounding=False),
-       "breakdown_us": analysis.totals(),
-       "sums_exact": all(s.total_ns() == s.dur_ns for s in analysis.steps),
-       "ru_maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-print("RESULT " + json.dumps(out))
-"""
-
 HTA = """
-import json, sys, time
-t0, c0 = time.perf_counter(), time.process_time()
+import json, sys
 from hta.common.trace_parser import set_default_trace_parsing_backend
 from hta.configs.parser_config import ParserBackend
 set_default_trace_parsing_backend(ParserBackend(sys.argv[2]))
 from hta.trace_analysis import TraceAnalysis
 ta = TraceAnalysis(trace_dir=sys.argv[1])
-t1 = time.perf_counter()
 tb = ta.get_temporal_breakdown(visualize=False).set_index("rank")
 ov = ta.get_comm_comp_overlap(visualize=False).set_index("rank")
-t2 = time.perf_counter()
-r = tb.index[0]
-out = {"load_s": t1 - t0, "analyze_s": t2 - t1, "wall_s": t2 - t0, "cpu_s": time.process_time() - c0,
-       "kernel_time_us": float(tb.loc[r, "kernel_time(us)"]), "idle_time_us": float(tb.loc[r, "idle_time(us)"]),
-       "compute_time_us": float(tb.loc[r, "compute_time(us)"]),
-       "non_compute_time_us": float(tb.loc[r, "non_compute_time(us)"]),
-       "comp_comm_overlap_pctg": float(ov.loc[r, "comp_comm_overlap_pctg"])}
+out = {int(r): {"kernel_time_us": float(tb.loc[r, "kernel_time(us)"]),
+                "idle_time_us": float(tb.loc[r, "idle_time(us)"]),
+                "compute_time_us": float(tb.loc[r, "compute_time(us)"]),
+                "non_compute_time_us": float(tb.loc[r, "non_compute_time(us)"]),
+                "comp_comm_overlap_pctg": float(ov.loc[r, "comp_comm_overlap_pctg"])} for r in tb.index}
 print("RESULT " + json.dumps(out))
 """
 
@@ -94,8 +76,9 @@ def _tree_rss_bytes(pid: int) -> int:
 
 
 def run_measured(cmd: list[str], env: dict, cap_bytes: int, timeout_s: float) -> dict:
-    """Run `cmd`; wall time, peak tree RSS (sampled), the RESULT line, and how it ended."""
+    """Run `cmd`; wall time, CPU time and peak RSS of its process tree, the RESULT line, how it ended."""
     load_before = os.getloadavg()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -122,28 +105,53 @@ def run_measured(cmd: list[str], env: dict, cap_bytes: int, timeout_s: float) ->
     out, err = proc.communicate()
     watcher.join()
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     result = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), None)
-    return {"process_wall_s": wall, "peak_rss_mb": peak / 2**20, "exit_code": proc.returncode,
+    return {"process_wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak / 2**20, "exit_code": proc.returncode,
             "killed": status["killed"], "result": result, "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(),
             "stderr_tail": None if result else err[-2000:]}
 
 
 def agreement(ours: dict, hta: dict) -> dict:
-    keys = ("kernel_time_us", "idle_time_us", "compute_time_us", "non_compute_time_us")
-    out = {k: {"ours": ours[k], "hta": hta[k], "abs_diff": abs(ours[k] - hta[k])} for k in keys}
-    out["comp_comm_overlap_pctg"] = {"ours": round(ours["comp_comm_overlap_pctg"], 2),
-                                     "hta": hta["comp_comm_overlap_pctg"],
-                                     "abs_diff": abs(round(ours["comp_comm_overlap_pctg"], 2)
-                                                     - hta["comp_comm_overlap_pctg"])}
+    """Per rank, HTA's figures against ours under HTA's definitions (--hta-compatible)."""
+    out = {}
+    for rank in ours["ranks"]:
+        mine, theirs = rank["hta_equivalent"], hta.get(str(rank["rank"]))
+        if not mine or not theirs:
+            continue
+        keys = ("kernel_time_us", "idle_time_us", "compute_time_us", "non_compute_time_us")
+        row = {k: {"ours": mine[k], "hta": theirs[k], "abs_diff": abs(mine[k] - theirs[k])} for k in keys}
+        pct = round(mine["comp_comm_overlap_pctg"], 2)
+        row["comp_comm_overlap_pctg"] = {"ours": pct, "hta": theirs["comp_comm_overlap_pctg"],
+                                         "abs_diff": abs(pct - theirs["comp_comm_overlap_pctg"])}
+        out[str(rank["rank"])] = row
     return out
+
+
+def _write_ranks(d: Path, size: int, n_ranks: int) -> list[Path]:
+    """One trace per rank, written in parallel processes (each file about ``size`` MiB)."""
+    d.mkdir(parents=True, exist_ok=True)
+    paths = [d / f"rank{r}.json" for r in range(n_ranks)]
+    todo = [r for r, p in enumerate(paths) if not p.exists() or p.stat().st_size < size * 2**20 * 0.99]
+    procs = []
+    for r in todo:
+        print(f"[{size} MiB] writing {paths[r]}", flush=True)
+        code = (f"from wavefront.workbench.trace.testing import write_large_trace as w; import os; "
+                f"w({str(paths[r]) + '.part'!r}, {size * 2**20}, seed={size + r}, rank={r}, world_size={n_ranks}); "
+                f"os.replace({str(paths[r]) + '.part'!r}, {str(paths[r])!r})")
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT / "src"))))
+    if any(p.wait() != 0 for p in procs):
+        raise SystemExit("writing the traces failed")
+    return paths
 
 
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("numpy", "torch", "holistictraceanalysis", "pandas", "ijson"):
+    for pkg in ("numpy", "msgspec", "holistictraceanalysis", "pandas", "ijson"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -160,58 +168,65 @@ def _machine() -> dict:
             "note": "shared development machine: other jobs ran at the same time (see loadavg per run)"}
 
 
+def _ours(d: Path, env: dict, cap: int, timeout_s: float) -> dict:
+    out = d / "ours.json"
+    cmd = [sys.executable, "-m", "wavefront.cli.trace", "analyze", str(d), "--hta-compatible", "--json", str(out)]
+    run = run_measured(cmd, env, cap, timeout_s)
+    if out.exists() and run["exit_code"] == 0:
+        doc = json.loads(out.read_text())
+        run["result"] = {"n_ranks": len(doc["ranks"]), "n_events": [r["n_events"] for r in doc["ranks"]],
+                         "n_steps": [len(r["steps"]) for r in doc["ranks"]],
+                         "sums_exact": all(abs(sum(s[f"{c}_us"] for c in ("compute", "comm_overlapped", "comm_exposed",
+                                                                         "memory", "idle_host_bound", "idle_other"))
+                                               - s["dur_us"]) < 1e-6 for r in doc["ranks"] for s in r["steps"]),
+                         "analysis_wall_s": doc["analysis_wall_s"], "doc": doc}
+    return run
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes-mb", default="20,200,1024", help="comma-separated trace sizes in MiB")
+    ap.add_argument("--sizes-mb", default="200,1024", help="comma-separated trace sizes per rank in MiB")
+    ap.add_argument("--hta-sizes-mb", default="200", help="the sizes HTA runs on ('' for none)")
+    ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--workdir", default=None, help="where the traces are written (default: a temp dir)")
     ap.add_argument("--mem-cap-gb", type=float, default=4.0, help="kill a run whose memory passes this")
     ap.add_argument("--timeout-s", type=float, default=1500.0, help="kill a run that takes longer")
-    ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/trace-vs-hta_cpu_<date>)")
     args = ap.parse_args()
 
-    from wavefront.workbench.trace.synth import write_large_trace
-
     sizes = [int(s) for s in args.sizes_mb.split(",")]
+    hta_sizes = {int(s) for s in args.hta_sizes_mb.split(",") if s}
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="wf-trace-bench-"))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     cap = int(args.mem_cap_gb * 2**30)
     today = dt.date.today().strftime("%Y%m%d")
     out_path = Path(args.out or ROOT / "benchmarks" / "results" / f"trace-vs-hta_cpu_{today}.json")
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    doc = {"schema": "wavefront.bench.trace-vs-hta/1", "date": dt.datetime.now().isoformat(timespec="seconds"),
+    doc = {"schema": "wavefront.bench.trace-vs-hta/2", "date": dt.datetime.now().isoformat(timespec="seconds"),
            "git_sha": sha, "machine": _machine(), "versions": _versions(), "mem_cap_gb": args.mem_cap_gb,
            "label": "CPU measurement of CPU software (trace analysis); no GPU is involved", "runs": []}
     for size in sizes:
-        d = workdir / f"s{size}"
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / "rank0.json"
-        if not path.exists() or path.stat().st_size < size * 2**20 * 0.99:
-            print(f"[{size} MiB] writing {path}", flush=True)
-            write_large_trace(path, size * 2**20, seed=size)
-        run = {"size_mib": size, "file_bytes": path.stat().st_size}
-        print(f"[{size} MiB] ours", flush=True)
-        run["ours"] = run_measured([sys.executable, "-c", OURS, str(path)], env, cap, args.timeout_s)
-        if run["ours"]["result"]:  # the child's own high-water mark catches what 0.1 s sampling can miss
-            run["ours"]["peak_rss_mb"] = max(run["ours"]["peak_rss_mb"], run["ours"]["result"]["ru_maxrss_mb"])
-        if not args.skip_hta:
-            for backend in ("json", "ijson_batch_and_compress"):
-                print(f"[{size} MiB] hta {backend}", flush=True)
-                run[f"hta_{backend}"] = run_measured([sys.executable, "-c", HTA, str(d), backend], env, cap,
-                                                     args.timeout_s)
-            ours_res = run["ours"]["result"]
-            for backend in ("json", "ijson_batch_and_compress"):
-                hta_res = run[f"hta_{backend}"]["result"]
-                if ours_res and hta_res:
-                    run[f"agreement_{backend}"] = agreement(ours_res["hta_rounded"], hta_res)
-                    run[f"time_ratio_{backend}"] = run[f"hta_{backend}"]["process_wall_s"] / run["ours"][
-                        "process_wall_s"]
+        d = workdir / f"s{size}x{args.ranks}"
+        paths = _write_ranks(d, size, args.ranks)
+        run: dict = {"size_mib_per_rank": size, "n_ranks": args.ranks, "file_bytes": [p.stat().st_size for p in paths]}
+        print(f"[{size} MiB x {args.ranks}] ours", flush=True)
+        run["ours"] = _ours(d, env, cap, args.timeout_s)
+        if size in hta_sizes:
+            print(f"[{size} MiB x {args.ranks}] hta", flush=True)
+            run["hta"] = run_measured([sys.executable, "-c", HTA, str(d), "json"], env, cap, args.timeout_s)
+            ours_res, hta_res = run["ours"]["result"], run["hta"]["result"]
+            if ours_res and hta_res:
+                run["agreement"] = agreement(ours_res["doc"], hta_res)
+                run["cpu_ratio_hta_over_ours"] = run["hta"]["cpu_s"] / run["ours"]["cpu_s"]
+                run["wall_ratio_hta_over_ours"] = run["hta"]["process_wall_s"] / run["ours"]["process_wall_s"]
+        if run["ours"].get("result"):
+            run["ours"]["result"].pop("doc")
         doc["runs"].append(run)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(doc, indent=2) + "\n")  # partial results survive a later failure
-        summary = {k: (v.get("process_wall_s"), v.get("peak_rss_mb"), v.get("killed"))
+        summary = {k: (round(v["process_wall_s"], 1), round(v["cpu_s"], 1), round(v["peak_rss_mb"]), v["killed"])
                    for k, v in run.items() if isinstance(v, dict) and "process_wall_s" in v}
-        print(f"[{size} MiB] (wall s, peak MiB, killed): {summary}", flush=True)
+        print(f"[{size} MiB x {args.ranks}] (wall s, cpu s, peak MiB, killed): {summary}", flush=True)
     print(f"wrote {out_path}")
     return 0
 

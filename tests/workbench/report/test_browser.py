@@ -70,7 +70,7 @@ def _trace_figures_doc(tmp_path: Path) -> Path:
 
     from wavefront.workbench.trace import analyze
     from wavefront.workbench.trace.figures import figures
-    from wavefront.workbench.trace.synth import planted_gpu_trace
+    from wavefront.workbench.trace.testing import planted_gpu_trace
 
     trace = planted_gpu_trace().write(tmp_path / "planted.json")
     doc = {"schema": "wavefront.trace.figures/1", "figures": figures(analyze([trace], device="h100"))}

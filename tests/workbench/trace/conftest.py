@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from wavefront.workbench.trace.synth import planted_gpu_trace
+from wavefront.workbench.trace.testing import planted_gpu_trace
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
 

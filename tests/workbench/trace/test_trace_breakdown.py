@@ -6,13 +6,10 @@ import pytest
 
 from wavefront.workbench.trace import analyze, load_trace
 from wavefront.workbench.trace.breakdown import CATEGORIES, build_timeline, find_steps, step_breakdowns
-from wavefront.workbench.trace.synth import SynthTrace, planted_gpu_trace
+from wavefront.workbench.trace.testing import PLANTED_STEP1_US, PLANTED_STEP2_US, SynthTrace, planted_gpu_trace
 
-# Planted in synth.planted_gpu_trace, worked out by hand there (microseconds).
-STEP1 = {"compute": 400, "comm_overlapped": 100, "comm_exposed": 200, "memory": 50, "idle_host_bound": 200,
-         "idle_other": 50}
-STEP2 = {"compute": 340, "comm_overlapped": 50, "comm_exposed": 200, "memory": 0, "idle_host_bound": 100,
-         "idle_other": 310}
+# Planted in testing.planted_gpu_trace, worked out by hand there (microseconds).
+STEP1, STEP2 = PLANTED_STEP1_US, PLANTED_STEP2_US
 
 
 def test_planted_steps_exact(planted_path):
@@ -76,3 +73,20 @@ def test_analysis_totals_are_sums_of_steps(planted_path):
     assert totals["step_us"] == 2000
     assert totals["compute_us"] == 740 and totals["idle_other_us"] == 360
     assert sum(totals[f"{c}_us"] for c in CATEGORIES) == pytest.approx(totals["step_us"], abs=1e-9)
+
+
+def test_all_steps_at_once_equals_step_by_step(tmp_path, data_dir):
+    """Timeline.breakdowns (prefix sums over the whole timeline) gives the same integers as breakdown()
+    per step, on planted, generated, FSDP-like and real (CPU, gloo, jax) traces."""
+    from wavefront.workbench.trace.testing import fsdp_ranks, write_large_trace
+
+    write_large_trace(tmp_path / "large.json", 300_000, seed=4)
+    paths = [planted_gpu_trace().write(tmp_path / "p.json"), fsdp_ranks(2).traces[1].write(tmp_path / "f.json"),
+             tmp_path / "large.json", data_dir / "cpu_train_h64.json.gz", data_dir / "gloo_rank1.json.gz",
+             data_dir / "jax_cpu" / "rank0" / "plugins" / "profile" / "run" / "host.trace.json.gz"]
+    for path in paths:
+        trace = load_trace(path)
+        timeline = build_timeline(trace)
+        steps, _ = find_steps(trace)
+        assert len(steps) > 0
+        assert timeline.breakdowns(steps) == [timeline.breakdown(s) for s in steps], path

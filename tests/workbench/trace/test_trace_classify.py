@@ -6,7 +6,7 @@ import pytest
 
 from wavefront.workbench.trace import load_trace
 from wavefront.workbench.trace.classify import CLASS_NAMES, REASONS, classify_device, family
-from wavefront.workbench.trace.synth import SynthTrace
+from wavefront.workbench.trace.testing import SynthTrace
 
 
 def _classes(trace):

@@ -6,7 +6,7 @@ import random
 
 from wavefront.workbench.trace import analyze, diff
 from wavefront.workbench.trace.diff import compare_samples
-from wavefront.workbench.trace.synth import SynthTrace
+from wavefront.workbench.trace.testing import SynthTrace
 
 
 def _trace(path, *, n_steps, compute_us, seed, comm_us=0.0):

@@ -8,7 +8,7 @@ import pytest
 
 from wavefront.workbench.trace import analyze
 from wavefront.workbench.trace.figures import figures, roofline_figure, step_breakdown_figure
-from wavefront.workbench.trace.synth import planted_gpu_trace, write_large_trace
+from wavefront.workbench.trace.testing import planted_gpu_trace, write_large_trace
 
 
 def test_step_bar_heights_are_step_times(tmp_path):

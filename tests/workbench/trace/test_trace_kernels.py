@@ -8,7 +8,7 @@ import pytest
 from wavefront.workbench.trace import analyze, load_trace
 from wavefront.workbench.trace.flops import op_cost
 from wavefront.workbench.trace.kernels import top_level_cpu_ops
-from wavefront.workbench.trace.synth import planted_gpu_trace
+from wavefront.workbench.trace.testing import planted_gpu_trace
 
 BF16 = "c10::BFloat16"
 

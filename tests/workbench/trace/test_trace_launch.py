@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from wavefront.workbench.trace import analyze
-from wavefront.workbench.trace.synth import SynthTrace
+from wavefront.workbench.trace.testing import SynthTrace
 
 
 def test_planted_launch_stats(planted_path):

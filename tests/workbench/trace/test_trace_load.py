@@ -11,7 +11,7 @@ import pytest
 from wavefront.workbench.trace import load as load_mod
 from wavefront.workbench.trace.load import TraceLoadError, load_trace
 from wavefront.workbench.trace.model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
-from wavefront.workbench.trace.synth import SynthTrace, planted_gpu_trace
+from wavefront.workbench.trace.testing import SynthTrace, planted_gpu_trace
 
 
 def _same_tables(a, b) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from wavefront.workbench.trace import load_trace
 from wavefront.workbench.trace.compat import hta_equivalent
-from wavefront.workbench.trace.synth import write_large_trace
+from wavefront.workbench.trace.testing import write_large_trace
 
 pytest.importorskip("hta")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from wavefront.workbench.trace.breakdown import CATEGORIES, build_timeline, find_steps
 from wavefront.workbench.trace.intervals import IntervalSet, Segments, gaps, union
 from wavefront.workbench.trace.load import load_trace
+from wavefront.workbench.trace.model import Trace
 
 PID = "wavefront analysis"
 TRACKS = ("steps", "comm exposed", "comm hidden by compute", "idle: host-bound", "idle: other")
@@ -27,6 +28,11 @@ def _events(track: str, name: str, s: IntervalSet, args: dict | None = None) -> 
 def write_annotated(src: str | Path, dst: str | Path) -> dict:
     """Copy ``src`` to ``dst`` (gzip when it ends in .gz) with the analysis tracks added. Returns the
     number of events copied and added."""
+    return load_annotated(src, dst)[1]
+
+
+def load_annotated(src: str | Path, dst: str | Path) -> tuple[Trace, dict]:
+    """:func:`write_annotated`, returning the loaded trace too (so the caller's analysis parses once)."""
     dst = Path(dst)
     tmp = dst.with_name(dst.name + ".events.tmp")
     n_copied = 0
@@ -67,4 +73,4 @@ def write_annotated(src: str | Path, dst: str | Path) -> dict:
             out.write(("," if n_copied or i else "") + json.dumps(e) + "\n")
         out.write("]\n}\n")
     tmp.unlink()
-    return {"copied": n_copied, "added": len(added), "complete": trace.complete}
+    return trace, {"path": str(dst), "copied": n_copied, "added": len(added), "complete": trace.complete}

@@ -54,8 +54,8 @@ COMM_OP_NAMES = frozenset({"record_param_comms"})
 COMM_OP_PREFIXES = ("nccl:", "rccl:", "gloo:", "mpi:", "ucc:", "c10d::", "c10d_functional::", "_c10d_functional::",
                     "ProcessGroupNCCL::", "ProcessGroupGloo::", "torch.distributed.", "c10d.")
 _COMM_KERNEL_NAME = re.compile(r"^(void )?(nccl|rccl|msccl)|ncclDevKernel|ncclKernel|"
-                               r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|AllReduce|AllGather|"
-                               r"ReduceScatter|AllToAll|SendRecv")
+                               r"all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|AllReduce|"
+                               r"AllGather|ReduceScatter|AllToAll|SendRecv|collective[-_]permute")
 
 
 def is_comm_op_name(name: str) -> bool:

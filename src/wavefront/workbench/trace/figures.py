@@ -14,6 +14,7 @@ from wavefront.workbench.trace.analysis import TraceAnalysis
 from wavefront.workbench.trace.breakdown import CATEGORIES
 from wavefront.workbench.trace.flops import DTYPE_PEAK
 
+FIGURES_SCHEMA = "wavefront.trace.figures/1"
 COLORS = {"compute": "#2b8a3e", "comm_overlapped": "#74c0fc", "comm_exposed": "#e03131", "memory": "#f08c00",
           "idle_host_bound": "#862e9c", "idle_other": "#adb5bd"}
 LABELS = {"compute": "compute", "comm_overlapped": "comm hidden by compute", "comm_exposed": "exposed comm",

@@ -84,7 +84,7 @@ class Segments:
         if lo is not None:
             pts.append(np.array([lo, hi], dtype=np.int64))
         bounds = np.unique(np.concatenate(pts)) if pts else np.zeros(0, dtype=np.int64)
-        if lo is not None:
+        if lo is not None and hi is not None:
             bounds = bounds[(bounds >= lo) & (bounds <= hi)]
         left = bounds[:-1]
         return Segments(bounds, [s.contains(left) for s in sets])

@@ -118,14 +118,16 @@ def kernel_table(trace: Trace, classes: DeviceClasses | None, top: int = 20) -> 
         rows = top_level_cpu_ops(trace)
         names = trace.cpu.name[rows]
         labels = trace.names
-        cls_of = {trace.names[i]: "cpu-op" for i in np.unique(names).tolist()}
+        cpu_cls = {trace.names[i]: "cpu-op" for i in np.unique(names).tolist()}
         durs = trace.cpu.dur_ns[rows] / 1e3
-        table = _stats_table(labels, cls_of, names, durs, top)
+        table = _stats_table(labels, cpu_cls, names, durs, top)
         fam_labels, fam_ids = _family_ids(trace.names, names)
         cls_fam = {f: "cpu-op" for f in fam_labels}
         return KernelReport("cpu", table, _stats_table(fam_labels, cls_fam, fam_ids, durs, top),
                             notes=["no device events: the table lists top-level CPU operators"])
     dev = trace.device
+    if classes is None:
+        raise ValueError("classes: a trace with device events needs its classification")
     cls_of: dict[str, str] = {}
     for nid, c in zip(dev.name.tolist(), classes.cls.tolist(), strict=True):
         cls_of.setdefault(trace.names[nid], CLASS_NAMES[c])
@@ -214,8 +216,8 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
         kernels = {family(trace.names[n]) for n in kernel_pairs[1][kernel_pairs[0] == g].tolist()}
         groups[(name, json.dumps(shapes.dims), cost.dtype)] = {"cost": cost, "durs": durs, "kernels": kernels}
     points = []
-    for (name, shapes_text, dtype), g in groups.items():
-        cost, med = g["cost"], float(np.median(g["durs"]))
+    for (name, shapes_text, dtype), grp in groups.items():
+        cost, med = grp["cost"], float(np.median(grp["durs"]))
         if med <= 0:
             continue
         achieved_tflops = cost.flops / med / 1e6
@@ -231,7 +233,7 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
                 attainable = min(peak, memory_roof)
                 bound = "memory" if memory_roof < peak else "compute"
                 pct = 100.0 * achieved_tflops / attainable
-        points.append(RooflinePoint(name, shapes_text, dtype, tuple(sorted(g["kernels"])), len(g["durs"]), med,
+        points.append(RooflinePoint(name, shapes_text, dtype, tuple(sorted(grp["kernels"])), len(grp["durs"]), med,
                                     cost.flops, cost.bytes_moved, cost.intensity, achieved_tflops, achieved_tbps,
                                     attainable, pct, bound))
     points.sort(key=lambda p: -p.median_us * p.count)

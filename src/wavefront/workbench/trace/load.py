@@ -25,31 +25,28 @@ from pathlib import Path
 
 import numpy as np
 
-from wavefront.workbench.trace.flops import SHAPED_OPS
-from wavefront.workbench.trace.model import (
-    CAT_CPU_OP,
-    CAT_USER_ANNOTATION,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_MEMSET,
-    NO_ID,
-    Columns,
-    OpShapes,
-    Trace,
+from wavefront.workbench.trace.clock import ClockValueError, value_to_ns
+from wavefront.workbench.trace.events import (
+    COLUMNS,
+    COMM_ARG_KEYS,
+    CPU_CATS,
+    DEVICE_CATS,
+    DTYPES,
+    META_NAMES,
+    RUNTIME_CATS,
+    SYNC_CATS,
+    XLA_STEP_CAT,
+    Parts,
+    finish,
+    int_id,
+    xla_step_name,
 )
+from wavefront.workbench.trace.flops import SHAPED_OPS
+from wavefront.workbench.trace.model import KIND_KERNEL, NO_ID, OpShapes, Trace
 
 CHUNK_BYTES = 8 << 20
 # A single event larger than this is treated as corruption rather than read on forever.
 MAX_EVENT_CHARS = 64 << 20
-
-DEVICE_CATS = {"kernel": KIND_KERNEL, "Kernel": KIND_KERNEL, "gpu_memcpy": KIND_MEMCPY, "Memcpy": KIND_MEMCPY,
-               "gpu_memset": KIND_MEMSET, "Memset": KIND_MEMSET}
-RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "hip_runtime", "hip_driver", "privateuse1_runtime",
-                "privateuse1_driver"}
-CPU_CATS = {"cpu_op": CAT_CPU_OP, "Operator": CAT_CPU_OP, "user_annotation": CAT_USER_ANNOTATION}
-SYNC_CATS = {"cuda_sync"}
-COMM_ARG_KEYS = ("Collective name", "Process Group Name", "Process Group Description", "Process Group Ranks",
-                 "In msg nelems", "Out msg nelems", "Group size", "dtype", "Seq", "Rank")
 
 _WS = re.compile(r"[ \t\n\r]*")
 _WS_COMMA = re.compile(r"[ \t\n\r,]*")
@@ -133,27 +130,16 @@ class _Reader:
 
 
 class _Builder:
-    """Accumulates the kept fields of each event into typed arrays."""
+    """Accumulates the kept fields of each event (times as exact integer nanoseconds) into typed arrays."""
 
     def __init__(self):
         self.names: list[str] = []
         self.name_ids: dict[str, int] = {}
-        self.dev = {k: array(t) for k, t in (("ts", "d"), ("dur", "d"), ("kind", "b"), ("name", "i"),
-                                             ("device", "i"), ("stream", "q"), ("correlation", "q"),
-                                             ("external_id", "q"), ("has_coll", "b"), ("pid", "q"), ("tid", "q"))}
-        self.rt = {k: array(t) for k, t in (("ts", "d"), ("dur", "d"), ("name", "i"), ("tid", "q"),
-                                            ("correlation", "q"), ("external_id", "q"))}
-        self.cpu = {k: array(t) for k, t in (("ts", "d"), ("dur", "d"), ("name", "i"), ("tid", "q"),
-                                             ("cat", "b"), ("external_id", "q"), ("shape", "i"))}
-        self.flow = {k: array(t) for k, t in (("pid", "q"), ("tid", "q"), ("ts", "d"), ("id", "q"))}
+        codes = {np.int8: "b", np.int32: "i"}
+        self.tables = {t: {k: array(codes.get(DTYPES.get(k), "q")) for k in cols} for t, cols in COLUMNS.items()}
         self.shapes: list[OpShapes] = []
         self.shape_ids: dict[str, int] = {}
-        self.op_comm: dict[int, dict] = {}
-        self.kernel_comm: dict[int, dict] = {}
-        self.n_sync = 0
-        self.n_events = 0
-        self.n_malformed = 0
-        self.meta_events: dict[str, dict] = {}
+        self.parts = Parts()
 
     def intern(self, name) -> int:
         nid = self.name_ids.get(name)
@@ -163,107 +149,107 @@ class _Builder:
             self.names.append(name)
         return nid
 
+    def row(self, table: str, values: dict) -> None:
+        """Append one row; every value is computed before any column grows, so a bad event adds nothing."""
+        cols = self.tables[table]
+        for k in COLUMNS[table]:
+            cols[k].append(values[k])
 
-def _int_id(value) -> int:
-    """Ids are usually ints; strings ("stream 7", "Spans") are hashed to a stable non-negative int."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if value is None:
-        return NO_ID
-    text = str(value)
-    digits = re.sub(r"\D", "", text)
-    return int(digits) if digits and len(digits) < 18 else zlib.crc32(text.encode()) + (1 << 40)
+    def to_parts(self) -> Parts:
+        p = self.parts
+        p.names = self.names
+        p.shapes = self.shapes
+        p.tables = {t: {k: np.frombuffer(v, dtype=DTYPES.get(k, np.int64)).copy() if len(v)
+                        else np.zeros(0, dtype=DTYPES.get(k, np.int64)) for k, v in cols.items()}
+                    for t, cols in self.tables.items()}
+        return p
+
+
+def _comm_args(args: dict) -> dict:
+    return {k: args[k] for k in COMM_ARG_KEYS if k in args}
+
+
+def _handle(b: _Builder, e) -> None:
+    """Keep what the analyses need of one decoded event (floats arrive as their text: exact clocks)."""
+    p = b.parts
+    p.n_events += 1
+    if not isinstance(e, dict):
+        p.n_malformed += 1
+        return
+    try:
+        ph = e.get("ph")
+        if ph == "X":
+            cat = e.get("cat")
+            kind = DEVICE_CATS.get(cat) if isinstance(cat, str) else None
+            args = e.get("args") or {}
+            if not isinstance(args, dict):
+                raise TypeError("args")
+            name = e.get("name", "")
+            if cat is None and "hlo_op" in args:  # an XLA op (jax.profiler)
+                kind = KIND_KERNEL
+                args = {"device": args.get("device_ordinal", e.get("pid")), **args}
+            elif cat is None and "step_num" in args:
+                cat, name = XLA_STEP_CAT, xla_step_name(args["step_num"])
+            if kind is None and cat not in RUNTIME_CATS and cat not in CPU_CATS:
+                if cat in SYNC_CATS:
+                    p.n_sync += 1
+                return
+            ts, dur = value_to_ns(e["ts"]), value_to_ns(e.get("dur", 0))
+            corr = int_id(args.get("correlation", NO_ID))
+            ext = int_id(args.get("External id", NO_ID))
+            if kind is not None:
+                coll = "Collective name" in args
+                b.row("dev", {"ts_ns": ts, "dur_ns": dur, "kind": kind, "name": b.intern(name),
+                              "device": int_id(args.get("device", e.get("pid"))),
+                              "stream": int_id(args.get("stream", e.get("tid"))), "correlation": corr,
+                              "external_id": ext, "has_coll": coll, "pid": int_id(e.get("pid")),
+                              "tid": int_id(e.get("tid"))})
+                if coll and corr != NO_ID:
+                    p.kernel_comm[corr] = _comm_args(args)
+            elif cat in RUNTIME_CATS:
+                b.row("rt", {"ts_ns": ts, "dur_ns": dur, "name": b.intern(name), "tid": int_id(e.get("tid")),
+                             "correlation": corr, "external_id": ext})
+            else:
+                shape = NO_ID
+                if name in SHAPED_OPS and "Input Dims" in args:
+                    # one copy per distinct (dims, types): a training loop repeats a few hundred shapes
+                    dims, types = args["Input Dims"], args.get("Input type") or []
+                    key = f"{dims}{types}"
+                    shape = b.shape_ids.get(key, NO_ID)
+                    if shape == NO_ID:
+                        shape = b.shape_ids[key] = len(b.shapes)
+                        b.shapes.append(OpShapes(dims, types, args.get("Concrete Inputs")))
+                if "Collective name" in args:
+                    p.op_comm[ext] = _comm_args(args)
+                b.row("cpu", {"ts_ns": ts, "dur_ns": dur, "name": b.intern(name), "tid": int_id(e.get("tid")),
+                              "cat": CPU_CATS[str(cat)], "external_id": ext, "shape": shape,
+                              "pid": int_id(e.get("pid"))})
+        elif ph == "f" and e.get("cat") == "ac2g":
+            b.row("flow", {"pid": int_id(e.get("pid")), "tid": int_id(e.get("tid")), "ts_ns": value_to_ns(e["ts"]),
+                           "id": int_id(e.get("id"))})
+        elif ph == "M":
+            name = e.get("name")
+            if name in META_NAMES:
+                p.meta_events[f"{name}:{e.get('pid')}:{e.get('tid')}"] = e.get("args") or {}
+    except (TypeError, ValueError, KeyError, OverflowError, ClockValueError):
+        p.n_malformed += 1
 
 
 def _add_events(reader: _Reader, b: _Builder, raw_sink: Callable[[str], None] | None = None) -> None:
     """Decode the traceEvents array at the cursor (just after '['); ``raw_sink`` receives each event's
     text as written (to copy the trace)."""
-    decode = json.JSONDecoder().raw_decode
+    decode = json.JSONDecoder(parse_float=str).raw_decode
     ws_comma = _WS_COMMA.match
-    dev, rt, cpu, flow = b.dev, b.rt, b.cpu, b.flow
-    intern = b.intern
-    shaped_ops = SHAPED_OPS
 
     def handle(e) -> None:
-        b.n_events += 1
-        if not isinstance(e, dict):
-            b.n_malformed += 1
-            return
-        try:
-            ph = e.get("ph")
-            if ph == "X":
-                cat = e.get("cat")
-                kind = DEVICE_CATS.get(cat)
-                args = e.get("args") or {}
-                if kind is not None:
-                    dev["ts"].append(e["ts"])
-                    dev["dur"].append(e.get("dur", 0.0))
-                    dev["kind"].append(kind)
-                    dev["name"].append(intern(e.get("name", "")))
-                    dev["device"].append(_int_id(args.get("device", e.get("pid"))))
-                    dev["stream"].append(_int_id(args.get("stream", e.get("tid"))))
-                    corr = args.get("correlation", NO_ID)
-                    dev["correlation"].append(corr)
-                    dev["external_id"].append(args.get("External id", NO_ID))
-                    coll = "Collective name" in args
-                    dev["has_coll"].append(coll)
-                    dev["pid"].append(_int_id(e.get("pid")))
-                    dev["tid"].append(_int_id(e.get("tid")))
-                    if coll and corr != NO_ID:
-                        b.kernel_comm[corr] = {k: args[k] for k in COMM_ARG_KEYS if k in args}
-                elif cat in RUNTIME_CATS:
-                    rt["ts"].append(e["ts"])
-                    rt["dur"].append(e.get("dur", 0.0))
-                    rt["name"].append(intern(e.get("name", "")))
-                    rt["tid"].append(_int_id(e.get("tid")))
-                    rt["correlation"].append(args.get("correlation", NO_ID))
-                    rt["external_id"].append(args.get("External id", NO_ID))
-                elif cat in CPU_CATS:
-                    name = e.get("name", "")
-                    ext = args.get("External id", NO_ID)
-                    cpu["ts"].append(e["ts"])
-                    cpu["dur"].append(e.get("dur", 0.0))
-                    cpu["name"].append(intern(name))
-                    cpu["tid"].append(_int_id(e.get("tid")))
-                    cpu["cat"].append(CPU_CATS[cat])
-                    cpu["external_id"].append(ext)
-                    shape = NO_ID
-                    if args:
-                        if name in shaped_ops and "Input Dims" in args:
-                            # one copy per distinct (dims, types): a training loop repeats a few hundred shapes
-                            dims, types = args["Input Dims"], args.get("Input type") or []
-                            key = f"{dims}{types}"
-                            shape = b.shape_ids.get(key, NO_ID)
-                            if shape == NO_ID:
-                                shape = b.shape_ids[key] = len(b.shapes)
-                                b.shapes.append(OpShapes(dims, types, args.get("Concrete Inputs")))
-                        if "Collective name" in args:
-                            b.op_comm[ext] = {k: args[k] for k in COMM_ARG_KEYS if k in args}
-                    cpu["shape"].append(shape)
-                elif cat in SYNC_CATS:
-                    b.n_sync += 1
-            elif ph == "f" and e.get("cat") == "ac2g":
-                flow["pid"].append(_int_id(e.get("pid")))
-                flow["tid"].append(_int_id(e.get("tid")))
-                flow["ts"].append(e["ts"])
-                flow["id"].append(_int_id(e.get("id")))
-            elif ph == "M":
-                name = e.get("name")
-                if name in ("process_name", "process_labels", "thread_name"):
-                    key = f"{name}:{e.get('pid')}:{e.get('tid')}"
-                    b.meta_events[key] = e.get("args") or {}
-        except (TypeError, ValueError, KeyError, OverflowError):
-            b.n_malformed += 1
-            _truncate_to_common_length(b)
+        _handle(b, e)
 
     while True:
         # Fast path: the complete events already in the buffer, without method calls per event.
         buf, pos = reader.buf, reader.pos
         n = len(buf)
         while True:
-            pos = ws_comma(buf, pos).end()
+            pos = ws_comma(buf, pos).end()  # type: ignore[union-attr]  # [ws,]* always matches
             if pos >= n or buf[pos] == "]":
                 break
             try:
@@ -288,66 +274,36 @@ def _add_events(reader: _Reader, b: _Builder, raw_sink: Callable[[str], None] | 
         handle(e)
 
 
-def _truncate_to_common_length(b: _Builder) -> None:
-    """A malformed event may have appended some columns and not others; drop the partial row."""
-    for table in (b.dev, b.rt, b.cpu, b.flow):
-        n = min(len(v) for v in table.values())
-        for v in table.values():
-            del v[n:]
-
-
-def _finish(b: _Builder, path: Path, meta: dict, warnings: list[str], complete: bool, nbytes: int) -> Trace:
-    def cols(table: dict[str, array]) -> Columns:
-        out = {k: np.frombuffer(v, dtype=v.typecode if v.typecode != "b" else np.int8).copy()
-               if len(v) else np.zeros(0, dtype=v.typecode if v.typecode != "b" else np.int8)
-               for k, v in table.items()}
-        # Kineto writes microseconds with three decimals: integer nanoseconds make every sum exact.
-        out["ts_ns"] = np.rint(out.pop("ts") * 1000.0).astype(np.int64)
-        if "dur" in out:
-            out["dur_ns"] = np.maximum(np.rint(out.pop("dur") * 1000.0), 0).astype(np.int64)
-        order = np.argsort(out["ts_ns"], kind="stable")
-        return Columns({k: v[order] for k, v in out.items()})
-
-    device, runtime, cpu, flow = cols(b.dev), cols(b.rt), cols(b.cpu), cols(b.flow)
-    _link_flows(device, flow)
-    device.cols.pop("pid")
-    device.cols.pop("tid")
-    if b.n_malformed:
-        warnings.append(f"{b.n_malformed} malformed event(s) skipped")
-    meta = dict(meta)
-    meta["n_flow_links"] = len(flow)
-    meta["thread_labels"] = b.meta_events
-    return Trace(path=str(path), names=b.names, device=device, runtime=runtime, cpu=cpu, shapes=b.shapes,
-                 op_comm_args=b.op_comm, kernel_comm_args=b.kernel_comm, n_sync_events=b.n_sync,
-                 n_events=b.n_events, meta=meta, warnings=warnings, complete=complete, bytes_read=nbytes)
-
-
-def _link_flows(device: Columns, flow: Columns) -> None:
-    """Device events written without a correlation arg take it from the ac2g flow that ends on them
-    (same pid, tid and start time): Kineto's ac2g flow id is the correlation id."""
-    missing = np.flatnonzero(device.correlation == NO_ID)
-    if len(missing) == 0 or len(flow) == 0:
-        return
-    index = {(p, t, ts): i for p, t, ts, i in zip(flow.pid.tolist(), flow.tid.tolist(), flow.ts_ns.tolist(),
-                                                  flow.id.tolist(), strict=True)}
-    pid, tid, ts = device.pid[missing].tolist(), device.tid[missing].tolist(), device.ts_ns[missing].tolist()
-    for row, key in zip(missing.tolist(), zip(pid, tid, ts, strict=True), strict=True):
-        corr = index.get(key)
-        if corr is not None:
-            device.correlation[row] = corr
-
-
 def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None = None,
-               raw_sink: Callable[[str], None] | None = None) -> Trace:
-    """Load one rank's trace. ``progress(bytes_done, bytes_total)`` is called after each chunk;
-    ``raw_sink(text)`` receives every event's JSON text as written (used to copy the trace).
+               raw_sink: Callable[[str], None] | None = None, workers: int = 1) -> Trace:
+    """Load one rank's trace. ``progress(bytes_done, bytes_total)`` is called as it goes;
+    ``raw_sink(text)`` receives every event's JSON text as written (used to copy the trace); ``workers``
+    processes read a large uncompressed file in byte ranges.
 
-    Raises FileNotFoundError for a missing file and :class:`TraceLoadError` when nothing usable is in
-    it; otherwise returns the trace, with ``complete=False`` and a warning when the file is damaged.
+    The typed decoder (:mod:`wavefront.workbench.trace.decode`, needs msgspec: the ``trace`` extra) reads
+    sound files; a damaged file, an unusual one, or ``raw_sink`` goes through the streaming reader here,
+    which keeps what precedes the damage. Raises FileNotFoundError for a missing file and
+    :class:`TraceLoadError` when nothing usable is in it (not JSON, not a trace, no events); otherwise
+    returns the trace, with ``complete=False`` and a warning when the file is damaged.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trace file not found: {path}")
+    trace = None
+    if raw_sink is None:
+        from wavefront.workbench.trace import decode
+
+        trace = decode.load_fast(path, progress=progress, workers=workers)
+    if trace is None:
+        trace = _load_streaming(path, progress, raw_sink)
+    if trace.n_events == trace.n_malformed:
+        what = "holds no events" if trace.n_events == 0 else f"holds no usable event ({trace.n_events:,} malformed)"
+        raise TraceLoadError(f"{path}: the trace {what}")
+    return trace
+
+
+def _load_streaming(path: Path, progress: Callable[[int, int], None] | None,
+                    raw_sink: Callable[[str], None] | None) -> Trace:
     reader = _Reader(path, progress)
     b = _Builder()
     meta: dict = {}
@@ -390,9 +346,10 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
         at_end = isinstance(exc, EOFError) or exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated")
         reason = reader.damage or ("the file ends early (truncated)" if reader.eof and at_end
                                    else f"corrupt JSON ({exc})")
-        if b.n_events == b.n_malformed and not meta:
+        parts = b.parts
+        if parts.n_events == parts.n_malformed:
             raise TraceLoadError(f"{path}: {reason} {where}; no events could be read") from None
-        warnings.append(f"{reason} {where}: the analysis covers the {b.n_events:,} events read before it")
+        warnings.append(f"{reason} {where}: the analysis covers the {parts.n_events:,} events read before it")
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -403,4 +360,4 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
         warnings.append(reader.damage)
     if not saw_events and complete:
         raise TraceLoadError(f"{path}: no 'traceEvents' list: not a Kineto/Chrome trace")
-    return _finish(b, path, meta, warnings, complete, nbytes)
+    return finish(b.to_parts(), path, meta, warnings, complete, nbytes)

@@ -2,9 +2,9 @@
 
 A Kineto/Chrome trace is a list of events; the loader keeps only the fields the analyses read, in numpy
 columns (one row per event, names interned into ``Trace.names``), so a multi-GB trace fits in memory.
-Times are integer nanoseconds on the trace's own clock (``ts`` as written, in microseconds with three
-decimals, times 1000), so interval sums are exact; ``end_ns = ts_ns + dur_ns``. Results are reported in
-microseconds.
+Times are integer nanoseconds on the trace's own clock, read exactly from the decimal text of ``ts`` (in
+microseconds, at any magnitude: see :mod:`wavefront.workbench.trace.clock`), so interval sums are exact;
+``end_ns = ts_ns + dur_ns``. Results are reported in microseconds.
 
 Tables:
 - ``device``: work on the GPU: kernels, memcpy, memset (``kind``), with device, stream, correlation id
@@ -73,6 +73,7 @@ class Trace:
     kernel_comm_args: dict[int, dict] = field(default_factory=dict)  # collective args on kernels, by correlation
     n_sync_events: int = 0  # GPU-side cuda_sync events: kept out of busy time
     n_events: int = 0  # every event in the file, kept or not
+    n_malformed: int = 0  # events skipped as malformed (not an object, a bad ts, ...)
     meta: dict = field(default_factory=dict)  # deviceProperties, distributedInfo, host_name, ...
     warnings: list[str] = field(default_factory=list)
     complete: bool = True  # False when the file was truncated or corrupt after some events

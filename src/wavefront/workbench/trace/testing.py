@@ -1,10 +1,14 @@
-"""Synthetic Kineto traces with planted timings, in the exact shape torch.profiler writes on a GPU machine.
+"""Synthetic Kineto traces with planted timings, in the exact shape torch.profiler writes on a GPU machine
+(for tests and benchmarks; nothing in the analysis imports this module).
 
 :class:`SynthTrace` builds a trace event by event: CPU ops (with recorded shapes), ProfilerStep spans,
 kernels launched through a runtime call with a correlation id and an ac2g flow, CUDA/HIP graph launches
-(many kernels, one correlation), memcpy/memset, GPU-side sync events, NCCL or RCCL collectives. Tests
-plant overlaps, gaps and skews and check every number of the analysis exactly; :func:`write_large_trace`
-streams a realistic trace of any size to disk for the speed benchmark.
+(many kernels, one correlation), memcpy/memset, GPU-side sync events, NCCL or RCCL collectives with the
+``record_param_comms`` metadata. Times are written as exact decimal text (``base_us`` may be a Unix-epoch
+clock such as ``"1760000000000000.123"``), so tests plant overlaps, gaps and skews at any clock and
+check every number of the analysis exactly. :func:`fsdp_ranks` plants FSDP-like ranks whose
+all-gathers and reduce-scatters start in different orders; :func:`write_large_trace` streams a realistic
+trace of any size to disk for the speed benchmark.
 """
 
 from __future__ import annotations
@@ -12,8 +16,13 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
+
+Num = float | int | Decimal  # a time in microseconds; Decimal keeps an epoch-scale clock exact
 
 VENDORS = {
     "nvidia": {"launch": "cudaLaunchKernel", "graph": "cudaGraphLaunch", "memcpy": "cudaMemcpyAsync",
@@ -32,12 +41,14 @@ class SynthTrace:
 
     def __init__(self, *, vendor: str = "nvidia", rank: int | None = None, world_size: int | None = None,
                  host: str = "synth-host", device_name: str | None = None, pid: int = 4242, tid: int = 4242,
-                 base_us: float = 1_000_000.0, cpu_only: bool = False):
+                 base_us: Num | str = 1_000_000, cpu_only: bool = False, whole_us: bool = False):
         if vendor not in VENDORS:
             raise ValueError(f"vendor must be one of {sorted(VENDORS)}, got {vendor!r}")
         self.v = VENDORS[vendor]
         self.vendor = vendor
-        self.pid, self.tid, self.base = pid, tid, base_us
+        self.pid, self.tid = pid, tid
+        self.base = Decimal(str(base_us))
+        self.whole_us = whole_us
         self.events: list[dict] = []
         self.meta: dict = {"schemaVersion": 1, "host_name": host, "record_shapes": 1,
                            "deviceProperties": [] if cpu_only else [{"id": 0, "name": device_name or self.v["device"],
@@ -48,44 +59,56 @@ class SynthTrace:
         self._next_ext = 1
         self._next_corr = 1
 
-    def _t(self, t: float) -> float:
-        return self.base + t
+    def _t(self, t: Num) -> Decimal:
+        return self.base + Decimal(repr(t) if isinstance(t, float) else str(t))
 
-    def op(self, name: str, ts: float, dur: float, *, tid: int | None = None, dims: list | None = None,
+    @staticmethod
+    def _dur(d: Num) -> Decimal:
+        return Decimal(repr(d) if isinstance(d, float) else str(d))
+
+    def _number(self, value: Decimal) -> str:
+        """Kineto's text: microseconds with three decimals (whole microseconds with ``whole_us``)."""
+        if self.whole_us:
+            if value != value.to_integral_value():
+                raise ValueError(f"{value} us is not a whole microsecond (whole_us=True)")
+            return str(int(value))
+        return f"{value.quantize(Decimal('0.001')):f}"
+
+    def op(self, name: str, ts: Num, dur: Num, *, tid: int | None = None, dims: list | None = None,
            types: list | None = None, cat: str = "cpu_op", args: dict | None = None) -> int:
         """A CPU op (or user annotation); returns its External id."""
         ext = self._next_ext
         self._next_ext += 1
-        a = {"External id": ext, "Record function id": 0}
+        a: dict = {"External id": ext, "Record function id": 0}
         if dims is not None:
             a["Input Dims"], a["Input type"] = dims, types or []
         a.update(args or {})
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": tid or self.tid,
-                            "ts": self._t(ts), "dur": dur, "args": a})
+                            "ts": self._t(ts), "dur": self._dur(dur), "args": a})
         return ext
 
-    def step(self, n: int, ts: float, dur: float) -> None:
+    def step(self, n: int, ts: Num, dur: Num) -> None:
         self.op(f"ProfilerStep#{n}", ts, dur, cat="user_annotation")
 
-    def runtime(self, name: str, ts: float, dur: float, *, ext: int | None = None, corr: int | None = None) -> None:
+    def runtime(self, name: str, ts: Num, dur: Num, *, ext: int | None = None, corr: int | None = None) -> None:
         args: dict = {"cbid": 0}
         if ext is not None:
             args["External id"] = ext
         if corr is not None:
             args["correlation"] = corr
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": self.pid, "tid": self.tid,
-                            "ts": self._t(ts), "dur": dur, "args": args})
+                            "ts": self._t(ts), "dur": self._dur(dur), "args": args})
 
-    def _device(self, cat: str, name: str, ts: float, dur: float, stream: int, corr: int, ext: int | None,
+    def _device(self, cat: str, name: str, ts: Num, dur: Num, stream: int, corr: int, ext: int | None,
                 extra: dict | None) -> None:
         args = {"External id": ext if ext is not None else 0, "device": 0, "stream": stream, "correlation": corr}
         args.update(extra or {})
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": self._t(ts),
-                            "dur": dur, "args": args})
+                            "dur": self._dur(dur), "args": args})
         self.events.append({"ph": "f", "id": corr, "pid": 0, "tid": stream, "ts": self._t(ts), "cat": "ac2g",
                             "name": "ac2g", "bp": "e"})
 
-    def launch(self, name: str, ts: float, dur: float, *, launch_ts: float, launch_dur: float = 5.0,
+    def launch(self, name: str, ts: Num, dur: Num, *, launch_ts: Num, launch_dur: Num = 5.0,
                stream: int = 7, op: int | None = None, api: str | None = None, cat: str = "kernel",
                extra: dict | None = None) -> int:
         """One device event launched by one runtime call; returns the correlation id."""
@@ -98,8 +121,8 @@ class SynthTrace:
         self._device(cat, name, ts, dur, stream, corr, op, extra)
         return corr
 
-    def graph_launch(self, kernels: list[tuple[str, float, float, int]], *, launch_ts: float,
-                     launch_dur: float = 8.0, op: int | None = None) -> int:
+    def graph_launch(self, kernels: list[tuple[str, Num, Num, int]], *, launch_ts: Num,
+                     launch_dur: Num = 8.0, op: int | None = None) -> int:
         """A CUDA/HIP graph launch: one runtime call, every kernel sharing its correlation id."""
         corr = self._next_corr
         self._next_corr += 1
@@ -108,24 +131,49 @@ class SynthTrace:
             self._device("kernel", name, ts, dur, stream, corr, op, None)
         return corr
 
-    def sync_event(self, ts: float, dur: float, stream: int = 7) -> None:
+    def sync_event(self, ts: Num, dur: Num, stream: int = 7) -> None:
         """A GPU-side synchronization record (cat cuda_sync): not device work."""
         self.events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": stream,
-                            "ts": self._t(ts), "dur": dur, "args": {"stream": stream, "device": 0}})
+                            "ts": self._t(ts), "dur": self._dur(dur), "args": {"stream": stream, "device": 0}})
 
     def to_dict(self) -> dict:
-        return {**self.meta, "traceEvents": self.events}
+        """The trace as Python objects; times become floats (inexact at Unix-epoch clocks: use text())."""
+        events = [{k: float(v) if isinstance(v, Decimal) else v for k, v in e.items()} for e in self.events]
+        return {**self.meta, "traceEvents": events}
+
+    def text(self, indent: int | None = None) -> str:
+        """The trace as JSON, every time written exactly."""
+        numbers: list[str] = []
+
+        def mark(e: dict) -> dict:
+            out = {}
+            for k, v in e.items():
+                if isinstance(v, Decimal):
+                    numbers.append(self._number(v))
+                    v = f"@@num{len(numbers) - 1}@@"
+                out[k] = v
+            return out
+
+        text = json.dumps({**self.meta, "traceEvents": [mark(e) for e in self.events]}, indent=indent)
+        return re.sub(r'"@@num(\d+)@@"', lambda m: numbers[int(m.group(1))], text)
 
     def write(self, path: str | Path, *, gz: bool | None = None, indent: int | None = None) -> Path:
         path = Path(path)
         gz = path.suffix == ".gz" if gz is None else gz
-        text = json.dumps(self.to_dict(), indent=indent)
+        text = self.text(indent)
         if gz:
             with gzip.open(path, "wt", encoding="utf-8") as f:
                 f.write(text)
         else:
             path.write_text(text)
         return path
+
+
+# The breakdown of planted_gpu_trace's two steps, worked out by hand from its docstring (microseconds).
+PLANTED_STEP1_US = {"compute": 400, "comm_overlapped": 100, "comm_exposed": 200, "memory": 50, "idle_host_bound": 200,
+                    "idle_other": 50}
+PLANTED_STEP2_US = {"compute": 340, "comm_overlapped": 50, "comm_exposed": 200, "memory": 0, "idle_host_bound": 100,
+                    "idle_other": 310}
 
 
 def planted_gpu_trace(vendor: str = "nvidia", **kwargs) -> SynthTrace:
@@ -200,11 +248,84 @@ def planted_ranks(clock_offsets_us: list[float], *, late_rank: int, late_us: flo
     return traces
 
 
+@dataclass
+class PlantedFSDP:
+    """FSDP-like ranks and their ground truth: each rank's wait per step (ns) and how many collectives it
+    entered last, worked out from the planted arrival times."""
+
+    traces: list[SynthTrace]
+    wait_ns: dict[int, dict[int, int]]  # rank -> step -> ns waited for the last rank
+    last_arrivals: dict[int, int]
+    clock_offsets_ns: dict[int, int]  # what each rank's clock reads minus true time
+    n_instances: int
+
+
+def fsdp_ranks(n_ranks: int = 4, *, n_steps: int = 3, n_layers: int = 4, seed: int = 0,
+               base_us: str = "1760000000000000.000", clock_offsets_ns: list[int] | None = None,
+               metadata: bool = True) -> PlantedFSDP:
+    """Ranks of an FSDP-like step: per layer an all-gather (stream 20) and a reduce-scatter (stream 24),
+    issued alternately on process group "0" with sequence numbers 0, 1, 2, ... (``record_param_comms``
+    args, or none with ``metadata=False``), and a compute kernel. In true time (ns after the base), step k
+    starts at ``20_000_000 * k`` and lasts 18 ms on every rank; the all-gather of layer i is planned at
+    +1 ms + 1 ms * i and its reduce-scatter 100 us later; each rank enters each collective up to 400 us
+    late (seeded, whole ns, distinct per rank), so the two types start in different orders on different
+    ranks. Every rank leaves the collective 200 us after the last rank entered it. Rank r's clock reads
+    true time + ``clock_offsets_ns[r]`` (hosts differ, so the analysis aligns the clocks)."""
+    rng = random.Random(seed)
+    offsets = clock_offsets_ns or [0] * n_ranks
+    if len(offsets) != n_ranks:
+        raise ValueError("clock_offsets_ns: one offset per rank")
+    base = Decimal(base_us)
+    traces = [SynthTrace(rank=r, world_size=n_ranks, host=f"node{r}", base_us=base + Decimal(offsets[r]) / 1000)
+              for r in range(n_ranks)]
+    wait: dict[int, dict[int, int]] = {r: {} for r in range(n_ranks)}
+    last = {r: 0 for r in range(n_ranks)}
+    n_instances = 0
+
+    def us(ns: int) -> Decimal:
+        return Decimal(ns) / 1000
+
+    for k in range(1, n_steps + 1):
+        step0 = 20_000_000 * k
+        for t in traces:
+            t.step(k, us(step0), us(18_000_000))
+        seq = (k - 1) * 2 * n_layers
+        for i in range(n_layers):
+            for kind, planned, stream in (("_allgather_base", 1_000_000 + 1_000_000 * i, 20),
+                                          ("reduce_scatter_tensor", 1_100_000 + 1_000_000 * i, 24)):
+                late = [rng.randrange(0, 400_000 // n_ranks) * n_ranks + r for r in range(n_ranks)]  # distinct
+                arrive = {r: step0 + planned + late[r] for r in range(n_ranks)}
+                end = max(arrive.values()) + 200_000
+                latest = max(arrive, key=lambda r: arrive[r])
+                last[latest] += 1
+                n_instances += 1
+                for r, t in enumerate(traces):
+                    wait[r][k] = wait[r].get(k, 0) + arrive[latest] - arrive[r]
+                    args = {"Collective name": kind, "Process Group Name": "0", "Process Group Description":
+                            "default_pg", "Process Group Ranks": list(range(n_ranks)), "Seq": seq,
+                            "In msg nelems": 1 << 20, "Out msg nelems": n_ranks << 20, "Group size": n_ranks,
+                            "dtype": "BFloat16", "Rank": r} if metadata else {}
+                    launch = step0 + planned - 300_000
+                    name = "record_param_comms" if metadata else ("nccl:all_gather" if kind.startswith("_all")
+                                                                  else "nccl:reduce_scatter")
+                    op = t.op(name, us(launch), us(20_000), args=args)
+                    kernel = ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)" if stream == 20
+                              else "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+                    t.launch(kernel, us(arrive[r]), us(end - arrive[r]), launch_ts=us(launch + 5_000),
+                             launch_dur=us(5_000), stream=stream, op=op)
+                seq += 1
+            for t in traces:
+                mm = t.op("aten::mm", us(step0 + 900_000 + 1_000_000 * i), us(10_000))
+                t.launch(t.v["gemm"], us(step0 + 1_000_000 + 1_000_000 * i), us(600_000),
+                         launch_ts=us(step0 + 905_000 + 1_000_000 * i), op=mm)
+    return PlantedFSDP(traces, wait, last, dict(enumerate(offsets)), n_instances)
+
+
 def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, rank: int = 0, world_size: int = 1,
                       vendor: str = "nvidia", clock_offset_us: float = 0.0, whole_us: bool = False,
                       progress: Callable[[int, int], None] | None = None) -> dict:
     """Stream a realistic multi-step GPU trace of about ``target_bytes`` to ``path`` (Kineto's indented
-    layout). Each step: forward/backward CPU ops with shapes, their runtime launches and kernels on two
+    layout, near enough). Each step: forward/backward CPU ops with shapes, their runtime launches and kernels on two
     compute streams, an NCCL all-reduce overlapping the backward, a memcpy, launch gaps. Times have
     nanosecond resolution (three decimals, as Kineto writes), or whole microseconds with ``whole_us``.
     Returns counts."""
@@ -234,7 +355,8 @@ def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, ran
             for key in ("ts", "dur"):
                 if key in ev:
                     ev[key] = round(ev[key], digits) if digits else float(round(ev[key]))
-            text = ("" if n_events == 0 else ",\n") + json.dumps(ev, indent=2)
+            # the C encoder (indent= would use the pure-Python one), laid out about as Kineto indents
+            text = ("  " if n_events == 0 else ",\n  ") + json.dumps(ev, separators=(",\n    ", ": "))
             f.write(text)
             written += len(text)
             n_events += 1

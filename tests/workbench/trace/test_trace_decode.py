@@ -1,0 +1,83 @@
+"""The typed decoder agrees with the streaming reader: sound files, byte ranges in parallel processes,
+cuts that fall inside an event, keys after the events."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from wavefront.workbench.trace import decode
+from wavefront.workbench.trace.load import _load_streaming, load_trace
+from wavefront.workbench.trace.testing import fsdp_ranks, planted_gpu_trace, write_large_trace
+
+pytest.importorskip("msgspec")
+
+
+def _same(a, b) -> None:
+    for table in ("device", "runtime", "cpu"):
+        ta, tb = getattr(a, table), getattr(b, table)
+        assert set(ta.cols) == set(tb.cols)
+        for k in ta.cols:
+            if k == "name":
+                assert a.name_of(ta.cols[k]) == b.name_of(tb.cols[k]), table
+            elif k == "shape":
+                assert [None if i < 0 else a.shapes[i] for i in ta.cols[k]] == \
+                    [None if i < 0 else b.shapes[i] for i in tb.cols[k]]
+            else:
+                np.testing.assert_array_equal(ta.cols[k], tb.cols[k], err_msg=f"{table}.{k}")
+    assert (a.meta, a.op_comm_args, a.kernel_comm_args) == (b.meta, b.op_comm_args, b.kernel_comm_args)
+    assert (a.n_events, a.n_sync_events, a.n_malformed) == (b.n_events, b.n_sync_events, b.n_malformed)
+
+
+def _fast(path, **kw):
+    trace = decode.load_fast(path, **kw)
+    assert trace is not None, "the typed decoder gave the file to the streaming reader"
+    return trace
+
+
+@pytest.mark.parametrize("name", ["cpu_train_h64.json.gz", "gloo_rank0.json.gz"])
+def test_real_traces(data_dir, name):
+    _same(_fast(data_dir / name), _load_streaming(data_dir / name, None, None))
+
+
+def test_planted_and_collective_args(tmp_path):
+    for i, synth in enumerate([planted_gpu_trace("amd"), fsdp_ranks(2).traces[1]]):
+        p = synth.write(tmp_path / f"t{i}.json", indent=2)
+        fast = _fast(p)
+        _same(fast, _load_streaming(p, None, None))
+    assert fast.op_comm_args and all(a["Process Group Name"] == "0" for a in fast.op_comm_args.values())
+
+
+def test_ranges_in_parallel_processes(tmp_path, monkeypatch):
+    p = tmp_path / "big.json"
+    write_large_trace(p, 400_000, seed=3)
+    serial = _fast(p)
+    monkeypatch.setattr(decode, "RANGE_BYTES", 20_000)  # many ranges per worker, cuts everywhere
+    monkeypatch.setattr(decode, "PARALLEL_MIN_BYTES", 0)
+    _same(_fast(p, workers=3), serial)
+    _same(serial, _load_streaming(p, None, None))
+
+
+def test_cut_inside_an_event_and_keys_after_events(tmp_path, monkeypatch):
+    """An argument holding objects ("}, {" inside an event) and a list of objects after traceEvents: a
+    cut there never decodes, so the result is the same as the streaming reader's."""
+    synth = planted_gpu_trace()
+    synth.events[3]["args"]["Input Strides"] = [{"a": 1}, {"b": "}, {"}]
+    doc = json.loads(synth.text())
+    doc = {"traceEvents": doc.pop("traceEvents"), **doc, "extra": [{"x": 1}, {"y": 2}]}
+    p = tmp_path / "odd.json"
+    p.write_text(json.dumps(doc, indent=1))
+    monkeypatch.setattr(decode, "RANGE_BYTES", 300)
+    got = load_trace(p)
+    _same(got, _load_streaming(p, None, None))
+    assert got.meta["extra"] == [{"x": 1}, {"y": 2}] and len(got.device) == 12
+
+
+def test_damaged_files_go_to_the_streaming_reader(tmp_path):
+    text = planted_gpu_trace().text()
+    (tmp_path / "cut.json").write_text(text[: text.index('"Memset (Device)"')])
+    assert decode.load_fast(tmp_path / "cut.json") is None
+    t = load_trace(tmp_path / "cut.json")
+    assert not t.complete and 0 < len(t.device) < 12
