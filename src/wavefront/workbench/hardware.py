@@ -8,6 +8,7 @@ An unknown GPU is an error listing the known ones: there is no silent fallback t
 
 Sources (also in ../shared/facts/devices.md):
   A100:   NVIDIA A100 datasheet (r4); glennklockwood.com/garden/processors/A100.
+  A100 40GB: NVIDIA A100 datasheet r4 (40 GB HBM2 at 1,555 GB/s; compute as the 80GB part).
   H100:   NVIDIA H100 datasheet (its 1,979 TFLOPS BF16 is with sparsity; dense is half);
           glennklockwood.com/garden/processors/h100 for dense matrix values.
   H200:   NVIDIA H200 product page (https://www.nvidia.com/en-us/data-center/h200/); same GH100 compute.
@@ -85,6 +86,8 @@ GPUS: dict[str, GPU] = {
     for g in (
         GPU("a100", "NVIDIA A100 80GB SXM", "nvidia", "sm_80", 312.0, None, 156.0, 19.5, 2.039, 80, 40, 0,
             108, 400, 300, 1.50, "NVIDIA A100 datasheet r4; NVLink3 600 GB/s bidirectional"),
+        GPU("a100-40gb", "NVIDIA A100 40GB SXM", "nvidia", "sm_80", 312.0, None, 156.0, 19.5, 1.555, 40, 40, 0,
+            108, 400, 300, None, "NVIDIA A100 datasheet r4 (40 GB HBM2, 1,555 GB/s); same GA100 compute as the 80GB"),
         GPU("h100", "NVIDIA H100 SXM", "nvidia", "sm_90", 989.4, 1978.9, 494.7, 66.9, 3.35, 80, 50, 0,
             132, 700, 450, 2.99, "NVIDIA H100 datasheet (dense = half the sparse headline); NVLink4 900 GB/s"),
         GPU("h200", "NVIDIA H200 SXM", "nvidia", "sm_90", 989.4, 1978.9, 494.7, 66.9, 4.8, 141, 50, 0,
@@ -111,7 +114,7 @@ TARGET_GPUS: dict[str, str] = {"sm_80": "a100", "sm_90": "h100", "sm_100": "b200
                                "gfx942": "mi300x", "gfx1100": "w7900"}
 
 _ALIASES = {
-    "a100": "a100", "a10080gb": "a100", "a100sxm": "a100",
+    "a100": "a100", "a10080gb": "a100", "a100sxm": "a100", "a10040gb": "a100-40gb", "a10040gbsxm": "a100-40gb",
     "h100": "h100", "h100sxm": "h100", "h10080gbhbm3": "h100",
     "h200": "h200", "h200sxm": "h200",
     "b200": "b200",
@@ -141,7 +144,8 @@ def gpu_from_device_name(device_name: str) -> GPU:
     """
     norm = _norm(device_name)
     for pattern, key in (("w7900", "w7900"), ("mi250", "mi250x-gcd"), ("mi325", "mi325x"), ("mi300", "mi300x"),
-                         ("b200", "b200"), ("h200", "h200"), ("h100", "h100"), ("a100", "a100")):
+                         ("b200", "b200"), ("h200", "h200"), ("h100", "h100"),
+                         ("a100sxm440gb", "a100-40gb"), ("a100pcie40gb", "a100-40gb"), ("a100", "a100")):
         if pattern in norm:
             return GPUS[key]
     known = ", ".join(g.name for g in GPUS.values())
