@@ -106,7 +106,8 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     b = cfg.micro_batch
     m = n_micro_batches(cfg, training.global_batch_seqs)
     layers = layers_per_stage(dims.n_layers, cfg)
-    act_kw = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len)
+    act_kw = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
+                  fp8=training.precision == "fp8")
     per_layer = layer_activation_bytes(model, recompute=cfg.recompute, **act_kw)
 
     inflight_first = 1 if cfg.pp == 1 else max(1, min(cfg.pp, m))
@@ -126,7 +127,8 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     working = 0.0
     if cfg.recompute != "none":
         full = layer_activation_bytes(model, recompute="none", **act_kw)
-        working = full - (per_layer if cfg.recompute == "selective" else 0.0)
+        kept = per_layer if cfg.recompute in ("selective", "op") else 0.0
+        working = max(0.0, full - kept)
 
     p_first, p_last = stage_params(model, cfg)
     candidates = [("first" if cfg.pp > 1 else "only", p_first, acts_first)]
@@ -140,7 +142,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         buffers = 0.0
     else:
         transient_states = 0.0
-        buffers = 2 * training.bucket_mb * 1e6 if cfg.dp * cfg.cp > 1 else 0.0
+        buffers = 2 * training.bucket_mib * 2**20 if cfg.dp * cfg.cp > 1 else 0.0
     overhead = training.framework_overhead_gb * 1e9
     capacity = cluster.gpu.hbm_gb * 1e9
 

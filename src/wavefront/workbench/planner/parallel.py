@@ -42,7 +42,8 @@ class PlanConfig:
         """Compact: "tp8+sp pp4v2 cp2 dp4 z1 sel mb1" (cp omitted when 1)."""
         pp = f"pp{self.pp}" + (f"v{self.vpp}" if self.vpp > 1 else "")
         cp = f" cp{self.cp}" if self.cp > 1 else ""
-        rc = {"none": "none", "selective": "sel", "full": "full"}.get(self.recompute, self.recompute)
+        rc = {"none": "none", "selective": "sel", "full": "full", "op": "op", "every-other": "eo"}.get(
+            self.recompute, self.recompute)
         return f"tp{self.tp}{'+sp' if self.sp else ''} {pp}{cp} dp{self.dp} z{self.zero} {rc} mb{self.micro_batch}"
 
     def as_dict(self) -> dict:

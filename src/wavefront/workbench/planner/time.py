@@ -15,8 +15,9 @@ Compute, per layer and micro-batch on one GPU (s_l = s/cp local tokens per seque
   residual parts are replicated across tp ranks unless sequence parallel; the activation part is split
   by tp. A materialised softmax reads + writes the 2-byte scores and (dropout) reads + writes its output
   and a 1-byte mask: 9 (4 without dropout) bytes per score element, split by tp;
-- passes: backward = 2 x forward FLOPs and bytes; full recomputation adds one forward of every layer,
-  selective recomputation adds the attention core's forward (Korthikanti et al. 2022, Sec. 5).
+- passes: backward = 2 x forward FLOPs and bytes (2.5 x for flash attention, whose backward recomputes
+  QK^T); full recomputation adds one forward of every layer, every-other half of that, selective the
+  attention core's forward (Korthikanti et al. 2022, Sec. 5), op (per-op) the memory-bound kernels.
 The output layer (2 * b * s_l * h * V / tp forward, x3 with backward) and the float32 cross-entropy
 (16 B per logit) run on the last stage.
 
@@ -29,14 +30,16 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
   elements) forward and twice that backward (K, V and their gradients), overlapped with the attention
   core: only the excess over the attention time is exposed;
 - pipeline: per micro-batch and stage one send of the b*s_l*h activation forward and one of its gradient
-  backward, split over the tp ranks (scatter/gather, Narayanan Sec. 4.1), x vpp with interleaving;
+  backward, split over the tp ranks (scatter/gather, Narayanan Sec. 4.1), exposed with 1F1B and hidden
+  under the next chunk's compute with interleaving (Megatron overlap_p2p_comm);
   bubble = (pp - 1) / vpp x one micro-batch's stage time (Narayanan Sec. 2.2: (p-1)/m of the ideal
   time for 1F1B, divided by v interleaved);
 - data parallel over d = dp * cp ranks, gradients in Training.grad_bytes: ZeRO-0 all-reduces them once
   per step; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16 weights after the optimizer
-  (same bytes as the all-reduce); ZeRO-3 all-gathers the bf16 weights in forward and again in backward
+  (same bytes as the all-reduce), the gather hidden bucket by bucket under the next forward like the
+  reduction under the backward; ZeRO-3 all-gathers the bf16 weights in forward and again in backward
   and reduce-scatters the gradients every micro-batch (training-math.md, "Communication volume": 1.5x
-  DDP per micro-batch). With Training.dp_overlap the ZeRO 0-2 reduction runs in bucket_mb buckets
+  DDP per micro-batch). With Training.dp_overlap the ZeRO 0-2 reduction runs in bucket_mib buckets
   during the backward of the last micro-batch (bucketed_exposed_s, the closed form of the DDP bucket
   model in workbench.dist.overlap), and ZeRO-3 traffic hides behind each micro-batch's compute except
   the first unit's gather.
@@ -50,8 +53,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from wavefront.workbench.planner.cluster import Cluster
+from wavefront.workbench.planner.kernels import (
+    FP8_CAST_BYTES_PER_ACT,
+    FP8_CAST_BYTES_PER_WEIGHT,
+    FP8_FUSED_CAST_BYTES_PER_ACT,
+    attention_curve,
+    linear_fwd_bwd_s,
+)
 from wavefront.workbench.planner.memory import stage_params
-from wavefront.workbench.planner.model import ModelSpec, attention_core_flops, layer_matmul_flops
+from wavefront.workbench.planner.model import ModelSpec, attention_core_flops
 from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n_micro_batches
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
@@ -95,26 +105,57 @@ def _elementwise_bytes(model: ModelSpec, tokens: float, kv_len: float, cfg: Plan
     return total
 
 
+N_ELEMENTWISE_KERNELS = 8  # forward memory-bound kernels per layer: 2 norms, 2 residual adds, RoPE, activation, 2 copies
+
+
+def _linear_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
+    """(d_in, d_out) of one layer's weight matmuls on one tensor-parallel rank."""
+    h, f = model.dims.hidden, model.dims.ffn_hidden
+    up = (2 if model.dims.gated_mlp else 1) * f // tp
+    return [(h, (model.q_dim + 2 * model.kv_dim) // tp), (model.q_dim // tp, h), (h, up), (f // tp, h)]
+
+
 def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
                     eff: Efficiency) -> tuple[float, float]:
     """(fwd + bwd + recompute seconds of one layer for one micro-batch, attention-core seconds of one
-    forward) on one GPU."""
+    forward) on one GPU: weight matmuls GEMM by GEMM (kernels.py), attention from its curve, memory-bound
+    kernels from their bytes, FP8 casts, a fixed cost per kernel."""
     gpu = cluster.gpu
-    tokens = cfg.micro_batch * training.seq_len / cfg.cp
-    gemm_peak = gpu.peak_tflops(training.precision) * 1e12 * eff.gemm
+    tokens = int(cfg.micro_batch * training.seq_len // cfg.cp)
+    fp8 = training.precision == "fp8"
+    stack = eff.stack_factor(training.stack)
+    peak = gpu.peak_tflops(training.precision) * 1e12 * eff.gemm * stack * (eff.fp8_gemm if fp8 else 1.0)
     bf16_peak = gpu.peak_tflops("bf16") * 1e12
     hbm = gpu.hbm_tbps * 1e12 * eff.hbm
-    mm = layer_matmul_flops(model, tokens) / cfg.tp / gemm_peak
+    kernel_s = eff.kernel_us * 1e-6
+    mm_fwd = mm_bwd = 0.0
+    cast_bytes = 0.0
+    for d_in, d_out in _linear_shapes(model, cfg.tp):
+        f, b = linear_fwd_bwd_s(gpu, tokens, d_in, d_out, peak, hbm, 1.0 if fp8 else 2.0, kernel_s)
+        mm_fwd += f
+        mm_bwd += b
+        if fp8:
+            act_bytes = FP8_CAST_BYTES_PER_ACT if training.stack == "fsdp" else FP8_FUSED_CAST_BYTES_PER_ACT
+            cast_bytes += act_bytes * tokens * d_in + FP8_CAST_BYTES_PER_WEIGHT * d_in * d_out
+            mm_bwd += act_bytes * tokens * d_out / hbm + 2 * kernel_s
+    cast_s = cast_bytes / hbm + (4 * 2 * kernel_s if fp8 else 0.0)
     attn_flops = attention_core_flops(model, cfg.micro_batch, training.seq_len / cfg.cp, training.seq_len) / cfg.tp
     if model.attention == "flash":
-        attn = 0.5 * attn_flops / (bf16_peak * eff.attention)
+        curve = attention_curve(training.seq_len, model.dims.head_dim)
+        attn = 0.5 * attn_flops / (bf16_peak * eff.attention * stack * curve) + kernel_s
+        attn_bwd = 2.5 * (attn - kernel_s) + kernel_s
     else:
-        attn = attn_flops / (bf16_peak * eff.gemm)
-    ew = _elementwise_bytes(model, tokens, training.seq_len, cfg) / hbm
-    fwd = mm + attn + ew
-    total = 3.0 * fwd
+        attn = attn_flops / (bf16_peak * eff.gemm) + 2 * kernel_s
+        attn_bwd = 2.0 * attn
+    ew = _elementwise_bytes(model, tokens, training.seq_len, cfg) / hbm + N_ELEMENTWISE_KERNELS * kernel_s
+    fwd = mm_fwd + cast_s + attn + ew
+    total = fwd + mm_bwd + cast_s + attn_bwd + 2.0 * ew
     if cfg.recompute == "full":
         total += fwd
+    elif cfg.recompute == "every-other":
+        total += 0.5 * fwd
+    elif cfg.recompute == "op":
+        total += ew
     elif cfg.recompute == "selective":
         score_bytes = 0.0
         if model.attention == "materialized":
@@ -136,7 +177,7 @@ def tp_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, c
     if cfg.tp == 1:
         return 0.0
     size = 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.dims.hidden
-    n_pairs = 4 + (2 if cfg.recompute == "full" else 0)
+    n_pairs = 4 + {"full": 2, "every-other": 1}.get(cfg.recompute, 0)
     if cfg.sp:
         one = (cluster.collective_s("all_gather", size, cfg.tp, 1)
                + cluster.collective_s("reduce_scatter", size, cfg.tp, 1))
@@ -190,6 +231,11 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
         act_bytes = 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.dims.hidden / cfg.tp
         stride = cfg.tp * cfg.cp * cfg.dp
         p2p_s = 2.0 * cfg.vpp * cluster.collective_s("send_recv", act_bytes, cfg.pp, stride)
+        if cfg.vpp > 1:
+            # Megatron's interleaved schedule posts each send/recv ahead and overlaps it with the next
+            # chunk's compute (overlap_p2p_comm): only the bubble-side transfers stay exposed, which the
+            # bubble term already covers
+            p2p_s = 0.0
 
     stage_compute = layers * layer_s + out_s  # the last stage (or the only one) is the busiest
     stage_mb = stage_compute + layers * (tp_s + cp_s) + p2p_s
@@ -224,8 +270,14 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
             if training.dp_overlap:
                 kind = "all_reduce" if cfg.zero == 0 else "reduce_scatter"
                 backward_window = (2.0 / 3.0) * layers * layer_s
-                dp_exposed = bucketed_exposed_s(cluster, kind, g * params, training.bucket_mb * 1e6, d, stride,
-                                                backward_window) + gather
+                forward_window = (1.0 / 3.0) * layers * layer_s
+                bucket = training.bucket_mib * 2**20
+                # the parameter all-gather runs bucket by bucket under the next step's first forward
+                # (Megatron --overlap-param-gather, FSDP forward prefetch): only its excess is exposed
+                gather_exposed = (bucketed_exposed_s(cluster, "all_gather", 2.0 * params, bucket, d, stride,
+                                                     forward_window) if gather > 0 else 0.0)
+                dp_exposed = bucketed_exposed_s(cluster, kind, g * params, bucket, d, stride,
+                                                backward_window) + gather_exposed
             else:
                 dp_exposed = dp_total
 
