@@ -1,5 +1,5 @@
 """The planner's activation-memory formulas against what autograd really keeps for backward, measured on
-this machine (planner.measure), and the model-state formulas against the ZeRO paper's published example.
+this machine (workbench.bench.memory_measure), and the model-state formulas against the ZeRO paper's published example.
 
 Two layers are measured:
 - a GPT layer written the way Megatron-LM computes it (LayerNorm, one QKV projection, materialised
@@ -23,7 +23,7 @@ from torch import nn
 
 from wavefront.shapes import ModelDims
 from wavefront.workbench.planner import PlanConfig, Training
-from wavefront.workbench.planner.measure import saved_activation_bytes
+from wavefront.workbench.bench.memory_measure import saved_activation_bytes
 from wavefront.workbench.planner.memory import state_bytes
 from wavefront.workbench.planner.model import ModelSpec, layer_activation_bytes
 

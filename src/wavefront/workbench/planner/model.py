@@ -21,7 +21,7 @@ the paper's way by listing the tensors backward needs:
 
 Kernels (ModelSpec.kernels): the list above is what fused norm and gated-activation kernels keep (Megatron,
 wavefront-patched models). Hugging Face's eager modules keep more, listed from the tensors autograd saves
-(planner.measure): each RMSNorm keeps its float32 input 4sbh and the normalized bf16 copy 2sbh instead of
+(workbench.bench.memory_measure): each RMSNorm keeps its float32 input 4sbh and the normalized bf16 copy 2sbh instead of
 the bf16 input (+4sbh per norm, +8sbh per layer), and a gated MLP keeps the gate projection's output (the
 activation's input), the activation's output, the up projection's output and their product, 8sbf instead
 of 6sbf (+2sbf). kernels="eager" adds these; a plain GELU MLP is the same in both.

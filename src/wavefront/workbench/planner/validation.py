@@ -214,31 +214,6 @@ def validate_files(paths: list[str | Path], efficiency: Efficiency | None = None
     return [validate(load_table(p), efficiency) for p in paths]
 
 
-def fit_gemm_efficiency(doc: dict, metric_name: str = "tflops_per_gpu", lo: float = 0.3, hi: float = 1.0,
-                        rows: list[str] | None = None) -> float:
-    """The Efficiency.gemm that minimises the median absolute error of `metric_name` over `rows` (all by
-    default): golden-section search, the way the CALIBRATED_GEMM constants were obtained."""
-    selected = dict(doc)
-    if rows is not None:
-        selected["rows"] = [r for r in doc["rows"] if str(r.get("id")) in rows]
-    gpu_default = Efficiency.for_gpu(doc["hardware"]["gpu"])
-
-    def loss(g: float) -> float:
-        eff = Efficiency(gemm=g, attention=gpu_default.attention, hbm=gpu_default.hbm, source="fit")
-        return validate(selected, eff).median_abs_error(metric_name)
-
-    ratio = (5 ** 0.5 - 1) / 2
-    a, b = lo, hi
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    for _ in range(40):
-        if loss(c) < loss(d):
-            b = d
-        else:
-            a = c
-        c, d = b - ratio * (b - a), a + ratio * (b - a)
-    return round((a + b) / 2, 3)
-
-
 #: The throughput tables of the accuracy report (docs/planner.md): every row carries its split.
 REPORT_TABLES = ("validation/llmfoundry_mpt.json", "validation/nemo_2407_h100_fp8.json",
                  "validation/megatron_bridge_2511.json", "narayanan2021_table1.json", "narayanan2021_table2.json",
