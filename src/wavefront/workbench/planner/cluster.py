@@ -87,6 +87,7 @@ class Cluster:
     #: for the whole buffer (what the planner assumed before, and what 2021 DeepSpeed ZeRO-3 reached).
     hierarchical: bool = True
     nics_per_node: int = 0  # 0: one per GPU (rail-optimised)
+    _seconds: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # collective_s memo
 
     def __post_init__(self) -> None:
         if self.n_gpus < 1 or self.gpus_per_node < 1:
@@ -118,6 +119,13 @@ class Cluster:
         across nodes, each node's k members working on S/k through their own NICs)."""
         if group <= 1:
             return 0.0
+        key = (collective, size_bytes, group, stride)
+        cached = self._seconds.get(key)
+        if cached is None:
+            cached = self._seconds[key] = self._collective_s(collective, size_bytes, group, stride)
+        return cached
+
+    def _collective_s(self, collective: str, size_bytes: float, group: int, stride: int) -> float:
         if (group * stride <= self.gpus_per_node or collective == "send_recv" or not self.hierarchical
                 or any(c.domain == "inter" for c in self.calibrations)):
             return self.link(collective, group, stride).time_s(collective, size_bytes, group)

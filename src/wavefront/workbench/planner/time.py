@@ -65,7 +65,15 @@ from wavefront.workbench.planner.model import ModelSpec, attention_core_flops
 from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n_micro_batches
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
-CE_BYTES_PER_LOGIT = 16.0  # fp32 logits read + written by the loss forward and backward
+CE_BYTES_PER_LOGIT = 16.0
+#: ZB-H1 (Qi et al. 2023, arXiv:2401.10241, Sec. 3): splitting the backward into input- and weight-gradient
+#: passes fills the 1F1B bubble to about a third at the same activation memory.
+ZB_H1_BUBBLE_FRACTION = 1.0 / 3.0
+#: CPU offload of the optimizer (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): PCIe Gen4 x16 moves about
+#: 25 GB/s per GPU each way; a vectorised CPU Adam is taken to update 1e9 parameters/s per GPU's share of
+#: the host cores (an order-of-magnitude assumption, not fitted: no offload run is in the validation set).
+PCIE_GBPS = 25.0
+CPU_ADAM_PARAMS_PER_S = 1.0e9  # fp32 logits read + written by the loss forward and backward
 
 
 @dataclass(frozen=True)
@@ -141,7 +149,8 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     cast_s = cast_bytes / hbm + (4 * 2 * kernel_s if fp8 else 0.0)
     attn_flops = attention_core_flops(model, cfg.micro_batch, training.seq_len / cfg.cp, training.seq_len) / cfg.tp
     if model.attention == "flash":
-        curve = attention_curve(training.seq_len, model.dims.head_dim)
+        # under context parallelism each ring step is a (s/cp) x (s/cp) kernel: the short-sequence curve
+        curve = attention_curve(training.seq_len / cfg.cp, model.dims.head_dim)
         attn = 0.5 * attn_flops / (bf16_peak * eff.attention * stack * curve) + kernel_s
         attn_bwd = 2.5 * (attn - kernel_s) + kernel_s
     else:
@@ -217,14 +226,68 @@ def bucketed_exposed_s(cluster: Cluster, collective: str, total_bytes: float, bu
     return max(t_all - backward_s * (1.0 - 1.0 / n), t_last)
 
 
-def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
-              eff: Efficiency) -> TimeBreakdown:
-    m = n_micro_batches(cfg, training.global_batch_seqs)
-    layers = layers_per_stage(model.dims.n_layers, cfg)
+def _data_parallel_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, params: float,
+                     m: int, layers_s: float, stage_compute: float) -> tuple[float, float]:
+    """(total, exposed) seconds of data-parallel / ZeRO / FSDP traffic per step (module docstring)."""
+    d = cfg.dp * cfg.cp
+    if d <= 1:
+        return 0.0, 0.0
+    stride, g = cfg.tp, training.grad_bytes
+    if cfg.zero == 3:
+        shard = cfg.shard_group()
+        gather = cluster.collective_s("all_gather", 2.0 * params, shard, stride)
+        scatter = cluster.collective_s("reduce_scatter", g * params, shard, stride)
+        # HSDP: the shards' gradients are all-reduced across the d / shard replicas once per step
+        replicate = cluster.collective_s("all_reduce", g * params / shard, d // shard, stride * shard)
+        gathers, rounds = {"micro-batch": (2.0, m), "no-reshard": (1.0, m), "step": (1.0, 1)}[training.fsdp_gather]
+        per_round = gathers * gather + scatter
+        total = rounds * per_round + replicate
+        if not training.dp_overlap:
+            return total, total
+        first_unit = gather * max(model.layer_params, model.embedding_params) / cfg.tp / params
+        window = stage_compute * m / rounds
+        return total, rounds * (max(0.0, per_round - window) + first_unit) + replicate
+    bucket = training.bucket_mib * 2**20
+    if cfg.zero == 0:
+        reduce = cluster.collective_s("all_reduce", g * params, d, stride)
+        gather = 0.0
+    else:
+        reduce = cluster.collective_s("reduce_scatter", g * params, d, stride)
+        gather = cluster.collective_s("all_gather", 2.0 * params, d, stride)
+    if not training.dp_overlap:
+        return reduce + gather, reduce + gather
+    kind = "all_reduce" if cfg.zero == 0 else "reduce_scatter"
+    # the reduction runs bucket by bucket under the last backward; the parameter all-gather under the next
+    # step's first forward (Megatron --overlap-param-gather, FSDP forward prefetch): only the excess shows
+    gather_exposed = (bucketed_exposed_s(cluster, "all_gather", 2.0 * params, bucket, d, stride, layers_s / 3.0)
+                      if gather > 0 else 0.0)
+    return reduce + gather, bucketed_exposed_s(cluster, kind, g * params, bucket, d, stride,
+                                               2.0 * layers_s / 3.0) + gather_exposed
+
+
+def _per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+               eff: Efficiency) -> tuple[float, float, float, float]:
+    """(layer compute, attention forward, TP comm, exposed CP comm) seconds per layer and micro-batch, and
+    the output layer's seconds: the parts that depend only on the per-layer shape of the plan."""
     layer_s, attn_fwd_s = layer_compute_s(model, cfg, training, cluster, eff)
     tp_s = tp_comm_per_layer_s(model, cfg, training, cluster)
     cp_s = cp_comm_exposed_per_layer_s(model, cfg, training, cluster, attn_fwd_s)
-    out_s = output_layer_s(model, cfg, training, cluster, eff)
+    return layer_s, tp_s, cp_s, output_layer_s(model, cfg, training, cluster, eff)
+
+
+def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+              eff: Efficiency, memo: dict | None = None) -> TimeBreakdown:
+    """Seconds per step (module docstring). `memo` (a dict the search keeps for one model, training,
+    cluster and efficiency) shares the per-layer terms between plans of the same layer shape."""
+    m = n_micro_batches(cfg, training.global_batch_seqs)
+    layers = layers_per_stage(model.dims.n_layers, cfg)
+    key = ("time", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute)
+    if memo is None or key not in memo:
+        parts = _per_layer(model, cfg, training, cluster, eff)
+        if memo is None:
+            memo = {}
+        memo[key] = parts
+    layer_s, tp_s, cp_s, out_s = memo[key]
 
     p2p_s = 0.0
     if cfg.pp > 1:
@@ -241,50 +304,22 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     stage_mb = stage_compute + layers * (tp_s + cp_s) + p2p_s
     body_mb = layers * (layer_s + tp_s + cp_s) + p2p_s
     bubble = (cfg.pp - 1) / cfg.vpp * body_mb if cfg.pp > 1 else 0.0
+    if cfg.zero_bubble:
+        bubble *= ZB_H1_BUBBLE_FRACTION
 
     p_first, p_last = stage_params(model, cfg)
     params = max(p_first, p_last)
-    d = cfg.dp * cfg.cp
-    stride = cfg.tp
-    g = training.grad_bytes
-    dp_total = dp_exposed = 0.0
-    if d > 1:
-        if cfg.zero == 3:
-            gather = cluster.collective_s("all_gather", 2.0 * params, d, stride)
-            scatter = cluster.collective_s("reduce_scatter", g * params, d, stride)
-            per_mb = 2.0 * gather + scatter
-            dp_total = m * per_mb
-            if training.dp_overlap:
-                first_unit = gather * max(model.layer_params, model.embedding_params) / cfg.tp / params
-                dp_exposed = m * (max(0.0, per_mb - stage_compute) + first_unit)
-            else:
-                dp_exposed = dp_total
-        else:
-            if cfg.zero == 0:
-                reduce = cluster.collective_s("all_reduce", g * params, d, stride)
-                gather = 0.0
-            else:
-                reduce = cluster.collective_s("reduce_scatter", g * params, d, stride)
-                gather = cluster.collective_s("all_gather", 2.0 * params, d, stride)
-            dp_total = reduce + gather
-            if training.dp_overlap:
-                kind = "all_reduce" if cfg.zero == 0 else "reduce_scatter"
-                backward_window = (2.0 / 3.0) * layers * layer_s
-                forward_window = (1.0 / 3.0) * layers * layer_s
-                bucket = training.bucket_mib * 2**20
-                # the parameter all-gather runs bucket by bucket under the next step's first forward
-                # (Megatron --overlap-param-gather, FSDP forward prefetch): only its excess is exposed
-                gather_exposed = (bucketed_exposed_s(cluster, "all_gather", 2.0 * params, bucket, d, stride,
-                                                     forward_window) if gather > 0 else 0.0)
-                dp_exposed = bucketed_exposed_s(cluster, kind, g * params, bucket, d, stride,
-                                                backward_window) + gather_exposed
-            else:
-                dp_exposed = dp_total
+    dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers * layer_s,
+                                            stage_compute)
 
     master, states = OPTIMIZER_BYTES[training.optimizer]
-    opt_bytes_per_param = 2.0 * (master + states) + g + 2.0
-    owned = params / d if cfg.zero >= 1 else params
-    optimizer_s = owned * opt_bytes_per_param / (cluster.gpu.hbm_tbps * 1e12 * eff.hbm)
+    g = training.grad_bytes
+    owned = params / cfg.shard_group() if cfg.zero >= 1 else params
+    if training.offload_optimizer:
+        # grads down and bf16 weights up over PCIe, the update on the host (ZeRO-Offload)
+        optimizer_s = owned * ((g + 2.0) / (PCIE_GBPS * 1e9) + 1.0 / CPU_ADAM_PARAMS_PER_S)
+    else:
+        optimizer_s = owned * (2.0 * (master + states) + g + 2.0) / (cluster.gpu.hbm_tbps * 1e12 * eff.hbm)
 
     compute_total = m * stage_compute
     step = m * stage_mb + bubble + dp_exposed + optimizer_s

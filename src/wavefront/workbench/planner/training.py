@@ -10,6 +10,12 @@ PRECISIONS = ("bf16", "fp8")
 #: "fsdp" (PyTorch FSDP stacks: llm-foundry/Composer, torchtitan), whose kernels reach a different fraction
 #: of the peaks (Efficiency.fsdp_stack, fitted).
 STACKS = ("megatron", "fsdp")
+#: When ZeRO-3 / FSDP gathers the weights: "micro-batch" (reshard after forward: two all-gathers and one
+#: reduce-scatter per micro-batch: FSDP2's default, DeepSpeed ZeRO-3); "no-reshard" (the forward's gathered
+#: weights stay for the backward: one all-gather per micro-batch, +2 B per stage parameter: FSDP2
+#: reshard_after_forward=False, torchtitan with PP); "step" (gather and reduce once per step, unsharded
+#: weights and gradients kept across micro-batches: +(2 + grad) B per parameter).
+FSDP_GATHER = ("micro-batch", "no-reshard", "step")
 
 #: Bytes per parameter kept by each optimizer: (fp32 master copy, optimizer states). AdamW keeps an fp32
 #: master weight and two fp32 moments (the 12 of ZeRO's 2 + 2 + 12 = 16 bytes per parameter, Rajbhandari
@@ -110,6 +116,10 @@ class Training:
     framework_overhead_gb: CUDA context, NCCL buffers and workspace (training-math.md: about 1-3 GB).
     allocator_slack: fraction added to activation and transient memory for caching-allocator
         fragmentation (reserved vs allocated).
+    stack: "megatron" or "fsdp" (STACKS; Efficiency.fsdp_stack).
+    fsdp_gather: when ZeRO-3 gathers weights (FSDP_GATHER).
+    offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
+        CPU (time.PCIE_GBPS, time.CPU_ADAM_PARAMS_PER_S).
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
         master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
         fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
@@ -129,8 +139,12 @@ class Training:
     allocator_slack: float = 0.05
     zero3_16bit_shard: bool = False
     stack: str = "megatron"
+    fsdp_gather: str = "micro-batch"
+    offload_optimizer: bool = False
 
     def __post_init__(self) -> None:
+        if self.fsdp_gather not in FSDP_GATHER:
+            raise ValueError(f"fsdp_gather must be one of {FSDP_GATHER}, got {self.fsdp_gather!r}")
         if self.stack not in STACKS:
             raise ValueError(f"stack must be one of {STACKS}, got {self.stack!r}")
         if self.seq_len < 1 or self.global_batch_tokens < self.seq_len:
