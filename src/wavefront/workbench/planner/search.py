@@ -19,6 +19,7 @@ from functools import cached_property
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
+from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
 from wavefront.workbench.planner.memory import MemoryBreakdown, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
 from wavefront.workbench.planner.parallel import ZERO_STAGES, PlanConfig, structural_problems
@@ -26,8 +27,6 @@ from wavefront.workbench.planner.time import TimeBreakdown, step_time
 from wavefront.workbench.planner.training import Efficiency, Training
 
 RANK_BY = ("time", "cost")
-#: Default global batch: 4M tokens (Llama 3 405B's initial batch, Dubey et al. 2024, Sec. 3.4.1).
-DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -93,6 +92,7 @@ class SearchResult:
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)  # tiny batches per GPU and the like
     pinned_misses: list[str] = field(default_factory=list)  # why no grid plan matches the pinned fields
+    top: int = 10  # plans the document lists (0: all feasible)
 
     @property
     def best(self) -> PlanResult | None:
@@ -104,6 +104,29 @@ class SearchResult:
 
     def explain(self, n_runner_ups: int = 4) -> list[str]:
         return explain(self, n_runner_ups)
+
+    def shown(self) -> list[PlanResult]:
+        return self.ranked if self.top == 0 else self.ranked[:self.top]
+
+    def document(self) -> dict:
+        """The `wavefront plan --json` document, schema SCHEMA (docs/json/plan.md)."""
+        spec = self.model
+        return {
+            "schema": SCHEMA,
+            "model": spec.dims.as_dict() | {"params": spec.total_params, "attention": spec.attention,
+                                            "dropout": spec.dropout, "kernels": spec.kernels},
+            "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
+            "efficiency": [(self.efficiency if self.efficiency.source == "command line"
+                            else Efficiency.for_gpu(c.gpu.key)).as_dict() for c in self.clusters],
+            "rank_by": self.rank_by, "tie_tolerance": TIE_TOLERANCE,
+            "search": {"n_enumerated": self.n_enumerated, "n_feasible": len(self.ranked),
+                       "n_out_of_memory": len(self.out_of_memory), "n_invalid": sum(self.rejected.values()),
+                       "invalid_reasons": dict(self.rejected.most_common()), "elapsed_s": self.elapsed_s},
+            "warnings": list(self.warnings),
+            "plans": [r.as_dict() for r in self.shown()],
+            "closest_out_of_memory": [r.as_dict() for r in self.out_of_memory[:5]],
+            "explanation": self.explain(),
+        }
 
 
 def _divisors(n: int) -> list[int]:
@@ -214,14 +237,21 @@ def _matches(cfg: PlanConfig, fixed: dict) -> bool:
     return all(getattr(cfg, k) == v for k, v in fixed.items())
 
 
-def plan(model: str | ModelDims | ModelSpec, cluster: str | Cluster | Sequence[str | Cluster],
-         training: Training | None = None, *, efficiency: Efficiency | None = None, rank_by: str = "time",
-         fixed: dict | None = None, configs: Iterable[PlanConfig] | None = None) -> SearchResult:
+def plan(model: PlanRequest | str | ModelDims | ModelSpec,
+         cluster: str | Cluster | Sequence[str | Cluster] | None = None, training: Training | None = None, *,
+         efficiency: Efficiency | None = None, rank_by: str = "time", fixed: dict | None = None,
+         configs: Iterable[PlanConfig] | None = None) -> SearchResult:
     """Search every plan of `model` on each cluster and rank the feasible ones.
 
-    fixed pins plan fields (e.g. {"tp": 8, "recompute": "selective"}); configs replaces the grid with
-    the given plans (their structural problems are reported like any other).
+    plan(PlanRequest(...)) is the `wavefront plan` job (job.py): the request carries everything and the
+    result's document() is the --json document. The other form takes the pieces: fixed pins plan fields
+    (e.g. {"tp": 8, "recompute": "selective"}); configs replaces the grid with the given plans (their
+    structural problems are reported like any other).
     """
+    if isinstance(model, PlanRequest):
+        return _run_request(model)
+    if cluster is None:
+        raise ValueError("plan() needs a cluster (or a PlanRequest)")
     start = _time.perf_counter()
     spec = _as_model(model)
     clusters = _as_clusters(cluster)
@@ -266,6 +296,19 @@ def plan(model: str | ModelDims | ModelSpec, cluster: str | Cluster | Sequence[s
     return SearchResult(spec, clusters, training, efficiency or Efficiency.for_gpu(clusters[0].gpu.key), rank_by,
                         feasible, oom, rejected, n_enum, _time.perf_counter() - start,
                         batch_warnings(training, clusters), misses)
+
+
+def _run_request(req: PlanRequest) -> SearchResult:
+    if req.rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {RANK_BY}, got {req.rank_by!r}")
+    if req.top < 0:
+        raise ValueError(f"--top must be >= 0, got {req.top}")
+    spec = req.model_spec()
+    clusters = req.clusters()
+    result = plan(spec, clusters, req.training(spec), efficiency=req.efficiency(clusters[0]), rank_by=req.rank_by,
+                  fixed=dict(req.fixed))
+    result.top = req.top
+    return result
 
 
 #: Plans whose step times are within this fraction of each other tie: the model's error is larger

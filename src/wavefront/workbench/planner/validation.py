@@ -36,6 +36,7 @@ from wavefront.workbench.planner.time import layer_compute_s, tp_comm_per_layer_
 from wavefront.workbench.planner.training import Efficiency, Training
 
 SCHEMA = "wavefront.published/1"
+VALIDATION_SCHEMA = "wavefront.plan.validation/1"
 METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "memory_gib", "step_s", "layer_ms")
 CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-group")
 
@@ -334,3 +335,8 @@ def fit_constants(root: str | Path, start: dict, sweeps: int = 3) -> dict:
                     fd = loss(d)
             params[name] = round((a + b) / 2, 3)
     return params
+
+
+def validation_document(reports: list[TableReport]) -> dict:
+    """The `wavefront plan --validate ... --json` document (docs/json/plan.md)."""
+    return {"schema": VALIDATION_SCHEMA, "tables": [r.as_dict() for r in reports]}
