@@ -79,7 +79,8 @@ def _render(result) -> None:
                              [[k, f"{v:.4f}", f"{v / t.step_s:.1%}"] for k, v in t.parts().items()]))
     for line in [*result.explain(), *(f"warning: {w}" for w in result.warnings)]:
         console.print(f"  {line}")
-    console.print(f"{result.n_enumerated:,} plans enumerated in {result.elapsed_s:.2f} s: {len(result.ranked):,} feasible, "
+    console.print(f"{result.n_enumerated:,} plans enumerated in {result.elapsed_s:.2f} s: "
+                  f"{len(result.ranked):,} feasible, "
                   f"{len(result.out_of_memory):,} out of memory, {sum(result.rejected.values()):,} invalid")
     for reason, count in result.rejected.most_common(3):
         console.print(f"  [dim]{count:,} x {reason}[/]")

@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from wavefront.shapes import ModelDims
-from wavefront.workbench.planner import PlanConfig, Training
 from wavefront.workbench.bench.memory_measure import saved_activation_bytes
+from wavefront.workbench.planner import PlanConfig, Training
 from wavefront.workbench.planner.memory import state_bytes
 from wavefront.workbench.planner.model import ModelSpec, layer_activation_bytes
 

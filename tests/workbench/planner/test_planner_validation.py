@@ -7,8 +7,6 @@ import json
 import statistics
 from pathlib import Path
 
-import pytest
-
 from wavefront.workbench.planner.validation import load_table, validate
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "published"

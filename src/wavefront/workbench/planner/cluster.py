@@ -131,7 +131,9 @@ class Cluster:
             return self.link(collective, group, stride).time_s(collective, size_bytes, group)
         per_node = max(1, min(group, self.gpus_per_node // stride))
         nodes = max(1, group // per_node)
-        inner = self.link(collective, per_node, stride).time_s(collective, size_bytes, per_node) if per_node > 1 else 0.0
+        inner = 0.0
+        if per_node > 1:
+            inner = self.link(collective, per_node, stride).time_s(collective, size_bytes, per_node)
         outer = self.inter.time_s(collective, size_bytes / per_node, nodes) if nodes > 1 else 0.0
         return inner + outer
 

@@ -118,8 +118,8 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     b = cfg.micro_batch
     m = n_micro_batches(cfg, training.global_batch_seqs)
     layers = layers_per_stage(dims.n_layers, cfg)
-    act_kw = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
-                  fp8=training.precision == "fp8")
+    act_kw: dict = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
+                        fp8=training.precision == "fp8")
     key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute)
     if memo is not None and key in memo:
         per_layer, full = memo[key]
@@ -177,6 +177,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         total = w + gr + opt + acts + transient + slack + buffers + overhead
         if best is None or total > best[0]:
             best = (total, stage, acts, w, gr, opt, slack)
+    assert best is not None  # candidates is never empty
     total, stage, acts, w, gr, opt, slack = best
     inflight = inflight_first if stage != "last" else max(1, round(inflight_last))
     return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack)

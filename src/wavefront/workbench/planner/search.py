@@ -22,7 +22,7 @@ from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
 from wavefront.workbench.planner.memory import MemoryBreakdown, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
-from wavefront.workbench.planner.parallel import ZERO_STAGES, PlanConfig, structural_problems
+from wavefront.workbench.planner.parallel import PlanConfig, structural_problems
 from wavefront.workbench.planner.time import TimeBreakdown, step_time
 from wavefront.workbench.planner.training import Efficiency, Training
 
@@ -129,6 +129,22 @@ class SearchResult:
         }
 
 
+def _t(r: PlanResult) -> TimeBreakdown:
+    assert r.time is not None, "an evaluated plan has a time breakdown"
+    return r.time
+
+
+def _m(r: PlanResult) -> MemoryBreakdown:
+    assert r.memory is not None, "an evaluated plan has a memory breakdown"
+    return r.memory
+
+
+def _k(r: PlanResult) -> Kpis:
+    kpis = r.kpis
+    assert kpis is not None, "an evaluated plan has KPIs"
+    return kpis
+
+
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
@@ -201,7 +217,7 @@ def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
         return PlanResult(cfg, cluster, None, None, reasons=tuple(problems))
     mem = memory_breakdown(model, cfg, training, cluster, memo)
     t = step_time(model, cfg, training, cluster, efficiency, memo)
-    reasons = ()
+    reasons: tuple[str, ...] = ()
     if not mem.fits:
         reasons = (f"needs {mem.total_bytes / 1e9:.2f} GB per GPU on the {mem.stage} stage, "
                    f"{cluster.gpu.key} has {mem.capacity_bytes / 1e9:.0f} GB",)
@@ -289,9 +305,9 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
     if rank_by == "time":
         feasible = rank_with_ties(feasible)
     else:
-        feasible.sort(key=lambda r: (r.kpis.dollars_per_step if r.kpis.dollars_per_step is not None
-                                     else float("inf"), r.time.step_s))
-    oom.sort(key=lambda r: r.memory.total_bytes / r.memory.capacity_bytes)
+        feasible.sort(key=lambda r: (_k(r).dollars_per_step if _k(r).dollars_per_step is not None
+                                     else float("inf"), _t(r).step_s))
+    oom.sort(key=lambda r: _m(r).total_bytes / _m(r).capacity_bytes)
     misses = pinned_misses(fixed, clusters, training, spec.dims.n_layers) if fixed and n_enum == 0 else []
     return SearchResult(spec, clusters, training, efficiency or Efficiency.for_gpu(clusters[0].gpu.key), rank_by,
                         feasible, oom, rejected, n_enum, _time.perf_counter() - start,
@@ -317,7 +333,7 @@ TIE_TOLERANCE = 0.01
 
 
 def critical_path_comm_s(r: PlanResult) -> float:
-    t = r.time
+    t = _t(r)
     return t.tp_comm_s + t.cp_comm_s + t.pp_p2p_s + t.dp_comm_s + t.bubble_s
 
 
@@ -325,17 +341,17 @@ def rank_with_ties(plans: list[PlanResult]) -> list[PlanResult]:
     """Fastest first; plans within TIE_TOLERANCE of a group's fastest are ordered by fewer parallel
     dimensions, less model parallelism (tp*cp*pp), less communication and bubble on the critical path,
     then time, then memory."""
-    plans = sorted(plans, key=lambda r: (r.time.step_s, r.memory.total_bytes))
+    plans = sorted(plans, key=lambda r: (_t(r).step_s, _m(r).total_bytes))
     out: list[PlanResult] = []
     i = 0
     while i < len(plans):
-        limit = plans[i].time.step_s * (1.0 + TIE_TOLERANCE)
+        limit = _t(plans[i]).step_s * (1.0 + TIE_TOLERANCE)
         j = i
-        while j < len(plans) and plans[j].time.step_s <= limit:
+        while j < len(plans) and _t(plans[j]).step_s <= limit:
             j += 1
         out.extend(sorted(plans[i:j], key=lambda r: (r.config.n_parallel_dims, r.config.tp * r.config.cp * r.config.pp,
-                                                     round(critical_path_comm_s(r), 6), r.time.step_s,
-                                                     r.memory.total_bytes)))
+                                                     round(critical_path_comm_s(r), 6), _t(r).step_s,
+                                                     _m(r).total_bytes)))
         i = j
     return out
 
@@ -387,7 +403,7 @@ def _why_missing(name: str, value, n_gpus: int, n_layers: int, training: Trainin
 
 
 def _biggest_difference(a: PlanResult, b: PlanResult) -> tuple[str, float]:
-    pa, pb = a.time.parts(), b.time.parts()
+    pa, pb = _t(a).parts(), _t(b).parts()
     name = max(pa, key=lambda k: abs(pb[k] - pa[k]))
     return name, pb[name] - pa[name]
 
@@ -403,18 +419,18 @@ def explain(result: SearchResult, n_runner_ups: int = 4) -> list[str]:
             return [f"no valid plan: {reasons}"]
         closest = result.out_of_memory[0]
         return ["no plan fits in memory", f"closest: {closest.config.label()} ({closest.reasons[0]})"]
-    t = best.time
+    t = _t(best)
     parts = sorted(t.parts().items(), key=lambda kv: -kv[1])
     shares = ", ".join(f"{k} {v / t.step_s:.0%}" for k, v in parts if v > 0.005 * t.step_s)
     lines = [f"winner {best.config.label()} on {best.cluster.label}: {t.step_s:.3f} s/step "
-             f"({shares}); {best.memory.total_bytes / 1e9:.1f} of {best.memory.capacity_bytes / 1e9:.0f} GB"]
-    tied = [r for r in result.ranked[1:] if r.time.step_s <= t.step_s * (1.0 + TIE_TOLERANCE)]
+             f"({shares}); {_m(best).total_bytes / 1e9:.1f} of {_m(best).capacity_bytes / 1e9:.0f} GB"]
+    tied = [r for r in result.ranked[1:] if _t(r).step_s <= t.step_s * (1.0 + TIE_TOLERANCE)]
     if tied and result.rank_by == "time":
         lines[0] += (f"; {len(tied)} more plan(s) within {TIE_TOLERANCE:.0%} tie with it and rank below as "
                      "they use more parallel dimensions or more critical-path communication")
     for i, other in enumerate(result.ranked[1:1 + n_runner_ups], start=2):
         name, delta = _biggest_difference(best, other)
-        slower = other.time.step_s / t.step_s - 1.0
+        slower = _t(other).step_s / t.step_s - 1.0
         lines.append(f"#{i} {other.config.label()} on {other.cluster.label}: {slower:+.1%} step time, "
-                     f"mostly {name} {delta:+.3f} s; {other.memory.total_bytes / 1e9:.1f} GB")
+                     f"mostly {name} {delta:+.3f} s; {_m(other).total_bytes / 1e9:.1f} GB")
     return lines

@@ -113,7 +113,8 @@ def _elementwise_bytes(model: ModelSpec, tokens: float, kv_len: float, cfg: Plan
     return total
 
 
-N_ELEMENTWISE_KERNELS = 8  # forward memory-bound kernels per layer: 2 norms, 2 residual adds, RoPE, activation, 2 copies
+#: Forward memory-bound kernels per layer: 2 norms, 2 residual adds, RoPE, the activation, 2 copies.
+N_ELEMENTWISE_KERNELS = 8
 
 
 def _linear_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:

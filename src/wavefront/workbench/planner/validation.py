@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner.cluster import make_cluster
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.parallel import PlanConfig
-from wavefront.workbench.planner.search import PlanResult, evaluate
+from wavefront.workbench.planner.search import PlanResult, _k, _m, _t, evaluate
 from wavefront.workbench.planner.time import layer_compute_s, tp_comm_per_layer_s
 from wavefront.workbench.planner.training import Efficiency, Training
 
@@ -164,12 +165,12 @@ def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
                   efficiency: Efficiency | None = None) -> float:
     name, conv = metric["name"], metric["convention"]
     st = _row_settings(doc, row)
-    step = result.time.step_s
+    step = _t(result).step_s
     n = result.cluster.n_gpus
     if name == "memory_gib":
-        return result.memory.total_bytes / 2**30
+        return _m(result).total_bytes / 2**30
     if name == "tokens_per_s_per_gpu":
-        return result.kpis.tokens_per_s_per_gpu
+        return _k(result).tokens_per_s_per_gpu
     if name == "step_s":
         return step
     if name == "layer_ms":
@@ -181,7 +182,7 @@ def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
         flops = kpi.megatron_gpt_flops_per_iteration(int(st["global_batch"]), int(st["seq_len"]), d.n_layers,
                                                      d.hidden, d.vocab, full_recompute=True)
         return flops / (step * n) / 1e12
-    return result.kpis.model_tflops_per_gpu
+    return _k(result).model_tflops_per_gpu
 
 
 def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=None) -> TableReport:
@@ -207,7 +208,7 @@ def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=Non
                 pub_ref, pred_ref = refs[group]
                 pub, pred = pub / pub_ref, pred / pred_ref
             report.rows.append(RowComparison(doc["name"], str(row.get("id")), name, pub, pred, pred / pub - 1.0,
-                                             res.config.label(), res.memory.fits, row.get("split", "")))
+                                             res.config.label(), _m(res).fits, row.get("split", "")))
     return report
 
 
@@ -289,7 +290,7 @@ _BOUNDS = {"gemm": (0.3, 0.95), "attention": (0.1, 0.9), "kernel_us": (0.0, 40.0
            "fsdp_stack": (0.4, 1.0)}
 
 
-def _efficiency_from(params: dict) -> callable:
+def _efficiency_from(params: dict) -> Callable[[str], Efficiency]:
     def efficiency_for(gpu_key: str) -> Efficiency:
         family = next((f for f, keys in FAMILIES.items() if gpu_key in keys), None)
         if family is None:
