@@ -4,7 +4,7 @@
     python benchmarks/linear_cross_entropy_memory.py --dtype bf16 --hidden 4096 --dweight both --json out.json
 
 Both contenders run forward + backward of a mean-reduced loss on the same [tokens, hidden] input and
-[vocab, hidden] weight (which are not counted); the meter (wavefront.workbench.live_bytes) counts every
+[vocab, hidden] weight (which are not counted); the meter (wavefront.workbench.bench.live_bytes) counts every
 tensor created inside the region until it is freed, including the gradients it leaves behind.
 
 - eager: ``F.cross_entropy(F.linear(hidden, weight).float(), target)`` (Hugging Face's order). At the
@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 
 def measure(fn) -> dict:
-    from wavefront.workbench.live_bytes import LiveBytesMeter
+    from wavefront.workbench.bench.live_bytes import LiveBytesMeter
 
     t0 = time.perf_counter()
     with LiveBytesMeter(keep_biggest=6) as meter:

@@ -70,3 +70,29 @@ def test_interpreter_rounds_bf16_like_the_gpu():
     # on most elements; truncation would disagree on about half of them.
     agree = (ours == y).float().mean().item()
     assert agree > 0.97, agree
+
+
+def test_named_runtime_arguments_are_checked_against_the_signature():
+    """A misspelt, missing or doubly given runtime argument is refused before anything launches."""
+    import pytest
+
+    from wavefront.kernels._launch import launch
+    from wavefront.kernels.softmax import _softmax_fwd_kernel
+
+    x = torch.randn(2, 8)
+    y = torch.empty_like(x)
+    ok = dict(x_ptr=x, y_ptr=y, n_cols=8, stride_x_row=8, stride_y_row=8)
+    cx = dict(SINGLE_PASS=True, BLOCK_N=8, ACC=None)
+    with recording(execute=False) as launches:
+        launch(_softmax_fwd_kernel, (2,), constexprs=cx, options={}, **ok)
+    assert [a if not isinstance(a, TensorArg) else "T" for a in launches[0].args] == ["T", "T", 8, 8, 8]
+    bad = dict(ok, stride_x_rows=8)
+    del bad["stride_x_row"]
+    with pytest.raises(TypeError, match="no runtime parameter 'stride_x_rows'"):
+        launch(_softmax_fwd_kernel, (2,), constexprs=cx, options={}, **bad)
+    missing = dict(ok)
+    del missing["stride_y_row"]
+    with pytest.raises(TypeError, match="missing runtime arguments stride_y_row"):
+        launch(_softmax_fwd_kernel, (2,), constexprs=cx, options={}, **missing)
+    with pytest.raises(TypeError, match="given twice"):
+        launch(_softmax_fwd_kernel, (2,), x, constexprs=cx, options={}, **ok)

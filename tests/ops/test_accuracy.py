@@ -11,7 +11,7 @@ import torch
 
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import dtype_name
-from wavefront.workbench.correctness import check_case
+from wavefront.workbench.bench.correctness import check_case
 
 
 def _params():

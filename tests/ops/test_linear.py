@@ -21,7 +21,7 @@ from wavefront.kernels._program_order import grouped_tile, xcd_remap
 from wavefront.kernels.matmul_config import GEMM_TABLES, gemm_candidates, gemm_config
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case
-from wavefront.workbench.correctness import check_case
+from wavefront.workbench.bench.correctness import check_case
 
 SPEC = REGISTRY["linear"]
 

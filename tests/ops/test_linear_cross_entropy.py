@@ -17,7 +17,7 @@ from _host_sync import host_syncs
 
 from wavefront.ops import linear_cross_entropy
 from wavefront.ops.linear_cross_entropy import CHUNK_BUDGET_BYTES, chunk_tokens
-from wavefront.workbench.live_bytes import LiveBytesMeter
+from wavefront.workbench.bench.live_bytes import LiveBytesMeter
 
 lce_mod = importlib.import_module("wavefront.ops.linear_cross_entropy")
 

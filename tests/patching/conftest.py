@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from wavefront.workbench.dist.train_presets import TINY_BY_FAMILY, build_model  # noqa: E402
+from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY, build_model  # noqa: E402
 
 FAMILIES = sorted(TINY_BY_FAMILY)
 

@@ -10,7 +10,7 @@ import torch
 
 import wavefront
 from wavefront.patching import PatchError
-from wavefront.workbench.dist.train_presets import TINY_BY_FAMILY, build_model
+from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY, build_model
 
 
 def _sdpa(family: str, seed: int = 0):

@@ -1,7 +1,7 @@
 """Patched and unpatched models train the same: loss at every step, final parameters, eval logits.
 
 The tolerance is derived per run from the unpatched fp32 runs' spread around a float64 run (see
-wavefront.workbench.dist.train_convergence); 20 AdamW steps on the fixed synthetic corpus. The default
+wavefront.workbench.distributed.train.convergence); 20 AdamW steps on the fixed synthetic corpus. The default
 suite trains one-layer models (every family-specific module is in a layer, so one suffices); the slow
 variant trains the two-layer presets for 30 steps on a larger batch.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from wavefront.workbench.dist.train_convergence import run_convergence
-from wavefront.workbench.dist.train_presets import TINY_BY_FAMILY
+from wavefront.workbench.distributed.train.convergence import run_convergence
+from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY
 
 # Everything the default patch swaps: norms, RoPE, the gated MLP and the fused LM-head loss.
 FULL_PATCH = {"rope": True, "mlp": True, "loss": True}

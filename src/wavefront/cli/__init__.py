@@ -6,7 +6,7 @@ happen inside the commands, so ``wavefront --help`` stays fast.
 
 JSON conventions (every verb): ``--json PATH`` writes the result document to PATH (``-`` for stdout);
 every document is an object with ``"schema": "wavefront.<verb>/<version>"`` and the verb's fields,
-documented in docs/cli-json.md.
+documented in docs/json/<verb>.md.
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ from __future__ import annotations
 import importlib
 import os
 
-import typer
+try:
+    import typer
+except ImportError as exc:  # the kernels-only install: `pip install wavefront` has no command line
+    raise SystemExit("wavefront: the command line needs the [cli] extra: pip install 'wavefront[cli]' "
+                     "(or 'wavefront[workbench]' for every verb)") from exc
 
 # One line per verb module; each owns its verbs.
 VERB_MODULES: tuple[str, ...] = (
@@ -53,13 +57,20 @@ def build_app() -> typer.Typer:
     return app
 
 
-#: Verbs that never run a kernel: backend detection (which imports torch, about a second) is skipped.
-TORCH_FREE_VERBS: tuple[str, ...] = ("plan",)
+#: Verbs that never run a kernel: no backend detection, which imports torch (about 2 CPU-s and 185 MiB);
+#: `wavefront trace analyze` and `wavefront plan` work in an environment without torch.
+TORCH_FREE_VERBS: tuple[str, ...] = ("plan", "trace")
+
+
+def _needs_backend(argv: list[str]) -> bool:
+    """Only a verb that may run a kernel pays for torch: not --help, not the torch-free verbs."""
+    verb = next((a for a in argv[1:] if not a.startswith("-")), None)
+    return verb is not None and verb not in TORCH_FREE_VERBS
 
 
 def main() -> None:
     import sys
 
-    if not (len(sys.argv) > 1 and sys.argv[1] in TORCH_FREE_VERBS):
+    if _needs_backend(sys.argv):
         _configure_backend()
     build_app()()

@@ -41,7 +41,7 @@ def run_correctness(ops: list[str] | None, dtypes, device: str, include_slow: bo
                     case_names: list[str] | None = None):
     """Check every (op, case, dtype); returns the list of CaseCheck, in registry order."""
     from wavefront.ops._spec import dtype_name
-    from wavefront.workbench.correctness import check_case, iter_checks
+    from wavefront.workbench.bench.correctness import check_case, iter_checks
 
     todo = [(spec, case, dtype) for spec, case, dtype in iter_checks(ops, dtypes, device, include_slow)
             if not case_names or case.name in case_names]

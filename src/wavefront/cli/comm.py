@@ -93,8 +93,8 @@ def _memory_cap_bytes(device, world: int) -> int:
 def _comm_worker(args: dict) -> None:
     import torch.distributed as dist
 
-    from wavefront.workbench.dist import comm as bench
-    from wavefront.workbench.dist.comm_fit import Calibration, save_calibration
+    from wavefront.workbench.distributed import comm as bench
+    from wavefront.workbench.planner.comm_model import Calibration, save_calibration
 
     device = _init(args["backend"])
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -209,8 +209,8 @@ def comm(
 ) -> None:
     """Benchmark collectives (time, algbw, busbw with nccl-tests conventions), check every result, fit
     t = alpha + factor*S/busbw per collective and group size, and store the fit for the planner."""
-    from wavefront.workbench.dist.comm import DTYPES
-    from wavefront.workbench.dist.comm_fit import COLLECTIVES
+    from wavefront.workbench.distributed.comm import DTYPES
+    from wavefront.workbench.planner.comm_model import COLLECTIVES
 
     ops = op or list(COLLECTIVES)
     for name in ops:
@@ -239,8 +239,8 @@ def _overlap_worker(args: dict) -> None:
     import torch.distributed as dist
 
     from wavefront.shapes import get_model
-    from wavefront.workbench.dist import comm as bench
-    from wavefront.workbench.dist.overlap import ddp_bucket_sweep, probe_overlap
+    from wavefront.workbench.distributed import comm as bench
+    from wavefront.workbench.distributed.overlap import ddp_bucket_sweep, probe_overlap
 
     device = _init(args["backend"])
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -47,7 +47,7 @@ def gate_cmd(
     stops compiling, or moves more bytes; or when, against a perf baseline, a case slows beyond both the
     threshold and its noise band or its peak memory grows. Both halves run in one command."""
     from wavefront.cli.inspect import parse_targets, run_inspect, run_traffic, use_interpreter
-    from wavefront.workbench import gate as g
+    from wavefront.workbench.static import gate as g
 
     static_paths = [p for p in baseline or [] if g.is_static_baseline(p)]
     perf_refs = [p for p in baseline or [] if p not in static_paths]

@@ -67,7 +67,7 @@ def _progress(label: str, enabled: bool):
 
 
 def run_inspect(ops, targets, dtype, show_progress: bool, asm_dir=None, workers=None):
-    from wavefront.workbench.inspect import inspect_ops
+    from wavefront.workbench.static.inspect import inspect_ops
 
     with _progress("compile", show_progress) as progress:
         task = progress.add_task("", total=None)
@@ -79,7 +79,7 @@ def run_inspect(ops, targets, dtype, show_progress: bool, asm_dir=None, workers=
 
 
 def run_traffic(ops, dtype, show_progress: bool, marginal: bool = True):
-    from wavefront.workbench.traffic import traffic_ops
+    from wavefront.workbench.static.traffic import traffic_ops
 
     with _progress("traffic", show_progress) as progress:
         task = progress.add_task("", total=None)
@@ -240,8 +240,8 @@ def roofline_cmd(
 ) -> None:
     """Arithmetic intensity, attainable time on a device of the table and, given measured times, the
     achieved percentage of the roof, for every bench case of every registered op."""
-    from wavefront.workbench import roofline as rl
     from wavefront.workbench.hardware import get_gpu
+    from wavefront.workbench.static import roofline as rl
 
     check_ops(op)
     try:

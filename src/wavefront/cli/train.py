@@ -162,7 +162,7 @@ def train(
 ) -> None:
     """Train with torch.distributed (single, DDP, FSDP2) and report tokens/s, MFU/HFU, memory, step-time
     split, $/step and energy/step; --compare runs baseline and wavefront-patched back to back."""
-    from wavefront.workbench.dist.train_config import (
+    from wavefront.workbench.distributed.train.config import (
         ConfigError,
         TrainConfig,
         parse_rank_step,
@@ -198,7 +198,7 @@ def train(
             profile_steps=parse_step_range(profile_steps) if profile_steps else None, out_dir=out,
             store=store or None, gpu=gpu, peak_tflops=peak_tflops, price_per_hour=price_per_hour, timeout_s=timeout,
             inject_failure=parse_rank_step(inject_failure) if inject_failure else None, inject_nan=inject_nan)
-        from wavefront.workbench.dist.train import world_size_from_env
+        from wavefront.workbench.distributed.train.harness import world_size_from_env
 
         cfg.validate(world_size_from_env())
     except ConfigError as e:
@@ -211,7 +211,7 @@ def train(
 def _run(cfg, json_out: str | None) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from wavefront.workbench.dist import train as harness
+    from wavefront.workbench.distributed.train import harness
 
     rank = int(os.environ.get("RANK", "0"))
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import inspect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import triton.language as tl
 
 from wavefront import runtime
 from wavefront.kernels._interpreter import use_gpu_rounding
@@ -94,12 +97,65 @@ def _describe(arg: Any) -> Any:
     return arg
 
 
+@functools.cache
+def _runtime_params(kernel) -> tuple[str, ...]:
+    """The kernel's non-constexpr parameter names, in signature order (compiled or interpreted kernel)."""
+    fn = getattr(kernel, "fn", None)
+    if fn is None or not hasattr(kernel, "arg_names"):
+        raise TypeError(f"launch: {kernel!r} is not a @triton.jit function")
+    names = []
+    for param in inspect.signature(fn).parameters.values():
+        annotation = param.annotation
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+        if annotation is tl.constexpr or text.endswith("constexpr"):
+            continue
+        names.append(param.name)
+    return tuple(names)
+
+
+def bind_runtime_args(kernel, args: tuple[Any, ...], named: Mapping[str, Any],
+                      constexprs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Order positional and named runtime arguments by the kernel's signature; refuse any mismatch.
+
+    Naming each runtime argument (``x_ptr=x, stride_x_row=x.stride(0)``) makes a swapped stride an error
+    here instead of silently wrong numbers under the interpreter or on a GPU.
+    """
+    names = _runtime_params(kernel)
+    if len(args) > len(names):
+        raise TypeError(f"launch: {len(args)} positional arguments for {len(names)} runtime parameters of "
+                        f"{_name(kernel)}")
+    bound = dict(zip(names, args, strict=False))
+    for key, value in named.items():
+        if key in constexprs:
+            raise TypeError(f"launch: {key!r} given both as a runtime argument and a constexpr")
+        if key not in names:
+            raise TypeError(f"launch: {_name(kernel)} has no runtime parameter {key!r} "
+                            f"(runtime parameters: {', '.join(names)})")
+        if key in bound:
+            raise TypeError(f"launch: {key!r} given twice (positionally and by name)")
+        bound[key] = value
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise TypeError(f"launch: {_name(kernel)} is missing runtime arguments {', '.join(missing)}")
+    return tuple(bound[n] for n in names)
+
+
+def _name(kernel) -> str:
+    fn = getattr(kernel, "fn", kernel)
+    return getattr(fn, "__name__", str(fn))
+
+
 def launch(kernel, grid: tuple[int, ...], *args: Any, constexprs: Mapping[str, Any],
-           options: Mapping[str, Any]) -> None:
-    """Launch `kernel` on `grid` (or record it; see module docstring)."""
+           options: Mapping[str, Any], **named: Any) -> None:
+    """Launch `kernel` on `grid` (or record it; see module docstring).
+
+    Runtime arguments are given by name (preferred: checked against the kernel's signature) or
+    positionally in signature order; constexprs and launch options are separate mappings.
+    """
     grid = tuple(int(g) for g in grid)
     if any(g <= 0 for g in grid):
         raise ValueError(f"grid must be positive in every dimension, got {grid}")
+    args = bind_runtime_args(kernel, args, named, constexprs)
     rec = _RECORDER.get()
     if rec is not None:
         rec.launches.append(Launch(kernel, grid, tuple(_describe(a) for a in args), dict(constexprs),

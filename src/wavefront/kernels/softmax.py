@@ -97,7 +97,8 @@ def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
     if n_rows == 0:
         return y
     cfg = row_config(n_cols, x.dtype, runtime.arch(x.device))
-    launch(_softmax_fwd_kernel, (n_rows,), x, y, n_cols, x.stride(0), y.stride(0),
+    launch(_softmax_fwd_kernel, (n_rows,), x_ptr=x, y_ptr=y, n_cols=n_cols, stride_x_row=x.stride(0),
+           stride_y_row=y.stride(0),
            constexprs=dict(SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=_acc(x.dtype)),
            options=cfg.options())
     return y
@@ -109,7 +110,8 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if n_rows == 0:
         return dx
     cfg = row_config(n_cols, y.dtype, runtime.arch(y.device))
-    launch(_softmax_bwd_kernel, (n_rows,), y, dy, dx, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
+    launch(_softmax_bwd_kernel, (n_rows,), y_ptr=y, dy_ptr=dy, dx_ptr=dx, n_cols=n_cols,
+           stride_y_row=y.stride(0), stride_dy_row=dy.stride(0), stride_dx_row=dx.stride(0),
            constexprs=dict(SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=_acc(y.dtype)),
            options=cfg.options())
     return dx

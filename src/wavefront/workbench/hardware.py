@@ -73,7 +73,7 @@ class GPU:
     @property
     def limits(self):
         """Per-SM/CU on-chip limits of the part's architecture (registers, shared memory/LDS, warps/waves)."""
-        from wavefront.runtime import get_arch
+        from wavefront.archs import get_arch
 
         return get_arch(self.arch)
 

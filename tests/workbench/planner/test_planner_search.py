@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from wavefront.cli import build_app
 from wavefront.shapes import get_model
-from wavefront.workbench.dist.comm_fit import AlphaBeta, Calibration, save_calibration
 from wavefront.workbench.planner import PlanConfig, Training, evaluate, make_cluster, plan
+from wavefront.workbench.planner.comm_model import AlphaBeta, Calibration, save_calibration
 from wavefront.workbench.planner.model import ModelSpec
 
 LLAMA70 = ModelSpec(get_model("llama3-70b"))
@@ -128,7 +128,7 @@ def test_calibration_file_changes_the_links(tmp_path):
     fits = [AlphaBeta(c, 8, 5.0, 123.0, 10, 8, 1 << 30, 0.05) for c in ("all_reduce", "all_gather", "reduce_scatter")]
     path = tmp_path / "intra.json"
     save_calibration(Calibration("nccl", "NVIDIA H100", 8, "intra", "", "", fits), path)
-    from wavefront.workbench.dist.comm_fit import load_calibration
+    from wavefront.workbench.planner.comm_model import load_calibration
 
     cluster = make_cluster("64xh100", calibrations=(load_calibration(path),))
     assert cluster.link("all_reduce", 8, 1).busbw_gbps == 123.0

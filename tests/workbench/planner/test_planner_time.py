@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from wavefront.shapes import get_model
-from wavefront.workbench.dist.comm_fit import AlphaBeta
-from wavefront.workbench.dist.overlap import predict_ddp_exposed
+from wavefront.workbench.distributed.overlap import predict_ddp_exposed
 from wavefront.workbench.planner import Efficiency, Link, PlanConfig, Training, make_cluster, step_time
+from wavefront.workbench.planner.comm_model import AlphaBeta
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.time import (
     bucketed_exposed_s,

@@ -51,7 +51,7 @@ def store_path(tmp_path):
 
 def _training_run(path) -> None:
     """A `wavefront train --compare` run as the harness stores it (synthetic fixture values)."""
-    from wavefront.workbench.dist.train_store import write_variant
+    from wavefront.workbench.distributed.train.store import write_variant
 
     for variant, loss0 in (("baseline", 5.0), ("wavefront", 5.0)):
         steps = [{"step": i, "loss": loss0 - 0.3 * i, "step_s": 0.5, "fwd_s": 0.2, "bwd_s": 0.25, "comm_s": 0.0,

@@ -134,7 +134,7 @@ class CorrectnessRow:
 
     @classmethod
     def from_check(cls, check) -> CorrectnessRow:
-        """From a wavefront.workbench.correctness.CaseCheck: the worst output/gradient per direction."""
+        """From a wavefront.workbench.bench.correctness.CaseCheck: the worst output/gradient per direction."""
         row = cls(check.op, check.case, check.dtype, check.passed, check.error, wall_s=check.wall_s)
         for mode in ("fwd", "bwd"):
             worst = check.worst(mode)

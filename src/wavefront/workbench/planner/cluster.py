@@ -41,8 +41,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from wavefront.workbench.dist.comm_fit import Calibration, bus_factor
 from wavefront.workbench.hardware import GPU, get_gpu
+from wavefront.workbench.planner.comm_model import Calibration, bus_factor
 
 LINK_EFFICIENCY = 0.8
 INTRA_LATENCY_US = 10.0
@@ -183,7 +183,7 @@ def make_cluster(gpus: str | tuple[int, GPU], *, gpus_per_node: int = 8, intra_g
                  nics_per_node: int = 0, nic_gbits: float | None = None, hierarchical: bool = True,
                  hbm_gb: float | None = None, hbm_tbps: float | None = None) -> Cluster:
     """A cluster from "64xh100"-style text, with default links unless given; `calibrations` (from
-    dist.comm_fit.load_calibration, one per domain) replace the links of their domain."""
+    planner.comm_model.load_calibration, one per domain) replace the links of their domain."""
     n, gpu = parse_gpus(gpus) if isinstance(gpus, str) else gpus
     if gpus_per_node < 1:
         raise ValueError(f"gpus_per_node must be >= 1, got {gpus_per_node}")

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wavefront.shapes import ModelDims, get_model
-from wavefront.workbench.dist.comm_fit import load_calibration
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
+from wavefront.workbench.planner.comm_model import load_calibration
 from wavefront.workbench.planner.hf_config import dims_from_hf_config
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.training import Efficiency, Training

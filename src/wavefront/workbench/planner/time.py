@@ -41,7 +41,7 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
   and reduce-scatters the gradients every micro-batch (training-math.md, "Communication volume": 1.5x
   DDP per micro-batch). With Training.dp_overlap the ZeRO 0-2 reduction runs in bucket_mib buckets
   during the backward of the last micro-batch (bucketed_exposed_s, the closed form of the DDP bucket
-  model in workbench.dist.overlap), and ZeRO-3 traffic hides behind each micro-batch's compute except
+  model in workbench.distributed.overlap), and ZeRO-3 traffic hides behind each micro-batch's compute except
   the first unit's gather.
 - optimizer step: memory-bound over the locally owned parameters (sharded from ZeRO-1): AdamW reads and
   writes the master weight and both moments, reads the gradient and writes the bf16 weight
@@ -210,7 +210,7 @@ def cp_comm_exposed_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Tra
 def bucketed_exposed_s(cluster: Cluster, collective: str, total_bytes: float, bucket_bytes: float, group: int,
                        stride: int, backward_s: float) -> float:
     """Exposed time of a gradient reduction in n equal buckets launched as the backward produces them
-    (the closed form of workbench.dist.overlap.predict_ddp_exposed for uniform gradients): bandwidth-bound,
+    (the closed form of workbench.distributed.overlap.predict_ddp_exposed for uniform gradients): bandwidth-bound,
     the buckets run back to back from the first one's ready time backward_s / n; otherwise only the last
     bucket, ready at the end of the backward, is exposed:
 

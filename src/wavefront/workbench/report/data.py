@@ -167,7 +167,7 @@ def build_report_data(store_path: str | Path | None, documents: list[str | Path]
 
 def training(store_path: str | Path) -> tuple[list[dict], dict[str, list[dict]]]:
     """`wavefront train` runs stored beside the benchmarks, and the newest run's per-step rows."""
-    from wavefront.workbench.dist.train_store import has_training, read_runs, read_steps
+    from wavefront.workbench.distributed.train.store import has_training, read_runs, read_steps
 
     if not has_training(store_path):
         return [], {}

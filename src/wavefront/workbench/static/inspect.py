@@ -5,11 +5,11 @@ backward, and each target:
 
 1. the op runs on the CPU with :func:`wavefront.runtime.assume_target` (so the launchers pick the launch
    configuration that target would get, including the persistent-program count of the target's GPU) and
-   ``recording(execute=False)`` (nothing runs; inputs are uninitialised, see ``workbench.capture``);
+   ``recording(execute=False)`` (nothing runs; inputs are uninitialised, see ``workbench.static.capture``);
 2. each recorded launch is specialized exactly as Triton's JIT would specialize it for those arguments
-   and compiled ahead of time (``workbench.inspect_compile``, in worker processes);
-3. the machine code is read (``workbench.inspect_parse``) and occupancy follows from the per-arch limits
-   (``workbench.occupancy``).
+   and compiled ahead of time (``workbench.static.aot``, in worker processes);
+3. the machine code is read (``workbench.static.parse``) and occupancy follows from the per-arch limits
+   (``workbench.static.occupancy``).
 
 A row per kernel x target: registers, spills, shared memory/LDS, threads per block, occupancy, the widest
 global load and store, and the matrix instructions present. Nothing here names an op.
@@ -32,11 +32,11 @@ from wavefront import runtime
 from wavefront.kernels._launch import Launch, TensorArg
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
-from wavefront.workbench.capture import capture
 from wavefront.workbench.hardware import gpu_for_target
-from wavefront.workbench.inspect_compile import CompileJob, CompileResult, TensorProxy, WorkerPool, gpu_target
-from wavefront.workbench.inspect_parse import MachineCode
-from wavefront.workbench.occupancy import occupancy
+from wavefront.workbench.static.aot import CompileJob, CompileResult, TensorProxy, WorkerPool, gpu_target
+from wavefront.workbench.static.capture import capture
+from wavefront.workbench.static.occupancy import occupancy
+from wavefront.workbench.static.parse import MachineCode
 
 SCHEMA = "wavefront.inspect/1"
 #: Global accesses narrower than this (bits per thread) count as narrow: 128-bit is the widest vector

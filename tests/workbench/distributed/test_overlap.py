@@ -12,8 +12,7 @@ import pytest
 import torch.distributed as dist
 
 from wavefront.shapes import get_model
-from wavefront.workbench.dist.comm_fit import AlphaBeta
-from wavefront.workbench.dist.overlap import (
+from wavefront.workbench.distributed.overlap import (
     FIRST_BUCKET_BYTES,
     ddp_bucket_sweep,
     ddp_buckets,
@@ -23,6 +22,7 @@ from wavefront.workbench.dist.overlap import (
     probe_overlap,
     proxy_model,
 )
+from wavefront.workbench.planner.comm_model import AlphaBeta
 
 SRC = str(Path(__file__).resolve().parents[3] / "src")
 

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from wavefront.cli import build_app
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case
-from wavefront.workbench import roofline as rl
 from wavefront.workbench.hardware import get_gpu
+from wavefront.workbench.static import roofline as rl
 
 CASE = Case("h", "hand-computed", {"n_rows": 32768, "n_cols": 4096})
 
@@ -104,7 +104,7 @@ def test_measured_times_come_from_a_stored_gpu_run(tmp_path):
 
     from wavefront.workbench.bench.records import Measurement, RunInfo, StoredRun
     from wavefront.workbench.bench.store import ResultStore
-    from wavefront.workbench.roofline import measured_from_store, roofline
+    from wavefront.workbench.static.roofline import measured_from_store, roofline
 
     def run(timing, device):
         info = RunInfo("2026-01-01T00:00:00Z", "fixture", "a" * 40, False, device, "sm_90", "cuda", "2.13", "3.9",

@@ -13,9 +13,9 @@ import pytest
 import torch.distributed as dist
 from typer.testing import CliRunner
 
-from wavefront.workbench.dist import comm as bench
-from wavefront.workbench.dist.comm_fit import COLLECTIVES, bus_factor, load_calibration
+from wavefront.workbench.distributed import comm as bench
 from wavefront.workbench.planner import make_cluster
+from wavefront.workbench.planner.comm_model import COLLECTIVES, bus_factor, load_calibration
 
 SRC = str(Path(__file__).resolve().parents[3] / "src")
 
@@ -52,8 +52,8 @@ def test_comm_two_ranks_under_torchrun(tmp_path):
     assert doc["failures"] == [] and doc["unsupported"] == {}
     results = doc["results"]
     assert {r["collective"] for r in results} == set(COLLECTIVES)
-    assert {(r["collective"], r["mode"]) for r in results} >= {("all_gather", "in-place"), ("all_gather", "out-of-place"),
-                                                                ("reduce_scatter", "in-place")}
+    expected = {("all_gather", "in-place"), ("all_gather", "out-of-place"), ("reduce_scatter", "in-place")}
+    assert {(r["collective"], r["mode"]) for r in results} >= expected
     sizes = {r["size_bytes"] for r in results}
     assert sizes == {64, 128, 256, 512, 1024, 2048, 4096}
     for r in results:

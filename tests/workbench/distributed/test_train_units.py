@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wavefront.workbench.dist.train_config import ConfigError, TrainConfig, parse_rank_step, parse_step_range
-from wavefront.workbench.dist.train_data import Batches, load_tokens, synthetic_corpus
-from wavefront.workbench.dist.train_kpi import Peak, StepRecord, compare, summarize
-from wavefront.workbench.dist.train_store import read_runs, read_steps, write_variant
+from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig, parse_rank_step, parse_step_range
+from wavefront.workbench.distributed.train.data import Batches, load_tokens, synthetic_corpus
+from wavefront.workbench.distributed.train.kpi import Peak, StepRecord, compare, summarize
+from wavefront.workbench.distributed.train.store import read_runs, read_steps, write_variant
 
 
 @pytest.mark.parametrize(("overrides", "world", "message"), [

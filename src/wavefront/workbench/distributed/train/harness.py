@@ -38,9 +38,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from wavefront.workbench.dist import train_checkpoint, train_store
-from wavefront.workbench.dist.train_config import ConfigError, TrainConfig
-from wavefront.workbench.dist.train_kpi import (
+from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
+from wavefront.workbench.distributed.train import store as train_store
+from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
+from wavefront.workbench.distributed.train.kpi import (
     EnergyMeter,
     MemoryMeter,
     Peak,
@@ -190,7 +191,7 @@ def _all_reduce(values: list[float], env: _Env, op=dist.ReduceOp.SUM) -> list[fl
 
 
 def _batches(cfg: TrainConfig, vocab_size: int):
-    from wavefront.workbench.dist.train_data import Batches, load_tokens, synthetic_corpus
+    from wavefront.workbench.distributed.train.data import Batches, load_tokens, synthetic_corpus
 
     if cfg.data == "synthetic":
         n = max(1 << 16, 2 * cfg.seq_len * cfg.global_batch)
@@ -209,7 +210,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                  on_step: Callable | None, records: list[StepRecord], result: VariantResult) -> None:
     """Train one variant; appends to `records` as it goes so a failure keeps what was measured."""
     import wavefront
-    from wavefront.workbench.dist.train_presets import build_model
+    from wavefront.workbench.distributed.train.presets import build_model
 
     model = build_model(cfg.model, seed=cfg.seed, attn_implementation=cfg.attn_implementation)
     if variant == "wavefront":
@@ -309,7 +310,10 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             fwd, bwd, comm, opt_s = _all_reduce([fwd, bwd, comm, opt_s], env, dist.ReduceOp.MAX)
             step_s = fwd + bwd + comm + opt_s
             tps = tokens_per_step / step_s
-            util = (lambda fl: tps * fl / (env.world * peak.tflops * 1e12)) if peak.tflops else (lambda fl: None)
+
+            def util(fl: float, tps: float = tps) -> float | None:
+                return tps * fl / (env.world * peak.tflops * 1e12) if peak.tflops else None
+
             rec = StepRecord(step, loss_avg, step_s, fwd, bwd, comm, opt_s, tokens_per_step, tps, tps / env.world,
                              util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled)
             records.append(rec)

@@ -27,8 +27,8 @@ import torch
 
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
-from wavefront.workbench.capture import op_modes
 from wavefront.workbench.hardware import GPU, get_gpu
+from wavefront.workbench.static.capture import op_modes
 
 SCHEMA = "wavefront.roofline/1"
 
@@ -182,9 +182,9 @@ def matrix_ops_from_inspect(inspect_doc: dict) -> set[str]:
 def detect_matrix_ops(ops: Iterable[str] | None = None, target: str = "sm_90") -> set[str]:
     """Ops whose kernels contain tt.dot, from Triton's front end only (fast; no GPU code generated)."""
     from wavefront import runtime
-    from wavefront.workbench.capture import capture
     from wavefront.workbench.hardware import gpu_for_target
-    from wavefront.workbench.inspect import compile_jobs, job_for
+    from wavefront.workbench.static.capture import capture
+    from wavefront.workbench.static.inspect import compile_jobs, job_for
 
     names = list(ops) if ops else list(REGISTRY)
     jobs = {}
@@ -196,7 +196,7 @@ def detect_matrix_ops(ops: Iterable[str] | None = None, target: str = "sm_90") -
     results = compile_jobs([j for js in jobs.values() for j in js])
     out = set()
     for n, js in jobs.items():
-        from wavefront.workbench.inspect import specialization_key
+        from wavefront.workbench.static.inspect import specialization_key
 
         if any(results[specialization_key(j)].uses_dot for j in js):
             out.add(n)

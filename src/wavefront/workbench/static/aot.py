@@ -8,7 +8,7 @@ None and for ints equal to 1), the ``tt.divisibility`` 16 attributes (16-byte al
 divisible by 16) and, on AMD, ``tt.pointer_range`` 32 for tensors under 2 GiB (buffer instructions) -
 exactly what a real launch with the benchmark's tensors would produce.
 
-Compilation runs in worker processes (``python -m wavefront.workbench.inspect_compile``) with the Triton
+Compilation runs in worker processes (``python -m wavefront.workbench.static.aot``) with the Triton
 interpreter off: under ``TRITON_INTERPRET=1`` the kernels are ``InterpretedFunction`` objects that
 ``triton.compile`` cannot take (a kernel's @triton.jit helpers would be interpreted functions too), and
 the workers compile in parallel. They are plain subprocesses fed pickled jobs on stdin, so the caller's
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wavefront.workbench.inspect_parse import MachineCode, parse_amdgcn, parse_nvidia, parse_ptx_widths
+from wavefront.workbench.static.parse import MachineCode, parse_amdgcn, parse_nvidia, parse_ptx_widths
 
 
 @dataclass(frozen=True)
@@ -253,7 +253,7 @@ def _worker_env() -> dict[str, str]:
 
 class _Worker:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "wavefront.workbench.inspect_compile"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "wavefront.workbench.static.aot"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env())
 
     def run(self, job: CompileJob) -> CompileResult:
@@ -320,7 +320,7 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    # Through the package, so pickled results name wavefront.workbench.inspect_compile, not __main__.
-    from wavefront.workbench import inspect_compile
+    # Through the package, so pickled results name wavefront.workbench.static.aot, not __main__.
+    from wavefront.workbench.static import aot as inspect_compile
 
     inspect_compile.serve()

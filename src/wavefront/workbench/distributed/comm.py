@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-from wavefront.workbench.dist.comm_fit import COLLECTIVES, AlphaBeta, algbw_gbps, bus_factor, fit_alpha_beta
+from wavefront.workbench.planner.comm_model import COLLECTIVES, AlphaBeta, algbw_gbps, bus_factor, fit_alpha_beta
 
 MODES = {"all_reduce": ("in-place",), "broadcast": ("in-place",), "all_gather": ("in-place", "out-of-place"),
          "reduce_scatter": ("in-place", "out-of-place"), "all_to_all": ("out-of-place",),
@@ -99,9 +99,7 @@ class _Case:
         elem = torch.empty((), dtype=dtype).element_size()
         per = max(1, size_bytes // (elem * self.n))
         self.full = per * self.n  # elements of the nccl-tests S for the n-way collectives
-        if collective in ("all_reduce", "broadcast", "send_recv"):
-            self.count, self.size_bytes = self.full, self.full * elem
-        elif collective == "all_to_all":
+        if collective in ("all_reduce", "broadcast", "send_recv") or collective == "all_to_all":
             self.count, self.size_bytes = self.full, self.full * elem
         else:
             self.count = per if collective == "all_gather" else self.full
@@ -118,12 +116,14 @@ class _Case:
             self.inp = _pattern(self.full, 1, dev, dt) if me == 0 else torch.zeros(self.full, device=dev, dtype=dt)
         elif c == "all_gather":
             self.out = torch.zeros(self.full, device=dev, dtype=dt)
-            self.inp = self.out[me * per:(me + 1) * per] if self.mode == "in-place" else torch.empty(per, device=dev, dtype=dt)
+            in_place = self.mode == "in-place"
+            self.inp = self.out[me * per:(me + 1) * per] if in_place else torch.empty(per, device=dev, dtype=dt)
             self.inp.copy_(_pattern(per, me + 1, dev, dt))
         elif c == "reduce_scatter":
             chunks = [_pattern(per, me + 1 + k, dev, dt) for k in range(n)]
             self.inp = torch.cat(chunks)
-            self.out = self.inp[me * per:(me + 1) * per] if self.mode == "in-place" else torch.empty(per, device=dev, dtype=dt)
+            in_place = self.mode == "in-place"
+            self.out = self.inp[me * per:(me + 1) * per] if in_place else torch.empty(per, device=dev, dtype=dt)
         elif c == "all_to_all":
             self.inp = torch.cat([_pattern(per, me * n + k + 1, dev, dt) for k in range(n)])
             self.out = torch.empty(self.full, device=dev, dtype=dt)
@@ -278,7 +278,8 @@ def run_benchmark(collectives: Sequence[str], sizes: Sequence[int], *, group_siz
                         failures.append(f"{coll} {mode} n={g} {res.size_bytes} B")
                     timed.append(res)
                 if mode == coll_modes[0] and g >= 2 and len({r.size_bytes for r in timed}) >= 2:
-                    fits.append(fit_alpha_beta(coll, g, [r.size_bytes for r in timed], [r.time_us * 1e-6 for r in timed]))
+                    sizes, times_s = [r.size_bytes for r in timed], [r.time_us * 1e-6 for r in timed]
+                    fits.append(fit_alpha_beta(coll, g, sizes, times_s))
     return BenchReport(results, fits, unsupported, failures)
 
 

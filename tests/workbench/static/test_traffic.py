@@ -10,8 +10,8 @@ import torch
 from wavefront.kernels._launch import launch, recording
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case
-from wavefront.workbench import traffic as tr
-from wavefront.workbench.correctness import check_case
+from wavefront.workbench.bench.correctness import check_case
+from wavefront.workbench.static import traffic as tr
 
 
 def _run(kernel, grid, *args, **constexprs):

@@ -36,7 +36,7 @@ from wavefront import runtime
 from wavefront.kernels._launch import Launch, TensorArg, recording
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
-from wavefront.workbench.capture import BELOW_PYTHON_KEYS, op_modes, seed
+from wavefront.workbench.static.capture import BELOW_PYTHON_KEYS, op_modes, seed
 
 SCHEMA = "wavefront.traffic/1"
 #: Elements per traffic case (rows are scaled down to about this many): small enough for the interpreter.

@@ -63,7 +63,8 @@ def has_training(path: str | Path) -> bool:
         return False
     con = sqlite3.connect(str(path))
     try:
-        return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='train_runs'").fetchone() is not None
+        query = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='train_runs'"
+        return con.execute(query).fetchone() is not None
     finally:
         con.close()
 

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 CALIBRATION_SCHEMA = "wavefront.comm.calibration/1"
@@ -69,7 +70,8 @@ class AlphaBeta:
     max_rel_error: float  # worst |fit / measured - 1| over the points
 
     def time_s(self, size_bytes: float) -> float:
-        return self.alpha_us * 1e-6 + bus_factor(self.collective, self.group_size) * size_bytes / (self.busbw_gbps * 1e9)
+        wire_s = bus_factor(self.collective, self.group_size) * size_bytes / (self.busbw_gbps * 1e9)
+        return self.alpha_us * 1e-6 + wire_s
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -156,7 +158,8 @@ def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration file; a missing or malformed file is a ValueError that says what is wrong."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"calibration file {path} does not exist (write one with `wavefront comm --calibration {path}`)")
+        raise ValueError(f"calibration file {path} does not exist "
+                         f"(write one with `wavefront comm --calibration {path}`)")
     try:
         doc = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -174,7 +177,7 @@ def load_calibration(path: str | Path) -> Calibration:
         if not isinstance(raw, dict):
             raise ValueError(f"calibration file {path}: fits[{i}] must be an object")
         try:
-            values = {k: t(raw[k]) for k, t in _FIT_FIELDS.items()}
+            values: dict[str, Any] = {k: t(raw[k]) for k, t in _FIT_FIELDS.items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"calibration file {path}: fits[{i}] lacks or mistypes a field ({exc}); "
                              f"needs {sorted(_FIT_FIELDS)}") from None

@@ -56,7 +56,8 @@ def _stored(db: Path, run_id: str) -> dict:
 
     con = sqlite3.connect(db)
     try:
-        rows = con.execute("SELECT variant, status, tokens_per_s, mfu FROM train_runs WHERE run_id=?", (run_id,)).fetchall()
+        query = "SELECT variant, status, tokens_per_s, mfu FROM train_runs WHERE run_id=?"
+        rows = con.execute(query, (run_id,)).fetchall()
         n_steps = con.execute("SELECT COUNT(*) FROM train_steps WHERE run_id=?", (run_id,)).fetchone()[0]
     finally:
         con.close()

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from wavefront.workbench.dist.comm_fit import (
+from wavefront.workbench.planner.comm_model import (
     COLLECTIVES,
     AlphaBeta,
     Calibration,
@@ -82,7 +82,8 @@ def test_fit_needs_two_sizes_and_two_ranks():
 
 
 def _calibration() -> Calibration:
-    fits = [AlphaBeta("all_reduce", 2, 30.0, 5.0, 10, 8, 4096, 0.2), AlphaBeta("all_reduce", 8, 60.0, 4.0, 10, 8, 4096, 0.3),
+    fits = [AlphaBeta("all_reduce", 2, 30.0, 5.0, 10, 8, 4096, 0.2),
+            AlphaBeta("all_reduce", 8, 60.0, 4.0, 10, 8, 4096, 0.3),
             AlphaBeta("all_gather", 8, 50.0, 3.0, 10, 8, 4096, 0.1)]
     return Calibration("gloo", "cpu", 8, "intra", "2026-01-01T00:00:00+00:00", "2.13.0", fits,
                        {"send_recv": "gloo: not supported here"}, "test")

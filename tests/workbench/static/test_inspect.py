@@ -12,11 +12,11 @@ import torch
 
 from wavefront import runtime
 from wavefront.ops import REGISTRY
-from wavefront.workbench import inspect_parse as ip
-from wavefront.workbench.capture import capture
-from wavefront.workbench.inspect import compile_jobs, inspect_ops, job_for, specialization_key
-from wavefront.workbench.inspect_compile import CompileJob, TensorProxy
-from wavefront.workbench.occupancy import occupancy
+from wavefront.workbench.static import parse as ip
+from wavefront.workbench.static.aot import CompileJob, TensorProxy
+from wavefront.workbench.static.capture import capture
+from wavefront.workbench.static.inspect import compile_jobs, inspect_ops, job_for, specialization_key
+from wavefront.workbench.static.occupancy import occupancy
 
 FAST_TARGETS = ("sm_90", "gfx942")
 

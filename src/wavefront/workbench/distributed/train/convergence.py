@@ -101,8 +101,8 @@ def run_convergence(preset: str, *, steps: int = 20, batch: int = 1, seq_len: in
     """Train ref/eager/patched copies of a tiny preset (config fields overridable, e.g.
     num_hidden_layers=1); see the module docstring for the criterion."""
     import wavefront
-    from wavefront.workbench.dist.train_data import Batches, synthetic_corpus
-    from wavefront.workbench.dist.train_presets import build_model
+    from wavefront.workbench.distributed.train.data import Batches, synthetic_corpus
+    from wavefront.workbench.distributed.train.presets import build_model
 
     base = build_model(preset, seed=seed, **config_overrides)
     ref = copy.deepcopy(base).to(torch.float64)

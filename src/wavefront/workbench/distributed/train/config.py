@@ -66,7 +66,7 @@ class TrainConfig:
 
     def validate(self, world_size: int) -> None:
         """Raise ConfigError naming the problem; called on every rank before any work."""
-        from wavefront.workbench.dist.train_presets import PRESETS
+        from wavefront.workbench.distributed.train.presets import PRESETS
 
         def bad(msg: str) -> None:
             raise ConfigError(msg)
@@ -127,7 +127,7 @@ class TrainConfig:
             except ValueError as e:
                 bad(f"--gpu: {e}")
         if self.store:
-            from wavefront.workbench.dist.train_store import check_store
+            from wavefront.workbench.distributed.train.store import check_store
 
             try:
                 check_store(self.store)

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from wavefront.cli import build_app
 from wavefront.kernels._launch import TensorArg
-from wavefront.workbench import gate as g
-from wavefront.workbench.inspect import inspect_ops
+from wavefront.workbench.static import gate as g
+from wavefront.workbench.static.inspect import inspect_ops
 
 GOOD = {"ok": True, "error": None, "num_warps": 8, "regs": 60, "sgprs": None, "agprs": None, "spill_bytes": 0,
         "spill_count": 0, "shared_bytes": 1024, "widest_load_bits": 128, "widest_store_bits": 128, "narrow_loads": 1,

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from wavefront.shapes import ModelDims
-from wavefront.workbench.dist.comm_fit import AlphaBeta
+from wavefront.workbench.planner.comm_model import AlphaBeta
 
 #: torch DDP's small first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB).
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -130,7 +130,8 @@ class _ProxyLayer(nn.Module):
     def __init__(self, h: int, q: int, kv: int, f: int, gated: bool):
         super().__init__()
         self.norm1 = nn.Parameter(torch.ones(h))
-        self.wq, self.wk, self.wv = nn.Linear(h, q, bias=False), nn.Linear(h, kv, bias=False), nn.Linear(h, kv, bias=False)
+        self.wq = nn.Linear(h, q, bias=False)
+        self.wk, self.wv = nn.Linear(h, kv, bias=False), nn.Linear(h, kv, bias=False)
         self.wo = nn.Linear(q, h, bias=False)
         self.norm2 = nn.Parameter(torch.ones(h))
         self.up = nn.Linear(h, f, bias=False)
@@ -145,7 +146,8 @@ class _ProxyLayer(nn.Module):
         x = x + self.wo(torch.tanh(self.wq(y) * k) * v)
         y = x * self.norm2
         hidden = self.up(y)
-        hidden = torch.nn.functional.silu(self.gate(y)) * hidden if self.gate is not None else torch.nn.functional.gelu(hidden)
+        F = torch.nn.functional
+        hidden = F.silu(self.gate(y)) * hidden if self.gate is not None else F.gelu(hidden)
         return x + self.down(hidden)
 
 
@@ -239,7 +241,9 @@ def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink
                 with model.no_sync():
                     model(x).square().mean().backward()
 
-        def backward_only(model=model) -> None:
+        bwd_times: list[float] = []
+
+        def backward_only(model=model, bwd_times=bwd_times) -> None:
             model.zero_grad(set_to_none=True)
             with model.no_sync():
                 loss = model(x).square().mean()
@@ -249,7 +253,6 @@ def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink
                 _sync(device)
                 bwd_times.append(time.perf_counter() - t0)
 
-        bwd_times: list[float] = []
         for _ in range(2):
             step(True)
             step(False)
@@ -260,8 +263,8 @@ def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink
         pred = None
         if all_reduce is not None:
             pred = predict_ddp_exposed(grad_bytes, bwd, int(cap * 1024 * 1024), all_reduce) * 1e3
-        out.append(BucketResult(cap, n_buckets, stepped * 1e3, nosync * 1e3, bwd * 1e3, max(0.0, stepped - nosync) * 1e3,
-                                pred))
+        out.append(BucketResult(cap, n_buckets, stepped * 1e3, nosync * 1e3, bwd * 1e3,
+                                max(0.0, stepped - nosync) * 1e3, pred))
         del model
     info = {"proxy_params": sum(p.numel() for p in params), "proxy_grad_bytes": sum(grad_bytes),
             "n_tensors": len(params), "shrink": shrink, "n_layers": n_layers, "tokens": tokens}
