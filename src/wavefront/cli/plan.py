@@ -136,8 +136,9 @@ def plan(  # one line per option; the job is built in _main
     stack: Annotated[Literal["megatron", "fsdp"], _opt("Software stack: megatron (TE) or fsdp.")] = "megatron",
     fsdp_gather: Annotated[Literal["micro-batch", "no-reshard", "step"], _opt("When ZeRO-3 gathers.")] = "micro-batch",
     offload_optimizer: Annotated[B, _opt("Optimizer states on the host (CPU offload).")] = False,
+    cp_comm: Annotated[Literal["ring", "all-gather"], _opt("How context parallelism moves K and V.")] = "ring",
     no_dp_overlap: Annotated[B, _opt("Gradient reduction after the backward.", "--no-dp-overlap")] = False,
-    tp_overlap: Annotated[float, _opt("Fraction of TP communication hidden (async TP).", **Frac)] = 0.0,
+    tp_overlap: Annotated[float, _opt("Fraction of TP communication hidden (0: none).", **Frac)] = 0.5,
     head_dim: Annotated[I, _opt("Head dimension (default: the model's, or hidden / heads).", **Pos)] = None,
     price: Annotated[F, _opt("$ per GPU-hour (default: the device table's).", min=0.0)] = None,
     power_fraction: Annotated[float, _opt("Board-power fraction drawn while training.", **Frac)] = 0.75,
@@ -175,7 +176,7 @@ def _main(a: dict) -> None:
     custom = CustomDims(*dims, a["kv_heads"], a["head_dim"], a["gated"], a["tied"]) if all(dims) else None
     same = ("model", "gpus_per_node", "nics_per_node", "nic_gbits", "intra_gbps", "inter_gbps", "intra_latency_us",
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
-            "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "tp_overlap",
+            "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
             "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top")
     request = PlanRequest(
         custom=custom, head_dim=a["head_dim"] if custom is None else None, gpus=tuple(a["gpus"] or ["8xh100"]),

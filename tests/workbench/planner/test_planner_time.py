@@ -76,11 +76,13 @@ def test_recompute_costs_time():
 
 def test_tensor_parallel_comm():
     cluster = make_cluster("8xh100", intra_gbps=300, intra_latency_us=0)
-    training = _training(seq=4096)
+    training = _training(seq=4096, tp_overlap=0.0)
     assert tp_comm_per_layer_s(MODEL, PlanConfig(tp=1, dp=8), training, cluster) == 0.0
     one = tp_comm_per_layer_s(MODEL, PlanConfig(tp=8, dp=1), training, cluster)
     # 4 all-reduces of b*s*h*2 bytes per layer and micro-batch (Narayanan Sec. 3.2.2)
     assert one == pytest.approx(4 * 1.75 * 2 * 4096 * 4096 / 300e9)
+    # by default half of it is hidden behind the GEMMs (training.TP_OVERLAP: userbuffers / async TP)
+    assert tp_comm_per_layer_s(MODEL, PlanConfig(tp=8, dp=1), _training(seq=4096), cluster) == pytest.approx(0.5 * one)
     full = tp_comm_per_layer_s(MODEL, PlanConfig(tp=8, dp=1, recompute="full"), training, cluster)
     assert full == pytest.approx(one * 6 / 4)
     sp = tp_comm_per_layer_s(MODEL, PlanConfig(tp=8, sp=True, dp=1), training, cluster)

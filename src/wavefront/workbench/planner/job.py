@@ -16,7 +16,7 @@ from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.comm_model import load_calibration
 from wavefront.workbench.planner.hf_config import dims_from_hf_config
 from wavefront.workbench.planner.model import ModelSpec
-from wavefront.workbench.planner.training import Efficiency, Training
+from wavefront.workbench.planner.training import TP_OVERLAP, Efficiency, Training
 
 SCHEMA = "wavefront.plan/1"
 #: Default global batch: 4M tokens (Llama 3 405B's initial batch, Dubey et al. 2024, Sec. 3.4.1).
@@ -70,8 +70,9 @@ class PlanRequest:
     stack: str = "megatron"
     fsdp_gather: str = "micro-batch"
     offload_optimizer: bool = False
+    cp_comm: str = "ring"
     dp_overlap: bool = True
-    tp_overlap: float = 0.0
+    tp_overlap: float = TP_OVERLAP
     price_per_gpu_hour: float | None = None
     power_fraction: float = 0.75
     train_tokens: float = 1e12
@@ -130,7 +131,8 @@ class PlanRequest:
         return Training(global_batch_tokens=tokens, seq_len=seq, precision=self.precision, optimizer=self.optimizer,
                         grad_bytes=self.grad_bytes, micro_batch_sizes=tuple(self.micro_batch_sizes),
                         train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, tp_overlap=self.tp_overlap,
-                        stack=self.stack, fsdp_gather=self.fsdp_gather, offload_optimizer=self.offload_optimizer)
+                        stack=self.stack, fsdp_gather=self.fsdp_gather, offload_optimizer=self.offload_optimizer,
+                        cp_comm=self.cp_comm)
 
     def efficiency(self, cluster: Cluster) -> Efficiency | None:
         if self.gemm_eff is None and self.attn_eff is None and self.hbm_eff is None:

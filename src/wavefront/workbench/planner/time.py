@@ -28,7 +28,14 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
   Exposed fraction 1 - Training.tp_overlap;
 - context parallel (ring attention): cp-1 send/recv steps of the local K and V (2*b*s_l*kv_dim/tp 2-byte
   elements) forward and twice that backward (K, V and their gradients), overlapped with the attention
-  core: only the excess over the attention time is exposed;
+  core: only the excess over the attention time is exposed. What CP costs besides: Megatron-LM and
+  Transformer Engine balance the causal mask by cutting each sequence into 2*cp chunks, two per rank
+  (Megatron-LM get_batch_on_this_cp_rank), so every ring step runs kernels over chunks of s/(2 cp) tokens:
+  the attention curve (kernels.py) is taken at that length (at 8K and cp 2: 2,048 tokens, 0.85x the
+  8K efficiency); each step after the first merges its partial output into fp32 accumulators
+  (CP_MERGE_*_BYTES at HBM speed) and launches its own kernels. Training.cp_comm = "all-gather" (Llama 3,
+  Sec. 3.3.2) instead gathers K and V (exposed all-gather forward, reduce-scatter of their gradients
+  backward) and runs one attention of the local queries over the whole sequence: no merges, no chunking;
 - pipeline: per micro-batch and stage one send of the b*s_l*h activation forward and one of its gradient
   backward, split over the tp ranks (scatter/gather, Narayanan Sec. 4.1), exposed with 1F1B and hidden
   under the next chunk's compute with interleaving (Megatron overlap_p2p_comm);
@@ -66,6 +73,12 @@ from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
 CE_BYTES_PER_LOGIT = 16.0
+#: Ring attention's merge of each step's partial result (context parallelism), bytes per element and step:
+#: forward reads the step's bf16 output and updates the fp32 running output (2 + 4 + 4); backward
+#: accumulates dQ and the travelling dK/dV in fp32 (read + write 8). Transformer Engine's P2P context
+#: parallelism keeps these fp32 accumulators (assumed from its design, not measured here).
+CP_MERGE_FWD_BYTES = 10.0
+CP_MERGE_BWD_BYTES = 8.0
 #: ZB-H1 (Qi et al. 2023, arXiv:2401.10241, Sec. 3): splitting the backward into input- and weight-gradient
 #: passes fills the 1F1B bubble to about a third at the same activation memory.
 ZB_H1_BUBBLE_FRACTION = 1.0 / 3.0
@@ -149,17 +162,26 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
             mm_bwd += act_bytes * tokens * d_out / hbm + 2 * kernel_s
     cast_s = cast_bytes / hbm + (4 * 2 * kernel_s if fp8 else 0.0)
     attn_flops = attention_core_flops(model, cfg.micro_batch, training.seq_len / cfg.cp, training.seq_len) / cfg.tp
+    cp_merge_s = 0.0
     if model.attention == "flash":
-        # under context parallelism each ring step is a (s/cp) x (s/cp) kernel: the short-sequence curve
-        curve = attention_curve(training.seq_len / cfg.cp, model.dims.head_dim)
-        attn = 0.5 * attn_flops / (bf16_peak * eff.attention * stack * curve) + kernel_s
-        attn_bwd = 2.5 * (attn - kernel_s) + kernel_s
+        # context parallelism: cp ring steps of kernels over one chunk of s/(2 cp) tokens (module docstring)
+        ring = cfg.cp > 1 and training.cp_comm == "ring"
+        chunk = training.seq_len / (2 * cfg.cp) if ring else training.seq_len
+        curve = attention_curve(chunk, model.dims.head_dim)
+        n_kernels = cfg.cp if ring else 1
+        attn = 0.5 * attn_flops / (bf16_peak * eff.attention * stack * curve) + n_kernels * kernel_s
+        attn_bwd = 2.5 * (attn - n_kernels * kernel_s) + n_kernels * kernel_s
+        if ring:
+            q_elems = tokens * model.q_dim / cfg.tp
+            kv_elems = tokens * 2 * model.kv_dim / cfg.tp
+            cp_merge_s = (cfg.cp - 1) * ((CP_MERGE_FWD_BYTES * q_elems + CP_MERGE_BWD_BYTES * (q_elems + kv_elems))
+                                         / hbm + 2 * kernel_s)
     else:
         attn = attn_flops / (bf16_peak * eff.gemm) + 2 * kernel_s
         attn_bwd = 2.0 * attn
     ew = _elementwise_bytes(model, tokens, training.seq_len, cfg) / hbm + N_ELEMENTWISE_KERNELS * kernel_s
     fwd = mm_fwd + cast_s + attn + ew
-    total = fwd + mm_bwd + cast_s + attn_bwd + 2.0 * ew
+    total = fwd + mm_bwd + cast_s + attn_bwd + 2.0 * ew + cp_merge_s
     if cfg.recompute == "full":
         total += fwd
     elif cfg.recompute == "every-other":
@@ -201,6 +223,10 @@ def cp_comm_exposed_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Tra
     if cfg.cp == 1:
         return 0.0
     kv_bytes = 2.0 * 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.kv_dim / cfg.tp
+    if training.cp_comm == "all-gather":
+        # gather K and V before the attention, reduce-scatter their gradients after it: exposed (Llama 3)
+        return (cluster.collective_s("all_gather", cfg.cp * kv_bytes, cfg.cp, cfg.tp)
+                + cluster.collective_s("reduce_scatter", cfg.cp * kv_bytes, cfg.cp, cfg.tp))
     step = cluster.collective_s("send_recv", kv_bytes, cfg.cp, cfg.tp)
     fwd = (cfg.cp - 1) * step
     bwd = 2.0 * fwd

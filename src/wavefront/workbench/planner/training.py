@@ -16,6 +16,10 @@ STACKS = ("megatron", "fsdp")
 #: reshard_after_forward=False, torchtitan with PP); "step" (gather and reduce once per step, unsharded
 #: weights and gradients kept across micro-batches: +(2 + grad) B per parameter).
 FSDP_GATHER = ("micro-batch", "no-reshard", "step")
+#: How context parallelism exchanges K and V: "ring" (P2P ring attention with per-step merges: Transformer
+#: Engine's default cp_comm_type "p2p", Megatron-LM, torchtitan) or "all-gather" (gather K and V, then one
+#: attention of the local queries over them: Llama 3, Dubey et al. 2024, Sec. 3.3.2; TE "all_gather").
+CP_COMM = ("ring", "all-gather")
 
 #: Bytes per parameter kept by each optimizer: (fp32 master copy, optimizer states). AdamW keeps an fp32
 #: master weight and two fp32 moments (the 12 of ZeRO's 2 + 2 + 12 = 16 bytes per parameter, Rajbhandari
@@ -101,6 +105,18 @@ def _for_gpu(gpu_key: str) -> Efficiency:
     return Efficiency(**FITTED_SHARED, source=f"defaults: no published run calibrates {gpu_key}")
 
 
+#: Default fraction of the TP/SP all-gathers and reduce-scatters hidden behind the GEMMs. Today's stacks
+#: overlap them: Transformer Engine's userbuffers overlap (Megatron-LM --tp-comm-overlap; NeMo and
+#: Megatron-Bridge enable it in their H100 recipes, NVIDIA-NeMo/Megatron-Bridge#2247) runs the dependency-free
+#: collectives in bulk under other GEMMs and pipelines the dependent ones in chunks, exposing one chunk (NeMo
+#: docs, "Communication Overlap"); PyTorch async TP decomposes each all-gather-matmul into tp ring steps.
+#: What they hide, measured: torchtitan's async-TP benchmark (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md)
+#: speeds Llama 3.1 70B TP8 FSDP32 (full AC) up 1.09x and 8B TP8 FSDP8 (per-op AC) 1.10x in bf16, which with
+#: this model's TP shares of those steps (18% and 22%) is 45% and 41% of the TP time hidden; nanotron's
+#: DoMiNO reports 62% (75% forward, 50% backward; huggingface/nanotron#284). 0.5 is the middle of that range.
+TP_OVERLAP = 0.5
+
+
 @dataclass(frozen=True)
 class Training:
     """What one optimizer step is, and the framework choices that change its cost.
@@ -109,8 +125,9 @@ class Training:
         (4: fp32, Megatron's default main-grad buffer and FSDP2's reduce dtype; 2: bf16).
     dp_overlap: whether the data-parallel gradient reduction overlaps the last backward (DDP/FSDP buckets,
         Megatron --overlap-grad-reduce); False models a reduction after the backward (Megatron-LM 2021).
-    tp_overlap: fraction of tensor-parallel communication hidden behind compute (0: none, the default;
-        async TP / userbuffers overlap hides part of it).
+    tp_overlap: fraction of tensor-parallel communication hidden behind compute. Default TP_OVERLAP (0.5):
+        what the stacks people run hide (see TP_OVERLAP); 0 for a stack with the collectives on the critical
+        path (Megatron-LM 2021, vanilla torchtitan TP), 1 for the ideal.
     bucket_mib: DDP's bucket_cap_mb, in MiB (torch reads bucket_cap_mb as MiB: 25 by default); the last
         bucket cannot be hidden. (The planner used to read it as 10^6 bytes while the DDP model read MiB.)
     framework_overhead_gb: CUDA context, NCCL buffers and workspace (training-math.md: about 1-3 GB).
@@ -120,6 +137,7 @@ class Training:
     fsdp_gather: when ZeRO-3 gathers weights (FSDP_GATHER).
     offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
         CPU (time.PCIE_GBPS, time.CPU_ADAM_PARAMS_PER_S).
+    cp_comm: how context parallelism moves K and V (CP_COMM).
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
         master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
         fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
@@ -133,7 +151,7 @@ class Training:
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     train_tokens: float = 1e12
     dp_overlap: bool = True
-    tp_overlap: float = 0.0
+    tp_overlap: float = TP_OVERLAP
     bucket_mib: float = 25.0
     framework_overhead_gb: float = 2.0
     allocator_slack: float = 0.05
@@ -141,8 +159,11 @@ class Training:
     stack: str = "megatron"
     fsdp_gather: str = "micro-batch"
     offload_optimizer: bool = False
+    cp_comm: str = "ring"
 
     def __post_init__(self) -> None:
+        if self.cp_comm not in CP_COMM:
+            raise ValueError(f"cp_comm must be one of {CP_COMM}, got {self.cp_comm!r}")
         if self.fsdp_gather not in FSDP_GATHER:
             raise ValueError(f"fsdp_gather must be one of {FSDP_GATHER}, got {self.fsdp_gather!r}")
         if self.stack not in STACKS:
