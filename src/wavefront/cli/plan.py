@@ -124,6 +124,7 @@ def plan(  # one line per option; the job is built in _main
     hbm_gb: Annotated[F, _opt("Override the GPU memory capacity, GB.", min=0.001)] = None,
     hbm_tbps: Annotated[F, _opt("Override the HBM bandwidth, TB/s.", min=0.001)] = None,
     calibration: Annotated[L, _opt("`wavefront comm` calibration file (repeatable).", "--calibration")] = None,
+    calibrate: Annotated[S, _opt("`wavefront bench` results store measured on the target GPU.")] = None,
     global_batch_tokens: Annotated[I, _opt("Tokens per optimizer step (default ~4M).", **Pos)] = None,
     seq_len: Annotated[I, _opt("Sequence length (default: the model's).", **Pos)] = None,
     micro_batch: Annotated[list[int] | None, _opt("Micro-batch sizes to try (repeatable).", **Pos)] = None,
@@ -177,7 +178,7 @@ def _main(a: dict) -> None:
     same = ("model", "gpus_per_node", "nics_per_node", "nic_gbits", "intra_gbps", "inter_gbps", "intra_latency_us",
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
-            "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top")
+            "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top")
     request = PlanRequest(
         custom=custom, head_dim=a["head_dim"] if custom is None else None, gpus=tuple(a["gpus"] or ["8xh100"]),
         hierarchical=not a["flat_collectives"], calibrations=tuple(a["calibration"] or ()),

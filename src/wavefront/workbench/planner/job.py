@@ -8,13 +8,14 @@ document (schema below). The CLI only declares options, renders and maps exit co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.comm_model import load_calibration
 from wavefront.workbench.planner.hf_config import dims_from_hf_config
+from wavefront.workbench.planner.kernel_calibration import KernelCalibration, load_kernel_calibration
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.training import TP_OVERLAP, Efficiency, Training
 
@@ -58,6 +59,7 @@ class PlanRequest:
     hbm_gb: float | None = None
     hbm_tbps: float | None = None
     calibrations: tuple[str, ...] = ()
+    calibrate: str | None = None  # a `wavefront bench` results store measured on the target GPU
     global_batch_tokens: int | None = None
     seq_len: int | None = None
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
@@ -135,9 +137,39 @@ class PlanRequest:
                         cp_comm=self.cp_comm)
 
     def efficiency(self, cluster: Cluster) -> Efficiency | None:
-        if self.gemm_eff is None and self.attn_eff is None and self.hbm_eff is None:
-            return None
+        """The constants for `cluster`: None (the calibrated defaults of its GPU), the command line's
+        overrides, or with `calibrate` the constants measured in a results store (kernel_calibration.py);
+        an override on the command line wins over a measurement."""
         base = Efficiency.for_gpu(cluster.gpu.key)
-        return Efficiency(gemm=self.gemm_eff or base.gemm, attention=self.attn_eff or base.attention,
-                          hbm=self.hbm_eff or base.hbm, kernel_us=base.kernel_us, fp8_gemm=base.fp8_gemm,
-                          fsdp_stack=base.fsdp_stack, source="command line")
+        if self.calibrate:
+            base = self.kernel_calibration(cluster).apply(base)
+        elif self.gemm_eff is None and self.attn_eff is None and self.hbm_eff is None:
+            return None
+        if self.gemm_eff is None and self.attn_eff is None and self.hbm_eff is None:
+            return base
+        return replace(base, gemm=self.gemm_eff or base.gemm, attention=self.attn_eff or base.attention,
+                       hbm=self.hbm_eff or base.hbm, source=f"{base.source}; command line overrides")
+
+    def kernel_calibration(self, cluster: Cluster) -> KernelCalibration:
+        if not self.calibrate:
+            raise ValueError("no --calibrate store in this request")
+        return load_kernel_calibration(self.calibrate, cluster.gpu.key)
+
+    def constants_from(self, clusters: list[Cluster]) -> dict:
+        """Where each constant of the cost model came from (the document's "constants_from")."""
+        base = Efficiency.for_gpu(clusters[0].gpu.key)
+        kernels = {k: f"published: {base.source}" for k in ("gemm", "attention", "hbm")}
+        if self.calibrate:
+            kernels = self.kernel_calibration(clusters[0]).sources(base)
+        for flag, k in (("gemm_eff", "gemm"), ("attn_eff", "attention"), ("hbm_eff", "hbm")):
+            if getattr(self, flag) is not None:
+                kernels[k] = f"command line (--{flag.replace('_', '-')})"
+        kernels |= {k: f"published: {base.source}" for k in ("kernel_us", "fp8_gemm", "fsdp_stack")}
+        links = {}
+        for c in clusters:
+            cals = {cal.domain: cal for cal in c.calibrations}
+            for domain, link in (("intra", c.intra), ("inter", c.inter)):
+                cal = cals.get(domain)
+                links[f"{c.label} {domain}"] = (f"measured: `wavefront comm` calibration ({cal.backend}, {cal.device}, "
+                                                f"{cal.world_size} ranks, {cal.created_utc})" if cal else link.source)
+        return {"kernels": kernels, "links": links}

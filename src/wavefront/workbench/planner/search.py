@@ -93,6 +93,7 @@ class SearchResult:
     warnings: list[str] = field(default_factory=list)  # tiny batches per GPU and the like
     pinned_misses: list[str] = field(default_factory=list)  # why no grid plan matches the pinned fields
     top: int = 10  # plans the document lists (0: all feasible)
+    constants_from: dict = field(default_factory=dict)  # where each constant came from (PlanRequest.constants_from)
 
     @property
     def best(self) -> PlanResult | None:
@@ -116,8 +117,9 @@ class SearchResult:
             "model": spec.dims.as_dict() | {"params": spec.total_params, "attention": spec.attention,
                                             "dropout": spec.dropout, "kernels": spec.kernels},
             "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
-            "efficiency": [(self.efficiency if self.efficiency.source == "command line"
+            "efficiency": [(self.efficiency if self.efficiency.source != Efficiency.for_gpu(c.gpu.key).source
                             else Efficiency.for_gpu(c.gpu.key)).as_dict() for c in self.clusters],
+            "constants_from": self.constants_from,
             "rank_by": self.rank_by, "tie_tolerance": TIE_TOLERANCE,
             "search": {"n_enumerated": self.n_enumerated, "n_feasible": len(self.ranked),
                        "n_out_of_memory": len(self.out_of_memory), "n_invalid": sum(self.rejected.values()),
@@ -321,9 +323,12 @@ def _run_request(req: PlanRequest) -> SearchResult:
         raise ValueError(f"--top must be >= 0, got {req.top}")
     spec = req.model_spec()
     clusters = req.clusters()
+    if req.calibrate and len({c.gpu.key for c in clusters}) > 1:
+        raise ValueError("--calibrate measures one GPU; compare clusters of other GPUs without it")
     result = plan(spec, clusters, req.training(spec), efficiency=req.efficiency(clusters[0]), rank_by=req.rank_by,
                   fixed=dict(req.fixed))
     result.top = req.top
+    result.constants_from = req.constants_from(clusters)
     return result
 
 
