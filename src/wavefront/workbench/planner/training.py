@@ -93,6 +93,9 @@ CALIBRATED: dict[str, tuple[str, str]] = {
     "a100-40gb": ("a100", "A100 family constants (same GA100 compute)"),
     "h100": ("h100", "fitted on H100 calibration runs (llm-foundry, NeMo 24.07, Llama 3)"),
     "h200": ("h100", "H100 family constants (same GH100 compute)"),
+    "h100-pcie": ("h100", "H100 family constants (GH100 at PCIe clocks: the lower peak is in the device table)"),
+    "h100-nvl": ("h100", "H100 family constants (GH100 at NVL clocks: the lower peak is in the device table)"),
+    "gb200": ("h100", "H100 family fractions transferred, not fitted: no GB200 run in the calibration split"),
     "b200": ("h100", "H100 family fractions transferred, not fitted: no B200 run in the calibration split"),
 }
 
