@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
-# One call on a lent GPU: the test suite on the GPU, then the full bench (every registered op, every
-# baseline: eager, torch.compile, Liger-Kernel), with the results store, the dashboard, the bench JSON,
-# a provenance file and the log written under $OUT as bench_<device>_<yyyymmdd>.* for committing under
-# benchmarks/results/. Sized to finish in under 8 minutes (test and bench limits below).
+# One call on a lent GPU (NVIDIA or ROCm), under 8 minutes, everything under $OUT as bench_<device>_<yyyymmdd>.*
+# for committing under benchmarks/results/:
+#   1. provenance (device, driver, versions, git sha)                                  -> .meta.json
+#   2. the test suite on the GPU (limit TEST_LIMIT_S)
+#   3. peers: attention forward/backward against F.scaled_dot_product_attention's flash and cuDNN backends and
+#      flash-attn (if installed); linear's provider choice (wavefront = the auto rule) against the vendor BLAS
+#      (torch.mm / addmm) and eager, at the bench shapes                                -> .sqlite, .peers.json
+#   4. every other op against eager, torch.compile and Liger-Kernel (budget BENCH_BUDGET_S) -> .sqlite, .json
+#   5. a training step of an 8B-shaped Llama: eager HF, torch.compile, Liger's patch, wavefront, same data
+#      (skipped with a note if the train verb rejects the --compare list)          -> .train.json
+#   6. the dashboard and the results document                                           -> .html, .results.json
 #
 #   OUT=/some/dir scripts/gpu_check.sh            # on the GPU machine
 #   OUT=/tmp/x scripts/gpu_check.sh --dry-run     # anywhere: print the plan, write provenance, run nothing
 #
-# Liger-Kernel: if it is not importable, wheels carried with the call in .whl/ are installed offline
-# (pip install --no-index --find-links .whl liger-kernel); without them its column says "unavailable".
-# The package is used from src/ (PYTHONPATH), never pip-installed in editable mode.
+# Liger-Kernel / flash-attn: if not importable, wheels carried with the call in .whl/ are installed offline
+# (pip install --no-index --find-links .whl ...); without them their columns say "unavailable". The package is
+# used from src/ (PYTHONPATH), never pip-installed in editable mode. Each step has its own time limit, so the
+# script ends in time even when one step hangs; a step that fails does not stop the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 DRY=0
-TEST_LIMIT_S=${TEST_LIMIT_S:-150}
-BENCH_BUDGET_S=${BENCH_BUDGET_S:-200}
+TEST_LIMIT_S=${TEST_LIMIT_S:-60}
+PEERS_BUDGET_S=${PEERS_BUDGET_S:-80}
+BENCH_BUDGET_S=${BENCH_BUDGET_S:-60}
+TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-120}
+TRAIN_MODEL=${TRAIN_MODEL:-llama3-8b}
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $arg (expected --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -58,9 +69,10 @@ step() {  # run a command (or only show it on --dry-run), teeing into the log; r
 }
 
 say "provenance -> $stem.meta.json"
-"$PY" - "$stem.meta.json" "$DRY" <<'EOF' 2>&1 | tee -a "$LOG"
+"$PY" - "$stem.meta.json" "$DRY" "$stem.ops" <<'EOF' 2>&1 | tee -a "$LOG"
 import json, platform, subprocess, sys
 from datetime import datetime, timezone
+from importlib import metadata
 import torch
 from wavefront import runtime
 from wavefront.workbench.bench.provenance import git_revision
@@ -80,33 +92,60 @@ for cmd in (["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.
             meta[cmd[0]] = out.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         pass
-try:
-    meta["liger_kernel"] = __import__("importlib.metadata").metadata.version("liger-kernel")
-except Exception:
-    meta["liger_kernel"] = None
+for dist in ("liger-kernel", "flash-attn"):
+    try:
+        meta[dist.replace("-", "_")] = metadata.version(dist)
+    except Exception:
+        meta[dist.replace("-", "_")] = None
 json.dump(meta, open(sys.argv[1], "w"), indent=2)
 print(json.dumps(meta, indent=2))
+from wavefront.ops import REGISTRY  # the ops of step 4 (attention and linear are step 3's)
+open(sys.argv[3], "w").write(" ".join(f"--op {n}" for n in REGISTRY if n not in ("attention", "linear")))
 EOF
 
-say "Liger-Kernel"
-if "$PY" -c "import liger_kernel" >/dev/null 2>&1; then
-  echo "liger-kernel already installed" | tee -a "$LOG"
-elif compgen -G ".whl/*.whl" >/dev/null; then
-  step "$PY" -m pip install -q --no-index --find-links .whl liger-kernel
-else
-  echo "liger-kernel is not installed and .whl/ carries no wheels: its column will say unavailable" | tee -a "$LOG"
-fi
+say "optional peers: Liger-Kernel, flash-attn"
+for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn"; do
+  module=${pair%%:*}; dist=${pair##*:}
+  if "$PY" -c "import $module" >/dev/null 2>&1; then
+    echo "$dist already installed" | tee -a "$LOG"
+  elif compgen -G ".whl/*.whl" >/dev/null; then
+    step "$PY" -m pip install -q --no-index --find-links .whl "$dist" || echo "$dist: no wheel in .whl/" | tee -a "$LOG"
+  else
+    echo "$dist is not installed and .whl/ carries no wheels: its column will say unavailable" | tee -a "$LOG"
+  fi
+done
 
 say "tests on the GPU (limit ${TEST_LIMIT_S} s)"
-step timeout "$TEST_LIMIT_S" "$PY" -m pytest -q -x -p no:cacheprovider -n 0
+step timeout "$TEST_LIMIT_S" "$PY" -m pytest -q -x -p no:cacheprovider -n 0 tests/ops
 test_rc=$?
 
-say "full bench (timing budget ${BENCH_BUDGET_S} s)"
-step timeout $((BENCH_BUDGET_S + 150)) "$PY" -m wavefront bench --budget-s "$BENCH_BUDGET_S" \
-  --store "$stem.sqlite" --report "$stem.html" --json "$stem.json" --label "gpu_check $(date -u +%F)"
+say "peers: attention vs SDPA (flash, cuDNN) and flash-attn; linear's provider rule vs the vendor BLAS (budget ${PEERS_BUDGET_S} s)"
+step timeout $((PEERS_BUDGET_S + 60)) "$PY" -m wavefront bench --op attention --op linear --skip-correctness \
+  --provider wavefront --provider eager --provider vendor --provider sdpa_flash --provider sdpa_cudnn \
+  --provider flash_attn --budget-s "$PEERS_BUDGET_S" --store "$stem.sqlite" --no-report --json "$stem.peers.json" \
+  --label "gpu_check peers $(date -u +%F)"
+peers_rc=$?
+
+say "bench: every other op (timing budget ${BENCH_BUDGET_S} s)"
+others=$(cat "$stem.ops")
+# shellcheck disable=SC2086  # one word per --op flag
+step timeout $((BENCH_BUDGET_S + 50)) "$PY" -m wavefront bench $others --provider wavefront --provider eager \
+  --provider torch_compile --provider liger --budget-s "$BENCH_BUDGET_S" --store "$stem.sqlite" --no-report \
+  --json "$stem.json" --label "gpu_check $(date -u +%F)"
 bench_rc=$?
+
+say "training step, ${TRAIN_MODEL}-shaped Llama: eager, compile, liger, wavefront (limit ${TRAIN_LIMIT_S} s)"
+step timeout "$TRAIN_LIMIT_S" "$PY" -m wavefront train --compare eager,compile,liger,wavefront --model "$TRAIN_MODEL" \
+  --seq-len 2048 --global-batch 1 --micro-batch 1 --steps 4 --warmup-steps 2 --activation-checkpointing \
+  --store "$stem.sqlite" --json "$stem.train.json"
+train_rc=$?
+if [[ $train_rc == 2 ]]; then
+  echo "train: the verb rejected the --compare list / --model (not available in this checkout): skipped" | tee -a "$LOG"
+  train_rc=0
+fi
+
 step "$PY" -m wavefront report --store "$stem.sqlite" --out "$stem.html" --export-json "$stem.results.json"
 
-say "done: tests exit $test_rc, bench exit $bench_rc; files:"
+say "done: tests exit $test_rc, peers exit $peers_rc, bench exit $bench_rc, train exit $train_rc; files:"
 ls -la "$OUT" | tee -a "$LOG"
-[[ $test_rc == 0 && $bench_rc == 0 ]]
+[[ $test_rc == 0 && $peers_rc == 0 && $bench_rc == 0 && $train_rc == 0 ]]

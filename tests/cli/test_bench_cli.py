@@ -14,19 +14,21 @@ def _run(*args, cwd=None):
 
 
 def test_bench_json_document_for_one_op(tmp_path):
-    """The CPU main job for one op: correctness, then inspect (one target here) and traffic documents that
-    land in the dashboard."""
+    """The CPU main job for one op (the quick sweep: one case per dtype): correctness, then inspect (one target
+    here) and traffic documents that land in the dashboard."""
     out = tmp_path / "bench.json"
     proc = _run("bench", "--op", "softmax", "--dtype", "bf16", "--no-store", "--inspect-targets", "gfx942",
                 "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["schema"] == "wavefront.bench/1"
-    assert doc["n_failed"] == 0 and doc["n_cases"] == len(doc["results"]) > 5
+    assert doc["n_failed"] == 0 and doc["n_cases"] == len(doc["results"]) == 1 and doc["sweep"] == "quick"
+    assert doc["run"]["info"]["extra"]["status"] == "complete"
     first = doc["results"][0]
     assert first["op"] == "softmax" and first["dtype"] == "bf16" and first["passed"] is True
     assert {c["mode"] for c in first["checks"]} == {"fwd", "bwd"}
-    assert "correctness vs float64 reference" in proc.stdout
+    assert "correctness vs float64 reference" in proc.stdout and "1/1 passed" in proc.stdout
+    assert "quick CPU sweep" in proc.stderr and "roughly" in proc.stderr, "says up front what runs"
     docs = {name: json.loads(Path(path if Path(path).is_absolute() else tmp_path / path).read_text())
             for name, path in doc["documents"].items()}
     assert set(docs) == {"inspect", "traffic"}

@@ -1,5 +1,5 @@
-"""attention=True: the attention function of each attention module is served by wavefront.ops.attention,
-instance-scoped (transformers' registry and config untouched), and the model computes the same thing."""
+"""attention=True: the attention function is wavefront.ops.attention, selected through transformers'
+AttentionInterface on the patched instance only; the model computes the same thing."""
 
 from __future__ import annotations
 
@@ -33,23 +33,43 @@ def test_attention_patch_matches_unpatched_forward_and_backward():
         torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-3, atol=1e-6, msg=name)
 
 
-def test_attention_patch_leaves_transformers_and_other_models_alone(tiny):
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS  # noqa: F401  (imports cleanly)
+def test_attention_patch_is_instance_scoped_and_reverts(tiny):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    before = dict(ALL_ATTENTION_FUNCTIONS)
+    from wavefront.patching.attention import IMPLEMENTATION
+
+    before = {k: v for k, v in ALL_ATTENTION_FUNCTIONS.items() if k != IMPLEMENTATION}
     model, other = _sdpa("llama"), _sdpa("llama")
-    with wavefront.patching.patched(model, attention=True):
-        assert dict(ALL_ATTENTION_FUNCTIONS) == before
-        assert type(other.model.layers[0].self_attn).__name__ == "LlamaAttention"
+    ids = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(4))
+    other_out = other(input_ids=ids).logits
+    with wavefront.patching.patched(model, attention=True) as report:
+        assert report.counts()["attention"] == model.config.num_hidden_layers
+        assert model.config._attn_implementation == IMPLEMENTATION
+        assert other.config._attn_implementation == "sdpa", "another instance keeps its implementation"
+        assert {k: v for k, v in ALL_ATTENTION_FUNCTIONS.items() if k != IMPLEMENTATION} == before
+        torch.testing.assert_close(other(input_ids=ids).logits, other_out, rtol=0, atol=0)
+    assert model.config._attn_implementation == "sdpa"
     assert type(model.model.layers[0].self_attn).__name__ == "LlamaAttention"
 
 
-def test_eager_attention_models_and_softcapped_families_are_reported(tiny):
-    model = tiny("llama")
-    model.config._attn_implementation = "eager"
-    with pytest.raises(PatchError, match="attn_implementation='sdpa'"):
-        wavefront.patch(model, attention=True)
-    assert type(model.model.layers[0].self_attn).__name__ == "LlamaAttention", "a strict failure rolls back"
-    report = wavefront.patch(_sdpa("gemma2"), attention=True, strict=False)
-    assert any(u.op == "attention" for u in report.unmatched)
+def test_eager_models_switch_and_switch_back_and_softcapped_families_are_reported(tiny):
+    model = _sdpa("llama")
+    model.set_attn_implementation("eager")
+    ref = copy.deepcopy(model)
+    ids = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(5))
+    wavefront.patch(model, attention=True, rope=False, mlp=False, loss=False, rms_norm=False)
+    torch.testing.assert_close(model(input_ids=ids).logits, ref(input_ids=ids).logits, rtol=1e-4, atol=1e-5)
+    wavefront.unpatch(model)
+    assert model.config._attn_implementation == "eager"
+    with pytest.raises(PatchError, match="softcaps attention scores"):
+        wavefront.patch(_sdpa("gemma2"), attention=True)
+
+
+def test_padding_mask_is_refused_not_ignored():
+    model = _sdpa("llama")
+    wavefront.patch(model, attention=True, rope=False, mlp=False, loss=False)
+    ids = torch.randint(0, 128, (2, 6), generator=torch.Generator().manual_seed(6))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    with pytest.raises(NotImplementedError, match="explicit attention_mask is not supported"):
+        model(input_ids=ids, attention_mask=mask)

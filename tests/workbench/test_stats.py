@@ -86,20 +86,55 @@ def test_speedup_is_inverse_of_ratio():
     assert lo <= c.ratio <= hi
 
 
-def test_mann_whitney_against_hand_computed_values():
-    # No overlap, 5 vs 5: U = 0; z = (12.5 - 0.5) / sqrt(25 * 11 / 12) = 2.5067, p = 0.01219.
+def _exact_two_sided_p(a, b) -> float:
+    """Exact permutation p-value of U by enumerating every split of the pooled sample: twice the smaller
+    tail (the two-sided convention of scipy and of most tables)."""
+    from itertools import combinations
+
+    pooled = np.concatenate([a, b])
+    n1, n = len(a), len(a) + len(b)
+
+    def u_of(x, y):
+        return sum((xi > yj) + 0.5 * (xi == yj) for xi in x for yj in y)
+
+    observed = u_of(a, b)
+    us = [u_of(pooled[list(idx)], pooled[[i for i in range(n) if i not in idx]]) for idx in combinations(range(n), n1)]
+    below = sum(u <= observed + 1e-12 for u in us) / len(us)
+    above = sum(u >= observed - 1e-12 for u in us) / len(us)
+    return min(1.0, 2 * min(below, above))
+
+
+def test_mann_whitney_small_samples_are_exact():
+    # No overlap, 5 vs 5: U = 0, and only 2 of the C(10, 5) = 252 splits are that extreme: p = 2/252.
+    # (The normal approximation said 0.0122, above alpha = 0.01: the case this change is for.)
     u, p = mann_whitney_u([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
     assert u == 0.0
-    assert p == pytest.approx(0.012186, abs=2e-5)
+    assert p == pytest.approx(2 / 252, rel=1e-12)
+    assert compare([1.0, 1.01, 1.02, 1.03, 1.04], [2.0, 2.01, 2.02, 2.03, 2.04]).verdict == "slower"
     # Identical samples: no evidence at all.
     assert mann_whitney_u([1, 1, 1], [1, 1, 1])[1] == 1.0
 
 
-def test_mann_whitney_matches_scipy():
-    scipy_stats = pytest.importorskip("scipy.stats")
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+def test_mann_whitney_small_samples_match_enumeration(ties):
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(0, 1, 4), rng.normal(1, 1, 6)
+    if ties:
+        a, b = a.round(0), b.round(0)  # a permutation test: 210 splits, fewer than the resamples, so exact
+    u, p = mann_whitney_u(a, b)
+    assert u == pytest.approx(sum((x > y) + 0.5 * (x == y) for x in a for y in b))
+    assert p == pytest.approx(_exact_two_sided_p(a, b), rel=1e-9)
+
+
+def test_mann_whitney_large_samples_use_the_tie_corrected_normal_approximation():
     rng = np.random.default_rng(11)
     a, b = rng.normal(0, 1, 25).round(1), rng.normal(0.4, 1, 31).round(1)  # rounding makes ties
     u, p = mann_whitney_u(a, b)
-    ref = scipy_stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic", use_continuity=True)
-    assert u == pytest.approx(ref.statistic)
-    assert p == pytest.approx(ref.pvalue, rel=1e-9)
+    pooled = np.concatenate([a, b])
+    n1, n2, n = len(a), len(b), len(a) + len(b)
+    _, counts = np.unique(pooled, return_counts=True)
+    var = n1 * n2 / 12.0 * ((n + 1) - (counts**3 - counts).sum() / (n * (n - 1)))
+    z = (abs(u - n1 * n2 / 2.0) - 0.5) / np.sqrt(var)
+    from math import erfc, sqrt
+
+    assert p == pytest.approx(erfc(z / sqrt(2.0)), rel=1e-9)

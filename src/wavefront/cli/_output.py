@@ -36,8 +36,11 @@ def write_json(doc: dict, dest: str | Path) -> None:
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print one clear line and exit non-zero (no stack trace)."""
+    """Print one clear line on stderr (never wrapped at the terminal width) and exit non-zero (no stack
+    trace)."""
     import typer
+    from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {message}")
+    text = " ".join(str(message).split())
+    err_console.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)

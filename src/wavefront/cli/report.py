@@ -8,57 +8,82 @@ import typer
 
 from wavefront.cli._output import console, fail, write_json
 
-SCHEMA = "wavefront.report/1"
+Store = Annotated[str, typer.Option(help="Results store (SQLite) to read; it must exist.")]
+NoStore = Annotated[bool, typer.Option("--no-store", help="Read no store: the modeled charts and documents.")]
+Out = Annotated[str, typer.Option("--out", "-o", help="HTML file to write.")]
+Doc = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--doc",
+        help="A JSON document to show (wavefront inspect/traffic --json, an lce_memory result, trace figures; "
+        "repeatable). Without it, the documents stored with the newest runs are shown.",
+    ),
+]
+ResultsDir = Annotated[str, typer.Option(help="Committed results to chart (lce_memory_*.json); '' for none.")]
+Device = Annotated[
+    list[str] | None, typer.Option("--device", help="Device-table rows in the roofline (repeatable; default all).")
+]
+Title = Annotated[str, typer.Option(help="Page title.")]
+ExportJson = Annotated[str | None, typer.Option("--export-json", help="Also export the store's runs as JSON.")]
+ExportCsv = Annotated[str | None, typer.Option("--export-csv", help="Also export measurements as CSV.")]
+JsonOut = Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")]
 
 
 def report(
-    store: Annotated[str, typer.Option(help="Results store (SQLite) to read.")] = "wavefront-results.sqlite",
-    out: Annotated[str, typer.Option("--out", "-o", help="HTML file to write.")] = "artifacts/wavefront-report.html",
-    doc: Annotated[list[str] | None, typer.Option(
-        "--doc", help="A JSON document to tabulate (wavefront inspect/traffic --json; repeatable).")] = None,
-    device: Annotated[list[str] | None, typer.Option(
-        "--device", help="Device-table rows to draw rooflines for (repeatable; default all).")] = None,
-    title: Annotated[str, typer.Option(help="Page title.")] = "wavefront dashboard",
-    export_json: Annotated[str | None, typer.Option("--export-json", help="Also export the store's runs as JSON.")]
-    = None,
-    export_csv: Annotated[str | None, typer.Option("--export-csv", help="Also export measurements as CSV.")] = None,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
+    store: Store = "wavefront-results.sqlite",
+    no_store: NoStore = False,
+    out: Out = "artifacts/wavefront-report.html",
+    doc: Doc = None,
+    results_dir: ResultsDir = "benchmarks/results",
+    device: Device = None,
+    title: Title = "wavefront dashboard",
+    export_json: ExportJson = None,
+    export_csv: ExportCsv = None,
+    json_out: JsonOut = None,
 ) -> None:
-    """Write the dashboard: roofline per device (modeled; measured points from GPU runs), speedups vs each
-    baseline, history across runs, correctness, and the inspect/traffic tables given with --doc."""
-    from pathlib import Path
+    """Write the dashboard: inspect heat map, traffic bars, one roofline with a device selector, the fused-loss
+    memory result, correctness, speedups vs each baseline and history (GPU runs), training KPIs."""
+    from wavefront.workbench.bench.store import StoreError
+    from wavefront.workbench.hardware import get_gpu
+    from wavefront.workbench.report import ReportRequest, run
+    from wavefront.workbench.report.tables import DocumentError
 
-    from wavefront.workbench.bench.store import ResultStore, StoreError, write_document
-    from wavefront.workbench.hardware import GPUS, get_gpu
-    from wavefront.workbench.report import write_report
-
-    devices = None
-    if device:
+    if no_store and (export_json or export_csv):
+        fail("--export-json/--export-csv need a store; drop --no-store")
+    for d in device or []:
         try:
-            devices = [get_gpu(d).key for d in device]
+            get_gpu(d)
         except ValueError as exc:
             fail(f"--device: {exc}")
-    store_exists = Path(store).exists()
+    request = ReportRequest(
+        out=out,
+        store=None if no_store else store,
+        documents=tuple(doc or ()),
+        devices=tuple(device) if device else None,
+        title=title,
+        results_dir=results_dir or None,
+        export_json=export_json,
+        export_csv=export_csv,
+    )
     try:
-        path = write_report(out, store if store_exists else None, doc or [], title=title, devices=devices)
-        n_runs = 0
-        if store_exists:
-            with ResultStore(store, create=False) as st:
-                n_runs = len(st.runs())
-                if export_json:
-                    write_document(st, export_json)
-                if export_csv:
-                    st.export_csv(export_csv)
-    except (StoreError, ValueError, OSError) as exc:
+        result = run(request)
+    except StoreError as exc:
+        hint = " (run `wavefront bench` first, or pass --no-store)" if str(exc).startswith("no results store") else ""
+        fail(f"--store: {exc}{hint}")
+    except DocumentError as exc:
+        fail(f"--doc {exc}")
+    except ValueError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(f"{exc.filename or out}: {exc.strerror or exc}")
     if json_out != "-":
-        if not store_exists:
-            console.print(f"[yellow]note:[/] no results store at {store}: the dashboard shows the modeled charts only")
-        console.print(f"dashboard: {path} ({n_runs} stored run(s), {len(devices or GPUS)} device roofline(s))")
+        left = f", {result.n_left_out} incomplete/failed left out" if result.n_left_out else ""
+        console.print(
+            f"dashboard: {result.report} ({result.n_runs} stored run(s){left}, "
+            f"{len(result.documents)} document(s), roofline for {len(result.devices)} device(s))"
+        )
     if json_out:
-        write_json({"schema": SCHEMA, "report": str(path), "store": store if store_exists else None,
-                    "n_runs": n_runs, "devices": devices or list(GPUS), "documents": doc or [],
-                    "export_json": export_json, "export_csv": export_csv}, json_out)
+        write_json(result.as_dict(), json_out)
 
 
 def register(app: typer.Typer) -> None:

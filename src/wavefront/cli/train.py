@@ -1,14 +1,12 @@
-"""`wavefront train`: train a Hugging Face model with and without wavefront kernels and report KPIs.
-
-    torchrun --nproc_per_node=2 -m wavefront train --compare --parallel fsdp2
-    wavefront train --nproc-per-node 2 --compare          # the same, launching torchrun itself
-"""
+"""`wavefront train` (options, rendering, exit codes) over wavefront.workbench.distributed.train.harness:
+``--compare`` alone is baseline vs wavefront; ``--compare eager,compile,liger,wavefront`` runs those."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
+from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,196 +14,154 @@ from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
 
-SCHEMA = "wavefront.train/1"
+Parallel, DType, Attn, TokenDType = (Enum(name, {k: k for k in values}, type=str) for name, values in (
+    ("Parallel", ("auto", "single", "ddp", "fsdp2")), ("DType", ("auto", "fp32", "bf16")), ("Attn", ("sdpa", "eager")),
+    ("TokenDType", ("uint16", "uint32"))))
+
+#: (label, Summary field, format, comparison key) per table row; peak memory is shown in MB.
+ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"), ("tokens/s per device",
+        "tokens_per_s_per_device", ".4g", None), ("step time mean (s)", "step_s_mean", ".4g", "step_s_ratio"),
+        ("  forward (s)", "fwd_s", ".3g", None),
+        ("  backward (s)", "bwd_s", ".3g", None), ("  exposed comm (s)", "comm_s", ".3g", None),
+        ("  optimizer (s)", "opt_s", ".3g", None), ("MFU", "mfu", ".3e", None), ("HFU", "hfu", ".3e", None),
+        ("peak memory (MB)", "peak_mem_bytes", ".1f", "peak_mem_ratio"), ("$/step", "cost_per_step", ".3g", None),
+        ("$/Mtok", "cost_per_mtok", ".3g", None), ("energy/step (J)", "energy_per_step_j", ".3g", None),
+        ("final loss", "final_loss", ".5f", None))
 
 
-def _fmt(value, spec: str = ".3g", none: str = "n/a") -> str:
-    return none if value is None else format(value, spec)
+def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
+    return none if value is None else format(value * scale, spec)
 
 
 def kpi_table(result):
     from rich.table import Table
 
-    variants = [v for v in result.variants if v.summary]
+    measured = [v for v in result.variants if v.summary]
+    ref = measured[0].variant if measured else ""
     table = Table(title=f"wavefront train {result.run_id}: {result.config['model']}, {result.provenance['parallel']} "
                         f"x{result.provenance['world_size']}, {result.provenance['device_name']}")
     table.add_column("KPI")
-    for v in variants:
-        table.add_column(v.variant, justify="right")
-    if result.comparison:
-        table.add_column("wavefront / baseline", justify="right")
-    c = result.comparison or {}
-    rows = [
-        ("tokens/s (total)", "tokens_per_s", ".4g", c.get("tokens_per_s_ratio")),
-        ("tokens/s per device", "tokens_per_s_per_device", ".4g", None),
-        ("step time mean (s)", "step_s_mean", ".4g", c.get("step_s_ratio")),
-        ("  forward (s)", "fwd_s", ".3g", None),
-        ("  backward (s)", "bwd_s", ".3g", None),
-        ("  exposed comm (s)", "comm_s", ".3g", None),
-        ("  optimizer (s)", "opt_s", ".3g", None),
-        ("MFU", "mfu", ".3e", None),
-        ("HFU", "hfu", ".3e", None),
-        ("peak memory (MB)", "peak_mem_bytes", None, c.get("peak_mem_ratio")),
-        ("$/step", "cost_per_step", ".3g", None),
-        ("$/Mtok", "cost_per_mtok", ".3g", None),
-        ("energy/step (J)", "energy_per_step_j", ".3g", None),
-        ("final loss", "final_loss", ".5f", None),
-    ]
-    for label, key, spec, ratio in rows:
-        cells = []
-        for v in variants:
-            val = getattr(v.summary, key)
-            cells.append(_fmt(val / 1e6, ".1f") if key == "peak_mem_bytes" else _fmt(val, spec))
-        if result.comparison:
-            cells.append(_fmt(ratio, ".3f", ""))
+    for name in [v.variant for v in measured] + [f"{n} / {ref}" for n in result.comparisons]:
+        table.add_column(name, justify="right")
+    for label, key, spec, ratio in ROWS:
+        scale = 1e-6 if key == "peak_mem_bytes" else 1.0
+        cells = [_fmt(getattr(v.summary, key), spec, scale=scale) for v in measured]
+        cells += [_fmt(c.get(ratio) if ratio else None, ".3f", "") for c in result.comparisons.values()]
         table.add_row(label, *cells)
     return table
 
 
-def _print_notes(result) -> None:
+def _notes(result) -> list[str]:
     s = next((v.summary for v in result.variants if v.summary), None)
-    if s is None:
-        return
-    console.print(f"[dim]peak: {s.peak.source}[/]")
-    console.print(f"[dim]memory: {s.peak_mem_kind}; price: {s.price_source}; energy: {s.energy_kind}[/]")
-    for note in s.notes:
-        console.print(f"[dim]{note}[/]")
+    lines = [f"peak: {s.peak.source}", f"memory: {s.peak_mem_kind}; price: {s.price_source}; energy: "
+                                       f"{s.energy_kind}", *s.notes] if s else []
     for v in result.variants:
+        lines += v.notes + [f"trace: {path}" for path in v.trace_paths]
         if v.patch_report:
             counts = ", ".join(f"{k} x{n}" for k, n in v.patch_report["counts"].items()) or "nothing"
-            console.print(f"[dim]patched: {counts}[/]")
-            for u in v.patch_report["unmatched"]:
-                console.print(f"[dim]  not patched: {u['op']}: {u['reason']}[/]")
-        for path in v.trace_paths:
-            console.print(f"[dim]trace: {path}[/]")
-        if v.resumed_from_step is not None:
-            console.print(f"[dim]{v.variant}: resumed after step {v.resumed_from_step}[/]")
-    if result.comparison and result.comparison.get("max_abs_loss_diff") is not None:
-        console.print(f"[dim]loss curves: max |wavefront - baseline| = "
-                      f"{result.comparison['max_abs_loss_diff']:.3g}[/]")
-    if result.store:
-        console.print(f"[dim]KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}[/]")
+            lines += [f"patched: {counts}", *(f"  not patched: {u['op']}: {u['reason']}"
+                                              for u in v.patch_report["unmatched"])]
+        lines += [f"{v.variant}: resumed after step {v.resumed_from_step}"] if v.resumed_from_step is not None else []
+    lines += [f"loss curves: max |{name} - {result.variants[0].variant}| = {c['max_abs_loss_diff']:.3g}"
+              for name, c in result.comparisons.items() if c.get("max_abs_loss_diff") is not None]
+    stored = f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"
+    return lines + ([stored] if result.store else [])
 
 
-def _launch(nproc: int) -> None:
-    """Re-run this command under torchrun with `nproc` processes; relay its output, minus torchrun's own
-    tracebacks (the workers already printed one clear line each)."""
-    argv = sys.argv[1:]
-    clean: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--nproc-per-node":
-            skip = True
-            continue
-        if arg.startswith("--nproc-per-node="):
-            continue
-        clean.append(arg)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "wavefront", *clean]
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
-    in_agent_report = False
-    for line in proc.stderr:
-        if line.startswith("Traceback") or "ChildFailedError" in line:
-            in_agent_report = True
-        if not in_agent_report and "distributed/elastic" not in line and "distributed.elastic" not in line:
-            sys.stderr.write(line)
-    code = proc.wait()
-    if code:
-        fail(f"training failed (torchrun exit code {code}); the rank messages above say why", code)
+def check_json_dest(dest: str | None) -> None:
+    """Refuse an unwritable --json destination before the run (by opening it), not after it."""
+    if dest in (None, "-") or int(os.environ.get("RANK", "0")) != 0:
+        return
+    path, existed = Path(dest), Path(dest).exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.open("a").close()
+    except OSError as e:
+        why = "a file is in the path" if isinstance(e, FileExistsError | NotADirectoryError) else e.strerror or e
+        fail(f"--json: cannot write {escape(dest)!r}: {why}")
+    if not existed:
+        path.unlink()
 
 
 def train(
+    variants: Annotated[str | None, typer.Argument(help="With --compare: comma-separated variants among "
+                                                        "baseline|eager, compile, liger, wavefront.")] = None,
     model: Annotated[str, typer.Option(help="Preset (tiny-llama, llama3.2-1b, ...) or a local directory with "
                                             "config.json.")] = "tiny-llama",
     data: Annotated[str, typer.Option(help="'synthetic', or a local .txt / .npy / .bin token file.")] = "synthetic",
-    token_dtype: Annotated[str, typer.Option(help="Token width of a .bin file: uint16 or uint32.")] = "uint16",
-    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 32,
-    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step over all ranks.")] = 8,
-    micro_batch: Annotated[int, typer.Option(help="Sequences per forward/backward per rank.")] = 2,
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 10,
-    warmup_steps: Annotated[int, typer.Option(help="First steps left out of the summary KPIs.")] = 1,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-3,
+    token_dtype: Annotated[TokenDType, typer.Option(help="Token width of a .bin file.")] = TokenDType.uint16,
+    seq_len: Annotated[int, typer.Option(min=1, help="Tokens per sequence.")] = 32,
+    global_batch: Annotated[int, typer.Option(min=1, help="Sequences per optimizer step over all ranks.")] = 8,
+    micro_batch: Annotated[int, typer.Option(min=1, help="Sequences per forward/backward per rank.")] = 2,
+    steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 10,
+    warmup_steps: Annotated[int, typer.Option(min=0, help="First steps left out of the summary KPIs.")] = 1,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate (> 0).")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of the weights and the synthetic corpus.")] = 0,
-    parallel: Annotated[str, typer.Option(help="auto, single, ddp or fsdp2.")] = "auto",
-    activation_checkpointing: Annotated[bool, typer.Option("--activation-checkpointing",
-                                                           help="Recompute each layer in backward.")] = False,
-    dtype: Annotated[str, typer.Option(help="auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.")] = "auto",
-    attn_implementation: Annotated[str, typer.Option(help="sdpa or eager (models without sdpa use eager).")] = "sdpa",
-    compare: Annotated[bool, typer.Option("--compare", help="Run unpatched, then wavefront-patched, back to "
-                                                           "back on the same data.")] = False,
+    parallel: Annotated[Parallel, typer.Option(help="auto: single for one process, else ddp.")] = Parallel.auto,
+    activation_checkpointing: Annotated[bool, typer.Option(help="Recompute each layer in backward.")] = False,
+    dtype: Annotated[DType, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")] = DType.auto,
+    attn_implementation: Annotated[Attn, typer.Option(help="Hugging Face attention implementation.")] = Attn.sdpa,
+    compare: Annotated[bool, typer.Option("--compare", help="Run several variants back to back on the same data "
+                                                           "(default baseline,wavefront; see VARIANTS).")] = False,
     no_patch: Annotated[bool, typer.Option("--no-patch", help="Train the unpatched model only.")] = False,
-    patch_ops: Annotated[str | None, typer.Option(help="Comma-separated ops to patch (default: wavefront.patch "
-                                                       "defaults), e.g. rms_norm,rope.")] = None,
-    strict_patch: Annotated[bool, typer.Option("--strict-patch", help="Fail when a requested op cannot be "
-                                                                      "patched.")] = False,
+    patch_ops: Annotated[str | None, typer.Option(help="Comma-separated ops to patch, e.g. rms_norm,rope.")] = None,
+    strict_patch: Annotated[bool, typer.Option("--strict-patch", help="Fail if an op cannot be patched.")] = False,
     checkpoint_dir: Annotated[str | None, typer.Option(help="Directory for DCP checkpoints.")] = None,
-    checkpoint_every: Annotated[int, typer.Option(help="Save every N steps (and at the end).")] = 0,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint.")] = False,
-    profile_steps: Annotated[str | None, typer.Option(help="Trace steps with torch.profiler: STEP or "
-                                                           "FIRST-LAST.")] = None,
+    checkpoint_every: Annotated[int, typer.Option(min=0, help="Save every N steps (and at the end).")] = 0,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest intact checkpoint (none: "
+                                                          "say so and start at step 0).")] = False,
+    profile_steps: Annotated[str | None, typer.Option(help="Trace steps: STEP or FIRST-LAST.")] = None,
     out: Annotated[str, typer.Option(help="Directory for traces.")] = "runs/train",
     store: Annotated[str, typer.Option(help="Results store for the KPIs ('' to skip).")] = "wavefront-results.sqlite",
-    gpu: Annotated[str | None, typer.Option(help="Device-table key (h100, mi300x, ...) overriding "
-                                                 "detection.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Device-table key (h100, mi300x, ...) overriding detection.")] = None,
     peak_tflops: Annotated[float | None, typer.Option(help="Dense peak TFLOP/s per device for MFU.")] = None,
     price_per_hour: Annotated[float | None, typer.Option(help="$ per device-hour.")] = None,
     timeout: Annotated[float, typer.Option(help="Collective timeout in seconds.")] = 300.0,
-    nproc_per_node: Annotated[int | None, typer.Option(help="Launch torchrun with this many processes.")] = None,
+    nproc_per_node: Annotated[int | None, typer.Option(min=1, help="Launch torchrun with N processes.")] = None,
     inject_failure: Annotated[str | None, typer.Option(help="Testing aid: RANK:STEP raises on that rank.")] = None,
     inject_nan: Annotated[int | None, typer.Option(help="Testing aid: make the loss NaN at this step.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
     """Train with torch.distributed (single, DDP, FSDP2) and report tokens/s, MFU/HFU, memory, step-time
-    split, $/step and energy/step; --compare runs baseline and wavefront-patched back to back."""
-    from wavefront.workbench.distributed.train.config import (
-        ConfigError,
-        TrainConfig,
-        parse_rank_step,
-        parse_step_range,
-    )
-
-    if nproc_per_node is not None:
-        if nproc_per_node < 1:
-            fail(f"--nproc-per-node must be >= 1, got {nproc_per_node}")
-        if "WORLD_SIZE" in os.environ:
-            fail("--nproc-per-node launches torchrun itself; drop it when already running under torchrun")
-        _launch(nproc_per_node)
+    split, $/step and energy/step; --compare runs variants back to back on the same data."""
+    check_json_dest(json_out)
+    if nproc_per_node is None:
+        _run(_config(dict(locals())), json_out)
         return
-    if compare and no_patch:
-        fail("--compare and --no-patch exclude each other")
+    from wavefront.workbench.distributed.launch import relaunch_under_torchrun
+
+    if "WORLD_SIZE" in os.environ:
+        fail("--nproc-per-node launches torchrun itself; drop it when already running under torchrun")
+    code = relaunch_under_torchrun(sys.argv[1:], nproc_per_node, "--nproc-per-node")
+    if code:
+        fail(f"training failed (torchrun exit code {code}); the rank messages above say why", code)
+
+
+def _config(o: dict):
+    """The typed request from the options, validated for this launch; exit 2 with one line if bad."""
+    from dataclasses import fields
+
+    from wavefront.workbench.distributed.train import config as c
+    o = {k: v.value if isinstance(v, Enum) else v for k, v in o.items()}
     try:
-        options = {}
-        if patch_ops is not None:
-            from wavefront.patching.report import OPS
-
-            wanted = {o.strip() for o in patch_ops.split(",") if o.strip()}
-            options = {op: op in wanted for op in OPS}
-            unknown = wanted - set(OPS)
-            if unknown:
-                raise ConfigError(f"--patch-ops: unknown op(s) {', '.join(sorted(unknown))}; ops: {', '.join(OPS)}")
-        cfg = TrainConfig(
-            model=model, data=data, token_dtype=token_dtype, seq_len=seq_len, global_batch=global_batch,
-            micro_batch=micro_batch, steps=steps, warmup_steps=warmup_steps, lr=lr, seed=seed, parallel=parallel,
-            activation_checkpointing=activation_checkpointing, dtype=dtype, attn_implementation=attn_implementation,
-            variants=("baseline", "wavefront") if compare else (("baseline",) if no_patch else ("wavefront",)),
-            patch_options=options, strict_patch=strict_patch, checkpoint_dir=checkpoint_dir,
-            checkpoint_every=checkpoint_every, resume=resume,
-            profile_steps=parse_step_range(profile_steps) if profile_steps else None, out_dir=out,
-            store=store or None, gpu=gpu, peak_tflops=peak_tflops, price_per_hour=price_per_hour, timeout_s=timeout,
-            inject_failure=parse_rank_step(inject_failure) if inject_failure else None, inject_nan=inject_nan)
-        from wavefront.workbench.distributed.train.harness import world_size_from_env
-
-        cfg.validate(world_size_from_env())
-    except ConfigError as e:
+        if o["compare"] and o["no_patch"]:
+            raise c.ConfigError("--compare and --no-patch exclude each other")
+        if o["variants"] is not None and not o["compare"]:
+            raise c.ConfigError(f"unexpected argument {o['variants']!r}: variants are given with --compare")
+        cfg = c.TrainConfig(**{f.name: o[f.name] for f in fields(c.TrainConfig) if f.name in o and f.name not in (
+            "variants", "patch_options", "profile_steps", "inject_failure", "store")},
+            variants=c.parse_variants(o["variants"]) if o["compare"] else (
+                ("baseline",) if o["no_patch"] else ("wavefront",)),
+            patch_options=c.parse_patch_ops(o["patch_ops"]) if o["patch_ops"] is not None else {},
+            profile_steps=c.parse_step_range(o["profile_steps"]) if o["profile_steps"] else None,
+            inject_failure=c.parse_rank_step(o["inject_failure"]) if o["inject_failure"] else None,
+            out_dir=o["out"], store=o["store"] or None, timeout_s=o["timeout"])
+        cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))
+    except c.ConfigError as e:
         if int(os.environ.get("RANK", "0")) == 0:
             fail(escape(str(e)))
         raise typer.Exit(2) from None
-    _run(cfg, json_out)
+    return cfg
 
 
 def _run(cfg, json_out: str | None) -> None:
@@ -220,27 +176,23 @@ def _run(cfg, json_out: str | None) -> None:
     tasks: dict[str, int] = {}
 
     def on_step(variant, rec, total) -> None:
-        if variant not in tasks:
-            tasks[variant] = progress.add_task(variant, total=total, info="")
-        progress.update(tasks[variant], completed=rec.step + 1,
-                        info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
+        task = tasks.setdefault(variant, progress.add_task(variant, total=total, info="")) if variant not in tasks \
+            else tasks[variant]
+        progress.update(task, completed=rec.step + 1, info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
 
     try:
         with progress:
             result = harness.run(cfg, on_step=on_step)
     except harness.TrainFailure as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        harness.shutdown(failed=True)
-        # A failed peer may have left collectives pending; exit without waiting on the process group.
-        os._exit(e.exit_code)
-    if rank == 0:
-        if json_out != "-":
-            console.print(kpi_table(result))
-            _print_notes(result)
-        if json_out:
-            write_json({"schema": SCHEMA, **result.as_dict()}, json_out)
+        sys.stdout.flush(), sys.stderr.flush(), harness.shutdown(failed=True)
+        os._exit(e.exit_code)  # a failed peer may have left collectives pending: do not wait on them
+    if rank == 0 and json_out != "-":
+        console.print(kpi_table(result))
+        for line in _notes(result):
+            console.print(f"[dim]{escape(line)}[/]")
+    if rank == 0 and json_out:
+            write_json(result.document(), json_out)
     harness.shutdown(failed=False)
 
 

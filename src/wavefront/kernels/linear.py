@@ -43,6 +43,17 @@ Ragged shapes: rows and columns past M or N are read from wrapped indices (``% M
 mask, and masked only at the store; the K loop masks its last tile unless K is a multiple of BLOCK_K.
 Programs walk tiles in grouped order and, on MI300X, XCD-remapped order (kernels/_program_order.py).
 Row offsets are int64 before they multiply a stride.
+
+Which kernel runs each product (the launchers below):
+- sm_90 / sm_100 with descriptor-friendly operands (a unit-stride dim, 16-byte aligned rows): the persistent,
+  warp-specialized TMA kernels of kernels/linear_tma.py (with split-K for few tiles and a long K);
+- otherwise (sm_80, AMD, RDNA, unaligned operands, decode-sized M) the pointer kernels in this file; on AMD
+  CDNA the backward products run a persistent grid sized to the CUs (matmul_config.PERSISTENT_PRODUCTS) and
+  read reduction-contiguous copies of their transposed operands (PRETRANSPOSE_FAMILIES): MFMA
+  operands then come from LDS by ds_read_b128, never one bf16 at a time;
+- whether our kernel runs at all, or the vendor BLAS, is decided above this layer (ops/linear.py, by
+  matmul_config.gemm_provider).
+dbias is accumulated in fp32 and rounded on the host.
 """
 
 from __future__ import annotations
@@ -52,61 +63,28 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels import linear_tma
 from wavefront.kernels._launch import launch
 from wavefront.kernels._program_order import grouped_tile, xcd_remap
-from wavefront.kernels.matmul_config import TileConfig, gemm_config, num_xcds
-
-# Globals read inside @triton.jit functions must be constexpr (the compiler rejects plain floats; the
-# interpreter does not, so only the ahead-of-time compile test catches it). In expressions they follow a
-# tensor operand: the interpreter turns `constexpr * tensor` into a constexpr wrapping a tensor.
-SQRT1_2 = tl.constexpr(0.7071067811865476)
-SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
-INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
-GELU_C = tl.constexpr(0.044715)
-
-
-@triton.jit
-def _tanh(u):
-    # 1 - 2 / (e^{2u} + 1): saturates cleanly to +-1 (e^{2u} -> inf or 0) without a libdevice call.
-    return 1.0 - 2.0 / (tl.math.exp2(u * 2.8853900817779268) + 1.0)
+from wavefront.kernels.linear_epilogue import activation_grad, apply_activation
+from wavefront.kernels.matmul_config import (
+    PRETRANSPOSE_FAMILIES,
+    SPLITK_EPILOGUE,
+    TileConfig,
+    gemm_config,
+    num_xcds,
+    persistent_programs,
+    split_k,
+    tma_config,
+)
 
 
 @triton.jit
-def _activation(z, ACTIVATION: tl.constexpr):
-    if ACTIVATION == "relu":
-        y = tl.maximum(z, 0.0, propagate_nan=tl.PropagateNan.ALL)
-    elif ACTIVATION == "gelu":
-        y = 0.5 * z * (1.0 + tl.math.erf(z * SQRT1_2))
-    elif ACTIVATION == "gelu_tanh":
-        y = 0.5 * z * (1.0 + _tanh((z + z * z * z * GELU_C) * SQRT_2_OVER_PI))
-    elif ACTIVATION == "silu":
-        y = z * tl.sigmoid(z)
-    else:
-        y = z
-    return y
-
-
-@triton.jit
-def _activation_grad(z, ACTIVATION: tl.constexpr):
-    if ACTIVATION == "relu":
-        d = tl.where(z > 0.0, 1.0, 0.0)
-    elif ACTIVATION == "gelu":
-        d = 0.5 * (1.0 + tl.math.erf(z * SQRT1_2)) + z * INV_SQRT_2PI * tl.math.exp(-0.5 * z * z)
-    elif ACTIVATION == "gelu_tanh":
-        t = _tanh((z + z * z * z * GELU_C) * SQRT_2_OVER_PI)
-        d = 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + z * z * GELU_C * 3.0)
-    else:  # silu
-        s = tl.sigmoid(z)
-        d = s * (1.0 + z * (1.0 - s))
-    return d
-
-
-@triton.jit
-def _tile_offsets(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+def _tile_offsets(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
                   NUM_XCDS: tl.constexpr):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid = xcd_remap(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
+    pid = xcd_remap(tile, num_pid_m * num_pid_n, NUM_XCDS)
     pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -157,15 +135,12 @@ def _mainloop(a_ptr, g_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak
 
 
 @triton.jit
-def _linear_fwd_kernel(
-    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr,
-    M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn,
-    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr,
-    EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr,
-):
-    _, offs_m, offs_n = _tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
+def _fwd_tile(tile, x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+              stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn, ACTIVATION: tl.constexpr,
+              HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr, EVEN_K: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+              NUM_XCDS: tl.constexpr):
+    _, offs_m, offs_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
     acc, _ = _mainloop(x_ptr, x_ptr, w_ptr, offs_m, offs_n, M, N, K, stride_xm, stride_xk, 0, 0, stride_wn,
                        stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, False, False)
     rows = offs_m.to(tl.int64)[:, None]
@@ -174,24 +149,41 @@ def _linear_fwd_kernel(
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
     if SAVE_GRAD:
-        tl.store(g_ptr + rows * stride_gm + cols * stride_gn, _activation_grad(acc, ACTIVATION).to(g_ptr.dtype.element_ty),
+        tl.store(g_ptr + rows * stride_gm + cols * stride_gn, activation_grad(acc, ACTIVATION).to(g_ptr.dtype.element_ty),
                  mask=out_mask)
-    y = _activation(acc, ACTIVATION)
+    y = apply_activation(acc, ACTIVATION)
     if HAS_RESIDUAL:
         y += tl.load(res_ptr + rows * stride_rm + cols * stride_rn, mask=out_mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + rows * stride_ym + cols * stride_yn, y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
 @triton.jit
-def _linear_bwd_kernel(
-    a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr,
+def _linear_fwd_kernel(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr,
     M, N, K,
-    stride_am, stride_ak, stride_gm, stride_gk, stride_bn, stride_bk, stride_cm, stride_cn,
-    SCALE_A: tl.constexpr, ROWSUM: tl.constexpr, EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_XCDS: tl.constexpr,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn,
+    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr,
+    EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
-    pid_n, offs_m, offs_n = _tile_offsets(M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
+    """NUM_PROGRAMS 0: one tile per program; > 0: a persistent grid of NUM_PROGRAMS programs walking the tiles."""
+    if NUM_PROGRAMS == 0:
+        _fwd_tile(tl.program_id(0), x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, M, N, K, stride_xm, stride_xk,
+                  stride_wn, stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn, ACTIVATION,
+                  HAS_BIAS, HAS_RESIDUAL, SAVE_GRAD, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_XCDS)
+    else:
+        for tile in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), NUM_PROGRAMS):
+            _fwd_tile(tile, x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, M, N, K, stride_xm, stride_xk, stride_wn,
+                      stride_wk, stride_rm, stride_rn, stride_ym, stride_yn, stride_gm, stride_gn, ACTIVATION,
+                      HAS_BIAS, HAS_RESIDUAL, SAVE_GRAD, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_XCDS)
+
+
+@triton.jit
+def _bwd_tile(tile, a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr, M, N, K, stride_am, stride_ak, stride_gm, stride_gk,
+              stride_bn, stride_bk, stride_cm, stride_cn, SCALE_A: tl.constexpr, ROWSUM: tl.constexpr,
+              EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr):
+    pid_n, offs_m, offs_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
     acc, rowsum = _mainloop(a_ptr, g_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_gm,
                             stride_gk, stride_bn, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SCALE_A, ROWSUM)
     rows = offs_m.to(tl.int64)[:, None]
@@ -204,45 +196,216 @@ def _linear_bwd_kernel(
         tl.store(rowsum_ptr + offs_m, rowsum.to(rowsum_ptr.dtype.element_ty), mask=offs_m < owned_rows)
 
 
+@triton.jit
+def _linear_bwd_kernel(
+    a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_gm, stride_gk, stride_bn, stride_bk, stride_cm, stride_cn,
+    SCALE_A: tl.constexpr, ROWSUM: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_XCDS: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+):
+    """NUM_PROGRAMS as in _linear_fwd_kernel."""
+    if NUM_PROGRAMS == 0:
+        _bwd_tile(tl.program_id(0), a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr, M, N, K, stride_am, stride_ak, stride_gm,
+                  stride_gk, stride_bn, stride_bk, stride_cm, stride_cn, SCALE_A, ROWSUM, EVEN_K, BLOCK_M, BLOCK_N,
+                  BLOCK_K, GROUP_M, NUM_XCDS)
+    else:
+        for tile in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), NUM_PROGRAMS):
+            _bwd_tile(tile, a_ptr, g_ptr, b_ptr, c_ptr, rowsum_ptr, M, N, K, stride_am, stride_ak, stride_gm,
+                      stride_gk, stride_bn, stride_bk, stride_cm, stride_cn, SCALE_A, ROWSUM, EVEN_K, BLOCK_M,
+                      BLOCK_N, BLOCK_K, GROUP_M, NUM_XCDS)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Launchers. x: [M, K] with any strides, weight [N, K] with any strides, residual [M, N]; M, N, K >= 1
-# (the op layer sends empty problems to the reference).
+# (the op layer sends empty problems to the reference). Each product runs the TMA kernels
+# (kernels/linear_tma.py) when the architecture has TMA, the table has an entry for M and every operand
+# qualifies for a tensor descriptor; otherwise the pointer kernels above. `tma` forces the choice (tests).
 
 
-def _gemm_launch(kernel, M: int, N: int, K: int, dtype: torch.dtype, arch: runtime.Arch, config, heavy: bool,
-                 *args, constexprs: dict) -> None:
+def _tma_layout(view: torch.Tensor) -> tuple[bool, int] | None:
+    """(stored transposed, row stride) of a logical [rows, red] operand for a tensor descriptor, or None when
+    it does not qualify: one unit-stride dimension, 16-byte aligned base and row stride."""
+    if view.data_ptr() % 16:
+        return None
+    e = view.element_size()
+    s_rows, s_red = view.stride()
+    if s_red == 1 and (s_rows * e) % 16 == 0:
+        return False, s_rows
+    if s_rows == 1 and (s_red * e) % 16 == 0:
+        return True, s_red
+    return None
+
+
+_allocator_set = False
+
+
+def _ensure_tma_allocator() -> None:
+    """Device-side tensor descriptors live in a global scratch buffer that Triton asks the host to allocate."""
+    global _allocator_set
+    if _allocator_set or runtime.interpreting():
+        return
+
+    def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+        return torch.empty(size, device="cuda", dtype=torch.int8)
+
+    triton.set_allocator(alloc)
+    _allocator_set = True
+
+
+def _tma_plan(M: int, N: int, K: int, dtype: torch.dtype, arch: runtime.Arch, config, kind: str, tma,
+              layouts) -> TileConfig | None:
+    """The TMA kernels' config, or None for the pointer kernels. tma None: TMA when the architecture, the table
+    and every operand allow it; True: TMA or an error; False: the pointer kernels."""
+    if tma is False:
+        return None
+    if any(layout is None for layout in layouts):
+        if tma:
+            raise ValueError("linear: tma=True, but an operand does not qualify for a tensor descriptor "
+                             "(a unit-stride dim, 16-byte aligned base and rows)")
+        return None
+    cfg = tma_config(M, N, K, dtype, arch, kind)
+    if cfg is None and not tma:
+        return None
+    if cfg is None and config is None:
+        raise ValueError(f"linear: tma=True, but {arch.name} has no TMA entry for M={M}")
+    return config or cfg
+
+
+def _tma_launch(kernel, cfg: TileConfig, device, splits: int | None, *, constexprs: dict,
+                **named) -> torch.Tensor | None:
+    """Launch a TMA kernel on a persistent grid of at most one program per SM. With split-K (forced `splits`
+    or the table's rule) returns the fp32 partials [SPLIT_K, M_pad, N] it wrote, else None."""
+    _ensure_tma_allocator()
+    M, N, K = named["M"], named["N"], named["K"]
+    n_sms = runtime.sm_count(device)
+    splits = splits or split_k(M, N, K, cfg, n_sms)
+    work = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N) * splits
+    programs = min(work, n_sms)
+    if splits > 1:
+        named["ws_ptr"] = torch.empty((splits, triton.cdiv(M, cfg.BLOCK_M) * cfg.BLOCK_M, N), dtype=torch.float32,
+                                      device=device)
+    launch(kernel, (programs,),
+           constexprs=dict(constexprs, SPLIT_K=splits, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
+                           GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs, WARP_SPECIALIZE=cfg.warp_specialize),
+           options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, **named)
+    return named["ws_ptr"] if splits > 1 else None
+
+
+def _splitk_epilogue(ws: torch.Tensor, y: torch.Tensor, *, bias=None, residual=None, g=None, activation=None) -> None:
+    """y = act(sum over slices of ws + bias) + residual (and g = act'), from the split-K partials."""
+    splits, M_pad, N = ws.shape
+    M = y.shape[0]
+    cfg = SPLITK_EPILOGUE
+    launch(linear_tma._splitk_epilogue_kernel, (triton.cdiv(M, cfg.BLOCK_M), triton.cdiv(N, cfg.BLOCK_N)),
+           ws_ptr=ws, bias_ptr=bias, res_ptr=residual, y_ptr=y, g_ptr=g, M=M, N=N, M_pad=M_pad,
+           stride_r=residual.stride(0) if residual is not None else 0, stride_y=y.stride(0),
+           stride_g=g.stride(0) if g is not None else 0,
+           constexprs=dict(ACTIVATION=activation or "none", HAS_BIAS=bias is not None,
+                           HAS_RESIDUAL=residual is not None, SAVE_GRAD=g is not None, SPLIT_K=splits,
+                           BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N),
+           options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+
+
+def _gemm_launch(kernel, dtype: torch.dtype, arch: runtime.Arch, config, heavy: bool, *, constexprs: dict,
+                 **named) -> None:
+    M, N, K = named["M"], named["N"], named["K"]
     cfg = config or gemm_config(M, N, K, dtype, arch, heavy=heavy)
-    grid = (triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N),)
-    launch(kernel, grid, *args,
+    tiles = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N)
+    device = (named["x_ptr"] if "x_ptr" in named else named["a_ptr"]).device
+    product = "fwd" if kernel is _linear_fwd_kernel else "bwd"
+    programs = persistent_programs(tiles, cfg, arch, runtime.sm_count(device), product)
+    launch(kernel, (programs or tiles,),
            constexprs=dict(constexprs, EVEN_K=K % cfg.BLOCK_K == 0, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                           BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_XCDS=num_xcds(arch)),
-           options=cfg.options(arch))
+                           BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_XCDS=num_xcds(arch), NUM_PROGRAMS=programs),
+           options=cfg.options(arch), **named)
 
 
 def linear_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
                activation: str | None, save_grad: bool, *, arch: runtime.Arch | None = None,
-               config: TileConfig | None = None):
-    """Returns (y [M, N], g [M, N] or None): g = act'(z), written when save_grad (needs an activation)."""
+               config: TileConfig | None = None, tma: bool | None = None, splits: int | None = None):
+    """Returns (y [M, N], g [M, N] or None): g = act'(z), written when save_grad (needs an activation).
+    tma / splits force the path and the split-K count (tests); by default the config tables decide."""
     arch = arch or runtime.arch(x.device)
     M, K = x.shape
     N = weight.shape[0]
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     g = torch.empty((M, N), dtype=x.dtype, device=x.device) if save_grad else None
+    epilogue = dict(ACTIVATION=activation or "none", HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None,
+                    SAVE_GRAD=save_grad)
+    x_l, w_l, y_l = _tma_layout(x), _tma_layout(weight), _tma_layout(y)
+    layouts = [x_l if x_l and not x_l[0] else None, w_l, y_l]
+    if residual is not None:
+        r_l = _tma_layout(residual)
+        layouts.append(r_l if r_l and not r_l[0] else None)
+    kind = "epilogue" if activation else "residual" if residual is not None else "light"
+    cfg = _tma_plan(M, N, K, x.dtype, arch, config, kind, tma, layouts)
+    if cfg is not None:
+        ws = _tma_launch(
+            linear_tma._linear_fwd_tma_kernel, cfg, x.device, splits,
+            x_ptr=x, w_ptr=weight, bias_ptr=bias, res_ptr=residual, y_ptr=y, g_ptr=g, ws_ptr=None, M=M, N=N, K=K,
+            stride_x=x_l[1], stride_w=w_l[1], stride_r=residual.stride(0) if residual is not None else 0,
+            stride_y=y.stride(0), stride_g=g.stride(0) if g is not None else 0,
+            constexprs=dict(epilogue, W_T=w_l[0]),
+        )
+        if ws is not None:
+            _splitk_epilogue(ws, y, bias=bias, residual=residual, g=g, activation=activation)
+        return y, g
     _gemm_launch(
-        _linear_fwd_kernel, M, N, K, x.dtype, arch, config, activation is not None or residual is not None,
-        x, weight, bias, residual, y, g, M, N, K,
-        x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
-        *(residual.stride() if residual is not None else (0, 0)), y.stride(0), y.stride(1),
-        *(g.stride() if g is not None else (0, 0)),
-        constexprs=dict(ACTIVATION=activation or "none", HAS_BIAS=bias is not None,
-                        HAS_RESIDUAL=residual is not None, SAVE_GRAD=save_grad),
+        _linear_fwd_kernel, x.dtype, arch, config, activation is not None or residual is not None,
+        x_ptr=x, w_ptr=weight, bias_ptr=bias, res_ptr=residual, y_ptr=y, g_ptr=g, M=M, N=N, K=K,
+        stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),
+        stride_rm=residual.stride(0) if residual is not None else 0,
+        stride_rn=residual.stride(1) if residual is not None else 0,
+        stride_ym=y.stride(0), stride_yn=y.stride(1),
+        stride_gm=g.stride(0) if g is not None else 0, stride_gn=g.stride(1) if g is not None else 0,
+        constexprs=epilogue,
     )
     return y, g
 
 
+def _bwd_product(a: torch.Tensor, g: torch.Tensor | None, b: torch.Tensor, c: torch.Tensor,
+                 rowsum: torch.Tensor | None, arch: runtime.Arch, config, tma, splits) -> None:
+    """c = (a * g) b^T for logical views a [M, K], g like a (or None), b [N, K]; rowsum = row sums of a * g."""
+    M, K = a.shape
+    N = b.shape[0]
+    a_l, b_l, c_l = _tma_layout(a), _tma_layout(b), _tma_layout(c)
+    g_l = _tma_layout(g) if g is not None else a_l
+    same_g = g_l is not None and a_l is not None and g_l[0] == a_l[0]
+    layouts = [a_l, b_l, c_l if c_l and not c_l[0] else None, g_l if same_g else None]
+    flags = dict(SCALE_A=g is not None, ROWSUM=rowsum is not None)
+    cfg = _tma_plan(M, N, K, a.dtype, arch, config, "light" if g is None else "prologue", tma, layouts)
+    if cfg is not None:
+        n_splits = splits or split_k(M, N, K, cfg, runtime.sm_count(a.device))
+        partial_sums = None
+        if rowsum is not None and n_splits > 1:
+            partial_sums = torch.empty((n_splits, M), dtype=torch.float32, device=a.device)
+        ws = _tma_launch(
+            linear_tma._linear_bwd_tma_kernel, cfg, a.device, n_splits,
+            a_ptr=a, g_ptr=g if g is not None else a, b_ptr=b, c_ptr=c,
+            rowsum_ptr=rowsum if partial_sums is None else partial_sums, ws_ptr=None, M=M, N=N, K=K,
+            stride_a=a_l[1], stride_g=g_l[1], stride_b=b_l[1], stride_c=c.stride(0),
+            constexprs=dict(flags, A_T=a_l[0], B_T=b_l[0]),
+        )
+        if ws is not None:
+            _splitk_epilogue(ws, c)
+        if partial_sums is not None:
+            torch.sum(partial_sums, 0, out=rowsum)
+        return
+    g_or_a = g if g is not None else a
+    _gemm_launch(
+        _linear_bwd_kernel, a.dtype, arch, config, True,
+        a_ptr=a, g_ptr=g_or_a, b_ptr=b, c_ptr=c, rowsum_ptr=rowsum, M=M, N=N, K=K,
+        stride_am=a.stride(0), stride_ak=a.stride(1), stride_gm=g_or_a.stride(0), stride_gk=g_or_a.stride(1),
+        stride_bn=b.stride(0), stride_bk=b.stride(1), stride_cm=c.stride(0), stride_cn=c.stride(1),
+        constexprs=flags,
+    )
+
+
 def linear_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, g: torch.Tensor | None, needs_dx: bool,
                needs_dw: bool, has_bias: bool, *, arch: runtime.Arch | None = None,
-               config: TileConfig | None = None):
+               config: TileConfig | None = None, tma: bool | None = None, splits: int | None = None):
     """Returns (dx [M, K] or None, dweight [N, K] or None, dbias [N] or None).
 
     dy: [M, N]; g: the saved act'(z) (None without an activation): dz = dy * g.
@@ -250,29 +413,31 @@ def linear_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, g: torch
     arch = arch or runtime.arch(x.device)
     M, K = x.shape
     N = weight.shape[0]
-    g_or_dy = g if g is not None else dy
+    pretranspose = arch.family in PRETRANSPOSE_FAMILIES
     dx = dw = db = None
     if needs_dx:
         # dx [M, K] = dz [M, N] @ (W^T [K, N])^T
         dx = torch.empty((M, K), dtype=x.dtype, device=x.device)
-        _gemm_launch(
-            _linear_bwd_kernel, M, K, N, x.dtype, arch, config, True,
-            dy, g_or_dy, weight, dx, None, M, K, N,
-            dy.stride(0), dy.stride(1), g_or_dy.stride(0), g_or_dy.stride(1),
-            weight.stride(1), weight.stride(0), dx.stride(0), dx.stride(1),
-            constexprs=dict(SCALE_A=g is not None, ROWSUM=False),
-        )
+        w_t = weight.t().contiguous() if pretranspose else weight.t()
+        _bwd_product(dy, g, w_t, dx, None, arch, config, tma, splits)
     if needs_dw or has_bias:
         # dW [N, K] = dz^T [N, M] @ (x^T [K, M])^T; db = the row sums of dz^T, from the same pass.
         dw = torch.empty((N, K), dtype=weight.dtype, device=x.device)
-        db = torch.empty((N,), dtype=weight.dtype, device=x.device) if has_bias else None
-        _gemm_launch(
-            _linear_bwd_kernel, N, K, M, x.dtype, arch, config, True,
-            dy, g_or_dy, x, dw, db, N, K, M,
-            dy.stride(1), dy.stride(0), g_or_dy.stride(1), g_or_dy.stride(0),
-            x.stride(1), x.stride(0), dw.stride(0), dw.stride(1),
-            constexprs=dict(SCALE_A=g is not None, ROWSUM=has_bias),
-        )
+        # dbias accumulates into fp32 and is rounded on the host: a 16-bit row-sum store would reach memory
+        # through a narrow (ds_write_b16 / ds_read_u16) shared-memory layout conversion on AMD.
+        db = torch.empty((N,), dtype=torch.float32, device=x.device) if has_bias else None
+        if pretranspose:
+            # One pass forms dz^T contiguous (the product rounded once, as the prologue rounds it).
+            dz_t = torch.empty((N, M), dtype=dy.dtype, device=dy.device)
+            if g is None:
+                dz_t.copy_(dy.t())
+            else:
+                torch.mul(dy.t(), g.t(), out=dz_t)
+            _bwd_product(dz_t, None, x.t().contiguous(), dw, db, arch, config, tma, splits)
+        else:
+            _bwd_product(dy.t(), None if g is None else g.t(), x.t(), dw, db, arch, config, tma, splits)
         if not needs_dw:
             dw = None
+        if db is not None:
+            db = db.to(weight.dtype)
     return dx, dw, db

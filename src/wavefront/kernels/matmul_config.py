@@ -25,7 +25,7 @@ sharing a K/V head (attention) or an A row panel (GEMM) run on the same XCD.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -52,6 +52,7 @@ class TileConfig:
     waves_per_eu: int = 0
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
+    warp_specialize: bool = False  # GEMM TMA kernels: producer/consumer warp specialization
 
     def options(self, arch: Arch) -> dict:
         """Launch options for `arch`: AMD extras only on AMD targets."""
@@ -247,6 +248,35 @@ GEMM_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
 }
 
 
+#: Families whose backward products take reduction-contiguous copies of their transposed operands (dx: W^T;
+#: dW: (dy * act'(z))^T formed in one pass, and x^T). Measured on gfx942 and gfx90a at bf16 with Triton 3.9: an
+#: operand whose reduction dim is strided reaches the MFMA through ds_read_u16 (dx: 32-80, dW: 96-97 per
+#: kernel, 16 MFMA against 48 ds_read_u16 per k-step), for every kpack, nonkdim and load orientation tried, the
+#: in-thread-transpose pass notwithstanding; with the copies every LDS read is ds_read_b128, as in the forward.
+#: The copies cost one pass over W (dx) and over dy, act'(z) and x (dW), against the product's 2 M N K FLOPs.
+PRETRANSPOSE_FAMILIES: tuple[str, ...] = ("amd-cdna",)
+
+
+#: Pointer-kernel products that run a persistent grid, per family. MI300X has 304 CUs in 8 XCDs; a grid of
+#: (resident programs per CU) x CUs, a multiple of 8, keeps every program on one XCD for its whole life, and the
+#: XCD remap (kernels/_program_order.py) applied to the tile index hands each XCD a contiguous run of tiles,
+#: so A and B panels are reused in that XCD's L2. Resident programs per CU follow the entry's waves_per_eu
+#: (4 SIMDs x waves_per_eu waves / num_warps waves per program; 1 when unset). Backward products only: in the
+#: forward the tile loop lifts the silu epilogue from 111 to 130 VGPRs on gfx942 (bf16, compiled), past 128,
+#: halving resident waves (4 -> 2 per SIMD); the backward kernels keep their occupancy (gfx942: 2-4 per SIMD).
+PERSISTENT_PRODUCTS: dict[str, tuple[str, ...]] = {"amd-cdna": ("bwd",)}
+
+
+def persistent_programs(tiles: int, cfg: TileConfig, arch: Arch, n_cus: int, product: str = "bwd") -> int:
+    """Programs of the pointer kernels' persistent grid for `product` ("fwd" or "bwd"), or 0 for one program
+    per tile (other families and products, or fewer tiles than the grid would hold)."""
+    if product not in PERSISTENT_PRODUCTS.get(arch.family, ()):
+        return 0
+    per_cu = max(1, (arch.simds_per_cu * cfg.waves_per_eu) // min(cfg.num_warps, arch.max_num_warps))
+    programs = n_cus * per_cu
+    return programs if tiles > programs else 0
+
+
 def gemm_candidates(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, *, heavy: bool = False
                     ) -> list[TileConfig]:
     """Entries serving this M, most preferred first. heavy: the epilogue evaluates an activation and its
@@ -267,3 +297,176 @@ def gemm_config(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, *, heavy
 
 def num_xcds(arch: Arch) -> int:
     return XCDS.get(arch.name, 1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# GEMM on TMA-capable NVIDIA GPUs (kernels/linear_tma.py): persistent, warp-specialized, operands by TMA.
+# Used when every operand qualifies for a tensor descriptor (unit stride along the last dim, 16-byte
+# aligned rows and base) and M reaches the first entry; otherwise the pointer kernels above. "heavy" here
+# Three kinds: "light" (no epilogue beyond bias/residual, plain backward products: transposed operands are a
+# shared-memory view under TMA and cost no registers), "epilogue" (an activation and its derivative on the
+# accumulator), "residual" (a residual tile staged beside the operands), "prologue" (the backward's
+# dz = dy * act'(z), formed in registers from two loaded tiles).
+
+#: Compute capability from which NVIDIA GPUs take the TMA kernels: Hopper introduced the tensor memory
+#: accelerator (cp.async.bulk.tensor) and Triton's warp specialization targets sm_90 and sm_100.
+TMA_MIN_CC = 90
+
+TmaKind = Literal["light", "residual", "epilogue", "prologue"]
+
+TMA_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
+    "hopper": {
+        "light": (
+            (64, _T(128, 256, 4, 3, "128x256x64, 3 stages: the Hopper warp specializer makes one producer and two "
+                                    "consumer warpgroups (384 threads, from num_warps 4), each consumer a 64x256 "
+                                    "wgmma accumulator (the largest wgmma N); sm_90 168 regs, 0 spill, 209 KiB",
+                    BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
+        ),
+        "residual": (
+            (64, _T(128, 256, 4, 3, "128x256x64, 3 stages as light: the residual tile fits beside it on sm_90 "
+                                    "(209 KiB, 0 spill)", BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
+        ),
+        "epilogue": (
+            (64, _T(128, 128, 4, 4, "128x128x64, 4 stages: the activation and its derivative need registers beside "
+                                    "the accumulator: 128x256 spills 944 B with gelu on sm_90; this is 0 spill, "
+                                    "161 KiB", BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
+        ),
+        "prologue": (
+            (64, _T(128, 128, 4, 4, "128x128x32, 4 stages: the dz = dy * act'(z) prologue stages A, act'(z) and "
+                                    "their transposes in shared memory: dW at 128x128x64 needs 273 KiB with 3 "
+                                    "stages (over sm_90's 227 KiB); this is 193 KiB, 0 spill",
+                    BLOCK_K=32, GROUP_M=8, warp_specialize=True)),
+        ),
+    },
+    "blackwell": {
+        "light": (
+            (64, _T(128, 256, 8, 3, "128x256x64, 3 stages, tcgen05 with the accumulator in tensor memory; 8 warps "
+                                    "so the epilogue's tensor-memory load is spread over 256 threads",
+                    BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
+        ),
+        "residual": (
+            (64, _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps: the residual tile staged in shared memory "
+                                    "takes 128x256x64 to 272 KiB on sm_100 (over 227 KiB); this is 192 KiB, 0 spill",
+                    BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
+        ),
+        "epilogue": (
+            (64, _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps: the activation epilogue on sm_100; 4 warps "
+                                    "spill 1.5 KB loading the accumulator from tensor memory",
+                    BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
+        ),
+        "prologue": (
+            (64, _T(128, 128, 8, 4, "128x128x32, 4 stages, 8 warps: the dz prologue on sm_100", BLOCK_K=32,
+                    GROUP_M=8, warp_specialize=True)),
+        ),
+    },
+    "cpu": {
+        # The interpreter runs the TMA kernels with small tiles, so small test matrices cross several tiles
+        # in every dimension and the persistent loop visits several tiles per program.
+        kind: ((1, _T(32, 32, 4, 1, "interpreter: several tiles per test matrix", BLOCK_K=16, GROUP_M=2,
+                      warp_specialize=True)),)
+        for kind in ("light", "residual", "epilogue", "prologue")
+    },
+}
+
+
+#: Split-K (TMA kernels): used when the output's tiles fill less than half the SMs and each K slice keeps at
+#: least SPLIT_K_MIN_K_TILES k-steps (so the pipeline reaches steady state and the fp32 partials, 4 bytes per
+#: output element per slice written and read once, stay small against the slice's operand traffic).
+SPLIT_K_MIN_K_TILES = 8
+SPLIT_K_MAX = 16
+#: The split-K reduction + epilogue kernel: elementwise over [M, N], 64x64 tiles, 4 warps.
+SPLITK_EPILOGUE = _T(64, 64, 4, 1, "split-K reduction and epilogue: elementwise, 16 fp32 per thread per slice")
+
+
+def split_k(M: int, N: int, K: int, cfg: TileConfig, n_sms: int) -> int:
+    """How many K slices the TMA kernels split a product into (1: none)."""
+    tiles = -(-M // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
+    k_tiles = -(-K // cfg.BLOCK_K)
+    if 2 * tiles > n_sms:
+        return 1
+    return max(1, min(n_sms // tiles, k_tiles // SPLIT_K_MIN_K_TILES, SPLIT_K_MAX))
+
+
+def tma_capable(arch: Arch) -> bool:
+    """Whether `arch` runs the TMA kernels (the interpreter does: tests exercise them on CPU)."""
+    if arch.family == "cpu":
+        return True
+    return arch.family == "nvidia" and _nvidia_cc(arch) >= TMA_MIN_CC
+
+
+def _nvidia_cc(arch: Arch) -> int:
+    return int(arch.name.removeprefix("sm_").rstrip("af"))
+
+
+def tma_config(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, kind: TmaKind = "light") -> TileConfig | None:
+    """The TMA kernels' entry for this problem, or None when the pointer kernels serve it (an architecture
+    without TMA, or M below the first entry). kind: "epilogue" with an activation in the forward epilogue,
+    "residual" with a residual (and no activation),
+    "prologue" for the backward products with the dz prologue, else "light". fp32: BLOCK_K halved."""
+    if min(M, N, K) < 1:
+        raise ValueError(f"gemm: sizes must be >= 1, got M={M}, N={N}, K={K}")
+    if not tma_capable(arch):
+        return None
+    if arch.family == "cpu":
+        table = TMA_TABLES["cpu"][kind]
+    else:
+        table = TMA_TABLES["hopper" if _nvidia_cc(arch) < 100 else "blackwell"][kind]
+    entries = [c for min_m, c in table if min_m <= M]
+    if not entries:
+        return None
+    cfg = entries[0]
+    if _wide(dtype) and arch.family != "cpu":
+        cfg = replace(cfg, BLOCK_K=max(16, cfg.BLOCK_K // 2), reason=cfg.reason + "; fp32: BLOCK_K halved")
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------------
+# Who computes each GEMM product of linear: our kernel or the vendor BLAS (torch.mm / torch.addmm: cuBLAS or
+# cuBLASLt on NVIDIA, hipBLASLt / rocBLAS on ROCm). Vendor BLAS is a provider, not a rival: where our kernel
+# fuses nothing it can only match the vendor's GEMM, so the vendor runs it; where our kernel fuses work the
+# vendor would do in another pass over HBM, ours runs.
+
+Provider = Literal["auto", "wavefront", "vendor"]
+PROVIDERS: tuple[str, ...] = ("auto", "wavefront", "vendor")
+GemmProduct = Literal["fwd", "dx", "dw"]
+
+
+class ProviderChoice(NamedTuple):
+    provider: Literal["wavefront", "vendor"]
+    reason: str
+
+
+_FUSES = {
+    "fwd_activation": "the epilogue applies the activation (and writes act'(z) for backward) on the fp32 "
+                      "accumulator: the vendor GEMM would write z and a second kernel read it back",
+    "fwd_residual": "the epilogue adds the residual tile: torch.addmm with a [M, N] input first copies it into "
+                    "the output (a read and a write of [M, N]) before the GEMM reads and writes it again",
+    "fwd_plain": "nothing to fuse: plain F.linear, or a bias, which cuBLASLt / hipBLASLt add in their own "
+                 "epilogue (torch.addmm with a 1-D bias)",
+    "bwd_prologue": "dz = dy * act'(z) is formed in the GEMM prologue: the vendor needs dz written and read "
+                    "back ([M, N] three times through HBM)",
+    "dw_bias": "dbias is summed from the dz tiles the dW product already streams: the vendor needs another "
+               "read of dy",
+    "bwd_plain": "nothing to fuse: a plain product (no activation; the residual's gradient is dy itself)",
+    "cpu": "interpreter: the CPU runs our kernels so that tests exercise them (there is no GPU BLAS to defer to)",
+}
+
+
+def gemm_provider(product: GemmProduct, arch: Arch, *, activation: bool, bias: bool = False,
+                  residual: bool = False) -> ProviderChoice:
+    """The rule for one product of linear ("fwd", "dx" or "dw") under provider="auto"."""
+    if product not in ("fwd", "dx", "dw"):
+        raise ValueError(f"gemm product must be 'fwd', 'dx' or 'dw', got {product!r}")
+    if arch.family == "cpu":
+        return ProviderChoice("wavefront", _FUSES["cpu"])
+    if product == "fwd":
+        if activation:
+            return ProviderChoice("wavefront", _FUSES["fwd_activation"])
+        if residual:
+            return ProviderChoice("wavefront", _FUSES["fwd_residual"])
+        return ProviderChoice("vendor", _FUSES["fwd_plain"])
+    if activation:
+        return ProviderChoice("wavefront", _FUSES["bwd_prologue"])
+    if product == "dw" and bias:
+        return ProviderChoice("wavefront", _FUSES["dw_bias"])
+    return ProviderChoice("vendor", _FUSES["bwd_plain"])

@@ -6,8 +6,9 @@ included).
 
 :func:`hf_attention_forward` has the signature of the functions in transformers'
 ``ALL_ATTENTION_FUNCTIONS`` (``(module, query, key, value, attention_mask, dropout, scaling, is_causal,
-**kwargs) -> (attn_output [batch, seq, heads, head_dim], None)``) so the patching layer can route a
-model's attention through wavefront. It serves what the kernel computes and refuses the rest with a clear
+**kwargs) -> (attn_output [batch, seq, heads, head_dim], None)``); the patching layer registers it with
+``AttentionInterface.register("wavefront", ...)`` and selects it on the patched model only. It serves
+what the kernel computes and refuses the rest with a clear
 error instead of silently computing something else: no explicit attention mask (causal or full
 attention only; packed sequences through ``cu_seq_lens_q``/``max_length_q``, the keywords transformers
 passes to its flash-attention path), no dropout, no soft-capping, no sliding window, and query and key of

@@ -6,6 +6,12 @@ strides: a transposed view is read in place), bias [N], residual [..., N]; activ
 "relu", "gelu", "gelu_tanh", "silu". The activation's derivative at the pre-activation is saved for
 backward (in the input dtype) only when an activation is set and a gradient is required.
 
+Each GEMM product (the forward, dx, dW) is computed by our kernel or by the vendor BLAS through torch.mm /
+torch.addmm (cuBLAS/cuBLASLt, hipBLASLt): ``provider="auto"`` follows the rule in
+``kernels/matmul_config.gemm_provider`` (the vendor where our kernel would fuse nothing, ours where fusion
+saves a pass over HBM); ``"wavefront"`` and ``"vendor"`` force one side for every product (benchmarking;
+the vendor side then runs the epilogue and the dz prologue as separate PyTorch ops).
+
 fp64 inputs, empty problems and CPU runs without the Triton interpreter use the PyTorch reference.
 """
 
@@ -22,51 +28,110 @@ from wavefront.shapes import MODELS
 
 OP = "linear"
 ACTIVATIONS = (None, *reference.ACTIVATIONS)
+PROVIDERS = ("auto", "wavefront", "vendor")
+
+
+def _choose(provider: str, product: str, device, **flags) -> str:
+    """"wavefront" or "vendor" for one product: the forced provider, or the rule of the config table."""
+    if provider != "auto":
+        return provider
+    from wavefront.kernels.matmul_config import gemm_provider
+
+    return gemm_provider(product, runtime.arch(device), **flags).provider
+
+
+def _activation_grad(z: Tensor, activation: str) -> Tensor:
+    """act'(z) in z's dtype, the formulas of kernels/linear_epilogue.py (the vendor path's saved derivative)."""
+    if activation == "relu":
+        return (z > 0).to(z.dtype)
+    if activation == "gelu":
+        return 0.5 * (1.0 + torch.erf(z * 0.7071067811865476)) + z * 0.3989422804014327 * torch.exp(-0.5 * z * z)
+    if activation == "gelu_tanh":
+        t = torch.tanh(0.7978845608028654 * (z + 0.044715 * z ** 3))
+        return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3 * 0.044715 * z * z)
+    s = torch.sigmoid(z)
+    return s * (1.0 + z * (1.0 - s))
+
+
+def _vendor_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str,
+                save_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """torch.addmm (the bias in cuBLASLt's / hipBLASLt's epilogue) or torch.mm, then any further epilogue as
+    PyTorch ops on z rounded to the input dtype (what an unfused model computes)."""
+    z = torch.addmm(bias, x, weight.t()) if bias is not None else torch.mm(x, weight.t())
+    if not activation and residual is None:
+        return z, None
+    zf = z.float()
+    y = reference.apply_activation(zf, activation or None)
+    if residual is not None:
+        y = y + residual.float()
+    g = _activation_grad(zf, activation).to(x.dtype) if save_grad else None
+    return y.to(x.dtype), g
 
 
 @torch.library.custom_op("wavefront::linear_fwd", mutates_args=())
 def _linear_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str,
-                save_grad: bool) -> tuple[Tensor, Tensor]:
+                save_grad: bool, provider: str) -> tuple[Tensor, Tensor]:
     from wavefront.kernels import linear as kernels
     from wavefront.kernels._launch import op_scope
 
-    with op_scope(OP):
-        y, g = kernels.linear_fwd(x, weight, bias, residual, activation or None, save_grad)
+    who = _choose(provider, "fwd", x.device, activation=bool(activation), bias=bias is not None,
+                  residual=residual is not None)
+    if who == "vendor":
+        y, g = _vendor_fwd(x, weight, bias, residual, activation, save_grad)
+    else:
+        with op_scope(OP):
+            y, g = kernels.linear_fwd(x, weight, bias, residual, activation or None, save_grad)
     return y, x.new_empty(0) if g is None else g
 
 
 @_linear_fwd.register_fake
-def _(x, weight, bias, residual, activation, save_grad):
+def _(x, weight, bias, residual, activation, save_grad, provider):
     y = x.new_empty((x.shape[0], weight.shape[0]))
     return y, torch.empty_like(y) if save_grad else x.new_empty(0)
 
 
 @torch.library.custom_op("wavefront::linear_bwd", mutates_args=())
 def _linear_bwd(dy: Tensor, x: Tensor, weight: Tensor, g: Tensor | None, needs_dx: bool, needs_dw: bool,
-                has_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
+                has_bias: bool, provider: str) -> tuple[Tensor, Tensor, Tensor]:
     from wavefront.kernels import linear as kernels
     from wavefront.kernels._launch import op_scope
 
-    with op_scope(OP):
-        dx, dw, db = kernels.linear_bwd(dy, x, weight, g, needs_dx, needs_dw, has_bias)
+    act = g is not None
+    ours_dx = needs_dx and _choose(provider, "dx", x.device, activation=act) == "wavefront"
+    ours_dw = (needs_dw or has_bias) and _choose(provider, "dw", x.device, activation=act,
+                                                 bias=has_bias) == "wavefront"
+    dx = dw = db = None
+    if ours_dx or ours_dw:
+        with op_scope(OP):
+            dx, dw, db = kernels.linear_bwd(dy, x, weight, g, ours_dx, ours_dw and needs_dw, ours_dw and has_bias)
+    if (needs_dx and not ours_dx) or ((needs_dw or has_bias) and not ours_dw):
+        # The vendor's products take dz materialized: one elementwise pass when there is an activation.
+        dz = dy if g is None else (dy.float() * g.float()).to(dy.dtype)
+        if needs_dx and not ours_dx:
+            dx = torch.mm(dz, weight)
+        if needs_dw and not ours_dw:
+            dw = torch.mm(dz.t(), x)
+        if has_bias and not ours_dw:
+            db = dz.sum(0)
     # Absent outputs are distinct 0-element tensors: custom-op outputs may not alias each other.
     return tuple(x.new_empty(0) if t is None else t for t in (dx, dw, db))
 
 
 @_linear_bwd.register_fake
-def _(dy, x, weight, g, needs_dx, needs_dw, has_bias):
+def _(dy, x, weight, g, needs_dx, needs_dw, has_bias, provider):
     return (torch.empty_like(x) if needs_dx else x.new_empty(0),
             weight.new_empty(weight.shape) if needs_dw else x.new_empty(0),
             weight.new_empty(weight.shape[0]) if has_bias else x.new_empty(0))
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual, activation, save_grad = inputs
+    x, weight, bias, residual, activation, save_grad, provider = inputs
     _, g = output
     ctx.save_for_backward(x, weight, g)
     ctx.activation = activation
     ctx.has_bias = bias is not None
     ctx.has_residual = residual is not None
+    ctx.provider = provider
 
 
 def _backward(ctx, dy, dg_unused):
@@ -79,15 +144,15 @@ def _backward(ctx, dy, dg_unused):
     dx = dw = db = None
     if needs_x or needs_w or needs_b:
         dx, dw, db = torch.ops.wavefront.linear_bwd(dy, x, weight, g if ctx.activation else None, needs_x,
-                                                    needs_w, ctx.has_bias and needs_b)
+                                                    needs_w, ctx.has_bias and needs_b, ctx.provider)
     return (dx if needs_x else None, dw if needs_w else None, db if ctx.has_bias and needs_b else None,
-            dy if needs_r else None, None, None)
+            dy if needs_r else None, None, None, None)
 
 
 _linear_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _check(x, weight, bias, activation, residual) -> None:
+def _check(x, weight, bias, activation, residual, provider) -> None:
     check_tensor(OP, "x", x)
     check_tensor(OP, "weight", weight, ndim=2)
     N, K = weight.shape
@@ -107,12 +172,17 @@ def _check(x, weight, bias, activation, residual) -> None:
     check_same_device(OP, x=x, weight=weight, bias=bias, residual=residual)
     if activation not in ACTIVATIONS:
         raise ValueError(f"{OP}: 'activation' must be one of {ACTIVATIONS}, got {activation!r}")
+    if provider not in PROVIDERS:
+        raise ValueError(f"{OP}: 'provider' must be one of {PROVIDERS}, got {provider!r}")
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation: str | None = None,
-           residual: Tensor | None = None) -> Tensor:
-    """``activation(x @ weight.T + bias) + residual`` with the epilogue fused into the GEMM."""
-    _check(x, weight, bias, activation, residual)
+           residual: Tensor | None = None, provider: str = "auto") -> Tensor:
+    """``activation(x @ weight.T + bias) + residual`` with the epilogue fused into the GEMM.
+
+    provider: "auto" (the config table's rule per product), "wavefront" or "vendor" (see module docstring).
+    """
+    _check(x, weight, bias, activation, residual, provider)
     if (x.numel() == 0 or weight.numel() == 0 or x.dtype == torch.float64
             or not runtime.uses_triton(x.device)):
         return reference.linear(x, weight, bias, activation, residual)
@@ -122,7 +192,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation:
     bias = bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
     y, _ = torch.ops.wavefront.linear_fwd(as_rows(x), weight, bias,
                                           None if residual is None else as_rows(residual), activation or "",
-                                          bool(activation) and needs_grad)
+                                          bool(activation) and needs_grad, provider)
     return y.view(out_shape)
 
 

@@ -1,50 +1,63 @@
-"""The attention applier (opt-in, ``attention=True``): the attention modules' attention function is
-served by ``wavefront.ops.attention`` (through :func:`wavefront.nn.hf_attention_forward`), by the same
-private-globals forward as RoPE (see rope.py).
+"""The attention applier (opt-in, ``attention=True``): the model's attention function is
+``wavefront.ops.attention`` (through :func:`wavefront.nn.hf_attention_forward`), selected through
+transformers' own extension point.
 
-Hugging Face attention modules pick their attention function at call time:
-``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)``. The patched
-forward sees, in its private copy of the modeling module's globals, a registry whose every lookup answers
-wavefront's function, and the same function as the eager fallback; transformers' global registry, the
-model's config and every other model are untouched.
+Hugging Face attention modules pick their function at call time:
+``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)``. We
 
-Supported: self-attention over the whole sequence, causal or not, with packed sequences; no explicit mask
-tensor, no dropout, no soft-capping or sliding windows (the function raises on those at call time). A model
-configured for ``attn_implementation="eager"`` always builds an explicit causal mask, so it is reported as
-unmatched: load it with ``attn_implementation="sdpa"`` (transformers' default), whose causal mask is
-skipped when there is no padding.
+1. register the function once under the name :data:`IMPLEMENTATION` with
+   ``AttentionInterface.register`` (an added entry: the existing ones are untouched), and a mask function
+   for the same name with ``AttentionMaskInterface.register`` (transformers' sdpa mask: ``None`` for plain
+   causal attention, an explicit mask when there is padding, which the function refuses with a clear
+   error instead of silently ignoring it);
+2. call ``model.set_attn_implementation("wavefront")`` on the patched instance: only that model's config
+   changes. Unpatch sets the previous implementation back.
+
+Supported: self-attention over the whole sequence, causal or not; no explicit mask tensor, no dropout,
+no soft-capping or sliding windows (refused at call time). A family whose attention always needs one of
+those (Gemma 2's score softcap, Mistral's window) is reported unmatched by its rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
-from wavefront.patching.apply import Patcher
-from wavefront.patching.rope import Overrides, _subclass
+from torch import nn
 
-_REGISTRY_NAME = "ALL_ATTENTION_FUNCTIONS"
-_EAGER_NAME = "eager_attention_forward"
+from wavefront.patching.patcher import Patcher
+from wavefront.patching.report import Replacement
 
-
-class _WavefrontAttentionFunctions:
-    """Stands in for transformers' attention registry inside a patched forward only."""
-
-    def __init__(self, fn: Callable):
-        self._fn = fn
-
-    def get_interface(self, attn_implementation, default=None):
-        return self._fn
-
-    def __getitem__(self, key):
-        return self._fn
-
-    def get(self, key, default=None):
-        return self._fn
+IMPLEMENTATION = "wavefront"
 
 
-def collect(p: Patcher, overrides: Overrides) -> None:
-    from wavefront import ops
+def register() -> None:
+    """Make "wavefront" a valid ``attn_implementation`` (idempotent, adds two registry entries)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
     from wavefront.nn.attention import hf_attention_forward
+
+    AttentionInterface.register(IMPLEMENTATION, hf_attention_forward)
+    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+
+
+@dataclass
+class AttnImplementation:
+    """The model's attention implementation was `previous` before the patch."""
+
+    previous: str
+
+    def undo(self, model: nn.Module) -> None:
+        model.set_attn_implementation(self.previous)
+
+    def __setstate__(self, state: dict) -> None:
+        # A patched model loaded in a fresh process (torch.load) needs the registry entry back.
+        self.__dict__.update(state)
+        register()
+
+
+def apply_attention(p: Patcher) -> None:
+    from wavefront import ops
 
     rule = p.family.attention
     if rule is None:
@@ -56,22 +69,23 @@ def collect(p: Patcher, overrides: Overrides) -> None:
     if not hasattr(ops, "attention"):
         p.unmatched("attention", "wavefront.ops.attention is not available in this build of wavefront")
         return
-    impl = getattr(p.model.config, "_attn_implementation", None)
-    if impl == "eager":
-        p.unmatched("attention", "the model uses attn_implementation='eager', which always passes an explicit "
-                                 "causal mask; load it with attn_implementation='sdpa'")
+    model = p.model
+    if not callable(getattr(model, "set_attn_implementation", None)):
+        p.unmatched("attention", f"{type(model).__name__} has no set_attn_implementation (transformers "
+                                 f"{p.report.transformers_version})")
         return
-    replacements = {_REGISTRY_NAME: _WavefrontAttentionFunctions(hf_attention_forward),
-                    _EAGER_NAME: hf_attention_forward}
     found = p.of_classes(rule.attention_classes)
     if not found:
         p.unmatched("attention", f"no module of class {' or '.join(rule.attention_classes)} in this model")
-    for path, module in found:
-        merged = {**overrides[id(module)][2], **replacements} if id(module) in overrides else dict(replacements)
-        try:
-            _subclass(type(module), merged)
-        except LookupError as e:
-            p.unmatched("attention", f"{e} in transformers {p.report.transformers_version}", path)
-            continue
-        ops_list = overrides[id(module)][3] + ["attention"] if id(module) in overrides else ["attention"]
-        overrides[id(module)] = (path, module, merged, ops_list)
+        return
+    previous = model.config._attn_implementation
+    register()
+    model.set_attn_implementation(IMPLEMENTATION)
+    if model.config._attn_implementation != IMPLEMENTATION:
+        p.unmatched("attention", f"{type(model).__name__} does not support setting its attention implementation")
+        return
+    p.record(AttnImplementation(previous))
+    for path, _ in found:
+        p.report.replacements.append(Replacement("attention", path, f"attn_implementation={previous!r}",
+                                                 f"attn_implementation={IMPLEMENTATION!r}",
+                                                 "attn_implementation"))

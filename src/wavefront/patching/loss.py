@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wavefront.patching.apply import Patcher
+from wavefront.patching.patcher import Hooks, Patcher
+from wavefront.patching.report import Replacement, qualname
 
 
 @dataclass
@@ -94,14 +95,19 @@ def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     return loss
 
 
-def _install_hooks(model: nn.Module, head: FusedLossHead) -> list:
-    signature = inspect.signature(type(model).forward)
+class _TakeLabels:
+    """Forward pre-hook on the model: in training with labels, hand the labels to the head and call the
+    model's forward without them. A class (not a closure) so that a patched model deep-copies and pickles."""
 
-    def pre_hook(module, args, kwargs):
+    def __init__(self, head: FusedLossHead):
+        self.head = head
+
+    def __call__(self, module, args, kwargs):
+        head = self.head
         head._call = None
         if not module.training:
             return None
-        bound = signature.bind_partial(module, *args, **kwargs)
+        bound = inspect.signature(type(module).forward).bind_partial(module, *args, **kwargs)
         labels = bound.arguments.get("labels")
         extra = dict(bound.arguments.get("kwargs", {}))
         shift_labels = extra.get("shift_labels")
@@ -116,7 +122,15 @@ def _install_hooks(model: nn.Module, head: FusedLossHead) -> list:
             bound.arguments["kwargs"] = extra
         return bound.args[1:], bound.kwargs
 
-    def post_hook(module, args, kwargs, output):
+
+class _PutLoss:
+    """Forward hook on the model: the fused loss into ``output.loss``, ``output.logits`` None."""
+
+    def __init__(self, head: FusedLossHead):
+        self.head = head
+
+    def __call__(self, module, args, kwargs, output):
+        head = self.head
         call, head._call = head._call, None
         if call is None:
             return None
@@ -126,9 +140,6 @@ def _install_hooks(model: nn.Module, head: FusedLossHead) -> list:
             return (call.loss, *output[1:])
         fields = {k: v for k, v in output.items() if k not in ("loss", "logits")}
         return type(output)(loss=call.loss, logits=None, **fields)
-
-    return [model.register_forward_pre_hook(pre_hook, with_kwargs=True),
-            model.register_forward_hook(post_hook, with_kwargs=True)]
 
 
 def apply_loss(p: Patcher) -> None:
@@ -157,8 +168,8 @@ def apply_loss(p: Patcher) -> None:
     softcap = getattr(model.config, rule.softcap_from, None) if rule.softcap_from else None
     head = FusedLossHead(old.weight, old.bias, float(softcap) if softcap else None)
     p.swap_module("loss", rule.head, head)
-    handles = _install_hooks(model, head)
-    p.add_undo(lambda: [h.remove() for h in handles])
-    p.report.replacements.append(
-        type(p.report.replacements[-1])("loss", "", f"{type(model).__module__}.{type(model).__qualname__}",
-                                        "forward (pre-)hooks: labels -> fused head", "hooks"))
+    handles = (model.register_forward_pre_hook(_TakeLabels(head), with_kwargs=True),
+               model.register_forward_hook(_PutLoss(head), with_kwargs=True))
+    p.record(Hooks(tuple(h.id for h in handles)))
+    p.report.replacements.append(Replacement("loss", "", qualname(type(model)),
+                                             "forward (pre-)hooks: labels -> fused head", "hooks"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from wavefront.patching.apply import Patcher
+from wavefront.patching.patcher import Patcher
 
 #: Hugging Face activation names (transformers.activations.ACT2FN keys) -> (wavefront op, its options).
 #: "gelu" is the exact erf GELU; "gelu_pytorch_tanh" and "gelu_new" are the tanh approximation.

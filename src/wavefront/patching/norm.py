@@ -12,7 +12,7 @@ import re
 
 from torch import nn
 
-from wavefront.patching.apply import Patcher
+from wavefront.patching.patcher import Patcher
 
 _NORM_NAME = re.compile(r"norm$", re.IGNORECASE)
 
@@ -27,7 +27,6 @@ def apply_rms_norm(p: Patcher) -> None:
     found = p.of_classes(rule.classes)
     if not found:
         p.unmatched("rms_norm", f"no module of class {' or '.join(rule.classes)} in this model")
-        return
     for path, old in found:
         weight = getattr(old, "weight", None)
         eps = getattr(old, rule.eps_attr, None)
@@ -41,6 +40,7 @@ def apply_rms_norm(p: Patcher) -> None:
         new = RMSNorm(weight.shape[0], float(eps), offset=rule.offset, cast=rule.cast, device="meta")
         new.weight = weight
         p.swap_module("rms_norm", path, new)
+    _report_unknown_norms(p, "rms_norm")
 
 
 def apply_layer_norm(p: Patcher) -> None:
@@ -50,7 +50,6 @@ def apply_layer_norm(p: Patcher) -> None:
     if not found:
         family = p.family.name if p.family else p.report.model_type
         p.absent("layer_norm", f"{family} models have no LayerNorm")
-        return
     for path, old in found:
         if len(old.normalized_shape) != 1:
             p.unmatched("layer_norm", f"normalizes over {len(old.normalized_shape)} dims; the kernel "
@@ -63,10 +62,12 @@ def apply_layer_norm(p: Patcher) -> None:
             new.weight = old.weight
             new.bias = old.bias
         p.swap_module("layer_norm", path, new)
+    _report_unknown_norms(p, "layer_norm")
 
 
-def report_unknown_norms(p: Patcher, *, rms_norm: bool, layer_norm: bool) -> None:
-    """Report norm-like modules that no rule replaced (custom or renamed norm classes)."""
+def _report_unknown_norms(p: Patcher, op: str) -> None:
+    """Report norm-like modules of kind `op` that no rule replaced (custom or renamed norm classes): a
+    class name saying RMS is an rms_norm, any other "...Norm" a layer_norm."""
     known = tuple(p.family.rms_norm.classes) if p.family and p.family.rms_norm else ()
     for path, m in p.modules():
         name = type(m).__name__
@@ -75,7 +76,6 @@ def report_unknown_norms(p: Patcher, *, rms_norm: bool, layer_norm: bool) -> Non
             continue
         if name in known and type(m).__module__.startswith("transformers."):
             continue
-        op = "rms_norm" if "rms" in name.lower() else "layer_norm"
-        if (op == "rms_norm" and rms_norm) or (op == "layer_norm" and layer_norm):
+        if ("rms_norm" if "rms" in name.lower() else "layer_norm") == op:
             p.unmatched(op, f"unknown norm type {type(m).__module__}.{name}: no rule for it, so it keeps "
                             f"running its own code", path)

@@ -3,7 +3,8 @@
 Three kinds of entries, so that a reader never has to guess whether something was silently skipped:
 
 - :class:`Replacement`: one module of the model now runs a wavefront kernel (path, old type -> new type,
-  and how: a child-module swap, an instance class swap, or hooks on the model instance);
+  and how: a child-module swap, an instance class swap, hooks on the model instance, or the instance's
+  attention implementation);
 - :class:`Unmatched`: a requested op that could not be applied somewhere it should have been (an unknown
   norm type, an activation without a fused kernel, a kernel not in this build, a transformers version
   whose code no longer has the expected shape). ``strict=True`` raises on any of these;
@@ -16,9 +17,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-#: The ops a patch can request, in the order of :func:`wavefront.patch`'s keyword arguments.
-OPS: tuple[str, ...] = ("rms_norm", "layer_norm", "rope", "mlp", "loss", "attention")
-
 
 @dataclass(frozen=True)
 class Replacement:
@@ -26,7 +24,7 @@ class Replacement:
     path: str  # module path inside the model ("" is the model itself)
     old_type: str  # qualified class name before
     new_type: str  # qualified class name after
-    how: str  # "module swap" | "class swap" | "hooks"
+    how: str  # "module swap" | "class swap" | "hooks" | "attn_implementation"
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,17 @@
 """The RoPE applier: attention modules get a forward whose call of the modeling module's rotary function
 (``apply_rotary_pos_emb``) goes to ``wavefront.ops.rope``: q and k rotated in one fused launch.
 
-How, without touching transformers: the attention class's own ``forward`` function is rebuilt from its
-code object with a *private copy* of its globals in which that one name points to wavefront's function
-(decorators such as ``deprecate_kwarg`` are rebuilt around it). A subclass carrying that forward is
-swapped onto each attention *instance* (``obj.__class__``); the modeling module, its functions and every
-other model keep the original. If a transformers release stops calling the function by that name, the
-rule reports the module as unmatched instead of silently doing nothing.
+Why this mechanism: transformers 5.24's attention forwards call the module-level
+``apply_rotary_pos_emb`` directly; there is no per-instance seam for it (the ``use_kernelized_func``
+decorator only acts with the optional ``kernels`` package, and then through the Hub). Attention itself
+has one (``AttentionInterface``, see attention.py) and uses it. So for RoPE alone, the attention class's
+own ``forward`` is rebuilt from its code object with a *private copy* of its globals in which that one
+name points to wavefront's function (decorators such as ``deprecate_kwarg`` are rebuilt around it). A
+subclass carrying that forward is swapped onto each attention *instance* (``obj.__class__``); the
+modeling module, its functions and every other model keep the original, and no model code is copied. If
+a transformers release stops calling the function by that name, the module is reported unmatched.
+The subclass pickles and deep-copies through its base class (``__reduce_ex__``), so a patched model can
+be saved with ``torch.save`` and copied.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from wavefront.patching.apply import Patcher
+from wavefront.patching.patcher import Patcher
 
 
 def wavefront_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -59,53 +64,50 @@ def _rebuild(fn: Callable, replacements: dict[str, Callable]) -> Callable:
     return new
 
 
-def with_globals(fn: Callable, replacements: dict[str, Callable]) -> Callable:
-    return _rebuild(fn, replacements)
+_SUBCLASSES: dict[tuple[type, str], type] = {}
 
 
-_SUBCLASSES: dict[tuple[type, tuple[str, ...]], type] = {}
+def _restore(base: type, function: str) -> torch.nn.Module:
+    """Unpickling and deep-copying entry point: an empty instance of the patched subclass of `base`."""
+    cls = _subclass(base, function)
+    return cls.__new__(cls)
 
 
-def _subclass(cls: type, replacements: dict[str, Callable]) -> type:
-    """One cached subclass per (class, replaced names): every patched instance of a class shares it."""
-    key = (cls, tuple(sorted(replacements)))
+def _reduce_ex(self, protocol):
+    # The subclass is built at run time, so pickle cannot find it by name: rebuild it from its base class.
+    return _restore, (self._wavefront_base, self._wavefront_function), self.__getstate__()
+
+
+def _subclass(cls: type, function: str) -> type:
+    """One cached subclass per (class, global name): every patched instance of a class shares it."""
+    key = (cls, function)
     if key not in _SUBCLASSES:
-        forward = with_globals(inspect.getattr_static(cls, "forward"), replacements)
+        forward = _rebuild(inspect.getattr_static(cls, "forward"), {function: wavefront_rotary})
         _SUBCLASSES[key] = type(f"Wavefront{cls.__name__}", (cls,), {
-            "forward": forward, "__module__": __name__, "__doc__": f"{cls.__name__} with wavefront kernels in "
-                                                                  f"its forward ({', '.join(sorted(replacements))})"})
+            "forward": forward, "__module__": __name__, "__reduce_ex__": _reduce_ex, "_wavefront_base": cls,
+            "_wavefront_function": function,
+            "__doc__": f"{cls.__name__} whose forward calls wavefront's RoPE for {function}"})
     return _SUBCLASSES[key]
 
 
-#: id(module) -> (path, module, {global name: replacement}, ops that asked for it)
-Overrides = dict[int, tuple[str, torch.nn.Module, dict[str, Callable], list[str]]]
-
-
-def collect(p: Patcher) -> Overrides:
-    """The attention modules RoPE applies to, with the global each one's forward must see replaced."""
+def apply_rope(p: Patcher) -> None:
+    """Swap the class of each attention module whose forward calls the rule's rotary function."""
     from wavefront import ops
 
     rule = p.family.rope
-    overrides: Overrides = {}
     if rule is None:
         p.absent("rope", f"{p.family.name} models have no rotary embedding")
-        return overrides
+        return
     if not hasattr(ops, "rope"):
         p.unmatched("rope", "wavefront.ops.rope is not available in this build of wavefront")
-        return overrides
+        return
     found = p.of_classes(rule.attention_classes)
     if not found:
         p.unmatched("rope", f"no module of class {' or '.join(rule.attention_classes)} in this model")
     for path, module in found:
         try:
-            _subclass(type(module), {rule.function: wavefront_rotary})
+            new_cls = _subclass(type(module), rule.function)
         except LookupError as e:
             p.unmatched("rope", f"{e} in transformers {p.report.transformers_version}", path)
             continue
-        overrides[id(module)] = (path, module, {rule.function: wavefront_rotary}, ["rope"])
-    return overrides
-
-
-def swap_attention_classes(p: Patcher, overrides: Overrides) -> None:
-    for path, module, replacements, ops in overrides.values():
-        p.swap_class(tuple(ops), path, module, _subclass(type(module), replacements))
+        p.swap_class("rope", path, module, new_cls)

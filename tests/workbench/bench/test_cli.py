@@ -59,7 +59,7 @@ def test_bench_stores_reports_and_writes_json(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("args", "message"), [
     (("bench", "--op", "nope"), "--op: unknown op 'nope'"),
-    (("bench", "--mode", "up"), "--mode must be one of"),
+    (("bench", "--mode", "up"), "'up' is not one of 'fwd', 'bwd', 'fwd_bwd'"),
     (("bench", "--device-model", "tpu"), "--device-model: unknown GPU 'tpu'"),
     (("compare", "1", "2", "--store", "absent.sqlite"), "no results store at absent.sqlite"),
     (("compare",), "give two runs"),

@@ -95,7 +95,7 @@ def test_probe_and_bucket_sweep_in_process(world_of_one):
     results, info = ddp_bucket_sweep(get_model("llama3-8b"), [0.0625, 1.0], shrink=64, n_layers=2, tokens=8,
                                      steps=2, all_reduce=ab)
     assert info["n_tensors"] == 2 * 9 and info["proxy_grad_bytes"] == 4 * info["proxy_params"]
-    assert [r.bucket_cap_mb for r in results] == [0.0625, 1.0]
+    assert [r.bucket_cap_mib for r in results] == [0.0625, 1.0]
     assert results[0].n_buckets > results[1].n_buckets
     for r in results:
         assert r.step_ms > 0 and r.no_sync_ms > 0 and r.backward_ms > 0 and r.exposed_ms >= 0
@@ -106,19 +106,36 @@ def test_probe_and_bucket_sweep_in_process(world_of_one):
 def test_overlap_verb_two_ranks(tmp_path):
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-m", "wavefront", "overlap", "--nproc", "2", "--size-bytes", "65536",
-                          "--matmul-n", "64", "--matmul-iters", "4", "--bucket-mb", "0.25", "--bucket-mb", "4",
+                          "--matmul-n", "64", "--matmul-iters", "4", "--bucket-mib", "0.25", "--bucket-mib", "4",
                           "--shrink", "32", "--layers", "2", "--tokens", "16", "--steps", "3", "--json", "ov.json"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     doc = json.loads((tmp_path / "ov.json").read_text())
-    assert doc["schema"] == "wavefront.overlap/1" and doc["runtime"]["world_size"] == 2
+    assert doc["schema"] == "wavefront.overlap/2" and doc["runtime"]["world_size"] == 2
     (probe,) = doc["probes"]
     assert probe["size_bytes"] == 65536 and probe["exposed_comm_ms"] >= 0.0
     assert 0.0 <= probe["overlap_efficiency"] <= 1.0
     buckets = doc["ddp"]["buckets"]
-    assert [b["bucket_cap_mb"] for b in buckets] == [0.25, 4.0]
+    assert [b["bucket_cap_mib"] for b in buckets] == [0.25, 4.0]
     assert buckets[0]["n_buckets"] > buckets[1]["n_buckets"] >= 1
     for b in buckets:
         assert b["exposed_ms"] >= 0.0 and b["predicted_exposed_ms"] is not None and b["predicted_exposed_ms"] >= 0.0
         assert b["backward_ms"] > 0.0
     assert doc["all_reduce_fit"]["busbw_gbps"] > 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--bucket-mib", "0", "--nproc", "2"], "--bucket-mib values must be > 0, got [0.0]"),
+    (["--model", "llama9-1t", "--nproc", "2"], "--model:"),
+])
+def test_overlap_bad_input_exits_2_with_one_error(monkeypatch, args, message):
+    from typer.testing import CliRunner
+
+    from wavefront.cli import build_app
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    r = CliRunner().invoke(build_app(), ["overlap", *args])
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.stderr.split())
+    assert text.startswith("error:") and message in text and "Traceback" not in r.output

@@ -61,7 +61,7 @@ def test_out_of_memory_is_infeasible_with_numbers():
 
 
 def test_unknown_gpu_lists_known_ones():
-    with pytest.raises(ValueError, match="unknown GPU 'v100'; known GPUs: a100, a100-40gb, b200, h100"):
+    with pytest.raises(ValueError, match="unknown GPU 'v100'; known GPUs: a100, a100-40gb, b200, gb200, h100,"):
         make_cluster("8xv100")
     with pytest.raises(ValueError, match="COUNTxGPU"):
         make_cluster("h100")

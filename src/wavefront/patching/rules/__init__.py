@@ -1,22 +1,23 @@
 """The declarative rules, one small file per model family, and the registry that maps a Hugging Face
 ``config.model_type`` to them.
 
-Adding a family is one file here plus one line in :data:`FAMILIES`: name the family's transformers
-classes for each op (see ``llama.py`` for the shape, ``gemma.py`` for an offset norm and GeGLU, ``phi3.py``
-for a fused gate/up projection, ``gemma2.py`` for a logit softcap) and say which config attribute holds
-what the kernel needs. No model code is copied: the rules only name classes and attributes.
+A family with Llama's layout is one :func:`~wavefront.patching.rules.llama_like.llama_like` call in
+``llama_like.py``; any other family is one small file here (``gemma.py`` for an offset norm and GeGLU,
+``phi3.py`` for a fused gate/up projection, ``gemma2.py`` for a logit softcap); either way, one line in
+:data:`FAMILIES`. The rules only name transformers classes and config attributes; no model code is copied.
 """
 
 from __future__ import annotations
 
 from wavefront.patching.rule_types import Family
-from wavefront.patching.rules import gemma, gemma2, llama, mistral, phi3, qwen2, qwen3
+from wavefront.patching.rules import gemma, gemma2, phi3
+from wavefront.patching.rules.llama_like import LLAMA, MISTRAL, QWEN2, QWEN3
 
 FAMILIES: tuple[Family, ...] = (
-    llama.FAMILY,
-    mistral.FAMILY,
-    qwen2.FAMILY,
-    qwen3.FAMILY,
+    LLAMA,
+    MISTRAL,
+    QWEN2,
+    QWEN3,
     gemma.FAMILY,
     gemma2.FAMILY,
     phi3.FAMILY,

@@ -30,6 +30,7 @@ from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.regress import DEFAULT_THRESHOLD, is_regression
 
 EXIT_GOOD, EXIT_BAD, EXIT_SKIP = 0, 1, 125
+SCHEMA = "wavefront.bisect/1"
 
 
 class MeasureError(RuntimeError):
@@ -123,7 +124,11 @@ class BisectResult:
     log: str = ""
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {"schema": SCHEMA, **asdict(self)}
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.found else 1
 
 
 def _write_config(path: Path, command: MeasureCommand, baseline: Sequence[float], threshold: float,
@@ -209,6 +214,46 @@ def bisect(repo: str | Path, good: str, bad: str, command: MeasureCommand, *,
     first = m.group(1)
     return BisectResult(True, first, gitwork.subject(repo, first), good_sha, bad_sha, med(baseline),
                         med(bad_samples), steps, f"first bad commit {first[:10]}", log)
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    """What ``wavefront bisect`` asks: the op to time (or a shell `command`) between `good` and `bad`."""
+
+    good: str
+    bad: str
+    op: str | None = None
+    case: str | None = None  # default: the op's first bench case on a GPU, 'npow2' on CPU
+    mode: str = "fwd"
+    dtype: str = "bf16"
+    provider: str = "wavefront"
+    reps: int = 30
+    command: str | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    repo: str = "."
+
+    def measure_command(self) -> MeasureCommand:
+        """The check to run at each commit; ValueError when the request is inconsistent."""
+        if (self.op is None) == (self.command is None):
+            raise ValueError("give exactly one of --op NAME or --command CMD")
+        if self.threshold < 0:
+            raise ValueError(f"threshold must be >= 0; got {self.threshold}")
+        if self.command is not None:
+            return shell_command(self.command)
+        import torch
+
+        from wavefront.ops import REGISTRY
+
+        if self.op not in REGISTRY:
+            raise ValueError(f"--op: unknown op {self.op!r}; registered ops: {', '.join(sorted(REGISTRY))}")
+        case = self.case or (REGISTRY[self.op].bench_cases[0].name if torch.cuda.is_available() else "npow2")
+        return op_command(self.op, case, self.mode, self.dtype, self.provider, self.reps)
+
+
+def run(request: BisectRequest, progress: Callable[[str], None] | None = None) -> BisectResult:
+    """Bisect as the request says (see :func:`bisect`). Raises ValueError, GitError or MeasureError."""
+    return bisect(request.repo, request.good, request.bad, request.measure_command(), threshold=request.threshold,
+                  progress=progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -208,3 +208,93 @@ def _device_name(timing: str) -> str:
     import torch
 
     return torch.cuda.get_device_name()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The job behind `wavefront compare`.
+
+SCHEMA = "wavefront.compare/1"
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """Two stored runs (references as :func:`~wavefront.workbench.bench.store.open_run` reads them), or
+    with ``git=True`` two revisions of `repo` benchmarked now, interleaved."""
+
+    run_a: str
+    run_b: str
+    git: bool = False
+    ops: tuple[str, ...] = ()  # with git: ops to time (() = all)
+    cases: tuple[str, ...] = ()  # with git: case names (() = each op's bench cases on a GPU, 'npow2' on CPU)
+    modes: tuple[str, ...] = ()  # with git: () = fwd
+    providers: tuple[str, ...] = ()  # () = every provider in the runs (with git: wavefront)
+    rounds: int = 6
+    reps_per_round: int = 10
+    repo: str = "."
+    store: str = "wavefront-results.sqlite"
+
+
+@dataclass
+class CompareResult:
+    request: CompareRequest
+    a: StoredRun
+    b: StoredRun
+    deltas: list[CaseDelta]
+    notes: list[str]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return verdict_counts(self.deltas)
+
+    def as_dict(self) -> dict:
+        return {"schema": SCHEMA, "a": self.a.info.as_dict(), "b": self.b.info.as_dict(), "notes": self.notes,
+                "counts": self.counts, "cases": [d.as_dict() for d in self.deltas]}
+
+
+def empty_notes(a: StoredRun, b: StoredRun) -> list[str]:
+    """Why two runs give nothing to compare: a run without timings (a CPU `wavefront bench` times nothing
+    unless --cpu-timing), or no case in common."""
+    untimed = [name for name, r in (("A", a), ("B", b)) if not r.measurements]
+    if untimed:
+        which = "runs A and B hold" if len(untimed) == 2 else f"run {untimed[0]} holds"
+        return [f"nothing to compare: {which} no timings (only correctness rows; `wavefront bench` times on a "
+                "GPU, or on a CPU with --cpu-timing)"]
+    return ["nothing to compare: the runs share no case (op, case, mode, dtype, provider)"]
+
+
+def probe_cases(request: CompareRequest, on_gpu: bool) -> list[ProbeCase]:
+    from wavefront.ops import REGISTRY
+
+    for name in request.ops:
+        if name not in REGISTRY:
+            raise ValueError(f"unknown op {name!r}; registered ops: {', '.join(sorted(REGISTRY))}")
+    out = []
+    for name in request.ops or REGISTRY:
+        spec = REGISTRY[name]
+        names = request.cases or ([c.name for c in spec.bench_cases] if on_gpu else ["npow2"])
+        out += [ProbeCase(name, c, m, "bf16", p) for c in names for m in request.modes or ("fwd",)
+                for p in request.providers or ("wavefront",)]
+    return out
+
+
+def run(request: CompareRequest, progress: Callable[[int, int, str], None] | None = None) -> CompareResult:
+    """Compare two runs or two revisions. Raises StoreError / GitError / ValueError on bad input."""
+    if request.git:
+        import torch
+
+        a, b, deltas = compare_revisions(request.repo, request.run_a, request.run_b,
+                                         probe_cases(request, torch.cuda.is_available()), rounds=request.rounds,
+                                         reps_per_round=request.reps_per_round, progress=progress)
+    else:
+        import sqlite3
+
+        from wavefront.workbench.bench.store import StoreError, open_run
+
+        try:
+            a, b = open_run(request.run_a, request.store), open_run(request.run_b, request.store)
+        except sqlite3.Error as exc:  # a directory, a locked or damaged file
+            raise StoreError(f"cannot read the runs ({request.run_a}, {request.run_b}; store {request.store}): "
+                             f"{exc}") from None
+        deltas = compare_runs(a, b, providers=request.providers or None)
+    notes = comparability_notes(a, b) + ([] if deltas else empty_notes(a, b))
+    return CompareResult(request, a, b, deltas, notes)

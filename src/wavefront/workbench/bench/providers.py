@@ -6,7 +6,16 @@
   (``dynamic=False``): a training run has fixed shapes, and a dynamic-shape kernel would be an unfairly
   weak baseline. Each shape costs one compilation, paid in the warm-up;
 - ``liger``: Liger-Kernel, when it is installed (``pip install 'wavefront[liger]'``) and runs on the
-  device; ops map to its functions through :data:`LIGER`, the only per-op table in the harness.
+  device; ops map to its functions through :data:`LIGER`;
+- ``vendor``: the vendor BLAS (cuBLAS/cuBLASLt, hipBLASLt through torch.mm / torch.addmm) for every GEMM
+  product of ops that have one, with any epilogue as separate PyTorch ops: the op called with
+  ``provider="vendor"`` (:data:`VENDOR`). Beside ``wavefront`` (``provider="auto"``: the vendor where we fuse
+  nothing, our kernel where fusion saves a pass) it shows what the rule and the fusion gain;
+- ``sdpa_flash``, ``sdpa_cudnn``: ``F.scaled_dot_product_attention`` restricted to its FlashAttention or
+  cuDNN backend (``torch.nn.attention.sdpa_kernel``), GQA through ``enable_gqa``; ``flash_attn``: the
+  flash-attn package's ``flash_attn_func`` when installed. Attention only (:data:`ATTENTION_PEERS`).
+
+:data:`LIGER`, :data:`VENDOR` and :data:`ATTENTION_PEERS` are the only per-op tables in the harness.
 
 A provider that cannot run an op says why (:class:`Unavailable`); the harness records the reason and
 goes on.
@@ -14,6 +23,7 @@ goes on.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +31,12 @@ from typing import Any
 
 import torch
 
-PROVIDERS: tuple[str, ...] = ("wavefront", "eager", "torch_compile", "liger")
-BASELINES: tuple[str, ...] = ("eager", "torch_compile", "liger")
+PROVIDERS: tuple[str, ...] = ("wavefront", "eager", "torch_compile", "liger", "vendor", "sdpa_flash", "sdpa_cudnn",
+                              "flash_attn")
+BASELINES: tuple[str, ...] = PROVIDERS[1:]
+
+#: Ops whose function takes ``provider=`` ("auto" | "wavefront" | "vendor") to route their GEMM products.
+VENDOR: tuple[str, ...] = ("linear",)
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,49 @@ LIGER: dict[str, tuple[str, str, Callable[[Any], Callable[..., Any]]]] = {
 }
 
 
+def _no_varlen(cu_seqlens, who: str) -> None:
+    if cu_seqlens is not None:
+        raise NotImplementedError(f"{who} is measured on the dense [batch, heads, seq, head_dim] cases only")
+
+
+def _sdpa(backend: str):
+    def make():
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        chosen = getattr(SDPBackend, backend)
+
+        def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None):
+            _no_varlen(cu_seqlens, f"SDPA's {backend} backend")
+            with sdpa_kernel(chosen):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
+        return call
+    return make
+
+
+def _flash_attn():
+    try:
+        from flash_attn import flash_attn_func
+    except ImportError:
+        return Unavailable("flash-attn is not installed")
+
+    def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None):
+        _no_varlen(cu_seqlens, "flash_attn_func")
+        # flash-attn takes [batch, seq, heads, head_dim]: transposed views, unit stride kept on head_dim.
+        out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
+                              softmax_scale=scale)
+        return out.transpose(1, 2)
+    return call
+
+
+#: Attention peers: provider -> factory of a callable with wavefront.ops.attention's signature.
+ATTENTION_PEERS: dict[str, Callable[[], Any]] = {
+    "sdpa_flash": _sdpa("FLASH_ATTENTION"),
+    "sdpa_cudnn": _sdpa("CUDNN_ATTENTION"),
+    "flash_attn": _flash_attn,
+}
+
+
 def check_providers(names) -> tuple[str, ...]:
     names = tuple(names)
     for n in names:
@@ -120,6 +177,16 @@ class ProviderSet:
             return spec.eager_fn
         if provider == "torch_compile":
             return torch.compile(spec.eager_fn, dynamic=False)
+        if provider == "vendor":
+            if spec.name not in VENDOR:
+                return Unavailable(f"{spec.name!r} has no vendor-BLAS path")
+            return functools.partial(spec.fn, provider="vendor")
+        if provider in ATTENTION_PEERS:
+            if spec.name != "attention":
+                return Unavailable(f"{provider} is an attention kernel")
+            if self.device.type != "cuda":
+                return Unavailable(f"{provider} runs on GPUs only")
+            return ATTENTION_PEERS[provider]()
         return self._liger(spec)
 
     def _liger(self, spec) -> Callable[..., Any] | Unavailable:

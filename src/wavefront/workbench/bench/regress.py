@@ -208,10 +208,22 @@ def _describe(run: StoredRun) -> str:
     return f"run {i.id if i.id is not None else '-'} ({sha}, {i.device_name}, {i.created_utc})"
 
 
+def check_complete(run: StoredRun, ref: str = "") -> None:
+    """Refuse a run that `wavefront bench` marked incomplete (interrupted before it finished: its missing
+    cases would read as regressions). Runs stored before runs were marked count as complete."""
+    status = (run.info.extra or {}).get("status")
+    if status == "incomplete":
+        raise ValueError(f"run {run.info.id if run.info.id is not None else ref} is incomplete (an interrupted "
+                         "`wavefront bench`): gate a complete run")
+
+
 def gate_runs(baseline: str, current: str = "latest", *, store_path: str = "wavefront-results.sqlite",
               **options) -> GateReport:
     """The gate on two run references (a results JSON file, an SQLite store, ``FILE.sqlite:REF``, or a run
     id / ``latest`` / label in the store at `store_path`): what ``wavefront gate --baseline FILE`` calls."""
     from wavefront.workbench.bench.store import open_run
 
-    return dynamic_gate(open_run(baseline, store_path), open_run(current, store_path), **options)
+    runs = [open_run(ref, store_path) for ref in (baseline, current)]
+    for run, ref in zip(runs, (baseline, current), strict=True):
+        check_complete(run, ref)
+    return dynamic_gate(*runs, **options)

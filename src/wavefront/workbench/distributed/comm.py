@@ -25,6 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 
 import torch
 import torch.distributed as dist
@@ -295,3 +296,127 @@ def runtime_info(device: torch.device) -> dict:
             "domain": "intra" if local >= world else "inter", "torch_version": torch.__version__,
             "cpu_note": "CPU gloo timings: a correctness and method check, not a GPU or network figure"
             if device.type == "cpu" else ""}
+
+
+#: The JSON document of a collective benchmark (:meth:`CommJobResult.document`); docs/json/comm.md.
+SCHEMA = "wavefront.comm/1"
+CPU_NOTE = "CPU gloo: timings check the method on this machine; not a GPU or network performance figure."
+MODE_CHOICES = ("in-place", "out-of-place", "both")
+BACKENDS = ("auto", "nccl", "gloo")
+
+
+@dataclass(frozen=True)
+class CommRequest:
+    """What ``wavefront comm`` measures; :meth:`validate` names the first bad field as its option."""
+
+    ops: tuple[str, ...] = COLLECTIVES
+    min_bytes: int = 8
+    max_bytes: int | None = None  # None: 1 GiB on a GPU, 4 MiB on a CPU; capped at a quarter of free memory
+    mode: str = "both"
+    dtype: str = "fp32"
+    group_sizes: tuple[int, ...] | None = None  # None: the powers of two dividing the world size, and the world
+    warmup: int = 3
+    iters: int = 10
+    repeats: int = 3
+    backend: str = "auto"
+    calibration: str | None = "comm-calibration.json"  # where the alpha-beta fit is saved for the planner
+
+    def validate(self, world: int | None = None) -> None:
+        """Raise ValueError naming the option; with `world` (the launch's size), also the group sizes."""
+        unknown = [op for op in self.ops if op not in COLLECTIVES]
+        if unknown or not self.ops:
+            raise ValueError(f"--op: unknown collective {unknown[0] if unknown else ''!r}; known: "
+                             f"{', '.join(COLLECTIVES)}")
+        if self.mode not in MODE_CHOICES or self.dtype not in DTYPES or self.backend not in BACKENDS:
+            raise ValueError(f"--mode/--dtype/--backend: got {self.mode!r}/{self.dtype!r}/{self.backend!r}")
+        if self.min_bytes < 1 or (self.max_bytes is not None and self.max_bytes < self.min_bytes):
+            raise ValueError(f"need 1 <= --min-bytes <= --max-bytes, got {self.min_bytes}, {self.max_bytes}")
+        if self.warmup < 0 or self.iters < 1 or self.repeats < 1:
+            raise ValueError("--warmup must be >= 0, --iters and --repeats >= 1")
+        if self.group_sizes is not None and min(self.group_sizes, default=2) < 1:
+            raise ValueError(f"--group-size must be >= 1, got {min(self.group_sizes)}")
+        if world is not None:
+            self.groups(world)
+
+    def groups(self, world: int) -> list[int]:
+        """The group sizes to run at this world size (ranks per group, >= 2, dividing the world)."""
+        pow2 = {g for g in (2 ** k for k in range(1, world.bit_length())) if world % g == 0}
+        groups = [g for g in (self.group_sizes or sorted(pow2 | {world})) if g >= 2]
+        if not groups:
+            raise ValueError("collectives need at least 2 ranks (world size is 1)")
+        for g in groups:
+            if world % g:
+                raise ValueError(f"--group-size {g} does not divide the world size {world}")
+        return groups
+
+
+@dataclass
+class CommJobResult:
+    runtime: dict
+    config: dict
+    report: BenchReport
+    calibration: str | None
+    notes: list[str]
+
+    def document(self) -> dict:
+        """The ``wavefront comm --json`` document."""
+        return {"schema": SCHEMA, "runtime": self.runtime, "config": self.config, **self.report.as_dict(),
+                "calibration": self.calibration}
+
+
+def _memory_cap_bytes(device: torch.device, world: int) -> int:
+    """Largest S worth trying: a quarter of the free memory per rank (the buffers need about 2 x S)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free // 4)
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        avail = 1 << 30
+    return int(avail // (4 * max(1, world)))
+
+
+def _plan(request: CommRequest, device: torch.device, world: int, notes: list[str]) -> tuple[list[int], list[int]]:
+    max_bytes = request.max_bytes or (1 << 30 if device.type == "cuda" else 4 << 20)
+    cap = _memory_cap_bytes(device, world)
+    if max_bytes > cap:
+        notes.append(f"--max-bytes {max_bytes} exceeds a quarter of free memory; using {cap}")
+    return sizes_pow2(request.min_bytes, min(max_bytes, cap)), request.groups(world)
+
+
+def run(request: CommRequest, *,
+        progress: Callable[[int], Callable[[str], None]] | None = None) -> CommJobResult | None:
+    """Run the benchmark on this rank of a launched job (wavefront.workbench.distributed.launch): every rank
+    calls it; rank 0 gets the result (and saves the calibration), the others None. `progress(n_cases)`
+    returns a callback ticked once per case. Raises ValueError for a plan the world size cannot run."""
+    from wavefront.workbench.distributed.launch import init_process_group
+    from wavefront.workbench.planner.comm_model import Calibration, save_calibration
+
+    request.validate()
+    device = init_process_group(request.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    notes: list[str] = []
+    try:
+        sizes, groups = _plan(request, device, world, notes)
+        modes = ("in-place", "out-of-place") if request.mode == "both" else (request.mode,)
+        per_op = sum(len([m for m in MODES[c] if m in modes] or [1]) for c in request.ops)
+        tick = progress(per_op * len(groups) * len(sizes)) if progress is not None and rank == 0 else None
+        report = run_benchmark(request.ops, sizes, group_sizes=groups, modes=modes, dtype=request.dtype,
+                               warmup=request.warmup, iters=request.iters, repeats=request.repeats, device=device,
+                               progress=tick)
+        info = runtime_info(device)
+    finally:
+        dist.destroy_process_group()
+    if rank != 0:
+        return None
+    if request.calibration:
+        cal = Calibration(info["backend"], info["device"], world, info["domain"],
+                          datetime.now(timezone.utc).isoformat(timespec="seconds"), info["torch_version"],
+                          report.fits, report.unsupported, CPU_NOTE if device.type == "cpu" else "")
+        save_calibration(cal, request.calibration)
+        notes.append(f"calibration ({info['domain']}-node, {len(report.fits)} fits) -> {request.calibration}")
+    if device.type == "cpu":
+        notes.append(CPU_NOTE)
+    config = {"ops": list(request.ops), "sizes_bytes": sizes, "group_sizes": groups, "mode": request.mode,
+              "dtype": request.dtype, "warmup": request.warmup, "iters": request.iters, "repeats": request.repeats}
+    return CommJobResult(info, config, report, request.calibration, notes)

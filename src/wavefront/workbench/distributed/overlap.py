@@ -203,7 +203,7 @@ def predict_ddp_exposed(grad_bytes_in_param_order: Sequence[int], backward_s: fl
 
 @dataclass(frozen=True)
 class BucketResult:
-    bucket_cap_mb: float
+    bucket_cap_mib: float  # DDP's bucket_cap_mb argument, which torch multiplies by 1024 * 1024 (MiB)
     n_buckets: int
     step_ms: float  # forward + backward with the gradient all-reduce
     no_sync_ms: float  # the same under no_sync(): compute only
@@ -215,10 +215,11 @@ class BucketResult:
         return asdict(self)
 
 
-def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink: int, n_layers: int,
+def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mib: Sequence[float], *, shrink: int, n_layers: int,
                      tokens: int = 64, steps: int = 7, all_reduce: AlphaBeta | None = None,
                      device: torch.device | None = None) -> tuple[list[BucketResult], dict]:
-    """Measured vs predicted exposed all-reduce per bucket_cap_mb for a proxy of `dims` under DDP."""
+    """Measured vs predicted exposed all-reduce per bucket cap (MiB, DDP's bucket_cap_mb) for a proxy of
+    `dims` under DDP."""
     device = device or torch.device("cpu")
     def fresh() -> nn.Module:
         torch.manual_seed(0)  # the same weights for every bucket size
@@ -229,7 +230,7 @@ def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink
     h = params[0].numel()
     x = torch.randn(tokens, h, device=device)
     out = []
-    for cap in bucket_caps_mb:
+    for cap in bucket_caps_mib:
         model = nn.parallel.DistributedDataParallel(fresh(), bucket_cap_mb=cap,
                                                     device_ids=[device.index] if device.type == "cuda" else None)
 
@@ -269,3 +270,83 @@ def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mb: Sequence[float], *, shrink
     info = {"proxy_params": sum(p.numel() for p in params), "proxy_grad_bytes": sum(grad_bytes),
             "n_tensors": len(params), "shrink": shrink, "n_layers": n_layers, "tokens": tokens}
     return out, info
+
+
+#: The JSON document of the overlap probe (:meth:`OverlapJobResult.document`); docs/json/overlap.md.
+#: Version 2: bucket sizes are named in MiB (``bucket_cap_mib``; version 1 said ``bucket_cap_mb``).
+SCHEMA = "wavefront.overlap/2"
+
+
+@dataclass(frozen=True)
+class OverlapRequest:
+    """What ``wavefront overlap`` measures; :meth:`validate` names the first bad field as its option."""
+
+    size_bytes: tuple[int, ...] = (64 << 10, 1 << 20)  # all-reduce sizes for the probe
+    matmul_n: int = 256
+    matmul_iters: int = 20
+    model: str = "llama3-8b"  # preset whose gradient sizes the DDP proxy copies
+    bucket_mib: tuple[float, ...] = (0.25, 1.0, 4.0, 25.0)  # DDP bucket caps (torch's bucket_cap_mb, in MiB)
+    shrink: int = 16
+    layers: int = 4
+    tokens: int = 64
+    steps: int = 7
+    backend: str = "auto"
+
+    def validate(self, world: int | None = None) -> None:
+        """Raise ValueError naming the option (`world` is accepted for symmetry with CommRequest)."""
+        from wavefront.shapes import get_model
+
+        try:
+            get_model(self.model)
+        except ValueError as exc:
+            raise ValueError(f"--model: {exc}") from None
+        if self.backend not in ("auto", "nccl", "gloo"):
+            raise ValueError(f"--backend must be auto, nccl or gloo; got {self.backend!r}")
+        if not self.size_bytes or min(self.size_bytes) < 1:
+            raise ValueError(f"--size-bytes values must be >= 1, got {list(self.size_bytes)}")
+        if not self.bucket_mib or min(self.bucket_mib) <= 0:
+            raise ValueError(f"--bucket-mib values must be > 0, got {list(self.bucket_mib)}")
+        if min(self.matmul_n, self.matmul_iters, self.shrink, self.layers, self.tokens, self.steps) < 1:
+            raise ValueError("--matmul-n, --matmul-iters, --shrink, --layers, --tokens and --steps must be >= 1")
+
+
+@dataclass
+class OverlapJobResult:
+    runtime: dict
+    all_reduce_fit: AlphaBeta | None
+    probes: list[OverlapResult]
+    model: str
+    proxy: dict
+    buckets: list[BucketResult]
+
+    def document(self) -> dict:
+        """The ``wavefront overlap --json`` document."""
+        return {"schema": SCHEMA, "runtime": self.runtime,
+                "all_reduce_fit": self.all_reduce_fit.as_dict() if self.all_reduce_fit else None,
+                "probes": [p.as_dict() for p in self.probes],
+                "ddp": {"model": self.model, "proxy": self.proxy, "buckets": [b.as_dict() for b in self.buckets]}}
+
+
+def run(request: OverlapRequest) -> OverlapJobResult | None:
+    """Run the probe and the DDP bucket sweep on this rank of a launched job; rank 0 gets the result, the
+    others None. The prediction uses an all-reduce fit measured first in the same job."""
+    from wavefront.shapes import get_model
+    from wavefront.workbench.distributed import comm
+    from wavefront.workbench.distributed.launch import init_process_group
+
+    request.validate()
+    device = init_process_group(request.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        fit_report = comm.run_benchmark(["all_reduce"], comm.sizes_pow2(4096, 4 << 20), group_sizes=[world],
+                                        modes=("in-place",), iters=5, repeats=3, device=device)
+        fit = fit_report.fits[0] if fit_report.fits else None
+        probes = [probe_overlap(s, matmul_n=request.matmul_n, matmul_iters=request.matmul_iters, device=device)
+                  for s in request.size_bytes]
+        dims = get_model(request.model)
+        buckets, proxy = ddp_bucket_sweep(dims, request.bucket_mib, shrink=request.shrink, n_layers=request.layers,
+                                          tokens=request.tokens, steps=request.steps, all_reduce=fit, device=device)
+        info = comm.runtime_info(device)
+    finally:
+        dist.destroy_process_group()
+    return OverlapJobResult(info, fit, probes, dims.name, proxy, buckets) if rank == 0 else None

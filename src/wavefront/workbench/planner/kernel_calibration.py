@@ -1,12 +1,13 @@
 """Kernel efficiencies measured on the target GPU, read from a `wavefront bench` results store.
 
 `wavefront plan --calibrate STORE` replaces the published curves' constants with what the kernels reached
-on the GPU the plan is for. The store is the SQLite file of workbench/bench/store.py (schema version 1);
-it is read here with the sqlite3 module and nothing else, so the planner stays torch-free. Tables used:
-`schema_info` (the version), `runs` (id, device_name, device_model = the device-table key, timing) and
-`measurements` (op, case_name, mode, dtype, provider, status, dims as JSON, samples_us as JSON, flops,
-min_bytes). Only runs timed on a GPU (`timing = "gpu"`) calibrate: CPU-interpreter timings are not
-performance figures.
+on the GPU the plan is for. The store is the SQLite file of workbench/bench/store.py (schema versions
+1-2 of workbench/sqlite_schema.py); it is read here, read-only, with the sqlite3 module and nothing else,
+so the planner stays torch-free. Tables used: `schema_info` (the version), `runs` (id, device_name,
+device_model = the device-table key, timing, and from schema 2 status) and `measurements` (op,
+case_name, mode, dtype, provider, status, dims as JSON, samples_us as JSON, flops, min_bytes). Only
+finished runs timed on a GPU (`timing = "gpu"`) calibrate: CPU-interpreter timings are not performance
+figures, and a run marked incomplete or failed (schema 2) is skipped.
 
 From the newest GPU run (or the one named), per (op, case, mode, dtype) the fastest provider that
 measured it (what a stack can get: cuBLAS through eager for a GEMM, our kernel for a norm), median of its
@@ -36,7 +37,7 @@ from wavefront.workbench.hardware import GPU, get_gpu
 from wavefront.workbench.planner.kernels import attention_curve, wave_quantization
 from wavefront.workbench.planner.training import Efficiency
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSIONS = (1, 2)  # the results-file versions whose tables this reader knows
 MEMORY_BOUND_INTENSITY = 10.0  # FLOPs per minimal byte below which an op is memory-bound
 _NOT_KERNELS = ("linear", "attention", "linear_cross_entropy")
 
@@ -87,9 +88,9 @@ def _open(path: Path) -> sqlite3.Connection:
             raise ValueError(f"--calibrate: {path} is not a `wavefront bench` results store (tables: "
                              f"{', '.join(sorted(tables)) or 'none'})")
         row = db.execute("SELECT value FROM schema_info WHERE key='schema_version'").fetchone()
-        if row is None or int(row[0]) != STORE_SCHEMA_VERSION:
+        if row is None or int(row[0]) not in STORE_SCHEMA_VERSIONS:
             raise ValueError(f"--calibrate: {path} has results-store schema version {row[0] if row else None}; "
-                             f"the planner reads version {STORE_SCHEMA_VERSION}")
+                             f"the planner reads versions {', '.join(map(str, STORE_SCHEMA_VERSIONS))}")
     except sqlite3.DatabaseError as exc:
         db.close()
         raise ValueError(f"--calibrate: {path} is not an SQLite results store ({exc})") from None
@@ -100,11 +101,14 @@ def _open(path: Path) -> sqlite3.Connection:
 
 
 def _pick_run(db: sqlite3.Connection, path: Path, run_id: int | None) -> tuple[int, str, str]:
-    rows = db.execute("SELECT id, device_name, device_model, timing FROM runs ORDER BY id").fetchall()
+    columns = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+    status = "status" if "status" in columns else "'complete'"
+    rows = db.execute(f"SELECT id, device_name, device_model, timing FROM runs WHERE {status} = 'complete' "
+                      "ORDER BY id").fetchall()
     if run_id is not None:
         rows = [r for r in rows if r[0] == run_id]
         if not rows:
-            raise ValueError(f"--calibrate: no run {run_id} in {path}")
+            raise ValueError(f"--calibrate: no finished run {run_id} in {path}")
     gpu_rows = [r for r in rows if r[3] == "gpu"]
     if not gpu_rows:
         raise ValueError(f"--calibrate: {path} holds no run timed on a GPU (CPU-interpreter timings are not "

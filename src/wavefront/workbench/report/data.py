@@ -1,12 +1,16 @@
 """What the dashboard shows, gathered from the results store, the registry and other tools' JSON.
 
-- **roofline per device** (every device in the table): every op x bench case x mode in bf16 as a point
-  at its arithmetic intensity and modeled attainable TFLOP/s; measured points only from stored GPU runs
-  on that device (achieved TFLOP/s at the same intensity);
+- **one roofline** with a device selector (every device in the table): every op x bench case x mode in
+  bf16 as a point at its arithmetic intensity and modeled attainable TFLOP/s; measured points only from
+  stored GPU runs on that device (achieved TFLOP/s at the same intensity);
 - **speedups** of wavefront over each baseline, per case, from the latest GPU run (bootstrap 95% interval);
 - **history**: wavefront's median per case across stored GPU runs;
 - **correctness** of the latest run, CPU-interpreter wall times (labelled: not performance figures);
-- the **inspect** and **traffic** tables, rendered generically from their JSON documents.
+- the **inspect** heat map (kernel x target) and **traffic** bars (ours / minimum / eager) from their JSON
+  documents: those given, else the newest ones stored with a run (``ResultStore.add_document``);
+- the **fused-loss memory** result (``wavefront.lce_memory/1`` files under ``benchmarks/results/``).
+
+Only ``complete`` runs feed the charts; incomplete and failed runs are listed, marked, and left out.
 """
 
 from __future__ import annotations
@@ -23,7 +27,14 @@ from wavefront.workbench.bench.records import StoredRun
 from wavefront.workbench.bench.runnable import modes_for
 from wavefront.workbench.bench.store import ResultStore
 from wavefront.workbench.hardware import GPUS, gpu_from_device_name
-from wavefront.workbench.report.tables import Document, load_document_tables
+from wavefront.workbench.report import DEFAULT_RESULTS_DIR
+from wavefront.workbench.report.tables import (
+    LCE_MEMORY,
+    Document,
+    DocumentError,
+    load_document_tables,
+    parse_document,
+)
 from wavefront.workbench.stats import compare
 
 
@@ -79,14 +90,37 @@ class ReportData:
     correctness_run: StoredRun | None = None  # the newest run that checked correctness
     training_runs: list[dict] = field(default_factory=list)  # `wavefront train` KPIs (table train_runs)
     training_steps: dict[str, list[dict]] = field(default_factory=dict)  # newest run: variant -> steps
+    statuses: dict[int, str] = field(default_factory=dict)  # run id -> complete | incomplete | failed
+    results_dir: str | None = None  # where the committed results (lce_memory_*.json) were looked for
+
+
+def committed_results(results_dir: str | Path | None) -> list[Document]:
+    """The committed fused-loss memory results (``lce_memory_*.json``) in `results_dir`, oldest name first;
+    a file that is not such a document is skipped (the directory holds other results too)."""
+    if results_dir is None or not Path(results_dir).is_dir():
+        return []
+    out = []
+    for path in sorted(Path(results_dir).glob("lce_memory_*.json")):
+        try:
+            doc = load_document_tables(path)
+        except DocumentError:
+            continue
+        if doc.schema == LCE_MEMORY:
+            out.append(doc)
+    return out
 
 
 def modeled_points(devices=None, dtype: torch.dtype = torch.bfloat16) -> dict[str, list[Modeled]]:
     out: dict[str, list[Modeled]] = {}
     for key in devices or GPUS:
         gpu = GPUS[key]
-        out[key] = [model_case(spec, case, dtype, mode, gpu) for spec in REGISTRY.values()
-                    for case in spec.bench_cases for mode in modes_for(spec) if dtype in spec.dtypes]
+        out[key] = [
+            model_case(spec, case, dtype, mode, gpu)
+            for spec in REGISTRY.values()
+            for case in spec.bench_cases
+            for mode in modes_for(spec)
+            if dtype in spec.dtypes
+        ]
     return out
 
 
@@ -103,13 +137,27 @@ def measured_points(gpu_runs: list[StoredRun]) -> tuple[dict[str, list[MeasuredP
     for run in gpu_runs:
         key = run.info.device_model or _device_key(run.info.device_name)
         if key is None:
-            problems.append(f"run {run.info.id}: device {run.info.device_name!r} is not in the device table; "
-                            "its points are left off the rooflines")
+            problems.append(
+                f"run {run.info.id}: device {run.info.device_name!r} is not in the device table; "
+                "its points are left off the rooflines"
+            )
             continue
         for m in run.measurements:
             if m.ok and m.tflops is not None and m.min_bytes:
-                out.setdefault(key, []).append(MeasuredPoint(key, run.info.id, m.op, m.case, m.mode, m.provider,
-                                                             m.flops / m.min_bytes, m.tflops, m.median_us, m.gbps))
+                out.setdefault(key, []).append(
+                    MeasuredPoint(
+                        key,
+                        run.info.id,
+                        m.op,
+                        m.case,
+                        m.mode,
+                        m.provider,
+                        m.flops / m.min_bytes,
+                        m.tflops,
+                        m.median_us,
+                        m.gbps,
+                    )
+                )
     return out, problems
 
 
@@ -130,8 +178,9 @@ def speedups(run: StoredRun) -> list[Speedup]:
                 continue
             c = compare(other.samples_us, ours.samples_us)
             ok = c.ci_low == c.ci_low  # NaN when too few samples
-            out.append(Speedup(*key, base, c.speedup, 1 / c.ci_high if ok else None, 1 / c.ci_low if ok else None,
-                               c.verdict))
+            out.append(
+                Speedup(*key, base, c.speedup, 1 / c.ci_high if ok else None, 1 / c.ci_low if ok else None, c.verdict)
+            )
     return out
 
 
@@ -140,26 +189,66 @@ def history(gpu_runs: list[StoredRun]) -> list[HistoryPoint]:
     for run in gpu_runs:
         for m in run.measurements:
             if m.ok and m.provider == "wavefront":
-                out.append(HistoryPoint(run.info.id, run.info.created_utc, run.info.git_sha, run.info.device_name,
-                                        f"{m.op}/{m.case}/{m.mode}/{m.dtype}", m.median_us))
+                out.append(
+                    HistoryPoint(
+                        run.info.id,
+                        run.info.created_utc,
+                        run.info.git_sha,
+                        run.info.device_name,
+                        f"{m.op}/{m.case}/{m.mode}/{m.dtype}",
+                        m.median_us,
+                    )
+                )
     return out
 
 
-def build_report_data(store_path: str | Path | None, documents: list[str | Path] = (), *,
-                      title: str = "wavefront dashboard", devices=None) -> ReportData:
-    """Everything the dashboard shows; a missing store gives the modeled charts alone."""
-    runs, loaded = [], []
-    if store_path is not None and Path(store_path).exists():
+def build_report_data(
+    store_path: str | Path | None,
+    documents: list[str | Path] = (),
+    *,
+    title: str = "wavefront dashboard",
+    devices=None,
+    results_dir: str | Path | None = DEFAULT_RESULTS_DIR,
+) -> ReportData:
+    """Everything the dashboard shows. `store_path` None: the modeled charts and the documents alone; a
+    path that does not exist or is not a results store raises StoreError. `documents` are checked
+    (DocumentError on a schema the dashboard does not show); documents stored with runs fill in the
+    schemas not given."""
+    runs, loaded, statuses, stored = [], [], {}, {}
+    docs = [load_document_tables(p) for p in documents]
+    if store_path is not None:
         with ResultStore(store_path, create=False) as st:
             runs = st.runs()
-            loaded = [st.load(int(r.id)) for r in runs]
+            statuses = st.statuses()
+            loaded = [st.load(int(r.id)) for r in runs if statuses[int(r.id)] == "complete"]
+            stored = st.documents()
+    given, unreadable = {d.schema for d in docs}, []
+    for name, (run_id, body) in sorted(stored.items()):
+        try:
+            doc = parse_document(body, f"{name} (stored with run {run_id})")
+        except DocumentError as exc:  # stored by another version of its tool: say so, show the rest
+            unreadable.append(f"not shown: {exc}")
+            continue
+        if doc.schema not in given:
+            docs.append(doc)
+    docs += [d for d in committed_results(results_dir) if d.source not in {x.source for x in docs}]
     gpu_runs = [r for r in loaded if r.info.is_gpu]
     measured, problems = measured_points(gpu_runs)
-    docs = [load_document_tables(p) for p in documents]
-    data = ReportData(title, runs, loaded[-1] if loaded else None, gpu_runs[-1] if gpu_runs else None,
-                      modeled_points(devices), measured, speedups(gpu_runs[-1]) if gpu_runs else [],
-                      history(gpu_runs), docs, problems,
-                      next((r for r in reversed(loaded) if r.correctness), None))
+    data = ReportData(
+        title,
+        runs,
+        loaded[-1] if loaded else None,
+        gpu_runs[-1] if gpu_runs else None,
+        modeled_points(devices),
+        measured,
+        speedups(gpu_runs[-1]) if gpu_runs else [],
+        history(gpu_runs),
+        docs,
+        problems + unreadable,
+        next((r for r in reversed(loaded) if r.correctness), None),
+    )
+    data.statuses = statuses
+    data.results_dir = str(results_dir) if results_dir is not None else None
     if store_path is not None:
         data.training_runs, data.training_steps = training(store_path)
     return data

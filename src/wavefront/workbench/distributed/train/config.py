@@ -9,12 +9,16 @@ divide, a parallel plan that does not fit the number of processes, and so on.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 PARALLEL_PLANS = ("auto", "single", "ddp", "fsdp2")
 DTYPES = ("auto", "fp32", "bf16")
-VARIANTS = ("baseline", "wavefront")
+#: What ``--compare`` can run side by side: Hugging Face's own PyTorch code ("baseline", or "eager" by the
+#: name users know it under), ``torch.compile`` of that model, Liger-Kernel's patch (when installed), and
+#: wavefront's patch.
+VARIANTS = ("baseline", "eager", "compile", "liger", "wavefront")
 
 
 class ConfigError(ValueError):
@@ -37,7 +41,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     dtype: str = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
     attn_implementation: str = "sdpa"
-    variants: tuple[str, ...] = ("wavefront",)  # ("baseline", "wavefront") with --compare
+    variants: tuple[str, ...] = ("wavefront",)  # ("baseline", "wavefront") with --compare; see VARIANTS
     patch_options: dict = field(default_factory=dict)
     strict_patch: bool = False
     checkpoint_dir: str | None = None
@@ -103,11 +107,16 @@ class TrainConfig:
         if self.attn_implementation not in ("sdpa", "eager"):
             bad(f"--attn-implementation must be sdpa or eager, got {self.attn_implementation!r}")
         if not self.variants or any(v not in VARIANTS for v in self.variants):
-            bad(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
+            bad(f"--compare: variants must be among {', '.join(VARIANTS)}, got {','.join(self.variants)}")
+        if len(set(self.variants)) != len(self.variants) or {"baseline", "eager"} <= set(self.variants):
+            bad(f"--compare: each variant once ('baseline' and 'eager' are the same), got {','.join(self.variants)}")
         if self.checkpoint_every < 0:
             bad(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
         if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
             bad("--checkpoint-every and --resume need --checkpoint-dir")
+        if self.checkpoint_dir:
+            root = Path(self.checkpoint_dir)
+            _check_dir("--checkpoint-dir", root, [root / v for v in self.variants])
         if len(self.variants) > 1 and (self.checkpoint_every or self.resume):
             bad("--compare measures two back-to-back runs from the same start; checkpointing and --resume apply "
                 "to single-variant runs")
@@ -126,6 +135,8 @@ class TrainConfig:
                 get_gpu(self.gpu)
             except ValueError as e:
                 bad(f"--gpu: {e}")
+        if self.store and Path(self.store).is_dir():
+            bad(f"--store: {self.store!r} is a directory; give the path of an SQLite results file")
         if self.store:
             from wavefront.workbench.distributed.train.store import check_store
 
@@ -137,7 +148,7 @@ class TrainConfig:
             bad(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.inject_failure is not None and not 0 <= self.inject_failure[0] < world_size:
             bad(f"--inject-failure rank {self.inject_failure[0]} is outside the {world_size} launched ranks")
-        from wavefront.patching.report import OPS
+        from wavefront.patching.table import OPS
 
         unknown = set(self.patch_options) - set(OPS)
         if unknown:
@@ -146,6 +157,39 @@ class TrainConfig:
             max_pos = PRESETS[self.model].config.get("max_position_embeddings")
             if max_pos and self.seq_len > max_pos:
                 bad(f"--seq-len {self.seq_len} exceeds the model's max_position_embeddings {max_pos}")
+
+
+def _check_dir(option: str, root: Path, subdirs: list[Path]) -> None:
+    """A directory the run will create or use: no file in the way, and writable where it exists."""
+    for path in (root, *subdirs):
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{option}: {str(path)!r} is a file, not a directory")
+    existing = next((p for p in (root, *root.resolve().parents) if p.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option}: {str(root)!r} cannot be created or written ({existing} is not writable)")
+
+
+def parse_patch_ops(text: str) -> dict[str, bool]:
+    """"rms_norm,rope" -> every patchable op on or off (see wavefront.patching.table)."""
+    from wavefront.patching.table import OPS
+
+    wanted = {o.strip() for o in text.split(",") if o.strip()}
+    unknown = wanted - set(OPS)
+    if unknown:
+        raise ConfigError(f"--patch-ops: unknown op(s) {', '.join(sorted(unknown))}; ops: {', '.join(OPS)}")
+    return {op: op in wanted for op in OPS}
+
+
+def parse_variants(text: str | None) -> tuple[str, ...]:
+    """``--compare`` alone -> baseline and wavefront; ``--compare eager,compile,liger,wavefront`` -> those."""
+    if text is None:
+        return ("baseline", "wavefront")
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown or not names:
+        raise ConfigError(f"--compare: unknown variant(s) {', '.join(unknown) or repr(text)} (known: "
+                          f"{','.join(VARIANTS)})")
+    return names
 
 
 def parse_step_range(text: str) -> tuple[int, int]:

@@ -56,6 +56,9 @@ from wavefront.workbench.distributed.train.kpi import (
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_NONFINITE, EXIT_INTERRUPTED = 1, 2, 3, 4
 
+#: The JSON document of a training run (:meth:`TrainResult.document`); docs/json/train.md.
+SCHEMA = "wavefront.train/1"
+
 
 class TrainFailure(RuntimeError):
     """The run stopped; ``exit_code`` and a one-line message for the CLI."""
@@ -75,6 +78,7 @@ class VariantResult:
     trace_paths: list[str] = field(default_factory=list)
     resumed_from_step: int | None = None
     history_losses: list[float] = field(default_factory=list)  # losses of steps before a resume
+    notes: list[str] = field(default_factory=list)  # what the reader must know (resume fallback, skips)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -88,14 +92,19 @@ class TrainResult:
     config: dict
     provenance: dict
     variants: list[VariantResult]
-    comparison: dict | None
+    comparison: dict | None  # wavefront vs the first variant (the reference), when both ran
     out_dir: str
     store: str | None
+    comparisons: dict[str, dict] = field(default_factory=dict)  # every other variant vs the reference
 
     def as_dict(self) -> dict:
         return {"run_id": self.run_id, "config": self.config, "provenance": self.provenance,
                 "variants": [v.as_dict() for v in self.variants], "comparison": self.comparison,
-                "out_dir": self.out_dir, "store": self.store}
+                "comparisons": self.comparisons, "out_dir": self.out_dir, "store": self.store}
+
+    def document(self) -> dict:
+        """The ``wavefront train --json`` document."""
+        return {"schema": SCHEMA, **self.as_dict()}
 
 
 @dataclass
@@ -218,6 +227,10 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             result.patch_report = wavefront.patch(model, **_patch_options(cfg)).as_dict()
         except wavefront.patching.PatchError as e:
             raise TrainFailure(str(e), EXIT_CONFIG) from None
+    elif variant == "liger":
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        _apply_liger_kernel_to_instance(model=model)
     if cfg.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
@@ -228,6 +241,8 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     model.to(env.device).train()
     inner = model
     model = _wrap(model, env)
+    if variant == "compile":
+        inner.compile()  # nn.Module.compile: the same module object, its calls go through torch.compile
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, **({"fused": True} if env.device.type == "cuda"
                                                                 and env.plan != "fsdp2" else {}))
     clock = _Clock(env.device)
@@ -241,7 +256,10 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
 
     start_step = 0
     if cfg.resume:
-        meta = train_checkpoint.latest(_ckpt_dir(cfg, variant))
+        point = train_checkpoint.resume_point(_ckpt_dir(cfg, variant))
+        meta = point.meta
+        if point.note:
+            result.notes.append(point.note)
         if meta is not None:
             for key in ("global_batch", "seq_len", "model"):
                 if meta.get(key) != getattr(cfg, key):
@@ -420,9 +438,14 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
     prov = _provenance(env)
     peak, device_row = device_peak(env.device, cfg.gpu, cfg.peak_tflops, env.bf16)
     results: list[VariantResult] = []
-    for variant in cfg.variants:
+    for variant in run_order(cfg.variants):
         v = VariantResult(variant, "running")
         results.append(v)
+        missing = unavailable(variant)
+        if missing:
+            v.status = f"skipped: {missing}"
+            v.notes.append(f"{variant}: skipped, {missing}")
+            continue
         try:
             _run_variant(cfg, env, variant, peak, device_row, out_dir, on_step, v.steps, v)
             v.status = "ok"
@@ -443,11 +466,34 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
                                f"{first}") from e
         if env.rank == 0:
             _store_variant(cfg, run_id, prov, v)
-    comparison = None
-    if len(results) == 2 and all(r.summary for r in results):
-        comparison = compare(results[0].summary, results[1].summary, [r.loss for r in results[0].steps],
-                             [r.loss for r in results[1].steps])
-    return TrainResult(run_id, cfg.as_dict(), prov, results, comparison, str(out_dir), cfg.store)
+    comparisons = _compare_all(results)
+    return TrainResult(run_id, cfg.as_dict(), prov, results, comparisons.get("wavefront"), str(out_dir), cfg.store,
+                       comparisons)
+
+
+def run_order(variants: tuple[str, ...]) -> list[str]:
+    """The order the variants run in: as given, except Liger last (its patch also rebinds functions in
+    transformers' modeling modules for the rest of the process, which would leak into later variants)."""
+    return [v for v in variants if v != "liger"] + [v for v in variants if v == "liger"]
+
+
+def unavailable(variant: str) -> str | None:
+    """Why a variant cannot run in this environment (a missing optional package), or None."""
+    import importlib.util
+
+    if variant == "liger" and importlib.util.find_spec("liger_kernel") is None:
+        return "Liger-Kernel is not installed (pip install liger-kernel)"
+    return None
+
+
+def _compare_all(results: list[VariantResult]) -> dict[str, dict]:
+    """Each measured variant against the first one (the reference), keyed by variant."""
+    done = [r for r in results if r.summary]
+    if len(done) < 2 or done[0] is not results[0]:
+        return {}
+    ref = done[0]
+    return {r.variant: compare(ref.summary, r.summary, [x.loss for x in ref.steps], [x.loss for x in r.steps])
+            for r in done[1:]}
 
 
 def _broadcast_str(text: str, env: _Env) -> str:

@@ -1,0 +1,192 @@
+"""The verbs' shared vocabulary: option types, the one progress factory, tables that fit, one-line errors.
+
+Verb modules import this module and cli._output, never each other. Choices are typer Enums and ranges
+are typer min/max, so typer validates them and ``--help`` shows them; the choice lists mirror library
+constants (tests/cli/test_common.py checks they agree) so that ``wavefront --help`` imports no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from enum import Enum
+from typing import Annotated
+
+import typer
+from typer.core import TyperCommand
+
+from wavefront.cli._output import console, err_console, fail
+
+
+class DType(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class Mode(str, Enum):
+    fwd = "fwd"
+    bwd = "bwd"
+    fwd_bwd = "fwd_bwd"
+
+
+class Provider(str, Enum):
+    wavefront = "wavefront"
+    eager = "eager"
+    torch_compile = "torch_compile"
+    liger = "liger"
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+#: The GPU compile targets of `wavefront inspect` (runtime.DEFAULT_TARGETS).
+ALL_TARGETS = "sm_80,sm_90,sm_100,gfx90a,gfx942,gfx1100"
+
+JsonOut = Annotated[str | None, typer.Option("--json", help="Write the result document to this file ('-': stdout).")]
+OpsOption = Annotated[list[str] | None, typer.Option("--op", help="Only this registered op (repeatable).")]
+TargetsOption = Annotated[str, typer.Option(help="Comma-separated compile targets.")]
+
+
+def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
+    """Enum options as the plain strings the library requests take."""
+    return tuple(i.value for i in items or ())
+
+
+#: click's UsageError as this typer uses it (typer >= 0.26 ships its own copy of click): the base of a bad
+#: choice, a value out of range, a missing option and an unknown option.
+_UsageError = typer.BadParameter.__mro__[1]
+
+
+class VerbCommand(TyperCommand):
+    """A command whose usage errors (a bad choice, a value out of range, a missing option) print one line
+    on stderr and exit 2, like every other bad input, instead of typer's usage panel."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _UsageError as exc:
+            fail(exc.format_message().replace("Value error, ", ""))
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _UsageError as exc:  # typer converts and checks values when it invokes the command
+            fail(exc.format_message().replace("Value error, ", ""))
+
+
+def command(app: typer.Typer, name: str) -> Callable:
+    """``app.command(name)`` with one-line usage errors."""
+    return app.command(name, cls=VerbCommand)
+
+
+@contextlib.contextmanager
+def request_errors() -> Iterator[None]:
+    """A library RequestError (a bad request field) becomes one line naming its CLI option, exit 2."""
+    from wavefront.workbench.static.jobs import RequestError
+
+    try:
+        yield
+    except RequestError as exc:
+        fail(f"--{exc.argument.replace('_', '-')}: {exc.message}")
+
+
+class Bars:
+    """The one progress factory: a bar per phase, each with its count, elapsed time and ETA, on stderr.
+    ``bars.phase(name)`` is an ``on_progress(done, total, what)`` callback for the library jobs."""
+
+    def __init__(self, enabled: bool = True):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(TextColumn("[bold]{task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                  TextColumn("{task.description}"), console=err_console, disable=not enabled,
+                                  transient=True)
+        self._tasks: dict[str, object] = {}
+        self._started = False
+
+    def __enter__(self) -> Bars:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._started:
+            self._progress.stop()
+
+    def update(self, phase: str, done: int, total: int, what: str = "") -> None:
+        if not self._started:  # started on the first report: a job that fails at once prints no bar
+            self._progress.start()
+            self._started = True
+        if phase not in self._tasks:
+            self._tasks[phase] = self._progress.add_task("", total=None, phase=phase)
+        self._progress.update(self._tasks[phase], completed=done, total=total or None, description=what)
+
+    def phase(self, name: str) -> Callable[[int, int, str], None]:
+        return lambda done, total, what="": self.update(name, done, total, what)
+
+
+#: The narrowest a wrapping text column gets before low-value columns are dropped instead.
+TEXT_MIN_WIDTH = 14
+
+
+class FitTable:
+    """A table that never cuts a number. Numeric columns never wrap or truncate; text columns fold (wrap
+    anywhere) down to TEXT_MIN_WIDTH; columns empty in every row ("", "-") are hidden; and if the table
+    still does not fit the terminal, the `droppable` columns go, in order (their values stay in --json)."""
+
+    def __init__(self, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *,
+                 numeric: Sequence[str] = (), droppable: Sequence[str] = ()):
+        self.title, self.headers, self.rows = title, list(headers), [list(map(str, r)) for r in rows]
+        self.numeric, self.droppable = set(numeric), list(droppable)
+        self.keep = [h for i, h in enumerate(headers)
+                     if not rows or any(str(r[i]).strip() not in ("", "-") for r in rows)]
+        self.dropped: list[str] = []
+
+    def build(self, keep: Sequence[str], narrowest: bool = False):
+        from rich import box
+        from rich.table import Table
+
+        out = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                    collapse_padding=True)
+        idx = [self.headers.index(h) for h in keep]
+        for h in keep:
+            num = h in self.numeric
+            out.add_column(h, justify="right" if num else "left", no_wrap=num, overflow="fold",
+                           min_width=None if num else TEXT_MIN_WIDTH,
+                           width=TEXT_MIN_WIDTH if narrowest and not num else None)
+        for r in self.rows:
+            out.add_row(*(r[i] for i in idx))
+        return out
+
+    def __rich_console__(self, console, options):
+        from rich.measure import Measurement
+
+        keep = list(self.keep)
+        unbounded = options.update(max_width=1 << 16)
+        for name in self.droppable:
+            # The narrowest layout: text columns at their minimum, numbers whole.
+            if Measurement.get(console, unbounded, self.build(keep, narrowest=True)).maximum <= options.max_width:
+                break
+            if name in keep:
+                keep.remove(name)
+                self.dropped.append(name)
+        yield self.build(keep)
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: Sequence[str] = (),
+          droppable: Sequence[str] = ()) -> FitTable:
+    """See :class:`FitTable`."""
+    return FitTable(title, headers, rows, numeric=numeric, droppable=droppable)
+
+
+def note(text: str) -> None:
+    """A dim note on stdout, one logical line (never broken inside a phrase by the terminal width)."""
+    console.print(f"[dim]{text}[/]", soft_wrap=True, highlight=False)

@@ -1,0 +1,155 @@
+"""The job behind ``wavefront gate``: the static half and the perf half in one call, with the policy of
+which ``--baseline`` feeds which half.
+
+    from wavefront.workbench.bench.gate_job import GateRequest, run
+    result = run(GateRequest(baseline=("benchmarks/baselines/static.json",)))
+    result.as_dict()      # wavefront.gate/1; result.exit_code: 0 pass, 1 regression
+
+Policy: a baseline whose JSON schema is the static baseline's feeds the static half; any other baseline
+(a results document or store) feeds the perf half; with ``static=True`` and no static baseline, a
+missing ``.json`` baseline is taken as the static baseline to create (``update``) or to report missing.
+Bad input (an unreadable or absent baseline, inspect/traffic documents without a list of rows, an
+interrupted run) raises :class:`~wavefront.workbench.static.jobs.RequestError`: it is a usage error
+(exit 2), never a regression (exit 1).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from wavefront import runtime
+from wavefront.workbench.static import gate as g
+from wavefront.workbench.static.jobs import RequestError, read_document
+
+#: on_progress(phase, done, total, what)
+ProgressFn = Callable[[str, int, int, str], None]
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    static: bool = False
+    baseline: tuple[str, ...] = ()
+    current: str = "latest"  # the run the perf half judges
+    store: str = "wavefront-results.sqlite"  # where `current` (and a run-reference baseline) live
+    threshold: float = 0.05
+    update: bool = False  # rewrite the static baseline from the present state
+    targets: tuple[str, ...] = runtime.DEFAULT_TARGETS
+    inspect: str | None = None  # a `wavefront inspect --json` document instead of compiling
+    traffic: str | None = None  # a `wavefront traffic --json` document instead of counting
+
+
+@dataclass
+class GateResult:
+    halves: list[g.HalfResult]
+    perf_markdown: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(h.passed for h in self.halves)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def as_dict(self) -> dict:
+        doc = g.gate_document(self.halves)
+        if self.perf_markdown is not None:
+            doc["perf_markdown"] = self.perf_markdown
+        return doc
+
+
+def split_baselines(request: GateRequest) -> tuple[Path | None, str | None]:
+    """(the static baseline, the perf baseline) of a request; see the module docstring."""
+    paths = [Path(b) for b in request.baseline]
+    static = [p for p in paths if g.is_static_baseline(p)]
+    perf = [p for p in paths if p not in static]
+    if request.static and not static:
+        absent = [p for p in perf if p.suffix == ".json" and not p.exists()]
+        if absent:
+            static, perf = absent[:1], [p for p in perf if p != absent[0]]
+    if len(static) > 1 or len(perf) > 1:
+        raise RequestError("baseline", "give at most one static baseline and one perf baseline")
+    if not (request.static or static or perf):
+        raise RequestError("baseline", "choose a gate half: --static (machine code and bytes) and/or --baseline "
+                                       "PERF (timings from `wavefront bench`)")
+    static_path = static[0] if static else (g.DEFAULT_STATIC_BASELINE if request.static else None)
+    return static_path, str(perf[0]) if perf else None
+
+
+def _static_half(request: GateRequest, path: Path, on_progress: ProgressFn) -> g.HalfResult:
+    from wavefront.workbench.static import jobs
+
+    base = None
+    if not request.update:
+        try:
+            base = g.load_baseline(path)
+        except (OSError, ValueError, AttributeError) as exc:
+            raise RequestError("baseline", str(exc)) from None
+    # Documents first: a bad one fails in a second, not after minutes of compiling.
+    inspect_doc = read_document(request.inspect, "inspect", row_keys=("key",)) if request.inspect else None
+    traffic_doc = read_document(request.traffic, "traffic", row_keys=("key",)) if request.traffic else None
+    if traffic_doc is None:
+        jobs.use_interpreter()  # before any kernel module loads
+    if inspect_doc is None:
+        inspect_doc = jobs.inspect(jobs.InspectRequest(targets=request.targets),
+                                   lambda d, t, w: on_progress("compile", d, t, w)).as_dict()
+    if traffic_doc is None:
+        traffic_doc = jobs.traffic(jobs.TrafficRequest(marginal=False),
+                                   lambda d, t, w: on_progress("traffic", d, t, w)).as_dict()
+    if request.update:
+        g.write_baseline(g.static_snapshot(inspect_doc, traffic_doc), path)
+        n = len(inspect_doc["rows"]) + len(traffic_doc["rows"])
+        return g.HalfResult("static", notes=[f"baseline rewritten: {path} ({n} rows)"], compared=0)
+    return g.static_half(inspect_doc, traffic_doc, base)
+
+
+def _open(ref: str, store: str, argument: str):
+    from wavefront.workbench.bench.regress import check_complete
+    from wavefront.workbench.bench.store import StoreError, open_run
+
+    if Path(ref).is_dir():
+        raise RequestError(argument, f"{ref} is a directory; give a results document, store or run reference")
+    if Path(ref).suffix in (".json", ".sqlite") and not Path(ref).exists():
+        raise RequestError(argument, f"no such file: {ref}")
+    try:
+        run = open_run(ref, store)
+        check_complete(run, ref)
+    except (StoreError, sqlite3.Error, OSError, ValueError, KeyError, TypeError) as exc:
+        raise RequestError(argument, f"cannot read {ref}: {exc}") from None
+    return run
+
+
+def _perf_half(request: GateRequest, baseline_ref: str) -> tuple[g.HalfResult, str]:
+    from wavefront.workbench.bench.regress import dynamic_gate
+
+    if Path(request.store).is_dir():
+        raise RequestError("store", f"{request.store} is a directory; give the results store file")
+    baseline = _open(baseline_ref, request.store, "baseline")
+    current = _open(request.current, request.store, "current")
+    try:
+        report = dynamic_gate(baseline, current, threshold=request.threshold)
+    except ValueError as exc:  # different devices or timing kinds: not comparable
+        raise RequestError("baseline", str(exc)) from None
+    findings = [g.Finding("perf", r.label, r.status, r.why or r.status) for r in report.failures]
+    notes = list(report.notes) + ([] if report.rows else ["the runs hold no timings: nothing to gate (a CPU "
+                                                           "`wavefront bench` times only with --cpu-timing)"])
+    half = g.HalfResult("perf", findings=findings, notes=notes, compared=len(report.rows))
+    return half, report.markdown()
+
+
+def run(request: GateRequest, on_progress: ProgressFn | None = None) -> GateResult:
+    """Run the gate's halves; see the module docstring. Raises RequestError on bad input."""
+    if request.threshold < 0:
+        raise RequestError("threshold", f"must be >= 0; got {request.threshold}")
+    static_path, perf_ref = split_baselines(request)
+    progress = on_progress or (lambda *a: None)
+    result = GateResult([])
+    if static_path is not None:
+        result.halves.append(_static_half(request, static_path, progress))
+    if perf_ref is not None:
+        half, result.perf_markdown = _perf_half(request, perf_ref)
+        result.halves.append(half)
+    return result

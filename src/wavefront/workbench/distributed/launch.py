@@ -1,0 +1,101 @@
+"""Starting the ranks of a distributed job: under torchrun, re-launched under torchrun, or spawned here.
+
+Every job in this package (``train``, ``comm``, ``overlap``) runs on every rank. A job started by hand
+either re-runs its own command line under torchrun (:func:`relaunch_under_torchrun`, what ``train
+--nproc-per-node`` does) or spawns local processes that each call the job (:func:`spawn`, what ``comm
+--nproc`` does).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+
+class LaunchError(RuntimeError):
+    """A rank failed, or the job could not be started; ``exit_code`` for the command line."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def under_launcher() -> bool:
+    """Whether this process is a rank of a launched job (torchrun sets RANK and WORLD_SIZE)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(backend: str):
+    """Initialise the default process group from the environment; returns this rank's device.
+    backend: "auto" (nccl with GPUs, else gloo), "nccl" or "gloo"."""
+    import torch
+    import torch.distributed as dist
+
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    else:
+        # Each rank gets an equal share of the cores instead of every rank spinning up all of them.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+    return device
+
+
+def _rank_main(local_rank: int, world: int, port: int, fn: Callable, request) -> None:
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
+                       "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world)})
+    fn(request)
+
+
+def spawn(fn: Callable, request, nproc: int) -> None:
+    """Run ``fn(request)`` on `nproc` local ranks (a free rendezvous port); `fn` must be importable by
+    name (a module-level function). Raises LaunchError with the failing rank's last message."""
+    import torch.multiprocessing as mp
+
+    try:
+        mp.spawn(_rank_main, args=(nproc, free_port(), fn, request), nprocs=nproc, join=True)
+    except mp.ProcessRaisedException as exc:
+        last = [line for line in str(exc).strip().splitlines() if line.strip()][-1]
+        raise LaunchError(f"a rank failed: {last}") from None
+    except mp.ProcessExitedException as exc:
+        if exc.exit_code not in (0, None):
+            raise LaunchError(f"a rank exited with code {exc.exit_code}", exc.exit_code) from None
+
+
+def relaunch_under_torchrun(argv: Sequence[str], nproc: int, drop_option: str) -> int:
+    """Re-run ``python -m wavefront <argv>`` under torchrun with `nproc` processes, without `drop_option`
+    (and its value). Relays the ranks' stderr minus torchrun's own tracebacks (each rank already printed
+    one clear line); returns torchrun's exit code."""
+    clean: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == drop_option:
+            skip = True
+        elif not arg.startswith(f"{drop_option}="):
+            clean.append(arg)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "wavefront", *clean]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    in_agent_report = False
+    for line in proc.stderr:
+        if line.startswith("Traceback") or "ChildFailedError" in line:
+            in_agent_report = True
+        if not in_agent_report and "distributed/elastic" not in line and "distributed.elastic" not in line:
+            sys.stderr.write(line)
+    return proc.wait()
