@@ -8,6 +8,7 @@ An unknown GPU is an error listing the known ones: there is no silent fallback t
 
 Sources (also in ../shared/facts/devices.md):
   A100:   NVIDIA A100 datasheet (r4); glennklockwood.com/garden/processors/A100.
+  A100 40GB: NVIDIA A100 datasheet r4 (40 GB HBM2 at 1,555 GB/s; compute as the 80GB part).
   H100:   NVIDIA H100 datasheet (its 1,979 TFLOPS BF16 is with sparsity; dense is half);
           glennklockwood.com/garden/processors/h100 for dense matrix values.
   H200:   NVIDIA H200 product page (https://www.nvidia.com/en-us/data-center/h200/); same GH100 compute.
@@ -85,16 +86,40 @@ GPUS: dict[str, GPU] = {
     for g in (
         GPU("a100", "NVIDIA A100 80GB SXM", "nvidia", "sm_80", 312.0, None, 156.0, 19.5, 2.039, 80, 40, 0,
             108, 400, 300, 1.50, "NVIDIA A100 datasheet r4; NVLink3 600 GB/s bidirectional"),
+        GPU("a100-40gb", "NVIDIA A100 40GB SXM", "nvidia", "sm_80", 312.0, None, 156.0, 19.5, 1.555, 40, 40, 0,
+            108, 400, 300, None, "NVIDIA A100 datasheet r4 (40 GB HBM2, 1,555 GB/s); same GA100 compute as the 80GB"),
         GPU("h100", "NVIDIA H100 SXM", "nvidia", "sm_90", 989.4, 1978.9, 494.7, 66.9, 3.35, 80, 50, 0,
             132, 700, 450, 2.99, "NVIDIA H100 datasheet (dense = half the sparse headline); NVLink4 900 GB/s"),
         GPU("h200", "NVIDIA H200 SXM", "nvidia", "sm_90", 989.4, 1978.9, 494.7, 66.9, 4.8, 141, 50, 0,
             132, 700, 450, 3.80, "NVIDIA H200 product page; same GH100 compute as H100"),
+        # H100 PCIe / NVL: NVIDIA H100 datasheet (Technical Specifications table; its tensor figures are with
+        # sparsity, dense is half): PCIe BF16 1,513 -> 756.5, FP8 3,026, TF32 756, FP32 51 TFLOPS, 80 GB HBM2e at
+        # 2 TB/s, 114 SMs, 350 W; NVL BF16 1,671 -> 835.5, FP8 3,341, TF32 835, FP32 60, 94 GB HBM3 at 3.9 TB/s,
+        # 132 SMs, 350-400 W. (torchtitan's get_peak_flops uses the same dense 756e12 and 835e12.) Their NVLink
+        # bridge (600 GB/s) joins pairs only, so an 8-GPU server's collectives run over PCIe Gen5 x16: 64 GB/s
+        # per direction (the datasheet's 128 GB/s both ways).
+        GPU("h100-pcie", "NVIDIA H100 PCIe", "nvidia", "sm_90", 756.5, 1513.0, 378.0, 51.0, 2.0, 80, 50, 0,
+            114, 350, 64, None, "NVIDIA H100 datasheet (PCIe column, dense = half the sparse figures)"),
+        GPU("h100-nvl", "NVIDIA H100 NVL", "nvidia", "sm_90", 835.5, 1670.5, 417.5, 60.0, 3.9, 94, 50, 0,
+            132, 400, 64, None, "NVIDIA H100 datasheet (NVL column, dense = half the sparse figures)"),
         GPU("b200", "NVIDIA B200 (HGX, 1000 W)", "nvidia", "sm_100", 2250.0, 4500.0, 1125.0, 80.0, 8.0, 180,
             126, 0, 148, 1000, 900, 5.00, "DGX B200 datasheet; chipsandcheese B200; NVLink5 1.8 TB/s"),
+        # GB200: one Blackwell GPU of a GB200 NVL72 rack, from NVIDIA's GB200 NVL72 specifications (per rack, with
+        # sparsity: FP8 720 PF, FP16/BF16 360 PF, TF32 180 PF; FP32 5,760 TF; 13.4 TB HBM3e at 576 TB/s; NVLink
+        # 130 TB/s) divided by 72 GPUs and halved for dense. Not on that page, assumed: 148 SMs and 126 MB L2 (the
+        # B200 die pair, chipsandcheese) and 1,200 W per GPU. The 72-GPU NVLink domain: --gpus-per-node 72.
+        GPU("gb200", "NVIDIA GB200 (one GPU of an NVL72)", "nvidia", "sm_100", 2500.0, 5000.0, 1250.0, 80.0, 8.0,
+            186, 126, 0, 148, 1200, 900, None, "NVIDIA GB200 NVL72 specifications, per GPU; SMs/L2/power assumed"),
         GPU("mi300x", "AMD Instinct MI300X", "amd", "gfx942", 1307.4, 2614.9, 653.7, 163.4, 5.3, 192, 32,
             256, 304, 750, 448, 2.00, "ROCm mi300.md peak table; gpu-arch-specs.rst; AMD product page"),
         GPU("mi325x", "AMD Instinct MI325X", "amd", "gfx942", 1307.4, 2614.9, 653.7, 163.4, 6.0, 256, 32,
             256, 304, 1000, 448, None, "ROCm gpu-arch-specs.rst; AMD MI325X product page"),
+        # MI355X: AMD Instinct MI355X product page / datasheet: FP16/BF16 2.5 PF dense (5.0 with sparsity), FP8 5.0 PF
+        # dense, FP32 matrix/vector 157.3 TF, no TF32 (gfx950), 288 GB HBM3E at 8 TB/s, 256 CUs, 1,400 W TBP,
+        # Infinity Fabric 7 links x 153.6 GB/s (both ways) = 537.6 GB/s per direction; L2 4 MB per XCD x 8 and
+        # 256 MB Infinity Cache (ROCm gpu-arch-specs).
+        GPU("mi355x", "AMD Instinct MI355X", "amd", "gfx950", 2500.0, 5000.0, None, 157.3, 8.0, 288, 32, 256,
+            256, 1400, 537.6, None, "AMD Instinct MI355X product page; ROCm gpu-arch-specs"),
         GPU("mi250x", "AMD Instinct MI250X (both GCDs)", "amd", "gfx90a", 383.0, None, None, 47.9, 3.2,
             128, 16, 0, 220, 560, 350, None, "ROCm mi250.md; AMD MI250X page. Shows up as two devices"),
         GPU("mi250x-gcd", "AMD Instinct MI250X (one GCD)", "amd", "gfx90a", 191.5, None, None, 23.95, 1.6,
@@ -111,8 +136,9 @@ TARGET_GPUS: dict[str, str] = {"sm_80": "a100", "sm_90": "h100", "sm_100": "b200
                                "gfx942": "mi300x", "gfx1100": "w7900"}
 
 _ALIASES = {
-    "a100": "a100", "a10080gb": "a100", "a100sxm": "a100",
-    "h100": "h100", "h100sxm": "h100", "h10080gbhbm3": "h100",
+    "a100": "a100", "a10080gb": "a100", "a100sxm": "a100", "a10040gb": "a100-40gb", "a10040gbsxm": "a100-40gb",
+    "h100": "h100", "h100sxm": "h100", "h10080gbhbm3": "h100", "h100pcie": "h100-pcie", "h100nvl": "h100-nvl",
+    "gb200": "gb200", "mi355x": "mi355x",
     "h200": "h200", "h200sxm": "h200",
     "b200": "b200",
     "mi300x": "mi300x", "mi325x": "mi325x",
@@ -141,7 +167,9 @@ def gpu_from_device_name(device_name: str) -> GPU:
     """
     norm = _norm(device_name)
     for pattern, key in (("w7900", "w7900"), ("mi250", "mi250x-gcd"), ("mi325", "mi325x"), ("mi300", "mi300x"),
-                         ("b200", "b200"), ("h200", "h200"), ("h100", "h100"), ("a100", "a100")):
+                         ("mi355", "mi355x"), ("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"),
+                         ("h100pcie", "h100-pcie"), ("h100nvl", "h100-nvl"), ("h100", "h100"),
+                         ("a100sxm440gb", "a100-40gb"), ("a100pcie40gb", "a100-40gb"), ("a100", "a100")):
         if pattern in norm:
             return GPUS[key]
     known = ", ".join(g.name for g in GPUS.values())

@@ -131,8 +131,10 @@ def test_memory_total_adds_up_and_feasibility():
     cluster = make_cluster("8xh100")
     mem = memory_breakdown(model, PlanConfig(dp=8, zero=0), training, cluster)
     parts = (mem.params_bytes + mem.grads_bytes + mem.optimizer_bytes + mem.activations_bytes + mem.transient_bytes
-             + mem.buffers_bytes + mem.overhead_bytes)
+             + mem.buffers_bytes + mem.overhead_bytes + mem.allocator_bytes)
     assert mem.total_bytes == pytest.approx(parts)
+    # the allocator headroom is an explicit, documented term: 5% of activations and transients
+    assert mem.allocator_bytes == pytest.approx(0.05 * (mem.activations_bytes + mem.transient_bytes))
     assert not mem.fits and mem.capacity_bytes == 80e9  # 70B replicated with Adam: > 1 TB per GPU
     sharded = memory_breakdown(model, PlanConfig(tp=8, sp=True, pp=1, dp=1, zero=0, recompute="full"),
                                Training(global_batch_tokens=8192, seq_len=8192), cluster)

@@ -25,7 +25,7 @@ def _eval(cfg: PlanConfig, gpus: str = "64xh100", batch_seqs: int = 512, seq: in
 @pytest.mark.parametrize(("cfg", "reason"), [
     (PlanConfig(tp=3, dp=21), "tp*cp*dp*pp = 63 is not the cluster's 64 GPUs"),
     (PlanConfig(tp=16, dp=4), "tensor parallel 16 does not divide 8 KV heads"),
-    (PlanConfig(tp=8, pp=3, dp=2), "pipeline stages pp*vpp = 3 do not divide 80 layers"),
+    (PlanConfig(tp=8, pp=128, dp=1), "pipeline parallel 128 exceeds the 80 layers"),
     (PlanConfig(tp=8, dp=8, micro_batch=3), "not divisible by micro-batch 3 x dp 8"),
     (PlanConfig(tp=1, sp=True, dp=64), "sequence parallel needs tensor parallel > 1"),
     (PlanConfig(tp=8, pp=1, vpp=2, dp=8), "interleaved schedule (vpp > 1) needs pipeline parallel > 1"),
@@ -36,6 +36,16 @@ def test_impossible_plans_are_reported_with_their_reason(cfg, reason):
     res = _eval(cfg)
     assert not res.feasible and res.memory is None
     assert any(reason in r for r in res.reasons), res.reasons
+
+
+def test_uneven_stages_are_valid_unless_an_even_split_is_demanded():
+    from wavefront.workbench.planner.parallel import layers_per_stage, structural_problems
+
+    cfg = PlanConfig(tp=8, pp=3, dp=2)  # 80 layers on 3 stages: 27 on the busiest
+    assert structural_problems(cfg, LLAMA70, 48, 64, 8192) == []
+    assert layers_per_stage(80, cfg) == 27
+    problems = structural_problems(cfg, LLAMA70, 48, 64, 8192, allow_uneven_layers=False)
+    assert problems == ["pipeline stages pp*vpp = 3 do not divide 80 layers"]
 
 
 def test_context_parallel_split_must_be_even():
@@ -51,7 +61,7 @@ def test_out_of_memory_is_infeasible_with_numbers():
 
 
 def test_unknown_gpu_lists_known_ones():
-    with pytest.raises(ValueError, match="unknown GPU 'v100'; known GPUs: a100, b200, h100"):
+    with pytest.raises(ValueError, match="unknown GPU 'v100'; known GPUs: a100, a100-40gb, b200, gb200, h100,"):
         make_cluster("8xv100")
     with pytest.raises(ValueError, match="COUNTxGPU"):
         make_cluster("h100")
@@ -69,19 +79,24 @@ def test_plan_rejects_bad_arguments():
 
 
 def test_search_speed_benchmark_and_ranking(capsys):
-    """Benchmark, not a flaky assert: >= 10,000 plans must be evaluated; the time is reported and only a
-    generous bound (5x the 2 s goal, for a loaded shared CI machine) is asserted."""
-    start = time.perf_counter()
+    """>= 10,000 plans ranked in under 2 s of the planner's own CPU time (process time: on a shared CI
+    machine the wall time also counts other jobs; both are printed); wall time gets a generous bound."""
+    start, cpu = time.perf_counter(), time.process_time()
     result = plan("llama3-70b", "64xh100")
-    elapsed = time.perf_counter() - start
+    elapsed, cpu_s = time.perf_counter() - start, time.process_time() - cpu
     with capsys.disabled():
         print(f"\n[benchmark] planner: {result.n_enumerated:,} plans ({len(result.ranked):,} feasible) "
-              f"in {elapsed:.2f} s on this machine")
+              f"in {cpu_s:.2f} s CPU, {elapsed:.2f} s wall on this machine")
     assert result.n_enumerated >= 10_000
     assert result.n_evaluated + sum(result.rejected.values()) == result.n_enumerated
-    assert elapsed < 10.0
+    assert cpu_s < 2.0
+    assert elapsed < 15.0
     steps = [r.time.step_s for r in result.ranked]
-    assert steps == sorted(steps) and len(steps) > 100
+    # ranked by time up to the stated tie tolerance (ties go to simpler plans)
+    from wavefront.workbench.planner.search import TIE_TOLERANCE
+
+    assert all(b >= a / (1 + TIE_TOLERANCE) for a, b in zip(steps, steps[1:], strict=False)) and len(steps) > 100
+    assert min(steps) >= steps[0] / (1 + TIE_TOLERANCE)
     assert all(r.memory.fits for r in result.ranked)
     assert all(not r.memory.fits for r in result.out_of_memory)
     lines = result.explain()
@@ -149,7 +164,9 @@ def test_plan_verb_json_and_breakdowns(tmp_path):
     (["--model", "llama3-8b", "--fix", "tensor=2"], "--fix expects FIELD=VALUE"),
     (["--model", "llama3-8b", "--calibration", "missing.json"], "does not exist"),
     (["--layers", "2"], "give --model PRESET"),
-    (["--model", "llama3-8b", "--kernels", "triton"], "kernels must be one of"),
+    (["--model", "llama3-8b", "--kernels", "triton"], "'triton' is not one of 'fused'"),
+    (["--model", "llama3-8b", "--seq-len", "0"], "Invalid value for '--seq-len'"),
+    (["--model", "missing/config.json"], "--model: missing/config.json does not exist"),
     (["--validate", "nope.json"], "does not exist"),
 ])
 def test_plan_verb_bad_input_is_one_line(args, message, tmp_path, monkeypatch):
@@ -177,7 +194,13 @@ def test_custom_model_dims():
 def test_pinned_plans_that_cannot_run_say_why():
     result = plan("llama3-70b", "64xh100", fixed={"tp": 3})
     assert result.best is None and result.n_enumerated == 0
-    assert result.explain() == ["no plan matches the pinned fields"]
+    lines = result.explain()
+    assert lines[0] == "no plan matches the pinned fields:"
+    assert "tp=3 is not in the grid on 64xh100" in lines[1] and "(3 does not divide 64 GPUs)" in lines[1]
+    vpp = plan("llama3-70b", "64xh100", fixed={"vpp": 3}).explain()
+    assert "vpp=3 is not in the grid" in vpp[1] and "divide the layers per stage" in vpp[1]
+    combo = plan("llama3-70b", "64xh100", fixed={"tp": 8, "pp": 8, "dp": 8}).explain()
+    assert "no plan combines them all" in combo[1]
     result = plan("llama3-70b", "64xh100", fixed={"tp": 16})
     assert result.best is None and result.explain()[0].startswith("no valid plan: ")
     assert "tensor parallel 16 does not divide 8 KV heads" in result.explain()[0]

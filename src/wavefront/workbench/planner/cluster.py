@@ -13,8 +13,18 @@ tree/LL protocols at small sizes; the ring latency term grows with n). A `wavefr
 file replaces (alpha, busbw) per collective with fitted values.
 
 Rank layout (Megatron order, tensor parallel innermost): tp, then cp, then dp, then pp outermost. A group
-of size g whose members are `stride` ranks apart stays inside a node when g * stride <= GPUs per node;
-otherwise it runs at the inter-node link, one NIC per GPU (rail-optimised fabric).
+of size g whose members are `stride` ranks apart stays inside a node when g * stride <= GPUs per node.
+A group that spans nodes runs hierarchically, as NCCL's tree/NVLS-SHARP and ring-per-rail algorithms do
+on rail-optimised fabrics (one NIC per GPU, every GPU of a node on its own rail): k = GPUs per node /
+stride members share each node; the collective runs inside the node over the k members (scale-up link)
+and across the g / k nodes on S / k bytes per member, each member on its own NIC:
+
+    t = t_intra(S, k) + t_inter(S / k, g / k)
+
+With k = 1 (a data-parallel group strided by a whole node of tensor parallelism) this is the flat
+inter-node collective. Without the hierarchy an 8-GPU-per-node data-parallel group was charged one NIC's
+bandwidth for the whole buffer, 8x too slow (issue #18, item 5). A `wavefront comm` inter-node
+calibration replaces the whole formula with its fit (it measured the hierarchy as it is).
 
 Defaults (override any of them on the command line; calibrate them with `wavefront comm`):
 - intra-node busbw = 0.8 x the per-direction scale-up bandwidth of the device table. 0.8 is the ratio of the
@@ -73,6 +83,11 @@ class Cluster:
     calibrations: tuple[Calibration, ...] = field(default=())
     price_per_gpu_hour: float | None = None
     power_fraction: float = 0.75  # of board power while training (kpi.modeled_energy_j)
+    #: Collectives across nodes run hierarchically (module docstring); False: flat, one NIC's bandwidth
+    #: for the whole buffer (what the planner assumed before, and what 2021 DeepSpeed ZeRO-3 reached).
+    hierarchical: bool = True
+    nics_per_node: int = 0  # 0: one per GPU (rail-optimised)
+    _seconds: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # collective_s memo
 
     def __post_init__(self) -> None:
         if self.n_gpus < 1 or self.gpus_per_node < 1:
@@ -100,9 +115,27 @@ class Cluster:
         return self.intra if domain == "intra" else self.inter
 
     def collective_s(self, collective: str, size_bytes: float, group: int, stride: int) -> float:
+        """Seconds of one collective over `group` ranks `stride` apart (module docstring: hierarchical
+        across nodes, each node's k members working on S/k through their own NICs)."""
         if group <= 1:
             return 0.0
-        return self.link(collective, group, stride).time_s(collective, size_bytes, group)
+        key = (collective, size_bytes, group, stride)
+        cached = self._seconds.get(key)
+        if cached is None:
+            cached = self._seconds[key] = self._collective_s(collective, size_bytes, group, stride)
+        return cached
+
+    def _collective_s(self, collective: str, size_bytes: float, group: int, stride: int) -> float:
+        if (group * stride <= self.gpus_per_node or collective == "send_recv" or not self.hierarchical
+                or any(c.domain == "inter" for c in self.calibrations)):
+            return self.link(collective, group, stride).time_s(collective, size_bytes, group)
+        per_node = max(1, min(group, self.gpus_per_node // stride))
+        nodes = max(1, group // per_node)
+        inner = 0.0
+        if per_node > 1:
+            inner = self.link(collective, per_node, stride).time_s(collective, size_bytes, per_node)
+        outer = self.inter.time_s(collective, size_bytes / per_node, nodes) if nodes > 1 else 0.0
+        return inner + outer
 
     def as_dict(self) -> dict:
         return {
@@ -112,6 +145,7 @@ class Cluster:
             "calibrations": [{"domain": c.domain, "backend": c.backend, "device": c.device,
                               "world_size": c.world_size, "created_utc": c.created_utc} for c in self.calibrations],
             "price_per_gpu_hour": self.price_per_gpu_hour, "power_fraction": self.power_fraction,
+            "hierarchical": self.hierarchical, "nics_per_node": self.nics_per_node or self.gpus_per_node,
         }
 
 
@@ -129,25 +163,39 @@ def parse_gpus(text: str) -> tuple[int, GPU]:
     return count, get_gpu(match.group(2))
 
 
-def default_links(gpu: GPU) -> tuple[Link, Link]:
+def default_links(gpu: GPU, gpus_per_node: int = 8, nics_per_node: int = 0,
+                  nic_gbits: float | None = None) -> tuple[Link, Link]:
+    """Default links; the inter-node link is one GPU's share of its node's NICs (rails)."""
     intra = Link(LINK_EFFICIENCY * gpu.scaleup_gbps_per_dir, INTRA_LATENCY_US,
                  f"default: {LINK_EFFICIENCY} x {gpu.scaleup_gbps_per_dir:g} GB/s scale-up per direction")
-    nic_gbits = NIC_GBITS_PER_GPU.get(gpu.key, DEFAULT_NIC_GBITS)
-    inter = Link(LINK_EFFICIENCY * nic_gbits / 8.0, INTER_LATENCY_US,
-                 f"default: {LINK_EFFICIENCY} x {nic_gbits:g} Gb/s NIC per GPU")
+    nic_gbits = nic_gbits or NIC_GBITS_PER_GPU.get(gpu.key, DEFAULT_NIC_GBITS)
+    nics = nics_per_node or gpus_per_node
+    share = nics / gpus_per_node
+    inter = Link(LINK_EFFICIENCY * nic_gbits / 8.0 * share, INTER_LATENCY_US,
+                 f"default: {LINK_EFFICIENCY} x {nic_gbits:g} Gb/s NIC x {nics} NICs / {gpus_per_node} GPUs per node")
     return intra, inter
 
 
 def make_cluster(gpus: str | tuple[int, GPU], *, gpus_per_node: int = 8, intra_gbps: float | None = None,
                  inter_gbps: float | None = None, intra_latency_us: float | None = None,
                  inter_latency_us: float | None = None, price_per_gpu_hour: float | None = None,
-                 power_fraction: float = 0.75, calibrations: tuple[Calibration, ...] = ()) -> Cluster:
+                 power_fraction: float = 0.75, calibrations: tuple[Calibration, ...] = (),
+                 nics_per_node: int = 0, nic_gbits: float | None = None, hierarchical: bool = True,
+                 hbm_gb: float | None = None, hbm_tbps: float | None = None) -> Cluster:
     """A cluster from "64xh100"-style text, with default links unless given; `calibrations` (from
-    dist.comm_fit.load_calibration, one per domain) replace the links of their domain."""
+    planner.comm_model.load_calibration, one per domain) replace the links of their domain."""
     n, gpu = parse_gpus(gpus) if isinstance(gpus, str) else gpus
     if gpus_per_node < 1:
         raise ValueError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
-    intra, inter = default_links(gpu)
+    if nics_per_node < 0 or (nic_gbits is not None and nic_gbits <= 0):
+        raise ValueError(f"nics_per_node must be >= 0 and nic_gbits > 0, got {nics_per_node}, {nic_gbits}")
+    for name, value in (("hbm_gb", hbm_gb), ("hbm_tbps", hbm_tbps)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+    if hbm_gb is not None or hbm_tbps is not None:
+        gpu = replace(gpu, hbm_gb=hbm_gb or gpu.hbm_gb, hbm_tbps=hbm_tbps or gpu.hbm_tbps,
+                      source=gpu.source + "; capacity/bandwidth overridden by the user")
+    intra, inter = default_links(gpu, min(gpus_per_node, n), nics_per_node, nic_gbits)
     if intra_gbps is not None or intra_latency_us is not None:
         intra = replace(intra, busbw_gbps=intra_gbps or intra.busbw_gbps,
                         latency_us=intra.latency_us if intra_latency_us is None else intra_latency_us,
@@ -160,4 +208,5 @@ def make_cluster(gpus: str | tuple[int, GPU], *, gpus_per_node: int = 8, intra_g
     domains = [c.domain for c in calibrations]
     if len(set(domains)) != len(domains):
         raise ValueError(f"at most one calibration per domain (intra, inter); got domains {domains}")
-    return Cluster(gpu, n, min(gpus_per_node, n), intra, inter, tuple(calibrations), price, power_fraction)
+    return Cluster(gpu, n, min(gpus_per_node, n), intra, inter, tuple(calibrations), price, power_fraction,
+                   hierarchical, nics_per_node)

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 CALIBRATION_SCHEMA = "wavefront.comm.calibration/1"
@@ -176,7 +177,7 @@ def load_calibration(path: str | Path) -> Calibration:
         if not isinstance(raw, dict):
             raise ValueError(f"calibration file {path}: fits[{i}] must be an object")
         try:
-            values = {k: t(raw[k]) for k, t in _FIT_FIELDS.items()}
+            values: dict[str, Any] = {k: t(raw[k]) for k, t in _FIT_FIELDS.items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"calibration file {path}: fits[{i}] lacks or mistypes a field ({exc}); "
                              f"needs {sorted(_FIT_FIELDS)}") from None

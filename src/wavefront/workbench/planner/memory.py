@@ -20,11 +20,18 @@ weights replicated) plus the input embedding V*h/tp on the first stage and the o
 Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes): with 1F1B the first
 stage holds min(pp, m) micro-batches of its L/pp layers in flight; the interleaved schedule multiplies
 that by 1 + (pp-1)/(pp*vpp); the last stage holds one micro-batch plus the output layer's inputs and the
-float32 logits 4sbh(1 + V/h)/t. Transients: with full (selective) recomputation the backward rebuilds one
-layer's full activations (attention core) at a time; ZeRO-3 gathers the bf16 weights of two units
-(current + prefetch) and the unsharded gradients of one before its reduce-scatter; ZeRO 0-2 keep two
-in-flight gradient buckets. Framework overhead (CUDA context, NCCL, workspaces) is a constant, and
-allocator slack a fraction of activations and transients (Training).
+float32 logits 4sbh(1 + V/h)/t. ZB-H1 keeps 1F1B's in-flight count. fp8 training keeps the linear layers'
+inputs in fp8 (model.layer_activation_bytes). Transients: with full (selective, per-op) recomputation the
+backward rebuilds one layer's full activations (what the policy dropped) at a time; ZeRO-3 gathers the
+bf16 weights of two units (current + prefetch) and the unsharded gradients of one before its
+reduce-scatter, plus the whole stage's bf16 weights without resharding (Training.fsdp_gather
+"no-reshard") and its gradients too when gathering once per step ("step"); HSDP (PlanConfig.shard) shards
+the states over the shard group only; ZeRO 0-2 keep two in-flight gradient buckets. CPU offload
+(Training.offload_optimizer) moves the master weights and optimizer states to the host. Framework
+overhead (CUDA context, NCCL, workspaces) is a constant, and the caching allocator's headroom an explicit
+term, Training.allocator_slack (5%) x (activations + transients), reported as allocator_bytes: PyTorch's
+allocator rounds blocks and keeps freed ones cached (reserved > allocated), which the published peaks of
+frameworks that report reserved memory include.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class MemoryBreakdown:
     total_bytes: float
     capacity_bytes: float
     inflight_micro_batches: int
+    allocator_bytes: float = 0.0  # caching-allocator headroom: Training.allocator_slack x (acts + transient)
 
     @property
     def fits(self) -> bool:
@@ -87,8 +95,10 @@ def stage_params(model: ModelSpec, cfg: PlanConfig) -> tuple[float, float]:
 def state_bytes(params: float, cfg: PlanConfig, training: Training) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for `params` parameters under the plan's ZeRO stage."""
     master, states = OPTIMIZER_BYTES[training.optimizer]
+    if training.offload_optimizer:
+        master = states = 0
     g = training.grad_bytes
-    d = cfg.dp * cfg.cp
+    d = cfg.shard_group()
     if cfg.zero == 0:
         return params * WEIGHT_BYTES, params * g, params * (master + states)
     if cfg.zero == 1:
@@ -100,14 +110,24 @@ def state_bytes(params: float, cfg: PlanConfig, training: Training) -> tuple[flo
     return params * max(master, WEIGHT_BYTES) / d, params * g / d, params * states / d
 
 
-def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster) -> MemoryBreakdown:
+def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+                     memo: dict | None = None) -> MemoryBreakdown:
+    """Bytes per GPU (module docstring); `memo` shares per-layer activation terms between plans."""
     dims = model.dims
     s_local = training.seq_len / cfg.cp
     b = cfg.micro_batch
     m = n_micro_batches(cfg, training.global_batch_seqs)
     layers = layers_per_stage(dims.n_layers, cfg)
-    act_kw = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len)
-    per_layer = layer_activation_bytes(model, recompute=cfg.recompute, **act_kw)
+    act_kw: dict = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
+                        fp8=training.precision == "fp8")
+    key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute)
+    if memo is not None and key in memo:
+        per_layer, full = memo[key]
+    else:
+        per_layer = layer_activation_bytes(model, recompute=cfg.recompute, **act_kw)
+        full = layer_activation_bytes(model, recompute="none", **act_kw) if cfg.recompute != "none" else per_layer
+        if memo is not None:
+            memo[key] = (per_layer, full)
 
     inflight_first = 1 if cfg.pp == 1 else max(1, min(cfg.pp, m))
     interleave = 1.0 + (cfg.pp - 1) / (cfg.pp * cfg.vpp) if cfg.vpp > 1 and m >= cfg.pp else 1.0
@@ -125,8 +145,8 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
 
     working = 0.0
     if cfg.recompute != "none":
-        full = layer_activation_bytes(model, recompute="none", **act_kw)
-        working = full - (per_layer if cfg.recompute == "selective" else 0.0)
+        kept = per_layer if cfg.recompute in ("selective", "op") else 0.0
+        working = max(0.0, full - kept)
 
     p_first, p_last = stage_params(model, cfg)
     candidates = [("first" if cfg.pp > 1 else "only", p_first, acts_first)]
@@ -138,21 +158,26 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     if cfg.zero == 3:
         transient_states = unit_params * (2 * WEIGHT_BYTES + g)
         buffers = 0.0
+        held = max(p_first, p_last)
+        if training.fsdp_gather == "no-reshard":
+            transient_states += held * WEIGHT_BYTES
+        elif training.fsdp_gather == "step":
+            transient_states += held * (WEIGHT_BYTES + g)
     else:
         transient_states = 0.0
-        buffers = 2 * training.bucket_mb * 1e6 if cfg.dp * cfg.cp > 1 else 0.0
+        buffers = 2 * training.bucket_mib * 2**20 if cfg.dp * cfg.cp > 1 else 0.0
     overhead = training.framework_overhead_gb * 1e9
     capacity = cluster.gpu.hbm_gb * 1e9
 
-    best = None
+    transient = working + transient_states
+    best: tuple | None = None
     for stage, params, acts in candidates:
         w, gr, opt = state_bytes(params, cfg, training)
-        transient = working + transient_states
         slack = training.allocator_slack * (acts + transient)
         total = w + gr + opt + acts + transient + slack + buffers + overhead
-        inflight = inflight_first if stage != "last" else max(1, round(inflight_last))
-        mb = MemoryBreakdown(stage, w, gr, opt, acts, transient + slack, buffers, overhead, total, capacity,
-                             inflight)
-        if best is None or mb.total_bytes > best.total_bytes:
-            best = mb
-    return best
+        if best is None or total > best[0]:
+            best = (total, stage, acts, w, gr, opt, slack)
+    assert best is not None  # candidates is never empty
+    total, stage, acts, w, gr, opt, slack = best
+    inflight = inflight_first if stage != "last" else max(1, round(inflight_last))
+    return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack)

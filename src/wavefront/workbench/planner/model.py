@@ -21,7 +21,7 @@ the paper's way by listing the tensors backward needs:
 
 Kernels (ModelSpec.kernels): the list above is what fused norm and gated-activation kernels keep (Megatron,
 wavefront-patched models). Hugging Face's eager modules keep more, listed from the tensors autograd saves
-(planner.measure): each RMSNorm keeps its float32 input 4sbh and the normalized bf16 copy 2sbh instead of
+(workbench.bench.memory_measure): each RMSNorm keeps its float32 input 4sbh and the normalized bf16 copy 2sbh instead of
 the bf16 input (+4sbh per norm, +8sbh per layer), and a gated MLP keeps the gate projection's output (the
 activation's input), the activation's output, the up projection's output and their product, 8sbf instead
 of 6sbf (+2sbf). kernels="eager" adds these; a plain GELU MLP is the same in both.
@@ -42,7 +42,11 @@ from functools import cache, cached_property
 from wavefront.shapes import ModelDims
 from wavefront.workbench import kpi
 
-RECOMPUTE_MODES = ("none", "selective", "full")
+#: Activation checkpointing policies: none; selective (Korthikanti: the attention core is recomputed);
+#: op (per-op selective as torchtitan/PyTorch SAC do it: matmul and attention outputs are saved, the
+#: elementwise ops between them are recomputed); every-other (full recomputation of every second layer,
+#: torchtitan's "full" with a frequency of 2); full (every layer keeps only its input).
+RECOMPUTE_MODES = ("none", "selective", "op", "every-other", "full")
 KERNELS = ("fused", "eager")
 
 
@@ -116,6 +120,11 @@ def _model_flops(dims: ModelDims, seq_len: int) -> float:
 
 @cache
 def _hardware_flops(dims: ModelDims, seq_len: int, recompute: str) -> float:
+    if recompute == "op":  # recomputes elementwise ops only: no matmul FLOPs
+        return kpi.hardware_flops_per_token(dims, seq_len, recompute="none")
+    if recompute == "every-other":
+        return 0.5 * (kpi.hardware_flops_per_token(dims, seq_len, recompute="none")
+                      + kpi.hardware_flops_per_token(dims, seq_len, recompute="full"))
     return kpi.hardware_flops_per_token(dims, seq_len, recompute=recompute)
 
 
@@ -130,11 +139,14 @@ def layer_matmul_flops(model: ModelSpec, tokens: float) -> float:
 
 
 def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int, tp: int, sp: bool,
-                           recompute: str, kv_len: float | None = None) -> float:
+                           recompute: str, kv_len: float | None = None, fp8: bool = False) -> float:
     """Activation bytes one layer keeps for backward, per GPU, for one micro-batch (module docstring).
 
     seq_len is the local sequence (s / cp under context parallelism); kv_len the keys each query sees
     (the full sequence; defaults to seq_len). Materialised attention under CP keeps s/cp x s scores.
+    fp8: the linear layers run in fp8 and keep their inputs as the 1-byte fp8 copy the weight-gradient
+    GEMM reads (Transformer Engine, torchao float8): the QKV and MLP inputs (sbh each), the attention
+    output (sb q_dim) and the down projection's input (sbf) at 1 byte instead of 2.
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}")
@@ -144,13 +156,24 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
     sp_div = tp if sp else 1
     if recompute == "full":
         return 2.0 * sbh / sp_div
+    if recompute == "every-other":
+        none = layer_activation_bytes(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp,
+                                      recompute="none", kv_len=kv_len, fp8=fp8)
+        return 0.5 * (none + 2.0 * sbh / sp_div)
+    f = float(model.dims.ffn_hidden)
+    a = float(model.dims.n_heads)
+    if recompute == "op":
+        # saved: the layer input, QKV, attention output (+ LSE), output projection, the MLP's first
+        # matmul(s) and its output; the norms, RoPE, activation and residual adds are recomputed
+        up = (2.0 if model.dims.gated_mlp else 1.0) * s * b * f
+        split = 2.0 * s * b * (2 * model.q_dim + 2 * model.kv_dim) + 4.0 * a * s * b + 2.0 * up
+        return 6.0 * sbh / sp_div + split / tp
+    lin = 1.0 if fp8 else 2.0
     masks = 2.0 * sbh if model.dropout else 0.0
     eager = model.kernels == "eager"
-    replicated = (12.0 if eager else 4.0) * sbh + 2.0 * sbh + 2.0 * sbh + masks
-    f = float(model.dims.ffn_hidden)
-    mlp = ((8.0 if eager else 6.0) if model.dims.gated_mlp else 4.0) * s * b * f
-    split = 4.0 * s * b * model.q_dim + 4.0 * s * b * model.kv_dim + mlp
-    a = float(model.dims.n_heads)
+    replicated = (12.0 if eager else 4.0) * sbh + lin * sbh + lin * sbh + masks
+    mlp = ((6.0 + lin if eager else 4.0 + lin) if model.dims.gated_mlp else 2.0 + lin) * s * b * f
+    split = (2.0 + lin) * s * b * model.q_dim + 4.0 * s * b * model.kv_dim + mlp
     if model.attention == "flash":
         split += 4.0 * a * s * b
     elif recompute != "selective":

@@ -27,6 +27,8 @@ class PlanConfig:
     zero: int = 0  # 0 DDP; 1 optimizer states (Megatron distributed optimizer); 2 + gradients; 3 FSDP
     recompute: str = "none"
     micro_batch: int = 1
+    zero_bubble: bool = False  # ZB-H1 schedule (Qi et al. 2023): 1F1B's memory, about a third of its bubble
+    shard: int = 0  # ZeRO-3 sharding group (HSDP: shard within `shard` ranks, replicate across); 0: all d
 
     @property
     def n_gpus(self) -> int:
@@ -36,22 +38,36 @@ class PlanConfig:
     def schedule(self) -> str:
         if self.pp == 1:
             return "none"
+        if self.zero_bubble:
+            return "zb-h1"
         return "1f1b" if self.vpp == 1 else f"interleaved-{self.vpp}"
+
+    @property
+    def n_parallel_dims(self) -> int:
+        """How many parallelism kinds the plan uses (the tie-breaker: fewer is simpler and less risky)."""
+        return sum(x > 1 for x in (self.tp, self.pp, self.cp, self.dp)) + (self.vpp > 1) + self.zero_bubble
+
+    def shard_group(self) -> int:
+        """Ranks one ZeRO-3 shard spans: `shard` (HSDP) or every data-parallel rank."""
+        d = self.dp * self.cp
+        return self.shard if self.zero == 3 and 0 < self.shard < d else d
 
     def label(self) -> str:
         """Compact: "tp8+sp pp4v2 cp2 dp4 z1 sel mb1" (cp omitted when 1)."""
-        pp = f"pp{self.pp}" + (f"v{self.vpp}" if self.vpp > 1 else "")
+        pp = f"pp{self.pp}" + (f"v{self.vpp}" if self.vpp > 1 else "") + ("zb" if self.zero_bubble else "")
         cp = f" cp{self.cp}" if self.cp > 1 else ""
-        rc = {"none": "none", "selective": "sel", "full": "full"}.get(self.recompute, self.recompute)
-        return f"tp{self.tp}{'+sp' if self.sp else ''} {pp}{cp} dp{self.dp} z{self.zero} {rc} mb{self.micro_batch}"
+        rc = {"none": "none", "selective": "sel", "full": "full", "op": "op", "every-other": "eo"}.get(
+            self.recompute, self.recompute)
+        z = f"z{self.zero}" + (f"/h{self.shard}" if self.zero == 3 and self.shard else "")
+        return f"tp{self.tp}{'+sp' if self.sp else ''} {pp}{cp} dp{self.dp} {z} {rc} mb{self.micro_batch}"
 
     def as_dict(self) -> dict:
         return asdict(self) | {"n_gpus": self.n_gpus, "schedule": self.schedule, "label": self.label()}
 
 
 def layers_per_stage(n_layers: int, cfg: PlanConfig) -> int:
-    """Layers on the busiest pipeline rank: L / pp, rounded up when a validation row splits unevenly
-    (Llama 3 405B: 126 layers on 16 stages, one fewer on the first and last; Dubey et al. 2024, Sec. 3.3.2)."""
+    """Layers on the busiest pipeline rank: L / pp, rounded up when the stages split unevenly (Llama 3
+    405B: 126 layers on 16 stages, one fewer on the first and last; Dubey et al. 2024, Sec. 3.3.2)."""
     chunk = -(-n_layers // (cfg.pp * cfg.vpp))
     return chunk * cfg.vpp
 
@@ -62,14 +78,16 @@ def n_micro_batches(cfg: PlanConfig, global_batch_seqs: int) -> int:
 
 
 def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_batch_seqs: int,
-                        seq_len: int, *, allow_uneven_layers: bool = False) -> list[str]:
+                        seq_len: int, *, allow_uneven_layers: bool = True) -> list[str]:
     """Why a plan cannot run at all (empty when it can); memory is checked separately.
 
     allow_uneven_layers accepts pipeline stages that do not divide the layers (the busiest stage gets
-    the rounded-up share); the search never sets it, published-run validation does where a run did.
+    the rounded-up share, as Megatron-LM and torchtitan split them); False demands an even split.
     """
     dims = model.dims
     problems: list[str] = []
+    if cfg.shard < 0:
+        problems.append("shard must be >= 0")
     for name in ("tp", "pp", "vpp", "cp", "dp", "micro_batch"):
         if getattr(cfg, name) < 1:
             problems.append(f"{name} must be >= 1")
@@ -85,6 +103,12 @@ def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_b
         problems.append("sequence parallel needs tensor parallel > 1")
     if dims.n_layers % (cfg.pp * cfg.vpp) and not allow_uneven_layers:
         problems.append(f"pipeline stages pp*vpp = {cfg.pp * cfg.vpp} do not divide {dims.n_layers} layers")
+    elif cfg.pp > dims.n_layers:
+        problems.append(f"pipeline parallel {cfg.pp} exceeds the {dims.n_layers} layers")
+    if cfg.zero_bubble and (cfg.pp == 1 or cfg.vpp > 1):
+        problems.append("zero-bubble (ZB-H1) needs pipeline parallel > 1 and no interleaving")
+    if cfg.shard and (cfg.zero != 3 or (cfg.dp * cfg.cp) % cfg.shard):
+        problems.append(f"HSDP shard group {cfg.shard} needs ZeRO-3 and must divide dp*cp = {cfg.dp * cfg.cp}")
     if cfg.vpp > 1 and cfg.pp == 1:
         problems.append("interleaved schedule (vpp > 1) needs pipeline parallel > 1")
     if global_batch_seqs % (cfg.micro_batch * cfg.dp):

@@ -14,20 +14,19 @@ import time as _time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
+from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
 from wavefront.workbench.planner.memory import MemoryBreakdown, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
-from wavefront.workbench.planner.parallel import ZERO_STAGES, PlanConfig, structural_problems
+from wavefront.workbench.planner.parallel import PlanConfig, structural_problems
 from wavefront.workbench.planner.time import TimeBreakdown, step_time
 from wavefront.workbench.planner.training import Efficiency, Training
 
 RANK_BY = ("time", "cost")
-VPP_CHOICES = (1, 2, 4)
-#: Default global batch: 4M tokens (Llama 3 405B's initial batch, Dubey et al. 2024, Sec. 3.4.1).
-DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -54,12 +53,20 @@ class PlanResult:
     cluster: Cluster
     memory: MemoryBreakdown | None
     time: TimeBreakdown | None
-    kpis: Kpis | None
+    model: ModelSpec | None = None
+    training: Training | None = None
     reasons: tuple[str, ...] = ()  # why the plan is infeasible; empty when feasible
 
     @property
     def feasible(self) -> bool:
         return not self.reasons
+
+    @cached_property
+    def kpis(self) -> Kpis | None:
+        """Computed on first use: the search ranks thousands of plans and shows a few."""
+        if self.time is None or self.model is None or self.training is None:
+            return None
+        return kpis_for(self.model, self.config, self.training, self.cluster, self.time)
 
     def as_dict(self) -> dict:
         return {
@@ -83,6 +90,10 @@ class SearchResult:
     rejected: Counter = field(default_factory=Counter)  # structural reason -> count
     n_enumerated: int = 0
     elapsed_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # tiny batches per GPU and the like
+    pinned_misses: list[str] = field(default_factory=list)  # why no grid plan matches the pinned fields
+    top: int = 10  # plans the document lists (0: all feasible)
+    constants_from: dict = field(default_factory=dict)  # where each constant came from (PlanRequest.constants_from)
 
     @property
     def best(self) -> PlanResult | None:
@@ -95,25 +106,86 @@ class SearchResult:
     def explain(self, n_runner_ups: int = 4) -> list[str]:
         return explain(self, n_runner_ups)
 
+    def shown(self) -> list[PlanResult]:
+        return self.ranked if self.top == 0 else self.ranked[:self.top]
+
+    def document(self) -> dict:
+        """The `wavefront plan --json` document, schema SCHEMA (docs/json/plan.md)."""
+        spec = self.model
+        return {
+            "schema": SCHEMA,
+            "model": spec.dims.as_dict() | {"params": spec.total_params, "attention": spec.attention,
+                                            "dropout": spec.dropout, "kernels": spec.kernels},
+            "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
+            "efficiency": [(self.efficiency if self.efficiency.source != Efficiency.for_gpu(c.gpu.key).source
+                            else Efficiency.for_gpu(c.gpu.key)).as_dict() for c in self.clusters],
+            "constants_from": self.constants_from,
+            "rank_by": self.rank_by, "tie_tolerance": TIE_TOLERANCE,
+            "search": {"n_enumerated": self.n_enumerated, "n_feasible": len(self.ranked),
+                       "n_out_of_memory": len(self.out_of_memory), "n_invalid": sum(self.rejected.values()),
+                       "invalid_reasons": dict(self.rejected.most_common()), "elapsed_s": self.elapsed_s},
+            "warnings": list(self.warnings),
+            "plans": [r.as_dict() for r in self.shown()],
+            "closest_out_of_memory": [r.as_dict() for r in self.out_of_memory[:5]],
+            "explanation": self.explain(),
+        }
+
+
+def _t(r: PlanResult) -> TimeBreakdown:
+    assert r.time is not None, "an evaluated plan has a time breakdown"
+    return r.time
+
+
+def _m(r: PlanResult) -> MemoryBreakdown:
+    assert r.memory is not None, "an evaluated plan has a memory breakdown"
+    return r.memory
+
+
+def _k(r: PlanResult) -> Kpis:
+    kpis = r.kpis
+    assert kpis is not None, "an evaluated plan has KPIs"
+    return kpis
+
 
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def enumerate_configs(n_gpus: int, training: Training, n_layers: int) -> Iterator[PlanConfig]:
-    """Every point of the plan grid for n_gpus (valid or not; structural_problems decides)."""
+def _vpp_choices(pp: int, n_layers: int) -> list[int]:
+    """1, and with pipeline parallelism every interleaving degree that divides the layers per stage."""
+    if pp == 1 or n_layers % pp:
+        return [1]
+    return _divisors(n_layers // pp)
+
+
+def enumerate_configs(n_gpus: int, training: Training, n_layers: int, *, gpus_per_node: int = 8,
+                      fixed: dict | None = None) -> Iterator[PlanConfig]:
+    """Every point of the plan grid for n_gpus (valid or not; structural_problems decides).
+
+    Pipeline degrees need not divide the layers (uneven stages); interleaving takes every degree that
+    divides the layers per stage; pipelines also try ZB-H1; ZeRO-3 also tries HSDP sharded within a node.
+    Sequence parallelism always accompanies tensor parallelism (same bytes, less memory and elementwise
+    work) unless `fixed` pins sp=False."""
+    fixed = fixed or {}
+    sps = (False,) if fixed.get("sp") is False else (True,)
     for tp in _divisors(n_gpus):
         for cp in _divisors(n_gpus // tp):
-            for pp in _divisors(n_gpus // (tp * cp)):
+            for pp in (p for p in _divisors(n_gpus // (tp * cp)) if p <= n_layers):
                 dp = n_gpus // (tp * cp * pp)
-                vpps = [v for v in VPP_CHOICES if v == 1 or (pp > 1 and n_layers % (pp * v) == 0)]
-                zeros = ZERO_STAGES if dp * cp > 1 else (0,)
-                for sp in ((False, True) if tp > 1 else (False,)):
-                    for vpp in vpps:
-                        for zero in zeros:
+                schedules = [(v, False) for v in _vpp_choices(pp, n_layers)] + ([(1, True)] if pp > 1 else [])
+                d = dp * cp
+                zeros: list[tuple[int, int]] = [(0, 0)]
+                if d > 1:
+                    zeros = [(0, 0), (1, 0), (2, 0), (3, 0)]
+                    node_shard = gpus_per_node // tp
+                    if 1 < node_shard < d and d % node_shard == 0:
+                        zeros.append((3, node_shard))
+                for sp in (sps if tp > 1 else (False,)):
+                    for vpp, zb in schedules:
+                        for zero, shard in zeros:
                             for rc in RECOMPUTE_MODES:
                                 for mb in training.micro_batch_sizes:
-                                    yield PlanConfig(tp, sp, pp, vpp, cp, dp, zero, rc, mb)
+                                    yield PlanConfig(tp, sp, pp, vpp, cp, dp, zero, rc, mb, zb, shard)
 
 
 def kpis_for(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, t: TimeBreakdown) -> Kpis:
@@ -134,22 +206,24 @@ def kpis_for(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
 
 
 def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
-             efficiency: Efficiency | None = None, *, allow_uneven_layers: bool = False) -> PlanResult:
+             efficiency: Efficiency | None = None, *, allow_uneven_layers: bool = True,
+             memo: dict | None = None) -> PlanResult:
     """One plan: its structural problems, or its memory, time and KPIs (infeasible if over memory).
 
-    efficiency defaults to the calibrated constants of the cluster's GPU (Efficiency.for_gpu)."""
+    efficiency defaults to the calibrated constants of the cluster's GPU (Efficiency.for_gpu); memo (one
+    dict per model, training, cluster and efficiency) shares per-layer terms between plans."""
     efficiency = efficiency or Efficiency.for_gpu(cluster.gpu.key)
     problems = structural_problems(cfg, model, cluster.n_gpus, training.global_batch_seqs, training.seq_len,
                                    allow_uneven_layers=allow_uneven_layers)
     if problems:
-        return PlanResult(cfg, cluster, None, None, None, tuple(problems))
-    mem = memory_breakdown(model, cfg, training, cluster)
-    t = step_time(model, cfg, training, cluster, efficiency)
-    reasons = ()
+        return PlanResult(cfg, cluster, None, None, reasons=tuple(problems))
+    mem = memory_breakdown(model, cfg, training, cluster, memo)
+    t = step_time(model, cfg, training, cluster, efficiency, memo)
+    reasons: tuple[str, ...] = ()
     if not mem.fits:
         reasons = (f"needs {mem.total_bytes / 1e9:.2f} GB per GPU on the {mem.stage} stage, "
                    f"{cluster.gpu.key} has {mem.capacity_bytes / 1e9:.0f} GB",)
-    return PlanResult(cfg, cluster, mem, t, kpis_for(model, cfg, training, cluster, t), reasons)
+    return PlanResult(cfg, cluster, mem, t, model, training, reasons)
 
 
 def _as_model(model: str | ModelDims | ModelSpec) -> ModelSpec:
@@ -181,14 +255,21 @@ def _matches(cfg: PlanConfig, fixed: dict) -> bool:
     return all(getattr(cfg, k) == v for k, v in fixed.items())
 
 
-def plan(model: str | ModelDims | ModelSpec, cluster: str | Cluster | Sequence[str | Cluster],
-         training: Training | None = None, *, efficiency: Efficiency | None = None, rank_by: str = "time",
-         fixed: dict | None = None, configs: Iterable[PlanConfig] | None = None) -> SearchResult:
+def plan(model: PlanRequest | str | ModelDims | ModelSpec,
+         cluster: str | Cluster | Sequence[str | Cluster] | None = None, training: Training | None = None, *,
+         efficiency: Efficiency | None = None, rank_by: str = "time", fixed: dict | None = None,
+         configs: Iterable[PlanConfig] | None = None) -> SearchResult:
     """Search every plan of `model` on each cluster and rank the feasible ones.
 
-    fixed pins plan fields (e.g. {"tp": 8, "recompute": "selective"}); configs replaces the grid with
-    the given plans (their structural problems are reported like any other).
+    plan(PlanRequest(...)) is the `wavefront plan` job (job.py): the request carries everything and the
+    result's document() is the --json document. The other form takes the pieces: fixed pins plan fields
+    (e.g. {"tp": 8, "recompute": "selective"}); configs replaces the grid with the given plans (their
+    structural problems are reported like any other).
     """
+    if isinstance(model, PlanRequest):
+        return _run_request(model)
+    if cluster is None:
+        raise ValueError("plan() needs a cluster (or a PlanRequest)")
     start = _time.perf_counter()
     spec = _as_model(model)
     clusters = _as_clusters(cluster)
@@ -207,12 +288,15 @@ def plan(model: str | ModelDims | ModelSpec, cluster: str | Cluster | Sequence[s
     rejected: Counter = Counter()
     n_enum = 0
     for cl in clusters:
-        grid = configs if configs is not None else enumerate_configs(cl.n_gpus, training, spec.dims.n_layers)
+        grid = configs if configs is not None else enumerate_configs(
+            cl.n_gpus, training, spec.dims.n_layers, gpus_per_node=cl.gpus_per_node, fixed=fixed)
+        memo: dict = {}
+        eff = efficiency or Efficiency.for_gpu(cl.gpu.key)
         for cfg in grid:
             if fixed and not _matches(cfg, fixed):
                 continue
             n_enum += 1
-            res = evaluate(spec, cfg, training, cl, efficiency or Efficiency.for_gpu(cl.gpu.key))
+            res = evaluate(spec, cfg, training, cl, eff, memo=memo)
             if res.memory is None:
                 rejected[res.reasons[0]] += 1
             elif res.feasible:
@@ -221,18 +305,110 @@ def plan(model: str | ModelDims | ModelSpec, cluster: str | Cluster | Sequence[s
                 oom.append(res)
 
     if rank_by == "time":
-        feasible.sort(key=lambda r: (r.time.step_s, r.memory.total_bytes))
+        feasible = rank_with_ties(feasible)
     else:
-        feasible.sort(key=lambda r: (r.kpis.dollars_per_step if r.kpis.dollars_per_step is not None
-                                     else float("inf"), r.time.step_s))
-    oom.sort(key=lambda r: r.memory.total_bytes / r.memory.capacity_bytes)
+        feasible.sort(key=lambda r: (_k(r).dollars_per_step if _k(r).dollars_per_step is not None
+                                     else float("inf"), _t(r).step_s))
+    oom.sort(key=lambda r: _m(r).total_bytes / _m(r).capacity_bytes)
+    misses = pinned_misses(fixed, clusters, training, spec.dims.n_layers) if fixed and n_enum == 0 else []
     return SearchResult(spec, clusters, training, efficiency or Efficiency.for_gpu(clusters[0].gpu.key), rank_by,
-                        feasible, oom, rejected, n_enum,
-                        _time.perf_counter() - start)
+                        feasible, oom, rejected, n_enum, _time.perf_counter() - start,
+                        batch_warnings(training, clusters), misses)
+
+
+def _run_request(req: PlanRequest) -> SearchResult:
+    if req.rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {RANK_BY}, got {req.rank_by!r}")
+    if req.top < 0:
+        raise ValueError(f"--top must be >= 0, got {req.top}")
+    spec = req.model_spec()
+    clusters = req.clusters()
+    if req.calibrate and len({c.gpu.key for c in clusters}) > 1:
+        raise ValueError("--calibrate measures one GPU; compare clusters of other GPUs without it")
+    result = plan(spec, clusters, req.training(spec), efficiency=req.efficiency(clusters[0]), rank_by=req.rank_by,
+                  fixed=dict(req.fixed))
+    result.top = req.top
+    result.constants_from = req.constants_from(clusters)
+    return result
+
+
+#: Plans whose step times are within this fraction of each other tie: the model's error is larger
+#: (docs/planner.md: median held-out error ~5%), so a 1% difference is not a reason to prefer a plan.
+TIE_TOLERANCE = 0.01
+
+
+def critical_path_comm_s(r: PlanResult) -> float:
+    t = _t(r)
+    return t.tp_comm_s + t.cp_comm_s + t.pp_p2p_s + t.dp_comm_s + t.bubble_s
+
+
+def rank_with_ties(plans: list[PlanResult]) -> list[PlanResult]:
+    """Fastest first; plans within TIE_TOLERANCE of a group's fastest are ordered by fewer parallel
+    dimensions, less model parallelism (tp*cp*pp), less communication and bubble on the critical path,
+    then time, then memory."""
+    plans = sorted(plans, key=lambda r: (_t(r).step_s, _m(r).total_bytes))
+    out: list[PlanResult] = []
+    i = 0
+    while i < len(plans):
+        limit = _t(plans[i]).step_s * (1.0 + TIE_TOLERANCE)
+        j = i
+        while j < len(plans) and _t(plans[j]).step_s <= limit:
+            j += 1
+        out.extend(sorted(plans[i:j], key=lambda r: (r.config.n_parallel_dims, r.config.tp * r.config.cp * r.config.pp,
+                                                     round(critical_path_comm_s(r), 6), _t(r).step_s,
+                                                     _m(r).total_bytes)))
+        i = j
+    return out
+
+
+def batch_warnings(training: Training, clusters: list[Cluster]) -> list[str]:
+    """Warn when the global batch is tiny for the cluster: fewer sequences than GPUs caps data
+    parallelism and forces model parallelism onto every plan (405B on 16K GPUs at a 4M-token batch)."""
+    out = []
+    for cl in clusters:
+        seqs = training.global_batch_seqs
+        if seqs < cl.n_gpus:
+            out.append(f"global batch of {seqs:,} sequences for {cl.n_gpus:,} GPUs ({seqs / cl.n_gpus:.2f} per GPU) "
+                       f"on {cl.label}: data parallelism is capped at {seqs:,}, so every plan needs "
+                       f"tp*cp*pp >= {-(-cl.n_gpus // seqs)}; raise --global-batch-tokens or use fewer GPUs")
+        elif seqs < 2 * cl.n_gpus:
+            out.append(f"global batch of {seqs:,} sequences for {cl.n_gpus:,} GPUs on {cl.label}: at most "
+                       f"{seqs / cl.n_gpus:.2f} per GPU, so pipelines have few micro-batches and large bubbles")
+    return out
+
+
+def pinned_misses(fixed: dict, clusters: list[Cluster], training: Training, n_layers: int) -> list[str]:
+    """For each pinned field whose value no grid plan has, what the grid offers instead; if every value
+    exists alone, say that the combination is what no plan has."""
+    out = []
+    for cl in clusters:
+        grid = list(enumerate_configs(cl.n_gpus, training, n_layers, gpus_per_node=cl.gpus_per_node, fixed=fixed))
+        for name, value in fixed.items():
+            offered = sorted({getattr(c, name) for c in grid}, key=str)
+            if value not in offered:
+                shown = ", ".join(str(v) for v in offered[:24]) + (" ..." if len(offered) > 24 else "")
+                out.append(f"{name}={value} is not in the grid on {cl.label}: it has {name} in {{{shown}}}"
+                           + _why_missing(name, value, cl.n_gpus, n_layers, training))
+    if not out:
+        out.append("each pinned value exists in the grid, but no plan combines them all (the degrees' product "
+                   f"must equal the GPU count; the pinned ones are {fixed})")
+    return out
+
+
+def _why_missing(name: str, value, n_gpus: int, n_layers: int, training: Training) -> str:
+    if name in ("tp", "cp", "pp", "dp") and isinstance(value, int) and value > 0 and n_gpus % value:
+        return f" ({value} does not divide {n_gpus} GPUs)"
+    if name == "vpp":
+        return f" (interleaving degrees divide the layers per stage of {n_layers} layers)"
+    if name == "micro_batch":
+        return f" (micro-batch sizes come from Training.micro_batch_sizes = {training.micro_batch_sizes})"
+    if name == "recompute":
+        return f" (policies: {', '.join(RECOMPUTE_MODES)})"
+    return ""
 
 
 def _biggest_difference(a: PlanResult, b: PlanResult) -> tuple[str, float]:
-    pa, pb = a.time.parts(), b.time.parts()
+    pa, pb = _t(a).parts(), _t(b).parts()
     name = max(pa, key=lambda k: abs(pb[k] - pa[k]))
     return name, pb[name] - pa[name]
 
@@ -242,20 +418,24 @@ def explain(result: SearchResult, n_runner_ups: int = 4) -> list[str]:
     best = result.best
     if best is None:
         if result.n_enumerated == 0:
-            return ["no plan matches the pinned fields"]
+            return ["no plan matches the pinned fields:", *result.pinned_misses]
         if not result.out_of_memory:
             reasons = "; ".join(f"{n} x {why}" for why, n in result.rejected.most_common(3))
             return [f"no valid plan: {reasons}"]
         closest = result.out_of_memory[0]
         return ["no plan fits in memory", f"closest: {closest.config.label()} ({closest.reasons[0]})"]
-    t = best.time
+    t = _t(best)
     parts = sorted(t.parts().items(), key=lambda kv: -kv[1])
     shares = ", ".join(f"{k} {v / t.step_s:.0%}" for k, v in parts if v > 0.005 * t.step_s)
     lines = [f"winner {best.config.label()} on {best.cluster.label}: {t.step_s:.3f} s/step "
-             f"({shares}); {best.memory.total_bytes / 1e9:.1f} of {best.memory.capacity_bytes / 1e9:.0f} GB"]
+             f"({shares}); {_m(best).total_bytes / 1e9:.1f} of {_m(best).capacity_bytes / 1e9:.0f} GB"]
+    tied = [r for r in result.ranked[1:] if _t(r).step_s <= t.step_s * (1.0 + TIE_TOLERANCE)]
+    if tied and result.rank_by == "time":
+        lines[0] += (f"; {len(tied)} more plan(s) within {TIE_TOLERANCE:.0%} tie with it and rank below as "
+                     "they use more parallel dimensions or more critical-path communication")
     for i, other in enumerate(result.ranked[1:1 + n_runner_ups], start=2):
         name, delta = _biggest_difference(best, other)
-        slower = other.time.step_s / t.step_s - 1.0
+        slower = _t(other).step_s / t.step_s - 1.0
         lines.append(f"#{i} {other.config.label()} on {other.cluster.label}: {slower:+.1%} step time, "
-                     f"mostly {name} {delta:+.3f} s; {other.memory.total_bytes / 1e9:.1f} GB")
+                     f"mostly {name} {delta:+.3f} s; {_m(other).total_bytes / 1e9:.1f} GB")
     return lines

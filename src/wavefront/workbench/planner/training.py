@@ -6,6 +6,20 @@ from dataclasses import asdict, dataclass
 from functools import cache
 
 PRECISIONS = ("bf16", "fp8")
+#: Software stacks: "megatron" (Megatron-LM, NeMo, Megatron-Bridge: Transformer Engine fused kernels) and
+#: "fsdp" (PyTorch FSDP stacks: llm-foundry/Composer, torchtitan), whose kernels reach a different fraction
+#: of the peaks (Efficiency.fsdp_stack, fitted).
+STACKS = ("megatron", "fsdp")
+#: When ZeRO-3 / FSDP gathers the weights: "micro-batch" (reshard after forward: two all-gathers and one
+#: reduce-scatter per micro-batch: FSDP2's default, DeepSpeed ZeRO-3); "no-reshard" (the forward's gathered
+#: weights stay for the backward: one all-gather per micro-batch, +2 B per stage parameter: FSDP2
+#: reshard_after_forward=False, torchtitan with PP); "step" (gather and reduce once per step, unsharded
+#: weights and gradients kept across micro-batches: +(2 + grad) B per parameter).
+FSDP_GATHER = ("micro-batch", "no-reshard", "step")
+#: How context parallelism exchanges K and V: "ring" (P2P ring attention with per-step merges: Transformer
+#: Engine's default cp_comm_type "p2p", Megatron-LM, torchtitan) or "all-gather" (gather K and V, then one
+#: attention of the local queries over them: Llama 3, Dubey et al. 2024, Sec. 3.3.2; TE "all_gather").
+CP_COMM = ("ring", "all-gather")
 
 #: Bytes per parameter kept by each optimizer: (fp32 master copy, optimizer states). AdamW keeps an fp32
 #: master weight and two fp32 moments (the 12 of ZeRO's 2 + 2 + 12 = 16 bytes per parameter, Rajbhandari
@@ -18,14 +32,18 @@ OPTIMIZER_BYTES = {"adamw": (4, 8), "adamw-bf16": (0, 4), "sgd": (4, 4)}
 class Efficiency:
     """Fractions of the device peaks that the kernels of a training step reach.
 
-    gemm: weight matmuls, of the dense peak for the precision. Default 0.75: calibrated on Narayanan et al.
-        2021 Table 1 (Megatron-LM on A100, tests/data/published); best measured large bf16 matmuls reach
-        0.87 of peak on A100 and 0.78-0.81 on H100/H200 (anchors.md, MAMF), so 0.75 sits just below them.
-    attention: flash-attention core forward + backward, of the bf16 peak. Default 0.5: FlashAttention-2
-        fwd+bwd at d128 reaches 203/312 = 0.65 on A100 and 338/989 = 0.34 on H100, FlashAttention-3 forward
-        0.65 on H100 (anchors.md); 0.5 is between them.
-    hbm: achieved fraction of HBM bandwidth for memory-bound kernels (norms, activations, optimizer).
-        Default 0.9 (quack's RMSNorm/softmax/CE reach 0.90-0.95 of H100 HBM, anchors.md).
+    gemm: the fraction of the dense peak a large weight GEMM reaches (kernels.py applies tile and wave
+        quantization and the bandwidth roof on top). Default 0.75; best measured large bf16 matmuls reach
+        0.87 of peak on A100 and 0.78-0.81 on H100/H200 (anchors.md, MAMF). Fitted per GPU family.
+    attention: flash-attention core forward + backward at 16K tokens and d128, of the bf16 peak (kernels.py
+        scales it by sequence and head dim). Default 0.5: FlashAttention-2 fwd+bwd at d128 reaches
+        203/312 = 0.65 on A100 and 338/989 = 0.34 on H100 (anchors.md). Fitted per GPU family.
+    hbm: achieved fraction of HBM bandwidth for memory-bound kernels (norms, activations, optimizer,
+        fp8 casts). 0.9, not fitted (quack's RMSNorm/softmax/CE reach 0.90-0.95 of H100 HBM, anchors.md).
+    kernel_us: fixed microseconds per kernel (launch and tail), fitted (the fit drives it to ~0: the
+        shape terms already explain small models).
+    fp8_gemm: fp8 GEMMs reach gemm x fp8_gemm of the fp8 peak, fitted.
+    fsdp_stack: multiplier on gemm and attention for Training.stack = "fsdp", fitted per GPU family.
     Materialised attention (attention="materialized") runs its matmuls at `gemm` and streams the
     scores and softmax at `hbm`.
     """
@@ -33,10 +51,15 @@ class Efficiency:
     gemm: float = 0.75
     attention: float = 0.5
     hbm: float = 0.9
+    kernel_us: float = 4.0
+    fp8_gemm: float = 0.75
+    fsdp_stack: float = 1.0
     source: str = "defaults (training.py: Efficiency)"
 
     def __post_init__(self) -> None:
-        for name in ("gemm", "attention", "hbm"):
+        if not 0.0 <= self.kernel_us <= 1000.0:
+            raise ValueError(f"kernel_us must be in [0, 1000], got {self.kernel_us}")
+        for name in ("gemm", "attention", "hbm", "fp8_gemm", "fsdp_stack"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"efficiency {name} must be in (0, 1], got {value}")
@@ -44,29 +67,57 @@ class Efficiency:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def stack_factor(self, stack: str) -> float:
+        """Multiplier on the matmul and attention efficiencies for a software stack (Training.stack)."""
+        return self.fsdp_stack if stack == "fsdp" else 1.0
+
     @staticmethod
     def for_gpu(gpu_key: str) -> Efficiency:
         """The calibrated constants for a device-table GPU (CALIBRATED); others get the defaults."""
         return _for_gpu(gpu_key)
 
 
-#: Per-GPU constants: weight-matmul efficiency fitted on published runs (tests/data/published; the fits and
-#: the held-out errors are in docs/planner.md) and the measured FlashAttention-2 forward + backward
-#: throughput at d128 (anchors.md: 203 of 312 TFLOP/s on A100, 338 of 989 on H100). H200 shares H100's
-#: GH100 compute. Parts with no published run keep the Efficiency defaults and say so in their source.
-CALIBRATED: dict[str, tuple[float, float, str]] = {
-    "a100": (0.695, 0.65, "gemm fitted on Narayanan et al. 2021 Table 1 (A100); attention: FA2 on A100"),
-    "h100": (0.615, 0.34, "gemm fitted on Llama 3 (Dubey et al. 2024) Table 4 row 1 (H100); attention: FA2 on H100"),
-    "h200": (0.615, 0.34, "H100 constants (same GH100 compute)"),
+#: The fitted constants (validation.fit_constants on the calibration rows of validation.REPORT_TABLES only;
+#: docs/planner.md lists the held-out errors). Per GPU family: gemm (largest-GEMM fraction of the dense
+#: peak), attention (flash fwd+bwd fraction of the bf16 peak at 16K tokens, d128), fsdp_stack (the PyTorch
+#: FSDP stacks' multiplier on both). Shared: kernel_us (fixed cost per kernel), fp8_gemm (fp8 GEMM fraction
+#: of the fp8 peak relative to gemm). Eight constants over 69 calibration runs.
+FITTED_SHARED = {"kernel_us": 0.003, "fp8_gemm": 0.935}
+FITTED_FAMILY = {
+    "a100": {"gemm": 0.706, "attention": 0.344, "fsdp_stack": 0.948},
+    "h100": {"gemm": 0.692, "attention": 0.208, "fsdp_stack": 0.799},
+}
+#: Device-table GPU -> the family whose fitted constants it uses, and why.
+CALIBRATED: dict[str, tuple[str, str]] = {
+    "a100": ("a100", "fitted on A100 calibration runs (llm-foundry, Narayanan et al. 2021)"),
+    "a100-40gb": ("a100", "A100 family constants (same GA100 compute)"),
+    "h100": ("h100", "fitted on H100 calibration runs (llm-foundry, NeMo 24.07, Llama 3)"),
+    "h200": ("h100", "H100 family constants (same GH100 compute)"),
+    "h100-pcie": ("h100", "H100 family constants (GH100 at PCIe clocks: the lower peak is in the device table)"),
+    "h100-nvl": ("h100", "H100 family constants (GH100 at NVL clocks: the lower peak is in the device table)"),
+    "gb200": ("h100", "H100 family fractions transferred, not fitted: no GB200 run in the calibration split"),
+    "b200": ("h100", "H100 family fractions transferred, not fitted: no B200 run in the calibration split"),
 }
 
 
 @cache
 def _for_gpu(gpu_key: str) -> Efficiency:
     if gpu_key in CALIBRATED:
-        gemm, attention, source = CALIBRATED[gpu_key]
-        return Efficiency(gemm=gemm, attention=attention, source=source)
-    return Efficiency(source=f"defaults: no published run calibrates {gpu_key}")
+        family, source = CALIBRATED[gpu_key]
+        return Efficiency(**FITTED_FAMILY[family], **FITTED_SHARED, source=source)
+    return Efficiency(**FITTED_SHARED, source=f"defaults: no published run calibrates {gpu_key}")
+
+
+#: Default fraction of the TP/SP all-gathers and reduce-scatters hidden behind the GEMMs. Today's stacks
+#: overlap them: Transformer Engine's userbuffers overlap (Megatron-LM --tp-comm-overlap; NeMo and
+#: Megatron-Bridge enable it in their H100 recipes, NVIDIA-NeMo/Megatron-Bridge#2247) runs the dependency-free
+#: collectives in bulk under other GEMMs and pipelines the dependent ones in chunks, exposing one chunk (NeMo
+#: docs, "Communication Overlap"); PyTorch async TP decomposes each all-gather-matmul into tp ring steps.
+#: What they hide, measured: torchtitan's async-TP benchmark (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md)
+#: speeds Llama 3.1 70B TP8 FSDP32 (full AC) up 1.09x and 8B TP8 FSDP8 (per-op AC) 1.10x in bf16, which with
+#: this model's TP shares of those steps (18% and 22%) is 45% and 41% of the TP time hidden; nanotron's
+#: DoMiNO reports 62% (75% forward, 50% backward; huggingface/nanotron#284). 0.5 is the middle of that range.
+TP_OVERLAP = 0.5
 
 
 @dataclass(frozen=True)
@@ -77,12 +128,19 @@ class Training:
         (4: fp32, Megatron's default main-grad buffer and FSDP2's reduce dtype; 2: bf16).
     dp_overlap: whether the data-parallel gradient reduction overlaps the last backward (DDP/FSDP buckets,
         Megatron --overlap-grad-reduce); False models a reduction after the backward (Megatron-LM 2021).
-    tp_overlap: fraction of tensor-parallel communication hidden behind compute (0: none, the default;
-        async TP / userbuffers overlap hides part of it).
-    bucket_mb: DDP's bucket_cap_mb (25 MB default in torch); the last bucket cannot be hidden.
+    tp_overlap: fraction of tensor-parallel communication hidden behind compute. Default TP_OVERLAP (0.5):
+        what the stacks people run hide (see TP_OVERLAP); 0 for a stack with the collectives on the critical
+        path (Megatron-LM 2021, vanilla torchtitan TP), 1 for the ideal.
+    bucket_mib: DDP's bucket_cap_mb, in MiB (torch reads bucket_cap_mb as MiB: 25 by default); the last
+        bucket cannot be hidden. (The planner used to read it as 10^6 bytes while the DDP model read MiB.)
     framework_overhead_gb: CUDA context, NCCL buffers and workspace (training-math.md: about 1-3 GB).
     allocator_slack: fraction added to activation and transient memory for caching-allocator
         fragmentation (reserved vs allocated).
+    stack: "megatron" or "fsdp" (STACKS; Efficiency.fsdp_stack).
+    fsdp_gather: when ZeRO-3 gathers weights (FSDP_GATHER).
+    offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
+        CPU (time.PCIE_GBPS, time.CPU_ADAM_PARAMS_PER_S).
+    cp_comm: how context parallelism moves K and V (CP_COMM).
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
         master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
         fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
@@ -96,13 +154,23 @@ class Training:
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     train_tokens: float = 1e12
     dp_overlap: bool = True
-    tp_overlap: float = 0.0
-    bucket_mb: float = 25.0
+    tp_overlap: float = TP_OVERLAP
+    bucket_mib: float = 25.0
     framework_overhead_gb: float = 2.0
     allocator_slack: float = 0.05
     zero3_16bit_shard: bool = False
+    stack: str = "megatron"
+    fsdp_gather: str = "micro-batch"
+    offload_optimizer: bool = False
+    cp_comm: str = "ring"
 
     def __post_init__(self) -> None:
+        if self.cp_comm not in CP_COMM:
+            raise ValueError(f"cp_comm must be one of {CP_COMM}, got {self.cp_comm!r}")
+        if self.fsdp_gather not in FSDP_GATHER:
+            raise ValueError(f"fsdp_gather must be one of {FSDP_GATHER}, got {self.fsdp_gather!r}")
+        if self.stack not in STACKS:
+            raise ValueError(f"stack must be one of {STACKS}, got {self.stack!r}")
         if self.seq_len < 1 or self.global_batch_tokens < self.seq_len:
             raise ValueError(f"global_batch_tokens ({self.global_batch_tokens}) must be >= seq_len "
                              f"({self.seq_len}) >= 1")
@@ -119,8 +187,8 @@ class Training:
             raise ValueError(f"micro_batch_sizes must be positive integers, got {self.micro_batch_sizes}")
         if not 0.0 <= self.tp_overlap <= 1.0:
             raise ValueError(f"tp_overlap must be in [0, 1], got {self.tp_overlap}")
-        if self.train_tokens <= 0 or self.bucket_mb <= 0 or self.framework_overhead_gb < 0 or self.allocator_slack < 0:
-            raise ValueError("train_tokens and bucket_mb must be > 0; overheads must be >= 0")
+        if self.train_tokens <= 0 or self.bucket_mib <= 0 or self.framework_overhead_gb < 0 or self.allocator_slack < 0:
+            raise ValueError("train_tokens and bucket_mib must be > 0; overheads must be >= 0")
 
     @property
     def global_batch_seqs(self) -> int:

@@ -19,28 +19,31 @@ Metrics and conventions (match the source's FLOP counting):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from wavefront.shapes import get_model
+from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner.cluster import make_cluster
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.parallel import PlanConfig
-from wavefront.workbench.planner.search import PlanResult, evaluate
+from wavefront.workbench.planner.search import PlanResult, _k, _m, _t, evaluate
 from wavefront.workbench.planner.time import layer_compute_s, tp_comm_per_layer_s
 from wavefront.workbench.planner.training import Efficiency, Training
 
 SCHEMA = "wavefront.published/1"
+VALIDATION_SCHEMA = "wavefront.plan.validation/1"
 METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "memory_gib", "step_s", "layer_ms")
 CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-group")
 
 _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch")
-_TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mb",
-               "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard")
+_TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib",
+               "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class RowComparison:
     rel_error: float  # predicted / published - 1 (for ratio metrics: of the ratios)
     plan: str
     fits: bool  # whether the planner thinks the published plan fits in memory
+    split: str = ""  # "calibration" or "held-out" (tables with a split); "" otherwise
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -107,11 +111,28 @@ def _row_settings(doc: dict, row: dict) -> dict:
     return merged
 
 
+def split_of(table: str, row_id: str) -> str:
+    """The deterministic calibration / held-out split of a row, fixed before any constant was fitted:
+    calibration when the first 8 hex digits of sha256("<table>/<row id>") are 0-2 mod 10 (30%)."""
+    digest = int(hashlib.sha256(f"{table}/{row_id}".encode()).hexdigest()[:8], 16)
+    return "calibration" if digest % 10 < 3 else "held-out"
+
+
+def row_dims(doc: dict, name: str) -> ModelDims:
+    """A model named by a row: the table's own "models" (with their sources) first, then the presets."""
+    spec = doc.get("models", {}).get(name)
+    if spec is None:
+        return get_model(name)
+    return ModelDims(name=name, **spec)
+
+
 def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None):
     """(model, plan, training, cluster, efficiency) of a published row."""
     st = _row_settings(doc, row)
-    hw = doc["hardware"]
-    dims = get_model(st["model"])
+    hw = dict(doc["hardware"])
+    if "gpu" in st:
+        hw["gpu"] = st["gpu"]
+    dims = row_dims(doc, st["model"])
     model = ModelSpec(dims, attention=st.get("attention", "flash"), dropout=bool(st.get("dropout", False)),
                       kernels=st.get("kernels", "fused"))
     n = int(st["n_gpus"])
@@ -144,12 +165,12 @@ def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
                   efficiency: Efficiency | None = None) -> float:
     name, conv = metric["name"], metric["convention"]
     st = _row_settings(doc, row)
-    step = result.time.step_s
+    step = _t(result).step_s
     n = result.cluster.n_gpus
     if name == "memory_gib":
-        return result.memory.total_bytes / 2**30
+        return _m(result).total_bytes / 2**30
     if name == "tokens_per_s_per_gpu":
-        return result.kpis.tokens_per_s_per_gpu
+        return _k(result).tokens_per_s_per_gpu
     if name == "step_s":
         return step
     if name == "layer_ms":
@@ -157,17 +178,21 @@ def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
         layer, _ = layer_compute_s(model, cfg, training, cluster, eff)
         return (layer + tp_comm_per_layer_s(model, cfg, training, cluster)) * 1e3
     if conv == "megatron-eq3":
-        d = get_model(st["model"])
+        d = row_dims(doc, st["model"])
         flops = kpi.megatron_gpt_flops_per_iteration(int(st["global_batch"]), int(st["seq_len"]), d.n_layers,
                                                      d.hidden, d.vocab, full_recompute=True)
         return flops / (step * n) / 1e12
-    return result.kpis.model_tflops_per_gpu
+    return _k(result).model_tflops_per_gpu
 
 
-def validate(doc: dict, efficiency: Efficiency | None = None) -> TableReport:
-    """Per-row predicted vs published values for every metric of a table."""
+def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=None) -> TableReport:
+    """Per-row predicted vs published values for every metric of a table.
+
+    efficiency_for(gpu_key) -> Efficiency, when given, picks the constants per row's GPU."""
     report = TableReport(doc["name"], doc["title"], doc.get("use", "validation"))
-    results = [(row, predict_row(doc, row, efficiency)) for row in doc["rows"]]
+    gpu_of = (lambda row: _row_settings(doc, row).get("gpu", doc["hardware"]["gpu"]))
+    results = [(row, predict_row(doc, row, efficiency_for(get_gpu(gpu_of(row)).key) if efficiency_for else efficiency))
+               for row in doc["rows"]]
     for metric in doc["metrics"]:
         name, conv = metric["name"], metric["convention"]
         have = [(row, res) for row, res in results if row["published"].get(name) is not None]
@@ -183,7 +208,7 @@ def validate(doc: dict, efficiency: Efficiency | None = None) -> TableReport:
                 pub_ref, pred_ref = refs[group]
                 pub, pred = pub / pub_ref, pred / pred_ref
             report.rows.append(RowComparison(doc["name"], str(row.get("id")), name, pub, pred, pred / pub - 1.0,
-                                             res.config.label(), res.memory.fits))
+                                             res.config.label(), _m(res).fits, row.get("split", "")))
     return report
 
 
@@ -191,26 +216,128 @@ def validate_files(paths: list[str | Path], efficiency: Efficiency | None = None
     return [validate(load_table(p), efficiency) for p in paths]
 
 
-def fit_gemm_efficiency(doc: dict, metric_name: str = "tflops_per_gpu", lo: float = 0.3, hi: float = 1.0,
-                        rows: list[str] | None = None) -> float:
-    """The Efficiency.gemm that minimises the median absolute error of `metric_name` over `rows` (all by
-    default): golden-section search, the way the CALIBRATED_GEMM constants were obtained."""
-    selected = dict(doc)
-    if rows is not None:
-        selected["rows"] = [r for r in doc["rows"] if str(r.get("id")) in rows]
-    gpu_default = Efficiency.for_gpu(doc["hardware"]["gpu"])
+#: The throughput tables of the accuracy report (docs/planner.md): every row carries its split.
+REPORT_TABLES = ("validation/llmfoundry_mpt.json", "validation/nemo_2407_h100_fp8.json",
+                 "validation/megatron_bridge_2511.json", "narayanan2021_table1.json", "narayanan2021_table2.json",
+                 "llama3_2024_table4.json")
+THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu")
 
-    def loss(g: float) -> float:
-        eff = Efficiency(gemm=g, attention=gpu_default.attention, hbm=gpu_default.hbm, source="fit")
-        return validate(selected, eff).median_abs_error(metric_name)
 
+@dataclass(frozen=True)
+class SplitSummary:
+    """Throughput error statistics of one source (or "overall") on one split. The relative error of
+    TFLOP/s per GPU equals that of tokens/s per GPU (fixed FLOPs per token), so both count."""
+
+    source: str
+    split: str
+    n_runs: int
+    median_abs_error: float
+    p90_abs_error: float
+    signed_median_error: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def source_of(doc: dict) -> str:
+    return str(doc.get("source_group", doc["name"]))
+
+
+def split_summaries(reports: list[tuple[str, TableReport]], split: str = "held-out") -> list[SplitSummary]:
+    """Per source and overall: runs, median and p90 of |error|, signed median, for one split."""
+    by_source: dict[str, list[float]] = {}
+    for source, rep in reports:
+        errs = [r.rel_error for r in rep.rows if r.metric in THROUGHPUT_METRICS and r.split == split]
+        if errs:
+            by_source.setdefault(source, []).extend(errs)
+    out = []
+    every: list[float] = []
+    for source, errs in sorted(by_source.items()):
+        every.extend(errs)
+        out.append(SplitSummary(source, split, len(errs), statistics.median(abs(e) for e in errs),
+                                _quantile([abs(e) for e in errs], 0.9), statistics.median(errs)))
+    if every:
+        out.append(SplitSummary("overall", split, len(every), statistics.median(abs(e) for e in every),
+                                _quantile([abs(e) for e in every], 0.9), statistics.median(every)))
+    return out
+
+
+def report_tables(root: str | Path, efficiency_for=None) -> list[tuple[str, TableReport]]:
+    """Validate every REPORT_TABLES file under `root` (tests/data/published) -> (source, report) pairs.
+
+    efficiency_for(gpu_key) -> Efficiency overrides the calibrated constants (the fit uses it)."""
+    out = []
+    for rel in REPORT_TABLES:
+        doc = load_table(Path(root) / rel)
+        out.append((source_of(doc), validate(doc, efficiency_for=efficiency_for)))
+    return out
+
+
+#: The constants fit_constants fits: per GPU family (matmul and attention efficiency) and shared ones.
+FAMILIES = {"a100": ("a100", "a100-40gb"), "h100": ("h100", "h200", "b200")}
+SHARED = ("kernel_us", "fp8_gemm")
+_BOUNDS = {"gemm": (0.3, 0.95), "attention": (0.1, 0.9), "kernel_us": (0.0, 40.0), "fp8_gemm": (0.4, 1.0),
+           "fsdp_stack": (0.4, 1.0)}
+
+
+def _efficiency_from(params: dict) -> Callable[[str], Efficiency]:
+    def efficiency_for(gpu_key: str) -> Efficiency:
+        family = next((f for f, keys in FAMILIES.items() if gpu_key in keys), None)
+        if family is None:
+            return Efficiency.for_gpu(gpu_key)
+        return Efficiency(gemm=params[f"{family}.gemm"], attention=params[f"{family}.attention"],
+                          kernel_us=params["kernel_us"], fp8_gemm=params["fp8_gemm"],
+                          fsdp_stack=params[f"{family}.fsdp_stack"], source="fit")
+    return efficiency_for
+
+
+def calibration_loss(root: str | Path, params: dict) -> float:
+    """Mean |log(predicted / published)| of the calibration rows' throughput (robust, scale-free)."""
+    import math
+
+    errs = [abs(math.log1p(r.rel_error)) for _, rep in report_tables(root, _efficiency_from(params))
+            for r in rep.rows if r.split == "calibration" and r.metric in THROUGHPUT_METRICS]
+    return sum(errs) / len(errs)
+
+
+def fit_constants(root: str | Path, start: dict, sweeps: int = 3) -> dict:
+    """Coordinate descent (golden section per constant) on calibration_loss over the calibration rows
+    only; the held-out rows never enter. Returns the fitted constants, rounded to 3 digits."""
+    params = dict(start)
     ratio = (5 ** 0.5 - 1) / 2
-    a, b = lo, hi
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    for _ in range(40):
-        if loss(c) < loss(d):
-            b = d
-        else:
-            a = c
-        c, d = b - ratio * (b - a), a + ratio * (b - a)
-    return round((a + b) / 2, 3)
+    for _ in range(sweeps):
+        for name in params:
+            lo, hi = _BOUNDS[name.split(".")[-1]]
+
+            def loss(v: float, name: str = name) -> float:
+                return calibration_loss(root, params | {name: v})
+
+            a, b = lo, hi
+            c, d = b - ratio * (b - a), a + ratio * (b - a)
+            fc, fd = loss(c), loss(d)
+            for _ in range(18):
+                if fc < fd:
+                    b, d, fd = d, c, fc
+                    c = b - ratio * (b - a)
+                    fc = loss(c)
+                else:
+                    a, c, fc = c, d, fd
+                    d = a + ratio * (b - a)
+                    fd = loss(d)
+            params[name] = round((a + b) / 2, 3)
+    return params
+
+
+def validation_document(reports: list[TableReport]) -> dict:
+    """The `wavefront plan --validate ... --json` document (docs/json/plan.md)."""
+    return {"schema": VALIDATION_SCHEMA, "tables": [r.as_dict() for r in reports]}

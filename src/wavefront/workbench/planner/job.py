@@ -1,0 +1,175 @@
+"""The `wavefront plan` job as a library call: a typed request in, a SearchResult out that owns its JSON
+document (schema below). The CLI only declares options, renders and maps exit codes.
+
+    from wavefront.workbench.planner import PlanRequest, plan
+    result = plan(PlanRequest(model="llama3-70b", gpus=("64xh100",), precision="fp8"))
+    doc = result.document()          # schema "wavefront.plan/1" (docs/json/plan.md)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from wavefront.shapes import ModelDims, get_model
+from wavefront.workbench.planner.cluster import Cluster, make_cluster
+from wavefront.workbench.planner.comm_model import load_calibration
+from wavefront.workbench.planner.hf_config import dims_from_hf_config
+from wavefront.workbench.planner.kernel_calibration import KernelCalibration, load_kernel_calibration
+from wavefront.workbench.planner.model import ModelSpec
+from wavefront.workbench.planner.training import TP_OVERLAP, Efficiency, Training
+
+SCHEMA = "wavefront.plan/1"
+#: Default global batch: 4M tokens (Llama 3 405B's initial batch, Dubey et al. 2024, Sec. 3.4.1).
+DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CustomDims:
+    """A model given by its dimensions (instead of a preset or a config.json)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    gated: bool = True
+    tied: bool = False
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything `wavefront plan` takes. model: a preset name, or a path to a Hugging Face config.json;
+    custom: dimensions instead. Fields set to None take the documented defaults."""
+
+    model: str | None = None
+    custom: CustomDims | None = None
+    head_dim: int | None = None  # overrides the preset's / config's head dim
+    gpus: tuple[str, ...] = ("8xh100",)
+    gpus_per_node: int = 8
+    nics_per_node: int = 0
+    nic_gbits: float | None = None
+    hierarchical: bool = True
+    intra_gbps: float | None = None
+    inter_gbps: float | None = None
+    intra_latency_us: float | None = None
+    inter_latency_us: float | None = None
+    hbm_gb: float | None = None
+    hbm_tbps: float | None = None
+    calibrations: tuple[str, ...] = ()
+    calibrate: str | None = None  # a `wavefront bench` results store measured on the target GPU
+    global_batch_tokens: int | None = None
+    seq_len: int | None = None
+    micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    grad_bytes: int = 4
+    attention: str = "flash"
+    dropout: bool = False
+    kernels: str = "fused"
+    stack: str = "megatron"
+    fsdp_gather: str = "micro-batch"
+    offload_optimizer: bool = False
+    cp_comm: str = "ring"
+    dp_overlap: bool = True
+    tp_overlap: float = TP_OVERLAP
+    price_per_gpu_hour: float | None = None
+    power_fraction: float = 0.75
+    train_tokens: float = 1e12
+    gemm_eff: float | None = None
+    attn_eff: float | None = None
+    hbm_eff: float | None = None
+    fixed: dict = field(default_factory=dict)
+    rank_by: str = "time"
+    top: int = 10
+
+    def model_spec(self) -> ModelSpec:
+        dims = self._dims()
+        if self.head_dim is not None:
+            if self.head_dim < 1:
+                raise ValueError(f"--head-dim must be >= 1, got {self.head_dim}")
+            dims = ModelDims(**(dims.as_dict() | {"head_dim": self.head_dim}))
+        return ModelSpec(dims, attention=self.attention, dropout=self.dropout, kernels=self.kernels)
+
+    def _dims(self) -> ModelDims:
+        if self.model and self.custom:
+            raise ValueError("--model and custom dimensions (--layers, --hidden, ...) are exclusive")
+        if self.model:
+            if self.model.endswith(".json") or Path(self.model).is_file():  # a Hugging Face config.json
+                return dims_from_hf_config(self.model)
+            try:
+                return get_model(self.model)
+            except ValueError as exc:
+                raise ValueError(f"--model: {exc}") from None
+        c = self.custom
+        if c is None:
+            raise ValueError("give --model PRESET or path/to/config.json, or all of --layers --hidden --heads "
+                             "--ffn --vocab for a custom model")
+        kv = c.kv_heads or c.heads
+        if c.heads % kv or (c.head_dim is None and c.hidden % c.heads):
+            raise ValueError(f"--hidden ({c.hidden}) must be divisible by --heads ({c.heads}) unless --head-dim is "
+                             f"given, and --heads by --kv-heads ({kv})")
+        return ModelDims("custom", c.hidden, c.ffn, c.layers, c.heads, kv, c.head_dim or c.hidden // c.heads,
+                         c.vocab, self.seq_len or 4096, gated_mlp=c.gated, tied_embeddings=c.tied,
+                         source="command line")
+
+    def clusters(self) -> list[Cluster]:
+        cals = tuple(load_calibration(p) for p in self.calibrations)
+        return [make_cluster(g, gpus_per_node=self.gpus_per_node, intra_gbps=self.intra_gbps,
+                             inter_gbps=self.inter_gbps, intra_latency_us=self.intra_latency_us,
+                             inter_latency_us=self.inter_latency_us, price_per_gpu_hour=self.price_per_gpu_hour,
+                             power_fraction=self.power_fraction, calibrations=cals,
+                             nics_per_node=self.nics_per_node, nic_gbits=self.nic_gbits,
+                             hierarchical=self.hierarchical, hbm_gb=self.hbm_gb, hbm_tbps=self.hbm_tbps)
+                for g in self.gpus]
+
+    def training(self, spec: ModelSpec) -> Training:
+        if self.seq_len is not None and self.seq_len < 1:
+            raise ValueError(f"--seq-len must be >= 1, got {self.seq_len}")
+        seq = self.seq_len or spec.dims.seq_len
+        tokens = self.global_batch_tokens or max(seq, DEFAULT_BATCH_TOKENS // seq * seq)
+        return Training(global_batch_tokens=tokens, seq_len=seq, precision=self.precision, optimizer=self.optimizer,
+                        grad_bytes=self.grad_bytes, micro_batch_sizes=tuple(self.micro_batch_sizes),
+                        train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, tp_overlap=self.tp_overlap,
+                        stack=self.stack, fsdp_gather=self.fsdp_gather, offload_optimizer=self.offload_optimizer,
+                        cp_comm=self.cp_comm)
+
+    def efficiency(self, cluster: Cluster) -> Efficiency | None:
+        """The constants for `cluster`: None (the calibrated defaults of its GPU), the command line's
+        overrides, or with `calibrate` the constants measured in a results store (kernel_calibration.py);
+        an override on the command line wins over a measurement."""
+        base = Efficiency.for_gpu(cluster.gpu.key)
+        if self.calibrate:
+            base = self.kernel_calibration(cluster).apply(base)
+        elif self.gemm_eff is None and self.attn_eff is None and self.hbm_eff is None:
+            return None
+        if self.gemm_eff is None and self.attn_eff is None and self.hbm_eff is None:
+            return base
+        return replace(base, gemm=self.gemm_eff or base.gemm, attention=self.attn_eff or base.attention,
+                       hbm=self.hbm_eff or base.hbm, source=f"{base.source}; command line overrides")
+
+    def kernel_calibration(self, cluster: Cluster) -> KernelCalibration:
+        if not self.calibrate:
+            raise ValueError("no --calibrate store in this request")
+        return load_kernel_calibration(self.calibrate, cluster.gpu.key)
+
+    def constants_from(self, clusters: list[Cluster]) -> dict:
+        """Where each constant of the cost model came from (the document's "constants_from")."""
+        base = Efficiency.for_gpu(clusters[0].gpu.key)
+        kernels = {k: f"published: {base.source}" for k in ("gemm", "attention", "hbm")}
+        if self.calibrate:
+            kernels = self.kernel_calibration(clusters[0]).sources(base)
+        for flag, k in (("gemm_eff", "gemm"), ("attn_eff", "attention"), ("hbm_eff", "hbm")):
+            if getattr(self, flag) is not None:
+                kernels[k] = f"command line (--{flag.replace('_', '-')})"
+        kernels |= {k: f"published: {base.source}" for k in ("kernel_us", "fp8_gemm", "fsdp_stack")}
+        links = {}
+        for c in clusters:
+            cals = {cal.domain: cal for cal in c.calibrations}
+            for domain, link in (("intra", c.intra), ("inter", c.inter)):
+                cal = cals.get(domain)
+                links[f"{c.label} {domain}"] = (f"measured: `wavefront comm` calibration ({cal.backend}, {cal.device}, "
+                                                f"{cal.world_size} ranks, {cal.created_utc})" if cal else link.source)
+        return {"kernels": kernels, "links": links}
