@@ -35,6 +35,10 @@ class Provider(str, Enum):
     eager = "eager"
     torch_compile = "torch_compile"
     liger = "liger"
+    vendor = "vendor"
+    sdpa_flash = "sdpa_flash"
+    sdpa_cudnn = "sdpa_cudnn"
+    flash_attn = "flash_attn"
 
 
 class Device(str, Enum):

@@ -17,8 +17,7 @@ def _opt(help_: str, *names: str, **kw):
     return typer.Option(*names, help=help_, **kw)
 
 
-Pos = dict(min=1)
-Frac = dict(min=0.0, max=1.0)
+Pos, Frac = dict(min=1), dict(min=0.0, max=1.0)
 
 
 def _parse_fixed(items: list[str] | None) -> dict:
