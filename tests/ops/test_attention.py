@@ -13,7 +13,7 @@ from wavefront import nn as wnn
 from wavefront import ops, reference, runtime
 from wavefront.kernels import attention as kernels
 from wavefront.kernels._launch import recording
-from wavefront.kernels.matmul_config import ATTENTION_TABLES, attention_candidates, attention_config
+from wavefront.kernels.attention_config import ATTENTION_TABLES, attention_candidates, attention_config
 
 
 def _qkv(B, H, H_kv, S, D, dtype=torch.bfloat16, seed=0):

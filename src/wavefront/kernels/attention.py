@@ -68,7 +68,8 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._launch import launch
 from wavefront.kernels._program_order import xcd_remap
-from wavefront.kernels.matmul_config import TileConfig, attention_config, num_xcds, padded_head_dim
+from wavefront.kernels.attention_config import attention_config, padded_head_dim
+from wavefront.kernels.matmul_config import TileConfig, num_xcds
 
 LOG2E = 1.4426950408889634
 
