@@ -68,8 +68,8 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._launch import launch
 from wavefront.kernels._program_order import xcd_remap
-from wavefront.kernels.attention_config import attention_config, padded_head_dim
-from wavefront.kernels.matmul_config import TileConfig, num_xcds
+from wavefront.kernels.attention_config import AttentionConfig, attention_config, has_tma, padded_head_dim
+from wavefront.kernels.matmul_config import num_xcds
 
 LOG2E = 1.4426950408889634
 
@@ -152,27 +152,53 @@ def _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, lo, hi, seqlen,
-                qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+def _kv_tile(src, start_n, offs_n, stride_s, offs_d, seqlen, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+             MASKED: tl.constexpr, USE_TMA: tl.constexpr):
+    """The [BLOCK_N, BLOCK_D] key or value tile at start_n: by TMA from a tensor descriptor (rows past the
+    sequence and padded head-dim columns arrive as zero from the copy engine) or by pointers."""
+    if USE_TMA:
+        tile = src.load([start_n, 0])
+    else:
+        tile = _load_tile(src, offs_n, stride_s, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
+    return tile
+
+
+@triton.jit
+def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_n0, stride_ks, stride_vs, offs_m, offs_d, seqlen, qk_scale,
+              mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+              USE_TMA: tl.constexpr, ONE_LOOP: tl.constexpr):
+    """One key block of the online softmax."""
+    offs_n = start_n + offs_n0
+    k = _kv_tile(k_src, start_n, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
+    # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
+    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if MASKED:
+        valid = _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL)
+        if ONE_LOOP:
+            valid = valid | (start_n < mask_from)  # blocks before mask_from need no mask
+        qk = tl.where(valid, qk, float("-inf"))
+    # Every row sees key 0 in its first block (blocks run from key 0 upward), so m_new is finite and
+    # exp2(-inf - m_new) is a clean 0 for masked entries and for the initial m = -inf.
+    x = qk * qk_scale
+    m_new = tl.maximum(m_i, tl.max(x, 1))
+    p = tl.math.exp2(x - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _kv_tile(v_src, start_n, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, lo, hi, seqlen, qk_scale,
+                mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                ONE_LOOP: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
-        offs_n = start_n + offs_n0
-        k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
-        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        if MASKED:
-            qk = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), qk, float("-inf"))
-        # Every row sees key 0 in its first block (blocks run from key 0 upward), so m_new is finite and
-        # exp2(-inf - m_new) is a clean 0 for masked entries and for the initial m = -inf.
-        x = qk * qk_scale
-        m_new = tl.maximum(m_i, tl.max(x, 1))
-        p = tl.math.exp2(x - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-        m_i = m_new
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_n0, stride_ks, stride_vs, offs_m,
+                                  offs_d, seqlen, qk_scale, mask_from, HEAD_DIM, BLOCK_D, MASKED, IS_CAUSAL, USE_TMA,
+                                  ONE_LOOP)
     return acc, l_i, m_i
 
 
@@ -183,34 +209,69 @@ def _attn_fwd_kernel(
     stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
     seq_start, seqlen, b_mem = _sequence(cu_seqlens_ptr, b, seqlen, VARLEN)
     start_m = m_block * BLOCK_M
-    if start_m >= seqlen:
-        return
+    if not WARP_SPECIALIZE:  # noqa: SIM102 (a constexpr test, resolved at compile time)
+        if start_m >= seqlen:
+            return
+    # Warp specialization cannot partition a kernel with an early exit: a program past its (packed)
+    # sequence instead runs empty key loops, and its O and lse2 stores fall outside the sequence.
+    has_rows = start_m < seqlen
     h64 = h.to(tl.int64)
     kvh = h64 // group_size
     q_base = _tile_base(q_ptr, b_mem, h64, seq_start, stride_qb, stride_qh, stride_qs)
     k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
     v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
+    o_base = _tile_base(o_ptr, b_mem, h64, seq_start, stride_ob, stride_oh, stride_os)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    if USE_TMA:
+        # One descriptor per (batch, head) sequence: its bounds are the sequence (varlen too) and the true
+        # head dim, so the copy engine zero-fills ragged tails and padded columns and clips the O store.
+        q_desc = tl.make_tensor_descriptor(q_base, shape=[seqlen, HEAD_DIM], strides=[stride_qs, 1],
+                                           block_shape=[BLOCK_M, BLOCK_D])
+        k_src = tl.make_tensor_descriptor(k_base, shape=[seqlen, HEAD_DIM], strides=[stride_ks, 1],
+                                          block_shape=[BLOCK_N, BLOCK_D])
+        v_src = tl.make_tensor_descriptor(v_base, shape=[seqlen, HEAD_DIM], strides=[stride_vs, 1],
+                                          block_shape=[BLOCK_N, BLOCK_D])
+        q = q_desc.load([start_m, 0])
+    else:
+        k_src = k_base
+        v_src = v_base
+        q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, 0,
-                                full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                                full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL)
-
-    o_base = _tile_base(o_ptr, b_mem, h64, seq_start, stride_ob, stride_oh, stride_os)
-    _store_tile(o_base, offs_m, stride_os, offs_d, seqlen, acc / l_i[:, None], HEAD_DIM)
+    hi = tl.where(has_rows, hi, 0)
+    full_end = tl.minimum(full_end, hi)
+    if WARP_SPECIALIZE:
+        # Triton's warp specialization partitions a kernel with one key loop and nothing else to schedule
+        # (sm_90 gives up on, or fails to compile, a second loop; sm_100 spills with two): every block goes
+        # through the masked step, where blocks before full_end pass the mask untouched.
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, 0, hi,
+                                    seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, USE_TMA,
+                                    WARP_SPECIALIZE, True)
+    else:
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, 0,
+                                    full_end, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL,
+                                    USE_TMA, WARP_SPECIALIZE, False)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, full_end,
+                                    hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL,
+                                    USE_TMA, WARP_SPECIALIZE, False)
+    out = acc / l_i[:, None]
+    if USE_TMA:
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[seqlen, HEAD_DIM], strides=[stride_os, 1],
+                                           block_shape=[BLOCK_M, BLOCK_D])
+        o_desc.store([start_m, 0], out.to(o_desc.dtype))
+    else:
+        _store_tile(o_base, offs_m, stride_os, offs_d, seqlen, out, HEAD_DIM)
     tl.store(lse_ptr + b_mem * stride_lb + h64 * stride_lh + seq_start + offs_m, m_i + tl.math.log2(l_i),
              mask=offs_m < seqlen)
 
@@ -382,9 +443,41 @@ def _strides3(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
 
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether every tensor meets the TMA descriptor's rules: 16-byte aligned base, unit last stride, and
+    every other stride a multiple of 16 bytes (so each (batch, head, sequence start) base stays aligned)."""
+    for t in tensors:
+        size = t.element_size()
+        if t.data_ptr() % 16 or t.stride(-1) != 1 or any(s * size % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _use_tma(arch: runtime.Arch, *tensors: torch.Tensor) -> bool:
+    """TMA on sm_90 and later, and under the interpreter (which runs tensor descriptors, so the tests cover
+    this path); pointer loads on sm_80, AMD, and for tensors TMA cannot address."""
+    return (arch.family == "cpu" or has_tma(arch)) and _tma_ready(*tensors)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_descriptor_allocator(device: torch.device) -> None:
+    """Tensor descriptors made inside a kernel need a little global scratch per program; Triton asks the
+    allocator set with ``triton.set_allocator``. Set ours once, on the first CUDA launch that needs it,
+    unless the application set one."""
+    from triton.runtime import _allocation
+
+    if device.type == "cuda" and isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_descriptor_scratch)
+
+
 def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
-                  arch: runtime.Arch | None = None, config: TileConfig | None = None):
-    """Returns (o, lse2): o like q, lse2 [B, H, S] fp32, the log-sum-exp in base 2 (natural: lse2 ln 2)."""
+                  arch: runtime.Arch | None = None, config: AttentionConfig | None = None, tma: bool | None = None):
+    """Returns (o, lse2): o like q, lse2 [B, H, S] fp32, the log-sum-exp in base 2 (natural: lse2 ln 2).
+
+    tma: force the tensor-descriptor path on or off (default: :func:`_use_tma`)."""
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
     cfg = config or attention_config("fwd", D, q.dtype, arch)
@@ -393,21 +486,30 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
     n_batch, seqlen, longest = _layout(q, cu_seqlens, max_seqlen)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
     n_programs = n_m_blocks * n_batch * H
+    use_tma = _use_tma(arch, q, k, v, o) if tma is None else tma
+    if use_tma:
+        _ensure_descriptor_allocator(q.device)
     launch(
         _attn_fwd_kernel, (n_programs,),
-        q, k, v, o, lse2, cu_seqlens,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(o), lse2.stride(0), lse2.stride(1),
-        H, H // k.shape[1], seqlen, n_m_blocks, n_programs, scale * LOG2E,
+        q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o, lse_ptr=lse2, cu_seqlens_ptr=cu_seqlens,
+        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
+        stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
+        stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
+        stride_ob=o.stride(0), stride_oh=o.stride(1), stride_os=o.stride(2),
+        stride_lb=lse2.stride(0), stride_lh=lse2.stride(1),
+        n_heads=H, group_size=H // k.shape[1], seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
+        qk_scale=scale * LOG2E,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                        IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch)),
+                        IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
+                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize),
         options=cfg.options(arch),
     )
     return o, lse2
 
 
 def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
-                  arch: runtime.Arch | None = None, dkdv_config: TileConfig | None = None,
-                  dq_config: TileConfig | None = None):
+                  arch: runtime.Arch | None = None, dkdv_config: AttentionConfig | None = None,
+                  dq_config: AttentionConfig | None = None):
     """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not)."""
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape

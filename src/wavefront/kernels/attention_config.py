@@ -10,22 +10,62 @@ timing the short candidate lists on a GPU.
 
 fp32 inputs (accepted for testing) double every operand tile, so the picker halves BLOCK_M and BLOCK_N,
 keeping shared memory at the verified 16-bit footprint. AMD-only options are emitted by
-:meth:`TileConfig.options` only on AMD targets.
+:meth:`AttentionConfig.options` only on AMD targets.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
 
-from wavefront.kernels.matmul_config import TileConfig
 from wavefront.runtime import Arch
 
 AttentionKernel = Literal["fwd", "bwd_dkdv", "bwd_dq"]
 
-_T = TileConfig
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """One entry: BLOCK_M is the query tile and BLOCK_N the key tile in all three kernels.
+
+    warp_specialize: split the key loop into producer and consumer warps (``tl.range(...,
+    warp_specialize=True)``); used with the TMA path only (sm_90, sm_100), where the forward then runs
+    every key block in one loop (see kernels/attention.py)."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+    reason: str
+    waves_per_eu: int = 0
+    matrix_instr_nonkdim: int = 0
+    kpack: int = 1
+    warp_specialize: bool = False
+
+    def options(self, arch: Arch) -> dict:
+        """Launch options for `arch`: AMD extras only on AMD targets (the NVIDIA compiler and the
+        interpreter reject them)."""
+        opts = {"num_warps": min(self.num_warps, arch.max_num_warps), "num_stages": self.num_stages}
+        if arch.family in ("amd-cdna", "amd-rdna"):
+            opts["waves_per_eu"] = self.waves_per_eu
+        if arch.family == "amd-cdna":
+            opts["matrix_instr_nonkdim"] = self.matrix_instr_nonkdim
+            opts["kpack"] = self.kpack
+        return opts
+
+
+_T = AttentionConfig
+
+
+def has_tma(arch: Arch) -> bool:
+    """sm_90 and later: TMA, wgmma/tcgen05 and warp specialization."""
+    return arch.family == "nvidia" and int(arch.name.removeprefix("sm_")) >= 90
+
+
+def table_key(arch: Arch) -> str:
+    """The table an architecture reads: ``sm_90`` and ``sm_100`` have their own, else its family's."""
+    return arch.name if has_tma(arch) else arch.family
 
 
 def _wide(dtype: torch.dtype) -> bool:
@@ -35,7 +75,7 @@ def _wide(dtype: torch.dtype) -> bool:
 def _cdna(m, n, w, reason, wpe=2, **kw):
     # nonkdim 16 selects the 16x16 MFMA; num_stages 1 is what AMD's stream pipeliner wants for attention
     # with everything else in registers.
-    return TileConfig(m, n, w, kw.pop("num_stages", 1), reason, waves_per_eu=wpe, matrix_instr_nonkdim=16, **kw)
+    return AttentionConfig(m, n, w, kw.pop("num_stages", 1), reason, waves_per_eu=wpe, matrix_instr_nonkdim=16, **kw)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -43,7 +83,21 @@ def _cdna(m, n, w, reason, wpe=2, **kw):
 # BLOCK_M is the query tile and BLOCK_N the key tile in all three kernels. "regs/spill/smem" quote
 # sm_90 | gfx942 at bf16 (the docs table has every target).
 
-ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[TileConfig, ...]]]] = {
+# Backward on sm_90 and sm_100 (one table: both compile the same tiles to wgmma or tcgen05).
+_TMA_BWD: dict[AttentionKernel, dict[int, tuple[AttentionConfig, ...]]] = {
+    "bwd_dkdv": {
+        64: (_T(32, 128, 8, 2, "TBD"),),
+        128: (_T(32, 64, 8, 2, "TBD"),),
+        256: (_T(32, 32, 8, 2, "TBD"),),
+    },
+    "bwd_dq": {
+        64: (_T(128, 32, 8, 2, "TBD"),),
+        128: (_T(128, 32, 8, 2, "TBD"),),
+        256: (_T(64, 32, 8, 2, "TBD"),),
+    },
+}
+
+ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfig, ...]]]] = {
     "nvidia": {
         "fwd": {
             64: (_T(128, 128, 8, 3, "FA2 tile: two warpgroups, wgmma m64 per warpgroup; 204 regs, 0 spill, 112 KiB"),),
@@ -65,6 +119,28 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[TileConfig, ..
             128: (_T(128, 32, 8, 2, "d128: 157 regs, 0 spill on sm_90; 64x64 with 4 warps spills on sm_80"),),
             256: (_T(64, 32, 8, 2, "d256: 240 regs, 0 spill; 64x16 spills on sm_90"),),
         },
+    },
+    "sm_90": {
+        # Forward: TMA operands, key blocks of 128, the key loop warp-specialized (a TMA producer warp and
+        # two consumer warpgroups of 64 query rows, registers moved to the consumers by setmaxnreg).
+        "fwd": {
+            64: (_T(128, 128, 4, 2, "as d128 (128-key blocks)", warp_specialize=True),),
+            128: (_T(128, 128, 4, 2, "128x128, 4 warps + warp specialization: 168 regs (setmaxnreg), 0 spill, "
+                                     "197 KiB smem; num_stages 3 needs 263 KiB (over 227)", warp_specialize=True),),
+            256: (_T(64, 64, 4, 2, "d256: 64x64, 168 regs, 0 spill, 230 KiB smem (fits 227 KiB opt-in); "
+                                   "128x128 needs 394 KiB", warp_specialize=True),),
+        },
+        **_TMA_BWD,
+    },
+    "sm_100": {
+        "fwd": {
+            64: (_T(128, 128, 8, 2, "as d128 (128-key blocks)", warp_specialize=True),),
+            128: (_T(128, 128, 8, 2, "128x128, 8 warps + warp specialization, tcgen05 into TMEM: 96 regs, 0 spill, "
+                                     "166 KiB; 4 warps spill 336 B", warp_specialize=True),),
+            256: (_T(64, 64, 8, 2, "d256: 64x64, 96 regs, 0 spill, 165 KiB; 4 warps spill 336 B",
+                     warp_specialize=True),),
+        },
+        **_TMA_BWD,
     },
     "amd-cdna": {
         # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
@@ -120,10 +196,10 @@ def padded_head_dim(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def attention_candidates(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> list[TileConfig]:
+def attention_candidates(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> list[AttentionConfig]:
     """The family's entries for this head dim, in order of preference (fp32: tiles halved)."""
     block_d = padded_head_dim(head_dim)
-    table = ATTENTION_TABLES[arch.family][kind]
+    table = ATTENTION_TABLES[table_key(arch)][kind]
     fitting = [d for d in sorted(table) if d >= block_d]
     if not fitting:
         raise ValueError(f"attention: head_dim {head_dim} is larger than the largest supported ({max(table)})")
@@ -134,6 +210,6 @@ def attention_candidates(kind: AttentionKernel, head_dim: int, dtype: torch.dtyp
     return entries
 
 
-def attention_config(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> TileConfig:
+def attention_config(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> AttentionConfig:
     """The default (first) entry: a pure function of (kernel, head dim, dtype, architecture)."""
     return attention_candidates(kind, head_dim, dtype, arch)[0]
