@@ -146,6 +146,27 @@ def test_forward_paths_under_the_interpreter(tma, warp_specialize):
     assert torch.isfinite(lse2).all()
 
 
+@pytest.mark.parametrize(("d_split", "transposed"), [(1, True), (2, False), (4, True)])
+def test_backward_operand_layouts_under_the_interpreter(d_split, transposed):
+    """The dK/dV and dQ accumulators split over programs by head-dim columns (sm_90/sm_100 at head_dim 256)
+    and the sequence-contiguous Q^T/dO^T/K^T/V^T copies (AMD) give the gradients of the plain kernels."""
+    cpu = runtime.get_arch("cpu")
+    q, k, v = _qkv(1, 2, 1, 40, 64)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(5)).to(q.dtype)
+    cfg = {kind: attention_config(kind, 64, torch.bfloat16, cpu) for kind in ("fwd", "bwd_dkdv", "bwd_dq")}
+    o, lse2 = kernels.attention_fwd(q, k, v, True, 0.125, arch=cpu)
+    plain = kernels.attention_bwd(dout, q, k, v, o, lse2, True, 0.125, arch=cpu)
+    o_t, lse2_t = kernels.attention_fwd(q, k, v, True, 0.125, arch=cpu, tma=False,
+                                        config=dataclasses.replace(cfg["fwd"], transposed=transposed))
+    assert torch.equal(o_t, o) and torch.equal(lse2_t, lse2)
+    split = kernels.attention_bwd(dout, q, k, v, o, lse2, True, 0.125, arch=cpu,
+                                  dkdv_config=dataclasses.replace(cfg["bwd_dkdv"], d_split=d_split,
+                                                                  transposed=transposed),
+                                  dq_config=dataclasses.replace(cfg["bwd_dq"], d_split=d_split, transposed=transposed))
+    for got, want in zip(split, plain, strict=True):
+        assert torch.equal(got, want)  # same products in the same order: bit for bit
+
+
 def test_tma_only_where_the_descriptor_rules_hold():
     q, k, v = _qkv(1, 2, 2, 64, 64)
     sm90, sm80, mi300 = (runtime.get_arch(a) for a in ("sm_90", "sm_80", "gfx942"))

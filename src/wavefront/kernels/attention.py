@@ -164,9 +164,23 @@ def _kv_tile(src, start_n, offs_n, stride_s, offs_d, seqlen, HEAD_DIM: tl.conste
 
 
 @triton.jit
-def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_n0, stride_ks, stride_vs, offs_m, offs_d, seqlen, qk_scale,
-              mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-              USE_TMA: tl.constexpr, ONE_LOOP: tl.constexpr):
+def _v_tile(src, vt_base, start_n, offs_n, stride_s, stride_t, offs_d, seqlen, HEAD_DIM: tl.constexpr,
+            BLOCK_D: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+    """The value tile; V_TRANSPOSED reads it from a [.., head_dim, S] copy (AMD: P V then contracts over
+    the contiguous dimension, with no 16-bit LDS traffic)."""
+    if V_TRANSPOSED:
+        mask = (offs_d[:, None] < HEAD_DIM) & (offs_n[None, :] < seqlen)
+        tile = tl.trans(tl.load(vt_base + offs_d[:, None].to(tl.int64) * stride_t + offs_n[None, :], mask=mask,
+                                other=0.0))
+    else:
+        tile = _kv_tile(src, start_n, offs_n, stride_s, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
+    return tile
+
+
+@triton.jit
+def _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs, stride_t, offs_m, offs_d,
+              seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
+              IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr):
     """One key block of the online softmax."""
     offs_n = start_n + offs_n0
     k = _kv_tile(k_src, start_n, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
@@ -184,33 +198,34 @@ def _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_n0, stride_ks, strid
     p = tl.math.exp2(x - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = _kv_tile(v_src, start_n, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
+    v = _v_tile(v_src, vt_base, start_n, offs_n, stride_vs, stride_t, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED,
+                USE_TMA, V_TRANSPOSED)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
     return acc, l_i, m_new
 
 
 @triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, lo, hi, seqlen, qk_scale,
-                mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, lo, hi,
+                seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                 MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                ONE_LOOP: tl.constexpr):
+                ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, start_n, offs_n0, stride_ks, stride_vs, offs_m,
-                                  offs_d, seqlen, qk_scale, mask_from, HEAD_DIM, BLOCK_D, MASKED, IS_CAUSAL, USE_TMA,
-                                  ONE_LOOP)
+        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs,
+                                  stride_t, offs_m, offs_d, seqlen, qk_scale, mask_from, HEAD_DIM, BLOCK_D, MASKED,
+                                  IS_CAUSAL, USE_TMA, ONE_LOOP, V_TRANSPOSED)
     return acc, l_i, m_i
 
 
 @triton.jit
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
-    stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+    stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_tb, stride_th, stride_t,
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
@@ -228,6 +243,7 @@ def _attn_fwd_kernel(
     k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
     v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
     o_base = _tile_base(o_ptr, b_mem, h64, seq_start, stride_ob, stride_oh, stride_os)
+    vt_base = vt_ptr + b_mem * stride_tb + kvh * stride_th + seq_start if V_TRANSPOSED else v_base
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     if USE_TMA:
@@ -255,17 +271,19 @@ def _attn_fwd_kernel(
         # Triton's warp specialization partitions a kernel with one key loop and nothing else to schedule
         # (sm_90 gives up on, or fails to compile, a second loop; sm_100 spills with two): every block goes
         # through the masked step, where blocks before full_end pass the mask untouched.
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, 0, hi,
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, 0, hi,
                                     seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, USE_TMA,
-                                    WARP_SPECIALIZE, True)
+                                    WARP_SPECIALIZE, True, V_TRANSPOSED)
     else:
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, 0,
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, 0,
                                     full_end, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL,
-                                    USE_TMA, WARP_SPECIALIZE, False)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, stride_ks, stride_vs, offs_m, offs_d, full_end,
+                                    USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, full_end,
                                     hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL,
-                                    USE_TMA, WARP_SPECIALIZE, False)
-    out = acc / l_i[:, None]
+                                    USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED)
+    # One reciprocal per row, then a multiply per element: BLOCK_M divisions instead of BLOCK_M x BLOCK_D
+    # (AMD expands each fp32 division to a v_div_scale/fmas/fixup sequence).
+    out = acc * (1.0 / l_i)[:, None]
     if USE_TMA:
         o_desc = tl.make_tensor_descriptor(o_base, shape=[seqlen, HEAD_DIM], strides=[stride_os, 1],
                                            block_shape=[BLOCK_M, BLOCK_D])
@@ -298,9 +316,26 @@ def _attn_bwd_delta_kernel(
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
-                 lo, seqlen, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
+def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, offs_do, seqlen, HEAD_DIM: tl.constexpr,
+                         BLOCK_D: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """The [rows, BLOCK_D / D_SPLIT] operand a gradient product contracts over its rows (dV += P^T dO,
+    dK += dS^T Q, dQ += dS K). Matrix units want the contraction dimension contiguous; in memory the head
+    dim is. TRANSPOSED reads the operand from a [.., head_dim, seq] copy (sequence contiguous) so AMD's LDS
+    holds it in the order the MFMA reads, 64-128 bits at a time instead of one bf16 per ds_read_u16."""
+    if TRANSPOSED:
+        ptrs = base_t + offs_do[:, None].to(tl.int64) * stride_t + offs_rows[None, :]
+        tile = tl.trans(tl.load(ptrs, mask=(offs_do[:, None] < HEAD_DIM) & (offs_rows[None, :] < seqlen),
+                                other=0.0))
+    elif D_SPLIT > 1:
+        tile = _load_tile(base, offs_rows, stride_row, offs_do, seqlen, HEAD_DIM, BLOCK_D, True)
+    return tile
+
+
+@triton.jit
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, delta_base, stride_qs, stride_dos,
+                 stride_t, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, HEAD_DIM: tl.constexpr,
+                 BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr,
+                 TRANSPOSED: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -315,24 +350,33 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
         p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
         if IS_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision="ieee")
+        # This program's columns of dK and dV (all of them unless D_SPLIT), contracted over the query rows.
+        do_c = _contraction_operand(do, do_base, dot_base, offs_m, stride_dos, stride_t, offs_do, seqlen, HEAD_DIM,
+                                    BLOCK_D, D_SPLIT, TRANSPOSED)
+        dv = tl.dot(p_t.to(do.dtype), do_c, dv, input_precision="ieee")
         dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision="ieee")
+        q_c = _contraction_operand(q, q_base, qt_base, offs_m, stride_qs, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
+                                   D_SPLIT, TRANSPOSED)
+        dk = tl.dot(ds_t.to(q.dtype), q_c, dk, input_precision="ieee")
     return dk, dv
 
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
-    stride_lb, stride_lh,
+    stride_lb, stride_lh, stride_tb, stride_th, stride_t,
     n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
+    # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
+    part = pid % D_SPLIT
+    pid = pid // D_SPLIT
     bh = pid // n_n_blocks
     n_block = pid % n_n_blocks
     b = bh // n_kv_heads
@@ -343,13 +387,14 @@ def _attn_bwd_dkdv_kernel(
         return
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_do = part * (BLOCK_D // D_SPLIT) + tl.arange(0, BLOCK_D // D_SPLIT)
     # Key rows past the sequence read as zero; the dK/dV rows they produce are masked off at the store.
     k = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n, stride_ks,
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     v = _load_tile(_tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs), offs_n, stride_vs,
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
-    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    dk = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
     # One loop over the query tiles from the causal diagonal on, mask applied throughout (a compare and a
     # select per score). Splitting off the unmasked tiles into their own loop, as the forward does,
     # spilled registers on sm_80, sm_90 and sm_100 at head_dim 128 (each loop's pipelined buffers stay
@@ -362,18 +407,26 @@ def _attn_bwd_dkdv_kernel(
         # delta [B, H, S] has lse2's strides.
         lse_base = lse_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         delta_base = delta_ptr + b_mem * stride_lb + h * stride_lh + seq_start
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                              offs_d, lo, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL)
+        # The transposed copies [B, H, head_dim, S] (TRANSPOSED only) share their strides.
+        if TRANSPOSED:
+            qt_base = qt_ptr + b_mem * stride_tb + h * stride_th + seq_start
+            dot_base = dot_ptr + b_mem * stride_tb + h * stride_th + seq_start
+        else:
+            qt_base = q_base
+            dot_base = do_base
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, delta_base, stride_qs,
+                              stride_dos, stride_t, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, HEAD_DIM, BLOCK_D,
+                              BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED)
     _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
-                offs_d, seqlen, dk * sm_scale, HEAD_DIM)
+                offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
-                offs_d, seqlen, dv, HEAD_DIM)
+                offs_do, seqlen, dv, HEAD_DIM)
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, lo, hi, seqlen,
-               qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, offs_do,
+               lo, hi, seqlen, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
@@ -385,21 +438,26 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, off
             p = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision="ieee")
+        k_c = _contraction_operand(k, k_base, kt_base, offs_n, stride_ks, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
+                                   D_SPLIT, TRANSPOSED)
+        dq = tl.dot(ds.to(k.dtype), k_c, dq, input_precision="ieee")
     return dq
 
 
 @triton.jit
 def _attn_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_seqlens_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_seqlens_ptr, kt_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dqb, stride_dqh, stride_dqs, stride_lb, stride_lh,
+    stride_tb, stride_th, stride_t,
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
-    b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
+    part = pid % D_SPLIT
+    b, h, m_block = _query_block(pid // D_SPLIT, n_m_blocks, n_heads, IS_CAUSAL)
     h = h.to(tl.int64)
     kvh = h // group_size
     seq_start, seqlen, b_mem = _sequence(cu_seqlens_ptr, b, seqlen, VARLEN)
@@ -408,6 +466,7 @@ def _attn_bwd_dq_kernel(
         return
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_do = part * (BLOCK_D // D_SPLIT) + tl.arange(0, BLOCK_D // D_SPLIT)
     q = _load_tile(_tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs), offs_m, stride_qs,
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     do = _load_tile(_tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos), offs_m, stride_dos,
@@ -417,14 +476,17 @@ def _attn_bwd_dq_kernel(
     delta = tl.load(delta_ptr + stat, mask=offs_m < seqlen, other=0.0)
     k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
     v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
-    dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    kt_base = kt_ptr + b_mem * stride_tb + kvh * stride_th + seq_start if TRANSPOSED else k_base
+    dq = tl.zeros((BLOCK_M, BLOCK_D // D_SPLIT), tl.float32)
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, 0, full_end,
-                    seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, full_end, hi,
-                    seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL)
+    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d,
+                    offs_do, 0, full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, D_SPLIT,
+                    TRANSPOSED)
+    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d,
+                    offs_do, full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, D_SPLIT,
+                    TRANSPOSED)
     dq_base = _tile_base(dq_ptr, b_mem, h, seq_start, stride_dqb, stride_dqh, stride_dqs)
-    _store_tile(dq_base, offs_m, stride_dqs, offs_d, seqlen, dq * sm_scale, HEAD_DIM)
+    _store_tile(dq_base, offs_m, stride_dqs, offs_do, seqlen, dq * sm_scale, HEAD_DIM)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -489,22 +551,34 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
     use_tma = _use_tma(arch, q, k, v, o) if tma is None else tma
     if use_tma:
         _ensure_descriptor_allocator(q.device)
+    vt = _transposed(v) if cfg.transposed and not use_tma else None
     launch(
         _attn_fwd_kernel, (n_programs,),
-        q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o, lse_ptr=lse2, cu_seqlens_ptr=cu_seqlens,
+        q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o, lse_ptr=lse2, cu_seqlens_ptr=cu_seqlens, vt_ptr=vt,
         stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
         stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
         stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
         stride_ob=o.stride(0), stride_oh=o.stride(1), stride_os=o.stride(2),
-        stride_lb=lse2.stride(0), stride_lh=lse2.stride(1),
+        stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(vt),
         n_heads=H, group_size=H // k.shape[1], seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                         IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
-                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize),
+                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None),
         options=cfg.options(arch),
     )
     return o, lse2
+
+
+def _transposed(t: torch.Tensor) -> torch.Tensor:
+    """[B, H, S, D] -> a [B, H, D, S] copy, sequence contiguous (one extra read and write of t)."""
+    return t.transpose(2, 3).contiguous()
+
+
+def _transposed_strides(t: torch.Tensor | None) -> dict:
+    if t is None:
+        return {"stride_tb": 0, "stride_th": 0, "stride_t": 0}
+    return {"stride_tb": t.stride(0), "stride_th": t.stride(1), "stride_t": t.stride(2)}
 
 
 def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
@@ -535,28 +609,43 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     cfg = dkdv_config or attention_config("bwd_dkdv", D, q.dtype, arch)
+    qt, dot = (_transposed(q), _transposed(do)) if cfg.transposed else (None, None)
     n_n_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_N)
-    n_programs = n_n_blocks * n_batch * H_kv
+    n_programs = n_n_blocks * n_batch * H_kv * cfg.d_split
     launch(
         _attn_bwd_dkdv_kernel, (n_programs,),
-        q, k, v, do, lse2, delta, dk, dv, cu_seqlens,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do), *_strides3(dk), *_strides3(dv),
-        lse2.stride(0), lse2.stride(1),
-        H_kv, H // H_kv, seqlen, n_n_blocks, n_programs, scale * LOG2E, scale,
+        q_ptr=q, k_ptr=k, v_ptr=v, do_ptr=do, lse_ptr=lse2, delta_ptr=delta, dk_ptr=dk, dv_ptr=dv,
+        cu_seqlens_ptr=cu_seqlens, qt_ptr=qt, dot_ptr=dot,
+        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
+        stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
+        stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
+        stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2),
+        stride_dkb=dk.stride(0), stride_dkh=dk.stride(1), stride_dks=dk.stride(2),
+        stride_dvb=dv.stride(0), stride_dvh=dv.stride(1), stride_dvs=dv.stride(2),
+        stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(qt),
+        n_kv_heads=H_kv, group_size=H // H_kv, seqlen=seqlen, n_n_blocks=n_n_blocks, n_programs=n_programs,
+        qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds),
+                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed),
         options=cfg.options(arch),
     )
     cfg = dq_config or attention_config("bwd_dq", D, q.dtype, arch)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
-    n_programs = n_m_blocks * n_batch * H
+    n_programs = n_m_blocks * n_batch * H * cfg.d_split
+    kt = _transposed(k) if cfg.transposed else None
     launch(
         _attn_bwd_dq_kernel, (n_programs,),
-        q, k, v, do, lse2, delta, dq, cu_seqlens,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do), *_strides3(dq), lse2.stride(0), lse2.stride(1),
-        H, H // H_kv, seqlen, n_m_blocks, n_programs, scale * LOG2E, scale,
+        q_ptr=q, k_ptr=k, v_ptr=v, do_ptr=do, lse_ptr=lse2, delta_ptr=delta, dq_ptr=dq, cu_seqlens_ptr=cu_seqlens, kt_ptr=kt,
+        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
+        stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
+        stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
+        stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2),
+        stride_dqb=dq.stride(0), stride_dqh=dq.stride(1), stride_dqs=dq.stride(2),
+        stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(kt),
+        n_heads=H, group_size=H // H_kv, seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
+        qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds),
+                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed),
         options=cfg.options(arch),
     )
     return dq, dk, dv

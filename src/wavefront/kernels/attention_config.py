@@ -31,7 +31,12 @@ class AttentionConfig:
 
     warp_specialize: split the key loop into producer and consumer warps (``tl.range(...,
     warp_specialize=True)``); used with the TMA path only (sm_90, sm_100), where the forward then runs
-    every key block in one loop (see kernels/attention.py)."""
+    every key block in one loop (see kernels/attention.py).
+    d_split: backward only: split the dK/dV (or dQ) accumulator's head-dim columns over this many programs,
+    each recomputing the scores (head_dim 256: a full-width accumulator does not fit the registers with
+    tiles wide enough for wgmma/tcgen05).
+    transposed: backward only: read the operands contracted over the sequence (Q and dO for dK/dV, K for dQ)
+    from [B, H, head_dim, S] copies made by the launcher (AMD: no 16-bit LDS reads of transposed tiles)."""
 
     BLOCK_M: int
     BLOCK_N: int
@@ -42,6 +47,8 @@ class AttentionConfig:
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
     warp_specialize: bool = False
+    d_split: int = 1
+    transposed: bool = False
 
     def options(self, arch: Arch) -> dict:
         """Launch options for `arch`: AMD extras only on AMD targets (the NVIDIA compiler and the
@@ -86,14 +93,19 @@ def _cdna(m, n, w, reason, wpe=2, **kw):
 # Backward on sm_90 and sm_100 (one table: both compile the same tiles to wgmma or tcgen05).
 _TMA_BWD: dict[AttentionKernel, dict[int, tuple[AttentionConfig, ...]]] = {
     "bwd_dkdv": {
-        64: (_T(32, 128, 8, 2, "TBD"),),
-        128: (_T(32, 64, 8, 2, "TBD"),),
-        256: (_T(32, 32, 8, 2, "TBD"),),
+        64: (_T(64, 128, 8, 1, "as d128"),),
+        128: (_T(64, 128, 8, 1, "128 keys resident over two warpgroups, 64 queries streamed: wgmma N 64/128 "
+                                "(was 16 at 32x64); sm_90 251 regs, 0 spill; num_stages 2 spills 112 B"),),
+        256: (_T(64, 128, 8, 1, "d256: each program owns 64 of the 256 dK/dV columns (d_split 4) and "
+                                "recomputes S and dP: 2.5x this kernel's matrix work, but wgmma N 64 and 0 "
+                                "spill (214 regs); d_split 2 spills 136 B, full width 1 KiB", d_split=4),),
     },
     "bwd_dq": {
-        64: (_T(128, 32, 8, 2, "TBD"),),
-        128: (_T(128, 32, 8, 2, "TBD"),),
-        256: (_T(64, 32, 8, 2, "TBD"),),
+        64: (_T(128, 64, 8, 2, "as d128"),),
+        128: (_T(128, 64, 8, 2, "128 queries resident, 64 keys streamed: wgmma N 64/128 (was 32); sm_90 201 regs, "
+                                "0 spill"),),
+        256: (_T(128, 64, 8, 1, "d256: two programs per query tile, 128 dQ columns each (d_split 2), S and dP "
+                                "recomputed: 231 regs, 0 spill; full width spills 152 B", d_split=2),),
     },
 }
 
@@ -145,20 +157,34 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
     "amd-cdna": {
         # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
         # memory with MFMA, the setting AMD's Triton attention kernels start from; d256 needs 1.
+        # transposed: the operand each product contracts over the sequence (V forward; Q, dO and K backward)
+        # comes from a [.., head_dim, S] copy, so no tile is transposed through LDS 16 bits at a time.
         "fwd": {
-            64: (_cdna(128, 64, 8, "128x64, 8 waves: 128 VGPRs, 0 spill, 16 KiB LDS; 4 waves spill on gfx90a"),),
-            128: (_cdna(128, 64, 8, "128x64, 8 waves: 190 VGPRs, 0 spill, 32 KiB LDS; 4 waves spill 7 VGPRs"),),
-            256: (_cdna(64, 32, 8, "d256: 64x32, 8 waves, waves_per_eu 1: 154 VGPRs, 0 spill", wpe=1),),
+            64: (_cdna(128, 64, 8, "as d128", transposed=True),),
+            128: (_cdna(128, 64, 8, "128x64, 8 waves, V^T copy: no 16-bit LDS ops (gfx90a had 256 ds_*_b16/u16 "
+                                    "with V as stored); gfx942 174 VGPRs, 0 spill, 4 barriers per key block",
+                        transposed=True),
+                  _cdna(128, 64, 4, "32 query rows per wave (halves K/V LDS reads per row): 254 VGPRs, 0 spill, 0 "
+                                    "narrow LDS ops, but 8 barriers per key block; untimed, so second",
+                        transposed=True)),
+            256: (_cdna(64, 32, 4, "d256: 64x32, 4 waves (16 rows each), waves_per_eu 1, V^T copy: 250 VGPRs, 0 spill, "
+                                   "0 narrow LDS ops (8 waves: 32)", wpe=1, transposed=True),),
         },
         "bwd_dkdv": {
-            64: (_cdna(32, 64, 8, "64 keys resident, 32 queries streamed: 108 VGPRs, 8 KiB LDS"),),
-            128: (_cdna(32, 64, 8, "d128: 178 VGPRs, 0 spill, 16 KiB LDS"),),
-            256: (_cdna(16, 32, 8, "d256: 16x32, waves_per_eu 1: 170 VGPRs, 0 spill", wpe=1),),
+            64: (_cdna(32, 64, 4, "as d128", transposed=True),),
+            128: (_cdna(32, 64, 4, "d128: 4 waves so each owns 16 key rows, one MFMA tile: P^T and dS^T feed the next "
+                                   "MFMA from registers (8 waves sent them through LDS as 32 ds_write_b16/ds_read_u16 "
+                                   "per iteration); Q^T, dO^T copies: 0 narrow LDS ops, 202 VGPRs, 0 spill",
+                           transposed=True),),
+            256: (_cdna(16, 64, 4, "d256: 16x64, 4 waves, waves_per_eu 1: 277 VGPRs (AGPRs included), 0 spill, "
+                                   "0 narrow LDS ops", wpe=1, transposed=True),),
         },
         "bwd_dq": {
-            64: (_cdna(128, 32, 8, "128 queries resident, 32 keys streamed: 118 VGPRs"),),
-            128: (_cdna(128, 32, 8, "d128: 205 VGPRs, 0 spill, 32 KiB LDS"),),
-            256: (_cdna(64, 16, 8, "d256: 64x16, waves_per_eu 1: 174 VGPRs, 0 spill; 32x32 spills", wpe=1),),
+            64: (_cdna(128, 32, 8, "as d128", transposed=True),),
+            128: (_cdna(128, 32, 8, "d128: K^T copy: 0 narrow LDS ops (was 128 ds_read_u16 per kernel), 130 VGPRs",
+                            transposed=True),),
+            256: (_cdna(64, 32, 4, "d256: 64x32, 4 waves, waves_per_eu 1, K^T copy: 224 VGPRs, 0 spill, 0 narrow "
+                                   "LDS ops", wpe=1, transposed=True),),
         },
     },
     "amd-rdna": {
