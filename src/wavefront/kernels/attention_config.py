@@ -198,7 +198,8 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         },
         "bwd_dkdv": {
             64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
-            128: (_T(16, 32, 8, 1, "d128: least spilling shape tried (228 B per lane); spills on gfx1100 (known limitation)"),),
+            128: (_T(16, 32, 4, 1, "d128: dK/dV columns split over two programs (d_split 2, S and dP recomputed): "
+                                   "253 VGPRs, 0 spill (full width spilled 228 B per lane)", d_split=2),),
             256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
         },
         "bwd_dq": {
