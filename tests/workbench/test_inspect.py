@@ -137,7 +137,8 @@ def test_sass_design_fields():
 
 def test_tcgen05_shape_from_the_ptx_instruction_descriptor():
     # 136381584 = 0x08210490: N >> 3 = 16 (bits 17-22), M >> 4 = 8 (bits 24-28): m128n128.
-    ptx = "\tmov.b32 \t%r49, 136381584;\n\t@%p13 tcgen05.mma.cta_group::1.kind::f16 [ %r361 + 0 ], %rd20, %rd21, %r49, %p12;"
+    ptx = ("\tmov.b32 \t%r49, 136381584;\n"
+           "\t@%p13 tcgen05.mma.cta_group::1.kind::f16 [ %r361 + 0 ], %rd20, %rd21, %r49, %p12;")
     assert ip.tcgen05_shapes(ptx) == [(128, 128)]
     assert ip.matrix_shape("UTCHMMA") is None
     assert ip.matrix_shape("HGMMA.64x256x16.F32.BF16") == (64, 256, 16)

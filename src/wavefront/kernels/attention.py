@@ -18,7 +18,18 @@ tiles. With c = s * log2(e) and running row max m (in base-2 units) and row sum 
 so no [S x S] matrix ever exists in memory. The key loop is split in two: blocks that need no mask
 (fully below the causal diagonal and inside the sequence) run without any ``where``; the diagonal and
 ragged-tail blocks run masked. P is rounded to the input dtype for the P V product (the tensor cores
-take 16-bit operands); every accumulation is fp32.
+take 16-bit operands); every accumulation is fp32. O = acc * (1 / l): one division per row.
+
+Forward on sm_90 and sm_100 (USE_TMA, WARP_SPECIALIZE): Q, K, V and O move by TMA through one tensor
+descriptor per (batch, head) sequence, whose bounds (the sequence, the true head dim) zero-fill ragged
+tails and padded columns and clip the O store; the key loop is warp-specialized (``tl.range(...,
+warp_specialize=True)``: a TMA producer warp and consumer warpgroups, registers moved by setmaxnreg;
+tcgen05 with the accumulators in tensor memory on sm_100). Triton 3.9 partitions only a kernel whose
+work is one loop (sm_90 gives up on, or fails to compile, a second loop or a peeled block; sm_100 spills
+with two), so there every block goes through the masked step and blocks before the diagonal pass the
+mask untouched (a compare, an or and a select per score). Programs past a packed sequence's end run
+empty loops instead of returning early, for the same reason; their stores fall outside the descriptor.
+sm_80 and AMD use pointer loads, as do tensors whose strides TMA cannot address (``_tma_ready``).
 
 Backward, with dO given and delta_i = sum_d dO_id O_id (a preprocessing kernel, fp32):
 
@@ -35,6 +46,15 @@ diagonal. The dQ pass gives each program one BLOCK_M tile of queries, holds Q, d
 accumulator, and streams the K/V tiles up to the diagonal. P is recomputed in both passes (7 matmul
 passes in all against the 5 of the field's 2.5x-forward FLOP convention): the price of writing each
 gradient exactly once, instead of accumulating dQ with fp32 atomics whose order varies run to run.
+
+Operand layouts. A product that contracts over the sequence (P V forward; P^T dO, dS^T Q, dS K backward)
+reads its second operand along a dimension that is not contiguous in memory. On AMD, Triton then writes
+the tile to LDS and reads it back one 16-bit element per ds_read_u16; with ``transposed`` the launcher
+makes [B, H, head_dim, S] copies (V forward; Q, dO and K backward: one extra read and write of each, S D
+elements against the kernels' S^2 D work) and the kernels read them sequence-contiguous. With head_dim
+256 the dK/dV (dQ) accumulators of a tile wide enough for wgmma/tcgen05 do not fit the registers:
+``d_split`` programs share a key (query) tile, each accumulating BLOCK_D / d_split columns and
+recomputing S and dP (d_split 4 for dK/dV: 2.5x that kernel's matrix work).
 
 Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
 
