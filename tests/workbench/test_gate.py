@@ -63,6 +63,14 @@ def test_baseline_rows_without_the_design_fields_are_tolerated():
     assert g.compare_inspect({KEY: none}, {KEY: GOOD})[0] == []
 
 
+def test_accesses_moved_to_tma_are_not_lost_vectorization():
+    moved = GOOD | {"widest_load_bits": 0, "widest_store_bits": 32, "tma_ops": 9}
+    findings, notes = g.compare_inspect({KEY: GOOD}, {KEY: moved})
+    assert findings == [] and any("with TMA operations 4 -> 9" in n for n in notes)
+    assert [f.rule for f in g.compare_inspect({KEY: GOOD}, {KEY: moved | {"tma_ops": 4}})[0]] == ["load-width",
+                                                                                                 "store-width"]
+
+
 def test_missing_rows_and_traffic_growth():
     findings, _ = g.compare_inspect({KEY: GOOD}, {})
     assert [f.rule for f in findings] == ["missing"]

@@ -7,7 +7,8 @@ The static half (this module) needs no GPU and is deterministic: it compares ``w
 - a kernel that stops compiling for a target, or disappears from the inspection;
 - spills that appear (or grow);
 - a widest global load or store that narrows, or more narrow (< 128-bit) global accesses than before
-  (one tensor losing its vectorization leaves the widest access unchanged);
+  (one tensor losing its vectorization leaves the widest access unchanged), unless the row gained TMA
+  operations (copies by TMA have no per-thread width);
 - registers per thread that grow by more than 10%;
 - occupancy that falls;
 - matrix instructions (mma/wgmma/tcgen05/mfma/wmma) that disappear;
@@ -144,9 +145,15 @@ def compare_inspect(baseline: dict[str, dict], current: dict[str, dict], half: s
             add(key, "spills", f"spills appeared: {c_sp} B/thread, {c_sc} spill instructions (baseline none)")
         elif c_sp > b_sp:
             add(key, "spills", f"spills grew: {b_sp} -> {c_sp} B/thread")
+        # Loads and stores that moved to TMA have no per-thread width: a narrower (or no) widest access
+        # alongside more TMA operations is the copy engine taking over, not lost vectorization.
+        to_tma = (cur.get("tma_ops") or 0) > (base.get("tma_ops") or 0)
         for what, rule in (("widest_load_bits", "load-width"), ("widest_store_bits", "store-width")):
             b, c = base.get(what) or 0, cur.get(what) or 0
-            if c < b:
+            if c < b and to_tma:
+                notes.append(f"{key}: widest global {what.split('_')[1]} {_bits(b)} -> {_bits(c)} with TMA operations "
+                             f"{base.get('tma_ops') or 0} -> {cur.get('tma_ops')}")
+            elif c < b:
                 kind = "load" if "load" in what else "store"
                 add(key, rule, f"widest global {kind} narrowed: {_bits(b)} -> {_bits(c)}")
         for what, kind in (("narrow_loads", "load"), ("narrow_stores", "store")):
