@@ -13,7 +13,7 @@ from wavefront import nn as wnn
 from wavefront import ops, reference, runtime
 from wavefront.kernels import attention as kernels
 from wavefront.kernels._launch import recording
-from wavefront.kernels.matmul_config import ATTENTION_TABLES, attention_candidates, attention_config
+from wavefront.kernels.attention_config import ATTENTION_TABLES, attention_candidates, attention_config
 
 
 def _qkv(B, H, H_kv, S, D, dtype=torch.bfloat16, seed=0):
@@ -125,6 +125,60 @@ def test_gpu_tile_shapes_under_the_interpreter(arch_name):
     for got, want in zip((o, dq, dk, dv), (o_ref.detach(), *(t.grad for t in ref)), strict=True):
         # Two ulps of the largest magnitude: one for the final rounding, one for the bf16 P/dS operands.
         assert float((got.double() - want).abs().max()) <= 2 * eps * float(want.abs().max())
+
+
+@pytest.mark.parametrize(("tma", "warp_specialize"), [(False, False), (True, False), (True, True)])
+def test_forward_paths_under_the_interpreter(tma, warp_specialize):
+    """Pointer loads (sm_80, AMD), tensor descriptors with the two-loop split, and the warp-specialized one
+    loop (sm_90/sm_100, masking every block): packed causal sequences with ragged tails, a padded head dim
+    (48 in 64-wide tiles) and GQA, each against float64."""
+    cfg = dataclasses.replace(attention_config("fwd", 48, torch.bfloat16, runtime.get_arch("cpu")), BLOCK_M=16,
+                              BLOCK_N=16, warp_specialize=warp_specialize)
+    lengths = [37, 5, 20]
+    q, k, v = _qkv(1, 4, 2, sum(lengths), 48)
+    cu = torch.tensor([0, 37, 42, 62], dtype=torch.int32)
+    o, lse2 = kernels.attention_fwd(q, k, v, True, 48 ** -0.5, cu, max(lengths), arch=runtime.get_arch("cpu"),
+                                    config=cfg, tma=tma)
+    eps = torch.finfo(torch.bfloat16).eps
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
+        ref = reference.attention(*(t[:, :, s:e].double() for t in (q, k, v)), causal=True, scale=48 ** -0.5)
+        assert float((o[:, :, s:e].double() - ref).abs().max()) <= 2 * eps * float(ref.abs().max()), (s, e)
+    assert torch.isfinite(lse2).all()
+
+
+@pytest.mark.parametrize(("d_split", "transposed"), [(1, True), (2, False), (4, True)])
+def test_backward_operand_layouts_under_the_interpreter(d_split, transposed):
+    """The dK/dV and dQ accumulators split over programs by head-dim columns (sm_90/sm_100 at head_dim 256)
+    and the sequence-contiguous Q^T/dO^T/K^T/V^T copies (AMD) give the gradients of the plain kernels."""
+    cpu = runtime.get_arch("cpu")
+    q, k, v = _qkv(1, 2, 1, 40, 64)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(5)).to(q.dtype)
+    cfg = {kind: attention_config(kind, 64, torch.bfloat16, cpu) for kind in ("fwd", "bwd_dkdv", "bwd_dq")}
+    o, lse2 = kernels.attention_fwd(q, k, v, True, 0.125, arch=cpu)
+    plain = kernels.attention_bwd(dout, q, k, v, o, lse2, True, 0.125, arch=cpu)
+    o_t, lse2_t = kernels.attention_fwd(q, k, v, True, 0.125, arch=cpu, tma=False,
+                                        config=dataclasses.replace(cfg["fwd"], transposed=transposed))
+    assert torch.equal(o_t, o) and torch.equal(lse2_t, lse2)
+    split = kernels.attention_bwd(dout, q, k, v, o, lse2, True, 0.125, arch=cpu,
+                                  dkdv_config=dataclasses.replace(cfg["bwd_dkdv"], d_split=d_split,
+                                                                  transposed=transposed),
+                                  dq_config=dataclasses.replace(cfg["bwd_dq"], d_split=d_split, transposed=transposed))
+    for got, want in zip(split, plain, strict=True):
+        assert torch.equal(got, want)  # same products in the same order: bit for bit
+
+
+def test_tma_only_where_the_descriptor_rules_hold():
+    q, k, v = _qkv(1, 2, 2, 64, 64)
+    sm90, sm80, mi300 = (runtime.get_arch(a) for a in ("sm_90", "sm_80", "gfx942"))
+    assert kernels._use_tma(sm90, q, k, v) and kernels._use_tma(runtime.get_arch("sm_100"), q, k, v)
+    assert not kernels._use_tma(sm80, q, k, v) and not kernels._use_tma(mi300, q, k, v)
+    odd = torch.randn(1, 2, 64, 68).to(torch.bfloat16)[..., :60]  # row stride 68 elements = 136 B
+    assert not kernels._use_tma(sm90, odd, k, v)
+    with recording(execute=False) as launches:
+        kernels.attention_fwd(q, k, v, True, 0.125, arch=sm90)
+        kernels.attention_fwd(q, k, v, True, 0.125, arch=sm80)
+    assert [la.constexprs["USE_TMA"] for la in launches] == [True, False]
+    assert [la.constexprs["WARP_SPECIALIZE"] for la in launches] == [True, False]
 
 
 def test_lse_is_the_log_sum_exp():

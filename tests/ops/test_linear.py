@@ -442,7 +442,7 @@ from wavefront import runtime
 from wavefront.kernels import linear
 from wavefront.kernels._launch import recording
 from wavefront.workbench.inspect import job_for
-from wavefront.workbench.inspect_compile import compile_job
+from wavefront.workbench.static.aot import compile_job
 
 target = sys.argv[1]
 bf16 = torch.bfloat16

@@ -39,17 +39,15 @@ NO_MATRIX_UNIT = {"attention_bwd_delta"}  # a row reduction: no product to put o
 
 # Known gaps, each with its reason (docs/kernels-attention-gemm.md): (target, kernel, head_dim) -> reason.
 KNOWN_SPILLS = {
-    **{("gfx1100", k, d): "RDNA3 wave32 WMMA replicates operands across half-waves; every tile shape tried "
-                          "spills at this head_dim" for k in ("attention_bwd_dkdv", "attention_bwd_dq")
+    ("gfx1100", "attention_bwd_dkdv", 256): "RDNA3 wave32 WMMA replicates operands across half-waves; every tile "
+                                            "shape and column split tried spills at head_dim 256",
+    **{("gfx1100", "attention_bwd_dq", d): "RDNA3: every dQ tile shape and column split tried spills at this head_dim"
        for d in (128, 256)},
     ("gfx1100", "attention_fwd", 256): "RDNA3: head_dim 256 forward spills at every tile shape tried",
 }
-# (target, kernel, head_dim) -> (instruction found instead, reason).
-KNOWN_OTHER_INSTRUCTION = {
-    ("sm_90", "attention_bwd_dkdv", 256): ("HMMA", "the spill-free d256 tile has 32 key rows, fewer than "
-                                                   "wgmma's 64: mma.sync"),
-    ("sm_100", "attention_bwd_dkdv", 256): ("HMMA", "as on sm_90: a 32-row tile, mma.sync"),
-}
+# (target, kernel, head_dim) -> (instruction found instead, reason). None since the head_dim 256 dK/dV
+# kernel splits its columns over programs (d_split) and keeps wgmma/tcgen05 tiles.
+KNOWN_OTHER_INSTRUCTION: dict[tuple[str, str, int], tuple[str, str]] = {}
 
 
 # ---------------------------------------------------------------------------------------------------

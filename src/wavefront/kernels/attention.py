@@ -18,7 +18,18 @@ tiles. With c = s * log2(e) and running row max m (in base-2 units) and row sum 
 so no [S x S] matrix ever exists in memory. The key loop is split in two: blocks that need no mask
 (fully below the causal diagonal and inside the sequence) run without any ``where``; the diagonal and
 ragged-tail blocks run masked. P is rounded to the input dtype for the P V product (the tensor cores
-take 16-bit operands); every accumulation is fp32.
+take 16-bit operands); every accumulation is fp32. O = acc * (1 / l): one division per row.
+
+Forward on sm_90 and sm_100 (USE_TMA, WARP_SPECIALIZE): Q, K, V and O move by TMA through one tensor
+descriptor per (batch, head) sequence, whose bounds (the sequence, the true head dim) zero-fill ragged
+tails and padded columns and clip the O store; the key loop is warp-specialized (``tl.range(...,
+warp_specialize=True)``: a TMA producer warp and consumer warpgroups, registers moved by setmaxnreg;
+tcgen05 with the accumulators in tensor memory on sm_100). Triton 3.9 partitions only a kernel whose
+work is one loop (sm_90 gives up on, or fails to compile, a second loop or a peeled block; sm_100 spills
+with two), so there every block goes through the masked step and blocks before the diagonal pass the
+mask untouched (a compare, an or and a select per score). Programs past a packed sequence's end run
+empty loops instead of returning early, for the same reason; their stores fall outside the descriptor.
+sm_80 and AMD use pointer loads, as do tensors whose strides TMA cannot address (``_tma_ready``).
 
 Backward, with dO given and delta_i = sum_d dO_id O_id (a preprocessing kernel, fp32):
 
@@ -35,6 +46,15 @@ diagonal. The dQ pass gives each program one BLOCK_M tile of queries, holds Q, d
 accumulator, and streams the K/V tiles up to the diagonal. P is recomputed in both passes (7 matmul
 passes in all against the 5 of the field's 2.5x-forward FLOP convention): the price of writing each
 gradient exactly once, instead of accumulating dQ with fp32 atomics whose order varies run to run.
+
+Operand layouts. A product that contracts over the sequence (P V forward; P^T dO, dS^T Q, dS K backward)
+reads its second operand along a dimension that is not contiguous in memory. On AMD, Triton then writes
+the tile to LDS and reads it back one 16-bit element per ds_read_u16; with ``transposed`` the launcher
+makes [B, H, head_dim, S] copies (V forward; Q, dO and K backward: one extra read and write of each, S D
+elements against the kernels' S^2 D work) and the kernels read them sequence-contiguous. With head_dim
+256 the dK/dV (dQ) accumulators of a tile wide enough for wgmma/tcgen05 do not fit the registers:
+``d_split`` programs share a key (query) tile, each accumulating BLOCK_D / d_split columns and
+recomputing S and dP (d_split 4 for dK/dV: 2.5x that kernel's matrix work).
 
 Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
 
@@ -68,7 +88,8 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._launch import launch
 from wavefront.kernels._program_order import xcd_remap
-from wavefront.kernels.matmul_config import TileConfig, attention_config, num_xcds, padded_head_dim
+from wavefront.kernels.attention_config import AttentionConfig, attention_config, has_tma, padded_head_dim
+from wavefront.kernels.matmul_config import num_xcds
 
 LOG2E = 1.4426950408889634
 
@@ -151,65 +172,144 @@ def _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, lo, hi, seqlen,
-                qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+def _kv_tile(src, start_n, offs_n, stride_s, offs_d, seqlen, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+             MASKED: tl.constexpr, USE_TMA: tl.constexpr):
+    """The [BLOCK_N, BLOCK_D] key or value tile at start_n: by TMA from a tensor descriptor (rows past the
+    sequence and padded head-dim columns arrive as zero from the copy engine) or by pointers."""
+    if USE_TMA:
+        tile = src.load([start_n, 0])
+    else:
+        tile = _load_tile(src, offs_n, stride_s, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
+    return tile
+
+
+@triton.jit
+def _v_tile(src, vt_base, start_n, offs_n, stride_s, stride_t, offs_d, seqlen, HEAD_DIM: tl.constexpr,
+            BLOCK_D: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+    """The value tile; V_TRANSPOSED reads it from a [.., head_dim, S] copy (AMD: P V then contracts over
+    the contiguous dimension, with no 16-bit LDS traffic)."""
+    if V_TRANSPOSED:
+        mask = (offs_d[:, None] < HEAD_DIM) & (offs_n[None, :] < seqlen)
+        tile = tl.trans(tl.load(vt_base + offs_d[:, None].to(tl.int64) * stride_t + offs_n[None, :], mask=mask,
+                                other=0.0))
+    else:
+        tile = _kv_tile(src, start_n, offs_n, stride_s, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
+    return tile
+
+
+@triton.jit
+def _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs, stride_t, offs_m, offs_d,
+              seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
+              IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+    """One key block of the online softmax."""
+    offs_n = start_n + offs_n0
+    k = _kv_tile(k_src, start_n, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
+    # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
+    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if MASKED:
+        valid = _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL)
+        if ONE_LOOP:
+            valid = valid | (start_n < mask_from)  # blocks before mask_from need no mask
+        qk = tl.where(valid, qk, float("-inf"))
+    # Every row sees key 0 in its first block (blocks run from key 0 upward), so m_new is finite and
+    # exp2(-inf - m_new) is a clean 0 for masked entries and for the initial m = -inf.
+    x = qk * qk_scale
+    m_new = tl.maximum(m_i, tl.max(x, 1))
+    p = tl.math.exp2(x - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _v_tile(v_src, vt_base, start_n, offs_n, stride_vs, stride_t, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED,
+                USE_TMA, V_TRANSPOSED)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, lo, hi,
+                seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
-        offs_n = start_n + offs_n0
-        k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
-        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-        if MASKED:
-            qk = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), qk, float("-inf"))
-        # Every row sees key 0 in its first block (blocks run from key 0 upward), so m_new is finite and
-        # exp2(-inf - m_new) is a clean 0 for masked entries and for the initial m = -inf.
-        x = qk * qk_scale
-        m_new = tl.maximum(m_i, tl.max(x, 1))
-        p = tl.math.exp2(x - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-        m_i = m_new
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs,
+                                  stride_t, offs_m, offs_d, seqlen, qk_scale, mask_from, HEAD_DIM, BLOCK_D, MASKED,
+                                  IS_CAUSAL, USE_TMA, ONE_LOOP, V_TRANSPOSED)
     return acc, l_i, m_i
 
 
 @triton.jit
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
-    stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+    stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_tb, stride_th, stride_t,
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
     seq_start, seqlen, b_mem = _sequence(cu_seqlens_ptr, b, seqlen, VARLEN)
     start_m = m_block * BLOCK_M
-    if start_m >= seqlen:
-        return
+    if not WARP_SPECIALIZE:  # noqa: SIM102 (a constexpr test, resolved at compile time)
+        if start_m >= seqlen:
+            return
+    # Warp specialization cannot partition a kernel with an early exit: a program past its (packed)
+    # sequence instead runs empty key loops, and its O and lse2 stores fall outside the sequence.
+    has_rows = start_m < seqlen
     h64 = h.to(tl.int64)
     kvh = h64 // group_size
     q_base = _tile_base(q_ptr, b_mem, h64, seq_start, stride_qb, stride_qh, stride_qs)
     k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
     v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
+    o_base = _tile_base(o_ptr, b_mem, h64, seq_start, stride_ob, stride_oh, stride_os)
+    vt_base = vt_ptr + b_mem * stride_tb + kvh * stride_th + seq_start if V_TRANSPOSED else v_base
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    if USE_TMA:
+        # One descriptor per (batch, head) sequence: its bounds are the sequence (varlen too) and the true
+        # head dim, so the copy engine zero-fills ragged tails and padded columns and clips the O store.
+        q_desc = tl.make_tensor_descriptor(q_base, shape=[seqlen, HEAD_DIM], strides=[stride_qs, 1],
+                                           block_shape=[BLOCK_M, BLOCK_D])
+        k_src = tl.make_tensor_descriptor(k_base, shape=[seqlen, HEAD_DIM], strides=[stride_ks, 1],
+                                          block_shape=[BLOCK_N, BLOCK_D])
+        v_src = tl.make_tensor_descriptor(v_base, shape=[seqlen, HEAD_DIM], strides=[stride_vs, 1],
+                                          block_shape=[BLOCK_N, BLOCK_D])
+        q = q_desc.load([start_m, 0])
+    else:
+        k_src = k_base
+        v_src = v_base
+        q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, 0,
-                                full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d,
-                                full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL)
-
-    o_base = _tile_base(o_ptr, b_mem, h64, seq_start, stride_ob, stride_oh, stride_os)
-    _store_tile(o_base, offs_m, stride_os, offs_d, seqlen, acc / l_i[:, None], HEAD_DIM)
+    hi = tl.where(has_rows, hi, 0)
+    full_end = tl.minimum(full_end, hi)
+    if WARP_SPECIALIZE:
+        # Triton's warp specialization partitions a kernel with one key loop and nothing else to schedule
+        # (sm_90 gives up on, or fails to compile, a second loop; sm_100 spills with two): every block goes
+        # through the masked step, where blocks before full_end pass the mask untouched.
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, 0, hi,
+                                    seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, USE_TMA,
+                                    WARP_SPECIALIZE, True, V_TRANSPOSED)
+    else:
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, 0,
+                                    full_end, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL,
+                                    USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, full_end,
+                                    hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL,
+                                    USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED)
+    # One reciprocal per row, then a multiply per element: BLOCK_M divisions instead of BLOCK_M x BLOCK_D
+    # (AMD expands each fp32 division to a v_div_scale/fmas/fixup sequence).
+    out = acc * (1.0 / l_i)[:, None]
+    if USE_TMA:
+        o_desc = tl.make_tensor_descriptor(o_base, shape=[seqlen, HEAD_DIM], strides=[stride_os, 1],
+                                           block_shape=[BLOCK_M, BLOCK_D])
+        o_desc.store([start_m, 0], out.to(o_desc.dtype))
+    else:
+        _store_tile(o_base, offs_m, stride_os, offs_d, seqlen, out, HEAD_DIM)
     tl.store(lse_ptr + b_mem * stride_lb + h64 * stride_lh + seq_start + offs_m, m_i + tl.math.log2(l_i),
              mask=offs_m < seqlen)
 
@@ -236,9 +336,26 @@ def _attn_bwd_delta_kernel(
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n, offs_d,
-                 lo, seqlen, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
+def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, offs_do, seqlen, HEAD_DIM: tl.constexpr,
+                         BLOCK_D: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """The [rows, BLOCK_D / D_SPLIT] operand a gradient product contracts over its rows (dV += P^T dO,
+    dK += dS^T Q, dQ += dS K). Matrix units want the contraction dimension contiguous; in memory the head
+    dim is. TRANSPOSED reads the operand from a [.., head_dim, seq] copy (sequence contiguous) so AMD's LDS
+    holds it in the order the MFMA reads, 64-128 bits at a time instead of one bf16 per ds_read_u16."""
+    if TRANSPOSED:
+        ptrs = base_t + offs_do[:, None].to(tl.int64) * stride_t + offs_rows[None, :]
+        tile = tl.trans(tl.load(ptrs, mask=(offs_do[:, None] < HEAD_DIM) & (offs_rows[None, :] < seqlen),
+                                other=0.0))
+    elif D_SPLIT > 1:
+        tile = _load_tile(base, offs_rows, stride_row, offs_do, seqlen, HEAD_DIM, BLOCK_D, True)
+    return tile
+
+
+@triton.jit
+def _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, delta_base, stride_qs, stride_dos,
+                 stride_t, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, HEAD_DIM: tl.constexpr,
+                 BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr,
+                 TRANSPOSED: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -253,24 +370,33 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs,
         p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
         if IS_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision="ieee")
+        # This program's columns of dK and dV (all of them unless D_SPLIT), contracted over the query rows.
+        do_c = _contraction_operand(do, do_base, dot_base, offs_m, stride_dos, stride_t, offs_do, seqlen, HEAD_DIM,
+                                    BLOCK_D, D_SPLIT, TRANSPOSED)
+        dv = tl.dot(p_t.to(do.dtype), do_c, dv, input_precision="ieee")
         dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision="ieee")
+        q_c = _contraction_operand(q, q_base, qt_base, offs_m, stride_qs, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
+                                   D_SPLIT, TRANSPOSED)
+        dk = tl.dot(ds_t.to(q.dtype), q_c, dk, input_precision="ieee")
     return dk, dv
 
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
-    stride_lb, stride_lh,
+    stride_lb, stride_lh, stride_tb, stride_th, stride_t,
     n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
+    # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
+    part = pid % D_SPLIT
+    pid = pid // D_SPLIT
     bh = pid // n_n_blocks
     n_block = pid % n_n_blocks
     b = bh // n_kv_heads
@@ -281,13 +407,14 @@ def _attn_bwd_dkdv_kernel(
         return
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_do = part * (BLOCK_D // D_SPLIT) + tl.arange(0, BLOCK_D // D_SPLIT)
     # Key rows past the sequence read as zero; the dK/dV rows they produce are masked off at the store.
     k = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n, stride_ks,
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     v = _load_tile(_tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs), offs_n, stride_vs,
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
-    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
+    dk = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
     # One loop over the query tiles from the causal diagonal on, mask applied throughout (a compare and a
     # select per score). Splitting off the unmasked tiles into their own loop, as the forward does,
     # spilled registers on sm_80, sm_90 and sm_100 at head_dim 128 (each loop's pipelined buffers stay
@@ -300,18 +427,26 @@ def _attn_bwd_dkdv_kernel(
         # delta [B, H, S] has lse2's strides.
         lse_base = lse_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         delta_base = delta_ptr + b_mem * stride_lb + h * stride_lh + seq_start
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos, offs_n,
-                              offs_d, lo, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL)
+        # The transposed copies [B, H, head_dim, S] (TRANSPOSED only) share their strides.
+        if TRANSPOSED:
+            qt_base = qt_ptr + b_mem * stride_tb + h * stride_th + seq_start
+            dot_base = dot_ptr + b_mem * stride_tb + h * stride_th + seq_start
+        else:
+            qt_base = q_base
+            dot_base = do_base
+        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, delta_base, stride_qs,
+                              stride_dos, stride_t, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, HEAD_DIM, BLOCK_D,
+                              BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED)
     _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
-                offs_d, seqlen, dk * sm_scale, HEAD_DIM)
+                offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
-                offs_d, seqlen, dv, HEAD_DIM)
+                offs_do, seqlen, dv, HEAD_DIM)
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, lo, hi, seqlen,
-               qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, offs_do,
+               lo, hi, seqlen, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
@@ -323,21 +458,26 @@ def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, off
             p = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision="ieee")
+        k_c = _contraction_operand(k, k_base, kt_base, offs_n, stride_ks, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
+                                   D_SPLIT, TRANSPOSED)
+        dq = tl.dot(ds.to(k.dtype), k_c, dq, input_precision="ieee")
     return dq
 
 
 @triton.jit
 def _attn_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_seqlens_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, cu_seqlens_ptr, kt_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dqb, stride_dqh, stride_dqs, stride_lb, stride_lh,
+    stride_tb, stride_th, stride_t,
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
-    b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
+    part = pid % D_SPLIT
+    b, h, m_block = _query_block(pid // D_SPLIT, n_m_blocks, n_heads, IS_CAUSAL)
     h = h.to(tl.int64)
     kvh = h // group_size
     seq_start, seqlen, b_mem = _sequence(cu_seqlens_ptr, b, seqlen, VARLEN)
@@ -346,6 +486,7 @@ def _attn_bwd_dq_kernel(
         return
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_do = part * (BLOCK_D // D_SPLIT) + tl.arange(0, BLOCK_D // D_SPLIT)
     q = _load_tile(_tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs), offs_m, stride_qs,
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     do = _load_tile(_tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos), offs_m, stride_dos,
@@ -355,14 +496,17 @@ def _attn_bwd_dq_kernel(
     delta = tl.load(delta_ptr + stat, mask=offs_m < seqlen, other=0.0)
     k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
     v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
-    dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    kt_base = kt_ptr + b_mem * stride_tb + kvh * stride_th + seq_start if TRANSPOSED else k_base
+    dq = tl.zeros((BLOCK_M, BLOCK_D // D_SPLIT), tl.float32)
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, 0, full_end,
-                    seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, full_end, hi,
-                    seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL)
+    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d,
+                    offs_do, 0, full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, D_SPLIT,
+                    TRANSPOSED)
+    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d,
+                    offs_do, full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, D_SPLIT,
+                    TRANSPOSED)
     dq_base = _tile_base(dq_ptr, b_mem, h, seq_start, stride_dqb, stride_dqh, stride_dqs)
-    _store_tile(dq_base, offs_m, stride_dqs, offs_d, seqlen, dq * sm_scale, HEAD_DIM)
+    _store_tile(dq_base, offs_m, stride_dqs, offs_do, seqlen, dq * sm_scale, HEAD_DIM)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -381,9 +525,41 @@ def _strides3(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
 
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether every tensor meets the TMA descriptor's rules: 16-byte aligned base, unit last stride, and
+    every other stride a multiple of 16 bytes (so each (batch, head, sequence start) base stays aligned)."""
+    for t in tensors:
+        size = t.element_size()
+        if t.data_ptr() % 16 or t.stride(-1) != 1 or any(s * size % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _use_tma(arch: runtime.Arch, *tensors: torch.Tensor) -> bool:
+    """TMA on sm_90 and later, and under the interpreter (which runs tensor descriptors, so the tests cover
+    this path); pointer loads on sm_80, AMD, and for tensors TMA cannot address."""
+    return (arch.family == "cpu" or has_tma(arch)) and _tma_ready(*tensors)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_descriptor_allocator(device: torch.device) -> None:
+    """Tensor descriptors made inside a kernel need a little global scratch per program; Triton asks the
+    allocator set with ``triton.set_allocator``. Set ours once, on the first CUDA launch that needs it,
+    unless the application set one."""
+    from triton.runtime import _allocation
+
+    if device.type == "cuda" and isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_descriptor_scratch)
+
+
 def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
-                  arch: runtime.Arch | None = None, config: TileConfig | None = None):
-    """Returns (o, lse2): o like q, lse2 [B, H, S] fp32, the log-sum-exp in base 2 (natural: lse2 ln 2)."""
+                  arch: runtime.Arch | None = None, config: AttentionConfig | None = None, tma: bool | None = None):
+    """Returns (o, lse2): o like q, lse2 [B, H, S] fp32, the log-sum-exp in base 2 (natural: lse2 ln 2).
+
+    tma: force the tensor-descriptor path on or off (default: :func:`_use_tma`)."""
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
     cfg = config or attention_config("fwd", D, q.dtype, arch)
@@ -392,21 +568,42 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
     n_batch, seqlen, longest = _layout(q, cu_seqlens, max_seqlen)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
     n_programs = n_m_blocks * n_batch * H
+    use_tma = _use_tma(arch, q, k, v, o) if tma is None else tma
+    if use_tma:
+        _ensure_descriptor_allocator(q.device)
+    vt = _transposed(v) if cfg.transposed and not use_tma else None
     launch(
         _attn_fwd_kernel, (n_programs,),
-        q, k, v, o, lse2, cu_seqlens,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(o), lse2.stride(0), lse2.stride(1),
-        H, H // k.shape[1], seqlen, n_m_blocks, n_programs, scale * LOG2E,
+        q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o, lse_ptr=lse2, cu_seqlens_ptr=cu_seqlens, vt_ptr=vt,
+        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
+        stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
+        stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
+        stride_ob=o.stride(0), stride_oh=o.stride(1), stride_os=o.stride(2),
+        stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(vt),
+        n_heads=H, group_size=H // k.shape[1], seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
+        qk_scale=scale * LOG2E,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                        IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch)),
+                        IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
+                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None),
         options=cfg.options(arch),
     )
     return o, lse2
 
 
+def _transposed(t: torch.Tensor) -> torch.Tensor:
+    """[B, H, S, D] -> a [B, H, D, S] copy, sequence contiguous (one extra read and write of t)."""
+    return t.transpose(2, 3).contiguous()
+
+
+def _transposed_strides(t: torch.Tensor | None) -> dict:
+    if t is None:
+        return {"stride_tb": 0, "stride_th": 0, "stride_t": 0}
+    return {"stride_tb": t.stride(0), "stride_th": t.stride(1), "stride_t": t.stride(2)}
+
+
 def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
-                  arch: runtime.Arch | None = None, dkdv_config: TileConfig | None = None,
-                  dq_config: TileConfig | None = None):
+                  arch: runtime.Arch | None = None, dkdv_config: AttentionConfig | None = None,
+                  dq_config: AttentionConfig | None = None):
     """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not)."""
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
@@ -432,28 +629,43 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     cfg = dkdv_config or attention_config("bwd_dkdv", D, q.dtype, arch)
+    qt, dot = (_transposed(q), _transposed(do)) if cfg.transposed else (None, None)
     n_n_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_N)
-    n_programs = n_n_blocks * n_batch * H_kv
+    n_programs = n_n_blocks * n_batch * H_kv * cfg.d_split
     launch(
         _attn_bwd_dkdv_kernel, (n_programs,),
-        q, k, v, do, lse2, delta, dk, dv, cu_seqlens,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do), *_strides3(dk), *_strides3(dv),
-        lse2.stride(0), lse2.stride(1),
-        H_kv, H // H_kv, seqlen, n_n_blocks, n_programs, scale * LOG2E, scale,
+        q_ptr=q, k_ptr=k, v_ptr=v, do_ptr=do, lse_ptr=lse2, delta_ptr=delta, dk_ptr=dk, dv_ptr=dv,
+        cu_seqlens_ptr=cu_seqlens, qt_ptr=qt, dot_ptr=dot,
+        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
+        stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
+        stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
+        stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2),
+        stride_dkb=dk.stride(0), stride_dkh=dk.stride(1), stride_dks=dk.stride(2),
+        stride_dvb=dv.stride(0), stride_dvh=dv.stride(1), stride_dvs=dv.stride(2),
+        stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(qt),
+        n_kv_heads=H_kv, group_size=H // H_kv, seqlen=seqlen, n_n_blocks=n_n_blocks, n_programs=n_programs,
+        qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds),
+                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed),
         options=cfg.options(arch),
     )
     cfg = dq_config or attention_config("bwd_dq", D, q.dtype, arch)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
-    n_programs = n_m_blocks * n_batch * H
+    n_programs = n_m_blocks * n_batch * H * cfg.d_split
+    kt = _transposed(k) if cfg.transposed else None
     launch(
         _attn_bwd_dq_kernel, (n_programs,),
-        q, k, v, do, lse2, delta, dq, cu_seqlens,
-        *_strides3(q), *_strides3(k), *_strides3(v), *_strides3(do), *_strides3(dq), lse2.stride(0), lse2.stride(1),
-        H, H // H_kv, seqlen, n_m_blocks, n_programs, scale * LOG2E, scale,
+        q_ptr=q, k_ptr=k, v_ptr=v, do_ptr=do, lse_ptr=lse2, delta_ptr=delta, dq_ptr=dq, cu_seqlens_ptr=cu_seqlens, kt_ptr=kt,
+        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
+        stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
+        stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
+        stride_dob=do.stride(0), stride_doh=do.stride(1), stride_dos=do.stride(2),
+        stride_dqb=dq.stride(0), stride_dqh=dq.stride(1), stride_dqs=dq.stride(2),
+        stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(kt),
+        n_heads=H, group_size=H // H_kv, seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
+        qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds),
+                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed),
         options=cfg.options(arch),
     )
     return dq, dk, dv

@@ -31,8 +31,6 @@ import torch
 
 from wavefront.runtime import Arch
 
-AttentionKernel = Literal["fwd", "bwd_dkdv", "bwd_dq"]
-
 #: Accelerator complex dies per device: the XCD remap is the identity elsewhere.
 XCDS: dict[str, int] = {"gfx942": 8}
 
@@ -66,117 +64,6 @@ class TileConfig:
 
 
 _T = TileConfig
-
-
-def _cdna(m, n, w, reason, wpe=2, **kw):
-    # nonkdim 16 selects the 16x16 MFMA; num_stages 1 is what AMD's stream pipeliner wants for attention
-    # with everything else in registers.
-    return TileConfig(m, n, w, kw.pop("num_stages", 1), reason, waves_per_eu=wpe, matrix_instr_nonkdim=16, **kw)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Attention: family -> kernel -> largest padded head dim served -> candidates, preferred first.
-# BLOCK_M is the query tile and BLOCK_N the key tile in all three kernels. "regs/spill/smem" quote
-# sm_90 | gfx942 at bf16 (the docs table has every target).
-
-ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[TileConfig, ...]]]] = {
-    "nvidia": {
-        "fwd": {
-            64: (_T(128, 128, 8, 3, "FA2 tile: two warpgroups, wgmma m64 per warpgroup; 204 regs, 0 spill, 112 KiB"),),
-            128: (_T(128, 64, 8, 3, "128x64 at d128: S and O accumulators fit with 8 warps; 184 regs, 0 spill, "
-                                    "128 KiB (sm_80: 242 regs)"),),
-            256: (_T(64, 64, 8, 2, "64-row tiles keep the 64x256 O accumulator in registers; 227 regs, 0 spill "
-                                   "(sm_80: 254)"),),
-        },
-        "bwd_dkdv": {
-            64: (_T(32, 128, 8, 2, "128 keys resident, 32 query rows streamed (tutorial's dK/dV shape); "
-                                   "166 regs, 0 spill"),),
-            128: (_T(32, 64, 8, 2, "d128: dK+dV accumulators 2x64x128 fp32 over 256 threads; 189 regs, 0 spill; "
-                                   "32x128 fits sm_90 only, 64x64 spills"),),
-            256: (_T(32, 32, 8, 2, "d256: 32x32 is the largest spill-free tile (169 regs); too few rows for "
-                                   "wgmma, so sm_90 runs mma.sync here"),),
-        },
-        "bwd_dq": {
-            64: (_T(128, 32, 8, 2, "128 query rows resident, 32 keys streamed (tutorial's dQ shape); 116 regs"),),
-            128: (_T(128, 32, 8, 2, "d128: 157 regs, 0 spill on sm_90; 64x64 with 4 warps spills on sm_80"),),
-            256: (_T(64, 32, 8, 2, "d256: 240 regs, 0 spill; 64x16 spills on sm_90"),),
-        },
-    },
-    "amd-cdna": {
-        # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
-        # memory with MFMA, the setting AMD's Triton attention kernels start from; d256 needs 1.
-        "fwd": {
-            64: (_cdna(128, 64, 8, "128x64, 8 waves: 128 VGPRs, 0 spill, 16 KiB LDS; 4 waves spill on gfx90a"),),
-            128: (_cdna(128, 64, 8, "128x64, 8 waves: 190 VGPRs, 0 spill, 32 KiB LDS; 4 waves spill 7 VGPRs"),),
-            256: (_cdna(64, 32, 8, "d256: 64x32, 8 waves, waves_per_eu 1: 154 VGPRs, 0 spill", wpe=1),),
-        },
-        "bwd_dkdv": {
-            64: (_cdna(32, 64, 8, "64 keys resident, 32 queries streamed: 108 VGPRs, 8 KiB LDS"),),
-            128: (_cdna(32, 64, 8, "d128: 178 VGPRs, 0 spill, 16 KiB LDS"),),
-            256: (_cdna(16, 32, 8, "d256: 16x32, waves_per_eu 1: 170 VGPRs, 0 spill", wpe=1),),
-        },
-        "bwd_dq": {
-            64: (_cdna(128, 32, 8, "128 queries resident, 32 keys streamed: 118 VGPRs"),),
-            128: (_cdna(128, 32, 8, "d128: 205 VGPRs, 0 spill, 32 KiB LDS"),),
-            256: (_cdna(64, 16, 8, "d256: 64x16, waves_per_eu 1: 174 VGPRs, 0 spill; 32x32 spills", wpe=1),),
-        },
-    },
-    "amd-rdna": {
-        # gfx1100 wave32 WMMA keeps both operands replicated across the two half-waves, so register
-        # pressure grows with head_dim much faster than on CDNA; at head_dim >= 128 (backward) and 256
-        # (forward) every tile shape tried still spills (docs/kernels-attention-gemm.md).
-        "fwd": {
-            64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
-            128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 219 VGPRs, 0 spill; 64x32 spills"),),
-            256: (_T(16, 16, 4, 1, "d256: smallest tile; still spills on gfx1100 (known limitation)"),),
-        },
-        "bwd_dkdv": {
-            64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
-            128: (_T(16, 32, 8, 1, "d128: least spilling shape tried (228 B per lane); spills on gfx1100 (known limitation)"),),
-            256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
-        },
-        "bwd_dq": {
-            64: (_T(64, 16, 4, 1, "64x16, 4 waves: 230 VGPRs, 0 spill"),),
-            128: (_T(32, 16, 8, 1, "d128: least spilling shape tried; spills on gfx1100 (known limitation)"),),
-            256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
-        },
-    },
-    "cpu": {
-        # The interpreter: small tiles so the small test shapes cross several blocks and exercise every
-        # loop split (full blocks, the causal diagonal, the ragged tail) with BLOCK_M != BLOCK_N.
-        "fwd": {256: (_T(32, 16, 4, 1, "interpreter: several blocks per test sequence"),)},
-        "bwd_dkdv": {256: (_T(16, 32, 4, 1, "interpreter: several blocks per test sequence"),)},
-        "bwd_dq": {256: (_T(32, 16, 4, 1, "interpreter: several blocks per test sequence"),)},
-    },
-}
-
-
-def padded_head_dim(head_dim: int) -> int:
-    """The power-of-two tile width the head dim is held in (96 -> 128); at least 16 for the MMA."""
-    return max(16, 1 << (head_dim - 1).bit_length())
-
-
-def _wide(dtype: torch.dtype) -> bool:
-    return torch.empty((), dtype=dtype).element_size() > 2
-
-
-def attention_candidates(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> list[TileConfig]:
-    """The family's entries for this head dim, in order of preference (fp32: tiles halved)."""
-    block_d = padded_head_dim(head_dim)
-    table = ATTENTION_TABLES[arch.family][kind]
-    fitting = [d for d in sorted(table) if d >= block_d]
-    if not fitting:
-        raise ValueError(f"attention: head_dim {head_dim} is larger than the largest supported ({max(table)})")
-    entries = list(table[fitting[0]])
-    if _wide(dtype) and arch.family != "cpu":
-        entries = [replace(c, BLOCK_M=max(16, c.BLOCK_M // 2), BLOCK_N=max(16, c.BLOCK_N // 2),
-                           reason=c.reason + "; fp32: tiles halved") for c in entries]
-    return entries
-
-
-def attention_config(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> TileConfig:
-    """The default (first) entry: a pure function of (kernel, head dim, dtype, architecture)."""
-    return attention_candidates(kind, head_dim, dtype, arch)[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -275,6 +162,10 @@ def persistent_programs(tiles: int, cfg: TileConfig, arch: Arch, n_cus: int, pro
     per_cu = max(1, (arch.simds_per_cu * cfg.waves_per_eu) // min(cfg.num_warps, arch.max_num_warps))
     programs = n_cus * per_cu
     return programs if tiles > programs else 0
+
+
+def _wide(dtype: torch.dtype) -> bool:
+    return torch.empty((), dtype=dtype).element_size() > 2
 
 
 def gemm_candidates(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, *, heavy: bool = False

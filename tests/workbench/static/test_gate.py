@@ -16,7 +16,8 @@ from wavefront.workbench.static.inspect import inspect_ops
 
 GOOD = {"ok": True, "error": None, "num_warps": 8, "regs": 60, "sgprs": None, "agprs": None, "spill_bytes": 0,
         "spill_count": 0, "shared_bytes": 1024, "widest_load_bits": 128, "widest_store_bits": 128, "narrow_loads": 1,
-        "narrow_stores": 0, "occupancy": 0.5, "matrix_families": ["wgmma"]}
+        "narrow_stores": 0, "occupancy": 0.5, "matrix_families": ["wgmma"], "tma_ops": 4, "setmaxnreg": 2,
+        "mma_wait_depth": 1, "min_mma_n": 64, "loop_barriers": 1, "narrow_lds_ops": 0}
 KEY = "op/fwd/case/k@sm_90"
 
 
@@ -29,6 +30,13 @@ KEY = "op/fwd/case/k@sm_90"
     ({"regs": 67}, "registers"),
     ({"occupancy": 0.25}, "occupancy"),
     ({"matrix_families": []}, "matrix"),
+    ({"tma_ops": 0}, "tma"),
+    ({"setmaxnreg": 0}, "setmaxnreg"),
+    ({"mma_wait_depth": 0}, "mma-wait"),
+    ({"mma_wait_depth": None}, "mma-wait"),
+    ({"min_mma_n": 16}, "mma-n"),
+    ({"loop_barriers": 3}, "loop-barriers"),
+    ({"narrow_lds_ops": 40}, "narrow-lds"),
 ])
 def test_each_rule_fires(change, rule):
     findings, _ = g.compare_inspect({KEY: GOOD}, {KEY: GOOD | change})
@@ -41,6 +49,26 @@ def test_no_finding_within_limits_or_for_improvements():
     findings, notes = g.compare_inspect({KEY: GOOD}, {KEY: better, "new/fwd/c/k@gfx942": GOOD})
     assert findings == []
     assert "1 kernel x target rows not in the baseline" in notes[0]
+
+
+def test_baseline_rows_without_the_design_fields_are_tolerated():
+    """A baseline written before the design fields existed compares only what it has."""
+    old = {k: v for k, v in GOOD.items() if k not in ("tma_ops", "setmaxnreg", "mma_wait_depth", "min_mma_n",
+                                                     "loop_barriers", "narrow_lds_ops")}
+    worse = GOOD | {"tma_ops": 0, "mma_wait_depth": 0, "min_mma_n": 8, "loop_barriers": 9, "narrow_lds_ops": 9}
+    assert g.compare_inspect({KEY: old}, {KEY: worse})[0] == []
+    better = GOOD | {"tma_ops": 8, "mma_wait_depth": 2, "min_mma_n": 128, "loop_barriers": 0}
+    assert g.compare_inspect({KEY: GOOD}, {KEY: better})[0] == []
+    none = GOOD | {"mma_wait_depth": None, "min_mma_n": None, "loop_barriers": None}  # not applicable
+    assert g.compare_inspect({KEY: none}, {KEY: GOOD})[0] == []
+
+
+def test_accesses_moved_to_tma_are_not_lost_vectorization():
+    moved = GOOD | {"widest_load_bits": 0, "widest_store_bits": 32, "tma_ops": 9}
+    findings, notes = g.compare_inspect({KEY: GOOD}, {KEY: moved})
+    assert findings == [] and any("with TMA operations 4 -> 9" in n for n in notes)
+    assert [f.rule for f in g.compare_inspect({KEY: GOOD}, {KEY: moved | {"tma_ops": 4}})[0]] == ["load-width",
+                                                                                                 "store-width"]
 
 
 def test_missing_rows_and_traffic_growth():

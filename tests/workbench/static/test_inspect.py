@@ -105,6 +105,81 @@ def test_sass_widths_and_matrix_opcodes():
     assert code.matrix_families == ["mma", "tcgen05", "wgmma"]
 
 
+_SASS_LOOP = "\n".join([
+    "        /*0000*/                   UTMALDG.2D [UR8], [UR4] ;                          /* 0x0000000008007db4 */",
+    "        /*0010*/                   USETMAXREG.DEALLOC.CTAPOOL 0x18 ;                  /* 0x00000018000079c8 */",
+    "        /*0020*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;             /* 0x000000100c08723c */",
+    # The main loop: 0x30..0x90 (two HGMMA), with an inner loop without matrix instructions (0x50..0x60).
+    "        /*0030*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24, gsb0 ; /* 0x41e0000004187 */",
+    "        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;                    /* 0x00008000000079c5 */",
+    "        /*0050*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;                      /* 0x0000000000007b1d */",
+    "        /*0060*/              @!P0 BRA 0x50 ;                                         /* 0xfffffff800cc8947 */",
+    "        /*0070*/                   HGMMA.64x64x16.F32.BF16 R88, gdesc[UR8], R88, gsb0 ; /* 0x41e0000008587 */",
+    "        /*0080*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;                    /* 0x00008000000079c5 */",
+    "        /*0090*/              @P1 BRA 0x30 ;                                          /* 0xfffffff800cc8947 */",
+    "        /*00a0*/                   BAR.ARV 0x1, 0x100 ;                               /* 0x0000000000007b1d */",
+    "        /*00b0*/                   UTMASTG.2D [UR4], [UR8] ;                          /* 0x0000000008007db4 */",
+    "        /*00c0*/                   BRA 0xc0;                                          /* 0xfffffffc00fc7947 */",
+])
+
+
+def test_sass_design_fields():
+    """TMA, setmaxnreg, the main loop's smallest wgmma wait and its barriers, the narrowest matrix N."""
+    code = ip.parse_sass(_SASS_LOOP)
+    assert (code.tma_ops, code.setmaxnreg) == (2, 1)
+    assert code.min_mma_n == 8  # HMMA.16816 is m16n8k16
+    # Main loop 0x30..0x90: waits 1 and 0 -> 0; one BAR.SYNC (inside the nested plain loop); BAR.ARV is
+    # outside and only arrives.
+    assert (code.mma_wait_depth, code.loop_barriers) == (0, 1)
+    no_loop = ip.parse_sass("\n".join(_SASS_LOOP.splitlines()[:3]))
+    assert (no_loop.mma_wait_depth, no_loop.loop_barriers, no_loop.tma_ops) == (None, None, 1)
+
+
+def test_tcgen05_shape_from_the_ptx_instruction_descriptor():
+    # 136381584 = 0x08210490: N >> 3 = 16 (bits 17-22), M >> 4 = 8 (bits 24-28): m128n128.
+    ptx = ("\tmov.b32 \t%r49, 136381584;\n"
+           "\t@%p13 tcgen05.mma.cta_group::1.kind::f16 [ %r361 + 0 ], %rd20, %rd21, %r49, %p12;")
+    assert ip.tcgen05_shapes(ptx) == [(128, 128)]
+    assert ip.matrix_shape("UTCHMMA") is None
+    assert ip.matrix_shape("HGMMA.64x256x16.F32.BF16") == (64, 256, 16)
+    assert ip.matrix_shape("v_mfma_f32_32x32x8bf16_1k") == (32, 32, 8)
+
+
+_AMDGCN_LOOP = """\
+\t.amdhsa_code_object_version 5
+_attn:
+\tds_write_b16 v1, v2
+\ts_branch .LBB0_2
+.LBB0_1:                                ; %loop
+\tds_read_u16 v3, v4
+\tds_read_u16_d16_hi v3, v5
+\tds_read2_b32 v[6:7], v8 offset1:1
+\tds_read_b128 v[8:11], v12
+\ts_barrier
+\tv_mfma_f32_32x32x8_bf16 a[0:15], v[0:1], v[2:3], a[0:15]
+\tv_mfma_f32_16x16x16_bf16 a[0:3], v[0:1], v[2:3], a[0:3]
+\ts_waitcnt lgkmcnt(0)
+\ts_barrier
+\ts_cbranch_scc1 .LBB0_1
+.LBB0_2:
+\tds_write_b128 v1, v[8:11]
+\ts_endpgm
+.Lfunc_end0:
+\t.vgpr_count: 64
+\t.sgpr_count: 20
+"""
+
+
+def test_amdgcn_design_fields():
+    code = ip.parse_amdgcn(_AMDGCN_LOOP)
+    assert code.narrow_lds_ops == 3  # ds_write_b16, ds_read_u16, ds_read_u16_d16_hi
+    assert code.lds_read_widths == {16: 2, 64: 1, 128: 1}  # ds_read2_b32 moves 2 x 32 bits per lane
+    assert code.lds_write_widths == {16: 1, 128: 1}
+    assert code.mfma_shapes == ["16x16x16", "32x32x8"] and code.min_mma_n == 16
+    assert code.loop_barriers == 2 and code.mma_wait_depth is None
+    assert ip.amd_lds_access("ds_bpermute_b32") is None and ip.amd_lds_access("ds_load_u8") == ("read", 8)
+
+
 @pytest.mark.parametrize(("suffix", "bits"), [("dwordx4", 128), ("dwordx2", 64), ("dword", 32), ("ushort", 16),
                                               ("short_d16_hi", 16), ("ubyte", 8), ("b128", 128), ("b32", 32),
                                               ("u16", 16), ("d16_b16", 16), ("lds_dwordx4", 128)])
@@ -162,6 +237,7 @@ def _dot_job(target):
                 num_stages=2)
 
 
+MIN_N = {"sm_80": 8, "sm_90": 128, "sm_100": 128, "gfx90a": 32, "gfx942": 32, "gfx1100": 16}
 MATRIX = {"sm_80": "mma", "sm_90": "wgmma", "sm_100": "tcgen05", "gfx90a": "mfma", "gfx942": "mfma",
           "gfx1100": "wmma"}
 
@@ -173,6 +249,9 @@ def test_matrix_instructions_detected(target):
     assert res.ok, res.error
     assert res.code.matrix_families == [MATRIX[target]], res.code.matrix_ops
     assert res.uses_dot
+    # The K loop is the main loop; the narrowest instruction is the target's for a 128x128 fp32 tile.
+    assert res.code.min_mma_n == MIN_N[target] and res.code.loop_barriers is not None
+    assert res.code.mma_wait_depth == (1 if target == "sm_90" else None)  # wgmma pipelined across k-steps
     (copy,) = _compile(_copy_job(target))
     assert copy.code.matrix_families == [] and copy.uses_dot is False
 

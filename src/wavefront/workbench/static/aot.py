@@ -204,7 +204,7 @@ def compile_job(job: CompileJob) -> CompileResult:
                 cubin.write_bytes(kernel.asm["cubin"])
                 resources = _run_tool("cuobjdump", "--dump-resource-usage", str(cubin))
                 sass = _run_tool("cuobjdump", "-sass", str(cubin))
-            result.code = parse_nvidia(resources, sass, md.name)
+            result.code = parse_nvidia(resources, sass, md.name, kernel.asm["ptx"])
             result.ptx_load_widths, result.ptx_store_widths, _ = parse_ptx_widths(kernel.asm["ptx"])
             if job.keep_asm:
                 result.asm = {"ptx": kernel.asm["ptx"], "sass": sass, "resources": resources}

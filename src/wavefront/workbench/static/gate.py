@@ -7,10 +7,15 @@ The static half (this module) needs no GPU and is deterministic: it compares ``w
 - a kernel that stops compiling for a target, or disappears from the inspection;
 - spills that appear (or grow);
 - a widest global load or store that narrows, or more narrow (< 128-bit) global accesses than before
-  (one tensor losing its vectorization leaves the widest access unchanged);
+  (one tensor losing its vectorization leaves the widest access unchanged), unless the row gained TMA
+  operations (copies by TMA have no per-thread width);
 - registers per thread that grow by more than 10%;
 - occupancy that falls;
 - matrix instructions (mma/wgmma/tcgen05/mfma/wmma) that disappear;
+- TMA operations or warp specialization (setmaxnreg) that disappear;
+- a main-loop wgmma wait depth that falls (toward 0: the matrix units serialized with the softmax), or a
+  smallest matrix-instruction N that narrows;
+- more block-wide barriers per main-loop iteration, or more 8/16-bit LDS accesses on AMD;
 - bytes moved by an op's kernels (plus its host-side work) that grow.
 
 The perf half (timings against a perf baseline, with noise bands) plugs in the same way: a function that
@@ -33,7 +38,8 @@ REGS_GROWTH = 0.10
 # The fields of an inspect row the static baseline keeps (the rest is report detail).
 _INSPECT_FIELDS = ("ok", "error", "num_warps", "regs", "sgprs", "agprs", "spill_bytes", "spill_count", "shared_bytes",
                    "widest_load_bits", "widest_store_bits", "narrow_loads", "narrow_stores", "occupancy",
-                   "matrix_families")
+                   "matrix_families", "tma_ops", "setmaxnreg", "mma_wait_depth", "min_mma_n", "loop_barriers",
+                   "narrow_lds_ops")
 _TRAFFIC_FIELDS = ("error", "kernel_bytes", "host_bytes", "bytes_moved", "unique_bytes", "min_bytes", "ratio_min")
 
 
@@ -42,7 +48,7 @@ class Finding:
     half: str
     subject: str  # "op/mode/case/kernel@target" or "op/mode/case"
     rule: str  # "compile", "missing", "spills", "load-width", "store-width", "registers", "occupancy",
-    #            "matrix", "bytes"
+    #            "matrix", "tma", "setmaxnreg", "mma-wait", "mma-n", "loop-barriers", "narrow-lds", "bytes"
     message: str
 
     def line(self) -> str:
@@ -139,9 +145,15 @@ def compare_inspect(baseline: dict[str, dict], current: dict[str, dict], half: s
             add(key, "spills", f"spills appeared: {c_sp} B/thread, {c_sc} spill instructions (baseline none)")
         elif c_sp > b_sp:
             add(key, "spills", f"spills grew: {b_sp} -> {c_sp} B/thread")
+        # Loads and stores that moved to TMA have no per-thread width: a narrower (or no) widest access
+        # alongside more TMA operations is the copy engine taking over, not lost vectorization.
+        to_tma = (cur.get("tma_ops") or 0) > (base.get("tma_ops") or 0)
         for what, rule in (("widest_load_bits", "load-width"), ("widest_store_bits", "store-width")):
             b, c = base.get(what) or 0, cur.get(what) or 0
-            if c < b:
+            if c < b and to_tma:
+                notes.append(f"{key}: widest global {what.split('_')[1]} {_bits(b)} -> {_bits(c)} with TMA operations "
+                             f"{base.get('tma_ops') or 0} -> {cur.get('tma_ops')}")
+            elif c < b:
                 kind = "load" if "load" in what else "store"
                 add(key, rule, f"widest global {kind} narrowed: {_bits(b)} -> {_bits(c)}")
         for what, kind in (("narrow_loads", "load"), ("narrow_stores", "store")):
@@ -158,10 +170,33 @@ def compare_inspect(baseline: dict[str, dict], current: dict[str, dict], half: s
         lost = sorted(set(base.get("matrix_families") or []) - set(cur.get("matrix_families") or []))
         if lost:
             add(key, "matrix", f"matrix instructions disappeared: {', '.join(lost)}")
+        _design_rules(base, cur, lambda rule, msg, key=key: add(key, rule, msg))
     new = sorted(set(current) - set(baseline))
     if new:
         notes.append(f"{len(new)} kernel x target rows not in the baseline (new ops, cases or targets), e.g. {new[0]}")
     return findings, notes
+
+
+def _design_rules(base: dict, cur: dict, add: Callable[[str, str], None]) -> None:
+    """The machine-code design fields. A field the baseline row lacks (a baseline written before the field
+    existed) or holds as None (not applicable: no wgmma, no main loop) is not compared."""
+    for what, rule, name in (("tma_ops", "tma", "TMA operations"), ("setmaxnreg", "setmaxnreg",
+                                                                        "setmaxnreg (warp specialization)")):
+        b, c = base.get(what), cur.get(what) or 0
+        if b and not c:
+            add(rule, f"{name} disappeared: {b} -> 0")
+    b, c = base.get("mma_wait_depth"), cur.get("mma_wait_depth")
+    if b is not None and (c is None or c < b):
+        add("mma-wait", f"main-loop wgmma wait depth fell: {b} -> {'no wgmma' if c is None else c}")
+    b, c = base.get("min_mma_n"), cur.get("min_mma_n")
+    if b is not None and c is not None and c < b:
+        add("mma-n", f"smallest matrix instruction N narrowed: {b} -> {c}")
+    b, c = base.get("loop_barriers"), cur.get("loop_barriers")
+    if b is not None and c is not None and c > b:
+        add("loop-barriers", f"block-wide barriers per main-loop iteration grew: {b} -> {c}")
+    b, c = base.get("narrow_lds_ops"), cur.get("narrow_lds_ops")
+    if b is not None and c is not None and c > b:
+        add("narrow-lds", f"8/16-bit LDS accesses grew: {b} -> {c} instructions")
 
 
 def compare_traffic(baseline: dict[str, dict], current: dict[str, dict], half: str = "static") -> tuple[

@@ -12,7 +12,10 @@ backward, and each target:
    (``workbench.static.occupancy``).
 
 A row per kernel x target: registers, spills, shared memory/LDS, threads per block, occupancy, the widest
-global load and store, and the matrix instructions present. Nothing here names an op.
+global load and store, the matrix instructions present, and what the machine code shows of the kernel's
+design: TMA operations, warp specialization (setmaxnreg), the wgmma wait depth and block-wide barriers per
+main-loop iteration, the narrowest matrix instruction, and on AMD the LDS access widths and MFMA shapes
+(``docs/inspect.md`` lists the instructions each field counts). Nothing here names an op.
 """
 
 from __future__ import annotations
@@ -74,6 +77,15 @@ class KernelRow:
     ptx_widest_load_bits: int | None = None
     matrix_families: list[str] = field(default_factory=list)
     matrix_ops: dict[str, int] = field(default_factory=dict)
+    tma_ops: int = 0  # TMA / bulk tensor copies (UTMALDG, UTMASTG, UTMAREDG, UBLKCP)
+    setmaxnreg: int = 0  # USETMAXREG: warp specialization's register reallocation
+    mma_wait_depth: int | None = None  # smallest wgmma.wait_group N in the main loop (0: serialized)
+    min_mma_n: int | None = None  # smallest N of any matrix instruction
+    loop_barriers: int | None = None  # block-wide barriers per main-loop iteration
+    narrow_lds_ops: int = 0  # AMD 8/16-bit LDS reads and writes
+    lds_read_widths: dict[str, int] = field(default_factory=dict)  # AMD bits per lane -> LDS read instructions
+    lds_write_widths: dict[str, int] = field(default_factory=dict)
+    mfma_shapes: list[str] = field(default_factory=list)  # AMD MFMA/WMMA "MxNxK"
     occupancy: float = 0.0  # fraction of the target's maximum resident warps (SM) / waves (SIMD)
     active: float = 0.0  # resident warps per SM (NVIDIA) or waves per SIMD (AMD)
     occupancy_unit: str = ""
@@ -293,6 +305,11 @@ def _row(p: _Planned, res: CompileResult, dtype: torch.dtype) -> KernelRow:
     row.narrow_stores = sum(n for bits, n in code.store_widths.items() if bits < NARROW_BITS)
     row.ptx_widest_load_bits = max(res.ptx_load_widths, default=0) if arch.family == "nvidia" else None
     row.matrix_families, row.matrix_ops = code.matrix_families, dict(sorted(code.matrix_ops.items()))
+    row.tma_ops, row.setmaxnreg = code.tma_ops, code.setmaxnreg
+    row.mma_wait_depth, row.min_mma_n, row.loop_barriers = code.mma_wait_depth, code.min_mma_n, code.loop_barriers
+    row.narrow_lds_ops, row.mfma_shapes = code.narrow_lds_ops, list(code.mfma_shapes)
+    row.lds_read_widths = {str(k): v for k, v in sorted(code.lds_read_widths.items())}
+    row.lds_write_widths = {str(k): v for k, v in sorted(code.lds_write_widths.items())}
     occ = occupancy(arch, threads_per_block=res.threads_per_block, regs_per_thread=code.regs,
                     shared_bytes=res.shared_bytes, static_shared_bytes=static, sgprs=code.sgprs or 0)
     row.occupancy, row.active = round(occ.fraction, 4), occ.active

@@ -1,4 +1,5 @@
-"""Read compiled kernels: resource usage, global load/store widths, spills, matrix instructions.
+"""Read compiled kernels: resource usage, global load/store widths, spills, matrix instructions, and the
+shape of the main loop (TMA, warp specialization, matrix-op wait depth, barriers, LDS access widths).
 
 Pure text in, dataclasses out; the inputs are what ``triton.compile`` produces (PTX, AMDGCN) and what
 NVIDIA's ``cuobjdump`` prints for a cubin (``--dump-resource-usage`` and ``-sass``).
@@ -8,6 +9,13 @@ Widths are in bits per thread per instruction: ``LDG.E.128`` / ``ld.global.v4.b3
 issues on these targets before Blackwell's 256-bit forms. Matrix instructions are counted by opcode:
 HMMA/IMMA (mma.sync), HGMMA/QGMMA (wgmma), UTC*MMA (tcgen05) on NVIDIA; v_mfma/v_smfmac (CDNA) and
 v_wmma/v_swmmac (RDNA) on AMD.
+
+The **main loop** of a kernel is found on the machine code itself (SASS or AMDGCN): every backward branch
+(a branch to an instruction at or before it) closes a loop whose body is the instructions from the target
+to the branch. Among the loops whose body holds at least one matrix instruction, the innermost ones (no
+other such loop inside) are candidates, and the main loop is the candidate with the most matrix
+instructions (the first in program order on a tie). A kernel without matrix instructions in a loop has no
+main loop, and the per-iteration fields (``mma_wait_depth``, ``loop_barriers``) are None.
 """
 
 from __future__ import annotations
@@ -33,6 +41,18 @@ class MachineCode:
     atomics: int = 0
     matrix_ops: dict[str, int] = field(default_factory=dict)  # opcode -> count
     n_instructions: int = 0
+    tma_ops: int = 0  # NVIDIA TMA / bulk copies: UTMALDG, UTMASTG, UTMAREDG, UBLKCP (SASS)
+    setmaxnreg: int = 0  # NVIDIA USETMAXREG (PTX setmaxnreg): warp-specialized register reallocation
+    mma_wait_depth: int | None = None  # smallest N of WARPGROUP.DEPBAR.LE gsb0, N (wgmma.wait_group N) in the
+    #                                    main loop; None when the main loop has no wgmma
+    min_mma_n: int | None = None  # smallest N of any matrix instruction (wgmma mMnNkK, mma.sync n8, MFMA/WMMA
+    #                               MxNxK); None without matrix instructions or when no shape is readable
+    loop_barriers: int | None = None  # block-wide barriers (BAR.SYNC / BAR.RED / s_barrier) per main-loop
+    #                                   iteration; None without a main loop
+    narrow_lds_ops: int = 0  # AMD LDS accesses of 8 or 16 bits (ds_read_u8/i8/u16/i16, ds_write_b8/b16...)
+    lds_read_widths: dict[int, int] = field(default_factory=dict)  # AMD: bits per lane -> LDS read instructions
+    lds_write_widths: dict[int, int] = field(default_factory=dict)  # AMD: bits per lane -> LDS writes
+    mfma_shapes: list[str] = field(default_factory=list)  # AMD matrix instruction shapes "MxNxK", sorted
 
     @property
     def widest_load_bits(self) -> int:
@@ -63,6 +83,8 @@ class MachineCode:
         d = asdict(self)
         d["load_widths"] = {str(k): v for k, v in sorted(self.load_widths.items())}
         d["store_widths"] = {str(k): v for k, v in sorted(self.store_widths.items())}
+        d["lds_read_widths"] = {str(k): v for k, v in sorted(self.lds_read_widths.items())}
+        d["lds_write_widths"] = {str(k): v for k, v in sorted(self.lds_write_widths.items())}
         d.update(widest_load_bits=self.widest_load_bits, widest_store_bits=self.widest_store_bits,
                  spills=self.spills, matrix_families=self.matrix_families)
         return d
@@ -73,6 +95,8 @@ class MachineCode:
         kw = {k: v for k, v in d.items() if k in names}
         kw["load_widths"] = {int(k): v for k, v in d.get("load_widths", {}).items()}
         kw["store_widths"] = {int(k): v for k, v in d.get("store_widths", {}).items()}
+        kw["lds_read_widths"] = {int(k): v for k, v in d.get("lds_read_widths", {}).items()}
+        kw["lds_write_widths"] = {int(k): v for k, v in d.get("lds_write_widths", {}).items()}
         return cls(**kw)
 
 
@@ -98,6 +122,55 @@ def matrix_family(opcode: str) -> str:
     return "mma"
 
 
+_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
+# mma.sync shapes in SASS: HMMA.16816 is m16n8k16, HMMA.1688 m16n8k8, HMMA.884 m8n8k4, IMMA.16832 m16n8k32.
+_MMA_SYNC_SHAPE = re.compile(r"^(16|8)(8)(\d+)$")
+
+
+def matrix_shape(opcode: str) -> tuple[int, int, int] | None:
+    """(M, N, K) of a matrix opcode when the opcode names it (HGMMA.64x128x16, HMMA.16816, v_mfma_f32_32x32x8
+    ...); None for tcgen05 (UTC*MMA), whose shape lives in a runtime instruction descriptor."""
+    m = _SHAPE.search(opcode)
+    if m:
+        return int(m[1]), int(m[2]), int(m[3])
+    for part in opcode.split(".")[1:]:
+        mm = _MMA_SYNC_SHAPE.match(part)
+        if mm:
+            return int(mm[1]), int(mm[2]), int(mm[3])
+    return None
+
+
+@dataclass(frozen=True)
+class LoopStats:
+    """The main loop (see the module docstring): its extent in instructions, matrix instructions,
+    block-wide barriers and smallest matrix-op wait depth."""
+
+    first: int
+    last: int
+    matrix: int
+    barriers: int
+    wait_depth: int | None
+
+
+def main_loop(ops: list[str], targets: list[tuple[int, int]], is_matrix, is_barrier, wait_depth) -> LoopStats | None:
+    """ops: opcodes in program order; targets: (branch index, target index) of every branch.
+    is_matrix/is_barrier(i) -> bool and wait_depth(i) -> int | None look at instruction i."""
+    loops = [(t, b) for b, t in targets if t <= b]
+    loops = [(t, b) for t, b in loops if any(is_matrix(i) for i in range(t, b + 1))]
+    inner = [(t, b) for t, b in loops if not any((t2, b2) != (t, b) and t <= t2 and b2 <= b for t2, b2 in loops)]
+    if not inner:
+        return None
+    t, b = max(sorted(inner), key=lambda tb: sum(is_matrix(i) for i in range(tb[0], tb[1] + 1)))
+    waits = [w for w in (wait_depth(i) for i in range(t, b + 1)) if w is not None]
+    return LoopStats(t, b, sum(is_matrix(i) for i in range(t, b + 1)), sum(is_barrier(i) for i in range(t, b + 1)),
+                     min(waits) if waits else None)
+
+
+def _min_n(matrix_ops: dict[str, int]) -> int | None:
+    ns = [s[1] for s in (matrix_shape(op) for op in matrix_ops) if s]
+    return min(ns) if ns else None
+
+
 # ---------------------------------------------------------------------------------------------------
 # NVIDIA: cuobjdump --dump-resource-usage, SASS, PTX.
 
@@ -121,9 +194,13 @@ def parse_resource_usage(text: str) -> list[CubinResources]:
     return found
 
 
-_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
+_SASS_LINE = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)(.*)$")
 _SASS_WIDTH = {"8": 8, "U8": 8, "S8": 8, "16": 16, "U16": 16, "S16": 16, "32": 32, "64": 64, "128": 128,
                "256": 256}
+_SASS_TMA = ("UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP")
+_SASS_BRANCH_TARGET = re.compile(r"0x([0-9a-f]+)")
+# WARPGROUP.DEPBAR.LE gsb0, 0x1 is wgmma.wait_group 1: wait until at most 1 wgmma group is in flight.
+_SASS_WGMMA_WAIT = re.compile(r"gsb\d+\s*,\s*(0x[0-9a-f]+|\d+)")
 
 
 def _sass_width(opcode: str) -> int:
@@ -133,44 +210,84 @@ def _sass_width(opcode: str) -> int:
     return 32
 
 
+def _sass_is_barrier(opcode: str) -> bool:
+    """A block-wide wait: BAR.SYNC (bar.sync / barrier.sync) or BAR.RED; BAR.ARV only arrives."""
+    parts = opcode.split(".")
+    return parts[0] == "BAR" and len(parts) > 1 and parts[1] in ("SYNC", "RED")
+
+
 def parse_sass(text: str, code: MachineCode | None = None) -> MachineCode:
-    """Global load/store widths, local-memory (spill) traffic and matrix instructions from SASS."""
+    """Global load/store widths, local-memory (spill) traffic, matrix instructions, TMA, setmaxnreg and the
+    main loop from SASS."""
     code = code or MachineCode(regs=0)
     loads, stores, matrix = Counter(code.load_widths), Counter(code.store_widths), Counter(code.matrix_ops)
-    n = 0
+    ops: list[str] = []
+    operands: list[str] = []
+    address: dict[int, int] = {}
     for line in text.splitlines():
         m = _SASS_LINE.match(line)
         if not m:
             continue
-        n += 1
-        opcode = m[1]
+        address[int(m[1], 16)] = len(ops)
+        opcode = m[2]
+        ops.append(opcode)
+        operands.append(m[3].split("/*")[0])  # drop the trailing /* encoding */ comment
         base = opcode.split(".")[0]
         if base in ("LDG", "LDGSTS"):
             loads[_sass_width(opcode)] += 1
         elif base == "STG":
             stores[_sass_width(opcode)] += 1
-        elif base in ("UTMALDG", "UTMASTG", "UBLKCP", "UTMAPF"):
+        elif base in (*_SASS_TMA, "UTMAPF"):
             code.bulk_copies += 1
+            code.tma_ops += base in _SASS_TMA
+        elif base == "USETMAXREG":
+            code.setmaxnreg += 1
         elif base in ("ATOMG", "RED", "ATOM", "REDG"):
             code.atomics += 1
         elif base == "STL":
             code.spill_count += 1
         elif _NV_MATRIX.match(base):
             matrix[opcode] += 1
-    if n == 0:
+    if not ops:
         raise ValueError("no SASS instructions found (expected cuobjdump -sass output)")
     code.load_widths, code.store_widths, code.matrix_ops = dict(loads), dict(stores), dict(matrix)
-    code.n_instructions = n
+    code.n_instructions = len(ops)
+    code.min_mma_n = _min_n(code.matrix_ops)
+
+    branches = []
+    for i, (op, rest) in enumerate(zip(ops, operands, strict=True)):
+        if op.split(".")[0] == "BRA":
+            hits = _SASS_BRANCH_TARGET.findall(rest)
+            if hits and int(hits[-1], 16) in address:
+                branches.append((i, address[int(hits[-1], 16)]))
+
+    def is_matrix(i: int) -> bool:
+        return bool(_NV_MATRIX.match(ops[i].split(".")[0]))
+
+    def wait_depth(i: int) -> int | None:
+        if not ops[i].startswith("WARPGROUP.DEPBAR"):
+            return None
+        m = _SASS_WGMMA_WAIT.search(operands[i])
+        return int(m[1], 0) if m else None
+
+    loop = main_loop(ops, branches, is_matrix, lambda i: _sass_is_barrier(ops[i]), wait_depth)
+    if loop is not None:
+        code.loop_barriers = loop.barriers
+        has_wgmma = any(ops[i].split(".")[0].endswith("GMMA") for i in range(loop.first, loop.last + 1))
+        code.mma_wait_depth = loop.wait_depth if has_wgmma else None
     return code
 
 
 _PTX_MEM = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st)\.global((?:\.[\w:]+)*)\s")
 _PTX_TYPE_BITS = re.compile(r"^[bsuf](\d+)$")
-_PTX_MATRIX = re.compile(r"^\s*(?:@!?%p\d+\s+)?(mma\.sync|wgmma\.mma_async|tcgen05\.mma)\b")
+_PTX_MATRIX = re.compile(r"^\s*(?:@!?%p\d+\s+)?(mma\.sync|wgmma\.mma_async|tcgen05\.mma|cp\.async\.bulk\.tensor|"
+                         r"cp\.async\.bulk|setmaxnreg|wgmma\.wait_group)\b")
 
 
 def parse_ptx_widths(text: str) -> tuple[dict[int, int], dict[int, int], dict[str, int]]:
-    """(load widths, store widths, matrix instruction counts) from PTX: a cross-check on the SASS."""
+    """(load widths, store widths, instruction counts) from PTX: a cross-check on the SASS. The counts are of
+    the matrix instructions (mma.sync, wgmma.mma_async, tcgen05.mma) and of cp.async.bulk(.tensor),
+    setmaxnreg and wgmma.wait_group."""
     loads: Counter = Counter()
     stores: Counter = Counter()
     matrix: Counter = Counter()
@@ -192,14 +309,42 @@ def parse_ptx_widths(text: str) -> tuple[dict[int, int], dict[int, int], dict[st
     return dict(loads), dict(stores), dict(matrix)
 
 
-def parse_nvidia(resource_text: str, sass_text: str, kernel_name: str | None = None) -> MachineCode:
-    """Registers, local memory and static shared memory from the resource usage, the rest from SASS."""
+_PTX_TCGEN05 = re.compile(r"tcgen05\.mma\.[\w:.]+\s+\[[^\]]*\],\s*[^,]+,\s*[^,]+,\s*([^,;\s]+)")
+_PTX_MOV_IMM = re.compile(r"^\s*mov\.[bu]32\s+(%r\d+),\s*(-?\d+);")
+
+
+def tcgen05_shapes(ptx: str) -> list[tuple[int, int]]:
+    """(M, N) of every tcgen05.mma in PTX, read from its 32-bit instruction descriptor (PTX ISA, "Instruction
+    descriptor": N >> 3 in bits 17-22, M >> 4 in bits 24-28) when it is an immediate or a register last
+    set from one by mov. SASS does not show the shape of UTC*MMA."""
+    shapes = []
+    last_imm: dict[str, int] = {}
+    for line in ptx.splitlines():
+        mov = _PTX_MOV_IMM.match(line)
+        if mov:
+            last_imm[mov[1]] = int(mov[2]) & 0xFFFFFFFF
+            continue
+        m = _PTX_TCGEN05.search(line)
+        if m:
+            idesc = last_imm.get(m[1]) if m[1].startswith("%") else int(m[1], 0)
+            if idesc is not None:
+                shapes.append((((idesc >> 24) & 0x1F) << 4, ((idesc >> 17) & 0x3F) << 3))
+    return shapes
+
+
+def parse_nvidia(resource_text: str, sass_text: str, kernel_name: str | None = None, ptx_text: str = "") -> MachineCode:
+    """Registers, local memory and static shared memory from the resource usage, the rest from SASS; the
+    tcgen05 shapes (for ``min_mma_n``) from the PTX when given."""
     entries = parse_resource_usage(resource_text)
     entry = next((e for e in entries if e.function == kernel_name), entries[0])
     # ptxas places spilled registers in the stack frame (STACK); LOCAL is other per-thread local memory.
     code = MachineCode(regs=entry.regs, spill_bytes=entry.stack_bytes + entry.local_bytes,
                        static_shared_bytes=entry.shared_bytes)
-    return parse_sass(sass_text, code)
+    code = parse_sass(sass_text, code)
+    ns = [n for _, n in tcgen05_shapes(ptx_text)] if ptx_text else []
+    if ns:
+        code.min_mma_n = min(ns + ([code.min_mma_n] if code.min_mma_n else []))
+    return code
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -236,8 +381,26 @@ def amd_access_bits(suffix: str) -> int:
     raise ValueError(f"unrecognised AMD memory instruction suffix {suffix!r}")
 
 
+# LDS: ds_read*/ds_write* (CDNA, gfx9 names) and ds_load*/ds_store* (RDNA3 names). The 2-address forms
+# (ds_read2_b32, ds_write2st64_b64) move two elements per lane.
+_AMD_LDS = re.compile(r"^ds_(read|write|load|store)(2(?:st64)?)?_([a-z]?\d+)(?:_|$)")
+_AMD_LABEL = re.compile(r"^(\.?[A-Za-z_$][\w.$]*):")
+_AMD_BRANCH = re.compile(r"^\s+s_(?:cbranch_\w+|branch)\s+(\.?[A-Za-z_$][\w.$]*)")
+
+
+def amd_lds_access(insn: str) -> tuple[str, int] | None:
+    """("read" | "write", bits per lane) of an LDS instruction, None for any other (atomics, permutes, ...)."""
+    m = _AMD_LDS.match(insn)
+    if m is None:
+        return None
+    kind = "read" if m[1] in ("read", "load") else "write"
+    bits = int(re.sub(r"^[a-z]", "", m[3]))
+    return kind, bits * (2 if m[2] else 1)
+
+
 def parse_amdgcn(text: str) -> MachineCode:
-    """Resource usage from the code-object metadata, widths and matrix instructions from the code."""
+    """Resource usage from the code-object metadata, widths, LDS accesses, matrix instructions and the main
+    loop from the code."""
     meta = {}
     for key, rx in _AMD_META.items():
         m = rx.search(text)
@@ -249,7 +412,10 @@ def parse_amdgcn(text: str) -> MachineCode:
     loads: Counter = Counter()
     stores: Counter = Counter()
     matrix: Counter = Counter()
-    n = 0
+    lds = {"read": Counter(), "write": Counter()}
+    ops: list[str] = []
+    labels: dict[str, int] = {}
+    branch_to: list[tuple[int, str]] = []
     in_code = False
     for line in text.splitlines():
         if line.startswith(".Lfunc_end") or ".end_amdgpu_metadata" in line:
@@ -258,11 +424,18 @@ def parse_amdgcn(text: str) -> MachineCode:
             in_code = True  # a function label
         if not in_code:
             continue
+        lab = _AMD_LABEL.match(line)
+        if lab:
+            labels[lab[1]] = len(ops)
+            continue
         m = _AMD_INSN.match(line)
         if not m:
             continue
         insn = m[1]
-        n += 1
+        br = _AMD_BRANCH.match(line)
+        if br:
+            branch_to.append((len(ops), br[1]))
+        ops.append(insn)
         mem = _AMD_MEM.match(insn)
         if mem:
             if mem[2] == "atomic":
@@ -271,8 +444,21 @@ def parse_amdgcn(text: str) -> MachineCode:
                 (loads if mem[2] == "load" else stores)[amd_access_bits(mem[3])] += 1
         elif _AMD_MATRIX.match(insn):
             matrix[insn] += 1
-    if n == 0:
+        else:
+            access = amd_lds_access(insn)
+            if access:
+                lds[access[0]][access[1]] += 1
+    if not ops:
         raise ValueError("no AMDGCN instructions found")
     code.load_widths, code.store_widths, code.matrix_ops = dict(loads), dict(stores), dict(matrix)
-    code.n_instructions = n
+    code.lds_read_widths, code.lds_write_widths = dict(lds["read"]), dict(lds["write"])
+    code.narrow_lds_ops = sum(n for w in lds.values() for bits, n in w.items() if bits < 32)
+    code.n_instructions = len(ops)
+    code.min_mma_n = _min_n(code.matrix_ops)
+    code.mfma_shapes = sorted({"x".join(map(str, shape)) for shape in map(matrix_shape, code.matrix_ops) if shape})
+    branches = [(i, labels[name]) for i, name in branch_to if name in labels]
+    loop = main_loop(ops, branches, lambda i: bool(_AMD_MATRIX.match(ops[i])),
+                     lambda i: ops[i] in ("s_barrier", "s_barrier_wait"), lambda i: None)
+    if loop is not None:
+        code.loop_barriers = loop.barriers
     return code

@@ -1,0 +1,242 @@
+"""Launch configurations of the attention kernels: data, and pure functions that pick from it.
+
+One table per architecture family (``nvidia``, ``amd-cdna``, ``amd-rdna``, and ``cpu`` for the
+interpreter): kernel -> largest padded head dim served -> candidates, preferred first. Each entry is a tile
+shape, launch options, and the reason it is there, quoting what the ahead-of-time compiled kernel showed
+for bf16 at that entry (``wavefront inspect --op attention``; docs/kernels-attention-gemm.md has the full
+table). No entry carries a GPU timing: none was measured on this project's machines yet, so among
+spill-free shapes the choice follows the published practice named in the reason and would be refined by
+timing the short candidate lists on a GPU.
+
+fp32 inputs (accepted for testing) double every operand tile, so the picker halves BLOCK_M and BLOCK_N,
+keeping shared memory at the verified 16-bit footprint. AMD-only options are emitted by
+:meth:`AttentionConfig.options` only on AMD targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+
+from wavefront.runtime import Arch
+
+AttentionKernel = Literal["fwd", "bwd_dkdv", "bwd_dq"]
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """One entry: BLOCK_M is the query tile and BLOCK_N the key tile in all three kernels.
+
+    warp_specialize: split the key loop into producer and consumer warps (``tl.range(...,
+    warp_specialize=True)``); used with the TMA path only (sm_90, sm_100), where the forward then runs
+    every key block in one loop (see kernels/attention.py).
+    d_split: backward only: split the dK/dV (or dQ) accumulator's head-dim columns over this many programs,
+    each recomputing the scores (head_dim 256: a full-width accumulator does not fit the registers with
+    tiles wide enough for wgmma/tcgen05).
+    transposed: backward only: read the operands contracted over the sequence (Q and dO for dK/dV, K for dQ)
+    from [B, H, head_dim, S] copies made by the launcher (AMD: no 16-bit LDS reads of transposed tiles)."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+    reason: str
+    waves_per_eu: int = 0
+    matrix_instr_nonkdim: int = 0
+    kpack: int = 1
+    warp_specialize: bool = False
+    d_split: int = 1
+    transposed: bool = False
+
+    def options(self, arch: Arch) -> dict:
+        """Launch options for `arch`: AMD extras only on AMD targets (the NVIDIA compiler and the
+        interpreter reject them)."""
+        opts = {"num_warps": min(self.num_warps, arch.max_num_warps), "num_stages": self.num_stages}
+        if arch.family in ("amd-cdna", "amd-rdna"):
+            opts["waves_per_eu"] = self.waves_per_eu
+        if arch.family == "amd-cdna":
+            opts["matrix_instr_nonkdim"] = self.matrix_instr_nonkdim
+            opts["kpack"] = self.kpack
+        return opts
+
+
+_T = AttentionConfig
+
+
+def has_tma(arch: Arch) -> bool:
+    """sm_90 and later: TMA, wgmma/tcgen05 and warp specialization."""
+    return arch.family == "nvidia" and int(arch.name.removeprefix("sm_")) >= 90
+
+
+def table_key(arch: Arch) -> str:
+    """The table an architecture reads: ``sm_90`` and ``sm_100`` have their own, else its family's."""
+    return arch.name if has_tma(arch) else arch.family
+
+
+def _wide(dtype: torch.dtype) -> bool:
+    return torch.empty((), dtype=dtype).element_size() > 2
+
+
+def _cdna(m, n, w, reason, wpe=2, **kw):
+    # nonkdim 16 selects the 16x16 MFMA; num_stages 1 is what AMD's stream pipeliner wants for attention
+    # with everything else in registers.
+    return AttentionConfig(m, n, w, kw.pop("num_stages", 1), reason, waves_per_eu=wpe, matrix_instr_nonkdim=16, **kw)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Attention: family -> kernel -> largest padded head dim served -> candidates, preferred first.
+# BLOCK_M is the query tile and BLOCK_N the key tile in all three kernels. "regs/spill/smem" quote
+# sm_90 | gfx942 at bf16 (the docs table has every target).
+
+# Backward on sm_90 and sm_100 (one table: both compile the same tiles to wgmma or tcgen05).
+_TMA_BWD: dict[AttentionKernel, dict[int, tuple[AttentionConfig, ...]]] = {
+    "bwd_dkdv": {
+        64: (_T(64, 128, 8, 1, "as d128"),),
+        128: (_T(64, 128, 8, 1, "128 keys resident over two warpgroups, 64 queries streamed: wgmma N 64/128 "
+                                "(was 16 at 32x64); sm_90 251 regs, 0 spill; num_stages 2 spills 112 B"),),
+        256: (_T(64, 128, 8, 1, "d256: each program owns 64 of the 256 dK/dV columns (d_split 4) and "
+                                "recomputes S and dP: 2.5x this kernel's matrix work, but wgmma N 64 and 0 "
+                                "spill (214 regs); d_split 2 spills 136 B, full width 1 KiB", d_split=4),),
+    },
+    "bwd_dq": {
+        64: (_T(128, 64, 8, 2, "as d128"),),
+        128: (_T(128, 64, 8, 2, "128 queries resident, 64 keys streamed: wgmma N 64/128 (was 32); sm_90 201 regs, "
+                                "0 spill"),),
+        256: (_T(128, 64, 8, 1, "d256: two programs per query tile, 128 dQ columns each (d_split 2), S and dP "
+                                "recomputed: 231 regs, 0 spill; full width spills 152 B", d_split=2),),
+    },
+}
+
+ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfig, ...]]]] = {
+    "nvidia": {
+        "fwd": {
+            64: (_T(128, 128, 8, 3, "FA2 tile: two warpgroups, wgmma m64 per warpgroup; 204 regs, 0 spill, 112 KiB"),),
+            128: (_T(128, 64, 8, 3, "128x64 at d128: S and O accumulators fit with 8 warps; 184 regs, 0 spill, "
+                                    "128 KiB (sm_80: 242 regs)"),),
+            256: (_T(64, 64, 8, 2, "64-row tiles keep the 64x256 O accumulator in registers; 227 regs, 0 spill "
+                                   "(sm_80: 254)"),),
+        },
+        "bwd_dkdv": {
+            64: (_T(32, 128, 8, 2, "128 keys resident, 32 query rows streamed (tutorial's dK/dV shape); "
+                                   "166 regs, 0 spill"),),
+            128: (_T(32, 64, 8, 2, "d128: dK+dV accumulators 2x64x128 fp32 over 256 threads; 189 regs, 0 spill; "
+                                   "32x128 fits sm_90 only, 64x64 spills"),),
+            256: (_T(32, 32, 8, 2, "d256: 32x32 is the largest spill-free tile (169 regs); too few rows for "
+                                   "wgmma, so sm_90 runs mma.sync here"),),
+        },
+        "bwd_dq": {
+            64: (_T(128, 32, 8, 2, "128 query rows resident, 32 keys streamed (tutorial's dQ shape); 116 regs"),),
+            128: (_T(128, 32, 8, 2, "d128: 157 regs, 0 spill on sm_90; 64x64 with 4 warps spills on sm_80"),),
+            256: (_T(64, 32, 8, 2, "d256: 240 regs, 0 spill; 64x16 spills on sm_90"),),
+        },
+    },
+    "sm_90": {
+        # Forward: TMA operands, key blocks of 128, the key loop warp-specialized (a TMA producer warp and
+        # two consumer warpgroups of 64 query rows, registers moved to the consumers by setmaxnreg).
+        "fwd": {
+            64: (_T(128, 128, 4, 2, "as d128 (128-key blocks)", warp_specialize=True),),
+            128: (_T(128, 128, 4, 2, "128x128, 4 warps + warp specialization: 168 regs (setmaxnreg), 0 spill, "
+                                     "197 KiB smem; num_stages 3 needs 263 KiB (over 227)", warp_specialize=True),),
+            256: (_T(64, 64, 4, 2, "d256: 64x64, 168 regs, 0 spill, 230 KiB smem (fits 227 KiB opt-in); "
+                                   "128x128 needs 394 KiB", warp_specialize=True),),
+        },
+        **_TMA_BWD,
+    },
+    "sm_100": {
+        "fwd": {
+            64: (_T(128, 128, 8, 2, "as d128 (128-key blocks)", warp_specialize=True),),
+            128: (_T(128, 128, 8, 2, "128x128, 8 warps + warp specialization, tcgen05 into TMEM: 96 regs, 0 spill, "
+                                     "166 KiB; 4 warps spill 336 B", warp_specialize=True),),
+            256: (_T(64, 64, 8, 2, "d256: 64x64, 96 regs, 0 spill, 165 KiB; 4 warps spill 336 B",
+                     warp_specialize=True),),
+        },
+        **_TMA_BWD,
+    },
+    "amd-cdna": {
+        # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
+        # memory with MFMA, the setting AMD's Triton attention kernels start from; d256 needs 1.
+        # transposed: the operand each product contracts over the sequence (V forward; Q, dO and K backward)
+        # comes from a [.., head_dim, S] copy, so no tile is transposed through LDS 16 bits at a time.
+        "fwd": {
+            64: (_cdna(128, 64, 8, "as d128", transposed=True),),
+            128: (_cdna(128, 64, 8, "128x64, 8 waves, V^T copy: no 16-bit LDS ops (gfx90a had 256 ds_*_b16/u16 "
+                                    "with V as stored); gfx942 174 VGPRs, 0 spill, 4 barriers per key block",
+                        transposed=True),
+                  _cdna(128, 64, 4, "32 query rows per wave (halves K/V LDS reads per row): 254 VGPRs, 0 spill, 0 "
+                                    "narrow LDS ops, but 8 barriers per key block; untimed, so second",
+                        transposed=True)),
+            256: (_cdna(64, 32, 4, "d256: 64x32, 4 waves (16 rows each), waves_per_eu 1, V^T copy: 250 VGPRs, 0 spill, "
+                                   "0 narrow LDS ops (8 waves: 32)", wpe=1, transposed=True),),
+        },
+        "bwd_dkdv": {
+            64: (_cdna(32, 64, 4, "as d128", transposed=True),),
+            128: (_cdna(32, 64, 4, "d128: 4 waves so each owns 16 key rows, one MFMA tile: P^T and dS^T feed the next "
+                                   "MFMA from registers (8 waves sent them through LDS as 32 ds_write_b16/ds_read_u16 "
+                                   "per iteration); Q^T, dO^T copies: 0 narrow LDS ops, 202 VGPRs, 0 spill",
+                           transposed=True),),
+            256: (_cdna(16, 64, 4, "d256: 16x64, 4 waves, waves_per_eu 1: 277 VGPRs (AGPRs included), 0 spill, "
+                                   "0 narrow LDS ops", wpe=1, transposed=True),),
+        },
+        "bwd_dq": {
+            64: (_cdna(128, 32, 8, "as d128", transposed=True),),
+            128: (_cdna(128, 32, 8, "d128: K^T copy: 0 narrow LDS ops (was 128 ds_read_u16 per kernel), 130 VGPRs",
+                            transposed=True),),
+            256: (_cdna(64, 32, 4, "d256: 64x32, 4 waves, waves_per_eu 1, K^T copy: 224 VGPRs, 0 spill, 0 narrow "
+                                   "LDS ops", wpe=1, transposed=True),),
+        },
+    },
+    "amd-rdna": {
+        # gfx1100 wave32 WMMA keeps both operands replicated across the two half-waves, so register
+        # pressure grows with head_dim much faster than on CDNA; at head_dim >= 128 (backward) and 256
+        # (forward) every tile shape tried still spills (docs/kernels-attention-gemm.md).
+        "fwd": {
+            64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
+            128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 219 VGPRs, 0 spill; 64x32 spills"),),
+            256: (_T(16, 16, 4, 1, "d256: smallest tile; still spills on gfx1100 (known limitation)"),),
+        },
+        "bwd_dkdv": {
+            64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
+            128: (_T(16, 32, 4, 1, "d128: dK/dV columns split over two programs (d_split 2, S and dP recomputed): "
+                                   "253 VGPRs, 0 spill (full width spilled 228 B per lane)", d_split=2),),
+            256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
+        },
+        "bwd_dq": {
+            64: (_T(64, 16, 4, 1, "64x16, 4 waves: 230 VGPRs, 0 spill"),),
+            128: (_T(32, 16, 8, 1, "d128: least spilling shape tried; spills on gfx1100 (known limitation)"),),
+            256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
+        },
+    },
+    "cpu": {
+        # The interpreter: small tiles so the small test shapes cross several blocks and exercise every
+        # loop split (full blocks, the causal diagonal, the ragged tail) with BLOCK_M != BLOCK_N.
+        "fwd": {256: (_T(32, 16, 4, 1, "interpreter: several blocks per test sequence"),)},
+        "bwd_dkdv": {256: (_T(16, 32, 4, 1, "interpreter: several blocks per test sequence"),)},
+        "bwd_dq": {256: (_T(32, 16, 4, 1, "interpreter: several blocks per test sequence"),)},
+    },
+}
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """The power-of-two tile width the head dim is held in (96 -> 128); at least 16 for the MMA."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def attention_candidates(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> list[AttentionConfig]:
+    """The family's entries for this head dim, in order of preference (fp32: tiles halved)."""
+    block_d = padded_head_dim(head_dim)
+    table = ATTENTION_TABLES[table_key(arch)][kind]
+    fitting = [d for d in sorted(table) if d >= block_d]
+    if not fitting:
+        raise ValueError(f"attention: head_dim {head_dim} is larger than the largest supported ({max(table)})")
+    entries = list(table[fitting[0]])
+    if _wide(dtype) and arch.family != "cpu":
+        entries = [replace(c, BLOCK_M=max(16, c.BLOCK_M // 2), BLOCK_N=max(16, c.BLOCK_N // 2),
+                           reason=c.reason + "; fp32: tiles halved") for c in entries]
+    return entries
+
+
+def attention_config(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> AttentionConfig:
+    """The default (first) entry: a pure function of (kernel, head dim, dtype, architecture)."""
+    return attention_candidates(kind, head_dim, dtype, arch)[0]
