@@ -441,7 +441,7 @@ import torch
 from wavefront import runtime
 from wavefront.kernels import linear
 from wavefront.kernels._launch import recording
-from wavefront.workbench.inspect import job_for
+from wavefront.workbench.static.inspect import job_for
 from wavefront.workbench.static.aot import compile_job
 
 target = sys.argv[1]
