@@ -184,3 +184,20 @@ def test_tensors_on_different_devices_are_rejected():
     w = torch.randn(8, device="meta")
     with pytest.raises(ValueError, match="'weight' is on meta"):
         wops.rms_norm(x, w)
+
+
+@pytest.mark.parametrize("n_cols", [64, 20000])
+def test_layer_norm_variance_overflow_is_nan_like_torch(n_cols):
+    # Issue #13 defect 4: |x| ~ 1e37 overflows the fp32 variance; rstd became 0 and the output exactly the
+    # bias, hiding the overflow. PyTorch's layer_norm returns NaN; so do we. A normal row next to it is
+    # unaffected, and RMSNorm keeps PyTorch's result (x * 0 = 0).
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, n_cols, generator=gen)
+    x[0] *= 1e37
+    w, b = torch.randn(n_cols, generator=gen), torch.randn(n_cols, generator=gen)
+    ours = wops.layer_norm(x, w, b)
+    expect = torch.nn.functional.layer_norm(x, (n_cols,), w, b)
+    assert torch.isnan(expect[0]).all() and torch.isnan(ours[0]).all()
+    torch.testing.assert_close(ours[1], expect[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(wops.rms_norm(x, w), torch.nn.functional.rms_norm(x, (n_cols,), w, 1e-6),
+                               rtol=1e-5, atol=1e-5)

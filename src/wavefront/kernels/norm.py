@@ -82,6 +82,16 @@ def _affine(xhat, w, b, OUT_DTYPE: tl.constexpr, ACC: tl.constexpr, HAS_WEIGHT: 
 
 
 @triton.jit
+def _rstd(var, eps, IS_RMS: tl.constexpr):
+    rstd = 1.0 / tl.sqrt(var + eps)
+    if not IS_RMS:
+        # A variance that overflowed would give rstd = 0 and y = bias exactly, hiding the overflow; PyTorch's
+        # layer_norm returns NaN there, and so do we. (RMSNorm's x * 0 = 0 is PyTorch's rms_norm result too.)
+        rstd = tl.where(var == float("inf"), float("nan"), rstd)
+    return rstd
+
+
+@triton.jit
 def _norm_fwd_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
     n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
@@ -96,6 +106,8 @@ def _norm_fwd_kernel(
     cols0 = tl.arange(0, BLOCK_N)
     if SINGLE_PASS:
         mask = cols0 < n_cols
+        # The weight (and bias) load is issued first: its latency hides behind the row's load and reductions.
+        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
         x = tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC)
         if HAS_RESIDUAL:
             res = tl.load(res_ptr + row * stride_res_row + cols0, mask=mask, other=0.0)
@@ -110,9 +122,8 @@ def _norm_fwd_kernel(
             mean += tl.sum(tl.where(mask, x - mean, 0.0), axis=0) / n_cols
             tl.store(mean_ptr + row, mean)
             xc = tl.where(mask, x - mean, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
+        rstd = _rstd(tl.sum(xc * xc, axis=0) / n_cols, eps, IS_RMS)
         tl.store(rstd_ptr + row, rstd)
-        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
         y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
         tl.store(y_row + cols0, y.to(OUT_DTYPE), mask=mask)
     else:
@@ -148,7 +159,7 @@ def _norm_fwd_kernel(
             run_m2 = sum_d2
         else:
             run_m2 = sum_d2 - sum_d * (sum_d / n_cols)
-        rstd = 1.0 / tl.sqrt(run_m2 / n_cols + eps)
+        rstd = _rstd(run_m2 / n_cols, eps, IS_RMS)
         tl.store(rstd_ptr + row, rstd)
         if not IS_RMS:
             tl.store(mean_ptr + row, run_mean)
