@@ -92,6 +92,7 @@ class AdamW(torch.optim.Optimizer):
         buckets: dict[tuple, _Bucket] = {}
         eager = []
         steps = []
+        triton_on: dict[torch.device, bool] = {}
         for gi, group in enumerate(self.param_groups):
             amsgrad, maximize = bool(group["amsgrad"]), bool(group["maximize"])
             for p in group["params"]:
@@ -112,7 +113,10 @@ class AdamW(torch.optim.Optimizer):
                            state.get("master_param")]
                 if p.is_complex():
                     tensors = [t if t is None else torch.view_as_real(t) for t in tensors]
-                if not all(t is None or t.is_contiguous() for t in tensors) or not runtime.uses_triton(p.device):
+                fused = triton_on.get(p.device)
+                if fused is None:
+                    fused = triton_on[p.device] = runtime.uses_triton(p.device)
+                if not fused or not all(t is None or t.is_contiguous() for t in tensors):
                     eager.append((gi, tensors, state, maximize))
                     continue
                 key = (p.device, tensors[0].dtype, tensors[1].dtype, tensors[2].dtype, amsgrad, maximize,
