@@ -78,6 +78,14 @@ _CHECKS = textwrap.dedent("""
     q_out, _ = ops.rope(q, None, cos, sin)
     q_ref, _ = ops.rope(q.contiguous(), None, cos, sin)
     out["rope"] = float((q_out - q_ref).abs().max())
+    # rope: heads ROW apart (a [B, H, S, D] tensor of 2^31+ elements per batch entry): h * stride_h.
+    qbuf = big(ROW * 2 + 3 * d, torch.float32)
+    q = qbuf.as_strided((1, 3, 1, d), (0, ROW, d, 1))
+    q.copy_(torch.randn(1, 3, 1, d))
+    cos, sin = torch.randn(1, d), torch.randn(1, d)
+    q_out, _ = ops.rope(q, None, cos, sin)
+    q_ref, _ = ops.rope(q.contiguous(), None, cos, sin)
+    out["rope_heads"] = float((q_out.contiguous() - q_ref).abs().max())
 
     # adamw: a whole block ending at 2^31 and a masked tail block past it, in 2^31 + 5000-element tensors.
     from wavefront.reference import adamw_update_
@@ -138,7 +146,7 @@ def test_offsets_past_2_pow_31_in_every_kernel():
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["ce_loss"] < 1e-5 and out["ce_grad"] < 1e-6 and out["ce_inplace_grad"] < 1e-6, out
     assert out["glu_fwd"] == 0.0 and out["glu_bwd"] == 0.0, out
-    assert out["rope"] == 0.0, out
+    assert out["rope"] == 0.0 and out["rope_heads"] == 0.0, out
     assert out["adamw"] < 1e-6, out
 
 

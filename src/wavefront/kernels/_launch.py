@@ -27,7 +27,9 @@ import torch
 import triton.language as tl
 
 from wavefront import runtime
-from wavefront.kernels._interpreter import use_gpu_rounding
+from wavefront.kernels._interpreter import gpu_rounding
+
+runtime.check_triton_version()
 
 
 @dataclass(frozen=True)
@@ -163,5 +165,7 @@ def launch(kernel, grid: tuple[int, ...], *args: Any, constexprs: Mapping[str, A
         if not rec.execute:
             return
     if runtime.interpreting():
-        use_gpu_rounding()
-    kernel[grid](*args, **constexprs, **options)
+        with gpu_rounding():
+            kernel[grid](*args, **constexprs, **options)
+    else:
+        kernel[grid](*args, **constexprs, **options)
