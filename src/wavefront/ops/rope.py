@@ -83,7 +83,6 @@ def _check(q, k, cos, sin, position_ids, cu_seqlens) -> int:
                          f"got {rotary_dim}")
     check_same_device(op, q=q, k=k, cos=cos, sin=sin, position_ids=position_ids, cu_seqlens=cu_seqlens)
     packed = q.dim() == 3
-    n_tokens = q.shape[0]
     seq = q.shape[0] if packed else q.shape[2]
     batch = 1 if packed else q.shape[0]
     if position_ids is not None and cu_seqlens is not None:
