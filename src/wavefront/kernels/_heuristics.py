@@ -14,9 +14,10 @@ One rule each, used by row_config.py, glu.py, rope.py, adamw.py, norm.py, softma
 from __future__ import annotations
 
 import torch
-import triton.language as tl
 
 from wavefront.runtime import Arch
+
+# Importing this module does not import Triton (the op layer uses stat_dtype): tl is imported where used.
 
 #: Widest global access per lane, bytes (128-bit vectors on every target).
 VECTOR_BYTES = 16
@@ -37,7 +38,8 @@ def elems_per_vector(dtype: torch.dtype) -> int:
     return max(1, VECTOR_BYTES // itemsize(dtype))
 
 
-def warps_for(elems: int, dtype: torch.dtype, arch: Arch, *, vecs_per_lane: int = 1, max_warps: int | None = None) -> int:
+def warps_for(elems: int, dtype: torch.dtype, arch: Arch, *, vecs_per_lane: int = 1,
+              max_warps: int | None = None) -> int:
     """Warps (wavefronts) for a program over `elems` elements with `vecs_per_lane` 16-byte vectors per lane:
     a power of two, at least 1, at most `max_warps` and the architecture's block limit."""
     want = max(1, elems // (vecs_per_lane * elems_per_vector(dtype) * arch.warp_size))
@@ -46,7 +48,9 @@ def warps_for(elems: int, dtype: torch.dtype, arch: Arch, *, vecs_per_lane: int 
 
 
 def acc_dtype(dtype: torch.dtype):
-    """The kernels' accumulation dtype: fp64 for fp64 inputs, fp32 otherwise."""
+    """The kernels' accumulation dtype (a Triton type): fp64 for fp64 inputs, fp32 otherwise."""
+    import triton.language as tl
+
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
@@ -55,6 +59,9 @@ def stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-#: torch -> Triton element types for the pointer casts of table-driven kernels.
-TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
-             torch.float64: tl.float64}
+def tl_dtype(dtype: torch.dtype):
+    """The Triton element type of a floating torch dtype (pointer casts of table-driven kernels)."""
+    import triton.language as tl
+
+    return {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
+            torch.float64: tl.float64}[dtype]

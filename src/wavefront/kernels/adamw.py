@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
-from wavefront.kernels._heuristics import TL_DTYPES, acc_dtype, warps_for
+from wavefront.kernels._heuristics import acc_dtype, tl_dtype, warps_for
 from wavefront.kernels._launch import launch
 from wavefront.runtime import Arch
 
@@ -265,7 +265,7 @@ def adamw_multi_tensor(params: Sequence[torch.Tensor], grads: Sequence[torch.Ten
         _adamw_kernel, (tables.n_blocks,),
         ptrs_ptr=tables.ptrs, numels_ptr=tables.numels, block_offsets_ptr=tables.block_offsets,
         scalars_ptr=scalars, stride_scalars_row=scalars.stride(0), n_tensors=len(params), search_steps=tables.search_steps,
-        constexprs=dict(P_DTYPE=TL_DTYPES[p_dtype], G_DTYPE=TL_DTYPES[g_dtype], S_DTYPE=TL_DTYPES[s_dtype],
+        constexprs=dict(P_DTYPE=tl_dtype(p_dtype), G_DTYPE=tl_dtype(g_dtype), S_DTYPE=tl_dtype(s_dtype),
                         HAS_MASTER=masters is not None, AMSGRAD=max_exp_avg_sqs is not None, MAXIMIZE=maximize,
                         ALIGNED=tables.aligned, BLOCK=cfg.BLOCK, ACC=acc_dtype(p_dtype)),
         options=cfg.options(),

@@ -50,6 +50,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels._math import tanh, tanh_parts
 from wavefront.kernels.row_config import row_config
@@ -225,15 +226,6 @@ def _ce_kernel(
                 tl.store(g_row + cols, zero, mask=cols < n_cols)
 
 
-def _acc(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def stat_dtype(dtype: torch.dtype) -> torch.dtype:
-    """dtype of the per-row loss and statistics: fp32 (fp64 for fp64 logits)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def check_column_slice(n_cols: int, col_offset: int, n_classes: int | None, compute_stats: bool) -> int:
     """The number of classes of a (possibly sliced) row; a slice is only meaningful in backward mode."""
     if n_classes is None:
@@ -271,17 +263,19 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
     write_grad = grad is not None
     if write_grad and scale is None:
         raise ValueError("cross_entropy_rows: a gradient needs its per-row scale")
-    cfg = row_config(n_cols, logits.dtype, runtime.arch(logits.device))
+    cfg = row_config(n_cols, logits.dtype, runtime.arch(logits.device), online=True)
     launch(
         _ce_kernel, (n_rows,),
-        logits, target, weight, loss, stats, grad, scale,
-        n_cols, n_classes, col_offset, logits.stride(0), grad.stride(0) if write_grad else 0, target.stride(0),
-        (scale.stride(0) if scale.dim() else 0) if write_grad else 0,
-        ignore_index, label_smoothing, z_loss, 1.0 if softcap is None else softcap,
+        logits_ptr=logits, target_ptr=target, weight_ptr=weight, loss_ptr=loss, stats_ptr=stats, grad_ptr=grad,
+        scale_ptr=scale, n_cols=n_cols, n_classes=n_classes, col_offset=col_offset,
+        stride_logits_row=logits.stride(0), stride_grad_row=grad.stride(0) if write_grad else 0,
+        stride_target=target.stride(0),
+        stride_scale=(scale.stride(0) if scale.dim() else 0) if write_grad else 0,
+        ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
+        softcap=1.0 if softcap is None else softcap,
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
-                        HAS_SMOOTHING=label_smoothing != 0.0, COMPUTE_LSE=compute_stats,
-                        WRITE_GRAD=write_grad, SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N,
-                        ACC=_acc(logits.dtype)),
+                        HAS_SMOOTHING=label_smoothing != 0.0, COMPUTE_LSE=compute_stats, WRITE_GRAD=write_grad,
+                        SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(logits.dtype)),
         options=cfg.options(),
     )
     return loss, stats

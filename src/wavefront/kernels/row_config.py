@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from wavefront.kernels._heuristics import next_pow2, warps_for
 from wavefront.runtime import Arch
-
-_VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,15 @@ class RowTable:
     accumulate_max_single_pass_cols: int
     accumulate_loop_block_cols: int
     accumulate_vecs_per_thread: int
+    # Rows per program for single-pass kernels that hold a per-column vector across rows (the norms'
+    # forward keeps w and b): several rows up to this width, one above it. See ROW_TABLES for the reason.
+    multi_row_max_cols: int = 4096
+    rows_per_program: int = 4
+    # Block width of kernels that keep per-lane running state across the blocks of a wide row (the
+    # cross-entropy's online max and sum): two fp32 values per element of the block stay live, so a
+    # narrower block than loop_block_cols keeps registers (and occupancy) where the block-reduction loop had
+    # them. See ROW_TABLES.
+    online_loop_block_cols: int = 4096
 
 
 # Accumulating kernels, measured with `wavefront inspect` (bf16, Triton 3.9): one 16-byte vector per thread
@@ -79,27 +87,27 @@ class RowConfig:
     BLOCK_N: int
     num_warps: int
     single_pass: bool
+    rows_per_program: int = 1
 
     def options(self) -> dict:
         return {"num_warps": self.num_warps, "num_stages": 1}
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool = False) -> RowConfig:
-    """Pure function of (row width, element dtype, architecture, whether the kernel accumulates across rows)."""
+def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool = False,
+               multi_row: bool = False, online: bool = False) -> RowConfig:
+    """Pure function of (row width, element dtype, architecture, whether the kernel accumulates across rows,
+    whether it can run several rows per program)."""
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1, got {n_cols}")
     table = ROW_TABLES[arch.family]
-    itemsize = torch.empty((), dtype=dtype).element_size()
     limit = table.accumulate_max_single_pass_cols if accumulate else table.max_single_pass_cols
     vecs = table.accumulate_vecs_per_thread if accumulate else table.vecs_per_thread
     single_pass = n_cols <= limit
     loop_block = table.accumulate_loop_block_cols if accumulate else table.loop_block_cols
-    block_n = _next_pow2(n_cols) if single_pass else loop_block
-    elems_per_thread = vecs * max(1, _VECTOR_BYTES // itemsize)
-    want_warps = max(1, block_n // (elems_per_thread * arch.warp_size))
-    num_warps = min(_next_pow2(want_warps), table.max_warps, arch.max_num_warps)
-    return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass)
+    if online and not single_pass:
+        # Same threads as the plain loop, half the elements each: one 16-byte vector per lane per block.
+        loop_block, vecs = table.online_loop_block_cols, 1
+    block_n = next_pow2(n_cols) if single_pass else loop_block
+    num_warps = warps_for(block_n, dtype, arch, vecs_per_lane=vecs, max_warps=table.max_warps)
+    rows = table.rows_per_program if multi_row and single_pass and n_cols <= table.multi_row_max_cols else 1
+    return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass, rows_per_program=rows)

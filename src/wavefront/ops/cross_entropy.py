@@ -25,6 +25,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from wavefront import reference, runtime
+from wavefront.kernels._heuristics import stat_dtype
 from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_shape, check_tensor
@@ -33,7 +34,7 @@ INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 def _stat(logits: Tensor) -> torch.dtype:
-    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+    return stat_dtype(logits.dtype)
 
 
 @torch.library.custom_op("wavefront::cross_entropy_fwd", mutates_args=())
