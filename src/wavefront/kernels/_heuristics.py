@@ -25,7 +25,7 @@ VECTOR_BYTES = 16
 
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
-    return 1 << max(0, (int(n) - 1).bit_length())
+    return 1 << (max(int(n), 1) - 1).bit_length()
 
 
 def itemsize(dtype: torch.dtype) -> int:
