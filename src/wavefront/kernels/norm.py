@@ -214,16 +214,20 @@ def _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
 
 
 @triton.jit
-def _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row, cols, mask,
+def _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, row_end, stride_x_row, stride_dy_row, cols, mask,
                IS_RMS: tl.constexpr, ACC: tl.constexpr):
-    """Row `row`'s x and dy (input dtype) and its statistics."""
-    x = tl.load(x_ptr + row * stride_x_row + cols, mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + row * stride_dy_row + cols, mask=mask, other=0.0)
-    rstd = tl.load(rstd_ptr + row).to(ACC)
+    """Row `row`'s x and dy (input dtype) and its statistics; past `row_end` the vectors are not read (the
+    statistics are re-read from the last row: 4-8 bytes, a cache hit)."""
+    # The row test as a block-shaped mask (a scalar mask is not accepted by every backend's masked load).
+    in_rows = mask & ((cols * 0 + row) < row_end)
+    x = tl.load(x_ptr + row * stride_x_row + cols, mask=in_rows, other=0.0)
+    dy = tl.load(dy_ptr + row * stride_dy_row + cols, mask=in_rows, other=0.0)
+    stat_row = tl.minimum(row, row_end - 1)
+    rstd = tl.load(rstd_ptr + stat_row).to(ACC)
     if IS_RMS:
         mean = tl.zeros((), ACC)
     else:
-        mean = tl.load(mean_ptr + row).to(ACC)
+        mean = tl.load(mean_ptr + stat_row).to(ACC)
     return x, dy, rstd, mean
 
 
@@ -259,15 +263,14 @@ def _norm_bwd_kernel(
         db_acc = tl.zeros((BLOCK_N,), dtype=ACC)
         # Software pipelining: the next row's x, dy and statistics are loaded (in the input dtype) before this
         # row's reductions, so their memory latency overlaps this row's arithmetic instead of following it.
-        # The last row "prefetches" itself again (a cache hit) instead of reading past the program's rows.
         # (The grid has no empty program, so row_start < row_end.)
-        x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row_start,
+        x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row_start, row_end,
                                                            stride_x_row, stride_dy_row, cols0, mask, IS_RMS, ACC)
         for row in range(row_start, row_end):
             x_raw, dy_raw, rstd, mean = x_next, dy_next, rstd_next, mean_next
-            x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr,
-                                                               tl.minimum(row + 1, row_end - 1), stride_x_row,
-                                                               stride_dy_row, cols0, mask, IS_RMS, ACC)
+            x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row + 1, row_end,
+                                                               stride_x_row, stride_dy_row, cols0, mask, IS_RMS,
+                                                               ACC)
             dy = dy_raw.to(ACC)
             if IS_RMS:
                 xhat = x_raw.to(ACC) * rstd
