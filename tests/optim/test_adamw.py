@@ -249,3 +249,42 @@ def test_device_tables_are_built_once_per_parameter_set():
     ref.step()
     assert kernels.TABLES.builds == before + 2
     assert _ulps([p.detach() for p in ours_p if p.numel()], [p.detach() for p in ref_p if p.numel()]) <= 8
+
+
+def test_capturable_step_matches_torch_without_host_work():
+    # Issue #16 item 4: capturable=True keeps the step counts on the device and computes the scalars there;
+    # after the first step (state and tables), a step makes no host sync and builds no host tensor, which
+    # is what CUDA-graph capture needs. Same numbers as torch.optim.AdamW (whose capturable mode needs a GPU).
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "ops"))
+    host_syncs = importlib.import_module("_host_sync").host_syncs
+    ours_p, ref_p = _params(), _params()
+    ours = AdamW(_groups(ours_p), lr=1e-2, capturable=True)
+    ref = torch.optim.AdamW(_groups(ref_p), lr=1e-2, foreach=False)
+    _run(ours, ours_p, 2)
+    _run(ref, ref_p, 2)
+    made = []
+    real_tensor = torch.tensor
+
+    def counting_tensor(*args, **kwargs):
+        made.append(sys._getframe(1).f_code.co_filename)
+        return real_tensor(*args, **kwargs)
+
+    for i in range(2, 6):
+        for p, g in zip(ours_p, _grads(i), strict=True):
+            p.grad.copy_(g)  # static gradient buffers, as under graph capture: the device tables are reused
+        torch.tensor = counting_tensor
+        try:
+            with host_syncs() as calls:
+                ours.step()
+        finally:
+            torch.tensor = real_tensor
+        assert calls == [], calls
+        assert not [f for f in made if "wavefront" in f], made
+    _run(ref, ref_p, 4, start=2)
+    assert _ulps([p.detach() for p in ours_p], [p.detach() for p in ref_p]) <= 8
+    state = ours.state[ours_p[0]]
+    assert state["step"].device == ours_p[0].device and float(state["step"]) == 6.0

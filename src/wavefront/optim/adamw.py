@@ -20,6 +20,10 @@ Llama-3-8B incremented by one ``torch._foreach_add_``), the per-tensor scalars c
 (hyper-parameters, step) and gathered on the device, and the kernel's device tables reused while the
 tensors' addresses stay the same (kernels/adamw.py); benchmarks/adamw_host_cost.py measures it.
 
+``capturable=True`` keeps the step counts on the parameters' device and computes the per-tensor scalars
+there, so a step with static gradient buffers makes no host sync and no host-to-device copy (CUDA-graph
+capture); without it the scalars are computed on the host and copied.
+
 Where no Triton kernel runs (backend cpu-reference) and for non-contiguous tensors, the update is
 torch's own op sequence (wavefront.reference.adamw_update_).
 """
@@ -40,7 +44,7 @@ class AdamW(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 master_weights: bool = False):
+                 master_weights: bool = False, capturable: bool = False):
         if not float(lr) >= 0.0:
             raise ValueError(f"AdamW: argument 'lr' must be >= 0, got {lr}")
         if not eps >= 0.0:
@@ -52,7 +56,7 @@ class AdamW(torch.optim.Optimizer):
             raise ValueError(f"AdamW: argument 'weight_decay' must be >= 0, got {weight_decay}")
         # The same keys as torch.optim.AdamW's param groups, so state dicts are interchangeable.
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
-                    "maximize": maximize, "foreach": None, "capturable": False, "differentiable": False,
+                    "maximize": maximize, "foreach": None, "capturable": bool(capturable), "differentiable": False,
                     "fused": None, "decoupled_weight_decay": True}
         super().__init__(params, defaults)
         self.master_weights = bool(master_weights)
@@ -65,12 +69,13 @@ class AdamW(torch.optim.Optimizer):
             group.setdefault("maximize", False)
             group["decoupled_weight_decay"] = True
 
-    def _state_for(self, p: torch.Tensor, amsgrad: bool) -> dict:
+    def _state_for(self, p: torch.Tensor, amsgrad: bool, capturable: bool = False) -> dict:
         state = self.state[p]
         master = self.master_weights and p.dtype in _SIXTEEN_BIT
         moment_dtype = torch.float32 if master else p.dtype
         if not state:
-            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            # torch.optim.AdamW's convention: the step count on the CPU, on the parameter's device if capturable.
+            state["step"] = torch.tensor(0.0, dtype=torch.float32, device=p.device if capturable else "cpu")
             state["exp_avg"] = torch.zeros_like(p, dtype=moment_dtype, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, dtype=moment_dtype, memory_format=torch.preserve_format)
         if amsgrad and "max_exp_avg_sq" not in state:
@@ -95,6 +100,7 @@ class AdamW(torch.optim.Optimizer):
         triton_on: dict[torch.device, bool] = {}
         for gi, group in enumerate(self.param_groups):
             amsgrad, maximize = bool(group["amsgrad"]), bool(group["maximize"])
+            capturable = bool(group.get("capturable", False))
             for p in group["params"]:
                 grad = p.grad
                 if grad is None:
@@ -107,7 +113,7 @@ class AdamW(torch.optim.Optimizer):
                 state = self.state[p]
                 if not state or (amsgrad and "max_exp_avg_sq" not in state) or (
                         self.master_weights and "master_param" not in state and p.dtype in _SIXTEEN_BIT):
-                    state = self._state_for(p, amsgrad)
+                    state = self._state_for(p, amsgrad, capturable)
                 steps.append(state["step"])
                 tensors = [p, grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"),
                            state.get("master_param")]
@@ -120,7 +126,7 @@ class AdamW(torch.optim.Optimizer):
                     eager.append((gi, tensors, state, maximize))
                     continue
                 key = (p.device, tensors[0].dtype, tensors[1].dtype, tensors[2].dtype, amsgrad, maximize,
-                       tensors[5] is not None)
+                       tensors[5] is not None, capturable)
                 bucket = buckets.get(key)
                 if bucket is None:
                     bucket = buckets[key] = _Bucket()
@@ -132,12 +138,40 @@ class AdamW(torch.optim.Optimizer):
             kw = rows.kwargs(gi, float(state["step"]))
             reference.adamw_update_(*tensors, **kw, maximize=maximize)
         for key, bucket in buckets.items():
-            _, _, _, _, amsgrad, maximize, has_master = key
-            scalars = rows.table(bucket.groups, bucket.states, bucket.columns[0][0].device)
+            device, _, _, _, amsgrad, maximize, has_master, capturable = key
+            if capturable:
+                scalars = self._device_scalars(bucket, device)
+            else:
+                scalars = rows.table(bucket.groups, bucket.states, device)
             c = bucket.columns
             ops_adamw.adamw_(c[0], c[1], c[2], c[3], c[4] if amsgrad else None, c[5] if has_master else None,
                              scalars, maximize=maximize)
         return loss
+
+
+    def _device_scalars(self, bucket: _Bucket, device) -> torch.Tensor:
+        """capturable=True: the [n_tensors, 7] scalars computed on the device from the device step counts,
+        as torch.optim.AdamW(capturable=True) computes them. The per-tensor hyper-parameters are copied to the
+        device only when they change (a scheduler changing a float lr does so every step: a small copy that
+        a captured graph would replay with the captured values; give such schedules a fixed lr)."""
+        groups = self.param_groups
+        hyper = tuple((float(groups[g]["lr"]), *(float(b) for b in groups[g]["betas"]), float(groups[g]["eps"]),
+                       float(groups[g]["weight_decay"])) for g in dict.fromkeys(bucket.groups))
+        cache = self.__dict__.setdefault("_hyper_tables", {})
+        key = (str(device), tuple(bucket.groups), hyper)
+        table = cache.get(key)
+        if table is None:
+            where = {g: i for i, g in enumerate(dict.fromkeys(bucket.groups))}
+            rows = torch.tensor([hyper[where[g]] for g in bucket.groups], dtype=torch.float64)
+            table = cache[key] = rows.to(device)
+            if len(cache) > 8:
+                cache.pop(next(iter(cache)))
+        lr, beta1, beta2, eps, weight_decay = table.unbind(1)
+        steps = torch.stack([s["step"] for s in bucket.states]).to(torch.float64)
+        bias_correction1 = 1 - beta1.pow(steps)
+        bias_correction2 = 1 - beta2.pow(steps)
+        return torch.stack([1 - lr * weight_decay, 1 - beta1, beta2, 1 - beta2, eps, -(lr / bias_correction1),
+                            bias_correction2.sqrt()], dim=1)
 
 
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.complex64, torch.complex128)
