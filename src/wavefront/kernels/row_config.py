@@ -46,8 +46,11 @@ class RowTable:
     accumulate_loop_block_cols: int
     accumulate_vecs_per_thread: int
     # Rows per program for single-pass kernels that hold a per-column vector across rows (the norms'
-    # forward keeps w and b): several rows up to this width, one above it. See ROW_TABLES for the reason.
-    multi_row_max_cols: int = 4096
+    # forward keeps w and b): several rows up to this width, one above it. Off (0) on every target: measured
+    # with `wavefront inspect` (bf16, Triton 3.9) 4 rows per program at 4096 columns cost occupancy on sm_90
+    # (RMSNorm 0.75 -> 0.625, LayerNorm 0.75 -> 0.5: 47 and 64 registers) and on gfx942 for LayerNorm (8 -> 6
+    # waves), for w read once per 4 rows (traffic 1.49x -> 1.12x of the minimum, the excess from L2).
+    multi_row_max_cols: int = 0
     rows_per_program: int = 4
     # Block width of kernels that keep per-lane running state across the blocks of a wide row (the
     # cross-entropy's online max and sum): two fp32 values per element of the block stay live, so a
