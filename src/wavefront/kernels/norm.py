@@ -24,8 +24,9 @@ Backward, with g = dy * w' and c1 = sum(xhat * g) / n, c2 = sum(g) / n:
 Saved for backward: the normalized input (s, or x), mean (LayerNorm) and rstd, fp32 per row.
 
 The forward runs ``rows_per_program`` rows per program (row_config.py: one today, because holding w across
-rows costs occupancy, measured there), loading the weight before the row so its latency overlaps the
-reductions (at a register cost: RMSNorm at 8192 columns 32 -> 39 registers on sm_90). The backward is persistent: about ``PERSISTENT_PROGRAMS_PER_SM``
+rows costs occupancy, measured there); with WEIGHT_FIRST it loads the weight before the row so its latency
+overlaps the reductions (on where inspect shows no occupancy cost: gfx90a/gfx942; RMSNorm at 8192 columns
+on sm_90 would go from 32 to 39 registers and 100% to 75% occupancy). The backward is persistent: about ``PERSISTENT_PROGRAMS_PER_SM``
 programs per SM/CU, each owning a contiguous range of rows, with w read once per program and dw/db
 accumulated in registers. dw/db are deterministic: each backward program writes one row of an fp32 partial
 buffer [n_programs, n_cols] once (no atomics), and the host sums the partials in a fixed order.
@@ -36,8 +37,9 @@ forward program also reads w (and b): 2n B more requested per row, served from L
 shared by every row), which a persistent forward would avoid at the price of registers: holding w across
 rows cost 14-49 more registers per thread on sm_90 and halved occupancy at 8192-16384 columns (measured
 with `wavefront inspect`), so the forward keeps one row per program. Backward reads x, dy and writes dx:
-6n B; per program, once, w and the 4n B dw (db) partial. The single-pass backward loads row r + 1's x and
-dy before row r's reductions (software pipelining), so each program keeps a row in flight.
+6n B; per program, once, w and the 4n B dw (db) partial. With PREFETCH the single-pass backward loads row r + 1's
+x and dy before row r's reductions (software pipelining); off on every target today (it cost occupancy
+everywhere, measured in row_config.py).
 Rows wider than the single-pass limit (row_config.py) are read twice: the forward in two passes (6n B,
 plus w per row); the backward in two phases over column blocks (10n B): phase A accumulates each row's two
 sums c1, c2 block by block in a small per-row scratch, phase B computes dx and keeps the block's dw/db
@@ -96,11 +98,12 @@ def _rstd(var, eps, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, row, w, b, cols0, mask, n_cols,
-                  stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps,
+def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, row, w, b, cols0, mask,
+                  n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
                   IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  CAST_BEFORE_WEIGHT: tl.constexpr, ACC: tl.constexpr):
-    """One row held in registers: read once, statistics, normalized output."""
+                  CAST_BEFORE_WEIGHT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, ACC: tl.constexpr):
+    """One row held in registers: read once, statistics, normalized output. Without WEIGHT_FIRST, w and b
+    are loaded here, after the reductions (w, b given are placeholders)."""
     OUT_DTYPE = y_ptr.dtype.element_ty
     x = tl.load(x_ptr + row * stride_x_row + cols0, mask=mask, other=0.0).to(ACC)
     if HAS_RESIDUAL:
@@ -118,6 +121,8 @@ def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, row, w
         xc = tl.where(mask, x - mean, 0.0)
     rstd = _rstd(tl.sum(xc * xc, axis=0) / n_cols, eps, IS_RMS)
     tl.store(rstd_ptr + row, rstd)
+    if not WEIGHT_FIRST:
+        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
     y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
     tl.store(y_ptr + row * stride_y_row + cols0, y.to(OUT_DTYPE), mask=mask)
 
@@ -129,22 +134,26 @@ def _norm_fwd_kernel(
     eps, offset,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-    BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
 ):
     OUT_DTYPE = y_ptr.dtype.element_ty
     cols0 = tl.arange(0, BLOCK_N)
     if SINGLE_PASS:
         mask = cols0 < n_cols
-        # The weight (and bias) load is issued first: its latency hides behind the row's load and reductions,
-        # and the program's ROWS_PER_PROGRAM rows share it.
-        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
+        # WEIGHT_FIRST: the weight (and bias) load is issued before the row's: its latency hides behind the row's
+        # load and reductions, and the program's ROWS_PER_PROGRAM rows share it (row_config.py says where).
+        w = 0.0
+        b = 0.0
+        if WEIGHT_FIRST:
+            w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
         first = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM
         for i in range(ROWS_PER_PROGRAM):
             row = first + i
             if row < n_rows:
-                _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, row, w, b, cols0, mask,
-                              n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps,
-                              IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, ACC)
+                _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, row, w, b, cols0,
+                              mask, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps,
+                              offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, WEIGHT_FIRST,
+                              ACC)
     else:
         row = tl.program_id(0).to(tl.int64)
         x_row = x_ptr + row * stride_x_row
@@ -248,7 +257,7 @@ def _norm_bwd_kernel(
     stride_x_row, stride_dy_row, stride_dres_row, stride_dx_row,
     offset,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DRES: tl.constexpr,
-    SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    SINGLE_PASS: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     # int64 loop bounds: the loop variable multiplies row strides.
@@ -262,31 +271,45 @@ def _norm_bwd_kernel(
         w, _ = _load_affine(w_ptr, w_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, False)
         dw_acc = tl.zeros((BLOCK_N,), dtype=ACC)
         db_acc = tl.zeros((BLOCK_N,), dtype=ACC)
-        # Software pipelining: the next row's x, dy and statistics are loaded (in the input dtype) before this
-        # row's reductions, so their memory latency overlaps this row's arithmetic instead of following it.
-        # (The grid has no empty program, so row_start < row_end.)
-        x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row_start, row_end,
-                                                           stride_x_row, stride_dy_row, cols0, mask, IS_RMS, ACC)
-        for row in range(row_start, row_end):
-            x_raw, dy_raw, rstd, mean = x_next, dy_next, rstd_next, mean_next
-            x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row + 1, row_end,
-                                                               stride_x_row, stride_dy_row, cols0, mask, IS_RMS,
-                                                               ACC)
-            dy = dy_raw.to(ACC)
-            if IS_RMS:
-                xhat = x_raw.to(ACC) * rstd
-            else:
-                xhat = tl.where(mask, (x_raw.to(ACC) - mean) * rstd, 0.0)
-            g = dy * w if HAS_WEIGHT else dy
-            c2 = 0.0
-            if not IS_RMS:
-                c2 = tl.sum(g, axis=0) / n_cols
-            dx = _dx(xhat, g, rstd, tl.sum(xhat * g, axis=0) / n_cols, c2, IS_RMS)
-            if HAS_DRES:
-                dx += tl.load(dres_ptr + row * stride_dres_row + cols0, mask=mask, other=0.0).to(ACC)
-            tl.store(dx_ptr + row * stride_dx_row + cols0, dx.to(OUT_DTYPE), mask=mask)
-            dw_acc += dy * xhat
-            db_acc += dy
+        if PREFETCH:
+            # Software pipelining: the next row's x, dy and statistics are loaded (in the input dtype) before this
+            # row's reductions, so their memory latency overlaps this row's arithmetic instead of following it.
+            # (The grid has no empty program, so row_start < row_end.)
+            x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row_start, row_end,
+                                                               stride_x_row, stride_dy_row, cols0, mask, IS_RMS, ACC)
+            for row in range(row_start, row_end):
+                x_raw, dy_raw, rstd, mean = x_next, dy_next, rstd_next, mean_next
+                x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row + 1, row_end,
+                                                                   stride_x_row, stride_dy_row, cols0, mask, IS_RMS,
+                                                                   ACC)
+                dy = dy_raw.to(ACC)
+                if IS_RMS:
+                    xhat = x_raw.to(ACC) * rstd
+                else:
+                    xhat = tl.where(mask, (x_raw.to(ACC) - mean) * rstd, 0.0)
+                g = dy * w if HAS_WEIGHT else dy
+                c2 = 0.0
+                if not IS_RMS:
+                    c2 = tl.sum(g, axis=0) / n_cols
+                dx = _dx(xhat, g, rstd, tl.sum(xhat * g, axis=0) / n_cols, c2, IS_RMS)
+                if HAS_DRES:
+                    dx += tl.load(dres_ptr + row * stride_dres_row + cols0, mask=mask, other=0.0).to(ACC)
+                tl.store(dx_ptr + row * stride_dx_row + cols0, dx.to(OUT_DTYPE), mask=mask)
+                dw_acc += dy * xhat
+                db_acc += dy
+        else:
+            for row in range(row_start, row_end):
+                xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
+                                            cols0, mask, w, IS_RMS, HAS_WEIGHT, ACC)
+                c2 = 0.0
+                if not IS_RMS:
+                    c2 = tl.sum(g, axis=0) / n_cols
+                dx = _dx(xhat, g, rstd, tl.sum(xhat * g, axis=0) / n_cols, c2, IS_RMS)
+                if HAS_DRES:
+                    dx += tl.load(dres_ptr + row * stride_dres_row + cols0, mask=mask, other=0.0).to(ACC)
+                tl.store(dx_ptr + row * stride_dx_row + cols0, dx.to(OUT_DTYPE), mask=mask)
+                dw_acc += dy * xhat
+                db_acc += dy
         if HAS_WEIGHT:
             tl.store(dw_part_ptr + part_row + cols0, dw_acc, mask=mask)
         if HAS_BIAS:
@@ -363,7 +386,8 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
         stride_res_out_row=res_out.stride(0) if res_out is not None else 0, eps=eps, offset=offset,
         constexprs=dict(IS_RMS=is_rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                         HAS_BIAS=bias is not None, CAST_BEFORE_WEIGHT=cast_before_weight,
-                        SINGLE_PASS=cfg.single_pass, ROWS_PER_PROGRAM=cfg.rows_per_program, BLOCK_N=cfg.BLOCK_N,
+                        SINGLE_PASS=cfg.single_pass, ROWS_PER_PROGRAM=cfg.rows_per_program,
+                        WEIGHT_FIRST=cfg.weight_first, BLOCK_N=cfg.BLOCK_N,
                         ACC=acc_dtype(x.dtype)),
         options=cfg.options(),
     )
@@ -394,7 +418,8 @@ def norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has
             stride_dres_row=d_residual.stride(0) if d_residual is not None else 0, stride_dx_row=dx.stride(0),
             offset=offset,
             constexprs=dict(IS_RMS=mean is None, HAS_WEIGHT=weight is not None, HAS_BIAS=has_bias,
-                            HAS_DRES=d_residual is not None, SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N,
+                            HAS_DRES=d_residual is not None, SINGLE_PASS=cfg.single_pass, PREFETCH=cfg.prefetch,
+                            BLOCK_N=cfg.BLOCK_N,
                             ACC=acc_dtype(x.dtype)),
             options=cfg.options(),
         )

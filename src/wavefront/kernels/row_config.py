@@ -57,6 +57,15 @@ class RowTable:
     # narrower block than loop_block_cols keeps registers (and occupancy) where the block-reduction loop had
     # them. See ROW_TABLES.
     online_loop_block_cols: int = 4096
+    # Norm forward: load w (and b) before the row's reductions instead of after (their latency overlaps the
+    # reductions, at the price of w live across them). Norm backward (accumulating kernels): load row r + 1
+    # while row r is reduced. Both measured with `wavefront inspect` (bf16, Triton 3.9, the bench widths):
+    # weight-first lowered occupancy on sm_80/90/100 (RMSNorm 8192 columns 1.0 -> 0.75, LayerNorm 0.75 ->
+    # 0.5) and gfx1100 (LayerNorm 16384: 1.0 -> 0.75), none on gfx90a/gfx942; prefetching lowered it on every
+    # family (RMSNorm 4096: sm_90 0.5 -> 0.25, gfx942 8 -> 6 waves; gfx1100 at 8192 1.0 -> 0.75). So each is
+    # on only where it cost nothing, until a GPU measurement says the trade pays.
+    weight_first: bool = False
+    prefetch_next_row: bool = False
 
 
 # Accumulating kernels, measured with `wavefront inspect` (bf16, Triton 3.9): one 16-byte vector per thread
@@ -73,7 +82,7 @@ ROW_TABLES: dict[str, RowTable] = {
     # half the elements of the NVIDIA case.
     "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
                          accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
-                         accumulate_vecs_per_thread=1),
+                         accumulate_vecs_per_thread=1, weight_first=True),
     # RDNA wave32: 32 lanes like NVIDIA, 1024 threads per block.
     "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
                          accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
@@ -91,6 +100,8 @@ class RowConfig:
     num_warps: int
     single_pass: bool
     rows_per_program: int = 1
+    weight_first: bool = False
+    prefetch: bool = False
 
     def options(self) -> dict:
         return {"num_warps": self.num_warps, "num_stages": 1}
@@ -113,4 +124,6 @@ def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool 
     block_n = next_pow2(n_cols) if single_pass else loop_block
     num_warps = warps_for(block_n, dtype, arch, vecs_per_lane=vecs, max_warps=table.max_warps)
     rows = table.rows_per_program if multi_row and single_pass and n_cols <= table.multi_row_max_cols else 1
-    return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass, rows_per_program=rows)
+    return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass, rows_per_program=rows,
+                     weight_first=table.weight_first and not accumulate,
+                     prefetch=table.prefetch_next_row and accumulate and single_pass)
