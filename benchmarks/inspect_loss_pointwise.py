@@ -35,6 +35,7 @@ from wavefront import runtime  # noqa: E402
 from wavefront.kernels import adamw, cross_entropy, glu, rope  # noqa: E402
 from wavefront.kernels._launch import Launch, TensorArg, recording  # noqa: E402
 from wavefront.kernels.row_config import row_config  # noqa: E402
+from wavefront.ops.adamw import step_scalars  # noqa: E402
 
 _TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64",
           torch.int64: "i64", torch.int32: "i32"}
@@ -110,7 +111,7 @@ def launches(arch) -> list[tuple[str, Launch]]:
     rec("rope fwd (bf16, 32/8 heads x 128)", lambda: rope.rope(q, k, cos, cos, rope.POS_DIRECT, None, False),
         rope.rope_config(32, 8, 128, 128, bf16, arch).num_warps)
     logits, target = torch.empty(16, 128256, dtype=bf16), torch.zeros(16, dtype=torch.int64)
-    ce_warps = row_config(128256, bf16, arch).num_warps
+    ce_warps = row_config(128256, bf16, arch, online=True).num_warps
     opts = dict(ignore_index=-100, label_smoothing=0.0, z_loss=0.0)
     rec("cross_entropy fwd (bf16, 128256)",
         lambda: cross_entropy.cross_entropy_rows(logits, target, None, softcap=None, **opts), ce_warps)
@@ -118,7 +119,7 @@ def launches(arch) -> list[tuple[str, Launch]]:
         lambda: cross_entropy.cross_entropy_rows(logits, target, None, softcap=30.0, stats=torch.empty(16, 2),
                                                  grad=logits, scale=torch.ones(16), **opts), ce_warps)
     p16, p32 = torch.empty(1 << 20, dtype=bf16), torch.empty(1 << 20)
-    scal = [adamw.step_scalars(1e-3, 0.9, 0.999, 1e-8, 0.01, 1)]
+    scal = torch.tensor([step_scalars(1e-3, 0.9, 0.999, 1e-8, 0.01, 1)], dtype=torch.float64)
     rec("adamw bf16 + fp32 master", lambda: adamw.adamw_multi_tensor([p16], [p16], [p32], [p32], None, [p32], scal,
                                                                        maximize=False),
         adamw.adamw_config(bf16, arch).num_warps)

@@ -170,9 +170,14 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
         lse = m + log_s
         w_t = w[t] if w is not None else 1.0
         if compute_stats:
-            sum_wx = (w * x).sum() if w is not None else x.sum()
-            smooth = label_smoothing * (lse * w_sum - sum_wx) / n_classes
-            loss[i] = (1.0 - label_smoothing) * w_t * (lse - x[t]) + smooth + z_loss * lse * lse
+            # The smoothing and z-loss terms only when on: at 0 they would add 0 * inf = NaN for a -inf logit
+            # or an lse^2 that overflows.
+            loss[i] = (1.0 - label_smoothing) * w_t * (lse - x[t])
+            if label_smoothing:
+                sum_wx = (w * x).sum() if w is not None else x.sum()
+                loss[i] += label_smoothing * (lse * w_sum - sum_wx) / n_classes
+            if z_loss:
+                loss[i] += z_loss * lse * lse
         if grad is not None:
             p = torch.exp((x - m) - log_s)
             coef = (1.0 - label_smoothing) * w_t + label_smoothing * w_sum / n_classes + 2.0 * z_loss * lse

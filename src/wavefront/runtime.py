@@ -22,6 +22,7 @@ import contextvars
 import functools
 import os
 import platform
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Literal
@@ -71,9 +72,29 @@ def backend(device=None) -> Backend:
     return "cpu-interpreter" if interpreting() else "cpu-reference"
 
 
+class ReferenceFallbackWarning(UserWarning):
+    """CPU tensors run the PyTorch reference because the Triton interpreter was not enabled."""
+
+
+_WARNED_FALLBACK = False
+
+
 def uses_triton(device) -> bool:
-    """Whether an op on `device` runs its Triton kernel (compiled or interpreted)."""
-    return backend(device) != "cpu-reference"
+    """Whether an op on `device` runs its Triton kernel (compiled or interpreted).
+
+    The first time a CPU tensor falls back to the PyTorch reference in a process, a
+    :class:`ReferenceFallbackWarning` says so and names the fix (once: later calls are silent).
+    """
+    global _WARNED_FALLBACK
+    if backend(device) != "cpu-reference":
+        return True
+    if not _WARNED_FALLBACK:
+        _WARNED_FALLBACK = True
+        warnings.warn("wavefront: CPU tensors run the PyTorch reference, not the Triton kernels: set "
+                      "TRITON_INTERPRET=1 in the environment before importing wavefront to run the kernels under "
+                      "the Triton interpreter (slow, for testing); on a GPU the kernels run compiled",
+                      ReferenceFallbackWarning, stacklevel=3)
+    return False
 
 
 @functools.cache
@@ -178,6 +199,39 @@ def describe(device=None) -> dict:
         info["device_name"] = torch.cuda.get_device_name()
         info["driver"] = torch.version.hip if b == "hip" else torch.version.cuda
     return info
+
+
+#: Triton versions this code is tested with, [low, high): the interpreter patches (kernels/_interpreter.py)
+#: and the traffic tool use private interpreter internals that may change in any minor release.
+TRITON_TESTED = ((3, 3), (3, 10))
+
+
+def triton_version_problem(version: str) -> str | None:
+    """Why `version` is outside :data:`TRITON_TESTED` (None when inside)."""
+    try:
+        major_minor = tuple(int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return f"wavefront: cannot read the Triton version {version!r}; tested with Triton " + _tested_range()
+    low, high = TRITON_TESTED
+    if low <= major_minor < high:
+        return None
+    return (f"wavefront: Triton {version} is outside the tested range {_tested_range()}; kernels may fail to "
+            f"compile and the interpreter's rounding fixes may not apply: install a tested version, e.g. "
+            f"pip install 'triton>={low[0]}.{low[1]},<{high[0]}.{high[1]}'")
+
+
+def _tested_range() -> str:
+    (a, b), (c, d) = TRITON_TESTED
+    return f">={a}.{b},<{c}.{d}"
+
+
+def check_triton_version() -> None:
+    """Warn once, at the first kernel import, when the installed Triton is outside the tested range."""
+    import triton
+
+    problem = triton_version_problem(triton.__version__)
+    if problem is not None:
+        warnings.warn(problem, RuntimeWarning, stacklevel=2)
 
 
 def _triton_version() -> str | None:

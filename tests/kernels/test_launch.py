@@ -9,6 +9,7 @@ import textwrap
 import torch
 
 import wavefront.ops as wops
+from wavefront import runtime as wavefront_runtime
 from wavefront.kernels._launch import TensorArg, recording
 
 
@@ -96,3 +97,43 @@ def test_named_runtime_arguments_are_checked_against_the_signature():
         launch(_softmax_fwd_kernel, (2,), constexprs=cx, options={}, **missing)
     with pytest.raises(TypeError, match="given twice"):
         launch(_softmax_fwd_kernel, (2,), x, constexprs=cx, options={}, **ok)
+
+
+def test_gpu_rounding_stays_inside_wavefront_launches():
+    """Issue #14: the interpreter's rounding is patched only around wavefront's own launches. A foreign
+    interpreted kernel storing fp32 -> bf16 gives the interpreter's own result before and after a
+    wavefront op, and the patched result inside the scope."""
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    from wavefront.kernels._interpreter import gpu_rounding
+
+    if not wavefront_runtime.interpreting():
+        import pytest
+
+        pytest.skip("the interpreter is not in use")
+
+    @triton.jit
+    def to_bf16(x_ptr, y_ptr, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(tl.bfloat16))
+
+    # Values just above a bf16 rounding midpoint: truncation and round-to-nearest differ on every one.
+    x = (torch.arange(1, 65, dtype=torch.float32) * 2.0 ** -7 + 1.0) + 2.0 ** -8 + 2.0 ** -12
+
+    def foreign():
+        y = torch.empty(64, dtype=torch.bfloat16)
+        to_bf16[(1,)](x, y, N=64)
+        return y
+
+    original = interpreter._convert_float
+    before = foreign()
+    wops.rms_norm(torch.randn(4, 64, dtype=torch.bfloat16), None)
+    after = foreign()
+    assert interpreter._convert_float is original
+    assert torch.equal(before, after)
+    with gpu_rounding():
+        inside = foreign()
+    assert torch.equal(inside, x.to(torch.bfloat16))  # PyTorch's RNE, as the GPU rounds
+    assert not torch.equal(before, inside)  # so the check above could fail

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -39,3 +41,39 @@ def test_wave64_gets_half_the_warps_of_wave32_for_the_same_row():
 def test_bad_width_is_rejected():
     with pytest.raises(ValueError, match="n_cols"):
         row_config(0, torch.float32, ARCHS["sm_90"])
+
+
+@pytest.mark.parametrize("arch_name", ["sm_90", "gfx942", "gfx1100"])
+def test_online_and_multi_row_variants(arch_name):
+    arch = ARCHS[arch_name]
+    table = ROW_TABLES[arch.family]
+    wide = row_config(128256, torch.bfloat16, arch)
+    online = row_config(128256, torch.bfloat16, arch, online=True)
+    # Per-lane running state: a narrower block over the same threads (one 16-byte vector per lane).
+    assert online.BLOCK_N == table.online_loop_block_cols < wide.BLOCK_N
+    assert online.num_warps == wide.num_warps
+    assert online.BLOCK_N // (online.num_warps * arch.warp_size) * 2 == 16
+    # Rows that fit a block are unaffected by online=True.
+    assert row_config(4096, torch.bfloat16, arch, online=True) == row_config(4096, torch.bfloat16, arch)
+    # Several rows per program only where asked, single-pass, and up to the table's width (0 today: see
+    # ROW_TABLES), so the mechanism is checked on a table that enables it.
+    assert row_config(4096, torch.bfloat16, arch, multi_row=True).rows_per_program == 1
+    ROW_TABLES["test"] = dataclasses.replace(table, multi_row_max_cols=4096)
+    try:
+        test_arch = dataclasses.replace(arch, family="test")
+        assert row_config(4096, torch.bfloat16, test_arch, multi_row=True).rows_per_program == table.rows_per_program
+        assert row_config(4096, torch.bfloat16, test_arch).rows_per_program == 1
+        assert row_config(8192, torch.bfloat16, test_arch, multi_row=True).rows_per_program == 1
+    finally:
+        del ROW_TABLES["test"]
+
+
+def test_heuristics_rules():
+    from wavefront.kernels._heuristics import elems_per_vector, next_pow2, stat_dtype, warps_for
+
+    assert [next_pow2(n) for n in (0, 1, 2, 3, 1000, 1024)] == [1, 1, 2, 4, 1024, 1024]
+    assert elems_per_vector(torch.bfloat16) == 8 and elems_per_vector(torch.float64) == 2
+    assert warps_for(8192, torch.bfloat16, ARCHS["sm_90"], vecs_per_lane=2, max_warps=16) == 16
+    assert warps_for(8192, torch.bfloat16, ARCHS["gfx942"], vecs_per_lane=2, max_warps=16) == 8
+    assert warps_for(64, torch.float32, ARCHS["sm_90"]) == 1
+    assert stat_dtype(torch.float64) == torch.float64 and stat_dtype(torch.bfloat16) == torch.float32

@@ -181,3 +181,95 @@ def test_kernel_out_of_range_target_poisons_its_row_only():
                        stats=stats, grad=grad, scale=torch.ones(n_rows))
     assert torch.isnan(grad[1]).all() and torch.isnan(grad[2]).all()
     assert torch.isfinite(grad[good]).all()
+
+
+def _masked_logits(n_cols, device):
+    # Masked vocabulary entries (-inf) in the single-pass and the blocked path: one entry, a whole block,
+    # the row's tail; and logits near the fp32 maximum, where lse^2 overflows.
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, n_cols, generator=gen) * 2
+    x[0, 5] = -float("inf")
+    x[1, : n_cols // 2] = -float("inf")
+    x[2, -7:] = -float("inf")
+    x[3] = (torch.rand(n_cols, generator=gen) * 2 - 1) * 3e38
+    target = torch.tensor([1, n_cols - 1, 3, 2])
+    return x.to(device), target.to(device)
+
+
+@pytest.mark.parametrize("n_cols", [300, 20000])
+def test_minus_inf_and_huge_logits_without_smoothing_match_torch(n_cols, device):
+    # Issue #13 defect 1: the smoothing term (0 * inf at label_smoothing=0) and the z-loss term (0 * lse^2 =
+    # 0 * inf near the fp32 maximum) made the loss NaN where torch's is finite (or +inf, like torch's).
+    x, target = _masked_logits(n_cols, device)
+    ours_in, torch_in = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ours = cross_entropy(ours_in, target, reduction="none")
+    expect = F.cross_entropy(torch_in, target, reduction="none")
+    assert not torch.isnan(ours).any()
+    torch.testing.assert_close(ours, expect, rtol=2e-6, atol=2e-6)
+    ours[:3].sum().backward()
+    expect[:3].sum().backward()
+    torch.testing.assert_close(ours_in.grad, torch_in.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("n_cols", [300, 20000])
+def test_minus_inf_logits_with_smoothing_match_torch(n_cols, device):
+    # With smoothing on, every class carries eps / V of the target mass: a -inf logit makes the loss +inf
+    # in torch; ours agrees (not NaN), and rows without -inf stay finite.
+    x, target = _masked_logits(n_cols, device)
+    x = x[:3]
+    x = torch.cat([x, torch.randn(1, n_cols).to(device)])
+    target = target.clone()
+    ours = cross_entropy(x, target, reduction="none", label_smoothing=0.1)
+    expect = F.cross_entropy(x, target, reduction="none", label_smoothing=0.1)
+    assert torch.isposinf(ours[:3]).all()
+    torch.testing.assert_close(ours, expect, rtol=2e-6, atol=2e-6)
+
+
+def test_reference_rows_handle_minus_inf_without_smoothing():
+    # The cpu-reference backend of the fused linear cross-entropy runs this; same defect, same fix.
+    from wavefront import reference
+
+    x, target = _masked_logits(300, "cpu")
+    loss, _ = reference.cross_entropy_rows(x, target, None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
+                                           softcap=None)
+    torch.testing.assert_close(loss, F.cross_entropy(x, target, reduction="none"), rtol=2e-6, atol=2e-6)
+
+
+def test_inplace_backward_refuses_a_leaf(device):
+    # Issue #13 defect 5: a leaf with requires_grad (a parameter, an input) would be overwritten.
+    logits, target = _data(device=device)
+    leaf = logits.clone().requires_grad_()
+    with pytest.raises(ValueError, match=r"inplace_backward=True would overwrite 'logits', a leaf"):
+        cross_entropy(leaf, target, inplace_backward=True)
+    assert torch.equal(leaf.detach(), logits)
+
+
+def test_inplace_backward_refuses_logits_used_after_the_loss(device):
+    logits, target = _data(device=device)
+    leaf = logits.clone().requires_grad_()
+    x = leaf * 1.0
+    loss = cross_entropy(x, target, inplace_backward=True)
+    other = (x * x).sum()  # reads the overwritten logits with autograd
+    with pytest.raises(RuntimeError, match="used by another op after the loss"):
+        (loss + other).backward()
+
+
+def test_inplace_backward_refuses_logits_modified_after_the_loss(device):
+    logits, target = _data(device=device)
+    x = logits.clone().requires_grad_() * 1.0
+    loss = cross_entropy(x, target, inplace_backward=True)
+    with torch.no_grad():
+        x.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified in place after the loss"):
+        loss.backward()
+
+
+def test_inplace_backward_refuses_logits_saved_by_an_earlier_op(device):
+    # An op that saved the logits for its backward before the loss sees them overwritten: autograd's version
+    # counter names it.
+    logits, target = _data(device=device)
+    x = logits.clone().requires_grad_() * 1.0
+    earlier = x.sin().sum()
+    loss = cross_entropy(x, target, inplace_backward=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (loss + earlier).backward()

@@ -38,6 +38,7 @@ _PRELUDE = textwrap.dedent("""
 _CHECKS = textwrap.dedent("""
     from wavefront import ops
     from wavefront.kernels import adamw as adamw_kernels
+    from wavefront.ops.adamw import step_scalars as adamw_step_scalars
     from wavefront.kernels._launch import launch
     import triton.language as tl
 
@@ -77,6 +78,14 @@ _CHECKS = textwrap.dedent("""
     q_out, _ = ops.rope(q, None, cos, sin)
     q_ref, _ = ops.rope(q.contiguous(), None, cos, sin)
     out["rope"] = float((q_out - q_ref).abs().max())
+    # rope: heads ROW apart (a [B, H, S, D] tensor of 2^31+ elements per batch entry): h * stride_h.
+    qbuf = big(ROW * 2 + 3 * d, torch.float32)
+    q = qbuf.as_strided((1, 3, 1, d), (0, ROW, d, 1))
+    q.copy_(torch.randn(1, 3, 1, d))
+    cos, sin = torch.randn(1, d), torch.randn(1, d)
+    q_out, _ = ops.rope(q, None, cos, sin)
+    q_ref, _ = ops.rope(q.contiguous(), None, cos, sin)
+    out["rope_heads"] = float((q_out.contiguous() - q_ref).abs().max())
 
     # adamw: a whole block ending at 2^31 and a masked tail block past it, in 2^31 + 5000-element tensors.
     from wavefront.reference import adamw_update_
@@ -87,13 +96,17 @@ _CHECKS = textwrap.dedent("""
         for a, b in spans:
             tns[a:b] = torch.rand(b - a) * (0.01 if k == 3 else 1.0)
     expect = [[tns[a:b].clone() for tns in tensors] for a, b in spans]
-    scal = adamw_kernels.step_scalars(1e-2, 0.9, 0.999, 1e-8, 0.01, 3.0)
+    scal = adamw_step_scalars(1e-2, 0.9, 0.999, 1e-8, 0.01, 3.0)
     ptrs = torch.tensor([[tns.data_ptr() for tns in tensors] + [0, 0]], dtype=torch.int64)
-    launch(adamw_kernels._adamw_kernel, (2,), ptrs, torch.tensor([n]), torch.tensor([list(scal)], dtype=torch.float64),
-           torch.zeros(2, dtype=torch.int32), torch.tensor([a for a, _ in spans], dtype=torch.int64),
-           constexprs=dict(P_DTYPE=tl.float32, G_DTYPE=tl.float32, S_DTYPE=tl.float32, HAS_MASTER=False,
-                           AMSGRAD=False, MAXIMIZE=False, ALIGNED=True, BLOCK=2048, ACC=tl.float32),
-           options={"num_warps": 4})
+    for a, _ in spans:
+        # One program whose block is a // 2048: the tensor's first block sits that far before program 0.
+        launch(adamw_kernels._adamw_kernel, (1,), ptrs_ptr=ptrs, numels_ptr=torch.tensor([n]),
+               block_offsets_ptr=torch.tensor([-(a // 2048), 1]),
+               scalars_ptr=torch.tensor([list(scal)], dtype=torch.float64), stride_scalars_row=7, n_tensors=1,
+               search_steps=0,
+               constexprs=dict(P_DTYPE=tl.float32, G_DTYPE=tl.float32, S_DTYPE=tl.float32, HAS_MASTER=False,
+                               AMSGRAD=False, MAXIMIZE=False, ALIGNED=True, BLOCK=2048, ACC=tl.float32),
+               options={"num_warps": 4})
     err = 0.0
     for (a, b), (p, gr, m, v) in zip(spans, expect):
         adamw_update_(p, gr, m, v, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=3.0)
@@ -133,7 +146,7 @@ def test_offsets_past_2_pow_31_in_every_kernel():
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["ce_loss"] < 1e-5 and out["ce_grad"] < 1e-6 and out["ce_inplace_grad"] < 1e-6, out
     assert out["glu_fwd"] == 0.0 and out["glu_bwd"] == 0.0, out
-    assert out["rope"] == 0.0, out
+    assert out["rope"] == 0.0 and out["rope_heads"] == 0.0, out
     assert out["adamw"] < 1e-6, out
 
 

@@ -395,3 +395,13 @@ def test_second_backward_through_one_graph_is_refused():
     rows.sum().backward(retain_graph=True)
     rows.sum().backward()
     torch.testing.assert_close(w.grad, 2 * first * (target != -100).sum(), rtol=1e-5, atol=1e-6)
+
+
+def test_minus_inf_bias_gives_torch_loss_not_nan():
+    # Issue #13 defect 1: a -inf LM-head bias (masked vocabulary) made the loss NaN.
+    hidden, weight, target = _data(vocab=300)
+    bias = torch.zeros(300)
+    bias[7:40] = -float("inf")
+    target = torch.where(target == -100, target, target % 7)
+    ours = linear_cross_entropy(hidden, weight, target, bias=bias, chunk_size=16)
+    torch.testing.assert_close(ours, _eager(hidden, weight, target, bias), rtol=1e-5, atol=1e-6)

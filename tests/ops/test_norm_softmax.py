@@ -184,3 +184,53 @@ def test_tensors_on_different_devices_are_rejected():
     w = torch.randn(8, device="meta")
     with pytest.raises(ValueError, match="'weight' is on meta"):
         wops.rms_norm(x, w)
+
+
+@pytest.mark.parametrize("n_cols", [64, 20000])
+def test_layer_norm_variance_overflow_is_nan_like_torch(n_cols):
+    # Issue #13 defect 4: |x| ~ 1e37 overflows the fp32 variance; rstd became 0 and the output exactly the
+    # bias, hiding the overflow. PyTorch's layer_norm returns NaN; so do we. A normal row next to it is
+    # unaffected, and RMSNorm keeps PyTorch's result (x * 0 = 0).
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, n_cols, generator=gen)
+    x[0] *= 1e37
+    w, b = torch.randn(n_cols, generator=gen), torch.randn(n_cols, generator=gen)
+    ours = wops.layer_norm(x, w, b)
+    expect = torch.nn.functional.layer_norm(x, (n_cols,), w, b)
+    assert torch.isnan(expect[0]).all() and torch.isnan(ours[0]).all()
+    torch.testing.assert_close(ours[1], expect[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(wops.rms_norm(x, w), torch.nn.functional.rms_norm(x, (n_cols,), w, 1e-6),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_table_selected_variants_match_the_default(op, monkeypatch):
+    # The forward's weight-first load, several rows per program and the backward's next-row prefetch are
+    # chosen by row_config's table (off where inspect measured an occupancy cost); each must give the same
+    # numbers as the default path, bit for bit (same arithmetic, other load order).
+    import dataclasses
+
+    from wavefront.kernels import row_config as rc
+
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(13, 300, generator=gen)
+    w, b = torch.randn(300, generator=gen), torch.randn(300, generator=gen)
+    dy = torch.randn(13, 300, generator=gen)
+
+    def run():
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = wops.rms_norm(xr, wr) if op == "rms_norm" else wops.layer_norm(xr, wr, b)
+        y.backward(dy)
+        return y.detach(), xr.grad, wr.grad
+
+    default = run()
+    table = dataclasses.replace(rc.ROW_TABLES["cpu"], weight_first=True, prefetch_next_row=True,
+                                multi_row_max_cols=4096)
+    monkeypatch.setitem(rc.ROW_TABLES, "cpu", table)
+    from wavefront.runtime import ARCHS
+
+    assert rc.row_config(300, torch.float32, ARCHS["cpu"], accumulate=True).prefetch
+    assert rc.row_config(300, torch.float32, ARCHS["cpu"], multi_row=True).rows_per_program > 1
+    variant = run()
+    for a, c in zip(default, variant, strict=True):
+        assert torch.equal(a, c)

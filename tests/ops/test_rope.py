@@ -149,3 +149,33 @@ def test_bad_cu_seqlens(cu, match):
     cos, sin = _hf_cos_sin(torch.arange(4), 16)
     with pytest.raises(ValueError, match=match):
         rope(q, None, cos, sin, cu_seqlens=torch.tensor(cu))
+
+
+_MALFORMED = [[0, 2, 1, 6], [2, 6], [0, 3, 9]]  # decreasing, not starting at 0, past the token count
+
+
+@pytest.mark.parametrize("cu", _MALFORMED)
+def test_malformed_cu_seqlens_refused_under_torch_compile(cu):
+    # Issue #13 defect 2: eager CPU refused these, torch.compile returned output. The check now lives in the
+    # custom op's body, which runs with real values under compile too (and on the device on a GPU).
+    q = torch.randn(6, 2, 16)
+    cos, sin = _hf_cos_sin(torch.arange(8), 16)
+    compiled = torch.compile(lambda q, cu: rope(q, None, cos, sin, cu_seqlens=cu)[0], fullgraph=True)
+    with pytest.raises(ValueError, match=r"'cu_seqlens' must rise from 0 to the token count 6"):
+        compiled(q, torch.tensor(cu))
+
+
+@pytest.mark.parametrize(("cu", "ok"), [([0, 2, 6], True), *((cu, False) for cu in _MALFORMED), ([0, 6], False)])
+def test_device_form_of_the_cu_seqlens_check(cu, ok):
+    # The GPU form (no host sync: torch._assert_async) judges like the host form; on the CPU its assert
+    # raises at once, which lets the rule be tested here. [0, 6] outruns a 4-row table.
+    from wavefront.ops.rope import check_cu_seqlens
+
+    def run():
+        check_cu_seqlens(torch.tensor(cu), 6, 4 if cu == [0, 6] else 8, on_device=True)
+
+    if ok:
+        run()
+    else:
+        with pytest.raises(RuntimeError):
+            run()

@@ -169,3 +169,122 @@ def test_sparse_grad_rejected():
     p.grad = torch.randn(4).to_sparse()
     with pytest.raises(RuntimeError, match="does not support sparse gradients"):
         AdamW([p]).step()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64])
+def test_fp64_and_complex_parameters_match_torch(dtype):
+    # Issue #13 defect 6: fp64 crashed inside Triton, complex raised KeyError. fp64 now updates in fp64; a
+    # complex parameter updates as its real view, torch.optim.AdamW's rule.
+    gen = torch.Generator().manual_seed(4)
+    init = [torch.randn(s, generator=gen, dtype=dtype) for s in ((3000,), (7, 5))]
+    ours_p = [torch.nn.Parameter(t.clone()) for t in init]
+    ref_p = [torch.nn.Parameter(t.clone()) for t in init]
+    ours = AdamW(ours_p, lr=1e-2, amsgrad=True)
+    ref = torch.optim.AdamW(ref_p, lr=1e-2, amsgrad=True, foreach=False)
+    with recording() as launches:
+        for _ in range(5):
+            grads = [torch.randn(t.shape, generator=gen, dtype=dtype) for t in init]
+            for p, q, g in zip(ours_p, ref_p, grads, strict=True):
+                p.grad, q.grad = g.clone(), g.clone()
+            ours.step()
+            ref.step()
+    assert len(launches) == 5  # the kernel ran, not a fallback
+    real = torch.float64 if dtype == torch.float64 else torch.float32
+    tol = dict(rtol=1e-12, atol=1e-14) if real == torch.float64 else dict(rtol=1e-5, atol=1e-7)
+    for p, q in zip(ours_p, ref_p, strict=True):
+        assert p.dtype == dtype
+        torch.testing.assert_close(p.detach(), q.detach(), **tol)
+        torch.testing.assert_close(ours.state[p]["exp_avg_sq"], ref.state[q]["exp_avg_sq"], **tol)
+
+
+def test_unsupported_parameter_dtype_is_named():
+    p = torch.nn.Parameter(torch.zeros(4, dtype=torch.float8_e4m3fn), requires_grad=False)
+    p.grad = torch.zeros(4, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"AdamW: parameter of dtype torch.float8_e4m3fn \(shape \(4,\)\)"):
+        AdamW([p]).step()
+
+
+def test_adamw_step_op_in_fp64_and_complex_refused():
+    from wavefront.ops import adamw_step
+    from wavefront.reference import adamw_step_eager
+
+    gen = torch.Generator().manual_seed(5)
+    p, g, m = (torch.randn(5000, generator=gen, dtype=torch.float64) for _ in range(3))
+    v = torch.rand(5000, generator=gen, dtype=torch.float64)
+    ours = adamw_step(p, g, m, v, lr=1e-2, step=3)
+    expect = adamw_step_eager(p, g, m, v, lr=1e-2, step=3)
+    for a, b in zip(ours, expect, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
+    c = torch.zeros(4, dtype=torch.complex64)
+    with pytest.raises(TypeError, match=r"adamw_step: argument 'param' must have dtype"):
+        adamw_step(c, c, c, c, lr=1e-3)
+
+
+def test_device_tables_are_built_once_per_parameter_set():
+    # Issue #16 item 4: the tables are reused across steps (no per-step host table), rebuilt when an
+    # address changes, and many tensors of every size (empty, one element, ragged, several blocks) map
+    # each program to the right tensor by the kernel's search.
+    from wavefront.kernels import adamw as kernels
+
+    sizes = [0, 1, 2048, 2049, 5, 0, 7000, 3, 4096, 1]
+    gen = torch.Generator().manual_seed(6)
+    init = [torch.randn(n, generator=gen) for n in sizes]
+    ours_p = [torch.nn.Parameter(t.clone()) for t in init]
+    ref_p = [torch.nn.Parameter(t.clone()) for t in init]
+    ours = AdamW(ours_p, lr=1e-2)
+    ref = torch.optim.AdamW(ref_p, lr=1e-2, foreach=False)
+    grads = [torch.randn(n, generator=gen) for n in sizes]
+    before = kernels.TABLES.builds
+    for step in range(3):
+        for p, q, g in zip(ours_p, ref_p, grads, strict=True):
+            if step == 0 or p.grad is None:
+                p.grad = g.clone()
+            q.grad = g.clone()
+        ours.step()
+        ref.step()
+    assert kernels.TABLES.builds == before + 1
+    ours_p[3].grad = grads[3].clone()  # a new gradient tensor: a new address, new tables
+    ref_p[3].grad = grads[3].clone()
+    ours.step()
+    ref.step()
+    assert kernels.TABLES.builds == before + 2
+    assert _ulps([p.detach() for p in ours_p if p.numel()], [p.detach() for p in ref_p if p.numel()]) <= 8
+
+
+def test_capturable_step_matches_torch_without_host_work():
+    # Issue #16 item 4: capturable=True keeps the step counts on the device and computes the scalars there;
+    # after the first step (state and tables), a step makes no host sync and builds no host tensor, which
+    # is what CUDA-graph capture needs. Same numbers as torch.optim.AdamW (whose capturable mode needs a GPU).
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "ops"))
+    host_syncs = importlib.import_module("_host_sync").host_syncs
+    ours_p, ref_p = _params(), _params()
+    ours = AdamW(_groups(ours_p), lr=1e-2, capturable=True)
+    ref = torch.optim.AdamW(_groups(ref_p), lr=1e-2, foreach=False)
+    _run(ours, ours_p, 2)
+    _run(ref, ref_p, 2)
+    made = []
+    real_tensor = torch.tensor
+
+    def counting_tensor(*args, **kwargs):
+        made.append(sys._getframe(1).f_code.co_filename)
+        return real_tensor(*args, **kwargs)
+
+    for i in range(2, 6):
+        for p, g in zip(ours_p, _grads(i), strict=True):
+            p.grad.copy_(g)  # static gradient buffers, as under graph capture: the device tables are reused
+        torch.tensor = counting_tensor
+        try:
+            with host_syncs() as calls:
+                ours.step()
+        finally:
+            torch.tensor = real_tensor
+        assert calls == [], calls
+        assert not [f for f in made if "wavefront" in f], made
+    _run(ref, ref_p, 4, start=2)
+    assert _ulps([p.detach() for p in ours_p], [p.detach() for p in ref_p]) <= 8
+    state = ours.state[ours_p[0]]
+    assert state["step"].device == ours_p[0].device and float(state["step"]) == 6.0

@@ -7,7 +7,7 @@ without carrying into the exponent. Under the interpreter every bf16 output woul
 extra ulp of error that the compiled kernel does not have, and accuracy tests would judge the emulator
 rather than the kernel.
 
-:func:`use_gpu_rounding` replaces the interpreter's fp32/fp64 -> bf16 conversion with PyTorch's RNE
+:func:`gpu_rounding` replaces the interpreter's fp32/fp64 -> bf16 conversion with PyTorch's RNE
 conversion (bit-identical to the GPU's) and makes bf16 -> fp32 widening exact for subnormals.
 Round-toward-zero requests keep the interpreter's own path.
 
@@ -23,21 +23,48 @@ Two fixes to ``tl.dot``:
   numpy's BLAS sums in an order that depends on the operand shapes; the interpreter now runs the same
   FMA chain as the compiled kernel.
 
-It is applied once, by ``wavefront.kernels._launch.launch``, only when the interpreter is active.
+Scope: :func:`gpu_rounding` installs the two replacements for the duration of one of wavefront's own
+launches (``wavefront.kernels._launch.launch`` wraps each interpreted launch in it) and restores Triton's
+originals afterwards, so any other kernel interpreted in the same process (a user's, Liger's) keeps the
+interpreter's own behaviour. Nested use is fine (the outermost scope restores).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
-_APPLIED = False
+_DEPTH = 0
 
 
-def use_gpu_rounding() -> None:
-    global _APPLIED
-    if _APPLIED:
-        return
+@contextlib.contextmanager
+def gpu_rounding() -> Iterator[None]:
+    """Inside the block, the interpreter rounds to bf16 and computes dots as the GPU does (see above)."""
+    global _DEPTH
+    from triton.runtime import interpreter
+
+    convert_float, create_dot = _replacements()
+    builder = interpreter.InterpreterBuilder
+    if _DEPTH == 0:
+        saved = (interpreter._convert_float, builder.create_dot)
+        interpreter._convert_float = convert_float
+        builder.create_dot = create_dot
+    _DEPTH += 1
+    try:
+        yield
+    finally:
+        _DEPTH -= 1
+        if _DEPTH == 0:
+            interpreter._convert_float, builder.create_dot = saved
+
+
+@functools.cache
+def _replacements():
+    """(convert_float, create_dot): GPU-faithful versions wrapping Triton's originals (built once)."""
     import triton.language as tl
     from triton._C.libtriton import ir
     from triton.runtime import interpreter
@@ -55,18 +82,15 @@ def use_gpu_rounding() -> None:
             return (np.ascontiguousarray(input).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
         return original(input, input_dtype, output_dtype, rounding_mode)
 
-    interpreter._convert_float = convert_float
-    _gpu_faithful_dot(interpreter)
-    _APPLIED = True
+    return convert_float, _gpu_faithful_dot(interpreter)
 
 
-def _gpu_faithful_dot(interpreter) -> None:
+def _gpu_faithful_dot(interpreter):
     import triton.language as tl
     from triton._C.libtriton import interpreter as native
     from triton._C.libtriton import ir
 
-    builder = interpreter.InterpreterBuilder
-    original = builder.create_dot
+    original = interpreter.InterpreterBuilder.create_dot
 
     def widen(handle):
         if handle.dtype.scalar != tl.bfloat16:
@@ -87,4 +111,4 @@ def _gpu_faithful_dot(interpreter) -> None:
             return fma_chain(a, b, d)
         return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
 
-    builder.create_dot = create_dot
+    return create_dot

@@ -11,6 +11,22 @@ see each op's kernels at the exact specialization its real arguments produce, wi
 
 The inspect tool compiles the recorded launches ahead of time for GPU targets; the traffic tool runs them
 under an instrumented interpreter.
+
+Public API (the workbench and any new kernel build on it; names outside ``__all__`` are private):
+
+- ``launch(kernel, grid, *, constexprs, options, **runtime_args)``: launch (or record) a ``@triton.jit``
+  kernel. Runtime arguments are given by name and checked against the kernel's signature (an unknown,
+  missing or twice-given name is a ``TypeError`` before anything runs); positional arguments in signature
+  order are still accepted. ``constexprs`` holds the ``tl.constexpr`` parameters, ``options`` the launch
+  options (``num_warps``, ``num_stages``, backend extras). Under the interpreter the launch runs inside
+  :func:`wavefront.kernels._interpreter.gpu_rounding` (GPU rounding for this launch only).
+- ``recording(execute=True)``: a context manager yielding the list of :class:`Launch` records made inside it;
+  ``execute=False`` records without launching.
+- ``op_scope(name)``: labels the launches made inside it with the op they belong to (``Launch.op``).
+- ``Launch`` (kernel, grid, args in signature order with tensors as :class:`TensorArg`, constexprs, options,
+  op, ``name``) and ``TensorArg`` (dtype, shape, stride, data_ptr, device, ``aligned16``): the record.
+- ``bind_runtime_args(kernel, args, named, constexprs)``: the argument check on its own, for tools that
+  replay a launch.
 """
 
 from __future__ import annotations
@@ -27,7 +43,11 @@ import torch
 import triton.language as tl
 
 from wavefront import runtime
-from wavefront.kernels._interpreter import use_gpu_rounding
+from wavefront.kernels._interpreter import gpu_rounding
+
+runtime.check_triton_version()
+
+__all__ = ["Launch", "TensorArg", "bind_runtime_args", "launch", "op_scope", "recording"]
 
 
 @dataclass(frozen=True)
@@ -163,5 +183,7 @@ def launch(kernel, grid: tuple[int, ...], *args: Any, constexprs: Mapping[str, A
         if not rec.execute:
             return
     if runtime.interpreting():
-        use_gpu_rounding()
-    kernel[grid](*args, **constexprs, **options)
+        with gpu_rounding():
+            kernel[grid](*args, **constexprs, **options)
+    else:
+        kernel[grid](*args, **constexprs, **options)

@@ -14,13 +14,20 @@ computed on the host in float64 exactly as torch computes them and rounded to th
 Master weights: for 16-bit parameters the update runs on an fp32 copy (``p`` above) and the parameter
 receives its rounding; moments are then fp32 too.
 
-Launch: the host builds, per dtype group, a table of int64 addresses (param, grad, exp_avg, exp_avg_sq,
-max_exp_avg_sq, master) per tensor, the tensors' numels and their scalars, and a block list (tensor
-index, first element) covering every tensor in BLOCK-element pieces. Program i reads its block's row of
-the tables and casts the addresses to typed pointers. All tensors are contiguous; offsets are int64.
-Addresses read from memory carry no alignment facts, so when every tensor is 16-byte aligned (as the
-allocator returns them) the host says so (ALIGNED: ``tl.multiple_of``), and whole blocks run without a
-mask: together that makes the loads and stores 128-bit. A tensor's tail block runs masked.
+Launch: per dtype group, a small device table with one row per tensor: six int64 addresses (param, grad,
+exp_avg, exp_avg_sq, max_exp_avg_sq, master), the numel, and the tensor's first block in the launch
+(``block_offsets``, a prefix sum of the tensors' block counts, n_tensors + 1 entries). Program i finds its
+tensor by binary search over block_offsets (log2(n_tensors) loads from L1/L2; 9 for Llama-3-8B's 291
+tensors), so no per-block table exists: the host work per step is independent of the parameter count in
+elements. The table is built once per parameter set (:class:`AdamWTables`, cached by the tensors'
+addresses) and reused while the addresses stay the same; the per-tensor scalars travel in a [n_tensors,
+7] device tensor that the caller computes (row stride 0 when every tensor shares one row). Addresses read from memory carry no alignment facts, so when
+every tensor is 16-byte aligned (as the allocator returns them) the host says so (ALIGNED:
+``tl.multiple_of``), and whole blocks run without a mask: together that makes the loads and stores
+128-bit. A tensor's tail block runs masked.
+
+fp64 parameters accumulate in fp64 with IEEE sqrt and divide; complex parameters are the caller's to pass
+as their real views (torch.optim.AdamW updates a complex tensor as its real view).
 
 Traffic per element: read p, g, m, v and write p, m, v (+ vmax read/write with amsgrad, + the master's
 read/write): 7 accesses, 26 B for fp32 parameters and states; ~15 FLOP. Memory bound.
@@ -36,12 +43,12 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels._heuristics import acc_dtype, tl_dtype, warps_for
 from wavefront.kernels._launch import launch
 from wavefront.runtime import Arch
 
 N_PTRS = 6  # param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master
 N_SCALARS = 7  # decay, 1 - b1, b2, 1 - b2, eps, -step_size, sqrt(bias_correction2)
-_VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -62,9 +69,7 @@ ADAMW_BLOCK = {"nvidia": 2048, "amd-cdna": 2048, "amd-rdna": 2048, "cpu": 2048}
 def adamw_config(param_dtype: torch.dtype, arch: Arch) -> AdamWConfig:
     """Pure function of the parameter dtype and architecture."""
     block = ADAMW_BLOCK[arch.family]
-    per_thread = _VECTOR_BYTES // torch.empty((), dtype=param_dtype).element_size()
-    warps = max(1, block // (per_thread * arch.warp_size))
-    return AdamWConfig(BLOCK=block, num_warps=min(warps, 8, arch.max_num_warps))
+    return AdamWConfig(BLOCK=block, num_warps=warps_for(block, param_dtype, arch, max_warps=8))
 
 
 @triton.jit
@@ -130,8 +135,13 @@ def _adamw_block(row, sc, offs, n, MASKED: tl.constexpr, P_DTYPE: tl.constexpr, 
             vmax_ptr = tl.multiple_of(vmax_ptr, 16)
         vd = tl.maximum(_load(vmax_ptr, offs, n, MASKED).to(ACC), v)
         _store(vmax_ptr, offs, n, vd.to(S_DTYPE), MASKED)
-    denom = tl.math.div_rn(tl.math.sqrt_rn(vd), bc2_sqrt) + eps
-    p = p + tl.math.div_rn(neg_step * m, denom)
+    if ACC == tl.float64:  # noqa: SIM300 (constexpr dtype, not a Yoda condition)
+        # fp64 sqrt and divide are IEEE-rounded by default (and div_rn/sqrt_rn are fp32-only).
+        denom = tl.sqrt(vd) / bc2_sqrt + eps
+        p = p + (neg_step * m) / denom
+    else:
+        denom = tl.math.div_rn(tl.math.sqrt_rn(vd), bc2_sqrt) + eps
+        p = p + tl.math.div_rn(neg_step * m, denom)
     _store(m_ptr, offs, n, m.to(S_DTYPE), MASKED)
     _store(v_ptr, offs, n, v.to(S_DTYPE), MASKED)
     if HAS_MASTER:
@@ -140,17 +150,26 @@ def _adamw_block(row, sc, offs, n, MASKED: tl.constexpr, P_DTYPE: tl.constexpr, 
 
 
 @triton.jit
-def _adamw_kernel(ptrs_ptr, numels_ptr, scalars_ptr, block_tensor_ptr, block_start_ptr,
+def _adamw_kernel(ptrs_ptr, numels_ptr, block_offsets_ptr, scalars_ptr, stride_scalars_row, n_tensors, search_steps,
                   P_DTYPE: tl.constexpr, G_DTYPE: tl.constexpr, S_DTYPE: tl.constexpr, HAS_MASTER: tl.constexpr,
                   AMSGRAD: tl.constexpr, MAXIMIZE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr,
                   ACC: tl.constexpr):
-    pid = tl.program_id(0)
-    ti = tl.load(block_tensor_ptr + pid).to(tl.int64)
-    start = tl.multiple_of(tl.load(block_start_ptr + pid), BLOCK)
+    pid = tl.program_id(0).to(tl.int64)
+    # The tensor of this block: the last ti with block_offsets[ti] <= pid. Invariant: offsets[lo] <= pid <
+    # offsets[hi]; empty tensors (equal offsets) can never be lo. search_steps = ceil(log2(n_tensors)).
+    lo = tl.zeros((), tl.int64)
+    hi = tl.zeros((), tl.int64) + n_tensors
+    for _ in range(search_steps):
+        mid = (lo + hi) // 2
+        below = tl.load(block_offsets_ptr + mid) <= pid
+        lo = tl.where(below, mid, lo)
+        hi = tl.where(below, hi, mid)
+    ti = lo
+    start = tl.multiple_of((pid - tl.load(block_offsets_ptr + ti)) * BLOCK, BLOCK)
     offs = start + tl.arange(0, BLOCK).to(tl.int64)
     n = tl.load(numels_ptr + ti)
     row = ptrs_ptr + ti * 6
-    sc = scalars_ptr + ti * 7
+    sc = scalars_ptr + ti * stride_scalars_row
     # Whole blocks run unmasked (a mask built from a loaded numel defeats vectorization); the tail block of
     # each tensor runs masked.
     if start + BLOCK <= n:
@@ -159,53 +178,95 @@ def _adamw_kernel(ptrs_ptr, numels_ptr, scalars_ptr, block_tensor_ptr, block_sta
         _adamw_block(row, sc, offs, n, True, P_DTYPE, G_DTYPE, S_DTYPE, HAS_MASTER, AMSGRAD, MAXIMIZE, ALIGNED, ACC)
 
 
-_TL = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float64: tl.float64}
+Column = Sequence[torch.Tensor] | None
 
 
-def step_scalars(lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, step: float) -> tuple:
-    """The per-tensor scalars, computed in float64 as torch.optim.AdamW computes them."""
-    bias_correction1 = 1 - beta1 ** step
-    bias_correction2 = 1 - beta2 ** step
-    return (1 - lr * weight_decay, 1 - beta1, beta2, 1 - beta2, eps, -(lr / bias_correction1),
-            bias_correction2 ** 0.5)
+@dataclass(frozen=True)
+class AdamWTables:
+    """One dtype group's device tables: everything about the tensors that stays fixed while their
+    addresses do (the per-step scalars travel separately)."""
+
+    key: tuple  # (addresses, numels) the tables were built from
+    ptrs: torch.Tensor  # [n_tensors, 6] int64 addresses
+    numels: torch.Tensor  # [n_tensors] int64
+    block_offsets: torch.Tensor  # [n_tensors + 1] int64: first block of each tensor; the last is the total
+    n_blocks: int
+    search_steps: int
+    aligned: bool
+
+
+def table_key(columns: Sequence[Column], numels: Sequence[int]) -> tuple:
+    """What the tables depend on: every tensor's address in each column (0 for an absent column) and numels."""
+    return (tuple(tuple(t.data_ptr() for t in col) if col is not None else None for col in columns), tuple(numels))
+
+
+def build_tables(key: tuple, block: int, device) -> AdamWTables:
+    """The device tables for a `table_key` (one host-to-device copy of ~(8 n_tensors) int64)."""
+    addresses, numels = key
+    n = len(numels)
+    ptr_rows = [[col[i] if col is not None else 0 for col in addresses] for i in range(n)]
+    offsets = [0]
+    for numel in numels:
+        offsets.append(offsets[-1] + -(-numel // block))
+    aligned = all(a % 16 == 0 for col in addresses if col is not None for a in col)
+    host = torch.tensor([v for r in ptr_rows for v in r] + list(numels) + offsets, dtype=torch.int64)
+    dev = host.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" else host.to(device)
+    return AdamWTables(key=key, ptrs=dev[:6 * n].view(n, 6), numels=dev[6 * n:7 * n], block_offsets=dev[7 * n:],
+                       n_blocks=offsets[-1], search_steps=max(0, (n - 1).bit_length()), aligned=aligned)
+
+
+class TableCache:
+    """The last few parameter sets' tables, by table_key: a training loop's step finds its tables here and
+    copies nothing to the device until an address changes (new parameters, a reallocated gradient)."""
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._tables: dict[tuple, AdamWTables] = {}
+        self.builds = 0
+
+    def get(self, key: tuple, block: int, device) -> AdamWTables:
+        full = (key, block, str(device))
+        tables = self._tables.get(full)
+        if tables is None:
+            tables = build_tables(key, block, device)
+            self.builds += 1
+            if len(self._tables) >= self.size:
+                self._tables.pop(next(iter(self._tables)))
+            self._tables[full] = tables
+        return tables
+
+
+TABLES = TableCache()
 
 
 def adamw_multi_tensor(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
                        exp_avgs: Sequence[torch.Tensor], exp_avg_sqs: Sequence[torch.Tensor],
-                       max_exp_avg_sqs: Sequence[torch.Tensor] | None, masters: Sequence[torch.Tensor] | None,
-                       scalars: Sequence[tuple], *, maximize: bool) -> None:
-    """Update every tensor in place with one launch. All tensors are contiguous and on one device; within
-    each list all dtypes are equal (params and grads may differ, as may the moments)."""
-    if not params:
+                       max_exp_avg_sqs: Column, masters: Column, scalars: torch.Tensor, *, maximize: bool,
+                       cache: TableCache = TABLES) -> None:
+    """Update every tensor in place with one launch. All tensors are contiguous, real and on one device;
+    within each list all dtypes are equal (params and grads may differ, as may the moments). ``scalars`` is
+    a [n_tensors, 7] fp64 tensor on the device with a unit column stride (row stride 0 when all tensors
+    share one row), see wavefront.ops.adamw.step_scalars."""
+    nonempty = [i for i, p in enumerate(params) if p.numel()]
+    if not nonempty:
         return
+    if len(nonempty) != len(params):
+        def pick(col):
+            return None if col is None else [col[i] for i in nonempty]
+        params, grads, exp_avgs, exp_avg_sqs = (pick(c) for c in (params, grads, exp_avgs, exp_avg_sqs))
+        max_exp_avg_sqs, masters = pick(max_exp_avg_sqs), pick(masters)
+        scalars = scalars[torch.tensor(nonempty, device=scalars.device)]
     device = params[0].device
     p_dtype, g_dtype, s_dtype = params[0].dtype, grads[0].dtype, exp_avgs[0].dtype
     cfg = adamw_config(p_dtype, runtime.arch(device))
-    ptr_rows, numels, block_tensor, block_start = [], [], [], []
-    for i, p in enumerate(params):
-        ptr_rows.append([p.data_ptr(), grads[i].data_ptr(), exp_avgs[i].data_ptr(), exp_avg_sqs[i].data_ptr(),
-                         max_exp_avg_sqs[i].data_ptr() if max_exp_avg_sqs is not None else 0,
-                         masters[i].data_ptr() if masters is not None else 0])
-        numels.append(p.numel())
-        starts = range(0, p.numel(), cfg.BLOCK)
-        block_tensor.extend([i] * len(starts))
-        block_start.extend(starts)
-    if not block_tensor:
-        return
-
-    def table(values, dtype):
-        t = torch.tensor(values, dtype=dtype)
-        return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
-
-    acc = tl.float64 if p_dtype == torch.float64 else tl.float32
-    tensors = [*params, *grads, *exp_avgs, *exp_avg_sqs, *(max_exp_avg_sqs or ()), *(masters or ())]
-    aligned = all(t.data_ptr() % 16 == 0 for t in tensors)
+    columns = (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters)
+    tables = cache.get(table_key(columns, [p.numel() for p in params]), cfg.BLOCK, device)
     launch(
-        _adamw_kernel, (len(block_tensor),),
-        table(ptr_rows, torch.int64), table(numels, torch.int64), table([list(s) for s in scalars], torch.float64),
-        table(block_tensor, torch.int32), table(block_start, torch.int64),
-        constexprs=dict(P_DTYPE=_TL[p_dtype], G_DTYPE=_TL[g_dtype], S_DTYPE=_TL[s_dtype],
+        _adamw_kernel, (tables.n_blocks,),
+        ptrs_ptr=tables.ptrs, numels_ptr=tables.numels, block_offsets_ptr=tables.block_offsets,
+        scalars_ptr=scalars, stride_scalars_row=scalars.stride(0), n_tensors=len(params), search_steps=tables.search_steps,
+        constexprs=dict(P_DTYPE=tl_dtype(p_dtype), G_DTYPE=tl_dtype(g_dtype), S_DTYPE=tl_dtype(s_dtype),
                         HAS_MASTER=masters is not None, AMSGRAD=max_exp_avg_sqs is not None, MAXIMIZE=maximize,
-                        ALIGNED=aligned, BLOCK=cfg.BLOCK, ACC=acc),
+                        ALIGNED=tables.aligned, BLOCK=cfg.BLOCK, ACC=acc_dtype(p_dtype)),
         options=cfg.options(),
     )

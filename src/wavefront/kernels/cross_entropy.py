@@ -50,6 +50,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels._math import tanh, tanh_parts
 from wavefront.kernels.row_config import row_config
@@ -64,7 +65,7 @@ def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
 
 @triton.jit
 def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, col_offset, softcap, scale,
-                HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
+                HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr):
     """The gradient of one block of raw logits x (fp32) at slice columns `cols` (classes col_offset + cols);
     t is the target relative to the slice; masked lanes give 0."""
     if HAS_SOFTCAP:
@@ -75,11 +76,12 @@ def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, co
     # exp(x' - lse) as exp(((x' - m) - log_s)): x' - m is exact near the max, where p matters; folding lse
     # into one number would cost ulp(lse) ~ |x| eps of relative error in every probability.
     p = tl.exp2(((xc - m) - log_s) * 1.4426950408889634)
-    if HAS_WEIGHT:
-        w = tl.load(w_ptr + col_offset + cols, mask=mask, other=0.0).to(xc.dtype)
-        g = coef * p - smooth_w * w
-    else:
-        g = coef * p - smooth_w
+    g = coef * p
+    if HAS_SMOOTHING:
+        if HAS_WEIGHT:
+            g -= smooth_w * tl.load(w_ptr + col_offset + cols, mask=mask, other=0.0).to(xc.dtype)
+        else:
+            g -= smooth_w
     g = tl.where(cols == t, g - on_target, g) * scale
     if HAS_SOFTCAP:
         g = g * sech2
@@ -91,8 +93,8 @@ def _ce_kernel(
     logits_ptr, target_ptr, weight_ptr, loss_ptr, stats_ptr, grad_ptr, scale_ptr,
     n_cols, n_classes, col_offset, stride_logits_row, stride_grad_row, stride_target, stride_scale,
     ignore_index, label_smoothing, z_loss, softcap,
-    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, COMPUTE_LSE: tl.constexpr, WRITE_GRAD: tl.constexpr,
-    SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, COMPUTE_LSE: tl.constexpr,
+    WRITE_GRAD: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = logits_ptr + row * stride_logits_row
@@ -117,47 +119,62 @@ def _ce_kernel(
 
     if valid:
         x_single = tl.zeros((BLOCK_N,), ACC)
+        sum_w = n_f
         if COMPUTE_LSE:
+            sum_wx = tl.zeros((), ACC)
             if SINGLE_PASS:
                 mask = cols0 < n_cols
                 x_single = tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC)
                 xc_single = _capped(x_single, softcap, HAS_SOFTCAP)
                 m = tl.max(tl.where(mask, xc_single, -float("inf")), axis=0)
                 s = tl.sum(tl.where(mask, tl.exp2((xc_single - m) * log2e), 0.0), axis=0)
-                if HAS_WEIGHT:
-                    w = tl.load(weight_ptr + cols0, mask=mask, other=0.0).to(ACC)
-                    sum_wx = tl.sum(w * xc_single, axis=0)
-                    sum_w = tl.sum(w, axis=0)
-                else:
-                    sum_wx = tl.sum(tl.where(mask, xc_single, 0.0), axis=0)
-                    sum_w = n_f
+                if HAS_SMOOTHING:
+                    if HAS_WEIGHT:
+                        w = tl.load(weight_ptr + cols0, mask=mask, other=0.0).to(ACC)
+                        sum_wx = tl.sum(w * xc_single, axis=0)
+                        sum_w = tl.sum(w, axis=0)
+                    else:
+                        sum_wx = tl.sum(tl.where(mask, xc_single, 0.0), axis=0)
             else:
-                m = tl.full((), -float("inf"), ACC)
-                s = tl.zeros((), ACC)
-                sum_wx = tl.zeros((), ACC)
-                sum_w = tl.zeros((), ACC)
+                # Per-lane running max and sum: each lane rescales only its own sum, so the loop has no
+                # cross-lane reduction (no barrier per block); the lanes combine once after the loop.
+                m_lane = tl.full((BLOCK_N,), -float("inf"), ACC)
+                s_lane = tl.zeros((BLOCK_N,), ACC)
+                wx_lane = tl.zeros((BLOCK_N,), ACC)
+                w_lane = tl.zeros((BLOCK_N,), ACC)
                 for start in range(0, n_cols, BLOCK_N):
                     cols = start + cols0
                     mask = cols < n_cols
                     xc = _capped(tl.load(x_row + cols, mask=mask, other=0.0).to(ACC), softcap, HAS_SOFTCAP)
-                    m_new = tl.maximum(m, tl.max(tl.where(mask, xc, -float("inf")), axis=0))
-                    # The running sum was relative to the old max: rescale it (2^-inf = 0 on the first block).
-                    s = s * tl.exp2((m - m_new) * log2e) + tl.sum(tl.where(mask, tl.exp2((xc - m_new) * log2e), 0.0), axis=0)
-                    m = m_new
+                    xm = tl.where(mask, xc, -float("inf"))
+                    m_new = tl.maximum(m_lane, xm)
+                    # A lane that has seen only -inf keeps a zero sum (-inf - -inf would be NaN).
+                    m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+                    s_lane = s_lane * tl.exp2((m_lane - m_ref) * log2e) + tl.exp2((xm - m_ref) * log2e)
+                    m_lane = m_new
+                    if HAS_SMOOTHING:
+                        if HAS_WEIGHT:
+                            w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(ACC)
+                            wx_lane += w * xc
+                            w_lane += w
+                        else:
+                            wx_lane += tl.where(mask, xc, 0.0)
+                m = tl.max(m_lane, axis=0)
+                s = tl.sum(s_lane * tl.exp2((m_lane - m) * log2e), axis=0)
+                if HAS_SMOOTHING:
+                    sum_wx = tl.sum(wx_lane, axis=0)
                     if HAS_WEIGHT:
-                        w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(ACC)
-                        sum_wx += tl.sum(w * xc, axis=0)
-                        sum_w += tl.sum(w, axis=0)
-                    else:
-                        sum_wx += tl.sum(tl.where(mask, xc, 0.0), axis=0)
-                if not HAS_WEIGHT:
-                    sum_w = n_f
+                        sum_w = tl.sum(w_lane, axis=0)
             log_s = tl.log2(s) * ln2
             lse = m + log_s
             x_t = _capped(tl.load(x_row + t_safe).to(ACC), softcap, HAS_SOFTCAP)
-            # eps (W lse - sum_j w_j x'_j) / V, divided before subtracting so the two terms stay O(|x|).
-            smooth = label_smoothing * (lse * (sum_w * inv_n) - sum_wx * inv_n)
-            loss = (1.0 - label_smoothing) * w_t * ((m - x_t) + log_s) + smooth + z_loss * lse * lse
+            loss = (1.0 - label_smoothing) * w_t * ((m - x_t) + log_s)
+            if HAS_SMOOTHING:
+                # eps (W lse - sum_j w_j x'_j) / V, divided before subtracting so the two terms stay O(|x|).
+                # Only when smoothing is on: at eps = 0 a -inf logit would add 0 * inf = NaN.
+                loss += label_smoothing * (lse * (sum_w * inv_n) - sum_wx * inv_n)
+            # z lse^2 only when z > 0: lse^2 overflows for logits near the fp32 maximum (0 * inf = NaN).
+            loss += tl.where(z_loss > 0.0, z_loss * lse * lse, 0.0)
             tl.store(loss_ptr + row, loss + poison)
             tl.store(stats_ptr + 2 * row, m)
             tl.store(stats_ptr + 2 * row + 1, log_s)
@@ -165,24 +182,25 @@ def _ce_kernel(
             m = tl.load(stats_ptr + 2 * row).to(ACC)
             log_s = tl.load(stats_ptr + 2 * row + 1).to(ACC)
             lse = m + log_s
-            if HAS_WEIGHT:
+            if HAS_SMOOTHING and HAS_WEIGHT:
                 sum_w = tl.zeros((), ACC)
                 for start in range(0, n_classes, BLOCK_N):
                     cols = start + cols0
                     sum_w += tl.sum(tl.load(weight_ptr + cols, mask=cols < n_classes, other=0.0).to(ACC), axis=0)
-            else:
-                sum_w = n_f
         if WRITE_GRAD:
             g_row = grad_ptr + row * stride_grad_row
             G_DTYPE = grad_ptr.dtype.element_ty
             scale = tl.load(scale_ptr + row * stride_scale).to(ACC)
             on_target = (1.0 - label_smoothing) * w_t
-            coef = on_target + label_smoothing * sum_w * inv_n + 2.0 * z_loss * lse
-            smooth_w = label_smoothing * inv_n
+            coef = on_target + tl.where(z_loss > 0.0, 2.0 * z_loss * lse, 0.0)
+            smooth_w = 0.0
+            if HAS_SMOOTHING:
+                coef += label_smoothing * sum_w * inv_n
+                smooth_w = label_smoothing * inv_n
             if SINGLE_PASS and COMPUTE_LSE:
                 mask = cols0 < n_cols
                 g = _grad_block(x_single, cols0, mask, t_safe, m, log_s, coef, on_target, smooth_w, weight_ptr, 0,
-                                softcap, scale, HAS_WEIGHT, HAS_SOFTCAP)
+                                softcap, scale, HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING)
                 tl.store(g_row + cols0, (g + poison).to(G_DTYPE), mask=mask)
             else:
                 # A column slice (backward mode) sees its classes from col_offset on: the target and the class
@@ -192,7 +210,7 @@ def _ce_kernel(
                     mask = cols < n_cols
                     x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
                     g = _grad_block(x, cols, mask, t_safe - col_offset, m, log_s, coef, on_target, smooth_w,
-                                    weight_ptr, col_offset, softcap, scale, HAS_WEIGHT, HAS_SOFTCAP)
+                                    weight_ptr, col_offset, softcap, scale, HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING)
                     tl.store(g_row + cols, (g + poison).to(G_DTYPE), mask=mask)
     else:
         # An ignored row: zero loss and gradient, and the row's logits are never read.
@@ -206,15 +224,6 @@ def _ce_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 cols = start + cols0
                 tl.store(g_row + cols, zero, mask=cols < n_cols)
-
-
-def _acc(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def stat_dtype(dtype: torch.dtype) -> torch.dtype:
-    """dtype of the per-row loss and statistics: fp32 (fp64 for fp64 logits)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def check_column_slice(n_cols: int, col_offset: int, n_classes: int | None, compute_stats: bool) -> int:
@@ -254,16 +263,19 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
     write_grad = grad is not None
     if write_grad and scale is None:
         raise ValueError("cross_entropy_rows: a gradient needs its per-row scale")
-    cfg = row_config(n_cols, logits.dtype, runtime.arch(logits.device))
+    cfg = row_config(n_cols, logits.dtype, runtime.arch(logits.device), online=True)
     launch(
         _ce_kernel, (n_rows,),
-        logits, target, weight, loss, stats, grad, scale,
-        n_cols, n_classes, col_offset, logits.stride(0), grad.stride(0) if write_grad else 0, target.stride(0),
-        (scale.stride(0) if scale.dim() else 0) if write_grad else 0,
-        ignore_index, label_smoothing, z_loss, 1.0 if softcap is None else softcap,
-        constexprs=dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None, COMPUTE_LSE=compute_stats,
-                        WRITE_GRAD=write_grad, SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N,
-                        ACC=_acc(logits.dtype)),
+        logits_ptr=logits, target_ptr=target, weight_ptr=weight, loss_ptr=loss, stats_ptr=stats, grad_ptr=grad,
+        scale_ptr=scale, n_cols=n_cols, n_classes=n_classes, col_offset=col_offset,
+        stride_logits_row=logits.stride(0), stride_grad_row=grad.stride(0) if write_grad else 0,
+        stride_target=target.stride(0),
+        stride_scale=(scale.stride(0) if scale.dim() else 0) if write_grad else 0,
+        ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
+        softcap=1.0 if softcap is None else softcap,
+        constexprs=dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
+                        HAS_SMOOTHING=label_smoothing != 0.0, COMPUTE_LSE=compute_stats, WRITE_GRAD=write_grad,
+                        SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(logits.dtype)),
         options=cfg.options(),
     )
     return loss, stats

@@ -28,11 +28,10 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels._heuristics import acc_dtype, next_pow2, warps_for
 from wavefront.kernels._launch import launch
 from wavefront.kernels._math import activation, activation_and_grad
 from wavefront.runtime import Arch
-
-_VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -62,19 +61,14 @@ class GluConfig:
         return {"num_warps": self.num_warps, "num_stages": 1}
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def glu_config(n_cols: int, dtype: torch.dtype, arch: Arch) -> GluConfig:
     """Pure function of (row width, dtype, architecture): blocks of whole 16-byte vectors per thread."""
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1, got {n_cols}")
     table = GLU_TABLES[arch.family]
-    per_thread = table.vecs_per_thread * max(1, _VECTOR_BYTES // torch.empty((), dtype=dtype).element_size())
-    block = min(_next_pow2(n_cols), table.max_block)
-    warps = max(1, block // (per_thread * arch.warp_size))
-    return GluConfig(BLOCK_N=block, num_warps=min(_next_pow2(warps), table.max_warps, arch.max_num_warps))
+    block = min(next_pow2(n_cols), table.max_block)
+    return GluConfig(BLOCK_N=block, num_warps=warps_for(block, dtype, arch, vecs_per_lane=table.vecs_per_thread,
+                                                        max_warps=table.max_warps))
 
 
 @triton.jit
@@ -106,10 +100,6 @@ def _glu_bwd_kernel(dy_ptr, gate_ptr, up_ptr, dgate_ptr, dup_ptr, n_cols, stride
     tl.store(dgate_ptr + row * stride_dgate_row + cols, (dy * u * da).to(OUT), mask=mask)
 
 
-def _acc(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
 def glu_fwd(gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Tensor:
     """gate, up: [n_rows, n_cols] with unit column stride (any row strides)."""
     n_rows, n_cols = gate.shape
@@ -118,8 +108,9 @@ def glu_fwd(gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Tensor:
         return y
     cfg = glu_config(n_cols, gate.dtype, runtime.arch(gate.device))
     launch(_glu_fwd_kernel, (n_rows, triton.cdiv(n_cols, cfg.BLOCK_N)),
-           gate, up, y, n_cols, gate.stride(0), up.stride(0), y.stride(0),
-           constexprs=dict(ACT=act, BLOCK_N=cfg.BLOCK_N, ACC=_acc(gate.dtype)), options=cfg.options())
+           gate_ptr=gate, up_ptr=up, y_ptr=y, n_cols=n_cols, stride_gate_row=gate.stride(0),
+           stride_up_row=up.stride(0), stride_y_row=y.stride(0),
+           constexprs=dict(ACT=act, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(gate.dtype)), options=cfg.options())
     return y
 
 
@@ -131,7 +122,8 @@ def glu_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, act: int) ->
         return dgate, dup
     cfg = glu_config(n_cols, gate.dtype, runtime.arch(gate.device))
     launch(_glu_bwd_kernel, (n_rows, triton.cdiv(n_cols, cfg.BLOCK_N)),
-           dy, gate, up, dgate, dup, n_cols, dy.stride(0), gate.stride(0), up.stride(0), dgate.stride(0),
-           dup.stride(0),
-           constexprs=dict(ACT=act, BLOCK_N=cfg.BLOCK_N, ACC=_acc(gate.dtype)), options=cfg.options())
+           dy_ptr=dy, gate_ptr=gate, up_ptr=up, dgate_ptr=dgate, dup_ptr=dup, n_cols=n_cols,
+           stride_dy_row=dy.stride(0), stride_gate_row=gate.stride(0), stride_up_row=up.stride(0),
+           stride_dgate_row=dgate.stride(0), stride_dup_row=dup.stride(0),
+           constexprs=dict(ACT=act, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(gate.dtype)), options=cfg.options())
     return dgate, dup

@@ -23,7 +23,10 @@ Backward, with g = dy * w' and c1 = sum(xhat * g) / n, c2 = sum(g) / n:
 
 Saved for backward: the normalized input (s, or x), mean (LayerNorm) and rstd, fp32 per row.
 
-The forward runs one program per row. The backward is persistent: about ``PERSISTENT_PROGRAMS_PER_SM``
+The forward runs ``rows_per_program`` rows per program (row_config.py: one today, because holding w across
+rows costs occupancy, measured there); with WEIGHT_FIRST it loads the weight before the row so its latency
+overlaps the reductions (on where inspect shows no occupancy cost: gfx90a/gfx942; RMSNorm at 8192 columns
+on sm_90 would go from 32 to 39 registers and 100% to 75% occupancy). The backward is persistent: about ``PERSISTENT_PROGRAMS_PER_SM``
 programs per SM/CU, each owning a contiguous range of rows, with w read once per program and dw/db
 accumulated in registers. dw/db are deterministic: each backward program writes one row of an fp32 partial
 buffer [n_programs, n_cols] once (no atomics), and the host sums the partials in a fixed order.
@@ -34,7 +37,9 @@ forward program also reads w (and b): 2n B more requested per row, served from L
 shared by every row), which a persistent forward would avoid at the price of registers: holding w across
 rows cost 14-49 more registers per thread on sm_90 and halved occupancy at 8192-16384 columns (measured
 with `wavefront inspect`), so the forward keeps one row per program. Backward reads x, dy and writes dx:
-6n B; per program, once, w and the 4n B dw (db) partial.
+6n B; per program, once, w and the 4n B dw (db) partial. With PREFETCH the single-pass backward loads row r + 1's
+x and dy before row r's reductions (software pipelining); off on every target today (it cost occupancy
+everywhere, measured in row_config.py).
 Rows wider than the single-pass limit (row_config.py) are read twice: the forward in two passes (6n B,
 plus w per row); the backward in two phases over column blocks (10n B): phase A accumulates each row's two
 sums c1, c2 block by block in a small per-row scratch, phase B computes dx and keeps the block's dw/db
@@ -51,6 +56,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels.row_config import row_config
 
@@ -82,40 +88,76 @@ def _affine(xhat, w, b, OUT_DTYPE: tl.constexpr, ACC: tl.constexpr, HAS_WEIGHT: 
 
 
 @triton.jit
+def _rstd(var, eps, IS_RMS: tl.constexpr):
+    rstd = 1.0 / tl.sqrt(var + eps)
+    if not IS_RMS:
+        # A variance that overflowed would give rstd = 0 and y = bias exactly, hiding the overflow; PyTorch's
+        # layer_norm returns NaN there, and so do we. (RMSNorm's x * 0 = 0 is PyTorch's rms_norm result too.)
+        rstd = tl.where(var == float("inf"), float("nan"), rstd)
+    return rstd
+
+
+@triton.jit
+def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, row, w, b, cols0, mask,
+                  n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
+                  IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  CAST_BEFORE_WEIGHT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, ACC: tl.constexpr):
+    """One row held in registers: read once, statistics, normalized output. Without WEIGHT_FIRST, w and b
+    are loaded here, after the reductions (w, b given are placeholders)."""
+    OUT_DTYPE = y_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * stride_x_row + cols0, mask=mask, other=0.0).to(ACC)
+    if HAS_RESIDUAL:
+        res = tl.load(res_ptr + row * stride_res_row + cols0, mask=mask, other=0.0)
+        s = (x + res.to(ACC)).to(OUT_DTYPE)
+        tl.store(res_out_ptr + row * stride_res_out_row + cols0, s, mask=mask)
+        x = s.to(ACC)
+    if IS_RMS:
+        xc = x
+    else:
+        mean = tl.sum(x, axis=0) / n_cols
+        # One refinement step: the rounding error of the first sum, recovered from centred values.
+        mean += tl.sum(tl.where(mask, x - mean, 0.0), axis=0) / n_cols
+        tl.store(mean_ptr + row, mean)
+        xc = tl.where(mask, x - mean, 0.0)
+    rstd = _rstd(tl.sum(xc * xc, axis=0) / n_cols, eps, IS_RMS)
+    tl.store(rstd_ptr + row, rstd)
+    if not WEIGHT_FIRST:
+        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
+    y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+    tl.store(y_ptr + row * stride_y_row + cols0, y.to(OUT_DTYPE), mask=mask)
+
+
+@triton.jit
 def _norm_fwd_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
-    n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
+    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
     eps, offset,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * stride_x_row
-    y_row = y_ptr + row * stride_y_row
     OUT_DTYPE = y_ptr.dtype.element_ty
     cols0 = tl.arange(0, BLOCK_N)
     if SINGLE_PASS:
         mask = cols0 < n_cols
-        x = tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC)
-        if HAS_RESIDUAL:
-            res = tl.load(res_ptr + row * stride_res_row + cols0, mask=mask, other=0.0)
-            s = (x + res.to(ACC)).to(OUT_DTYPE)
-            tl.store(res_out_ptr + row * stride_res_out_row + cols0, s, mask=mask)
-            x = s.to(ACC)
-        if IS_RMS:
-            xc = x
-        else:
-            mean = tl.sum(x, axis=0) / n_cols
-            # One refinement step: the rounding error of the first sum, recovered from centred values.
-            mean += tl.sum(tl.where(mask, x - mean, 0.0), axis=0) / n_cols
-            tl.store(mean_ptr + row, mean)
-            xc = tl.where(mask, x - mean, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
-        tl.store(rstd_ptr + row, rstd)
-        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
-        y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
-        tl.store(y_row + cols0, y.to(OUT_DTYPE), mask=mask)
+        # WEIGHT_FIRST: the weight (and bias) load is issued before the row's: its latency hides behind the row's
+        # load and reductions, and the program's ROWS_PER_PROGRAM rows share it (row_config.py says where).
+        w = 0.0
+        b = 0.0
+        if WEIGHT_FIRST:
+            w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
+        first = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM
+        for i in range(ROWS_PER_PROGRAM):
+            row = first + i
+            if row < n_rows:
+                _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, row, w, b, cols0,
+                              mask, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps,
+                              offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, WEIGHT_FIRST,
+                              ACC)
     else:
+        row = tl.program_id(0).to(tl.int64)
+        x_row = x_ptr + row * stride_x_row
+        y_row = y_ptr + row * stride_y_row
         # Pass 1: statistics from shifted sums. LayerNorm shifts by K, the (refined) mean of the first
         # block, so the sums of (x - K) and (x - K)^2 see centred values: no cancellation when the mean
         # is large against the spread, and the final correction (mean - K)^2 is tiny.
@@ -148,7 +190,7 @@ def _norm_fwd_kernel(
             run_m2 = sum_d2
         else:
             run_m2 = sum_d2 - sum_d * (sum_d / n_cols)
-        rstd = 1.0 / tl.sqrt(run_m2 / n_cols + eps)
+        rstd = _rstd(run_m2 / n_cols, eps, IS_RMS)
         tl.store(rstd_ptr + row, rstd)
         if not IS_RMS:
             tl.store(mean_ptr + row, run_mean)
@@ -182,6 +224,24 @@ def _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
 
 
 @triton.jit
+def _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, row_end, stride_x_row, stride_dy_row, cols, mask,
+               IS_RMS: tl.constexpr, ACC: tl.constexpr):
+    """Row `row`'s x and dy (input dtype) and its statistics; past `row_end` the vectors are not read (the
+    statistics are re-read from the last row: 4-8 bytes, a cache hit)."""
+    # The row test as a block-shaped mask (a scalar mask is not accepted by every backend's masked load).
+    in_rows = mask & ((cols * 0 + row) < row_end)
+    x = tl.load(x_ptr + row * stride_x_row + cols, mask=in_rows, other=0.0)
+    dy = tl.load(dy_ptr + row * stride_dy_row + cols, mask=in_rows, other=0.0)
+    stat_row = tl.minimum(row, row_end - 1)
+    rstd = tl.load(rstd_ptr + stat_row).to(ACC)
+    if IS_RMS:
+        mean = tl.zeros((), ACC)
+    else:
+        mean = tl.load(mean_ptr + stat_row).to(ACC)
+    return x, dy, rstd, mean
+
+
+@triton.jit
 def _dx(xhat, g, rstd, c1, c2, IS_RMS: tl.constexpr):
     """dx = rstd * (g - xhat * c1 [- c2]), in the order autograd's chain rule uses (see the header)."""
     dx = g * rstd - xhat * (c1 * rstd)
@@ -197,7 +257,7 @@ def _norm_bwd_kernel(
     stride_x_row, stride_dy_row, stride_dres_row, stride_dx_row,
     offset,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DRES: tl.constexpr,
-    SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    SINGLE_PASS: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     # int64 loop bounds: the loop variable multiplies row strides.
@@ -211,18 +271,45 @@ def _norm_bwd_kernel(
         w, _ = _load_affine(w_ptr, w_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, False)
         dw_acc = tl.zeros((BLOCK_N,), dtype=ACC)
         db_acc = tl.zeros((BLOCK_N,), dtype=ACC)
-        for row in range(row_start, row_end):
-            xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
-                                        cols0, mask, w, IS_RMS, HAS_WEIGHT, ACC)
-            c2 = 0.0
-            if not IS_RMS:
-                c2 = tl.sum(g, axis=0) / n_cols
-            dx = _dx(xhat, g, rstd, tl.sum(xhat * g, axis=0) / n_cols, c2, IS_RMS)
-            if HAS_DRES:
-                dx += tl.load(dres_ptr + row * stride_dres_row + cols0, mask=mask, other=0.0).to(ACC)
-            tl.store(dx_ptr + row * stride_dx_row + cols0, dx.to(OUT_DTYPE), mask=mask)
-            dw_acc += dy * xhat
-            db_acc += dy
+        if PREFETCH:
+            # Software pipelining: the next row's x, dy and statistics are loaded (in the input dtype) before this
+            # row's reductions, so their memory latency overlaps this row's arithmetic instead of following it.
+            # (The grid has no empty program, so row_start < row_end.)
+            x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row_start, row_end,
+                                                               stride_x_row, stride_dy_row, cols0, mask, IS_RMS, ACC)
+            for row in range(row_start, row_end):
+                x_raw, dy_raw, rstd, mean = x_next, dy_next, rstd_next, mean_next
+                x_next, dy_next, rstd_next, mean_next = _row_loads(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row + 1, row_end,
+                                                                   stride_x_row, stride_dy_row, cols0, mask, IS_RMS,
+                                                                   ACC)
+                dy = dy_raw.to(ACC)
+                if IS_RMS:
+                    xhat = x_raw.to(ACC) * rstd
+                else:
+                    xhat = tl.where(mask, (x_raw.to(ACC) - mean) * rstd, 0.0)
+                g = dy * w if HAS_WEIGHT else dy
+                c2 = 0.0
+                if not IS_RMS:
+                    c2 = tl.sum(g, axis=0) / n_cols
+                dx = _dx(xhat, g, rstd, tl.sum(xhat * g, axis=0) / n_cols, c2, IS_RMS)
+                if HAS_DRES:
+                    dx += tl.load(dres_ptr + row * stride_dres_row + cols0, mask=mask, other=0.0).to(ACC)
+                tl.store(dx_ptr + row * stride_dx_row + cols0, dx.to(OUT_DTYPE), mask=mask)
+                dw_acc += dy * xhat
+                db_acc += dy
+        else:
+            for row in range(row_start, row_end):
+                xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
+                                            cols0, mask, w, IS_RMS, HAS_WEIGHT, ACC)
+                c2 = 0.0
+                if not IS_RMS:
+                    c2 = tl.sum(g, axis=0) / n_cols
+                dx = _dx(xhat, g, rstd, tl.sum(xhat * g, axis=0) / n_cols, c2, IS_RMS)
+                if HAS_DRES:
+                    dx += tl.load(dres_ptr + row * stride_dres_row + cols0, mask=mask, other=0.0).to(ACC)
+                tl.store(dx_ptr + row * stride_dx_row + cols0, dx.to(OUT_DTYPE), mask=mask)
+                dw_acc += dy * xhat
+                db_acc += dy
         if HAS_WEIGHT:
             tl.store(dw_part_ptr + part_row + cols0, dw_acc, mask=mask)
         if HAS_BIAS:
@@ -269,14 +356,6 @@ def _norm_bwd_kernel(
                 tl.store(db_part_ptr + part_row + cols, db_acc, mask=mask)
 
 
-def _acc_dtype(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _persistent_grid(n_rows: int, device) -> tuple[int, int]:
     """(n_programs, rows_per_program): about PERSISTENT_PROGRAMS_PER_SM programs per SM, none idle."""
     target = runtime.sm_count(device) * runtime.PERSISTENT_PROGRAMS_PER_SM
@@ -291,22 +370,25 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     new_residual is None without a residual; mean is None for RMSNorm.
     """
     n_rows, n_cols = x.shape
-    cfg = row_config(n_cols, x.dtype, runtime.arch(x.device))
+    cfg = row_config(n_cols, x.dtype, runtime.arch(x.device), multi_row=True)
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    stat = _stat_dtype(x.dtype)
+    stat = stat_dtype(x.dtype)
     rstd = torch.empty(n_rows, dtype=stat, device=x.device)
     mean = None if is_rms else torch.empty(n_rows, dtype=stat, device=x.device)
     res_out = None if residual is None else torch.empty_like(y)
     if n_rows == 0:
         return y, res_out, mean, rstd
     launch(
-        _norm_fwd_kernel, (n_rows,),
-        x, residual, weight, bias, y, res_out, mean, rstd,
-        n_cols, x.stride(0), residual.stride(0) if residual is not None else 0, y.stride(0),
-        res_out.stride(0) if res_out is not None else 0, eps, offset,
+        _norm_fwd_kernel, (triton.cdiv(n_rows, cfg.rows_per_program),),
+        x_ptr=x, res_ptr=residual, w_ptr=weight, b_ptr=bias, y_ptr=y, res_out_ptr=res_out, mean_ptr=mean,
+        rstd_ptr=rstd, n_rows=n_rows, n_cols=n_cols, stride_x_row=x.stride(0),
+        stride_res_row=residual.stride(0) if residual is not None else 0, stride_y_row=y.stride(0),
+        stride_res_out_row=res_out.stride(0) if res_out is not None else 0, eps=eps, offset=offset,
         constexprs=dict(IS_RMS=is_rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                         HAS_BIAS=bias is not None, CAST_BEFORE_WEIGHT=cast_before_weight,
-                        SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=_acc_dtype(x.dtype)),
+                        SINGLE_PASS=cfg.single_pass, ROWS_PER_PROGRAM=cfg.rows_per_program,
+                        WEIGHT_FIRST=cfg.weight_first, BLOCK_N=cfg.BLOCK_N,
+                        ACC=acc_dtype(x.dtype)),
         options=cfg.options(),
     )
     return y, res_out, mean, rstd
@@ -319,7 +401,7 @@ def norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has
     cfg = row_config(n_cols, x.dtype, runtime.arch(x.device), accumulate=True)
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     n_programs, rows_per_program = _persistent_grid(n_rows, x.device)
-    part_dtype = _stat_dtype(x.dtype)
+    part_dtype = stat_dtype(x.dtype)
     # Every program writes its whole partial row, so the partials need no zeroing; with no rows there is
     # no launch and the gradients are zero.
     alloc = torch.empty if n_rows > 0 else torch.zeros
@@ -329,13 +411,16 @@ def norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has
     if n_rows > 0:
         launch(
             _norm_bwd_kernel, (n_programs,),
-            x, weight, dy, d_residual, dx, dw_part, db_part, mean, rstd, sums,
-            n_rows, n_cols, rows_per_program,
-            x.stride(0), dy.stride(0), d_residual.stride(0) if d_residual is not None else 0, dx.stride(0),
-            offset,
+            x_ptr=x, w_ptr=weight, dy_ptr=dy, dres_ptr=d_residual, dx_ptr=dx, dw_part_ptr=dw_part,
+            db_part_ptr=db_part, mean_ptr=mean, rstd_ptr=rstd, sums_ptr=sums,
+            n_rows=n_rows, n_cols=n_cols, rows_per_program=rows_per_program,
+            stride_x_row=x.stride(0), stride_dy_row=dy.stride(0),
+            stride_dres_row=d_residual.stride(0) if d_residual is not None else 0, stride_dx_row=dx.stride(0),
+            offset=offset,
             constexprs=dict(IS_RMS=mean is None, HAS_WEIGHT=weight is not None, HAS_BIAS=has_bias,
-                            HAS_DRES=d_residual is not None, SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N,
-                            ACC=_acc_dtype(x.dtype)),
+                            HAS_DRES=d_residual is not None, SINGLE_PASS=cfg.single_pass, PREFETCH=cfg.prefetch,
+                            BLOCK_N=cfg.BLOCK_N,
+                            ACC=acc_dtype(x.dtype)),
             options=cfg.options(),
         )
     dw = dw_part.sum(0).to(weight.dtype) if weight is not None else None

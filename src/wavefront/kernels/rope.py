@@ -27,7 +27,7 @@ so each thread moves 16-byte vectors (``ld.global.v4`` / ``global_load_dwordx4``
 a multiple of 8 elements. Traffic per token, 16-bit: read and write (Hq + Hk) D values (4 (Hq + Hk) D B)
 plus 2R cos/sin values; ~6 FLOP per rotated pair: intensity < 1, memory bound.
 
-Offsets: batch and sequence indices are int64 before multiplying strides.
+Offsets: batch, sequence and head indices are int64 before multiplying strides.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels._heuristics import acc_dtype, elems_per_vector, next_pow2
 from wavefront.kernels._launch import launch
 from wavefront.runtime import Arch
 
 POS_DIRECT, POS_IDS, POS_CU_SEQLENS = 0, 1, 2
-_VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,6 @@ class RopeConfig:
         return {"num_warps": self.num_warps, "num_stages": 1}
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def rope_config(n_q_heads: int, n_k_heads: int, head_dim: int, rotary_dim: int, dtype: torch.dtype,
                 arch: Arch) -> RopeConfig:
     """Pure function of the head geometry, dtype and architecture."""
@@ -87,17 +83,17 @@ def rope_config(n_q_heads: int, n_k_heads: int, head_dim: int, rotary_dim: int, 
         raise ValueError(f"rotary_dim must be even and in [2, head_dim={head_dim}], got {rotary_dim}")
     table = ROPE_TABLES[arch.family]
     half = rotary_dim // 2
-    block_half = _next_pow2(half)
-    per_vector = max(1, _VECTOR_BYTES // torch.empty((), dtype=dtype).element_size())
-    block_hq = _next_pow2(n_q_heads)
-    block_hk = _next_pow2(max(n_k_heads, 1))
+    block_half = next_pow2(half)
+    per_vector = elems_per_vector(dtype)
+    block_hq = next_pow2(n_q_heads)
+    block_hk = next_pow2(max(n_k_heads, 1))
     # Size the block to the smaller (k, with GQA) tile so each of its threads still holds a whole 16-byte
     # vector; the q tile then gives each thread several vectors instead of k's threads idling on 4 bytes.
     smallest = min(block_hq, block_hk) if n_k_heads else block_hq
     threads = max(1, smallest * block_half // per_vector, block_hq * block_half // table.max_q_per_thread)
-    warps = min(_next_pow2(max(1, threads // arch.warp_size)), table.max_warps, arch.max_num_warps)
+    warps = min(next_pow2(max(1, threads // arch.warp_size)), table.max_warps, arch.max_num_warps)
     return RopeConfig(BLOCK_HQ=block_hq, BLOCK_HK=block_hk, BLOCK_HALF=block_half,
-                      BLOCK_PASS=_next_pow2(max(head_dim - rotary_dim, 1)), num_warps=warps)
+                      BLOCK_PASS=next_pow2(max(head_dim - rotary_dim, 1)), num_warps=warps)
 
 
 @triton.jit
@@ -105,7 +101,8 @@ def _rotate_heads(x_row, out_row, stride_h, stride_out_h, n_heads, c1, c2, s1, s
                   HALF: tl.constexpr, PASS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
                   BLOCK_PASS: tl.constexpr):
     OUT = out_row.dtype.element_ty
-    h = tl.arange(0, BLOCK_H)[:, None]
+    # int64 heads: h * stride_h passes 2^31 when one batch entry of a [B, H, S, D] tensor holds 2^31+ elements.
+    h = tl.arange(0, BLOCK_H).to(tl.int64)[:, None]
     d = tl.arange(0, BLOCK_HALF)[None, :]
     mask = (h < n_heads) & (d < HALF)
     x_ptr = x_row + h * stride_h + d
@@ -204,21 +201,27 @@ def rope(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.
             return 0, t.stride(0)
         return (t.stride(0) if t.shape[0] > 1 else 0), t.stride(1)
 
-    stride_pos = rows(positions) if pos_mode == POS_IDS else (0, 0)
+    stride_pos_b, stride_pos_s = rows(positions) if pos_mode == POS_IDS else (0, 0)
     n_seqs = positions.numel() - 1 if pos_mode == POS_CU_SEQLENS else 0
-    kq = k if k is not None else q
+    ko = k_out if k is not None else q_out
+    (sq_b, sq_s, sq_h), (sk_b, sk_s, sk_h) = _bsh_strides(q), _bsh_strides(k if k is not None else q)
+    (sqo_b, sqo_s, sqo_h), (sko_b, sko_s, sko_h) = _bsh_strides(q_out), _bsh_strides(ko)
+    (scos_b, scos_s), (ssin_b, ssin_s) = rows(cos), rows(sin)
     launch(
         _rope_kernel, (n_batch * seq_len,),
-        q, k, q_out, k_out, cos, sin, positions if pos_mode == POS_IDS else None,
-        positions if pos_mode == POS_CU_SEQLENS else None,
-        seq_len, n_q_heads, n_k_heads, cos.shape[0] if pos_mode != POS_DIRECT else 0, n_seqs,
-        *_bsh_strides(q), *_bsh_strides(kq), *_bsh_strides(q_out), *_bsh_strides(k_out if k is not None else q_out),
-        *rows(cos), *rows(sin), *stride_pos,
+        q_ptr=q, k_ptr=k, q_out_ptr=q_out, k_out_ptr=k_out, cos_ptr=cos, sin_ptr=sin,
+        pos_ptr=positions if pos_mode == POS_IDS else None, cu_ptr=positions if pos_mode == POS_CU_SEQLENS else None,
+        seq_len=seq_len, n_q_heads=n_q_heads, n_k_heads=n_k_heads,
+        n_pos=cos.shape[0] if pos_mode != POS_DIRECT else 0, n_seqs=n_seqs,
+        stride_q_b=sq_b, stride_q_s=sq_s, stride_q_h=sq_h, stride_k_b=sk_b, stride_k_s=sk_s, stride_k_h=sk_h,
+        stride_qo_b=sqo_b, stride_qo_s=sqo_s, stride_qo_h=sqo_h, stride_ko_b=sko_b, stride_ko_s=sko_s,
+        stride_ko_h=sko_h, stride_cos_b=scos_b, stride_cos_s=scos_s, stride_sin_b=ssin_b, stride_sin_s=ssin_s,
+        stride_pos_b=stride_pos_b, stride_pos_s=stride_pos_s,
         constexprs=dict(POS_MODE=pos_mode, HAS_K=k is not None, BACKWARD=backward, HALF=rotary_dim // 2,
                         PASS=head_dim - rotary_dim, BLOCK_HQ=cfg.BLOCK_HQ, BLOCK_HK=cfg.BLOCK_HK,
                         BLOCK_HALF=cfg.BLOCK_HALF, BLOCK_PASS=cfg.BLOCK_PASS,
-                        BLOCK_SEQS=_next_pow2(n_seqs + 1) if pos_mode == POS_CU_SEQLENS else 1,
-                        ACC=tl.float64 if q.dtype == torch.float64 else tl.float32),
+                        BLOCK_SEQS=next_pow2(n_seqs + 1) if pos_mode == POS_CU_SEQLENS else 1,
+                        ACC=acc_dtype(q.dtype)),
         options=cfg.options(),
     )
     return q_out, k_out

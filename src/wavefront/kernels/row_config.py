@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from wavefront.kernels._heuristics import next_pow2, warps_for
 from wavefront.runtime import Arch
-
-_VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,27 @@ class RowTable:
     accumulate_max_single_pass_cols: int
     accumulate_loop_block_cols: int
     accumulate_vecs_per_thread: int
+    # Rows per program for single-pass kernels that hold a per-column vector across rows (the norms'
+    # forward keeps w and b): several rows up to this width, one above it. Off (0) on every target: measured
+    # with `wavefront inspect` (bf16, Triton 3.9) 4 rows per program at 4096 columns cost occupancy on sm_90
+    # (RMSNorm 0.75 -> 0.625, LayerNorm 0.75 -> 0.5: 47 and 64 registers) and on gfx942 for LayerNorm (8 -> 6
+    # waves), for w read once per 4 rows (traffic 1.49x -> 1.12x of the minimum, the excess from L2).
+    multi_row_max_cols: int = 0
+    rows_per_program: int = 4
+    # Block width of kernels that keep per-lane running state across the blocks of a wide row (the
+    # cross-entropy's online max and sum): two fp32 values per element of the block stay live, so a
+    # narrower block than loop_block_cols keeps registers (and occupancy) where the block-reduction loop had
+    # them. See ROW_TABLES.
+    online_loop_block_cols: int = 4096
+    # Norm forward: load w (and b) before the row's reductions instead of after (their latency overlaps the
+    # reductions, at the price of w live across them). Norm backward (accumulating kernels): load row r + 1
+    # while row r is reduced. Both measured with `wavefront inspect` (bf16, Triton 3.9, the bench widths):
+    # weight-first lowered occupancy on sm_80/90/100 (RMSNorm 8192 columns 1.0 -> 0.75, LayerNorm 0.75 ->
+    # 0.5) and gfx1100 (LayerNorm 16384: 1.0 -> 0.75), none on gfx90a/gfx942; prefetching lowered it on every
+    # family (RMSNorm 4096: sm_90 0.5 -> 0.25, gfx942 8 -> 6 waves; gfx1100 at 8192 1.0 -> 0.75). So each is
+    # on only where it cost nothing, until a GPU measurement says the trade pays.
+    weight_first: bool = False
+    prefetch_next_row: bool = False
 
 
 # Accumulating kernels, measured with `wavefront inspect` (bf16, Triton 3.9): one 16-byte vector per thread
@@ -62,7 +82,7 @@ ROW_TABLES: dict[str, RowTable] = {
     # half the elements of the NVIDIA case.
     "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
                          accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
-                         accumulate_vecs_per_thread=1),
+                         accumulate_vecs_per_thread=1, weight_first=True),
     # RDNA wave32: 32 lanes like NVIDIA, 1024 threads per block.
     "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
                          accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
@@ -79,27 +99,31 @@ class RowConfig:
     BLOCK_N: int
     num_warps: int
     single_pass: bool
+    rows_per_program: int = 1
+    weight_first: bool = False
+    prefetch: bool = False
 
     def options(self) -> dict:
         return {"num_warps": self.num_warps, "num_stages": 1}
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool = False) -> RowConfig:
-    """Pure function of (row width, element dtype, architecture, whether the kernel accumulates across rows)."""
+def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool = False,
+               multi_row: bool = False, online: bool = False) -> RowConfig:
+    """Pure function of (row width, element dtype, architecture, whether the kernel accumulates across rows,
+    whether it can run several rows per program)."""
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1, got {n_cols}")
     table = ROW_TABLES[arch.family]
-    itemsize = torch.empty((), dtype=dtype).element_size()
     limit = table.accumulate_max_single_pass_cols if accumulate else table.max_single_pass_cols
     vecs = table.accumulate_vecs_per_thread if accumulate else table.vecs_per_thread
     single_pass = n_cols <= limit
     loop_block = table.accumulate_loop_block_cols if accumulate else table.loop_block_cols
-    block_n = _next_pow2(n_cols) if single_pass else loop_block
-    elems_per_thread = vecs * max(1, _VECTOR_BYTES // itemsize)
-    want_warps = max(1, block_n // (elems_per_thread * arch.warp_size))
-    num_warps = min(_next_pow2(want_warps), table.max_warps, arch.max_num_warps)
-    return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass)
+    if online and not single_pass:
+        # Same threads as the plain loop, half the elements each: one 16-byte vector per lane per block.
+        loop_block, vecs = table.online_loop_block_cols, 1
+    block_n = next_pow2(n_cols) if single_pass else loop_block
+    num_warps = warps_for(block_n, dtype, arch, vecs_per_lane=vecs, max_warps=table.max_warps)
+    rows = table.rows_per_program if multi_row and single_pass and n_cols <= table.multi_row_max_cols else 1
+    return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass, rows_per_program=rows,
+                     weight_first=table.weight_first and not accumulate,
+                     prefetch=table.prefetch_next_row and accumulate and single_pass)

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels._heuristics import acc_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels.row_config import row_config
 
@@ -86,10 +87,6 @@ def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_cols, stride_y_row, stride_dy_r
             tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-def _acc(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
 def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
     """x: [n_rows, n_cols] with unit column stride."""
     n_rows, n_cols = x.shape
@@ -99,7 +96,7 @@ def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
     cfg = row_config(n_cols, x.dtype, runtime.arch(x.device))
     launch(_softmax_fwd_kernel, (n_rows,), x_ptr=x, y_ptr=y, n_cols=n_cols, stride_x_row=x.stride(0),
            stride_y_row=y.stride(0),
-           constexprs=dict(SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=_acc(x.dtype)),
+           constexprs=dict(SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(x.dtype)),
            options=cfg.options())
     return y
 
@@ -112,7 +109,7 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     cfg = row_config(n_cols, y.dtype, runtime.arch(y.device))
     launch(_softmax_bwd_kernel, (n_rows,), y_ptr=y, dy_ptr=dy, dx_ptr=dx, n_cols=n_cols,
            stride_y_row=y.stride(0), stride_dy_row=dy.stride(0), stride_dx_row=dx.stride(0),
-           constexprs=dict(SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=_acc(y.dtype)),
+           constexprs=dict(SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(y.dtype)),
            options=cfg.options())
     return dx
 

@@ -113,4 +113,4 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize

@@ -1,11 +1,15 @@
-"""A functional AdamW step on one tensor: the fused multi-tensor kernel behind a registry entry.
+"""AdamW: the multi-tensor in-place op that ``wavefront.optim.AdamW`` runs, and a one-tensor functional
+step over the same op for the registry.
 
-``wavefront.optim.AdamW`` launches the kernel over all of a dtype group's parameters in place; this op
-runs the same kernel on copies of one tensor and returns them, which is what the registry needs for its
-accuracy sweep, torch.compile test, inspect and traffic (the launch is recorded like any other).
+``wavefront::adamw_`` updates lists of tensors in place with one launch (kernels/adamw.py): the optimizer
+calls it once per dtype group. ``adamw_step`` runs it on copies of one tensor and returns them, which is
+what the registry needs for its accuracy sweep, torch.compile test, inspect and traffic: one
+implementation, tested by the registry, is what users run.
 """
 
 from __future__ import annotations
+
+import numbers
 
 import torch
 from torch import Tensor
@@ -15,43 +19,72 @@ from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_shape, check_tensor
 
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
-@torch.library.custom_op("wavefront::adamw_step", mutates_args=())
-def _adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, lr: float, beta1: float,
-                beta2: float, eps: float, weight_decay: float, step: float, maximize: bool
-                ) -> tuple[Tensor, Tensor, Tensor]:
+
+@torch.library.custom_op("wavefront::adamw_",
+                         mutates_args=("params", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "masters"))
+def _adamw_(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+            max_exp_avg_sqs: list[Tensor], masters: list[Tensor], scalars: Tensor, maximize: bool) -> None:
     from wavefront.kernels import adamw as kernels
     from wavefront.kernels._launch import op_scope
 
-    p, m, v = (t.contiguous().clone() for t in (param, exp_avg, exp_avg_sq))
-    with op_scope("adamw_step"):
-        kernels.adamw_multi_tensor([p], [grad.contiguous()], [m], [v], None, None,
-                                   [kernels.step_scalars(lr, beta1, beta2, eps, weight_decay, step)], maximize=maximize)
-    return p, m, v
+    # An empty list is an absent column (the schema has no optional tensor lists).
+    with op_scope("adamw"):
+        kernels.adamw_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, masters or None,
+                                   scalars, maximize=maximize)
 
 
-@_adamw_step.register_fake
-def _(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, weight_decay, step, maximize):
-    return torch.empty_like(param), torch.empty_like(exp_avg), torch.empty_like(exp_avg_sq)
+@_adamw_.register_fake
+def _(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters, scalars, maximize):
+    return None
+
+
+def step_scalars(lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, step: float) -> tuple:
+    """The per-tensor scalars (decay, 1 - b1, b2, 1 - b2, eps, -step size, sqrt(bias correction 2)), in float64
+    as torch.optim.AdamW computes them."""
+    bias_correction1 = 1 - beta1 ** step
+    bias_correction2 = 1 - beta2 ** step
+    return (1 - lr * weight_decay, 1 - beta1, beta2, 1 - beta2, eps, -(lr / bias_correction1),
+            bias_correction2 ** 0.5)
+
+
+def adamw_(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+           max_exp_avg_sqs: list[Tensor] | None, masters: list[Tensor] | None, scalars: Tensor, *,
+           maximize: bool) -> None:
+    """Update every tensor in place with one launch (the optimizer's dtype group): contiguous real tensors
+    on one device with one dtype per list; ``scalars`` [n_tensors, 7] fp64 on the device, one row of
+    :func:`step_scalars` per tensor."""
+    torch.ops.wavefront.adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or [], masters or [], scalars,
+                               maximize)
 
 
 def adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, lr: float, beta1: float = 0.9,
                beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 1e-2, step: int = 1,
                maximize: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """One AdamW step (torch.optim.AdamW's arithmetic, fp32 inside) returning new (param, exp_avg,
-    exp_avg_sq). ``step`` is the step number after incrementing (1 on the first step)."""
+    """One AdamW step (torch.optim.AdamW's arithmetic, fp32 inside; fp64 for fp64) returning new (param,
+    exp_avg, exp_avg_sq). ``step`` is the step number after incrementing (1 on the first step)."""
     op = "adamw_step"
     for name, t in (("param", param), ("grad", grad), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
-        check_tensor(op, name, t, min_dim=0)
+        check_tensor(op, name, t, dtypes=FLOAT_DTYPES, min_dim=0)
         check_shape(op, name, t, tuple(param.shape), "the shape of 'param'")
     check_same_device(op, param=param, grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
+    for name, value in (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("eps", eps), ("weight_decay", weight_decay),
+                        ("step", step)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{op}: argument '{name}' must be a number, got {type(value).__name__}")
     if step < 1:
         raise ValueError(f"{op}: argument 'step' must be >= 1 (the count after this step), got {step}")
     kw = dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, step=step, maximize=maximize)
     if param.numel() == 0 or not runtime.uses_triton(param.device):
         return reference.adamw_step_eager(param, grad, exp_avg, exp_avg_sq, **kw)
-    return torch.ops.wavefront.adamw_step(param, grad, exp_avg, exp_avg_sq, float(lr), float(beta1), float(beta2),
-                                          float(eps), float(weight_decay), float(step), bool(maximize))
+    # Fresh outputs (torch.empty_like, so the bounds test's canaries surround them), then updated in place.
+    p, m, v = (torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
+               for t in (param, exp_avg, exp_avg_sq))
+    scalars = torch.tensor([step_scalars(float(lr), float(beta1), float(beta2), float(eps), float(weight_decay),
+                                         float(step))], dtype=torch.float64, device=param.device)
+    adamw_([p], [grad.contiguous()], [m], [v], None, None, scalars, maximize=bool(maximize))
+    return p, m, v
 
 
 def _inputs(case: Case, dtype, device, gen) -> OpInputs:
@@ -91,6 +124,6 @@ SPECS = (
         flops=lambda c, mode: 15 * c.dims["numel"],
         min_bytes=_bytes,
         has_backward=False,
-        description="one AdamW step on a tensor (the multi-tensor kernel of wavefront.optim.AdamW)",
+        description="one AdamW step on a tensor (wavefront::adamw_, the op wavefront.optim.AdamW runs)",
     ),
 )

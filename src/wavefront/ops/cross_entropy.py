@@ -25,6 +25,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from wavefront import reference, runtime
+from wavefront.kernels._heuristics import stat_dtype
 from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_shape, check_tensor
@@ -33,7 +34,7 @@ INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 def _stat(logits: Tensor) -> torch.dtype:
-    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+    return stat_dtype(logits.dtype)
 
 
 @torch.library.custom_op("wavefront::cross_entropy_fwd", mutates_args=())
@@ -108,20 +109,62 @@ def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap):
 
 
 class _InplaceCrossEntropy(torch.autograd.Function):
-    """Forward overwrites the logits rows with d(loss_row)/d(logits); backward scales them in place."""
+    """Forward overwrites the logits rows with d(loss_row)/d(logits); backward scales them in place.
+
+    ``state`` carries the rows and their version counter after the forward (see :func:`_inplace_loss`): a
+    change to the rows after the loss would corrupt the gradient, so the backward refuses it.
+    """
 
     @staticmethod
-    def forward(ctx, rows, target, weight, ignore_index, label_smoothing, z_loss, softcap):
+    def forward(ctx, rows, target, weight, ignore_index, label_smoothing, z_loss, softcap, state):
         loss_rows, _ = torch.ops.wavefront.cross_entropy_fwd_grad_(rows, target, weight, ignore_index,
                                                                    label_smoothing, z_loss, softcap)
-        ctx.save_for_backward(rows)
+        ctx.state = state
+        state["rows"] = rows
         return loss_rows
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dloss):
-        (grad,) = ctx.saved_tensors
-        return grad.mul_(dloss[:, None].to(grad.dtype)), None, None, None, None, None, None
+        grad = ctx.state.pop("rows", None)
+        if grad is None:
+            raise RuntimeError("cross_entropy: with inplace_backward=True the backward can run only once")
+        if grad._version != ctx.state["version"]:
+            raise RuntimeError("cross_entropy: the logits were modified in place after the loss with "
+                               "inplace_backward=True, where they hold the gradient; pass inplace_backward=False")
+        return grad.mul_(dloss[:, None].to(grad.dtype)), None, None, None, None, None, None, None
+
+
+class _Overwritten(torch.autograd.Function):
+    """Marks the rows as overwritten: the caller's logits now carry this node, so an op that uses them after
+    the loss with autograd sends a gradient here, which is refused (it would have read the gradient as if
+    it were the logits)."""
+
+    @staticmethod
+    def forward(ctx, rows):
+        ctx.mark_dirty(rows)
+        return rows
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("cross_entropy: the logits were used by another op after the loss with "
+                           "inplace_backward=True, which overwrote them with the gradient; pass "
+                           "inplace_backward=False")
+
+
+def _inplace_loss(rows: Tensor, *args) -> Tensor:
+    state: dict = {}
+    loss_rows = _InplaceCrossEntropy.apply(rows, *args, state)
+    _Overwritten.apply(rows)
+    state["version"] = rows._version
+    return loss_rows
+
+
+def check_inplace_backward(op: str, logits: Tensor) -> None:
+    """Refuse in-place gradients into a tensor whose values autograd or the caller will still need."""
+    if logits.is_leaf:
+        raise ValueError(f"{op}: inplace_backward=True would overwrite 'logits', a leaf tensor that requires "
+                         f"grad (a parameter or an input); pass inplace_backward=False")
 
 
 def check_loss_options(op: str, *, n_classes: int, ignore_index, label_smoothing, z_loss, softcap, reduction,
@@ -201,7 +244,10 @@ def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, l
 
     ``inplace_backward=True`` overwrites ``logits`` with the gradient during the forward to save one
     [..., V] buffer in the backward: only when nothing else reads the logits after the loss (one backward
-    pass). Under torch.compile the option is ignored (the compiler plans the buffers).
+    pass). Refused (ValueError) for leaf logits; a backward through another op that used the logits after
+    the loss, or after an in-place change to them, raises RuntimeError. A read without autograd (``argmax``
+    under no_grad) cannot be detected and sees the gradient. Under torch.compile the option is ignored
+    (the compiler plans the buffers).
     """
     op = "cross_entropy"
     check_tensor(op, "logits", logits)
@@ -222,7 +268,8 @@ def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, l
     w = weight.contiguous() if weight is not None else None
     if (inplace_backward and torch.is_grad_enabled() and logits.requires_grad
             and not torch.compiler.is_compiling()):
-        loss_rows = _InplaceCrossEntropy.apply(rows, flat_target, w, *options)
+        check_inplace_backward(op, logits)
+        loss_rows = _inplace_loss(rows, flat_target, w, *options)
     else:
         loss_rows, _ = torch.ops.wavefront.cross_entropy_fwd(rows, flat_target, w, *options)
     denom = (reference.cross_entropy_denominator(flat_target, ignore_index, w, loss_rows.dtype)

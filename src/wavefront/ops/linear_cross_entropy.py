@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.kernels._heuristics import stat_dtype
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_same_dtype, check_shape, check_tensor
@@ -116,7 +117,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _stat(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    return stat_dtype(dtype)
 
 
 def _rows_ce(logits, target, class_weight, options, stats=None, grad=None, scale=None, col_offset=0,

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.kernels._heuristics import stat_dtype
 from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import (
@@ -29,7 +30,7 @@ CASTS = ("llama", "gemma")
 
 
 def _stat_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+    return stat_dtype(x.dtype)
 
 
 @torch.library.custom_op("wavefront::norm_fwd", mutates_args=())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor
 
 from wavefront import reference, runtime
 from wavefront.ops._rows import randn
@@ -21,6 +22,10 @@ def _rope(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tens
     from wavefront.kernels import rope as kernels
     from wavefront.kernels._launch import op_scope
 
+    if pos_mode == POS_CU_SEQLENS and not backward:
+        # Here, not in rope(): the op's body runs with real values in eager mode, under torch.compile and
+        # on every device, so malformed offsets are refused the same way everywhere.
+        check_cu_seqlens(positions, q.shape[0], cos.shape[0])
     with op_scope("rope"):
         q_out, k_out = kernels.rope(q, k, cos, sin, pos_mode, positions, backward)
     return q_out, q.new_empty(0) if k_out is None else k_out
@@ -78,7 +83,6 @@ def _check(q, k, cos, sin, position_ids, cu_seqlens) -> int:
                          f"got {rotary_dim}")
     check_same_device(op, q=q, k=k, cos=cos, sin=sin, position_ids=position_ids, cu_seqlens=cu_seqlens)
     packed = q.dim() == 3
-    n_tokens = q.shape[0]
     seq = q.shape[0] if packed else q.shape[2]
     batch = 1 if packed else q.shape[0]
     if position_ids is not None and cu_seqlens is not None:
@@ -92,12 +96,6 @@ def _check(q, k, cos, sin, position_ids, cu_seqlens) -> int:
             raise ValueError(f"{op}: argument 'cu_seqlens' must hold at least [0, tokens], got {cu_seqlens.numel()} "
                              f"value(s)")
         _check_table(op, cos, "cu_seqlens")
-        if values_checkable(cu_seqlens):
-            diffs = cu_seqlens[1:] - cu_seqlens[:-1]
-            if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != n_tokens or bool((diffs < 0).any()):
-                raise ValueError(f"{op}: argument 'cu_seqlens' must rise from 0 to the token count {n_tokens}, got "
-                                 f"{cu_seqlens.tolist()}")
-            _check_positions(op, "cu_seqlens", diffs.max(), cos.shape[0])
         return POS_CU_SEQLENS
     if position_ids is not None:
         check_tensor(op, "position_ids", position_ids, dtypes=INDEX_DTYPES, min_dim=1)
@@ -117,6 +115,33 @@ def _check(q, k, cos, sin, position_ids, cu_seqlens) -> int:
                          f"token), or be a table [max_positions, rotary_dim] with position_ids / cu_seqlens; got "
                          f"{tuple(cos.shape)}")
     return POS_DIRECT
+
+
+def check_cu_seqlens(cu_seqlens: Tensor, n_tokens: int, n_table_rows: int, *, on_device: bool | None = None) -> None:
+    """cu_seqlens must rise from 0 to the token count, and no sequence may outrun the cos/sin table.
+
+    The rule attention applies too. On the CPU the values are read directly (free) and a ValueError names
+    the argument. On a GPU the check runs on the device and raises through ``torch._assert_async``: no
+    host synchronization, so the error arrives asynchronously as a device-side assertion (the CUDA
+    context is then unusable, as with any device assert) instead of the silent garbage it replaces.
+    ``on_device`` forces the device form (tests run it on the CPU, where the assert raises at once).
+    """
+    op = "rope"
+    if on_device is None:
+        on_device = cu_seqlens.device.type != "cpu"
+    if cu_seqlens.device.type == "meta" or isinstance(cu_seqlens, FakeTensor):
+        return  # shapes only: no values to check
+    diffs = cu_seqlens[1:] - cu_seqlens[:-1]
+    if on_device:
+        ok = ((cu_seqlens[0] == 0) & (cu_seqlens[-1] == n_tokens) & (diffs >= 0).all()
+              & (diffs.max() <= n_table_rows))
+        torch._assert_async(ok, f"{op}: argument 'cu_seqlens' must rise from 0 to the token count {n_tokens} "
+                                f"with no sequence longer than the {n_table_rows}-row cos/sin table")
+        return
+    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != n_tokens or bool((diffs < 0).any()):
+        raise ValueError(f"{op}: argument 'cu_seqlens' must rise from 0 to the token count {n_tokens}, got "
+                         f"{cu_seqlens.tolist()}")
+    _check_positions(op, "cu_seqlens", diffs.max(), n_table_rows)
 
 
 def _check_table(op: str, cos: Tensor, by: str) -> None:
@@ -146,6 +171,8 @@ def rope(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, *, position_ids:
     """
     mode = _check(q, k, cos, sin, position_ids, cu_seqlens)
     if q.numel() == 0 or not runtime.uses_triton(q.device):
+        if cu_seqlens is not None and not torch.compiler.is_compiling():
+            check_cu_seqlens(cu_seqlens, q.shape[0], cos.shape[0])
         return reference.rope(q, k, cos, sin, position_ids=position_ids, cu_seqlens=cu_seqlens)
     positions = position_ids if mode == POS_IDS else cu_seqlens
     q_out, k_out = torch.ops.wavefront.rope(_unit_last(q), _unit_last(k), _unit_last(cos), _unit_last(sin),
