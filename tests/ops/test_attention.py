@@ -345,3 +345,24 @@ def test_torch_compile_inductor():
     torch.compile(f, fullgraph=True)(*args_c).backward()
     for a, b in zip(args, args_c, strict=True):
         assert torch.equal(a.grad, b.grad)
+
+
+def test_varlen_with_max_seqlen_checks_cu_seqlens_on_the_device_without_a_host_sync():
+    """On a GPU, varlen attention given max_seqlen reads nothing on the host (the device form runs here on the
+    CPU, forced); a malformed cu_seqlens or a sequence longer than max_seqlen still fails, through the
+    device assert."""
+    from _host_sync import host_syncs
+
+    from wavefront.ops.attention import _resolve_max_seqlen
+
+    good = torch.tensor([0, 3, 7, 12], dtype=torch.int32)
+    with host_syncs() as calls:
+        assert _resolve_max_seqlen(good, 5, 12, on_device=True) == 5
+    assert calls == [], calls
+    for bad, longest in (([0, 3, 2, 12], 9), ([1, 3, 7, 12], 5), ([0, 3, 7, 11], 5), ([0, 3, 7, 12], 4)):
+        with pytest.raises(RuntimeError, match="cu_seqlens"):
+            _resolve_max_seqlen(torch.tensor(bad), longest, 12, on_device=True)
+    # Without max_seqlen the host path runs (one read) and names the problem.
+    with host_syncs() as calls, pytest.raises(ValueError, match="must start at 0"):
+        _resolve_max_seqlen(torch.tensor([0, 3, 2, 12]), -1, 12)
+    assert calls and all("tolist" in c for c in calls)

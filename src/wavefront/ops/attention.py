@@ -11,9 +11,12 @@ and MQA (k/v with fewer heads, dividing q's), head dims up to 256, and packed va
 Query and key lengths must match (self-attention; causal is top-left = bottom-right then). fp64 inputs
 and CPU runs without the Triton interpreter use the PyTorch reference.
 
-Varlen checks read cu_seqlens on the host (one small device-to-host copy per call, inside the custom op
-so torch.compile sees no data-dependent Python); pass max_seqlen to skip computing it, the consistency
-checks still run.
+Varlen checks: on a GPU with ``max_seqlen`` given by the caller (as flash-attn's varlen API takes it),
+nothing is read on the host: cu_seqlens is checked on the device (starts at 0, never decreases, ends at
+the packed length, no sequence longer than max_seqlen) and a violation raises through
+``torch._assert_async`` (asynchronous device assert; no host sync, so the step stays graph-capturable).
+Without max_seqlen, or on the CPU where it is free, cu_seqlens is read on the host (one small copy per
+call, inside the custom op so torch.compile sees no data-dependent Python) and errors are ValueErrors.
 """
 
 from __future__ import annotations
@@ -34,8 +37,20 @@ MAX_HEAD_DIM = 256
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
-def _resolve_max_seqlen(cu_seqlens: Tensor, max_seqlen: int, total: int) -> int:
-    """Validate cu_seqlens against the packed length (one host sync) and return the longest sequence."""
+def _resolve_max_seqlen(cu_seqlens: Tensor, max_seqlen: int, total: int, *, on_device: bool | None = None) -> int:
+    """Validate cu_seqlens against the packed length and return the longest sequence (see the module
+    docstring): on the device without a host sync when the caller gave max_seqlen, else on the host.
+    ``on_device`` forces the device form (tests run it on the CPU, where the assert raises at once)."""
+    if on_device is None:
+        on_device = cu_seqlens.device.type != "cpu" and max_seqlen >= 0
+    if on_device:
+        if max_seqlen < 0:
+            raise ValueError(f"{OP}: the device-side cu_seqlens check needs 'max_seqlen'")
+        diffs = cu_seqlens[1:] - cu_seqlens[:-1]
+        ok = (cu_seqlens[0] == 0) & (cu_seqlens[-1] == total) & (diffs >= 0).all() & (diffs.max() <= max_seqlen)
+        torch._assert_async(ok, f"{OP}: 'cu_seqlens' must start at 0, never decrease, end at the packed length "
+                                f"{total} (q.shape[2]), and hold no sequence longer than 'max_seqlen' ({max_seqlen})")
+        return max_seqlen
     bounds = cu_seqlens.tolist()
     lengths = [e - s for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
     if bounds[0] != 0 or bounds[-1] != total or min(lengths) < 0:
