@@ -13,12 +13,12 @@ from wavefront.patching import PatchError
 from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY, build_model
 
 
-def _sdpa(family: str, seed: int = 0):
-    return build_model(TINY_BY_FAMILY[family], seed=seed, attn_implementation="sdpa")
+def _sdpa(family: str, seed: int = 0, **overrides):
+    return build_model(TINY_BY_FAMILY[family], seed=seed, attn_implementation="sdpa", **overrides)
 
 
 def test_attention_patch_matches_unpatched_forward_and_backward():
-    model = _sdpa("llama")
+    model = _sdpa("llama", num_hidden_layers=1)  # every layer is patched alike: one shows the numerics
     assert model.config._attn_implementation == "sdpa"
     ref = copy.deepcopy(model)
     report = wavefront.patch(model, attention=True, loss=False)
