@@ -32,8 +32,7 @@ def _check(result, steps: int) -> None:
 
 
 def test_patched_training_agrees_with_unpatched(family, single_thread):
-    result = run_convergence(TINY_BY_FAMILY[family], steps=20, seq_len=4, patch_options=FULL_PATCH,
-                             num_hidden_layers=1)
+    result = run_convergence(TINY_BY_FAMILY[family], steps=20, seq_len=4, patch_options=FULL_PATCH, num_hidden_layers=1)
     _check(result, 20)
 
 
