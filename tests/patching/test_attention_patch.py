@@ -53,7 +53,7 @@ def test_attention_patch_is_instance_scoped_and_reverts(tiny):
 
 
 def test_eager_models_switch_and_switch_back_and_softcapped_families_are_reported(tiny):
-    model = _sdpa("llama")
+    model = _sdpa("llama", num_hidden_layers=1)
     model.set_attn_implementation("eager")
     ref = copy.deepcopy(model)
     ids = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(5))
