@@ -19,13 +19,14 @@ def family(request) -> str:
     return request.param
 
 
-def _tiny(family: str, seed: int = 0):
-    return build_model(TINY_BY_FAMILY[family], seed=seed)
+def _tiny(family: str, seed: int = 0, **overrides):
+    return build_model(TINY_BY_FAMILY[family], seed=seed, **overrides)
 
 
 @pytest.fixture
 def tiny():
-    """tiny(family, seed=0) -> a freshly initialized tiny causal LM of that family."""
+    """tiny(family, seed=0, **config_overrides) -> a freshly initialized tiny causal LM of that family (config
+    fields overridable, e.g. num_hidden_layers=1 where one layer holds every module a test exercises)."""
     return _tiny
 
 

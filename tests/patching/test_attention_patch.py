@@ -13,12 +13,12 @@ from wavefront.patching import PatchError
 from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY, build_model
 
 
-def _sdpa(family: str, seed: int = 0):
-    return build_model(TINY_BY_FAMILY[family], seed=seed, attn_implementation="sdpa")
+def _sdpa(family: str, seed: int = 0, **overrides):
+    return build_model(TINY_BY_FAMILY[family], seed=seed, attn_implementation="sdpa", **overrides)
 
 
 def test_attention_patch_matches_unpatched_forward_and_backward():
-    model = _sdpa("llama")
+    model = _sdpa("llama", num_hidden_layers=1)  # every layer is patched alike: one shows the numerics
     assert model.config._attn_implementation == "sdpa"
     ref = copy.deepcopy(model)
     report = wavefront.patch(model, attention=True, loss=False)
@@ -53,7 +53,7 @@ def test_attention_patch_is_instance_scoped_and_reverts(tiny):
 
 
 def test_eager_models_switch_and_switch_back_and_softcapped_families_are_reported(tiny):
-    model = _sdpa("llama")
+    model = _sdpa("llama", num_hidden_layers=1)
     model.set_attn_implementation("eager")
     ref = copy.deepcopy(model)
     ids = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(5))

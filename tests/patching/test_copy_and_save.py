@@ -22,7 +22,8 @@ def _ids(seed: int = 0) -> torch.Tensor:
 def _patched_llama():
     from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY, build_model
 
-    model = build_model(TINY_BY_FAMILY["llama"], seed=0, attn_implementation="sdpa")
+    # One layer holds every mechanism; a second would only rerun the same kernels under the interpreter.
+    model = build_model(TINY_BY_FAMILY["llama"], seed=0, attn_implementation="sdpa", num_hidden_layers=1)
     wavefront.patch(model, **EVERYTHING)
     return model.train()
 
