@@ -292,9 +292,9 @@ def run(request: CompareRequest, progress: Callable[[int, int, str], None] | Non
 
         try:
             a, b = open_run(request.run_a, request.store), open_run(request.run_b, request.store)
-        except sqlite3.Error as exc:  # a directory, a locked or damaged file
-            raise StoreError(f"cannot read the runs ({request.run_a}, {request.run_b}; store {request.store}): "
-                             f"{exc}") from None
+        except (sqlite3.Error, StoreError) as exc:  # a directory, a locked, damaged or foreign file
+            raise StoreError(f"--store: cannot read the runs ({request.run_a}, {request.run_b}) from "
+                             f"{request.store}: {exc}") from None
         deltas = compare_runs(a, b, providers=request.providers or None)
     notes = comparability_notes(a, b) + ([] if deltas else empty_notes(a, b))
     return CompareResult(request, a, b, deltas, notes)
