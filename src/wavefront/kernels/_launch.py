@@ -35,7 +35,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,8 @@ from wavefront.kernels._interpreter import gpu_rounding
 
 runtime.check_triton_version()
 
-__all__ = ["Launch", "TensorArg", "bind_runtime_args", "launch", "op_scope", "recording"]
+__all__ = ["Launch", "TensorArg", "bind_runtime_args", "launch", "op_scope", "recording", "register_cache",
+           "reset_caches"]
 
 
 @dataclass(frozen=True)
@@ -187,3 +188,21 @@ def launch(kernel, grid: tuple[int, ...], *args: Any, constexprs: Mapping[str, A
             kernel[grid](*args, **constexprs, **options)
     else:
         kernel[grid](*args, **constexprs, **options)
+
+
+_CACHE_RESETS: list[Callable[[], None]] = []
+
+
+def register_cache(reset: Callable[[], None]) -> Callable[[], None]:
+    """Register the reset of a launcher-side cache (e.g. AdamW's device-resident tensor tables), so that
+    tools measuring one case at a time (traffic) start every case cold: what a cache hit saves depends on
+    which addresses the allocator happened to reuse from the previous case."""
+    _CACHE_RESETS.append(reset)
+    return reset
+
+
+def reset_caches() -> None:
+    """Empty every registered launcher-side cache."""
+    for reset in _CACHE_RESETS:
+        reset()
+

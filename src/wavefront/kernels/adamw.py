@@ -44,7 +44,7 @@ import triton.language as tl
 
 from wavefront import runtime
 from wavefront.kernels._heuristics import acc_dtype, tl_dtype, warps_for
-from wavefront.kernels._launch import launch
+from wavefront.kernels._launch import launch, register_cache
 from wavefront.runtime import Arch
 
 N_PTRS = 6  # param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master
@@ -236,7 +236,12 @@ class TableCache:
         return tables
 
 
+    def clear(self) -> None:
+        self._tables.clear()
+
+
 TABLES = TableCache()
+register_cache(TABLES.clear)  # traffic measures each case from a cold table
 
 
 def adamw_multi_tensor(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],

@@ -142,3 +142,23 @@ def test_errors_are_reported_per_row():
     assert all("unknown layout" in r.error for r in rows)
     with pytest.raises(ValueError, match="unknown op 'nope'"):
         tr.traffic_ops(["nope"])
+
+
+def test_counts_do_not_depend_on_what_ran_before():
+    """A launcher-side cache (AdamW's device tables, keyed by tensor addresses) must not make a case's bytes
+    depend on the previous case: a hit skips the table upload, and whether the allocator reuses an address
+    is chance. Every case starts cold (kernels._launch.reset_caches), so an entry left by an earlier case
+    is gone and the counts repeat."""
+    from wavefront.kernels import adamw as adamw_kernels
+
+    spec = REGISTRY["adamw_step"]
+    case = tr.traffic_cases(spec)[-1]
+
+    def total() -> int:
+        count = tr.measure_case(spec, case, torch.bfloat16, eager=False)["fwd"][0]
+        return count.kernel_bytes + count.host_bytes
+
+    first = total()
+    adamw_kernels.TABLES._tables[("left", "by", "an earlier case")] = None  # what a previous case leaves
+    assert total() == first
+    assert ("left", "by", "an earlier case") not in adamw_kernels.TABLES._tables

@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from wavefront import runtime
-from wavefront.kernels._launch import Launch, TensorArg, recording
+from wavefront.kernels._launch import Launch, TensorArg, recording, reset_caches
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
 from wavefront.workbench.static.capture import BELOW_PYTHON_KEYS, op_modes, seed
@@ -426,6 +426,7 @@ def _run_counted(fn, inputs, grad_argnums, modes, gen, *, kernels: bool) -> dict
     """Call `fn` forward (and backward) counting aten bytes and, with kernels=True, interpreter traffic."""
     args = _clone_inputs(inputs, grad_argnums)
     counts: dict[str, _ModeCount] = {}
+    reset_caches()  # every case starts cold, whatever the previous case left cached
     counter = InterpreterCounter() if kernels else None
     with counter if counter is not None else contextlib.nullcontext():
         with recording(execute=True) as fwd_launches:
