@@ -20,6 +20,7 @@ from typing import Literal
 
 import torch
 
+from wavefront.kernels.matmul_config import matrix_launch_options
 from wavefront.runtime import Arch
 
 AttentionKernel = Literal["fwd", "bwd_dkdv", "bwd_dq"]
@@ -51,15 +52,8 @@ class AttentionConfig:
     transposed: bool = False
 
     def options(self, arch: Arch) -> dict:
-        """Launch options for `arch`: AMD extras only on AMD targets (the NVIDIA compiler and the
-        interpreter reject them)."""
-        opts = {"num_warps": min(self.num_warps, arch.max_num_warps), "num_stages": self.num_stages}
-        if arch.family in ("amd-cdna", "amd-rdna"):
-            opts["waves_per_eu"] = self.waves_per_eu
-        if arch.family == "amd-cdna":
-            opts["matrix_instr_nonkdim"] = self.matrix_instr_nonkdim
-            opts["kpack"] = self.kpack
-        return opts
+        """Launch options for `arch`: AMD extras only on AMD targets."""
+        return matrix_launch_options(self, arch)
 
 
 _T = AttentionConfig

@@ -54,13 +54,19 @@ class TileConfig:
 
     def options(self, arch: Arch) -> dict:
         """Launch options for `arch`: AMD extras only on AMD targets."""
-        opts = {"num_warps": min(self.num_warps, arch.max_num_warps), "num_stages": self.num_stages}
-        if arch.family in ("amd-cdna", "amd-rdna"):
-            opts["waves_per_eu"] = self.waves_per_eu
-        if arch.family == "amd-cdna":
-            opts["matrix_instr_nonkdim"] = self.matrix_instr_nonkdim
-            opts["kpack"] = self.kpack
-        return opts
+        return matrix_launch_options(self, arch)
+
+
+def matrix_launch_options(cfg, arch: Arch) -> dict:
+    """Launch options of a matrix-unit kernel config (TileConfig, AttentionConfig) for `arch`: the AMD
+    extras only on AMD targets (the NVIDIA compiler and the interpreter reject them)."""
+    opts = {"num_warps": min(cfg.num_warps, arch.max_num_warps), "num_stages": cfg.num_stages}
+    if arch.family in ("amd-cdna", "amd-rdna"):
+        opts["waves_per_eu"] = cfg.waves_per_eu
+    if arch.family == "amd-cdna":
+        opts["matrix_instr_nonkdim"] = cfg.matrix_instr_nonkdim
+        opts["kpack"] = cfg.kpack
+    return opts
 
 
 _T = TileConfig
