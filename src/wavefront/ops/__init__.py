@@ -11,6 +11,7 @@ from wavefront.ops import adamw as _adamw
 from wavefront.ops import attention as _attention
 from wavefront.ops import cross_entropy as _cross_entropy
 from wavefront.ops import glu as _glu
+from wavefront.ops import grouped_linear as _grouped_linear
 from wavefront.ops import linear as _linear
 from wavefront.ops import linear_cross_entropy as _linear_cross_entropy
 from wavefront.ops import norm as _norm
@@ -21,6 +22,7 @@ from wavefront.ops.adamw import adamw_step
 from wavefront.ops.attention import attention
 from wavefront.ops.cross_entropy import cross_entropy
 from wavefront.ops.glu import geglu, swiglu
+from wavefront.ops.grouped_linear import grouped_linear
 from wavefront.ops.linear import linear
 from wavefront.ops.linear_cross_entropy import linear_cross_entropy
 from wavefront.ops.norm import add_rms_norm, layer_norm, rms_norm
@@ -29,7 +31,8 @@ from wavefront.ops.softmax import softmax
 
 REGISTRY: dict[str, OpSpec] = {
     spec.name: spec
-    for module in (_norm, _softmax, _cross_entropy, _linear_cross_entropy, _glu, _rope, _adamw, _attention, _linear)
+    for module in (_norm, _softmax, _cross_entropy, _linear_cross_entropy, _glu, _rope, _adamw, _attention, _linear,
+                   _grouped_linear)
     for spec in module.SPECS
 }
 
@@ -43,5 +46,5 @@ def get_spec(name: str) -> OpSpec:
 
 
 __all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "adamw_step", "add_rms_norm", "attention",
-           "cross_entropy", "geglu", "get_spec", "layer_norm", "linear", "linear_cross_entropy", "rms_norm", "rope",
-           "softmax", "swiglu"]
+           "cross_entropy", "geglu", "get_spec", "grouped_linear", "layer_norm", "linear", "linear_cross_entropy",
+           "rms_norm", "rope", "softmax", "swiglu"]
