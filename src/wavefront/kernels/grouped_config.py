@@ -42,8 +42,9 @@ TMA_TABLES: dict[str, dict[str, TileConfig]] = {
     "hopper": {
         "fwd": _T(128, 256, 4, 3, "128x256x64, 3 stages, one producer and two consumer warpgroups (the dense "
                                   "GEMM's light TMA entry)", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "fwd_swiglu": _T(128, 128, 4, 3, "128x128x64 per half: gate and up accumulators are 128x256 together, "
-                                         "the light entry's footprint; 3 stages of x and two W tiles",
+        "fwd_swiglu": _T(128, 64, 4, 4, "128x64x64 per half, 4 stages: gate and up accumulators are 128x128 "
+                                        "together; 128x128 per half spills 48 B on sm_90 (the silu epilogue and the "
+                                        "two masked z stores beside 128x256 of accumulators)",
                          BLOCK_K=64, GROUP_M=8, warp_specialize=True),
         "dx": _T(128, 256, 4, 3, "128x256x64 as fwd: W^T is a transposed shared-memory view", BLOCK_K=64,
                  GROUP_M=8, warp_specialize=True),
@@ -51,11 +52,16 @@ TMA_TABLES: dict[str, dict[str, TileConfig]] = {
                  BLOCK_K=64, GROUP_M=8, warp_specialize=True),
     },
     "blackwell": {
-        "fwd": _T(128, 256, 8, 3, "128x256x64, 3 stages, tcgen05, 8 warps for the tensor-memory epilogue load",
+        "fwd": _T(128, 128, 8, 4, "128x128x64, 4 stages, tcgen05, 8 warps: 128x256 spills 168 B on sm_100 loading "
+                                  "the accumulator from tensor memory for the masked pointer store",
                   BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "fwd_swiglu": _T(128, 128, 8, 3, "128x128x64 per half, 8 warps: the two accumulators in tensor memory",
-                         BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "dx": _T(128, 256, 8, 3, "128x256x64 as fwd", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+        "fwd_swiglu": _T(128, 32, 8, 4, "128x32x64 per half, 8 warps, 4 stages, no warp specialization: Triton "
+                                        "3.9's Blackwell partitioner asserts on two tensor-memory accumulators in "
+                                        "one loop (NVWSInsertTmemAref: at most 2 partitions); without it 128x64 "
+                                        "per half spills 24 B (8 warps) or 8-16 B (4 warps); this is 80 regs, 0 "
+                                        "spill. Narrow: a single [gate | up] accumulator would lift it",
+                         BLOCK_K=64, GROUP_M=8),
+        "dx": _T(128, 128, 8, 4, "128x128x64 as fwd", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
         "dw": _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
     },
 }

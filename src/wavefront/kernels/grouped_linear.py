@@ -64,9 +64,8 @@ from wavefront.kernels.grouped_config import GroupedPlan, grouped_plan, swiglu_b
 
 
 @triton.jit
-def _group_table(offsets_ptr, T, E, BLOCK_M: tl.constexpr, E_POW2: tl.constexpr):
-    """Per group lane (E experts, lane E the padding rows, lanes past E empty): first row, end row, row tiles,
-    and the inclusive prefix sum of row tiles."""
+def _group_bounds(offsets_ptr, T, E, E_POW2: tl.constexpr):
+    """Per group lane (E experts, lane E the padding rows, lanes past E empty): first row and end row."""
     lane = tl.arange(0, E_POW2)
     ends = tl.load(offsets_ptr + lane, mask=lane < E, other=0).to(tl.int32)
     starts = tl.load(offsets_ptr + lane - 1, mask=(lane >= 1) & (lane <= E), other=0).to(tl.int32)
@@ -74,8 +73,23 @@ def _group_table(offsets_ptr, T, E, BLOCK_M: tl.constexpr, E_POW2: tl.constexpr)
     starts = tl.minimum(starts, T)
     # Lanes past the padding pseudo-group, and any decreasing offset, hold no rows.
     ends = tl.where(lane <= E, tl.maximum(ends, starts), starts)
-    tiles = (ends - starts + BLOCK_M - 1) // BLOCK_M
-    return lane, starts, ends, tiles, tl.cumsum(tiles, 0)
+    return lane, starts, ends
+
+
+@triton.jit
+def _tile_table_kernel(offsets_ptr, table_ptr, T, E, BLOCK_M: tl.constexpr, E_POW2: tl.constexpr):
+    """table[g] = row tiles of groups 0..g (the inclusive prefix sum), one program. A separate launch because
+    a scan inside the GEMM kernels stops Triton 3.9's Hopper warp specializer ("other parent ops")."""
+    lane, starts, ends = _group_bounds(offsets_ptr, T, E, E_POW2)
+    tl.store(table_ptr + lane, tl.cumsum((ends - starts + BLOCK_M - 1) // BLOCK_M, 0))
+
+
+@triton.jit
+def _group_table(offsets_ptr, table_ptr, T, E, E_POW2: tl.constexpr):
+    """Per group lane: first row, end row, row tiles, and the inclusive prefix sum of row tiles."""
+    lane, starts, ends = _group_bounds(offsets_ptr, T, E, E_POW2)
+    cum = tl.load(table_ptr + lane)
+    return lane, starts, ends, cum - tl.load(table_ptr + lane - 1, mask=lane >= 1, other=0), cum
 
 
 @triton.jit
@@ -139,8 +153,8 @@ def _gemm_tile(a_ptr, b_ptr, a_desc, b_desc, e, row0, off_n, T, N, N_OUT, K, str
 
 @triton.jit
 def _grouped_gemm_kernel(
-    a_ptr, b_ptr, offsets_ptr, c_ptr, z_ptr,
-    T, N, K, E,
+    a_ptr, b_ptr, offsets_ptr, table_ptr, c_ptr, z_ptr,
+    T, N, K, E, max_m_tiles,
     stride_am, stride_be, stride_bn, stride_bk, stride_cm, stride_zm,
     SWIGLU: tl.constexpr, SAVE_Z: tl.constexpr, B_T: tl.constexpr, USE_TMA: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -151,13 +165,15 @@ def _grouped_gemm_kernel(
     the reduction over out_features). SWIGLU: C [T, N/2] = silu(a) * b of the two halves, and SAVE_Z writes
     z = [a, b] [T, N]. NUM_PROGRAMS 0: one virtual tile per program (grid = max_tiles, the programs past the
     real tile count exit); > 0: a persistent grid walking the tiles."""
-    lane, starts, ends, tiles, cum = _group_table(offsets_ptr, T, E, BLOCK_M, E_POW2)
+    lane, starts, ends, tiles, cum = _group_table(offsets_ptr, table_ptr, T, E, E_POW2)
     if SWIGLU:
         N_OUT = N // 2
     else:
         N_OUT = N
     num_pid_n = tl.cdiv(N_OUT, BLOCK_N)
-    num_pid_m = tl.sum(tiles, 0)
+    # The host's bound on row tiles: tiles past the groups' real count locate no group (zero K loop, nothing
+    # stored). Looping to the device-side count instead stops Triton 3.9's Hopper warp specializer.
+    num_pid_m = max_m_tiles
     if USE_TMA:
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[T, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
         if B_T:
@@ -172,7 +188,7 @@ def _grouped_gemm_kernel(
         b_desc = b_ptr
     if NUM_PROGRAMS == 0:
         first = tl.program_id(0)
-        last = tl.minimum(first + 1, num_pid_m * num_pid_n)
+        last = first + 1
         step = 1
     else:
         first = tl.program_id(0)
@@ -204,13 +220,14 @@ def _grouped_dw_kernel(
     a_ptr, b_ptr, offsets_ptr, c_ptr,
     T, N, K, E,
     stride_a_row, stride_a_tok, stride_b_row, stride_b_tok, stride_ce, stride_cn,
-    USE_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, E_POW2: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    USE_TMA: tl.constexpr, ALIGNED_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, E_POW2: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """dW_e [N, K] = A_e B_e^T over group e's tokens: A = dz^T (logical [N, T]), B = x^T (logical [K, T]).
     Here BLOCK_M tiles N, BLOCK_N tiles K and BLOCK_K tiles the tokens. Pointer loads take any strides (AMD:
-    token-contiguous copies); TMA takes dz [T, N] and x [T, K] row-major with per-group descriptors."""
-    lane, starts, ends, tiles, cum = _group_table(offsets_ptr, T, E, BLOCK_M, E_POW2)
+    token-contiguous copies, ALIGNED_TOKENS: padded to whole BLOCK_K token blocks); TMA takes dz [T, N] and
+    x [T, K] row-major with per-group descriptors."""
+    lane, starts, ends = _group_bounds(offsets_ptr, T, E, E_POW2)
     num_pid_m = tl.cdiv(N, BLOCK_M)
     num_pid_n = tl.cdiv(K, BLOCK_N)
     per_expert = num_pid_m * num_pid_n
@@ -243,17 +260,32 @@ def _grouped_dw_kernel(
                 b = b_desc.load([kb * BLOCK_K, off_n])
                 acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
-            # Output rows and columns past N and K wrap (loads stay in bounds; the store masks them); tokens
-            # past the group's end are masked to zero in both operands.
+            # Output rows and columns past N and K wrap: loads stay in bounds, the store masks them.
             rows_a = ((off_m + tl.arange(0, BLOCK_M)) % N).to(tl.int64)
             rows_b = ((off_n + tl.arange(0, BLOCK_N)) % K).to(tl.int64)
             toks = tl.arange(0, BLOCK_K)
-            a_ptrs = a_ptr + rows_a[:, None] * stride_a_row + (start + toks).to(tl.int64)[None, :] * stride_a_tok
-            b_ptrs = b_ptr + rows_b[None, :] * stride_b_row + (start + toks).to(tl.int64)[:, None] * stride_b_tok
-            for kb in range(0, tl.cdiv(n_tok, BLOCK_K)):
-                left = n_tok - kb * BLOCK_K
-                a = tl.load(a_ptrs, mask=toks[None, :] < left, other=0.0)
-                b = tl.load(b_ptrs, mask=toks[:, None] < left, other=0.0)
+            if ALIGNED_TOKENS:
+                # Token-contiguous copies padded to whole token blocks: blocks start on a multiple of BLOCK_K, the
+                # loads are unmasked and vectorize (a mask along the contiguous dim would split them into 16-bit
+                # loads and 16-bit LDS writes), and tokens outside the group are zeroed in registers.
+                first = tl.multiple_of(start - start % BLOCK_K, BLOCK_K)
+                n_blocks = tl.cdiv(start + n_tok - first, BLOCK_K)
+                a_ptrs = a_ptr + rows_a[:, None] * stride_a_row + (first + toks)[None, :]
+                b_ptrs = b_ptr + rows_b[None, :] * stride_b_row + (first + toks)[:, None]
+            else:
+                first = start
+                n_blocks = tl.cdiv(n_tok, BLOCK_K)
+                a_ptrs = a_ptr + rows_a[:, None] * stride_a_row + (start + toks).to(tl.int64)[None, :] * stride_a_tok
+                b_ptrs = b_ptr + rows_b[None, :] * stride_b_row + (start + toks).to(tl.int64)[:, None] * stride_b_tok
+            for kb in range(0, n_blocks):
+                tok = first + kb * BLOCK_K + toks
+                in_group = (tok >= start) & (tok < start + n_tok)
+                if ALIGNED_TOKENS:
+                    a = tl.where(in_group[None, :], tl.load(a_ptrs), 0.0)
+                    b = tl.where(in_group[:, None], tl.load(b_ptrs), 0.0)
+                else:
+                    a = tl.load(a_ptrs, mask=in_group[None, :], other=0.0)
+                    b = tl.load(b_ptrs, mask=in_group[:, None], other=0.0)
                 acc = tl.dot(a, b, acc, input_precision="ieee")
                 a_ptrs += BLOCK_K * stride_a_tok
                 b_ptrs += BLOCK_K * stride_b_tok
@@ -323,20 +355,25 @@ def _launch_gemm(a: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor, c
     N = weight.shape[2] if b_t else weight.shape[1]
     cfg = plan.config
     n_out = N // 2 if swiglu else N
-    max_tiles = (triton.cdiv(T, cfg.BLOCK_M) + E + 1) * triton.cdiv(n_out, cfg.BLOCK_N)
+    max_m_tiles = triton.cdiv(T, cfg.BLOCK_M) + E + 1
+    max_tiles = max_m_tiles * triton.cdiv(n_out, cfg.BLOCK_N)
     programs = min(max_tiles, plan.programs) if plan.programs else 0
     if plan.use_tma:
         _ensure_tma_allocator()
+    e_pow2 = _e_pow2(E)
+    table = torch.empty((e_pow2,), dtype=torch.int32, device=a.device)
+    launch(_tile_table_kernel, (1,), offsets_ptr=offsets, table_ptr=table, T=T, E=E,
+           constexprs=dict(BLOCK_M=cfg.BLOCK_M, E_POW2=e_pow2), options={"num_warps": 4, "num_stages": 1})
     launch(_grouped_gemm_kernel, (programs or max_tiles,),
-           a_ptr=a, b_ptr=weight, offsets_ptr=offsets, c_ptr=c, z_ptr=z, T=T, N=N, K=K_red, E=E,
-           stride_am=a.stride(0), stride_be=weight.stride(0),
+           a_ptr=a, b_ptr=weight, offsets_ptr=offsets, table_ptr=table, c_ptr=c, z_ptr=z, T=T, N=N, K=K_red, E=E,
+           max_m_tiles=max_m_tiles, stride_am=a.stride(0), stride_be=weight.stride(0),
            # B_e as the logical [N, K_red] operand: W_e itself, or W_e^T for dx.
            stride_bn=weight.stride(2) if b_t else weight.stride(1),
            stride_bk=weight.stride(1) if b_t else weight.stride(2),
            stride_cm=c.stride(0), stride_zm=z.stride(0) if z is not None else 0,
            constexprs=dict(SWIGLU=swiglu, SAVE_Z=z is not None, B_T=b_t, USE_TMA=plan.use_tma,
                            EVEN_K=K_red % cfg.BLOCK_K == 0, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                           BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, E_POW2=_e_pow2(E), NUM_PROGRAMS=programs,
+                           BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, E_POW2=e_pow2, NUM_PROGRAMS=programs,
                            WARP_SPECIALIZE=cfg.warp_specialize and programs > 0),
            options=cfg.options(plan.arch))
 
@@ -367,6 +404,15 @@ def swiglu_bwd(dy: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return dz
 
 
+def _token_major(view: torch.Tensor, block: int) -> torch.Tensor:
+    """A token-contiguous copy of a logical [rows, T] view, T padded to whole blocks (the padding is never
+    used: the kernel zeroes tokens outside each group after loading)."""
+    rows, T = view.shape
+    out = torch.empty((rows, triton.cdiv(T, block) * block), dtype=view.dtype, device=view.device)
+    out[:, :T].copy_(view)
+    return out[:, :T]
+
+
 def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor,
                        needs_dx: bool, needs_dw: bool, *, arch: runtime.Arch | None = None,
                        tma: bool | None = None):
@@ -389,10 +435,11 @@ def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, 
         dw = torch.empty((E, N, K), dtype=weight.dtype, device=x.device)
         use_tma = _tma_ok(dz, x) if tma is None else tma
         plan = grouped_plan("dw", N, K, T, x.dtype, arch, x.device, use_tma)
-        a, b = dz.t(), x.t()  # logical [N, T] and [K, T]
-        if plan.pretranspose and not plan.use_tma:
-            a, b = a.contiguous(), b.contiguous()
         cfg = plan.config
+        a, b = dz.t(), x.t()  # logical [N, T] and [K, T]
+        aligned = plan.pretranspose and not plan.use_tma
+        if aligned:
+            a, b = _token_major(a, cfg.BLOCK_K), _token_major(b, cfg.BLOCK_K)
         tiles = E * triton.cdiv(N, cfg.BLOCK_M) * triton.cdiv(K, cfg.BLOCK_N)
         programs = min(tiles, plan.programs) if plan.programs else 0
         if plan.use_tma:
@@ -401,7 +448,7 @@ def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, 
                a_ptr=a, b_ptr=b, offsets_ptr=offsets, c_ptr=dw, T=T, N=N, K=K, E=E,
                stride_a_row=a.stride(0), stride_a_tok=a.stride(1), stride_b_row=b.stride(0), stride_b_tok=b.stride(1),
                stride_ce=dw.stride(0), stride_cn=dw.stride(1),
-               constexprs=dict(USE_TMA=plan.use_tma, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
+               constexprs=dict(USE_TMA=plan.use_tma, ALIGNED_TOKENS=aligned, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
                                GROUP_M=cfg.GROUP_M, E_POW2=_e_pow2(E), NUM_PROGRAMS=programs,
                                WARP_SPECIALIZE=cfg.warp_specialize and programs > 0),
                options=cfg.options(plan.arch))
