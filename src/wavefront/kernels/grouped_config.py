@@ -41,49 +41,58 @@ def _every(cfg: TileConfig) -> dict[str, TileConfig]:
 TMA_TABLES: dict[str, dict[str, TileConfig]] = {
     "hopper": {
         "fwd": _T(128, 256, 4, 3, "128x256x64, 3 stages, one producer and two consumer warpgroups (the dense "
-                                  "GEMM's light TMA entry)", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+                                  "GEMM's light TMA entry): sm_90 168 regs, 0 spill, 177 KiB, wgmma n256",
+                  BLOCK_K=64, GROUP_M=8, warp_specialize=True),
         "fwd_swiglu": _T(128, 64, 4, 4, "128x64x64 per half, 4 stages: gate and up accumulators are 128x128 "
                                         "together; 128x128 per half spills 48 B on sm_90 (the silu epilogue and the "
-                                        "two masked z stores beside 128x256 of accumulators)",
-                         BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "dx": _T(128, 256, 4, 3, "128x256x64 as fwd: W^T is a transposed shared-memory view", BLOCK_K=64,
-                 GROUP_M=8, warp_specialize=True),
-        "dw": _T(128, 128, 4, 4, "128x128x64, 4 stages: both operands transposed views of token-major tensors",
-                 BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+                                        "two masked z stores beside 128x256 of accumulators); this is 168 regs, 0 "
+                                        "spill, 145 KiB", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+        "dx": _T(128, 256, 4, 3, "128x256x64 as fwd: W^T is a transposed shared-memory view (no copy); 168 regs, "
+                                 "0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+        "dw": _T(128, 128, 4, 4, "128x128x64, 4 stages: dz^T is a transposed view of token-major dz; per-group "
+                                 "descriptors; 168 regs, 0 spill, 144 KiB", BLOCK_K=64, GROUP_M=8,
+                 warp_specialize=True),
     },
     "blackwell": {
         "fwd": _T(128, 128, 8, 4, "128x128x64, 4 stages, tcgen05, 8 warps: 128x256 spills 168 B on sm_100 loading "
-                                  "the accumulator from tensor memory for the masked pointer store",
-                  BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+                                  "the accumulator from tensor memory for the masked pointer store; this is 96 "
+                                  "regs, 0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
         "fwd_swiglu": _T(128, 32, 8, 4, "128x32x64 per half, 8 warps, 4 stages, no warp specialization: Triton "
                                         "3.9's Blackwell partitioner asserts on two tensor-memory accumulators in "
                                         "one loop (NVWSInsertTmemAref: at most 2 partitions); without it 128x64 "
                                         "per half spills 24 B (8 warps) or 8-16 B (4 warps); this is 80 regs, 0 "
                                         "spill. Narrow: a single [gate | up] accumulator would lift it",
                          BLOCK_K=64, GROUP_M=8),
-        "dx": _T(128, 128, 8, 4, "128x128x64 as fwd", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "dw": _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+        "dx": _T(128, 128, 8, 4, "128x128x64 as fwd; 96 regs, 0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+        "dw": _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps; 96 regs, 0 spill, 136 KiB", BLOCK_K=64, GROUP_M=8,
+                 warp_specialize=True),
     },
 }
+
+_CDNA = dict(waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)
 
 #: Pointer kernels, one program per virtual tile.
 POINTER_TABLES: dict[str, dict[str, TileConfig]] = {
     "nvidia": {
         **_every(_T(128, 128, 8, 3, "sm_80 (and unaligned operands): 128x128x32, 8 warps, mma.sync (the dense "
-                                    "GEMM's heavy pointer entry)", BLOCK_K=32, GROUP_M=8)),
-        "fwd_swiglu": _T(128, 64, 8, 3, "two 128x64 accumulators: 128x128 in all, as the other products",
-                         BLOCK_K=32, GROUP_M=8),
+                                    "GEMM's heavy pointer entry): sm_80 170-176 regs, 0 spill, 32 KiB", BLOCK_K=32,
+                    GROUP_M=8)),
+        "fwd_swiglu": _T(128, 64, 8, 3, "two 128x64 accumulators: 128x128 in all, as the other products; sm_80 144 "
+                                        "regs, 0 spill", BLOCK_K=32, GROUP_M=8),
     },
     "amd-cdna": {
         **_every(_T(128, 128, 8, 2, "128x128x32, 8 waves, mfma16, kpack 2, waves_per_eu 2 (the dense GEMM's heavy "
-                                    "CDNA entry: 256x256 spills once the epilogue grows)", BLOCK_K=32, GROUP_M=4,
-                    waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
-        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: 128x128 in all", BLOCK_K=32, GROUP_M=4,
-                         waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2),
+                                    "CDNA entry): gfx942 76-96 VGPRs, 0 spill, 8-16 KiB LDS, every LDS read a "
+                                    "ds_read_b128 (dx and dW from the reduction-contiguous copies)", BLOCK_K=32,
+                    GROUP_M=4, **_CDNA)),
+        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: 128x128 in all; gfx942 78 VGPRs, 0 spill",
+                         BLOCK_K=32, GROUP_M=4, **_CDNA),
     },
     "amd-rdna": {
-        **_every(_T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16", BLOCK_K=32, GROUP_M=8)),
-        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators", BLOCK_K=32, GROUP_M=8),
+        **_every(_T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: gfx1100 128-151 VGPRs, 0 spill",
+                    BLOCK_K=32, GROUP_M=8)),
+        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: gfx1100 201 VGPRs, 0 spill", BLOCK_K=32,
+                         GROUP_M=8),
     },
     # The interpreter: small tiles so small test problems cross several tiles in every dim and groups
     # straddle tiles.
@@ -135,6 +144,8 @@ def grouped_plan(product: Product, M: int, N: int, K: int, dtype: torch.dtype, a
         programs = 0
     if dtype.itemsize > 2 and arch.family != "cpu":
         cfg = replace(cfg, BLOCK_K=max(16, cfg.BLOCK_K // 2), reason=cfg.reason + "; fp32: BLOCK_K halved")
+    # CDNA: without the copies gfx942 reads the MFMA operands by ds_read_u16 (compiled, bf16: dx 48, dW 96 per
+    # kernel, as the dense GEMM's measurement in matmul_config.PRETRANSPOSE_FAMILIES); with them, none.
     return GroupedPlan(cfg, use_tma, programs, arch.family in PRETRANSPOSE_FAMILIES and product in ("dx", "dw"), arch)
 
 

@@ -26,16 +26,19 @@ dz is formed by one elementwise pass (_swiglu_bwd_kernel) because both backward 
 it into their prologues would evaluate the sigmoid once per output tile column instead of once.
 
 FLOPs: 2 T N K forward, 4 T N K backward (T = offsets[-1] routed rows). Bytes (16-bit, minimum): forward
-reads x and W, writes y: 2 (T K + E N K + T N_out) (+ 2 T N for z with SwiGLU). At Mixtral's gate/up
-projection (T = 16384 routed rows, E = 8, N = 2 x 14336, K = 4096) about 1700 FLOP/B: compute bound; at
-Qwen3-30B-A3B's (E = 128, T_g = 512 on average) about 390 FLOP/B, still above the H100's ridge.
+reads x and W, writes y: 2 (T K + E N K + T N_out) (+ 2 T N for z with SwiGLU). Intensity of the forward
+at 8192 tokens: Mixtral-8x7B's gate/up (top-2: T = 16384, E = 8, N = 2 x 14336, K = 4096) about 1100
+FLOP/B with z; Qwen3-30B-A3B's (top-8: T = 65536, E = 128, N = 2 x 768, K = 2048, 512 rows per expert on
+average) about 300 FLOP/B and its down projection about 270: at the H100's ridge (989 TFLOP/s over
+3.35 TB/s, 295 FLOP/B), so small experts are as much a bandwidth problem as a matrix-unit one.
 
-Tile schedule. Group g's rows split into ceil(T_g / BLOCK_M) row tiles, so the launch holds at most
+Tile schedule. Group g's rows split into ceil(T_g / BLOCK_M) row tiles, so a product holds at most
 ceil(T / BLOCK_M) + E + 1 row tiles (one partial tile per group, plus the padding rows as a pseudo-group E
-that writes zeros). The host sizes the grid by that bound and never reads offsets; each program loads the
-(E + 1)-entry table of offsets into registers, takes its prefix sum of tile counts (``tl.cumsum``) and
-locates a virtual tile's group by counting the prefix sums at or below it (_group_table, _locate): a few
-vector reductions over E_POW2 lanes per tile, no separate scheduling kernel, no host sync.
+that writes zeros). The host sizes the grid by that bound and never reads offsets. A one-program launch
+(_tile_table_kernel) writes the prefix sum of row tiles per group (E_POW2 int32); each GEMM program loads it
+with the offsets and locates a virtual tile's group by counting the prefix sums at or below it (_locate):
+a few vector reductions over E_POW2 lanes per tile. Virtual tiles past the real count locate no group and
+store nothing.
 
 Which kernel runs (kernels/grouped_config.py decides): on sm_90 / sm_100 a persistent grid (one program per
 SM) walks the tiles and operands move by TMA tensor descriptors: x (or dz) as one [T, K] descriptor, W as
@@ -221,7 +224,8 @@ def _grouped_dw_kernel(
     T, N, K, E,
     stride_a_row, stride_a_tok, stride_b_row, stride_b_tok, stride_ce, stride_cn,
     USE_TMA: tl.constexpr, ALIGNED_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, E_POW2: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, E_POW2: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
 ):
     """dW_e [N, K] = A_e B_e^T over group e's tokens: A = dz^T (logical [N, T]), B = x^T (logical [K, T]).
     Here BLOCK_M tiles N, BLOCK_N tiles K and BLOCK_K tiles the tokens. Pointer loads take any strides (AMD:
@@ -251,9 +255,10 @@ def _grouped_dw_kernel(
         if USE_TMA:
             # Per-group descriptors: the copy engine zero-fills rows past the group's end. An empty group runs
             # no iteration; its descriptors get one row so their shape stays valid.
-            a_desc = tl.make_tensor_descriptor(a_ptr + start.to(tl.int64) * stride_a_tok, shape=[tl.maximum(n_tok, 1), N],
+            desc_rows = tl.maximum(n_tok, 1)
+            a_desc = tl.make_tensor_descriptor(a_ptr + start.to(tl.int64) * stride_a_tok, shape=[desc_rows, N],
                                                strides=[stride_a_tok, 1], block_shape=[BLOCK_K, BLOCK_M])
-            b_desc = tl.make_tensor_descriptor(b_ptr + start.to(tl.int64) * stride_b_tok, shape=[tl.maximum(n_tok, 1), K],
+            b_desc = tl.make_tensor_descriptor(b_ptr + start.to(tl.int64) * stride_b_tok, shape=[desc_rows, K],
                                                strides=[stride_b_tok, 1], block_shape=[BLOCK_K, BLOCK_N])
             for kb in range(0, tl.cdiv(n_tok, BLOCK_K)):
                 a = tl.trans(a_desc.load([kb * BLOCK_K, off_m]))
@@ -448,8 +453,8 @@ def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, 
                a_ptr=a, b_ptr=b, offsets_ptr=offsets, c_ptr=dw, T=T, N=N, K=K, E=E,
                stride_a_row=a.stride(0), stride_a_tok=a.stride(1), stride_b_row=b.stride(0), stride_b_tok=b.stride(1),
                stride_ce=dw.stride(0), stride_cn=dw.stride(1),
-               constexprs=dict(USE_TMA=plan.use_tma, ALIGNED_TOKENS=aligned, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
-                               GROUP_M=cfg.GROUP_M, E_POW2=_e_pow2(E), NUM_PROGRAMS=programs,
+               constexprs=dict(USE_TMA=plan.use_tma, ALIGNED_TOKENS=aligned, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+                               BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, E_POW2=_e_pow2(E), NUM_PROGRAMS=programs,
                                WARP_SPECIALIZE=cfg.warp_specialize and programs > 0),
                options=cfg.options(plan.arch))
     return dx, dw
