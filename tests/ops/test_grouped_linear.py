@@ -45,7 +45,8 @@ def compile_products(jobs) -> list[dict]:
     from wavefront.workbench.static.inspect import job_for
 
     bf16 = torch.bfloat16
-    T, K, N, E = 1024, 512, 768, 8
+    # 128 experts (Qwen3-MoE's count): the group search's table then has 256 entries.
+    T, K, N, E = 1024, 512, 768, 128
     x, w, dz = torch.empty(T, K, dtype=bf16), torch.empty(E, N, K, dtype=bf16), torch.empty(T, N, dtype=bf16)
     offsets = torch.zeros(E, dtype=torch.int32)
     rows = []

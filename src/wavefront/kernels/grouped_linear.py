@@ -35,10 +35,12 @@ average) about 300 FLOP/B and its down projection about 270: at the H100's ridge
 Tile schedule. Group g's rows split into ceil(T_g / BLOCK_M) row tiles, so a product holds at most
 ceil(T / BLOCK_M) + E + 1 row tiles (one partial tile per group, plus the padding rows as a pseudo-group E
 that writes zeros). The host sizes the grid by that bound and never reads offsets. A one-program launch
-(_tile_table_kernel) writes the prefix sum of row tiles per group (E_POW2 int32); each GEMM program loads it
-with the offsets and locates a virtual tile's group by counting the prefix sums at or below it (_locate):
-a few vector reductions over E_POW2 lanes per tile. Virtual tiles past the real count locate no group and
-store nothing.
+(_tile_table_kernel) writes the prefix sum of row tiles per group (E_POW2 int32, padded with the total);
+each GEMM program locates a virtual tile's group by a branchless binary search of that table (_locate:
+log2 E_POW2 scalar loads, cached) and reads the group's rows from offsets (two scalar loads). Virtual
+tiles past the real count locate no group and store nothing. (Vector forms of the search, a scan or
+reductions over E_POW2 lanes inside the tile loop, stop Triton 3.9's Hopper warp specializer: the scan at
+any E, the reductions from E_POW2 = 128.)
 
 Which kernel runs (kernels/grouped_config.py decides): on sm_90 / sm_100 a persistent grid (one program per
 SM) walks the tiles and operands move by TMA tensor descriptors: x (or dz) as one [T, K] descriptor, W as
@@ -88,21 +90,28 @@ def _tile_table_kernel(offsets_ptr, table_ptr, T, E, BLOCK_M: tl.constexpr, E_PO
 
 
 @triton.jit
-def _group_table(offsets_ptr, table_ptr, T, E, E_POW2: tl.constexpr):
-    """Per group lane: first row, end row, row tiles, and the inclusive prefix sum of row tiles."""
-    lane, starts, ends = _group_bounds(offsets_ptr, T, E, E_POW2)
-    cum = tl.load(table_ptr + lane)
-    return lane, starts, ends, cum - tl.load(table_ptr + lane - 1, mask=lane >= 1, other=0), cum
+def _group_rows(g, offsets_ptr, T, E):
+    """(first row, end row) of group g by two scalar loads: experts 0..E-1, the padding pseudo-group E (its rows
+    end at T), and an empty range past it. Clamped to [0, T]; a decreasing offset gives an empty group."""
+    start = tl.where(g > 0, tl.load(offsets_ptr + tl.maximum(tl.minimum(g, E) - 1, 0)), 0).to(tl.int32)
+    end = tl.where(g < E, tl.load(offsets_ptr + tl.minimum(g, E - 1)), T).to(tl.int32)
+    start = tl.minimum(start, T)
+    end = tl.where(g <= E, tl.maximum(tl.minimum(end, T), start), start)
+    return start, end
 
 
 @triton.jit
-def _locate(v, lane, starts, ends, tiles, cum, BLOCK_M: tl.constexpr):
-    """(group, first row, end row) of virtual row tile v: its group is the first whose prefix sum exceeds v."""
-    g = tl.sum((cum <= v).to(tl.int32), 0)
-    here = lane == g
-    first_tile = tl.sum(tl.where(here, cum - tiles, 0), 0)
-    row0 = tl.sum(tl.where(here, starts, 0), 0) + (v - first_tile) * BLOCK_M
-    return g, row0, tl.sum(tl.where(here, ends, 0), 0)
+def _locate(v, offsets_ptr, table_ptr, T, E, BLOCK_M: tl.constexpr, E_POW2: tl.constexpr):
+    """(group, first row, end row) of virtual row tile v: g = how many prefix sums are <= v, by a branchless
+    binary search over the E_POW2-entry table (log2 E_POW2 scalar loads; the table is non-decreasing)."""
+    g = v * 0
+    half: tl.constexpr = E_POW2 // 2
+    for step in tl.static_range(E_POW2.bit_length() - 1):
+        probe = g + (half >> step)
+        g = tl.where(tl.load(table_ptr + probe - 1) <= v, probe, g)
+    first_tile = tl.where(g > 0, tl.load(table_ptr + tl.maximum(g - 1, 0)), 0)
+    start, end = _group_rows(g, offsets_ptr, T, E)
+    return g, start + (v - first_tile) * BLOCK_M, end
 
 
 @triton.jit
@@ -168,7 +177,6 @@ def _grouped_gemm_kernel(
     the reduction over out_features). SWIGLU: C [T, N/2] = silu(a) * b of the two halves, and SAVE_Z writes
     z = [a, b] [T, N]. NUM_PROGRAMS 0: one virtual tile per program (grid = max_tiles, the programs past the
     real tile count exit); > 0: a persistent grid walking the tiles."""
-    lane, starts, ends, tiles, cum = _group_table(offsets_ptr, table_ptr, T, E, E_POW2)
     if SWIGLU:
         N_OUT = N // 2
     else:
@@ -200,7 +208,7 @@ def _grouped_gemm_kernel(
     k_tiles_all = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(first, last, step, flatten=False, warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
-        g, row0, row_end = _locate(pid_m, lane, starts, ends, tiles, cum, BLOCK_M)
+        g, row0, row_end = _locate(pid_m, offsets_ptr, table_ptr, T, E, BLOCK_M, E_POW2)
         e = tl.minimum(g, E - 1)
         # The padding pseudo-group (g == E) runs no K loop: its tiles store zeros.
         k_tiles = tl.where(g < E, k_tiles_all, 0)
@@ -224,14 +232,12 @@ def _grouped_dw_kernel(
     T, N, K, E,
     stride_a_row, stride_a_tok, stride_b_row, stride_b_tok, stride_ce, stride_cn,
     USE_TMA: tl.constexpr, ALIGNED_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, E_POW2: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """dW_e [N, K] = A_e B_e^T over group e's tokens: A = dz^T (logical [N, T]), B = x^T (logical [K, T]).
     Here BLOCK_M tiles N, BLOCK_N tiles K and BLOCK_K tiles the tokens. Pointer loads take any strides (AMD:
     token-contiguous copies, ALIGNED_TOKENS: padded to whole BLOCK_K token blocks); TMA takes dz [T, N] and
     x [T, K] row-major with per-group descriptors."""
-    lane, starts, ends = _group_bounds(offsets_ptr, T, E, E_POW2)
     num_pid_m = tl.cdiv(N, BLOCK_M)
     num_pid_n = tl.cdiv(K, BLOCK_N)
     per_expert = num_pid_m * num_pid_n
@@ -246,9 +252,8 @@ def _grouped_dw_kernel(
     for tile in tl.range(first, last, step, flatten=False, warp_specialize=WARP_SPECIALIZE):
         e = tile // per_expert
         pid_m, pid_n = grouped_tile(tile % per_expert, num_pid_m, num_pid_n, GROUP_M)
-        here = lane == e
-        start = tl.sum(tl.where(here, starts, 0), 0)
-        n_tok = tl.sum(tl.where(here, ends, 0), 0) - start
+        start, end = _group_rows(e, offsets_ptr, T, E)
+        n_tok = end - start
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
@@ -454,7 +459,7 @@ def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, 
                stride_a_row=a.stride(0), stride_a_tok=a.stride(1), stride_b_row=b.stride(0), stride_b_tok=b.stride(1),
                stride_ce=dw.stride(0), stride_cn=dw.stride(1),
                constexprs=dict(USE_TMA=plan.use_tma, ALIGNED_TOKENS=aligned, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                               BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, E_POW2=_e_pow2(E), NUM_PROGRAMS=programs,
+                               BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
                                WARP_SPECIALIZE=cfg.warp_specialize and programs > 0),
                options=cfg.options(plan.arch))
     return dx, dw
