@@ -192,8 +192,8 @@ CASES = (
           20, 37, 3),
     _case("int64_offsets", "int64 offsets (torch._grouped_mm takes int32; routers often produce int64)", 36, 32, 32,
           3, layout="balanced", int64=True),
-    _case("many_experts", "40 experts over 64 rows, most groups empty or one row: the group search's 64-entry table",
-          64, 16, 32, 40),
+    _case("many_experts", "24 experts over 48 rows, many groups empty or of one row: the group search's 32-entry "
+          "table", 48, 16, 32, 24),
     _case("swiglu", "SwiGLU epilogue (gate and up halves, HF layout), uneven groups and padding rows", 48, 32, 64, 4,
           pad=7, activation="swiglu"),
     _case("swiglu_empty", "SwiGLU with empty groups", 40, 32, 48, 5, layout="empty", activation="swiglu"),
