@@ -6,12 +6,13 @@ each x tile, so BLOCK_N counts output columns and the accumulators hold 2 BLOCK_
 and "dw" (dz_g^T x_g, reducing over the group's tokens: BLOCK_M tiles N, BLOCK_N tiles K, BLOCK_K the
 tokens). One table per family; the tile shapes start from the dense GEMM's verified entries
 (kernels/matmul_config.py) and each reason quotes what the ahead-of-time compile showed for bf16 at that
-entry (``tests/ops/test_grouped_linear.py`` re-checks matrix instructions, TMA and spills). No entry carries
+entry with 128 experts (``tests/ops/test_grouped_linear.py`` re-checks matrix instructions, TMA and spills). No entry carries
 a GPU timing: none was measured on this project's machines yet.
 
 Group sizes are data on the device, so unlike the dense GEMM no entry is chosen by M: a routed group averages
 T top_k / E rows (Mixtral 8192 x 2 / 8 = 2048, Qwen3-30B-A3B 8192 x 8 / 128 = 512), and every group pays at
-most one partial row tile, so 128-row tiles waste under 13% at Qwen3's average group.
+most one partial row tile, so 128-row tiles waste at most 127 / 512 = 25% at Qwen3's average group (half that
+on average).
 
 fp32 inputs (accepted for testing) halve BLOCK_K, keeping shared memory at the 16-bit footprint.
 """
@@ -60,7 +61,7 @@ TMA_TABLES: dict[str, dict[str, TileConfig]] = {
         "fwd_swiglu": _T(128, 32, 8, 4, "128x32x64 per half, 8 warps, 4 stages, no warp specialization: Triton "
                                         "3.9's Blackwell partitioner asserts on two tensor-memory accumulators in "
                                         "one loop (NVWSInsertTmemAref: at most 2 partitions); without it 128x64 "
-                                        "per half spills 24 B (8 warps) or 8-16 B (4 warps); this is 80 regs, 0 "
+                                        "per half spills 24 B (8 warps) or 8-16 B (4 warps); this is 68 regs, 0 "
                                         "spill. Narrow: a single [gate | up] accumulator would lift it",
                          BLOCK_K=64, GROUP_M=8),
         "dx": _T(128, 128, 8, 4, "128x128x64 as fwd; 96 regs, 0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
@@ -75,23 +76,23 @@ _CDNA = dict(waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)
 POINTER_TABLES: dict[str, dict[str, TileConfig]] = {
     "nvidia": {
         **_every(_T(128, 128, 8, 3, "sm_80 (and unaligned operands): 128x128x32, 8 warps, mma.sync (the dense "
-                                    "GEMM's heavy pointer entry): sm_80 170-176 regs, 0 spill, 32 KiB", BLOCK_K=32,
+                                    "GEMM's heavy pointer entry): sm_80 172-176 regs, 0 spill, 32 KiB", BLOCK_K=32,
                     GROUP_M=8)),
-        "fwd_swiglu": _T(128, 64, 8, 3, "two 128x64 accumulators: 128x128 in all, as the other products; sm_80 144 "
+        "fwd_swiglu": _T(128, 64, 8, 3, "two 128x64 accumulators: 128x128 in all, as the other products; sm_80 134 "
                                         "regs, 0 spill", BLOCK_K=32, GROUP_M=8),
     },
     "amd-cdna": {
         **_every(_T(128, 128, 8, 2, "128x128x32, 8 waves, mfma16, kpack 2, waves_per_eu 2 (the dense GEMM's heavy "
-                                    "CDNA entry): gfx942 76-96 VGPRs, 0 spill, 8-16 KiB LDS, every LDS read a "
+                                    "CDNA entry): gfx942 78-82 VGPRs, 0 spill, 8-16 KiB LDS, every LDS read a "
                                     "ds_read_b128 (dx and dW from the reduction-contiguous copies)", BLOCK_K=32,
                     GROUP_M=4, **_CDNA)),
-        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: 128x128 in all; gfx942 78 VGPRs, 0 spill",
+        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: 128x128 in all; gfx942 80 VGPRs, 0 spill",
                          BLOCK_K=32, GROUP_M=4, **_CDNA),
     },
     "amd-rdna": {
-        **_every(_T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: gfx1100 128-151 VGPRs, 0 spill",
+        **_every(_T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: gfx1100 122-128 VGPRs, 0 spill",
                     BLOCK_K=32, GROUP_M=8)),
-        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: gfx1100 201 VGPRs, 0 spill", BLOCK_K=32,
+        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: gfx1100 190 VGPRs, 0 spill", BLOCK_K=32,
                          GROUP_M=8),
     },
     # The interpreter: small tiles so small test problems cross several tiles in every dim and groups
