@@ -1,8 +1,8 @@
 """Launch configurations of the grouped-linear kernels (kernels/grouped_linear.py): data, and one pure
 function that picks from it.
 
-Products: "fwd" (x_g W_e^T), "fwd_swiglu" (the same with the gate and up halves as two accumulators sharing
-each x tile, so BLOCK_N counts output columns and the accumulators hold 2 BLOCK_N columns), "dx" (dz_g W_e)
+Products: "fwd" (x_g W_e^T), "fwd_swiglu" (the same with the gate and up halves sharing each x tile, so
+BLOCK_N counts output columns and the accumulators hold 2 BLOCK_N columns), "dx" (dz_g W_e)
 and "dw" (dz_g^T x_g, reducing over the group's tokens: BLOCK_M tiles N, BLOCK_N tiles K, BLOCK_K the
 tokens). One table per family; the tile shapes start from the dense GEMM's verified entries
 (kernels/matmul_config.py) and each reason quotes what the ahead-of-time compile showed for bf16 at that
@@ -44,10 +44,10 @@ TMA_TABLES: dict[str, dict[str, TileConfig]] = {
         "fwd": _T(128, 256, 4, 3, "128x256x64, 3 stages, one producer and two consumer warpgroups (the dense "
                                   "GEMM's light TMA entry): sm_90 168 regs, 0 spill, 177 KiB, wgmma n256",
                   BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "fwd_swiglu": _T(128, 64, 4, 4, "128x64x64 per half, 4 stages: gate and up accumulators are 128x128 "
-                                        "together; 128x128 per half spills 48 B on sm_90 (the silu epilogue and the "
-                                        "two masked z stores beside 128x256 of accumulators); this is 168 regs, 0 "
-                                        "spill, 145 KiB", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+        "fwd_swiglu": _T(128, 64, 4, 4, "128x64x64 per half, 4 stages: gate and up as one 128x128 accumulator "
+                                        "(wgmma n128); 128x128 per half spills 64 B on sm_90 (the silu epilogue "
+                                        "and the two masked z stores beside 128x256 of accumulators); this is 168 "
+                                        "regs, 0 spill, 144 KiB", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
         "dx": _T(128, 256, 4, 3, "128x256x64 as fwd: W^T is a transposed shared-memory view (no copy); 168 regs, "
                                  "0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
         "dw": _T(128, 128, 4, 4, "128x128x64, 4 stages: dz^T is a transposed view of token-major dz; per-group "
@@ -58,12 +58,10 @@ TMA_TABLES: dict[str, dict[str, TileConfig]] = {
         "fwd": _T(128, 128, 8, 4, "128x128x64, 4 stages, tcgen05, 8 warps: 128x256 spills 168 B on sm_100 loading "
                                   "the accumulator from tensor memory for the masked pointer store; this is 96 "
                                   "regs, 0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "fwd_swiglu": _T(128, 32, 8, 4, "128x32x64 per half, 8 warps, 4 stages, no warp specialization: Triton "
-                                        "3.9's Blackwell partitioner asserts on two tensor-memory accumulators in "
-                                        "one loop (NVWSInsertTmemAref: at most 2 partitions); without it 128x64 "
-                                        "per half spills 24 B (8 warps) or 8-16 B (4 warps); this is 68 regs, 0 "
-                                        "spill. Narrow: a single [gate | up] accumulator would lift it",
-                         BLOCK_K=64, GROUP_M=8),
+        "fwd_swiglu": _T(128, 64, 8, 4, "128x64x64 per half, 4 stages, 8 warps: gate and up as one 128x128 "
+                                        "tensor-memory accumulator (two trip Triton 3.9's Blackwell partitioner: "
+                                        "NVWSInsertTmemAref 'at most 2 partitions'); 96 regs, 0 spill, 132 KiB",
+                         BLOCK_K=64, GROUP_M=8, warp_specialize=True),
         "dx": _T(128, 128, 8, 4, "128x128x64 as fwd; 96 regs, 0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
         "dw": _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps; 96 regs, 0 spill, 136 KiB", BLOCK_K=64, GROUP_M=8,
                  warp_specialize=True),

@@ -116,14 +116,26 @@ def _locate(v, offsets_ptr, table_ptr, T, E, BLOCK_M: tl.constexpr, E_POW2: tl.c
 
 @triton.jit
 def _gemm_tile(a_ptr, b_ptr, a_desc, b_desc, e, row0, off_n, T, N, N_OUT, K, stride_am, stride_be, stride_bn,
-               stride_bk, k_tiles, DUAL: tl.constexpr, B_T: tl.constexpr, USE_TMA: tl.constexpr, EVEN_K: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+               stride_bk, k_tiles, DUAL: tl.constexpr, B_T: tl.constexpr, USE_TMA: tl.constexpr,
+               EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """acc = A[row0:+BLOCK_M, :] @ B_e[off_n:+BLOCK_N, :]^T in fp32 over k_tiles reduction tiles, and with DUAL
     acc2 = the same against rows N_OUT + off_n (SwiGLU's up half), sharing each A tile. B_e is the logical
-    [N, K] operand of expert e; B_T: stored [K, N] (dx's W_e^T)."""
+    [N, K] operand of expert e; B_T: stored [K, N] (dx's W_e^T).
+
+    DUAL with TMA loads the gate and up tiles as one [2, BLOCK_N, BLOCK_K] box of W seen as [2 E, N/2, K] and
+    runs one [BLOCK_M, 2 BLOCK_N] product, split after the loop: one accumulator, which Triton 3.9's Blackwell
+    warp specializer requires (two tensor-memory accumulators in one loop trip its partitioner), and one
+    wgmma n128 instead of two n64 on Hopper."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     acc2 = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    if USE_TMA:
+    if DUAL and USE_TMA:
+        both = tl.zeros((BLOCK_M, 2 * BLOCK_N), tl.float32)
+        for kb in range(0, k_tiles):
+            a = a_desc.load([row0, kb * BLOCK_K])
+            b = tl.reshape(b_desc.load([e * 2, off_n, kb * BLOCK_K]), [2 * BLOCK_N, BLOCK_K])
+            both = tl.dot(a, tl.trans(b), both, input_precision="ieee")
+        acc, acc2 = tl.split(tl.permute(tl.reshape(both, [BLOCK_M, 2, BLOCK_N]), [0, 2, 1]))
+    elif USE_TMA:
         for kb in range(0, k_tiles):
             a = a_desc.load([row0, kb * BLOCK_K])
             if B_T:
@@ -187,7 +199,11 @@ def _grouped_gemm_kernel(
     num_pid_m = max_m_tiles
     if USE_TMA:
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[T, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
-        if B_T:
+        if SWIGLU:
+            # [2 E, N/2, K]: expert e's gate rows are slab 2 e, its up rows slab 2 e + 1.
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[E * 2, N_OUT, K], strides=[N_OUT * stride_bn, stride_bn, 1],
+                                               block_shape=[2, BLOCK_N, BLOCK_K])
+        elif B_T:
             # W stored [E, K, N] as far as this product sees it: E K rows of N (the reduction rows of dx).
             b_desc = tl.make_tensor_descriptor(b_ptr, shape=[E * K, N], strides=[stride_bk, 1],
                                                block_shape=[BLOCK_K, BLOCK_N])
