@@ -126,8 +126,8 @@ def test_machine_code_every_product(target):
     assert len(rows) == len(PRODUCTS)
     for row in rows:
         _check_machine_code(row)
-        if target in TMA_TARGETS and row["warp_specialize"]:
-            assert row["setmaxnreg"] > 0, row
+        if target in TMA_TARGETS:
+            assert row["warp_specialize"] and row["setmaxnreg"] > 0, row
 
 
 # ---------------------------------------------------------------------------------------------------

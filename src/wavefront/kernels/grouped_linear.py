@@ -44,7 +44,8 @@ any E, the reductions from E_POW2 = 128.)
 
 Which kernel runs (kernels/grouped_config.py decides): on sm_90 / sm_100 a persistent grid (one program per
 SM) walks the tiles and operands move by TMA tensor descriptors: x (or dz) as one [T, K] descriptor, W as
-one [E N, K] descriptor (read transposed for dx: a shared-memory view, no copy of W). Rows of a tile past
+one [E N, K] descriptor (read transposed for dx: a shared-memory view, no copy of W; with SwiGLU as
+[2 E, N/2, K], so one box holds a tile's gate and up rows). Rows of a tile past
 its group's end read the next group's rows, which only feed masked output rows; a W tile past expert e's N
 rows reads expert e + 1, which only feeds masked output columns, and in dx the K loop's columns past N are
 zero-filled in dz by the copy engine. The dW product reduces over tokens, where neighbouring groups' rows
