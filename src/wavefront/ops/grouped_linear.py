@@ -128,7 +128,8 @@ def grouped_linear(x: Tensor, weight: Tensor, offsets: Tensor, *, activation: st
 
 # ---------------------------------------------------------------------------------------------------
 # Registry entry. dims: T (rows of x, padding included), K (in_features), N (out_features, gate and up
-# together for swiglu), E (experts), pad (padding rows past offsets[-1]); options: activation; layout: how
+# together for swiglu), E (experts), pad (padding rows past offsets[-1]), int64 (offsets dtype), weight_t
+# (weight a transposed view); options: activation; layout: how
 # the routed rows split into groups ("uneven": random cuts; "empty": random cuts with the first, a middle
 # and the last group empty; "balanced": equal groups, as top-k routing with a capacity would give).
 
@@ -149,7 +150,11 @@ def _offsets(case: Case, gen: torch.Generator) -> torch.Tensor:
 def _inputs(case: Case, dtype, device, gen) -> OpInputs:
     T, K, N, E = case.dims["T"], case.dims["K"], case.dims["N"], case.dims["E"]
     x = randn((T, K), dtype, device, gen)
-    weight = randn((E, N, K), dtype, device, gen, K ** -0.5)
+    if case.dims.get("weight_t"):
+        # Stored [E, K, N] (in x out, as some MoE code keeps it), passed as the [E, N, K] view: read in place.
+        weight = randn((E, K, N), dtype, device, gen, K ** -0.5).transpose(1, 2)
+    else:
+        weight = randn((E, N, K), dtype, device, gen, K ** -0.5)
     return OpInputs((x, weight, _offsets(case, gen).to(device)), dict(case.options), (0, 1))
 
 
@@ -176,8 +181,8 @@ def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
     return (T * n_out + 2 * T * K + 2 * E * N * K) * e + z + offsets
 
 
-def _case(name, reason, T, K, N, E, layout="uneven", slow=False, pad=0, int64=False, **options):
-    dims = {"T": T, "K": K, "N": N, "E": E, "pad": pad, "int64": int(int64)}
+def _case(name, reason, T, K, N, E, layout="uneven", slow=False, pad=0, int64=False, weight_t=False, **options):
+    dims = {"T": T, "K": K, "N": N, "E": E, "pad": pad, "int64": int(int64), "weight_t": int(weight_t)}
     return Case(name, reason, dims, options, layout=layout, slow=slow)
 
 
@@ -190,6 +195,8 @@ CASES = (
     _case("one_expert", "E = 1: a single group over all rows (the dense linear)", 40, 48, 32, 1),
     _case("unaligned", "K = 20, N = 37: rows not 16-byte aligned, so the pointer kernels run; K tail masked", 36,
           20, 37, 3),
+    _case("weight_t", "weight a transposed view of [E, K, N] storage (SwiGLU): the pointer kernels read it in place",
+          36, 32, 48, 3, weight_t=True, activation="swiglu"),
     _case("int64_offsets", "int64 offsets (torch._grouped_mm takes int32; routers often produce int64)", 36, 32, 32,
           3, layout="balanced", int64=True),
     _case("many_experts", "24 experts over 48 rows, many groups empty or of one row: the group search's 32-entry "
