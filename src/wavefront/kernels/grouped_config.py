@@ -68,7 +68,6 @@ TMA_TABLES: dict[str, dict[str, TileConfig]] = {
     },
 }
 
-_CDNA = dict(waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)
 
 #: Pointer kernels, one program per virtual tile.
 POINTER_TABLES: dict[str, dict[str, TileConfig]] = {
@@ -83,9 +82,9 @@ POINTER_TABLES: dict[str, dict[str, TileConfig]] = {
         **_every(_T(128, 128, 8, 2, "128x128x32, 8 waves, mfma16, kpack 2, waves_per_eu 2 (the dense GEMM's heavy "
                                     "CDNA entry): gfx942 78-82 VGPRs, 0 spill, 8-16 KiB LDS, every LDS read a "
                                     "ds_read_b128 (dx and dW from the reduction-contiguous copies)", BLOCK_K=32,
-                    GROUP_M=4, **_CDNA)),
+                    GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
         "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: 128x128 in all; gfx942 80 VGPRs, 0 spill",
-                         BLOCK_K=32, GROUP_M=4, **_CDNA),
+                         BLOCK_K=32, GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2),
     },
     "amd-rdna": {
         **_every(_T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: gfx1100 122-128 VGPRs, 0 spill",
