@@ -162,10 +162,8 @@ def _vpp_choices(pp: int, n_layers: int) -> list[int]:
     return _divisors(n_layers // pp)
 
 
-def _ep_choices(n_experts: int, ranks: int, fixed: dict) -> list[int]:
+def _ep_choices(n_experts: int, ranks: int) -> list[int]:
     """Expert-parallel degrees: divisors of the experts that divide tp*cp*dp (1 for dense models)."""
-    if "ep" in fixed:
-        return [fixed["ep"]]
     return [e for e in _divisors(n_experts) if ranks % e == 0] if n_experts > 1 else [1]
 
 
@@ -184,7 +182,7 @@ def enumerate_configs(n_gpus: int, training: Training, n_layers: int, *, gpus_pe
         for cp in _divisors(n_gpus // tp):
             for pp in (p for p in _divisors(n_gpus // (tp * cp)) if p <= n_layers):
                 dp = n_gpus // (tp * cp * pp)
-                eps = _ep_choices(n_experts, tp * cp * dp, fixed)
+                eps = _ep_choices(n_experts, tp * cp * dp)
                 schedules = [(v, False) for v in _vpp_choices(pp, n_layers)] + ([(1, True)] if pp > 1 else [])
                 d = dp * cp
                 zeros: list[tuple[int, int]] = [(0, 0)]
@@ -403,7 +401,7 @@ def pinned_misses(fixed: dict, clusters: list[Cluster], training: Training, n_la
     out = []
     for cl in clusters:
         grid = list(enumerate_configs(cl.n_gpus, training, n_layers, gpus_per_node=cl.gpus_per_node,
-                                      fixed={k: v for k, v in fixed.items() if k != "ep"}, n_experts=n_experts))
+                                      fixed=fixed, n_experts=n_experts))
         for name, value in fixed.items():
             offered = sorted({getattr(c, name) for c in grid}, key=str)
             if value not in offered:
