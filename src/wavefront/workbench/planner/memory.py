@@ -119,6 +119,19 @@ def stage_params(model: ModelSpec, cfg: PlanConfig) -> tuple[float, float]:
     return first + emb, last + emb + dims.hidden
 
 
+def stage_terms(model: ModelSpec, cfg: PlanConfig, memo: dict | None = None) -> tuple:
+    """((first mix, last mix), (params first, last), (routed-expert params first, last)): stage_layer_mix,
+    stage_params and stage_expert_params, shared through the search's memo (they depend on tp, pp, vpp
+    and ep only)."""
+    key = ("stage", cfg.tp, cfg.pp, cfg.vpp, cfg.ep)
+    if memo is not None and key in memo:
+        return memo[key]
+    terms = (stage_layer_mix(model, cfg), stage_params(model, cfg), stage_expert_params(model, cfg))
+    if memo is not None:
+        memo[key] = terms
+    return terms
+
+
 def state_bytes(params: float, cfg: PlanConfig, training: Training,
                 group: int | None = None) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for `params` parameters under the plan's ZeRO stage, sharded
@@ -162,7 +175,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * model.moe.top_k * training.moe_imbalance
         per_moe = layer_activation_bytes(model, recompute=cfg.recompute, routed_rows=rows, **act_kw)
         full_moe = layer_activation_bytes(model, recompute="none", routed_rows=rows, **act_kw)
-    (fd, fm), (ld, lm) = stage_layer_mix(model, cfg)
+    ((fd, fm), (ld, lm)), (p_first, p_last), (e_first, e_last) = stage_terms(model, cfg, memo)
     stage_first = fd * per_layer + fm * per_moe if model.moe is not None else layers * per_layer
     stage_last = ld * per_layer + lm * per_moe if model.moe is not None else layers * per_layer
 
@@ -187,7 +200,6 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         if model.moe is not None:
             working = max(working, full_moe - (per_moe if cfg.recompute in ("selective", "op") else 0.0))
 
-    p_first, p_last = stage_params(model, cfg)
     candidates = [("first" if cfg.pp > 1 else "only", p_first, acts_first)]
     if cfg.pp > 1:
         candidates.append(("last", p_last, acts_last))
@@ -213,7 +225,6 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
 
     transient = working + transient_states
     best: tuple | None = None
-    e_first, e_last = stage_expert_params(model, cfg)
     for stage, params, acts in candidates:
         experts = e_last if stage == "last" else e_first
         w, gr, opt = state_bytes(params - experts, cfg, training)

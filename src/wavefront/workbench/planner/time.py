@@ -69,7 +69,7 @@ from wavefront.workbench.planner.kernels import (
     grouped_linear_fwd_bwd_s,
     linear_fwd_bwd_s,
 )
-from wavefront.workbench.planner.memory import stage_expert_params, stage_layer_mix, stage_params
+from wavefront.workbench.planner.memory import stage_terms
 from wavefront.workbench.planner.model import ModelSpec, attention_core_flops
 from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
@@ -405,7 +405,7 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     moe = _memo_per_layer(model, cfg, training, cluster, eff, memo, True) if model.moe is not None else dense
     out_s = dense[4]
     # per micro-batch on the first and on the last stage (MoE: the first_dense layers sit on the first)
-    (fd, fm), (ld, lm) = stage_layer_mix(model, cfg)
+    ((fd, fm), (ld, lm)), (p_first, p_last), (e_first, e_last) = stage_terms(model, cfg, memo)
     first = [fd * a + fm * b for a, b in zip(dense[:4], moe[:4], strict=True)]
     last = [ld * a + lm * b for a, b in zip(dense[:4], moe[:4], strict=True)]
     if cfg.pp == 1 or first[0] <= last[0] + out_s:
@@ -432,8 +432,6 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     if cfg.zero_bubble:
         bubble *= ZB_H1_BUBBLE_FRACTION
 
-    p_first, p_last = stage_params(model, cfg)
-    e_first, e_last = stage_expert_params(model, cfg)
     params, experts = max(p_first - e_first, p_last - e_last), max(e_first, e_last)
     dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers_s, stage_compute)
     if experts:
