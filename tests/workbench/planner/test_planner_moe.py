@@ -167,3 +167,30 @@ def test_moe_tables_split_by_the_hash_rule_and_docs_state_their_held_out_figures
     assert block is not None
     documented = [line for line in block.group(1).splitlines() if line.startswith(("| held-out", "| calibration"))]
     assert documented == expected
+
+
+def _hf_config(tmp_path: Path, name: str, cfg: dict) -> str:
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_hugging_face_moe_configs_give_the_presets_parameters(tmp_path):
+    from wavefront.workbench.planner import PlanRequest
+
+    deepseek = _hf_config(tmp_path, "dsv3", {
+        "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129280,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "v_head_dim": 128, "max_position_embeddings": 163840, "tie_word_embeddings": False})
+    mixtral = _hf_config(tmp_path, "mixtral", {
+        "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
+        "num_experts_per_tok": 2, "max_position_embeddings": 32768})
+    for path, preset in ((deepseek, "deepseek-v3"), (mixtral, "mixtral-8x7b")):
+        spec = PlanRequest(model=path).model_spec()
+        want = _as_model(preset)
+        assert spec.moe == want.moe and spec.mla == want.mla
+        assert spec.total_params == want.total_params and spec.active_params == want.active_params

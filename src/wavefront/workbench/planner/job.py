@@ -14,7 +14,7 @@ from pathlib import Path
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.comm_model import load_calibration
-from wavefront.workbench.planner.hf_config import dims_from_hf_config
+from wavefront.workbench.planner.hf_config import dims_from_hf_config, moe_from_hf_config
 from wavefront.workbench.planner.kernel_calibration import KernelCalibration, load_kernel_calibration
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.moe import MOE_MODELS, get_moe_model
@@ -94,9 +94,15 @@ class PlanRequest:
             if self.head_dim < 1:
                 raise ValueError(f"--head-dim must be >= 1, got {self.head_dim}")
             dims = ModelDims(**(dims.as_dict() | {"head_dim": self.head_dim}))
-        moe = get_moe_model(self.model) if self.model and not self.custom else None
+        moe_layout, mla = None, None
+        if self.model and not self.custom:
+            preset = get_moe_model(self.model)
+            if preset is not None:
+                moe_layout, mla = preset.moe, preset.mla
+            elif self.model.endswith(".json") or Path(self.model).is_file():
+                moe_layout, mla = moe_from_hf_config(self.model)
         return ModelSpec(dims, attention=self.attention, dropout=self.dropout, kernels=self.kernels,
-                         moe=moe.moe if moe else None, mla=moe.mla if moe else None)
+                         moe=moe_layout, mla=mla)
 
     def _dims(self) -> ModelDims:
         if self.model and self.custom:

@@ -109,7 +109,8 @@ class ModelSpec:
         if self.mla is None:
             return [(h, (self.q_dim + 2 * self.kv_dim) // tp), (self.q_dim // tp, h)]
         q_a, q_b, kv_a, kv_b, o = self.mla.linear_shapes(h, self.dims.n_heads)
-        return [q_a, (q_b[0], q_b[1] // tp), kv_a, (kv_b[0], kv_b[1] // tp), (o[0] // tp, o[1])]
+        shapes = [q_a, (q_b[0], q_b[1] // tp), kv_a, (kv_b[0], kv_b[1] // tp), (o[0] // tp, o[1])]
+        return [(i, o) for i, o in shapes if i and o]
 
     @cached_property
     def attn_params(self) -> int:

@@ -67,8 +67,10 @@ class MLA:
         return self.qk_nope + self.qk_rope
 
     def linear_shapes(self, hidden: int, n_heads: int) -> list[tuple[int, int]]:
-        """(d_in, d_out) of the attention block's weight matmuls, unsplit."""
-        return [(hidden, self.q_lora_rank), (self.q_lora_rank, n_heads * self.qk_head),
+        """(d_in, d_out) of the attention block's weight matmuls, unsplit (q_lora_rank 0: an uncompressed
+        query projection, as DeepSeek-V2-Lite; its first entry is then an empty (h, 0) matmul)."""
+        q_in = self.q_lora_rank or hidden
+        return [(hidden, self.q_lora_rank), (q_in, n_heads * self.qk_head),
                 (hidden, self.kv_lora_rank + self.qk_rope), (self.kv_lora_rank, n_heads * (self.qk_nope + self.v_head)),
                 (n_heads * self.v_head, hidden)]
 
