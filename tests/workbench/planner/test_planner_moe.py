@@ -105,10 +105,12 @@ def test_expert_weights_split_over_ep_and_their_states_over_the_expert_data_para
     assert mems[1].params_bytes > mems[2].params_bytes > mems[8].params_bytes
     expert_bytes = model.n_moe_layers * model.moe.n_experts * model.expert_params * 2  # bf16, ep 1
     assert mems[1].params_bytes - mems[8].params_bytes == pytest.approx(expert_bytes * 7 / 8, rel=1e-9)
-    # ZeRO-1: optimizer states of everything sharded over 16 ranks at ep 1; experts over 16/8 = 2 at ep 8
-    opt_per_param = 12.0
-    assert mems[1].optimizer_bytes == pytest.approx(model.total_params * opt_per_param / 16, rel=0.001)
-    assert mems[8].optimizer_bytes > mems[1].optimizer_bytes * 0.9
+    # ZeRO-1 (AdamW: 12 B of master + moments per parameter): everything sharded over the 16 data-parallel
+    # ranks at ep 1; at ep 8 the experts' states over their 16 / 8 = 2 expert-data-parallel ranks
+    experts = model.n_moe_layers * model.moe.n_experts * model.expert_params
+    assert mems[1].optimizer_bytes == pytest.approx(model.total_params * 12.0 / 16, rel=1e-9)
+    assert mems[8].optimizer_bytes == pytest.approx((model.total_params - experts) * 12.0 / 16
+                                                    + experts / 8 * 12.0 / 2, rel=1e-9)
 
 
 def test_structural_rules_for_expert_parallelism():
@@ -150,6 +152,8 @@ def test_cli_prices_a_moe_preset_with_ep_pinned(tmp_path):
     res = CliRunner().invoke(build_app(), ["plan", "--model", "mixtral-8x7b", "--gpus", "16xh100", "--ep", "8",
                                    "--fix", "ep=4"])
     assert res.exit_code == 2 and "contradicts" in res.output
+    res = CliRunner().invoke(build_app(), ["plan", "--model", "llama3-8b", "--gpus", "8xh100", "--ep", "2"])
+    assert res.exit_code == 1 and "needs a mixture-of-experts model" in " ".join(res.output.split())
 
 
 def test_moe_tables_split_by_the_hash_rule_and_docs_state_their_held_out_figures():
