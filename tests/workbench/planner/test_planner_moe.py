@@ -198,3 +198,15 @@ def test_hugging_face_moe_configs_give_the_presets_parameters(tmp_path):
         want = _as_model(preset)
         assert spec.moe == want.moe and spec.mla == want.mla
         assert spec.total_params == want.total_params and spec.active_params == want.active_params
+
+
+def test_a_moe_search_of_10k_plus_plans_ranks_in_under_2_s_cpu():
+    import time
+
+    plan("qwen3-30b-a3b", "8xh100", TRAIN)  # warm the per-process caches, as test_planner_search does
+    cpu = time.process_time()
+    result = plan("mixtral-8x7b", "16xh100", Training(global_batch_tokens=4 * 2**20, seq_len=4096))
+    cpu_s = time.process_time() - cpu
+    print(f"\n[benchmark] planner MoE: {result.n_enumerated:,} plans in {cpu_s:.2f} s CPU")
+    assert result.n_enumerated > 10_000 and len({r.config.ep for r in result.ranked}) > 1
+    assert cpu_s < 2.0

@@ -172,9 +172,15 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
             memo[key] = (per_layer, full)
     per_moe, full_moe = per_layer, full
     if model.moe is not None:
-        rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * model.moe.top_k * training.moe_imbalance
-        per_moe = layer_activation_bytes(model, recompute=cfg.recompute, routed_rows=rows, **act_kw)
-        full_moe = layer_activation_bytes(model, recompute="none", routed_rows=rows, **act_kw)
+        key = ("act-moe",) + key[1:]
+        if memo is not None and key in memo:
+            per_moe, full_moe = memo[key]
+        else:
+            rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * model.moe.top_k * training.moe_imbalance
+            per_moe = layer_activation_bytes(model, recompute=cfg.recompute, routed_rows=rows, **act_kw)
+            full_moe = layer_activation_bytes(model, recompute="none", routed_rows=rows, **act_kw)
+            if memo is not None:
+                memo[key] = (per_moe, full_moe)
     ((fd, fm), (ld, lm)), (p_first, p_last), (e_first, e_last) = stage_terms(model, cfg, memo)
     stage_first = fd * per_layer + fm * per_moe if model.moe is not None else layers * per_layer
     stage_last = ld * per_layer + lm * per_moe if model.moe is not None else layers * per_layer
