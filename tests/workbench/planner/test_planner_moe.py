@@ -210,3 +210,21 @@ def test_a_moe_search_of_10k_plus_plans_ranks_in_under_2_s_cpu():
     print(f"\n[benchmark] planner MoE: {result.n_enumerated:,} plans in {cpu_s:.2f} s CPU")
     assert result.n_enumerated > 10_000 and len({r.config.ep for r in result.ranked}) > 1
     assert cpu_s < 2.0
+
+
+def test_fp8_moe_layers_are_priced_with_their_casts():
+    """The expert GEMMs follow the dense FP8 rule: fp8 peak x fp8_gemm plus cast kernels (Transformer
+    Engine's fused casts under Megatron, separate ones under FSDP stacks), so fp8 speeds a MoE layer up by
+    less than the 2x peak ratio, and less under the FSDP stack."""
+    from wavefront.workbench.planner.time import layer_compute_s
+
+    model = _as_model("qwen3-30b-a3b")
+    cluster = make_cluster("8xh100")
+    cfg = PlanConfig(dp=8, ep=8, zero=1, micro_batch=2)
+    eff = Efficiency.for_gpu("h100")
+    t = {(p, st): layer_compute_s(model, cfg, replace(TRAIN, precision=p, stack=st), cluster, eff, True)[0]
+         for p in ("bf16", "fp8") for st in ("megatron", "fsdp")}
+    assert 1.0 < t["bf16", "megatron"] / t["fp8", "megatron"] < 2.0
+    fsdp_eff = replace(eff, fsdp_stack=1.0)  # same GEMM speed: only the casts differ
+    fsdp = layer_compute_s(model, cfg, replace(TRAIN, precision="fp8", stack="fsdp"), cluster, fsdp_eff, True)[0]
+    assert fsdp > t["fp8", "megatron"]
