@@ -228,3 +228,17 @@ def test_fp8_moe_layers_are_priced_with_their_casts():
     fsdp_eff = replace(eff, fsdp_stack=1.0)  # same GEMM speed: only the casts differ
     fsdp = layer_compute_s(model, cfg, replace(TRAIN, precision="fp8", stack="fsdp"), cluster, fsdp_eff, True)[0]
     assert fsdp > t["fp8", "megatron"]
+
+
+def test_all_to_all_across_nodes_sends_each_ranks_remote_share_through_its_own_nic():
+    cluster = make_cluster("32xh100")
+    size = 64e6
+    lat = cluster.inter.latency_us * 1e-6
+    intra_bw, inter_bw = cluster.intra.busbw_gbps * 1e9, cluster.inter.busbw_gbps * 1e9
+    # 16 ranks on 2 nodes: 7/16 of the bytes over NVLink and 8/16 over the NIC, at the same time
+    assert cluster.all_to_all_s(size, 16) == pytest.approx(lat + max(7 / 16 * size / intra_bw,
+                                                                     8 / 16 * size / inter_bw))
+    # inside a node: the nccl-tests all_to_all on the scale-up link
+    assert cluster.all_to_all_s(size, 8) == pytest.approx(cluster.intra.time_s("all_to_all", size, 8))
+    # unlike a reduce-scatter, nothing shrinks by the 8 GPUs of a node: the NICs carry the remote share
+    assert cluster.all_to_all_s(size, 32) > 3 * cluster.collective_s("reduce_scatter", size, 32, 1)
