@@ -1,0 +1,95 @@
+"""Vocabulary-parallel cross-entropy and linear cross-entropy on 2 gloo processes (CPU, Triton interpreter):
+the accuracy rule against the float64 reference of the unsharded loss, forward and backward, every option;
+no rank ever holds a tensor the size of the whole logits. One torchrun for the module (_vocab_worker.py),
+then one test per check; plus the single-process argument errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from wavefront.parallel import vocab_parallel_cross_entropy, vocab_parallel_linear_cross_entropy
+
+HERE = Path(__file__).resolve().parent
+SRC = str(HERE.parents[1] / "src")
+WORLD = 2
+
+
+def run_worker(script: str, tmp: Path, world: int, *args: str, timeout: int = 600) -> dict:
+    """torchrun `script` on `world` gloo processes; rank 0's JSON result."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TRITON_INTERPRET", "1" if not torch.cuda.is_available() else "0")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    out_file = tmp / "result.json"
+    # --standalone: a free rendezvous port, so parallel test workers never collide.
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc_per_node={world}", str(HERE / script), str(out_file), *args],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    doc = json.loads(out_file.read_text())
+    assert doc["world"] == world
+    return doc
+
+
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory) -> dict:
+    doc = run_worker("_vocab_worker.py", tmp_path_factory.mktemp("vocab"), WORLD)
+    by_name: dict = {}
+    for rank, results in enumerate(doc["ranks"]):
+        for r in results:
+            by_name.setdefault(r["name"], {})[rank] = r
+    return by_name
+
+
+ACCURACY = [f"ce/{case}/{dtype}/{what}"
+            for case in ("plain", "options", "sum_divisor", "none", "all_ignored", "max_on_one_rank", "wide_blocks")
+            for dtype in ("float32", "bfloat16") for what in ("loss", "dlogits")]
+ACCURACY += [f"{case}/{dtype}/{what}"
+             for case, grads in (("lce_chunks_bias", ("dhidden", "dweight", "dbias")),
+                                 ("lce_options", ("dhidden", "dweight")), ("lce_none", ("dhidden", "dweight")))
+             for dtype in ("float32", "bfloat16") for what in ("loss", *grads)]
+
+
+@pytest.mark.parametrize("name", ACCURACY)
+def test_accuracy_rule_against_unsharded(checks, name):
+    per_rank = checks[name]
+    assert set(per_rank) == set(range(WORLD))
+    for rank, r in per_rank.items():
+        assert r["finite"], (rank, r)
+        assert r["ours_err"] <= r["bound"], (rank, r)
+
+
+def test_every_rank_sees_the_same_loss(checks):
+    # The loss is replicated: the same float64 error on every rank means the same value.
+    for name, per_rank in checks.items():
+        if name.endswith("/loss"):
+            assert per_rank[0]["ours_err"] == per_rank[1]["ours_err"], name
+
+
+def test_no_rank_holds_the_whole_logits(checks):
+    ce = checks["memory/ce"]
+    lce = checks["memory/lce"]
+    for rank in range(WORLD):
+        # cross_entropy: the largest tensor is the shard's own size (its gradient), half the whole logits.
+        assert ce[rank]["max_bytes"] <= ce[rank]["shard_bytes"] < ce[rank]["full_bytes"]
+        # linear cross-entropy: not even the shard's logits; the chunk buffer or an input is the largest.
+        bound = max(lce[rank]["chunk_bytes"], lce[rank]["largest_input_bytes"])
+        assert lce[rank]["max_bytes"] <= bound < lce[rank]["shard_bytes"]
+
+
+def test_needs_an_initialized_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group exists in this process")
+    with pytest.raises(RuntimeError, match="vocab_parallel_cross_entropy: torch.distributed is not initialized"):
+        vocab_parallel_cross_entropy(torch.randn(4, 8), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(RuntimeError, match="vocab_parallel_linear_cross_entropy: torch.distributed"):
+        vocab_parallel_linear_cross_entropy(torch.randn(4, 8), torch.randn(16, 8), torch.zeros(4, dtype=torch.long))
