@@ -5,49 +5,19 @@ then one test per check; plus the single-process argument errors."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.distributed as dist
+from _torchrun import by_name, run_worker
 
 from wavefront.parallel import vocab_parallel_cross_entropy, vocab_parallel_linear_cross_entropy
 
-HERE = Path(__file__).resolve().parent
-SRC = str(HERE.parents[1] / "src")
 WORLD = 2
-
-
-def run_worker(script: str, tmp: Path, world: int, *args: str, timeout: int = 600) -> dict:
-    """torchrun `script` on `world` gloo processes; rank 0's JSON result."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TRITON_INTERPRET", "1" if not torch.cuda.is_available() else "0")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    out_file = tmp / "result.json"
-    # --standalone: a free rendezvous port, so parallel test workers never collide.
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc_per_node={world}", str(HERE / script), str(out_file), *args],
-                          cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    doc = json.loads(out_file.read_text())
-    assert doc["world"] == world
-    return doc
 
 
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory) -> dict:
-    doc = run_worker("_vocab_worker.py", tmp_path_factory.mktemp("vocab"), WORLD)
-    by_name: dict = {}
-    for rank, results in enumerate(doc["ranks"]):
-        for r in results:
-            by_name.setdefault(r["name"], {})[rank] = r
-    return by_name
+    return by_name(run_worker("_vocab_worker.py", tmp_path_factory.mktemp("vocab"), WORLD))
 
 
 ACCURACY = [f"ce/{case}/{dtype}/{what}"
