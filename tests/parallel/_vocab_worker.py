@@ -64,7 +64,10 @@ CE_CASES = [
     ("all_ignored", 4, 64, {}, 2.0, 1.1),
     ("max_on_one_rank", 8, 96, {"label_smoothing": 0.1}, 30.0, 0.0),
     ("wide_blocks", 2, 2 * 20000, {"z_loss": 1e-4, "label_smoothing": 0.1}, 10.0, 0.0),
+    ("padded_vocab", 8, 96, {"z_loss": 1e-3}, 2.0, 0.2),
 ]
+#: Padding classes (logits -inf) from this fraction of the vocabulary on: part of the last shard, or all of it.
+PADDED_FROM = {"padded_vocab": 0.5}
 
 LCE_CASES = [
     # name, n_tokens, vocab, hidden, options
@@ -90,6 +93,10 @@ def ce_checks(rank: int, world: int, dtype) -> list[dict]:
         if name == "max_on_one_rank":
             logits64[:, : vocab // world] += 40.0  # rank 0's shard holds every row's max by far
         target = _targets(n, vocab, gen, ignore)
+        if name in PADDED_FROM:
+            real = int(vocab * PADDED_FROM[name])
+            logits64[:, real:] = float("-inf")  # the whole last shard with 2 ranks, a part of it with 4
+            target = torch.where(target >= real, target % real, target)
         opts = _split(options, vocab, gen)
         reduction = opts.get("reduction", "mean")
         grad_out = torch.randn(n, generator=gen, dtype=torch.float64) if reduction == "none" else None

@@ -21,7 +21,8 @@ def checks(tmp_path_factory) -> dict:
 
 
 ACCURACY = [f"ce/{case}/{dtype}/{what}"
-            for case in ("plain", "options", "sum_divisor", "none", "all_ignored", "max_on_one_rank", "wide_blocks")
+            for case in ("plain", "options", "sum_divisor", "none", "all_ignored", "max_on_one_rank", "wide_blocks",
+                         "padded_vocab")
             for dtype in ("float32", "bfloat16") for what in ("loss", "dlogits")]
 ACCURACY += [f"{case}/{dtype}/{what}"
              for case, grads in (("lce_chunks_bias", ("dhidden", "dweight", "dbias")),
