@@ -177,6 +177,32 @@ def memory_checks(rank: int, world: int) -> list[dict]:
     return out
 
 
+def error_checks(world: int) -> list[dict]:
+    """Bad arguments with a process group present: the error names the argument and the global vocabulary."""
+    vocab, n, hid = 8 * world, 4, 16
+    shard, hidden = torch.randn(n, vocab // world), torch.randn(n, hid)
+    ok_target = torch.zeros(n, dtype=torch.long)
+    calls = {
+        "target_out_of_range": lambda: vocab_parallel_cross_entropy(shard, torch.full((n,), vocab), None),
+        "class_weight_shard": lambda: vocab_parallel_cross_entropy(shard, ok_target, None,
+                                                                   weight=torch.ones(vocab // world)),
+        "label_smoothing": lambda: vocab_parallel_cross_entropy(shard, ok_target, None, label_smoothing=1.5),
+        "lce_weight_hidden": lambda: vocab_parallel_linear_cross_entropy(hidden, torch.randn(vocab // world, hid + 1),
+                                                                         ok_target, None),
+        "lce_bias_shard": lambda: vocab_parallel_linear_cross_entropy(hidden, torch.randn(vocab // world, hid),
+                                                                      ok_target, None, bias=torch.zeros(vocab)),
+        "group_type": lambda: vocab_parallel_cross_entropy(shard, ok_target, "tp"),
+    }
+    out = []
+    for name, call in calls.items():
+        try:
+            call()
+            out.append({"name": f"errors/{name}", "type": None, "message": ""})
+        except (ValueError, TypeError) as e:
+            out.append({"name": f"errors/{name}", "type": type(e).__name__, "message": str(e)})
+    return out
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -189,6 +215,7 @@ def main() -> None:
             results += lce_checks(rank, world, dtype)
     if "memory" in which:
         results += memory_checks(rank, world)
+        results += error_checks(world)
     gathered = [None] * world
     dist.all_gather_object(gathered, results)
     if rank == 0:

@@ -57,6 +57,27 @@ def test_no_rank_holds_the_whole_logits(checks):
         assert lce[rank]["max_bytes"] <= bound < lce[rank]["shard_bytes"]
 
 
+ERRORS = {
+    # check: (exception, words the message must hold)
+    "target_out_of_range": ("ValueError", ("'target'", "outside [0, 16)")),
+    "class_weight_shard": ("ValueError", ("'weight'", "16")),
+    "label_smoothing": ("ValueError", ("'label_smoothing'", "[0, 1)")),
+    "lce_weight_hidden": ("ValueError", ("'weight'", "[vocab / 2, 16]")),
+    "lce_bias_shard": ("ValueError", ("'bias'", "bias shard")),
+    "group_type": ("TypeError", ("'group'", "ProcessGroup")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_bad_arguments_are_named(checks, name):
+    kind, words = ERRORS[name]
+    for rank in range(WORLD):
+        r = checks[f"errors/{name}"][rank]
+        assert r["type"] == kind, r
+        for word in words:
+            assert word in r["message"], (word, r["message"])
+
+
 def test_needs_an_initialized_process_group():
     if dist.is_initialized():
         pytest.skip("a process group exists in this process")

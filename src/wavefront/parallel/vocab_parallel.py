@@ -151,7 +151,7 @@ def _options(ignore_index, label_smoothing, z_loss, softcap) -> tuple:
 
 def _reduce(loss_rows: Tensor, target: Tensor, ignore_index: int, class_weight, reduction: str, divisor) -> Tensor:
     denom = (reference.cross_entropy_denominator(target, ignore_index, class_weight, loss_rows.dtype)
-             if reduction == "mean" else None)
+             if reduction == "mean" else loss_rows.new_ones(()))  # read by the mean only
     return reference.reduce_loss(loss_rows, denom, reduction, divisor)
 
 
@@ -279,7 +279,7 @@ def vocab_parallel_linear_cross_entropy(hidden: Tensor, weight: Tensor, target: 
     n_classes = n_local * world
     if bias is not None:
         check_tensor(op, "bias", bias, ndim=1)
-        check_shape(op, "bias", bias, (n_local,), "the first dim of 'weight' (this rank's bias shard)")
+        check_shape(op, "bias", bias, (n_local,), "the first dim of 'weight': this rank's bias shard")
         check_same_dtype(op, hidden=hidden, bias=bias)
     check_same_device(op, hidden=hidden, weight=weight, bias=bias)
     check_target(op, target, tuple(hidden.shape[:-1]), n_classes, ignore_index, hidden.device,
