@@ -25,15 +25,17 @@ CASES = [
     ("bf16_zigzag_causal_gqa", torch.bfloat16, "zigzag", True, (1, 4, 2, 8, 16)),
     ("bf16_contiguous_full", torch.bfloat16, "contiguous", False, (1, 2, 2, 8, 16)),
 ]
+#: With 4 processes: a ring inside a group of 2 (ranks {0, 1} and {2, 3}).
+SUBGROUP_CASE = ("subgroup_f64_zigzag_causal_gqa", torch.float64, "zigzag", True, (1, 4, 2, 6, 8))
 
 
 def _err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max())
 
 
-def _gather_seq(t: torch.Tensor, layout: str) -> torch.Tensor:
-    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, t.contiguous())
+def _gather_seq(t: torch.Tensor, layout: str, group=None) -> torch.Tensor:
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t.contiguous(), group=group)
     return unshard_sequence(parts, 2, layout)
 
 
@@ -44,24 +46,19 @@ def _attend(fn, q, k, v, do, causal):
     return {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
-def main() -> None:
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else None
+def _checks(cases, group, rank: int, world: int) -> list[dict]:
     results = []
-    for name, dtype, layout, causal, (b, h, h_kv, s_local, d) in CASES:
-        if wanted and not any(name.startswith(w) for w in wanted):
-            continue
+    for name, dtype, layout, causal, (b, h, h_kv, s_local, d) in cases:
         gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
         s = s_local * world
         q64, k64, v64, do64 = (torch.randn(b, heads, s, d, generator=gen, dtype=torch.float64)
                                for heads in (h, h_kv, h_kv, h))
         ref = _attend(lambda q, k, v, c: reference.attention(q, k, v, c), q64, k64, v64, do64, causal)
         ours_local = _attend(
-            lambda q, k, v, c, layout=layout: ring_attention(q, k, v, None, causal=c, layout=layout),
+            lambda q, k, v, c, layout=layout: ring_attention(q, k, v, group, causal=c, layout=layout),
             *(shard_sequence(t.to(dtype), rank, world, 2, layout) for t in (q64, k64, v64)),
             shard_sequence(do64, rank, world, 2, layout), causal)
-        ours = {key: _gather_seq(val, layout) for key, val in ours_local.items()}
+        ours = {key: _gather_seq(val, layout, group) for key, val in ours_local.items()}
         if dtype == torch.float64:
             eager = None
         else:
@@ -77,6 +74,19 @@ def main() -> None:
                 r["eager_err"] = _err(eager[key], ref[key])
                 r["bound"] = Tolerance().bound(r["eager_err"], float(ref[key].abs().max()), dtype)
             results.append(r)
+    return results
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else None
+    results = _checks([c for c in CASES if not wanted or any(c[0].startswith(w) for w in wanted)], None, rank,
+                      world)
+    if world == 4:
+        # Two context-parallel groups of 2 ({0, 1}, {2, 3}): ring neighbours are group ranks mapped to global.
+        groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        results += _checks([SUBGROUP_CASE], groups[rank // 2], rank % 2, 2)
     gathered = [None] * world
     dist.all_gather_object(gathered, results)
     if rank == 0:

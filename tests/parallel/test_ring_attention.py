@@ -38,8 +38,10 @@ def test_two_ranks_match_unsharded_attention(two_ranks, name):
 @pytest.mark.slow
 def test_four_ranks_match_unsharded_attention(tmp_path):
     checks = by_name(run_worker("_ring_worker.py", tmp_path, 4))
-    assert set(checks) == set(NAMES)
-    for name in NAMES:
+    # Plus a ring inside each of two groups of 2 ranks (group ranks mapped to global ones for send/recv).
+    names = NAMES + [f"subgroup_f64_zigzag_causal_gqa/{what}" for what in ("out", "dq", "dk", "dv")]
+    assert set(checks) == set(names)
+    for name in names:
         _assert_rule(checks[name], 4)
 
 
