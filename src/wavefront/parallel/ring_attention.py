@@ -110,6 +110,11 @@ def zigzag_unshard(shards: Sequence[Tensor], dim: int) -> Tensor:
 # Blocks: the kernels of wavefront.ops.attention, or the float64-capable reference.
 
 
+def _acc(q: Tensor) -> torch.dtype:
+    """The accumulators' dtype: fp32, fp64 for fp64 inputs."""
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
 def _uses_kernels(q: Tensor) -> bool:
     return runtime.uses_triton(q.device) and q.dtype != torch.float64
 
@@ -135,10 +140,6 @@ def _pairs(rank: int, src: int, world: int, layout: str) -> list[tuple[int, int]
     """Causal step against rank src's K/V (src != rank): (local q chunk, local k chunk) pairs fully visible."""
     q_ids, k_ids = _chunk_ids(rank, world, layout), _chunk_ids(src, world, layout)
     return [(a, b) for a, qa in enumerate(q_ids) for b, kb in enumerate(k_ids) if qa > kb]
-
-
-def _chunk(t: Tensor, i: int, c: int) -> Tensor:
-    return t[:, :, i * c:(i + 1) * c]
 
 
 def _step_blocks(rank: int, src: int, world: int, layout: str, causal: bool, n_local: int, c: int):
@@ -199,7 +200,7 @@ def _merge_(out: Tensor, lse2: Tensor, o_b: Tensor, lse2_b: Tensor) -> None:
 def _forward(q, k, v, causal, scale, layout, ring, rank, world):
     n_local = q.shape[2]
     c = n_local // len(_chunk_ids(rank, world, layout))
-    acc = reference._compute_dtype(q)
+    acc = _acc(q)
     out = torch.zeros(q.shape, dtype=acc, device=q.device)
     lse2 = torch.full(q.shape[:3], float("-inf"), dtype=acc, device=q.device)
     kv = torch.stack([k, v])
@@ -220,7 +221,7 @@ def _forward(q, k, v, causal, scale, layout, ring, rank, world):
 def _backward(do, q, k, v, o, lse2, causal, scale, layout, ring, rank, world):
     n_local = q.shape[2]
     c = n_local // len(_chunk_ids(rank, world, layout))
-    acc = reference._compute_dtype(q)
+    acc = _acc(q)
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     kv = torch.stack([k, v])
     travelling = None  # the fp32 (dK, dV) of the K/V shard this rank holds, from the ranks it has visited
