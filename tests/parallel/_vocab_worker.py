@@ -55,6 +55,39 @@ class MaxTensor(TorchDispatchMode):
         return out
 
 
+class Collectives(TorchDispatchMode):
+    """The collectives (c10d ops) issued while active, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "c10d":
+            self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def collective_checks(world: int) -> list[dict]:
+    """Which collectives forward and backward issue: the statistics in the forward; in the backward nothing
+    for the logits' gradient and one all-reduce for the fused variant's dhidden."""
+    n, vocab, hid = 8, 32, 8
+    gen = torch.Generator().manual_seed(11)
+    target = _targets(n, vocab, gen, 0.1)
+    shard = torch.randn(n, vocab // world, generator=gen).requires_grad_()
+    hidden = torch.randn(n, hid, generator=gen).requires_grad_()
+    w_shard = torch.randn(vocab // world, hid, generator=gen).requires_grad_()
+    out = []
+    for name, fn in (("ce", lambda: vocab_parallel_cross_entropy(shard, target, None, label_smoothing=0.1)),
+                     ("lce", lambda: vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None))):
+        with Collectives() as fwd:
+            loss = fn()
+        with Collectives() as bwd:
+            loss.backward()
+        out.append({"name": f"collectives/{name}", "forward": fwd.names, "backward": bwd.names})
+    return out
+
+
 CE_CASES = [
     # name, n_rows, vocab, options, logit scale, ignore fraction
     ("plain", 12, 96, {}, 2.0, 0.2),
@@ -216,6 +249,7 @@ def main() -> None:
     if "memory" in which:
         results += memory_checks(rank, world)
         results += error_checks(world)
+        results += collective_checks(world)
     gathered = [None] * world
     dist.all_gather_object(gathered, results)
     if rank == 0:

@@ -57,6 +57,16 @@ def test_no_rank_holds_the_whole_logits(checks):
         assert lce[rank]["max_bytes"] <= bound < lce[rank]["shard_bytes"]
 
 
+def test_collectives_are_the_statistics_and_the_hidden_gradient(checks):
+    for rank in range(WORLD):
+        ce, lce = checks["collectives/ce"][rank], checks["collectives/lce"][rank]
+        # Forward: all-reduce MAX of the row max, all-reduce SUM of the [N, 3] sums; nothing else.
+        assert ce["forward"] == lce["forward"] == ["allreduce_.default"] * 2
+        # Backward: the logits' gradient needs no collective; dhidden needs one all-reduce.
+        assert ce["backward"] == []
+        assert lce["backward"] == ["allreduce_.default"]
+
+
 ERRORS = {
     # check: (exception, words the message must hold)
     "target_out_of_range": ("ValueError", ("'target'", "outside [0, 16)")),
