@@ -13,7 +13,7 @@ every rank. Per row, with x' the (softcapped) logits:
     loss     = (1 - eps) w_t (m + log s - x'_t) + eps (W lse - sum_j w_j x'_j) / V + z lse^2,  lse = m + log s
 
 the definition of wavefront.ops.cross_entropy (same options, same values). Two collectives per call on
-16 N bytes and 12 N bytes (fp32): nothing of size N x V ever crosses the network or exists on a rank.
+4 N bytes and 12 N bytes (fp32): nothing of size N x V ever crosses the network or exists on a rank.
 
 Backward: the gradient of a shard's logits is the cross-entropy kernel's backward on a column slice
 (kernels/cross_entropy.py, ``col_offset = r V_r``, ``n_classes = V``) given the global (m, log s) saved by
