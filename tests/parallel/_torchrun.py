@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 HERE = Path(__file__).resolve().parent
 SRC = str(HERE.parents[1] / "src")
@@ -31,6 +32,22 @@ def run_worker(script: str, tmp: Path, world: int, *args: str, timeout: int = 60
     doc = json.loads(out_file.read_text())
     assert doc["world"] == world and len(doc["ranks"]) == world
     return doc
+
+
+def run_worker_once(script: str, tmp_path_factory, world: int, *args: str) -> dict:
+    """run_worker once per pytest session, also when pytest-xdist spreads a module's tests over several
+    workers (each would otherwise start its own module fixture): the first worker runs it under a file lock
+    in the session's shared temporary folder, the others read its result."""
+    stem = f"{Path(script).stem}-{world}"
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return run_worker(script, tmp_path_factory.mktemp(stem), world, *args)
+    done = tmp_path_factory.getbasetemp().parent / f"{stem}.json"  # the session's folder, above each worker's
+    with FileLock(str(done) + ".lock"):
+        if done.is_file():
+            return json.loads(done.read_text())
+        doc = run_worker(script, tmp_path_factory.mktemp(stem), world, *args)
+        done.write_text(json.dumps(doc))
+        return doc
 
 
 def by_name(doc: dict) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from _torchrun import by_name, run_worker
+from _torchrun import by_name, run_worker, run_worker_once
 
 from wavefront.parallel import ring_attention, shard_sequence, unshard_sequence, zigzag_shard, zigzag_unshard
 
@@ -20,7 +20,7 @@ NAMES = [f"{case}/{what}" for case in CASES for what in ("out", "dq", "dk", "dv"
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> dict:
-    return by_name(run_worker("_ring_worker.py", tmp_path_factory.mktemp("ring2"), 2))
+    return by_name(run_worker_once("_ring_worker.py", tmp_path_factory, 2))
 
 
 def _assert_rule(per_rank: dict, world: int) -> None:

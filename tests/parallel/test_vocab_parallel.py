@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from _torchrun import by_name, run_worker
+from _torchrun import by_name, run_worker_once
 
 from wavefront.parallel import vocab_parallel_cross_entropy, vocab_parallel_linear_cross_entropy
 
@@ -17,7 +17,7 @@ WORLD = 2
 
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory) -> dict:
-    return by_name(run_worker("_vocab_worker.py", tmp_path_factory.mktemp("vocab"), WORLD))
+    return by_name(run_worker_once("_vocab_worker.py", tmp_path_factory, WORLD))
 
 
 ACCURACY = [f"ce/{case}/{dtype}/{what}"
