@@ -64,3 +64,36 @@ def test_slice_outside_the_classes_is_refused(device):
     with pytest.raises(ValueError, match="not inside the 64 classes"):
         _kernel(torch.randn(2, 16, device=device), torch.zeros(2, dtype=torch.long, device=device), None,
                 ignore_index=-100, label_smoothing=0.0, softcap=None, col_offset=56, n_classes=64)
+
+
+@pytest.mark.slow
+def test_compiles_for_every_target_without_spills():
+    """Ahead-of-time compile (no GPU needed) for the six targets: the kernel is not in the op registry (it needs a
+    process group to be useful), so the static gate does not see it; this test does. Wide rows (the block loop)
+    and every option on."""
+    import triton.language as tl
+
+    from wavefront.archs import DEFAULT_TARGETS, get_arch
+    from wavefront.kernels import vocab_parallel
+    from wavefront.kernels.row_config import row_config
+    from wavefront.workbench.static.aot import CompileJob, TensorProxy, WorkerPool
+
+    n_cols, n_rows = 64128, 4096  # a 128k vocabulary over 2 ranks
+    cfg_flags = dict(HAS_WEIGHT=True, HAS_SOFTCAP=True, HAS_SMOOTHING=True, ACC=tl.float32)
+    pool = WorkerPool(1)
+    try:
+        for target in DEFAULT_TARGETS:
+            cfg = row_config(n_cols, torch.bfloat16, get_arch(target), online=True)
+            # logits, targets, class weights (all 2 n_cols classes), stats; then the scalars in signature order.
+            args = (TensorProxy(torch.bfloat16, 1 << 20, 2 * n_cols * n_rows),
+                    TensorProxy(torch.int64, 1 << 21, 8 * n_rows), TensorProxy(torch.float32, 1 << 22, 8 * n_cols),
+                    TensorProxy(torch.float32, 1 << 23, 16 * n_rows), n_cols, 2 * n_cols, n_cols, n_cols, 1, -100, 30.0)
+            result = pool.compile(CompileJob(
+                module=vocab_parallel.__name__, qualname="_vocab_shard_stats_kernel", file=vocab_parallel.__file__,
+                args=args, constexprs=tuple((cfg_flags | {"BLOCK_N": cfg.BLOCK_N}).items()),
+                options=tuple(cfg.options().items()), target=target))
+            assert result.ok, (target, result.error)
+            assert result.code.spill_bytes == 0, (target, result.code)
+            assert max(result.code.load_widths) == 128, (target, result.code.load_widths)  # 16-byte vector loads
+    finally:
+        pool.close()
