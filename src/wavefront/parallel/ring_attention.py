@@ -47,7 +47,6 @@ Positions: RoPE is the caller's, with the global positions of the shard
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -288,8 +287,6 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, group: dist.ProcessGroup | N
     if q.shape[2] % n_chunks:
         raise ValueError(f"{op}: the local sequence length ({q.shape[2]}) must be even with layout='zigzag' "
                          f"(two chunks per rank)")
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"{op}: 'scale' must be finite, got {scale}")
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)  # _check refused a non-finite one
     q, k, v = (t.contiguous() for t in (q, k, v))
     return _RingAttention.apply(q, k, v, causal, scale, layout, group, rank, world)
