@@ -418,3 +418,83 @@ def linear_eager(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     the input dtype (each rounding to it)."""
     y = apply_activation(torch.nn.functional.linear(x, weight, bias), activation)
     return y if residual is None else y + residual
+
+
+# ---------------------------------------------------------------------------------------------------
+# Vocabulary- and context-parallel pieces (wavefront.parallel): the kernels' contracts in plain PyTorch,
+# the cpu-reference fallback and the float64 path. Per-shard only: nothing here communicates.
+
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+
+
+def vocab_shard_stats(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
+                      ignore_index: int, label_smoothing: float, softcap: float | None, col_offset: int,
+                      n_classes: int) -> torch.Tensor:
+    """wavefront.kernels.vocab_parallel.vocab_shard_stats in PyTorch: [n_rows, 4] = (shard max, sum of
+    exp(x' - max), the target's x' if this shard owns it else 0, sum of w x' with smoothing else 0). Its
+    temporaries are the shard's size ([n_rows, V_r]), never the whole vocabulary's."""
+    n_rows, n_cols = logits.shape
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    x = logits.to(acc)
+    if softcap is not None:
+        x = softcap * torch.tanh(x / softcap)
+    valid = target != ignore_index
+    m = x.max(dim=1).values if n_cols else x.new_full((n_rows,), float("-inf"))
+    m_ref = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
+    s = torch.exp(x - m_ref[:, None]).sum(1)
+    local = target.to(torch.int64) - col_offset
+    owned = (local >= 0) & (local < n_cols)
+    x_t = x.gather(1, torch.where(owned, local, torch.zeros_like(local))[:, None]).squeeze(1)
+    x_t = torch.where(owned, x_t, torch.zeros_like(x_t))
+    bad = valid & ((target < 0) | (target >= n_classes))
+    x_t = torch.where(bad, torch.full_like(x_t, float("nan")), x_t)
+    if label_smoothing:
+        wx = (x * weight[col_offset:col_offset + n_cols].to(acc)).sum(1) if weight is not None else x.sum(1)
+    else:
+        wx = torch.zeros_like(m)
+    stats = torch.stack([m, s, x_t, wx], dim=1)
+    ignored = torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=acc, device=logits.device)
+    return torch.where(valid[:, None], stats, ignored)
+
+
+def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One attention block with its log-sum-exp, the contract of wavefront.ops.attention's forward custom op:
+    (out in q's dtype, lse2 [B, H, S] = log2 sum_j exp(scale q.k_j) in fp32, fp64 for fp64 inputs)."""
+    acc = _compute_dtype(q, k, v)
+    group = q.shape[1] // k.shape[1]
+    kr, vr = (t.to(acc).repeat_interleave(group, dim=1) for t in (k, v))
+    scores = torch.matmul(q.to(acc), kr.transpose(-2, -1)) * scale
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.exp(scores - lse[..., None]), vr)
+    return out.to(q.dtype), lse * _LOG2E
+
+
+def attention_block_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                        lse2: torch.Tensor, causal: bool,
+                        scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The attention backward's contract given any row statistics lse2 (base 2) and output o: with P =
+    exp2(scale log2(e) q.k - lse2), delta = rowsum(do o): dV = P^T do, dS = P (do V^T - delta),
+    dQ = scale dS K, dK = scale dS^T Q; K/V gradients summed over each GQA group."""
+    acc = _compute_dtype(q, k, v)
+    group = q.shape[1] // k.shape[1]
+    kr, vr = (t.to(acc).repeat_interleave(group, dim=1) for t in (k, v))
+    qa, doa = q.to(acc), do.to(acc)
+    scores = torch.matmul(qa, kr.transpose(-2, -1)) * scale
+    p = torch.exp(scores - lse2.to(acc)[..., None] * _LN2)
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        p = p.masked_fill(~keep, 0.0)
+    delta = (doa * o.to(acc)).sum(-1, keepdim=True)
+    ds = p * (torch.matmul(doa, vr.transpose(-2, -1)) - delta)
+    dq = torch.matmul(ds, kr) * scale
+    dk = torch.matmul(ds.transpose(-2, -1), qa) * scale
+    dv = torch.matmul(p.transpose(-2, -1), doa)
+    b, h_kv, s, d = k.shape
+    dk = dk.view(b, h_kv, group, s, d).sum(2)
+    dv = dv.view(b, h_kv, group, s, d).sum(2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
