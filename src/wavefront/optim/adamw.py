@@ -216,6 +216,7 @@ class _Plan:
                 bucket.add(tensors, gi, state, ti, p.is_complex())
         self.grad_mask = [p.grad is not None for p in self.flat]
         self.grad_contiguous = [g.is_contiguous() for g in grads]
+        self.grad_dtypes = [g.dtype for g in grads]
         self.param_addresses = [p.data_ptr() for p in self.with_grad]
         self.step_bases = _gather_steps(self.states)
         self.state_dicts = list(opt.state.values())
@@ -237,8 +238,9 @@ class _Plan:
             return None
         grads = [g for g in grads if g is not None]
         if (list(map(torch.Tensor.is_contiguous, grads)) != self.grad_contiguous
+                or list(map(_dtype, grads)) != self.grad_dtypes
                 or list(map(torch.Tensor.data_ptr, self.with_grad)) != self.param_addresses):
-            return None  # a layout change (or a sparse gradient) or a parameter given new storage
+            return None  # a layout or dtype change (a sparse gradient, a grad_dtype) or new parameter storage
         # The state: every per-parameter dict and every value in them, by identity, in C loops (looking each
         # parameter up would call Tensor.__hash__ in Python 291 times). A dict replaced or a value replaced,
         # added or removed shows as a different object or count.
@@ -249,6 +251,9 @@ class _Plan:
         if len(current) != len(self.state_values) or not all(map(operator.is_, current, self.state_values)):
             return None
         return grads
+
+
+_dtype = operator.attrgetter("dtype")
 
 
 def _flags(opt: AdamW) -> tuple:
