@@ -288,7 +288,7 @@ def _split_off(monkeypatch):
 
 
 @pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.1, "weighted": True, "z_loss": 1e-3},
-                                     {"softcap": 30.0, "label_smoothing": 0.1}])
+                                     pytest.param({"softcap": 30.0, "label_smoothing": 0.1}, marks=pytest.mark.slow)])
 def test_split_rows_match_the_float64_reference(options, monkeypatch):
     from wavefront import reference
     from wavefront.kernels import cross_entropy as kernels

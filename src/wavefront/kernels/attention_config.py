@@ -193,7 +193,8 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         # V^T): 644-2024 B; dK/dV d256 over 5 (d_split 2-4, Q^T/dO^T): 504-1108 B; dQ d256 over 5
         # (d_split 2-4): 2660-3504 B. Zero spills there needs the kernel to contract the head dim in
         # chunks (S = sum over 64-column slices of Q K^T, re-reading the slices from L1/LDS each key step),
-        # a change to kernels/attention.py; the entries below are the least-spilling shapes found.
+        # a change to kernels/attention.py. Below, the default is the least-spilling shape that adds no
+        # work; the least-spilling one overall follows it where it recomputes (to be timed on a GPU).
         "fwd": {
             64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
             128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 219 VGPRs, 0 spill; 64x32 spills"),),
@@ -204,15 +205,19 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
             64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
             128: (_T(16, 32, 4, 1, "d128: dK/dV columns split over two programs (d_split 2, S and dP recomputed): "
                                    "253 VGPRs, 0 spill (full width spilled 228 B per lane)", d_split=2),),
-            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, d_split 4, Q^T/dO^T copies: 504 B spilled per lane, "
-                                   "the least of 6 shapes tried (full width 1396 B)", d_split=4, transposed=True),),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 1396 B spilled per lane; the alternative below spills "
+                                   "504 B but recomputes S and dP 4 times and copies Q, dO: untimed, so second"),
+                  _T(16, 16, 4, 1, "d256: d_split 4 with Q^T/dO^T copies: 504 B spilled, the least of 6 shapes tried",
+                     d_split=4, transposed=True)),
         },
         "bwd_dq": {
             64: (_T(64, 16, 4, 1, "64x16, 4 waves: 230 VGPRs, 0 spill"),),
-            128: (_T(32, 16, 8, 1, "d128: 32x16, 8 waves, d_split 2: 360 B spilled per lane, the least of 15 "
-                                   "shapes tried (full width 440 B); Q, dO, K, V fill the VGPRs (above)", d_split=2),),
-            256: (_T(32, 16, 8, 1, "d256: 32x16, 8 waves, d_split 4: 2660 B spilled per lane, the least of 6 shapes "
-                                   "tried (16x16 full width 3332 B)", d_split=4),),
+            128: (_T(32, 16, 8, 1, "d128: 32x16, 8 waves: 440 B spilled per lane; the least of 15 shapes tried "
+                                   "(d_split 2: 360 B) doubles the S/dP work for 18% less spill: untimed, so second"),
+                  _T(32, 16, 8, 1, "d128: d_split 2: 360 B spilled per lane", d_split=2)),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 3332 B spilled per lane; d_split 4 at 32x16x8 (2660 B) "
+                                   "quadruples the S/dP work: untimed, so second"),
+                  _T(32, 16, 8, 1, "d256: d_split 4: 2660 B spilled per lane", d_split=4)),
         },
     },
     "cpu": {
