@@ -173,9 +173,11 @@ def _ce_kernel(
     cols0 = tl.arange(0, BLOCK_N)
     log2e: tl.constexpr = 1.4426950408889634
     # The gradient loop covers columns [lo, hi): the whole row, or this program's chunk of a split row
-    # (backward mode only; split_cols = n_cols otherwise).
-    lo = tl.program_id(1).to(tl.int64) * split_cols
-    hi = tl.minimum(lo + split_cols, n_cols)
+    # (backward mode only; split_cols = n_cols otherwise). Column indices stay int32 like n_cols (int64 loop
+    # bounds doubled this kernel's registers on sm_90); a chunk starts on a block boundary (lo = 0 unsplit),
+    # and hi is formed without overflowing.
+    lo = tl.multiple_of(tl.program_id(1) * split_cols, BLOCK_N)
+    hi = tl.minimum(lo, n_cols - split_cols) + split_cols
     t_safe, valid, poison, w_t, n_f, inv_n = _target(target_ptr, weight_ptr, row, stride_target, ignore_index,
                                                      n_classes, HAS_WEIGHT, ACC)
 
@@ -282,8 +284,8 @@ def _ce_partial_kernel(
     if t != ignore_index:
         x_row = logits_ptr + row * stride_logits_row
         cols0 = tl.arange(0, BLOCK_N)
-        lo = part * split_cols
-        hi = tl.minimum(lo + split_cols, n_cols)
+        lo = tl.multiple_of(tl.program_id(1) * split_cols, BLOCK_N)
+        hi = tl.minimum(lo, n_cols - split_cols) + split_cols
         m_lane = tl.full((BLOCK_N,), -float("inf"), ACC)
         s_lane = tl.zeros((BLOCK_N,), ACC)
         wx_lane = tl.zeros((BLOCK_N,), ACC)

@@ -204,7 +204,8 @@ class _Plan:
                 if fused is None:
                     fused = triton_on[p.device] = runtime.uses_triton(p.device)
                 if not fused or not all(t is None or t.is_contiguous() for t in tensors):
-                    self.eager.append((gi, tensors, state, maximize, ti))
+                    # The gradient slot is filled each step (holding this one would keep it alive).
+                    self.eager.append((gi, [tensors[0], None, *tensors[2:]], state, maximize, ti))
                     continue
                 if tensors[0].numel() == 0:
                     continue  # nothing to update (its step count still advances)
