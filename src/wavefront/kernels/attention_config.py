@@ -193,13 +193,16 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         # V^T): 644-2024 B; dK/dV d256 over 5 (d_split 2-4, Q^T/dO^T): 504-1108 B; dQ d256 over 5
         # (d_split 2-4): 2660-3504 B. Zero spills there needs the kernel to contract the head dim in
         # chunks (S = sum over 64-column slices of Q K^T, re-reading the slices from L1/LDS each key step),
-        # a change to kernels/attention.py. Below, the default is the least-spilling shape that adds no
-        # work; the least-spilling one overall follows it where it recomputes (to be timed on a GPU).
+        # a change to kernels/attention.py. Below, the defaults are unchanged; the least-spilling shapes
+        # follow them as candidates (each costs recomputation or occupancy: to be timed on a GPU).
         "fwd": {
             64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
             128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 219 VGPRs, 0 spill; 64x32 spills"),),
-            256: (_T(16, 16, 8, 1, "d256: 16x16, 8 waves: 644 B spilled per lane, the least of 8 shapes tried "
-                                   "(4 waves 776 B, V^T 700-788 B); Q and K at full width fill the VGPRs (above)"),),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 540 B spilled per lane at the bench shape (776 B at "
+                                   "the test shape), occupancy 5 waves/SIMD; Q and K at full width fill the VGPRs "
+                                   "(above)"),
+                  _T(16, 16, 8, 1, "d256: 8 waves, the least spilling of 8 shapes tried (500 B at the bench "
+                                   "shape, 644 B at the test shape) but 4 waves/SIMD: untimed, so second")),
         },
         "bwd_dkdv": {
             64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
