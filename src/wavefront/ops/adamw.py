@@ -74,7 +74,11 @@ def adamw_(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], ex
         kernels.adamw_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, masters or None,
                                    scalars, maximize=maximize, key=table_key)
     mutated = [*params, *exp_avgs, *exp_avg_sqs, *(max_exp_avg_sqs or ()), *(masters or ())]
-    torch._C._increment_version(mutated)
+    try:
+        torch.autograd.graph.increment_version(mutated)
+    except TypeError:  # torch before 2.6 takes one tensor per call
+        for t in mutated:
+            torch.autograd.graph.increment_version(t)
 
 
 def adamw_step(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, lr: float, beta1: float = 0.9,
