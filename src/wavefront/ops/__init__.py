@@ -21,6 +21,7 @@ from wavefront.ops.adamw import adamw_step
 from wavefront.ops.attention import attention
 from wavefront.ops.cross_entropy import cross_entropy
 from wavefront.ops.glu import geglu, swiglu
+from wavefront.ops.grouped_linear import grouped_linear
 from wavefront.ops.linear import linear
 from wavefront.ops.linear_cross_entropy import linear_cross_entropy
 from wavefront.ops.norm import add_rms_norm, layer_norm, rms_norm
@@ -43,5 +44,5 @@ def get_spec(name: str) -> OpSpec:
 
 
 __all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "adamw_step", "add_rms_norm", "attention",
-           "cross_entropy", "geglu", "get_spec", "layer_norm", "linear", "linear_cross_entropy", "rms_norm", "rope",
-           "softmax", "swiglu"]
+           "cross_entropy", "geglu", "get_spec", "grouped_linear", "layer_norm", "linear", "linear_cross_entropy",
+           "rms_norm", "rope", "softmax", "swiglu"]
