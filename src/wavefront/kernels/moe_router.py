@@ -5,7 +5,8 @@ Per token t (a row of logits l, E experts):
 
     p = softmax(l)                     lse = logsumexp(l)            (always: the aux and z losses use them)
     s = sigmoid(l)  (SIGMOID)  else p  q = s / sum(s) (SIGMOID) else p   (the router probability of the aux loss)
-    key = l (TOPK_FIRST) else s; key += bias (HAS_BIAS, DeepSeek-V3's correction: selection only)
+    key = l (TOPK_FIRST) else s; key += bias (HAS_BIAS, DeepSeek-V3's correction: selection only; (E,) or
+          (T, E), a per-token bias carrying -inf on experts outside the token's groups for group-limited routing)
     idx_j, j < k: the k largest keys, descending, equal keys by lowest expert index (the order torch.topk
                   gives for distinct values; deterministic for ties)
     w_j = softmax over the k selected logits                       (TOPK_FIRST, Mixtral's original order)
@@ -111,7 +112,7 @@ def _scores(logits_ptr, rows, cols, n_tokens, n_experts, stride_logits_row, SIGM
 
 @triton.jit
 def _moe_router_fwd_kernel(logits_ptr, bias_ptr, weights_ptr, indices_ptr, counts_ptr, psum_part_ptr, lse_ptr,
-                           n_tokens, n_experts, stride_logits_row,
+                           n_tokens, n_experts, stride_logits_row, stride_bias_row,
                            TOP_K: tl.constexpr, SIGMOID: tl.constexpr, TOPK_FIRST: tl.constexpr,
                            NORMALIZE: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_T: tl.constexpr,
                            BLOCK_E: tl.constexpr, ACC: tl.constexpr):
@@ -127,7 +128,9 @@ def _moe_router_fwd_kernel(logits_ptr, bias_ptr, weights_ptr, indices_ptr, count
     else:
         key = s
     if HAS_BIAS:
-        key = key + tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(ACC)[None, :]
+        # stride_bias_row 0: one (E,) bias for every token; else a (T, E) bias (group-limited routing's mask).
+        key = key + tl.load(bias_ptr + rows.to(tl.int64)[:, None] * stride_bias_row + cols[None, :], mask=mask,
+                            other=0.0).to(ACC)
     rows64 = rows.to(tl.int64)
     chosen = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.int1)
     rank = tl.full((BLOCK_T, BLOCK_E), -1, dtype=tl.int32)
@@ -229,7 +232,8 @@ def moe_router_fwd(logits: torch.Tensor, bias: torch.Tensor | None, top_k: int, 
     launch(_moe_router_fwd_kernel, (n_programs,),
            logits_ptr=logits, bias_ptr=bias, weights_ptr=weights, indices_ptr=indices, counts_ptr=counts,
            psum_part_ptr=psum_part, lse_ptr=lse, n_tokens=n_tokens, n_experts=n_experts,
-           stride_logits_row=logits.stride(0),
+           stride_logits_row=logits.stride(0), stride_bias_row=bias.stride(0) if bias is not None and bias.dim() == 2
+           else 0,
            constexprs=dict(TOP_K=top_k, SIGMOID=sigmoid, TOPK_FIRST=topk_first, NORMALIZE=normalize,
                            HAS_BIAS=bias is not None, BLOCK_T=cfg.BLOCK_T, BLOCK_E=cfg.BLOCK_E,
                            ACC=acc_dtype(logits.dtype)),

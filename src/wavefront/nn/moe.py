@@ -34,6 +34,22 @@ def expert_counts(indices: Tensor, num_experts: int) -> Tensor:
         0, flat, torch.ones_like(flat, dtype=torch.int32))
 
 
+def group_limited_bias(scores: Tensor, bias: Tensor | None, n_group: int, topk_group: int) -> Tensor:
+    """DeepSeek-V3's group-limited routing as a (T, E) selection bias for ``ops.moe_router``: experts in
+    n_group equal groups; a group's score is the sum of its two best ``scores + bias``; each token chooses
+    among the experts of its topk_group best groups only (the others get -inf). No gradient (selection)."""
+    with torch.no_grad():
+        key = scores.float() if bias is None else scores.float() + bias
+        n_tokens, n_experts = key.shape
+        per_group = n_experts // n_group
+        group_scores = key.view(n_tokens, n_group, per_group).topk(min(2, per_group), dim=-1).values.sum(-1)
+        keep = torch.zeros(n_tokens, n_group, dtype=torch.bool, device=key.device)
+        keep.scatter_(1, group_scores.topk(topk_group, dim=-1, sorted=False).indices, True)
+        mask = torch.zeros(n_tokens, n_experts, dtype=key.dtype, device=key.device).masked_fill(
+            ~keep.repeat_interleave(per_group, dim=1), float("-inf"))
+        return mask if bias is None else mask + bias
+
+
 class MoEExperts(nn.Module):
     """E SwiGLU experts as fused 3-D weights: ``down_proj[e] @ swiglu(gate_up_proj[e] @ x)``.
 
@@ -87,13 +103,18 @@ class MoEExperts(nn.Module):
 
 class MoERouter(nn.Module):
     """Router logits ``x @ weight.T`` (in fp32 when ``fp32``: DeepSeek-V3 keeps its router in fp32) and
-    ``wavefront.ops.moe_router``. forward(x (T, H)) -> (logits, weights (T, k), indices, counts, aux_loss)."""
+    ``wavefront.ops.moe_router``. forward(x (T, H)) -> (logits, weights (T, k), indices, counts, aux_loss).
+    n_group > 1 with topk_group < n_group: DeepSeek-V3's group-limited selection (:func:`group_limited_bias`)."""
 
     def __init__(self, hidden_size: int, num_experts: int, top_k: int, *, score: str = "softmax",
                  order: str = "softmax_topk", normalize: bool = True, score_bias: bool = False,
                  routed_scaling_factor: float = 1.0, aux_loss_coef: float = 0.0, z_loss_coef: float = 0.0,
-                 fp32: bool = False, device=None, dtype=None):
+                 fp32: bool = False, n_group: int = 1, topk_group: int = 1, device=None, dtype=None):
         super().__init__()
+        if n_group < 1 or num_experts % n_group or not 1 <= topk_group <= n_group:
+            raise ValueError(f"MoERouter: n_group ({n_group}) must divide num_experts ({num_experts}) and "
+                             f"topk_group ({topk_group}) be in [1, n_group]")
+        self.n_group, self.topk_group = n_group, topk_group
         self.hidden_size, self.num_experts, self.top_k = hidden_size, num_experts, top_k
         self.score, self.order, self.normalize = score, order, normalize
         self.routed_scaling_factor = routed_scaling_factor
@@ -110,9 +131,13 @@ class MoERouter(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         x = x.reshape(-1, self.hidden_size)
         logits = F.linear(x.float(), self.weight.float()) if self.fp32 else F.linear(x, self.weight)
+        bias = self.e_score_correction_bias
+        if self.topk_group < self.n_group:
+            scores = torch.sigmoid(logits) if self.score == "sigmoid" else torch.softmax(logits.float(), -1)
+            bias = group_limited_bias(scores, bias, self.n_group, self.topk_group)
         weights, indices, counts, aux = ops.moe_router(
-            logits, self.top_k, score=self.score, order=self.order, normalize=self.normalize,
-            bias=self.e_score_correction_bias, aux_loss_coef=self.aux_loss_coef, z_loss_coef=self.z_loss_coef)
+            logits, self.top_k, score=self.score, order=self.order, normalize=self.normalize, bias=bias,
+            aux_loss_coef=self.aux_loss_coef, z_loss_coef=self.z_loss_coef)
         if self.routed_scaling_factor != 1.0:
             weights = weights * self.routed_scaling_factor
         return logits, weights, indices, counts, aux
@@ -126,8 +151,8 @@ class MoE(nn.Module):
     """A sparse mixture-of-experts MLP: ``sum_j w_j expert_{i_j}(x) (+ shared_experts(x))``.
 
     hidden, intermediate: the model and per-expert widths. num_experts, top_k: E and k. Router options
-    (score, order, normalize, score_bias, routed_scaling_factor, aux_loss_coef, z_loss_coef, router_fp32) as
-    :class:`MoERouter`. shared_expert: the intermediate width of an always-on SwiGLU expert
+    (score, order, normalize, score_bias, routed_scaling_factor, aux_loss_coef, z_loss_coef, router_fp32,
+    n_group, topk_group) as :class:`MoERouter`. shared_expert: the intermediate width of an always-on SwiGLU expert
     (DeepSeek-V3: moe_intermediate_size * n_shared_experts), or None. pad_to: see :class:`MoEExperts`.
 
     forward(x (..., H)) -> (..., H). After each forward, ``aux_loss`` holds the router's loss (scalar, in the
@@ -137,8 +162,8 @@ class MoE(nn.Module):
     def __init__(self, hidden: int, intermediate: int, num_experts: int, top_k: int, *, score: str = "softmax",
                  order: str = "softmax_topk", normalize: bool = True, score_bias: bool = False,
                  routed_scaling_factor: float = 1.0, aux_loss_coef: float = 0.0, z_loss_coef: float = 0.0,
-                 router_fp32: bool = False, shared_expert: int | None = None, pad_to: int = 1, device=None,
-                 dtype=None):
+                 router_fp32: bool = False, n_group: int = 1, topk_group: int = 1, shared_expert: int | None = None,
+                 pad_to: int = 1, device=None, dtype=None):
         super().__init__()
         for name, value in (("hidden", hidden), ("intermediate", intermediate), ("num_experts", num_experts),
                             ("top_k", top_k), ("pad_to", pad_to)):
@@ -152,8 +177,8 @@ class MoE(nn.Module):
         self.hidden, self.num_experts, self.top_k = hidden, num_experts, top_k
         self.gate = MoERouter(hidden, num_experts, top_k, score=score, order=order, normalize=normalize,
                               score_bias=score_bias, routed_scaling_factor=routed_scaling_factor,
-                              aux_loss_coef=aux_loss_coef, z_loss_coef=z_loss_coef, fp32=router_fp32, device=device,
-                              dtype=dtype)
+                              aux_loss_coef=aux_loss_coef, z_loss_coef=z_loss_coef, fp32=router_fp32, n_group=n_group,
+                              topk_group=topk_group, device=device, dtype=dtype)
         self.experts = MoEExperts(num_experts, hidden, intermediate, pad_to=pad_to, device=device, dtype=dtype)
         self.shared_experts = (SwiGLUMLP(hidden, shared_expert, device=device, dtype=dtype)
                                if shared_expert is not None else None)

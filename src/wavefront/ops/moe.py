@@ -16,7 +16,7 @@ from torch import Tensor
 
 from wavefront import reference, runtime
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
-from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_shape, check_tensor
+from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_tensor
 
 SCORES = ("softmax", "sigmoid")
 ORDERS = ("softmax_topk", "topk_softmax")
@@ -104,8 +104,9 @@ def moe_router(logits: Tensor, top_k: int, *, score: str = "softmax", order: str
 
     score: "softmax" (Mixtral, Qwen-MoE) or "sigmoid" (DeepSeek-V3). order: "softmax_topk" selects on the
     scores; "topk_softmax" (softmax only) selects on the logits and softmaxes the k selected ones. normalize:
-    divide the selected scores by their sum. bias (E,): added to the selection key only (DeepSeek-V3's
-    load-balancing correction). aux_loss = aux_loss_coef * E * sum_e f_e P_e (Switch/Mixtral: f_e = tokens
+    divide the selected scores by their sum. bias (E,) or (T, E): added to the selection key only (DeepSeek-V3's
+    load-balancing correction; a (T, E) bias with -inf outside each token's groups gives group-limited
+    routing). aux_loss = aux_loss_coef * E * sum_e f_e P_e (Switch/Mixtral: f_e = tokens
     routed to e / T, P_e = mean router probability of e; for sigmoid scores the probability is s / sum(s))
     + z_loss_coef * mean(logsumexp(logits)^2) (ST-MoE). Gradients reach logits through weights and aux_loss.
     Equal keys go to the lowest expert index (torch.topk's order for distinct values; deterministic).
@@ -126,15 +127,19 @@ def moe_router(logits: Tensor, top_k: int, *, score: str = "softmax", order: str
         if isinstance(coef, bool) or not isinstance(coef, int | float):
             raise TypeError(f"{op}: argument '{name}' must be a float, got {type(coef).__name__}")
     if bias is not None:
-        check_tensor(op, "bias", bias, ndim=1)
-        check_shape(op, "bias", bias, (n_experts,), "one per expert, logits.shape[1]")
+        check_tensor(op, "bias", bias, min_dim=1)
+        if tuple(bias.shape) not in ((n_experts,), (n_tokens, n_experts)):
+            raise ValueError(f"{op}: argument 'bias' must have shape ({n_experts},) (one per expert) or "
+                             f"{(n_tokens, n_experts)} (one per token and expert, like logits), got "
+                             f"{tuple(bias.shape)}")
         check_same_device(op, logits=logits, bias=bias)
     if logits.numel() == 0 or not runtime.uses_triton(logits.device):
         return reference.moe_router(logits, top_k, score=score, order=order, normalize=normalize, bias=bias,
                                     aux_loss_coef=aux_loss_coef, z_loss_coef=z_loss_coef)
+    if bias is not None:
+        bias = as_rows(bias) if bias.dim() == 2 else bias.contiguous()
     weights, indices, counts, psum, lse = torch.ops.wavefront.moe_router_fwd(
-        as_rows(logits), None if bias is None else bias.contiguous(), top_k, score == "sigmoid",
-        order == "topk_softmax", normalize)
+        as_rows(logits), bias, top_k, score == "sigmoid", order == "topk_softmax", normalize)
     return weights, indices, counts, _router_losses(counts, psum, lse, n_tokens, aux_loss_coef, z_loss_coef)
 
 
