@@ -21,19 +21,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from wavefront.patching.patcher import Patcher
-from wavefront.patching.rule_types import MoERule
 
 #: Activations the grouped expert GEMM fuses (``grouped_linear(activation="swiglu")``).
 ACTIVATIONS = ("silu", "swish")
 
-_SUBCLASSES: dict[tuple[type, MoERule], type] = {}
+_SUBCLASSES: dict[tuple[type, object], type] = {}  # (router class, its MoERule) -> patched subclass
 
 
 def _router_forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     from wavefront import ops
     from wavefront.nn.moe import group_limited_bias
 
-    rule: MoERule = self._wavefront_rule
+    rule = self._wavefront_rule  # the family's MoERule (rule_types.py)
     x = hidden_states.reshape(-1, self.weight.shape[1])
     logits = F.linear(x.float(), self.weight.float()) if rule.fp32_logits else F.linear(x, self.weight)
     bias = getattr(self, rule.bias_attr) if rule.bias_attr else None
@@ -51,7 +50,7 @@ def _router_forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, to
     return logits, weights, indices
 
 
-def _restore(base: type, rule: MoERule) -> nn.Module:
+def _restore(base: type, rule) -> nn.Module:
     """Unpickling and deep-copying entry point: an empty instance of the patched subclass of `base`."""
     cls = _router_subclass(base, rule)
     return cls.__new__(cls)
@@ -62,7 +61,7 @@ def _reduce_ex(self, protocol):
     return _restore, (self._wavefront_base, self._wavefront_rule), self.__getstate__()
 
 
-def _router_subclass(cls: type, rule: MoERule) -> type:
+def _router_subclass(cls: type, rule) -> type:
     key = (cls, rule)
     if key not in _SUBCLASSES:
         _SUBCLASSES[key] = type(f"Wavefront{cls.__name__}", (cls,), {
@@ -72,7 +71,7 @@ def _router_subclass(cls: type, rule: MoERule) -> type:
     return _SUBCLASSES[key]
 
 
-def _router_problem(router: nn.Module, rule: MoERule) -> str | None:
+def _router_problem(router: nn.Module, rule) -> str | None:
     weight = getattr(router, "weight", None)
     if not isinstance(weight, nn.Parameter) or weight.dim() != 2:
         return "expected a 2-D 'weight' Parameter (the transformers class changed shape?)"
