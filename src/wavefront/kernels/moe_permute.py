@@ -38,23 +38,27 @@ from wavefront.runtime import Arch
 class PermuteTable:
     # Assignments per step of the row-map scan: 1024 int64 indices (8 KiB) per load, a prefix sum per block.
     block_assign: int
-    # Row chunk cap in elements: 4096 16-bit values = 8 KiB per load, two 16-byte vectors per lane at 8 warps.
-    max_block_h: int
+    # Tile cap in elements (rows x columns): 4096 16-bit values = 8 KiB per load, two 16-byte vectors per
+    # lane at 8 warps. Rows of 4096 or more get one program per row (chunks of 4096); narrower rows are
+    # packed several to a program so that a program still moves a whole tile.
+    max_tile: int
+    max_rows: int
     vecs_per_thread: int
     max_warps: int
 
 
 PERMUTE_TABLES: dict[str, PermuteTable] = {
-    "nvidia": PermuteTable(block_assign=1024, max_block_h=4096, vecs_per_thread=2, max_warps=8),
-    "amd-cdna": PermuteTable(block_assign=1024, max_block_h=4096, vecs_per_thread=2, max_warps=8),
-    "amd-rdna": PermuteTable(block_assign=1024, max_block_h=4096, vecs_per_thread=2, max_warps=8),
-    "cpu": PermuteTable(block_assign=1024, max_block_h=4096, vecs_per_thread=2, max_warps=8),
+    "nvidia": PermuteTable(block_assign=1024, max_tile=4096, max_rows=64, vecs_per_thread=2, max_warps=8),
+    "amd-cdna": PermuteTable(block_assign=1024, max_tile=4096, max_rows=64, vecs_per_thread=2, max_warps=8),
+    "amd-rdna": PermuteTable(block_assign=1024, max_tile=4096, max_rows=64, vecs_per_thread=2, max_warps=8),
+    "cpu": PermuteTable(block_assign=1024, max_tile=4096, max_rows=64, vecs_per_thread=2, max_warps=8),
 }
 
 
 @dataclass(frozen=True)
 class PermuteConfig:
     BLOCK_A: int
+    BLOCK_R: int
     BLOCK_H: int
     num_warps: int
 
@@ -63,13 +67,14 @@ class PermuteConfig:
 
 
 def moe_permute_config(hidden: int, dtype: torch.dtype, arch: Arch) -> PermuteConfig:
-    """Pure function of (row width, dtype, architecture)."""
+    """Pure function of (row width, dtype, architecture): BLOCK_R rows x BLOCK_H columns per program."""
     if hidden < 1:
         raise ValueError(f"hidden must be >= 1, got {hidden}")
     table = PERMUTE_TABLES[arch.family]
-    block_h = min(next_pow2(hidden), table.max_block_h)
-    warps = warps_for(block_h, dtype, arch, vecs_per_lane=table.vecs_per_thread, max_warps=table.max_warps)
-    return PermuteConfig(BLOCK_A=table.block_assign, BLOCK_H=block_h, num_warps=warps)
+    block_h = min(next_pow2(hidden), table.max_tile)
+    block_r = max(1, min(table.max_rows, table.max_tile // block_h))
+    warps = warps_for(block_r * block_h, dtype, arch, vecs_per_lane=table.vecs_per_thread, max_warps=table.max_warps)
+    return PermuteConfig(BLOCK_A=table.block_assign, BLOCK_R=block_r, BLOCK_H=block_h, num_warps=warps)
 
 
 @triton.jit
@@ -86,45 +91,48 @@ def _moe_row_map_kernel(indices_ptr, starts_ptr, row_map_ptr, n_assign, BLOCK_A:
 
 
 @triton.jit
-def _moe_scatter_rows_kernel(src_ptr, dst_ptr, row_map_ptr, w_ptr, y_ptr, dw_ptr, hidden, top_k, stride_src_row,
-                             stride_dst_row, stride_y_row,
-                             HAS_W: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_H: tl.constexpr,
-                             ACC: tl.constexpr):
-    a = tl.program_id(0).to(tl.int64)
+def _moe_scatter_rows_kernel(src_ptr, dst_ptr, row_map_ptr, w_ptr, y_ptr, dw_ptr, n_assign, hidden, top_k,
+                             stride_src_row, stride_dst_row, stride_y_row,
+                             HAS_W: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_R: tl.constexpr,
+                             BLOCK_H: tl.constexpr, ACC: tl.constexpr):
+    a = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    a_ok = a < n_assign
     t = a // top_k
-    r = tl.load(row_map_ptr + a).to(tl.int64)
+    r = tl.load(row_map_ptr + a, mask=a_ok, other=0).to(tl.int64)
     if HAS_W:
-        w = tl.load(w_ptr + a).to(ACC)
-    dw = tl.zeros((BLOCK_H,), dtype=ACC)
+        w = tl.load(w_ptr + a, mask=a_ok, other=0.0).to(ACC)
+    dw = tl.zeros((BLOCK_R, BLOCK_H), dtype=ACC)
     for h0 in range(0, hidden, BLOCK_H):
         h = h0 + tl.arange(0, BLOCK_H)
-        ok = h < hidden
-        v = tl.load(src_ptr + t * stride_src_row + h, mask=ok, other=0.0).to(ACC)
+        ok = a_ok[:, None] & (h < hidden)[None, :]
+        v = tl.load(src_ptr + t[:, None] * stride_src_row + h[None, :], mask=ok, other=0.0).to(ACC)
         out = v
         if HAS_W:
-            out = v * w
-        tl.store(dst_ptr + r * stride_dst_row + h, out.to(dst_ptr.dtype.element_ty), mask=ok)
+            out = v * w[:, None]
+        tl.store(dst_ptr + r[:, None] * stride_dst_row + h[None, :], out.to(dst_ptr.dtype.element_ty), mask=ok)
         if COMPUTE_DW:
-            dw += v * tl.load(y_ptr + r * stride_y_row + h, mask=ok, other=0.0).to(ACC)
+            dw += v * tl.load(y_ptr + r[:, None] * stride_y_row + h[None, :], mask=ok, other=0.0).to(ACC)
     if COMPUTE_DW:
-        tl.store(dw_ptr + a, tl.sum(dw, axis=0).to(dw_ptr.dtype.element_ty))
+        tl.store(dw_ptr + a, tl.sum(dw, axis=1).to(dw_ptr.dtype.element_ty), mask=a_ok)
 
 
 @triton.jit
-def _moe_gather_rows_kernel(src_ptr, out_ptr, row_map_ptr, w_ptr, hidden, top_k, stride_src_row, stride_out_row,
-                            HAS_W: tl.constexpr, BLOCK_H: tl.constexpr, ACC: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
+def _moe_gather_rows_kernel(src_ptr, out_ptr, row_map_ptr, w_ptr, n_tokens, hidden, top_k, stride_src_row,
+                            stride_out_row, HAS_W: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr,
+                            ACC: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    t_ok = t < n_tokens
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    ok = h < hidden
-    acc = tl.zeros((BLOCK_H,), dtype=ACC)
+    ok = t_ok[:, None] & (h < hidden)[None, :]
+    acc = tl.zeros((BLOCK_R, BLOCK_H), dtype=ACC)
     for j in range(0, top_k):
         a = t * top_k + j
-        r = tl.load(row_map_ptr + a).to(tl.int64)
-        v = tl.load(src_ptr + r * stride_src_row + h, mask=ok, other=0.0).to(ACC)
+        r = tl.load(row_map_ptr + a, mask=t_ok, other=0).to(tl.int64)
+        v = tl.load(src_ptr + r[:, None] * stride_src_row + h[None, :], mask=ok, other=0.0).to(ACC)
         if HAS_W:
-            v = v * tl.load(w_ptr + a).to(ACC)
+            v = v * tl.load(w_ptr + a, mask=t_ok, other=0.0).to(ACC)[:, None]
         acc += v
-    tl.store(out_ptr + t * stride_out_row + h, acc.to(out_ptr.dtype.element_ty), mask=ok)
+    tl.store(out_ptr + t[:, None] * stride_out_row + h[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 def moe_row_map(indices_flat: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -150,11 +158,12 @@ def moe_scatter_rows(src: torch.Tensor, row_map: torch.Tensor, n_rows: int, top_
     if row_map.numel() == 0 or hidden == 0:
         return dst, (dw.zero_() if dw is not None else None)
     cfg = moe_permute_config(hidden, src.dtype, runtime.arch(src.device))
-    launch(_moe_scatter_rows_kernel, (row_map.numel(),), src_ptr=src, dst_ptr=dst, row_map_ptr=row_map,
-           w_ptr=weights, y_ptr=y, dw_ptr=dw, hidden=hidden, top_k=top_k, stride_src_row=src.stride(0),
-           stride_dst_row=dst.stride(0), stride_y_row=0 if y is None else y.stride(0),
-           constexprs=dict(HAS_W=weights is not None, COMPUTE_DW=y is not None, BLOCK_H=cfg.BLOCK_H,
-                           ACC=acc_dtype(src.dtype)),
+    launch(_moe_scatter_rows_kernel, (triton.cdiv(row_map.numel(), cfg.BLOCK_R),), src_ptr=src, dst_ptr=dst,
+           row_map_ptr=row_map, w_ptr=weights, y_ptr=y, dw_ptr=dw, n_assign=row_map.numel(), hidden=hidden,
+           top_k=top_k, stride_src_row=src.stride(0), stride_dst_row=dst.stride(0),
+           stride_y_row=0 if y is None else y.stride(0),
+           constexprs=dict(HAS_W=weights is not None, COMPUTE_DW=y is not None, BLOCK_R=cfg.BLOCK_R,
+                           BLOCK_H=cfg.BLOCK_H, ACC=acc_dtype(src.dtype)),
            options=cfg.options())
     return dst, dw
 
@@ -169,9 +178,10 @@ def moe_gather_rows(src: torch.Tensor, row_map: torch.Tensor, n_tokens: int, top
     if top_k == 0:
         return out.zero_()
     cfg = moe_permute_config(hidden, src.dtype, runtime.arch(src.device))
-    launch(_moe_gather_rows_kernel, (n_tokens, triton.cdiv(hidden, cfg.BLOCK_H)), src_ptr=src, out_ptr=out,
-           row_map_ptr=row_map, w_ptr=weights, hidden=hidden, top_k=top_k, stride_src_row=src.stride(0),
-           stride_out_row=out.stride(0),
-           constexprs=dict(HAS_W=weights is not None, BLOCK_H=cfg.BLOCK_H, ACC=acc_dtype(src.dtype)),
+    launch(_moe_gather_rows_kernel, (triton.cdiv(n_tokens, cfg.BLOCK_R), triton.cdiv(hidden, cfg.BLOCK_H)),
+           src_ptr=src, out_ptr=out, row_map_ptr=row_map, w_ptr=weights, n_tokens=n_tokens, hidden=hidden,
+           top_k=top_k, stride_src_row=src.stride(0), stride_out_row=out.stride(0),
+           constexprs=dict(HAS_W=weights is not None, BLOCK_R=cfg.BLOCK_R, BLOCK_H=cfg.BLOCK_H,
+                           ACC=acc_dtype(src.dtype)),
            options=cfg.options())
     return out
