@@ -5,7 +5,7 @@ that agrees with the unpatched model step by step."""
 from __future__ import annotations
 
 import copy
-import io
+import pickle
 
 import pytest
 import torch
@@ -57,17 +57,20 @@ _OPTIONS = {"mixtral": {}, "qwen3_moe": {}, "deepseek_v3": {"rope": False}}
 FAMILIES = sorted(_OPTIONS)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [pytest.param(f, marks=[] if f == "mixtral" else [pytest.mark.slow])
+                                    for f in FAMILIES])
 def test_patch_reports_swaps_matches_and_reverts(family):
     model = _model(family)
-    ids = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 64, (1, 6), generator=torch.Generator().manual_seed(1))
     model.eval()
     expect = model(ids).logits
     state = {k: v.clone() for k, v in model.state_dict().items()}
     router_cls = type(model.model.layers[-1].mlp.gate)
     experts_cls = type(model.model.layers[-1].mlp.experts)
+    n_sparse = sum(type(m).__name__.endswith("Experts") for m in model.modules())
+    assert n_sparse >= 1
     report = wavefront.patch(model, **_OPTIONS[family])
-    assert report.ok and report.counts()["moe"] == 2  # one sparse layer: its router and its experts
+    assert report.ok and report.counts()["moe"] == 2 * n_sparse  # per sparse layer: its router and its experts
     block = model.model.layers[-1].mlp
     assert isinstance(block.gate, router_cls) and type(block.gate) is not router_cls
     assert type(block.experts) is MoEExperts
@@ -75,9 +78,11 @@ def test_patch_reports_swaps_matches_and_reverts(family):
     assert model.state_dict().keys() == state.keys()
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     torch.testing.assert_close(model(ids).logits, expect, rtol=1e-5, atol=1e-5)
-    assert sum(block.experts.tokens_per_expert.tolist()) == 12 * 2
+    assert sum(block.experts.tokens_per_expert.tolist()) == 6 * 2
 
-    clone = torch.load(io.BytesIO(_saved(model)), weights_only=False)  # pickles the patched router class
+    # The copy's patch is its own (the patched router class rebuilt through __reduce_ex__). torch.save of a whole
+    # model fails after a forward in transformers 5 (its output-recording hooks are local functions).
+    clone = copy.deepcopy(model)
     torch.testing.assert_close(clone(ids).logits, expect, rtol=1e-5, atol=1e-5)
     wavefront.unpatch(clone)
     assert type(clone.model.layers[-1].mlp.gate) is router_cls
@@ -87,10 +92,15 @@ def test_patch_reports_swaps_matches_and_reverts(family):
     torch.testing.assert_close(model(ids).logits, expect, rtol=0, atol=0)
 
 
-def _saved(model) -> bytes:
-    buf = io.BytesIO()
-    torch.save(model, buf)
-    return buf.getvalue()
+def test_patched_model_pickles_with_its_patch():
+    model = _model("mixtral", layers=1)
+    wavefront.patch(model)
+    # Before any forward (afterwards transformers' own output-recording hooks are local functions).
+    clone = pickle.loads(pickle.dumps(model))
+    gate, original = clone.model.layers[0].mlp.gate, model.model.layers[0].mlp.gate
+    assert type(gate) is type(original) and torch.equal(gate.weight, original.weight)
+    wavefront.unpatch(clone)
+    assert type(clone.model.layers[0].mlp.gate).__module__.startswith("transformers.")
 
 
 def test_mixtral_router_logits_and_aux_loss_survive_the_patch():
