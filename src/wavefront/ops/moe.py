@@ -185,8 +185,10 @@ def _unpermute_bwd(dout: Tensor, y_sorted: Tensor, row_map: Tensor, weights: Ten
 
     with op_scope("moe_unpermute"):
         n_rows = y_sorted.shape[0]
-        return kernels.moe_scatter_rows(dout, row_map, n_rows, top_k, weights, y_sorted,
-                                        zero_fill=n_rows > row_map.numel())
+        dy, dw = kernels.moe_scatter_rows(dout, row_map, n_rows, top_k, weights, y_sorted,
+                                          zero_fill=n_rows > row_map.numel())
+        assert dw is not None  # y given: the weight gradient is computed
+        return dy, dw
 
 
 @_unpermute_bwd.register_fake
@@ -358,13 +360,13 @@ def _dims(n_tokens: int, n_experts: int, top_k: int, hidden: int = 0) -> dict[st
 
 
 #: Benchmark shapes: 4096 tokens per micro-batch through one MoE layer of a published model.
-_MODELS = {
+_MODELS: dict[str, dict[str, int]] = {
     "mixtral-8x7b": _dims(4096, 8, 2, 4096),
     "qwen3-30b-a3b": _dims(4096, 128, 8, 2048),
     "deepseek-v3": _dims(4096, 256, 8, 7168),
 }
 
-_ROUTER_OPTIONS = {
+_ROUTER_OPTIONS: dict[str, dict[str, object]] = {
     "mixtral-8x7b": {"aux_loss_coef": 0.02},
     "qwen3-30b-a3b": {"normalize": True, "aux_loss_coef": 0.001},
     "deepseek-v3": {"score": "sigmoid", "with_bias": True},
