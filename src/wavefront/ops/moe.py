@@ -297,7 +297,8 @@ def _routing(case: Case, gen) -> tuple[Tensor, Tensor]:
     """Random distinct experts per token (CPU), and the tokens per expert."""
     n_tokens, n_experts, top_k = case.dims["n_tokens"], case.dims["n_experts"], case.dims["top_k"]
     indices = torch.rand(n_tokens, n_experts, generator=gen).argsort(dim=-1)[:, :top_k]
-    counts = torch.bincount(indices.reshape(-1), minlength=n_experts).to(torch.int32)
+    flat = indices.reshape(-1)
+    counts = torch.zeros(n_experts, dtype=torch.int32).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
     return indices, counts
 
 
