@@ -14,6 +14,7 @@ from wavefront.ops import glu as _glu
 from wavefront.ops import grouped_linear as _grouped_linear
 from wavefront.ops import linear as _linear
 from wavefront.ops import linear_cross_entropy as _linear_cross_entropy
+from wavefront.ops import moe as _moe
 from wavefront.ops import norm as _norm
 from wavefront.ops import rope as _rope
 from wavefront.ops import softmax as _softmax
@@ -25,6 +26,7 @@ from wavefront.ops.glu import geglu, swiglu
 from wavefront.ops.grouped_linear import grouped_linear
 from wavefront.ops.linear import linear
 from wavefront.ops.linear_cross_entropy import linear_cross_entropy
+from wavefront.ops.moe import moe_permute, moe_router, moe_unpermute
 from wavefront.ops.norm import add_rms_norm, layer_norm, rms_norm
 from wavefront.ops.rope import rope
 from wavefront.ops.softmax import softmax
@@ -32,7 +34,7 @@ from wavefront.ops.softmax import softmax
 REGISTRY: dict[str, OpSpec] = {
     spec.name: spec
     for module in (_norm, _softmax, _cross_entropy, _linear_cross_entropy, _glu, _rope, _adamw, _attention, _linear,
-                   _grouped_linear)
+                   _moe, _grouped_linear)
     for spec in module.SPECS
 }
 
@@ -47,4 +49,4 @@ def get_spec(name: str) -> OpSpec:
 
 __all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "adamw_step", "add_rms_norm", "attention",
            "cross_entropy", "geglu", "get_spec", "grouped_linear", "layer_norm", "linear", "linear_cross_entropy",
-           "rms_norm", "rope", "softmax", "swiglu"]
+           "moe_permute", "moe_router", "moe_unpermute", "rms_norm", "rope", "softmax", "swiglu"]
