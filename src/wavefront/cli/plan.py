@@ -38,8 +38,8 @@ def _parse_fixed(items: list[str] | None) -> dict:
 
 
 def _table(title: str, columns: str, rows: list[list[str]]):
-    heads = columns.split("|")  # the shared table (numbers never cut); text: column 1 and the labels
-    return table(title, heads, rows, numeric=[c for c in heads[:1] + heads[2:] if c not in ("part", "row", "metric")])
+    heads = columns.split("|")  # the shared table: numbers never cut, the label columns fold
+    return table(title, heads, rows, numeric=[c for c in heads if c not in ("plan", "part", "row", "metric")])
 
 
 def _render(result) -> None:
