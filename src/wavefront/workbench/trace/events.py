@@ -51,7 +51,7 @@ COLUMNS = {
     "dev": ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "has_coll", "pid",
             "tid"),
     "rt": ("ts_ns", "dur_ns", "name", "tid", "correlation", "external_id"),
-    "cpu": ("ts_ns", "dur_ns", "name", "tid", "cat", "external_id", "shape", "pid"),
+    "cpu": ("ts_ns", "dur_ns", "name", "tid", "cat", "external_id", "shape"),
     "flow": ("pid", "tid", "ts_ns", "id"),
 }
 DTYPES = {"kind": np.int8, "has_coll": np.int8, "cat": np.int8, "name": np.int32, "shape": np.int32}

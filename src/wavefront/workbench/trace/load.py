@@ -222,8 +222,7 @@ def _handle(b: _Builder, e) -> None:
                 if "Collective name" in args:
                     p.op_comm[ext] = _comm_args(args)
                 b.row("cpu", {"ts_ns": ts, "dur_ns": dur, "name": b.intern(name), "tid": int_id(e.get("tid")),
-                              "cat": CPU_CATS[str(cat)], "external_id": ext, "shape": shape,
-                              "pid": int_id(e.get("pid"))})
+                              "cat": CPU_CATS[str(cat)], "external_id": ext, "shape": shape})
         elif ph == "f" and e.get("cat") == "ac2g":
             b.row("flow", {"pid": int_id(e.get("pid")), "tid": int_id(e.get("tid")), "ts_ns": value_to_ns(e["ts"]),
                            "id": int_id(e.get("id"))})
