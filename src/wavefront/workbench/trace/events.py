@@ -140,8 +140,12 @@ def finish(parts: Parts, path: Path, meta: dict, warnings: list[str], complete: 
     """The loaded trace: every table sorted by start time (stable), flows linked, warnings noted."""
 
     def cols(table: dict[str, np.ndarray]) -> Columns:
-        order = np.argsort(table["ts_ns"], kind="stable")
-        out = {k: v[order] for k, v in table.items()}
+        ts = table["ts_ns"]
+        if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):  # already in time order: nothing to move
+            out = dict(table)
+        else:
+            order = np.argsort(ts, kind="stable")
+            out = {k: v[order] for k, v in table.items()}
         if "dur_ns" in out:
             out["dur_ns"] = np.maximum(out["dur_ns"], 0)
         return Columns(out)
