@@ -257,6 +257,7 @@ class _Acc:
         dev, cpu = _take(events, dev_rows), _take(events, cpu_rows)
         dev_kind, cpu_cat = kind[dev_rows], kind[cpu_rows]
         xla = _take(events, np.flatnonzero(table == _T_XLA))
+        ops: list = []
         if xla:  # jax.profiler: XLA ops are device work, step annotations the steps
             ops = [e for e in xla if e.args.hlo_op is not None]
             steps = [msgspec.structs.replace(e, name=xla_step_name(e.args.step_num), cat=XLA_STEP_CAT)
@@ -272,7 +273,7 @@ class _Acc:
                          "correlation": ids(list(map(_ARG["correlation"], args))),
                          "external_id": ids(list(map(_ARG["external_id"], args)))}
         if dev:
-            out["dev"], kernel_comm = self._device(dev, dev_kind, ns, ids)
+            out["dev"], kernel_comm = self._device(dev, dev_kind, ns, ids, len(ops))
         if cpu:
             out["cpu"], op_comm = self._cpu(cpu, cpu_cat, ns, ids)
         flows = _take(events, np.flatnonzero((ph == _PH_F) & (cat >> 3 == _T_FLOW)))
@@ -295,8 +296,12 @@ class _Acc:
             for k, v in cols.items():
                 t.setdefault(k, []).append(np.asarray(v, dtype=DTYPES.get(k, np.int64)))
 
-    def _device(self, dev: list, kind: np.ndarray, ns, ids) -> tuple[dict, dict]:
+    def _device(self, dev: list, kind: np.ndarray, ns, ids, n_xla: int) -> tuple[dict, dict]:
+        """The device table of these events; the last ``n_xla`` are XLA ops."""
         args = list(map(_GET["args"], dev))
+        run_id = np.full(len(dev), NO_ID)
+        if n_xla:
+            run_id[-n_xla:] = _ids([a.run_id for a in args[-n_xla:]])
         corr = ids(list(map(_ARG["correlation"], args)))
         colls = list(map(_ARG["coll"], args))
         coll = np.fromiter(map(operator.is_not, colls, itertools.repeat(_NONE)), dtype=np.int8, count=len(dev))
@@ -317,7 +322,7 @@ class _Acc:
         return {"ts_ns": ns(list(map(_GET["ts"], dev))), "dur_ns": ns(list(map(_GET["dur"], dev))), "kind": kind,
                 "name": self.names(list(map(_GET["name"], dev))), "device": _ids(device), "stream": _ids(stream),
                 "correlation": corr, "external_id": ids(list(map(_ARG["external_id"], args))),
-                "has_coll": coll, "pid": pid, "tid": tid}, kernel_comm
+                "has_coll": coll, "run_id": run_id, "pid": pid, "tid": tid}, kernel_comm
 
     def _cpu(self, cpu: list, cat: np.ndarray, ns, ids) -> tuple[dict, dict]:
         args = list(map(_GET["args"], cpu))

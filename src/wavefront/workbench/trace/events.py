@@ -48,8 +48,8 @@ def xla_step_name(step_num) -> str:
     return f"ProfilerStep#{int(step_num)}"
 
 COLUMNS = {
-    "dev": ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "has_coll", "pid",
-            "tid"),
+    "dev": ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "has_coll", "run_id",
+            "pid", "tid"),
     "rt": ("ts_ns", "dur_ns", "name", "tid", "correlation", "external_id"),
     "cpu": ("ts_ns", "dur_ns", "name", "tid", "cat", "external_id", "shape"),
     "flow": ("pid", "tid", "ts_ns", "id"),

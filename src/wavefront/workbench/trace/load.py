@@ -202,7 +202,8 @@ def _handle(b: _Builder, e) -> None:
                 b.row("dev", {"ts_ns": ts, "dur_ns": dur, "kind": kind, "name": b.intern(name),
                               "device": int_id(args.get("device", e.get("pid"))),
                               "stream": int_id(args.get("stream", e.get("tid"))), "correlation": corr,
-                              "external_id": ext, "has_coll": coll, "pid": int_id(e.get("pid")),
+                              "external_id": ext, "has_coll": coll, "run_id": int_id(args.get("run_id")),
+                              "pid": int_id(e.get("pid")),
                               "tid": int_id(e.get("tid"))})
                 if coll and corr != NO_ID:
                     p.kernel_comm[corr] = _comm_args(args)

@@ -10,6 +10,8 @@ ops (CPU domain: ``gloo:all_reduce`` on gloo's worker threads). Matching one ins
   Name`` or ``pg_id``, ``Collective name``, ``Seq``). Collectives of different types or process groups
   may start in different orders on different ranks (FSDP's all-gathers and reduce-scatters on their
   own streams); the identity pairs them whatever the order.
+- ``identity`` of XLA collectives (jax.profiler traces): the ``run_id`` of the program execution, which
+  is the same on every rank, the HLO op and its turn among that op's instances in the execution.
 - ``launch order per type`` (the fallback, said in the report): the k-th instance of a collective type
   on one rank is matched with the k-th instance of that type on every other rank that has the type.
 
@@ -41,6 +43,8 @@ import numpy as np
 RESIDUAL_WARN_FRACTION = 0.05
 RESIDUAL_WARN_MIN_US = 1000.0
 MATCH_IDENTITY = "identity (process group, collective, sequence number)"
+MATCH_XLA_IDENTITY = "identity (XLA run id, HLO op, its turn in the run)"
+XLA_IDENTITY = "xla"  # first element of an XLA collective's identity
 MATCH_ORDER = "launch order per collective type"
 
 
@@ -204,7 +208,8 @@ def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
     ids = [r.rank for r in ranks]
     with_colls = [r for r in ranks if len(r.collectives.kinds)]
     if with_colls and all(r.collectives.has_identity for r in with_colls):
-        matching, matched = MATCH_IDENTITY, _by_identity(ranks, warnings)
+        xla = all(i[0] == XLA_IDENTITY for r in with_colls for i in r.collectives.identities)
+        matching, matched = (MATCH_XLA_IDENTITY if xla else MATCH_IDENTITY), _by_identity(ranks, warnings)
     else:
         matching, matched = MATCH_ORDER, _by_order(ranks, warnings)
         if with_colls:
