@@ -56,7 +56,7 @@ try:
 except ImportError:  # the streaming reader serves
     msgspec = None  # type: ignore[assignment]
 
-RANGE_BYTES = 48 << 20
+RANGE_BYTES = 8 << 20  # small enough that a range's decoded events stay in cache and reuse freed memory
 # A file is read in parallel byte ranges when it is uncompressed and at least this large.
 PARALLEL_MIN_BYTES = 96 << 20
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
