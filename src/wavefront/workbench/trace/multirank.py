@@ -35,6 +35,7 @@ different runs; a step missing on some ranks names them.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from dataclasses import asdict, dataclass, field
 
@@ -201,6 +202,22 @@ def _step_skews(ranks: list[RankSteps], warnings: list[str]) -> list[StepSkew]:
     return skews
 
 
+def _step_finder(steps: list[tuple[int | None, int, int]]):
+    """``find(t)``: the first step (in list order) whose window ``[start, start + dur)`` holds ``t``, else
+    "outside steps". Windows that do not overlap (the usual case) are searched by bisection."""
+    order = sorted(range(len(steps)), key=lambda i: steps[i][1])
+    starts = [steps[i][1] for i in order]
+    ends = [steps[i][1] + steps[i][2] for i in order]
+    if any(e > s for e, s in zip(ends[:-1], starts[1:], strict=True)):  # overlapping windows: the first listed one wins
+        return lambda t: next((w[0] for w in steps if w[1] <= t < w[1] + w[2]), "outside steps")
+
+    def find(t: int):
+        k = bisect.bisect_right(starts, t) - 1
+        return steps[order[k]][0] if k >= 0 and t < ends[k] else "outside steps"
+
+    return find
+
+
 def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
     if align not in ("auto", "ends", "none"):
         raise ValueError(f"align must be 'auto', 'ends' or 'none', got {align!r}")
@@ -232,13 +249,13 @@ def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
 
     wait_ns: dict[int, dict] = {r: {} for r in ids}
     last = {r: 0 for r in ids}
-    windows = {r.rank: r.steps for r in ranks}
+    step_of = {r.rank: _step_finder(r.steps) for r in ranks}
     for inst in matched:
         aligned = {r: s + offsets[r] for r, (s, _) in inst.items()}
         latest = max(aligned.values())
         last[max(aligned, key=lambda k: aligned[k])] += 1
         for r, (s, _) in inst.items():
-            step = next((w[0] for w in windows[r] if w[1] <= s < w[1] + w[2]), "outside steps")
+            step = step_of[r](s)
             wait_ns[r][step] = wait_ns[r].get(step, 0) + (latest - aligned[r])
     wait_us = {r: {k: v / 1e3 for k, v in w.items()} for r, w in wait_ns.items()}
     totals = {r: sum(w.values()) / 1e3 for r, w in wait_ns.items()}
