@@ -36,6 +36,7 @@ different runs; a step missing on some ranks names them.
 from __future__ import annotations
 
 import bisect
+import itertools
 import statistics
 from dataclasses import asdict, dataclass, field
 
@@ -204,16 +205,21 @@ def _step_skews(ranks: list[RankSteps], warnings: list[str]) -> list[StepSkew]:
 
 def _step_finder(steps: list[tuple[int | None, int, int]]):
     """``find(t)``: the first step (in list order) whose window ``[start, start + dur)`` holds ``t``, else
-    "outside steps". Windows that do not overlap (the usual case) are searched by bisection."""
+    "outside steps". By bisection on the sorted starts, then back over the windows that may still reach
+    ``t`` (one or two: neighbouring steps overlap by a rounding nanosecond at most, usually)."""
     order = sorted(range(len(steps)), key=lambda i: steps[i][1])
     starts = [steps[i][1] for i in order]
     ends = [steps[i][1] + steps[i][2] for i in order]
-    if any(e > s for e, s in zip(ends[:-1], starts[1:], strict=True)):  # overlapping windows: the first listed one wins
-        return lambda t: next((w[0] for w in steps if w[1] <= t < w[1] + w[2]), "outside steps")
+    reach = list(itertools.accumulate(ends, max))  # the latest end among the windows up to each
 
     def find(t: int):
         k = bisect.bisect_right(starts, t) - 1
-        return steps[order[k]][0] if k >= 0 and t < ends[k] else "outside steps"
+        first = None
+        while k >= 0 and reach[k] > t:
+            if ends[k] > t and (first is None or order[k] < first):
+                first = order[k]
+            k -= 1
+        return "outside steps" if first is None else steps[first][0]
 
     return find
 
