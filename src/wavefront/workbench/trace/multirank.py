@@ -38,7 +38,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -103,8 +103,10 @@ class MultiRankReport:
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        d = asdict(self)
-        d["steps"] = [asdict(s) | {"dur_us_by_rank": {str(k): v for k, v in s.dur_us_by_rank.items()}}
+        d = asdict(replace(self, steps=[]))
+        names = [f.name for f in fields(StepSkew)]  # thousands of flat records: asdict would deep-copy each
+        d["steps"] = [{n: getattr(s, n) for n in names} | {"dur_us_by_rank": {str(k): v for k, v in
+                                                                              s.dur_us_by_rank.items()}}
                       for s in self.steps]
         d["wait_us"] = {str(r): {str(k): v for k, v in w.items()} for r, w in self.wait_us.items()}
         return d
