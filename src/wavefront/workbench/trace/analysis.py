@@ -259,7 +259,9 @@ def _in_pool(paths: list[str | Path], opts: _Options, workers: int,
              progress: Callable[[str, int, int], None] | None) -> list[RankAnalysis | str]:
     """One worker process per file (up to ``workers`` at once); if the pool breaks (a worker killed, out
     of memory), the files are analyzed here one after the other."""
-    from wavefront.workbench.trace.decode import pool_context
+    import numpy.ma  # noqa: F401 - np.percentile imports it: once here rather than in every forked worker
+
+    from wavefront.workbench.trace.decode import pool_context  # the decoder and msgspec, likewise
 
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=pool_context()) as pool:

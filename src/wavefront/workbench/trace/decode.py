@@ -219,7 +219,7 @@ class _Acc:
         self.parts = Parts()
         self.level = 0  # index into LEVELS: only ever moves on
         self.name_ids: dict[str, int] = {}
-        self.shape_ids: dict[bytes, int] = {}
+        self.shape_ids: dict[tuple[bytes, bytes], int] = {}
         self.codes: dict[str, dict] = {"ph": {}, "cat": {}}
         self.chunks: dict[str, dict[str, list[np.ndarray]]] = {}
 
@@ -333,9 +333,10 @@ class _Acc:
         rows = [i for i in np.flatnonzero(shaped[name]).tolist() if args[i].dims is not _NONE]
         if rows:
             sel = [args[i] for i in rows]
-            # one OpShapes per distinct (dims, types), from its first event; two JSON texts one after the
-            # other need no separator
-            keys = list(map(bytes.__add__, map(bytes, map(_ARG["dims"], sel)), map(bytes, map(_ARG["types"], sel))))
+            # one OpShapes per distinct (dims, types), from its first event; the texts are copied out in one
+            # join each (half the cost of one bytes() per text), NUL between them (JSON text holds none)
+            keys = list(zip(b"\0".join(map(_ARG["dims"], sel)).split(b"\0"),
+                            b"\0".join(map(_ARG["types"], sel)).split(b"\0"), strict=True))
             known = self.shape_ids
             for key, a in zip(keys, sel, strict=True):
                 if key not in known:
