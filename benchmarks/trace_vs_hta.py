@@ -183,6 +183,23 @@ def _ours(d: Path, env: dict, cap: int, timeout_s: float) -> dict:
     return run
 
 
+def _quote_hta(run: dict, earlier_path: Path) -> None:
+    """HTA's figures for the same files from an earlier results file, when its files had the same sizes."""
+    earlier = json.loads(earlier_path.read_text())
+    for old in earlier["runs"]:
+        if old.get("hta") and old["size_mib_per_rank"] == run["size_mib_per_rank"] \
+                and old["file_bytes"] == run["file_bytes"]:
+            run["hta_earlier_run"] = {"from": str(earlier_path.relative_to(ROOT) if earlier_path.is_absolute()
+                                                  and ROOT in earlier_path.parents else earlier_path),
+                                      "date": earlier["date"], "git_sha": earlier["git_sha"],
+                                      "versions": earlier["versions"], **{k: old["hta"][k] for k in
+                                                                          ("process_wall_s", "cpu_s", "peak_rss_mb",
+                                                                           "loadavg_before", "loadavg_after")}}
+            if run["ours"].get("cpu_s"):
+                run["cpu_ratio_hta_earlier_over_ours"] = old["hta"]["cpu_s"] / run["ours"]["cpu_s"]
+            return
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes-mb", default="200,1024", help="comma-separated trace sizes per rank in MiB")
@@ -191,6 +208,9 @@ def main() -> int:
     ap.add_argument("--workdir", default=None, help="where the traces are written (default: a temp dir)")
     ap.add_argument("--mem-cap-gb", type=float, default=4.0, help="kill a run whose memory passes this")
     ap.add_argument("--timeout-s", type=float, default=1500.0, help="kill a run that takes longer")
+    ap.add_argument("--hta-from", default=None,
+                    help="an earlier results file: its HTA run of a size is quoted (and marked so) where HTA is not run "
+                         "now; the generator is deterministic, so same size and seeds give the same files")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/trace-vs-hta_cpu_<date>)")
     args = ap.parse_args()
 
@@ -219,6 +239,8 @@ def main() -> int:
                 run["agreement"] = agreement(ours_res["doc"], hta_res)
                 run["cpu_ratio_hta_over_ours"] = run["hta"]["cpu_s"] / run["ours"]["cpu_s"]
                 run["wall_ratio_hta_over_ours"] = run["hta"]["process_wall_s"] / run["ours"]["process_wall_s"]
+        elif args.hta_from:
+            _quote_hta(run, Path(args.hta_from))
         if run["ours"].get("result"):
             run["ours"]["result"].pop("doc")
         doc["runs"].append(run)
