@@ -209,7 +209,7 @@ def main() -> int:
     ap.add_argument("--mem-cap-gb", type=float, default=4.0, help="kill a run whose memory passes this")
     ap.add_argument("--timeout-s", type=float, default=1500.0, help="kill a run that takes longer")
     ap.add_argument("--hta-from", default=None,
-                    help="an earlier results file: its HTA run of a size is quoted (and marked so) where HTA is not run "
+                    help="an earlier results file: its HTA run of a size is quoted (marked so) where HTA is not run "
                          "now; the generator is deterministic, so same size and seeds give the same files")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/trace-vs-hta_cpu_<date>)")
     args = ap.parse_args()
