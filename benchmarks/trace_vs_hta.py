@@ -247,7 +247,7 @@ def main() -> int:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(doc, indent=2) + "\n")  # partial results survive a later failure
         summary = {k: (round(v["process_wall_s"], 1), round(v["cpu_s"], 1), round(v["peak_rss_mb"]), v["killed"])
-                   for k, v in run.items() if isinstance(v, dict) and "process_wall_s" in v}
+                   for k, v in run.items() if k in ("ours", "hta") and isinstance(v, dict)}
         print(f"[{size} MiB x {args.ranks}] (wall s, cpu s, peak MiB, killed): {summary}", flush=True)
     print(f"wrote {out_path}")
     return 0
