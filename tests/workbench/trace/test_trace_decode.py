@@ -127,3 +127,23 @@ def test_unusual_fields_fall_back_a_level(tmp_path):
     runtime["ts"] = f'{runtime["ts"]}'
     p = synth.write(tmp_path / "odd.json", indent=1)
     _same(_fast(p), _load_streaming(p, None, None))
+
+
+def test_flow_before_a_kernel_without_correlation(tmp_path, monkeypatch):
+    """ac2g flows are kept only once a device event lacks its correlation id; when such an event's flow
+    was in an earlier range (not kept), the file is read again keeping every flow: the link is made."""
+    synth = planted_gpu_trace()
+    kernel = next(e for e in synth.events if e.get("cat") == "kernel")
+    corr = kernel["args"].pop("correlation")
+    flow = next(e for e in synth.events if e.get("ph") == "f" and e.get("id") == corr)
+    synth.events.remove(flow)
+    synth.events.insert(0, flow)
+    p = synth.write(tmp_path / "early_flow.json", indent=1)
+    monkeypatch.setattr(decode, "RANGE_BYTES", 400)  # the flow and the kernel in different ranges
+    monkeypatch.setattr(decode, "_HEAD_BYTES", 1200)
+    reads = []
+    monkeypatch.setattr(decode, "_read_serial", lambda *a, _read=decode._read_serial: reads.append(a) or _read(*a))
+    fast = _fast(p)
+    assert [a[-1] for a in reads] == [False, True]  # read again, keeping the flows
+    _same(fast, _load_streaming(p, None, None))
+    assert corr in fast.device.correlation.tolist() and fast.meta["n_flow_links"] > 1

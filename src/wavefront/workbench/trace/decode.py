@@ -215,9 +215,12 @@ def _typed_ids(values: list) -> np.ndarray:
 class _Acc:
     """Columns of the events decoded so far (one Parts per range)."""
 
-    def __init__(self):
+    def __init__(self, keep_flows: bool = False):
         self.parts = Parts()
         self.level = 0  # index into LEVELS: only ever moves on
+        # ac2g flows only serve device events written without a correlation id: they are kept from the
+        # first such event on (and counted before); see load_fast for one that comes after its flow
+        self.keep_flows = keep_flows
         self.name_ids: dict[str, int] = {}
         self.shape_ids: dict[tuple[bytes, bytes], int] = {}
         self.codes: dict[str, dict] = {"ph": {}, "cat": {}}
@@ -276,7 +279,9 @@ class _Acc:
             out["dev"], kernel_comm = self._device(dev, dev_kind, ns, ids, len(ops))
         if cpu:
             out["cpu"], op_comm = self._cpu(cpu, cpu_cat, ns, ids)
-        flows = _take(events, np.flatnonzero((ph == _PH_F) & (cat >> 3 == _T_FLOW)))
+        flow_rows = np.flatnonzero((ph == _PH_F) & (cat >> 3 == _T_FLOW))
+        keep_flows = self.keep_flows or ("dev" in out and bool(np.any(out["dev"]["correlation"] == NO_ID)))
+        flows = _take(events, flow_rows) if keep_flows else []
         if flows:
             out["flow"] = {"pid": _ids(list(map(_GET["pid"], flows))), "tid": _ids(list(map(_GET["tid"], flows))),
                            "ts_ns": ns(list(map(_GET["ts"], flows))), "id": _ids(list(map(_GET["id"], flows)))}
@@ -286,6 +291,9 @@ class _Acc:
                 a = e.args
                 meta[f"{e.name}:{e.pid}:{e.tid}"] = {"name": a.name} if a.labels is None else {"labels": a.labels}
         p = self.parts
+        self.keep_flows = keep_flows
+        if not keep_flows:
+            p.n_flows_skipped += len(flow_rows)
         p.n_events += n
         p.n_sync += int(np.count_nonzero(table == _T_SYNC))
         p.kernel_comm.update(kernel_comm)
@@ -306,13 +314,13 @@ class _Acc:
         colls = list(map(_ARG["coll"], args))
         coll = np.fromiter(map(operator.is_not, colls, itertools.repeat(_NONE)), dtype=np.int8, count=len(dev))
         kernel_comm = {int(corr[row]): _comm(args[row]) for row in np.flatnonzero(coll).tolist() if corr[row] != NO_ID}
-        device = list(map(_ARG["device"], args))
+        device, device_ids = list(map(_ARG["device"], args)), ids
         if None in device:
-            device = [d if d is not None else a.device_ordinal if a.device_ordinal is not None else e.pid
-                      for d, a, e in zip(device, args, dev, strict=True)]
-        stream = list(map(_ARG["stream"], args))
+            device, device_ids = [d if d is not None else a.device_ordinal if a.device_ordinal is not None
+                                  else e.pid for d, a, e in zip(device, args, dev, strict=True)], _ids
+        stream, stream_ids = list(map(_ARG["stream"], args)), ids
         if None in stream:
-            stream = [s if s is not None else e.tid for s, e in zip(stream, dev, strict=True)]
+            stream, stream_ids = [s if s is not None else e.tid for s, e in zip(stream, dev, strict=True)], _ids
         # pid and tid only link a kernel written without its correlation id to its ac2g flow
         missing = np.flatnonzero(corr == NO_ID)
         pid, tid = np.full(len(dev), NO_ID), np.full(len(dev), NO_ID)
@@ -320,7 +328,8 @@ class _Acc:
             lost = [dev[i] for i in missing.tolist()]
             pid[missing], tid[missing] = _ids(list(map(_GET["pid"], lost))), _ids(list(map(_GET["tid"], lost)))
         return {"ts_ns": ns(list(map(_GET["ts"], dev))), "dur_ns": ns(list(map(_GET["dur"], dev))), "kind": kind,
-                "name": self.names(list(map(_GET["name"], dev))), "device": _ids(device), "stream": _ids(stream),
+                "name": self.names(list(map(_GET["name"], dev))), "device": device_ids(device),
+                "stream": stream_ids(stream),
                 "correlation": corr, "external_id": ids(list(map(_ARG["external_id"], args))),
                 "has_coll": coll, "run_id": run_id, "pid": pid, "tid": tid}, kernel_comm
 
@@ -498,9 +507,10 @@ def _consume(readinto: Callable[[memoryview], int], head: bytes, acc: _Acc, meta
             progress()
 
 
-def _read_serial(path: Path, progress: Callable[[int, int], None] | None) -> tuple[Parts, dict, int]:
+def _read_serial(path: Path, progress: Callable[[int, int], None] | None,
+                 keep_flows: bool = False) -> tuple[Parts, dict, int]:
     """Read a file front to back (gzip, or not large)."""
-    acc = _Acc()
+    acc = _Acc(keep_flows)
     total = os.path.getsize(path)
     with _open(path) as f:
         raw = getattr(f, "fileobj", f)
@@ -534,11 +544,11 @@ def _tail_with_cut(acc: _Acc, buf: bytes, start: int, meta: dict) -> None:
     _tail(acc, buf[start:], meta)
 
 
-def _read_range(path: str, lo: int, hi: int, last: bool) -> tuple[Parts, dict]:
+def _read_range(path: str, lo: int, hi: int, last: bool, keep_flows: bool = False) -> tuple[Parts, dict]:
     """One worker's share of an uncompressed file: from the cut at ``lo`` to the cut at ``hi`` (both the
     ``{`` of an event), or to the file's end when ``last``."""
     gc.disable()
-    acc = _Acc()
+    acc = _Acc(keep_flows)
     meta: dict = {}
     with open(path, "rb") as f:
         f.seek(lo)
@@ -576,8 +586,11 @@ def pool_context():
     return get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
 
 
-def load_fast(path: Path, *, progress: Callable[[int, int], None] | None = None, workers: int = 1) -> Trace | None:
-    """The trace, or None when this file is for the streaming reader (or msgspec is not installed)."""
+def load_fast(path: Path, *, progress: Callable[[int, int], None] | None = None, workers: int = 1,
+              keep_flows: bool = False) -> Trace | None:
+    """The trace, or None when this file is for the streaming reader (or msgspec is not installed).
+    A device event without a correlation id whose ac2g flow came before it in the file (its flow skipped,
+    see _Acc) makes the file be read again keeping every flow."""
     if msgspec is None:
         return None
     gc_was_enabled = gc.isenabled()
@@ -587,26 +600,28 @@ def load_fast(path: Path, *, progress: Callable[[int, int], None] | None = None,
         with open(path, "rb") as f:
             compressed = f.read(2) == b"\x1f\x8b"
         if workers > 1 and not compressed and size >= PARALLEL_MIN_BYTES:
-            parts, meta = _read_parallel(path, workers)
+            parts, meta = _read_parallel(path, workers, keep_flows)
         else:
-            parts, meta, size = _read_serial(path, progress)
+            parts, meta, size = _read_serial(path, progress, keep_flows)
     except (FastPathFailed, BrokenProcessPool):  # damage, an odd file, or a worker lost (memory)
         return None
     finally:
         if gc_was_enabled:
             gc.enable()
+    if parts.n_flows_skipped and np.any(parts.tables["dev"]["correlation"] == NO_ID):
+        return load_fast(path, progress=progress, workers=workers, keep_flows=True)
     if progress is not None:
         progress(size, size)
     return finish(parts, path, meta, [], True, size)
 
 
-def _read_parallel(path: Path, workers: int) -> tuple[Parts, dict]:
+def _read_parallel(path: Path, workers: int, keep_flows: bool) -> tuple[Parts, dict]:
     with open(path, "rb") as f:
         _, meta = _head(f.read(_HEAD_BYTES))
     cuts = _range_cuts(path, workers)
     ranges = list(zip(cuts[:-1], cuts[1:], strict=True))
     with ProcessPoolExecutor(max_workers=len(ranges), mp_context=pool_context()) as pool:
-        futures = [pool.submit(_read_range, str(path), lo, hi, i == len(ranges) - 1)
+        futures = [pool.submit(_read_range, str(path), lo, hi, i == len(ranges) - 1, keep_flows)
                    for i, (lo, hi) in enumerate(ranges)]
         results = [fut.result() for fut in futures]
     for _, tail_meta in results:

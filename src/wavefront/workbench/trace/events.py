@@ -98,6 +98,7 @@ class Parts:
     n_sync: int = 0
     n_events: int = 0
     n_malformed: int = 0
+    n_flows_skipped: int = 0  # ac2g flows counted but not kept (no device event needed them)
 
     @staticmethod
     def merge(parts: list[Parts]) -> Parts:
@@ -131,6 +132,7 @@ class Parts:
             out.n_sync += p.n_sync
             out.n_events += p.n_events
             out.n_malformed += p.n_malformed
+            out.n_flows_skipped += p.n_flows_skipped
         out.names = list(name_ids)
         out.tables = {t: {k: np.concatenate(v) for k, v in cols.items()} for t, cols in pieces.items()}
         return out
@@ -158,7 +160,7 @@ def finish(parts: Parts, path: Path, meta: dict, warnings: list[str], complete: 
     if parts.n_malformed:
         warnings.append(f"{parts.n_malformed} malformed event(s) skipped")
     meta = dict(meta)
-    meta["n_flow_links"] = len(flow)
+    meta["n_flow_links"] = len(flow) + parts.n_flows_skipped
     meta["thread_labels"] = parts.meta_events
     return Trace(path=str(path), names=parts.names, device=device, runtime=runtime, cpu=cpu, shapes=parts.shapes,
                  op_comm_args=parts.op_comm, kernel_comm_args=parts.kernel_comm, n_sync_events=parts.n_sync,
