@@ -157,7 +157,7 @@ class _Inexact(Exception):
     """Times that a float cannot carry exactly: decode the range again with their raw text."""
 
 
-def _ns_of_floats(values: list) -> np.ndarray:
+def _ns_of_floats(values: list | np.ndarray) -> np.ndarray:
     """Microseconds decoded as floats to integer nanoseconds, exactly, or :class:`_Inexact`.
 
     msgspec rounds a number's text ``v`` to the nearest float ``f``. With ``N = rint(f * 1000)``: when
@@ -166,7 +166,7 @@ def _ns_of_floats(values: list) -> np.ndarray:
     round-half-even nanosecond of the text, whatever its number of decimals. Kineto's usual clocks (three
     decimals, below 12 days in us) always pass; Unix-epoch clocks (``1.76e15`` us) never do.
     """
-    f = np.fromiter(values, dtype=np.float64, count=len(values))
+    f = values if isinstance(values, np.ndarray) else np.fromiter(values, dtype=np.float64, count=len(values))
     ns = np.rint(f * 1000.0)
     if len(f) and not (np.all(np.abs(f) < 2.0**40) and np.array_equal(ns / 1000.0, f)):
         raise _Inexact
@@ -212,6 +212,27 @@ def _typed_ids(values: list) -> np.ndarray:
         return _ids(values)
 
 
+# Column readers: (attribute getter, events) -> numpy column, straight from the getter's iterator where
+# the decoder has typed the values (no intermediate list)
+def _float_times(get, seq: list) -> np.ndarray:
+    return _ns_of_floats(np.fromiter(map(get, seq), dtype=np.float64, count=len(seq)))
+
+
+def _raw_times(get, seq: list) -> np.ndarray:
+    return _ns(list(map(get, seq)))
+
+
+def _typed_id_col(get, seq: list) -> np.ndarray:
+    try:
+        return np.fromiter(map(get, seq), dtype=np.int64, count=len(seq))
+    except (TypeError, OverflowError):  # a missing id, or one past int64
+        return _ids(list(map(get, seq)))
+
+
+def _id_col(get, seq: list) -> np.ndarray:
+    return _ids(list(map(get, seq)))
+
+
 class _Acc:
     """Columns of the events decoded so far (one Parts per range)."""
 
@@ -246,8 +267,8 @@ class _Acc:
         n = len(events)
         if n == 0:
             return
-        ns = _ns if level == "raw-times" else _ns_of_floats
-        ids = _typed_ids if level == "literal" else _ids
+        ns = _raw_times if level == "raw-times" else _float_times
+        ids = _typed_id_col if level == "literal" else _id_col
         ph = self._code("ph", list(map(_GET["ph"], events)), _phase_code)
         cat = self._code("cat", list(map(_GET["cat"], events)), _category_code)
         table = np.where(ph == _PH_X, cat >> 3, _T_NONE)
@@ -271,10 +292,10 @@ class _Acc:
         rt = _take(events, np.flatnonzero(table == _T_RT))
         if rt:
             args = list(map(_GET["args"], rt))
-            out["rt"] = {"ts_ns": ns(list(map(_GET["ts"], rt))), "dur_ns": ns(list(map(_GET["dur"], rt))),
-                         "name": self.names(list(map(_GET["name"], rt))), "tid": _ids(list(map(_GET["tid"], rt))),
-                         "correlation": ids(list(map(_ARG["correlation"], args))),
-                         "external_id": ids(list(map(_ARG["external_id"], args)))}
+            out["rt"] = {"ts_ns": ns(_GET["ts"], rt), "dur_ns": ns(_GET["dur"], rt),
+                         "name": self.names(list(map(_GET["name"], rt))), "tid": _id_col(_GET["tid"], rt),
+                         "correlation": ids(_ARG["correlation"], args),
+                         "external_id": ids(_ARG["external_id"], args)}
         if dev:
             out["dev"], kernel_comm = self._device(dev, dev_kind, ns, ids, len(ops))
         if cpu:
@@ -283,8 +304,8 @@ class _Acc:
         keep_flows = self.keep_flows or ("dev" in out and bool(np.any(out["dev"]["correlation"] == NO_ID)))
         flows = _take(events, flow_rows) if keep_flows else []
         if flows:
-            out["flow"] = {"pid": _ids(list(map(_GET["pid"], flows))), "tid": _ids(list(map(_GET["tid"], flows))),
-                           "ts_ns": ns(list(map(_GET["ts"], flows))), "id": _ids(list(map(_GET["id"], flows)))}
+            out["flow"] = {"pid": _id_col(_GET["pid"], flows), "tid": _id_col(_GET["tid"], flows),
+                           "ts_ns": ns(_GET["ts"], flows), "id": _id_col(_GET["id"], flows)}
         meta = {}
         for e in _take(events, np.flatnonzero(ph == _PH_M)):
             if e.name in META_NAMES:
@@ -310,15 +331,16 @@ class _Acc:
         run_id = np.full(len(dev), NO_ID)
         if n_xla:
             run_id[-n_xla:] = _ids([a.run_id for a in args[-n_xla:]])
-        corr = ids(list(map(_ARG["correlation"], args)))
+        corr = ids(_ARG["correlation"], args)
         colls = list(map(_ARG["coll"], args))
         coll = np.fromiter(map(operator.is_not, colls, itertools.repeat(_NONE)), dtype=np.int8, count=len(dev))
         kernel_comm = {int(corr[row]): _comm(args[row]) for row in np.flatnonzero(coll).tolist() if corr[row] != NO_ID}
-        device, device_ids = list(map(_ARG["device"], args)), ids
+        typed_ids = _typed_ids if ids is _typed_id_col else _ids
+        device, device_ids = list(map(_ARG["device"], args)), typed_ids
         if None in device:
             device, device_ids = [d if d is not None else a.device_ordinal if a.device_ordinal is not None
                                   else e.pid for d, a, e in zip(device, args, dev, strict=True)], _ids
-        stream, stream_ids = list(map(_ARG["stream"], args)), ids
+        stream, stream_ids = list(map(_ARG["stream"], args)), typed_ids
         if None in stream:
             stream, stream_ids = [s if s is not None else e.tid for s, e in zip(stream, dev, strict=True)], _ids
         # pid and tid only link a kernel written without its correlation id to its ac2g flow
@@ -326,16 +348,16 @@ class _Acc:
         pid, tid = np.full(len(dev), NO_ID), np.full(len(dev), NO_ID)
         if len(missing):
             lost = [dev[i] for i in missing.tolist()]
-            pid[missing], tid[missing] = _ids(list(map(_GET["pid"], lost))), _ids(list(map(_GET["tid"], lost)))
-        return {"ts_ns": ns(list(map(_GET["ts"], dev))), "dur_ns": ns(list(map(_GET["dur"], dev))), "kind": kind,
+            pid[missing], tid[missing] = _id_col(_GET["pid"], lost), _id_col(_GET["tid"], lost)
+        return {"ts_ns": ns(_GET["ts"], dev), "dur_ns": ns(_GET["dur"], dev), "kind": kind,
                 "name": self.names(list(map(_GET["name"], dev))), "device": device_ids(device),
                 "stream": stream_ids(stream),
-                "correlation": corr, "external_id": ids(list(map(_ARG["external_id"], args))),
+                "correlation": corr, "external_id": ids(_ARG["external_id"], args),
                 "has_coll": coll, "run_id": run_id, "pid": pid, "tid": tid}, kernel_comm
 
     def _cpu(self, cpu: list, cat: np.ndarray, ns, ids) -> tuple[dict, dict]:
         args = list(map(_GET["args"], cpu))
-        ext = ids(list(map(_ARG["external_id"], args)))
+        ext = ids(_ARG["external_id"], args)
         name = self.names(list(map(_GET["name"], cpu)))
         shaped = np.fromiter(map(SHAPED_OPS.__contains__, self.name_ids), dtype=bool, count=len(self.name_ids))
         shape = np.full(len(cpu), NO_ID, dtype=np.int32)
@@ -356,8 +378,8 @@ class _Acc:
             shape[rows] = list(map(known.__getitem__, keys))
         colls = list(map(_ARG["coll"], args))
         op_comm = {int(ext[i]): _comm(args[i]) for i, c in enumerate(colls) if c is not _NONE}
-        return {"ts_ns": ns(list(map(_GET["ts"], cpu))), "dur_ns": ns(list(map(_GET["dur"], cpu))),
-                "name": name, "tid": _ids(list(map(_GET["tid"], cpu))), "cat": cat, "external_id": ext,
+        return {"ts_ns": ns(_GET["ts"], cpu), "dur_ns": ns(_GET["dur"], cpu),
+                "name": name, "tid": _id_col(_GET["tid"], cpu), "cat": cat, "external_id": ext,
                 "shape": shape}, op_comm
 
     def result(self) -> Parts:
