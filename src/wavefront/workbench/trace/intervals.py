@@ -70,7 +70,7 @@ class IntervalSet:
         return inside
 
 
-def _sorted_unique(points: np.ndarray) -> np.ndarray:
+def sorted_unique(points: np.ndarray) -> np.ndarray:
     """np.unique for a concatenation of a few sorted runs: a stable sort (timsort) merges the runs
     in linear time where np.unique would hash and sort from scratch."""
     points = np.sort(points, kind="stable")
@@ -93,7 +93,7 @@ class Segments:
         pts = [s.starts for s in sets] + [s.ends for s in sets]
         if lo is not None:
             pts.append(np.array([lo, hi], dtype=np.int64))
-        bounds = _sorted_unique(np.concatenate(pts)) if pts else np.zeros(0, dtype=np.int64)
+        bounds = sorted_unique(np.concatenate(pts)) if pts else np.zeros(0, dtype=np.int64)
         if lo is not None and hi is not None:
             bounds = bounds[(bounds >= lo) & (bounds <= hi)]
         left = bounds[:-1]

@@ -144,7 +144,7 @@ def kernel_table(trace: Trace, classes: DeviceClasses | None, top: int = 20) -> 
 
 def _family_ids(names: list[str], name_ids: np.ndarray) -> tuple[list[str], np.ndarray]:
     """Family label list and, per event, the index of its family."""
-    uniq = np.unique(name_ids)
+    uniq = np.flatnonzero(np.bincount(name_ids)) if len(name_ids) else np.zeros(0, dtype=np.int64)  # ids are small
     labels: list[str] = []
     index: dict[str, int] = {}
     lut = np.zeros(int(uniq.max()) + 1 if len(uniq) else 1, dtype=np.int64)
