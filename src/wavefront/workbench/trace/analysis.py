@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -215,7 +215,7 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def analyze(paths: list[str | Path], *, device: str | None = None, short_us: float = 10.0, top: int = 20,
+def analyze(paths: Sequence[str | Path], *, device: str | None = None, short_us: float = 10.0, top: int = 20,
             align: str = "auto", workers: int | None = None, annotate_to: str | Path | None = None,
             hta_compatible: bool = False, progress: Callable[[str, int, int], None] | None = None) -> TraceAnalysis:
     """Load and analyze one trace per rank. A file that cannot be read becomes a warning (the others are
@@ -255,7 +255,7 @@ def analyze(paths: list[str | Path], *, device: str | None = None, short_us: flo
     return TraceAnalysis(ranks, mr, warnings, [str(p) for p in paths], time.perf_counter() - t0, annotation)
 
 
-def _in_pool(paths: list[str | Path], opts: _Options, workers: int,
+def _in_pool(paths: Sequence[str | Path], opts: _Options, workers: int,
              progress: Callable[[str, int, int], None] | None) -> list[RankAnalysis | str]:
     """One worker process per file (up to ``workers`` at once); if the pool breaks (a worker killed, out
     of memory), the files are analyzed here one after the other."""

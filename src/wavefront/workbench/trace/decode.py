@@ -120,7 +120,7 @@ if msgspec is not None:
         "generic": _event_type(Any, Any, Any, float, float("nan"), 0.0),
         "raw-times": _event_type(Any, Any, Any, msgspec.Raw, _NONE, _NONE),
     }
-    _DECODERS = {level: msgspec.json.Decoder(list[t]) for level, t in _TYPES.items()}
+    _DECODERS = {level: msgspec.json.Decoder(list[t]) for level, t in _TYPES.items()}  # type: ignore[valid-type]
     _ONE_EVENT = msgspec.json.Decoder(_TYPES["raw-times"])
     _COMM_FIELDS = tuple(zip(COMM_ARG_KEYS, ("coll", "pg_name", "pg_desc", "pg_ranks", "pg_id", "in_nelems",
                                              "out_nelems", "group_size", "dtype", "seq", "rank"), strict=True))

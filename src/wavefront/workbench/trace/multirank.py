@@ -233,7 +233,7 @@ def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
     ids = [r.rank for r in ranks]
     with_colls = [r for r in ranks if len(r.collectives.kinds)]
     if with_colls and all(r.collectives.has_identity for r in with_colls):
-        xla = all(i[0] == XLA_IDENTITY for r in with_colls for i in r.collectives.identities)
+        xla = all(i is not None and i[0] == XLA_IDENTITY for r in with_colls for i in r.collectives.identities)
         matching, matched = (MATCH_XLA_IDENTITY if xla else MATCH_IDENTITY), _by_identity(ranks, warnings)
     else:
         matching, matched = MATCH_ORDER, _by_order(ranks, warnings)
