@@ -13,6 +13,7 @@ from wavefront.ops import cross_entropy as _cross_entropy
 from wavefront.ops import glu as _glu
 from wavefront.ops import linear as _linear
 from wavefront.ops import linear_cross_entropy as _linear_cross_entropy
+from wavefront.ops import linear_fp8 as _linear_fp8
 from wavefront.ops import norm as _norm
 from wavefront.ops import quantize as _quantize
 from wavefront.ops import rope as _rope
@@ -24,6 +25,7 @@ from wavefront.ops.cross_entropy import cross_entropy
 from wavefront.ops.glu import geglu, swiglu
 from wavefront.ops.linear import linear
 from wavefront.ops.linear_cross_entropy import linear_cross_entropy
+from wavefront.ops.linear_fp8 import linear_fp8
 from wavefront.ops.norm import add_rms_norm, layer_norm, rms_norm
 from wavefront.ops.quantize import quantize
 from wavefront.ops.rope import rope
@@ -32,7 +34,7 @@ from wavefront.ops.softmax import softmax
 REGISTRY: dict[str, OpSpec] = {
     spec.name: spec
     for module in (_norm, _softmax, _cross_entropy, _linear_cross_entropy, _glu, _rope, _adamw, _attention, _linear,
-                   _quantize)
+                   _quantize, _linear_fp8)
     for spec in module.SPECS
 }
 
@@ -46,5 +48,5 @@ def get_spec(name: str) -> OpSpec:
 
 
 __all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "adamw_step", "add_rms_norm", "attention",
-           "cross_entropy", "geglu", "get_spec", "layer_norm", "linear", "linear_cross_entropy", "quantize", "rms_norm",
-           "rope", "softmax", "swiglu"]
+           "cross_entropy", "geglu", "get_spec", "layer_norm", "linear", "linear_cross_entropy", "linear_fp8",
+           "quantize", "rms_norm", "rope", "softmax", "swiglu"]
