@@ -466,7 +466,8 @@ def fp8_quantize(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "tensor
     fp8_max = torch.finfo(fmt).max
     x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
     M, N = x2.shape
-    amax = _fp8_group_amax(x2.detach().abs().to(torch.float64), scaling).to(torch.float32)
+    a = x2.detach().abs().to(torch.float64)
+    amax = _fp8_group_amax(torch.where(torch.isnan(a), 0.0, a), scaling).to(torch.float32)  # NaN-ignoring
     scale = torch.full_like(amax, fp8_max) / amax.clamp_min(FP8_EPS)
     if pow2_scale:
         scale = (scale.view(torch.int32) & -8388608).view(torch.float32)  # 0xFF800000: keep sign and exponent

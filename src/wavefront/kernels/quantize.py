@@ -13,8 +13,9 @@ the product, which the clamp catches, so the cast never sees an out-of-range val
 (e5m2 has one) or a NaN (e4m3fn and the FNUZ formats use their top code for it). Hardware casts agree on
 every in-range value (round to nearest even: PTX ``cvt.rn.satfinite.e4m3x2.f32`` / ``e5m2x2``, AMD
 ``v_cvt_pk_fp8_f32`` / ``v_cvt_pk_bf8_f32``), so the clamp also makes the result independent of each
-target's out-of-range policy. A NaN in a group propagates to its amax and scale and so to its q; an inf
-makes the group's scale 0 and its q NaN (x * 0).
+target's out-of-range policy. Non-finite inputs: the amax ignores NaN and a NaN element becomes a NaN code
+(all four formats have one); an inf makes its group's amax inf and scale 0, so the inf's own code is NaN
+(inf * 0) and the group's other codes 0, as in torchao.
 
 No backward: the quantize ops feed FP8 GEMMs whose autograd is defined at the linear (ops/linear_fp8.py).
 
@@ -114,8 +115,16 @@ def _scale_from_amax(amax, FP8_MAX: tl.constexpr, EPS: tl.constexpr, POW2: tl.co
 
 
 @triton.jit
+def _abs_ignoring_nan(x):
+    # NaN -> 0: GPUs' max instructions drop a NaN operand while numpy (the interpreter) propagates it; the
+    # amax ignores NaN on both.
+    return tl.where(x == x, tl.abs(x), 0.0)
+
+
+@triton.jit
 def _to_fp8(x, scale, q_ty, FP8_MAX: tl.constexpr):
-    return tl.clamp(x * scale, -FP8_MAX, FP8_MAX).to(q_ty)
+    # propagate_nan: a NaN stays NaN (min/max instructions would turn it into a bound).
+    return tl.clamp(x * scale, -FP8_MAX, FP8_MAX, propagate_nan=tl.PropagateNan.ALL).to(q_ty)
 
 
 @triton.jit
@@ -130,15 +139,15 @@ def _quantize_tile_kernel(x_ptr, q_ptr, scale_ptr, amax_ptr, M, N, stride_xm, st
     # Masked lanes read 0: they cannot raise an amax.
     x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0).to(tl.float32)
     if MODE == 2:
-        tl.atomic_max(amax_ptr, tl.max(tl.max(tl.abs(x), axis=1), axis=0))
+        tl.atomic_max(amax_ptr, tl.max(tl.max(_abs_ignoring_nan(x), axis=1), axis=0))
     else:
         if MODE == 0:
-            scale = _scale_from_amax(tl.max(tl.max(tl.abs(x), axis=1), axis=0), FP8_MAX, EPS, POW2)
+            scale = _scale_from_amax(tl.max(tl.max(_abs_ignoring_nan(x), axis=1), axis=0), FP8_MAX, EPS, POW2)
             if (pid_m < tl.cdiv(M, BLOCK_M)) & (pid_n < tl.cdiv(N, BLOCK_N)):
                 tl.store(scale_ptr + pid_m * stride_sm + pid_n * stride_sn, scale)
             q = _to_fp8(x, scale, q_ptr.dtype.element_ty, FP8_MAX)
         elif MODE == 1:
-            scale = _scale_from_amax(tl.max(tl.abs(x), axis=1), FP8_MAX, EPS, POW2)
+            scale = _scale_from_amax(tl.max(_abs_ignoring_nan(x), axis=1), FP8_MAX, EPS, POW2)
             tl.store(scale_ptr + rows * stride_sm + pid_n * stride_sn, scale, mask=rows < M)
             q = _to_fp8(x, scale[:, None], q_ptr.dtype.element_ty, FP8_MAX)
         else:
@@ -161,7 +170,7 @@ def _quantize_wide_rows_kernel(x_ptr, q_ptr, scale_ptr, M, N, stride_xm, stride_
         cols = start + tl.arange(0, BLOCK_N)
         mask = row_ok[:, None] & (cols[None, :] < N)
         x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
-        amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
+        amax = tl.maximum(amax, tl.max(_abs_ignoring_nan(x.to(tl.float32)), axis=1))
     scale = _scale_from_amax(amax, FP8_MAX, EPS, POW2)
     tl.store(scale_ptr + rows * stride_sm, scale, mask=row_ok)
     for start in range(0, N, BLOCK_N):
