@@ -61,7 +61,7 @@ FP8_GEMM_TABLES: dict[str, Fp8GemmConfig] = {
                                                    "(128 + 128) x 128 B = 96 KiB smem, under sm_90's 227 KiB"),
     "amd-cdna": Fp8GemmConfig(128, 128, 128, 8, 8, 2, "gfx942 MFMA fp8 32x32x16; 2 LDS stages of 32 KiB fit 64 KiB"),
     "amd-rdna": Fp8GemmConfig(64, 64, 128, 8, 4, 2, "no fp8 matrix unit on RDNA3: small tiles, converted dot"),
-    "cpu": Fp8GemmConfig(32, 32, 128, 1, 4, 1, "interpreter: small tiles keep the numpy dots cheap"),
+    "cpu": Fp8GemmConfig(64, 64, 128, 1, 4, 1, "interpreter: its cost is per program and per op, not per element"),
 }
 
 
