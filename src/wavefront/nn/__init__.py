@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from wavefront.nn.attention import ScaledDotProductAttention, hf_attention_forward
+from wavefront.nn.fp8 import Float8Linear
 from wavefront.nn.linear import Linear
 from wavefront.nn.mlp import GeGLUMLP, SwiGLUMLP
 from wavefront.nn.norm import LayerNorm, RMSNorm
 
-__all__ = ["GeGLUMLP", "LayerNorm", "Linear", "RMSNorm", "ScaledDotProductAttention", "SwiGLUMLP",
+__all__ = ["Float8Linear", "GeGLUMLP", "LayerNorm", "Linear", "RMSNorm", "ScaledDotProductAttention", "SwiGLUMLP",
            "hf_attention_forward"]
