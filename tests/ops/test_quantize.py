@@ -120,6 +120,15 @@ def test_dequantized_error_is_half_an_fp8_ulp():
     assert 0 < float(err.max()) <= 2.0 ** -4
 
 
+@pytest.mark.parametrize("scaling", ["tensorwise", "block1x128"])
+def test_fp16_inputs_are_bit_exact(scaling):
+    """The registry checks fp32 and bf16; fp16 (a 16-bit load widened to fp32 like bf16) here."""
+    x = (torch.randn(24, 200, generator=torch.Generator().manual_seed(5)) * 30).half()
+    q, s = ops.quantize(x, dtype="e5m2", scaling=scaling)
+    ref_q, ref_s = reference.fp8_quantize(x, dtype="e5m2", scaling=scaling)
+    assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8)) and torch.equal(s, ref_s)
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     (dict(dtype="e4m3fn"), "'dtype' must be one of"),
     (dict(scaling="columnwise"), "'scaling' must be one of"),

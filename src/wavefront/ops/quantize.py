@@ -125,7 +125,7 @@ def _case(name, reason, n_rows, n_cols, layout="contiguous", slow=False, **optio
 
 CASES = (
     _case("tensorwise", "one scale: the two-launch amax (atomic max) then quantize", 37, 300),
-    _case("tensorwise_e5m2", "e5m2 (the gradient format): 2 mantissa bits", 16, 96, dtype="e5m2"),
+    _case("tensorwise_e5m2", "e5m2 (the gradient format): 2 mantissa bits", 16, 96, slow=True, dtype="e5m2"),
     _case("rowwise_pow2", "per-row scales rounded down to powers of two (torchao rowwise)", 9, 200,
           scaling="rowwise", pow2_scale=True, spread=3.0),
     _case("rowwise_wide", "rows wider than one block: the two-pass wide-row kernel", 3, 9000, scaling="rowwise"),
@@ -138,11 +138,11 @@ CASES = (
           spread=2.0),
     _case("transposed_rowwise", "a transposed view (weight columns): strided rows", 48, 40, layout="transposed",
           scaling="rowwise"),
-    _case("batched_block", "leading batch dims flatten into rows", 16, 256, layout="batched",
+    _case("batched_block", "leading batch dims flatten into rows", 16, 256, layout="batched", slow=True,
           scaling="block1x128"),
     _case("e4m3fnuz", "AMD MI300's FNUZ e4m3 (max 240, bias 8)", 24, 128, dtype="e4m3fnuz", scaling="rowwise",
           spread=2.0),
-    _case("e5m2fnuz", "AMD MI300's FNUZ e5m2", 24, 128, dtype="e5m2fnuz", scaling="block1x128"),
+    _case("e5m2fnuz", "AMD MI300's FNUZ e5m2", 24, 128, slow=True, dtype="e5m2fnuz", scaling="block1x128"),
 )
 
 
@@ -177,6 +177,8 @@ SPECS = (
         # correctly rounded division, the product one fp32 rounding), so any error fails.
         tolerance=Tolerance(factor=2.0, floor_ulps=0.0),
         has_backward=False,
+        # fp16 inputs take bf16's path (a 16-bit load widened to fp32): tests/ops/test_quantize.py checks them.
+        dtypes=(torch.float32, torch.bfloat16),
         description="x -> (fp8 q, fp32 scale), amax in the same pass, saturating RNE cast",
     ),
 )
