@@ -65,12 +65,19 @@ FP8_GEMM_TABLES: dict[str, Fp8GemmConfig] = {
 }
 
 
-def fp8_gemm_config(M: int, N: int, K: int, group_k: int, arch: Arch) -> Fp8GemmConfig:
-    """Pure function of (shape, scale group along K: 0 for epilogue scaling, architecture)."""
+def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arch: Arch) -> Fp8GemmConfig:
+    """Pure function of (shape, scale group along K: 0 for epilogue scaling, rows of B sharing a scale,
+    architecture)."""
     base = FP8_GEMM_TABLES[arch.family]
     block_k = group_k or base.BLOCK_K
-    block_n = min(base.BLOCK_N, 128)
-    return Fp8GemmConfig(base.BLOCK_M, block_n, block_k, base.GROUP_M, base.num_warps, base.num_stages, base.reason)
+    block_n = min(base.BLOCK_N, 128)  # a 128x128 weight block must cover the tile's columns
+    reason = base.reason
+    if group_k and b_group_rows == 1 and arch.family != "cpu":
+        # Per-column scales (the dW product's 1xG x^T tiles): a second BLOCK_N-wide fp32 vector and the
+        # scaled partial product live across the loop; at 128 columns ptxas spilled 80 B (sm_90) and the
+        # AMD compiler 36 B (gfx942) at M, N, K = 8192, 4096, 14336. 64 columns: none.
+        block_n, reason = 64, "per-column block scales: 64 columns keep the loop in registers"
+    return Fp8GemmConfig(base.BLOCK_M, block_n, block_k, base.GROUP_M, base.num_warps, base.num_stages, reason)
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     N = qb.shape[0]
     c = torch.empty((M, N), dtype=out_dtype, device=qa.device)
     arch = arch or runtime.arch(qa.device)
-    cfg = fp8_gemm_config(M, N, K, group_k, arch)
+    cfg = fp8_gemm_config(M, N, K, group_k, b_group_rows, arch)
     if group_k:
         stride_sam, stride_sak = sa.stride()
         stride_sbn, stride_sbk = sb.stride()
