@@ -478,6 +478,24 @@ def fp8_quantize(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "tensor
     return q, scale
 
 
+def fp8_quantize_eager(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "tensorwise",
+                       pow2_scale: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unfused PyTorch quantization a user writes (torchao's eager casts): |x| and its amax in x's
+    dtype, the scale and the product in fp32, the clamp, the cast; each a kernel and a pass over memory.
+    The same values as :func:`fp8_quantize` (the traffic tool's baseline for the fused kernel)."""
+    fmt = FP8_FORMATS[dtype]
+    fp8_max = torch.finfo(fmt).max
+    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    amax = _fp8_group_amax(x2.abs(), scaling).float()
+    scale = fp8_max / amax.clamp_min(FP8_EPS)
+    if pow2_scale:
+        scale = (scale.view(torch.int32) & -8388608).view(torch.float32)
+    q = (x2.float() * fp8_expand_scale(scale, scaling, *x2.shape)).clamp(-fp8_max, fp8_max).to(fmt).view(x.shape)
+    if scaling in ("rowwise", "block1x128", "block1x32"):
+        scale = scale.view(*x.shape[:-1], scale.shape[-1])
+    return q, scale
+
+
 def fp8_dequantize(q: torch.Tensor, scale: torch.Tensor, scaling: str, dtype: torch.dtype = torch.float64):
     """q / scale in `dtype` (q of any leading dims; block128x128 2-D)."""
     q2 = q.reshape(-1, q.shape[-1])

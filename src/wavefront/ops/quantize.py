@@ -86,6 +86,11 @@ def _reference(x, *, dtype="e4m3", scaling="tensorwise", pow2_scale=False):
     return q.to(torch.float64 if x.dtype == torch.float64 else torch.float32), s
 
 
+def _eager(x, *, dtype="e4m3", scaling="tensorwise", pow2_scale=False):
+    q, s = reference.fp8_quantize_eager(x, dtype=dtype, scaling=scaling, pow2_scale=pow2_scale)
+    return q.float(), s
+
+
 # ---------------------------------------------------------------------------------------------------
 # Registry entry. dims: n_rows, n_cols; options: dtype, scaling, pow2_scale; layout "transposed" (x a
 # transposed view: strided columns, the weight-columnwise operand of the FP8 backward), "batched".
@@ -167,6 +172,7 @@ SPECS = (
         name=OP,
         fn=quantize,
         reference=_reference,
+        eager=_eager,
         make_inputs=_inputs,
         cases=CASES,
         bench_cases=_bench_cases(),
