@@ -130,3 +130,16 @@ def test_bad_shapes_and_dtypes():
         ops.linear_fp8(x, w.float())
     with pytest.raises(ValueError, match="'bias' must have shape"):
         ops.linear_fp8(x, w, torch.zeros(3, dtype=x.dtype))
+
+
+def test_fnuz_default_follows_the_target():
+    """gfx942's matrix units take only FNUZ FP8; with OCP operands its compiler converts them to f16 MFMA
+    (what inspect showed before the default followed runtime.assume_target)."""
+    from wavefront import runtime
+    from wavefront.ops.linear_fp8 import default_fnuz
+
+    assert not default_fnuz("cpu")
+    with runtime.assume_target("gfx942", 304):
+        assert default_fnuz("cpu")
+    with runtime.assume_target("sm_90", 132):
+        assert not default_fnuz("cpu")
