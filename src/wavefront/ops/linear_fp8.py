@@ -68,13 +68,19 @@ def _product(a: Tensor, b: Tensor, roles: tuple[str, str], recipe: str, fnuz: bo
     return kernels.fp8_gemm(qa, qb, sa, sb, bias, out_dtype, group_k, b_rows)
 
 
+def _resolve_fnuz(fnuz: int, device) -> bool:
+    """fnuz as the custom ops take it: -1 = the device's default (resolved here, inside the op, because
+    runtime.arch reads a context variable torch.compile cannot trace), 0 or 1."""
+    return default_fnuz(device) if fnuz < 0 else bool(fnuz)
+
+
 @torch.library.custom_op("wavefront::linear_fp8_fwd", mutates_args=())
-def _linear_fp8_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: str, fnuz: bool,
+def _linear_fp8_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: str, fnuz: int,
                     provider: str) -> Tensor:
     from wavefront.kernels._launch import op_scope
 
     with op_scope(OP):
-        return _product(x, weight, ("act", "weight"), recipe, fnuz, bias, x.dtype, provider)
+        return _product(x, weight, ("act", "weight"), recipe, _resolve_fnuz(fnuz, x.device), bias, x.dtype, provider)
 
 
 @_linear_fp8_fwd.register_fake
@@ -83,10 +89,11 @@ def _(x, weight, bias, recipe, fnuz, provider):
 
 
 @torch.library.custom_op("wavefront::linear_fp8_bwd", mutates_args=())
-def _linear_fp8_bwd(dy: Tensor, x: Tensor, weight: Tensor, recipe: str, fnuz: bool, needs_dx: bool, needs_dw: bool,
+def _linear_fp8_bwd(dy: Tensor, x: Tensor, weight: Tensor, recipe: str, fnuz: int, needs_dx: bool, needs_dw: bool,
                     needs_db: bool, provider: str) -> tuple[Tensor, Tensor, Tensor]:
     from wavefront.kernels._launch import op_scope
 
+    fnuz = _resolve_fnuz(fnuz, x.device)
     with op_scope(OP):
         dx = _product(dy, weight.t(), ("grad", "weight"), recipe, fnuz, None, x.dtype, provider) if needs_dx else None
         dw = (_product(dy.t(), x.t(), ("grad", "act"), recipe, fnuz, None, weight.dtype, provider)
@@ -154,11 +161,12 @@ def linear_fp8(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, recipe:
                fnuz: bool | None = None, provider: str = "auto") -> Tensor:
     """``x @ weight.T + bias`` computed in FP8 per `recipe` (see module docstring); output in x's dtype."""
     _check(x, weight, bias, recipe, provider)
-    fnuz = default_fnuz(x.device) if fnuz is None else bool(fnuz)
     if (x.numel() == 0 or weight.numel() == 0 or x.dtype == torch.float64 or not runtime.uses_triton(x.device)):
-        return reference.linear_fp8(x, weight, bias, recipe=recipe, fnuz=fnuz)
+        # CPU without the interpreter, fp64 or empty: the OCP formats unless fnuz says otherwise.
+        return reference.linear_fp8(x, weight, bias, recipe=recipe, fnuz=bool(fnuz))
     bias = bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
-    y = torch.ops.wavefront.linear_fp8_fwd(as_rows(x), weight, bias, recipe, fnuz, provider)
+    y = torch.ops.wavefront.linear_fp8_fwd(as_rows(x), weight, bias, recipe, -1 if fnuz is None else int(fnuz),
+                                           provider)
     return y.view(*x.shape[:-1], weight.shape[0])
 
 
