@@ -445,7 +445,8 @@ def _fp8_group_amax(a: torch.Tensor, scaling: str) -> torch.Tensor:
     M, N = a.shape
     gm, gn = gm or M, gn or N
     pm, pn = (-M) % gm, (-N) % gn
-    a = torch.nn.functional.pad(a, (0, pn, 0, pm))
+    if pm or pn:
+        a = torch.nn.functional.pad(a, (0, pn, 0, pm))
     return a.view((M + pm) // gm, gm, (N + pn) // gn, gn).amax(dim=(1, 3))
 
 
@@ -487,10 +488,19 @@ def fp8_quantize_eager(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "
     fp8_max = torch.finfo(fmt).max
     x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
     amax = _fp8_group_amax(x2.abs(), scaling).float()
-    scale = fp8_max / amax.clamp_min(FP8_EPS)
+    # tensor / tensor: one correctly rounded division (scalar / tensor is reciprocal-then-multiply in
+    # PyTorch, off by an ulp at times, which torchao's scales inherit).
+    scale = torch.full_like(amax, fp8_max) / amax.clamp_min(FP8_EPS)
     if pow2_scale:
         scale = (scale.view(torch.int32) & -8388608).view(torch.float32)
-    q = (x2.float() * fp8_expand_scale(scale, scaling, *x2.shape)).clamp(-fp8_max, fp8_max).to(fmt).view(x.shape)
+    M, N = x2.shape
+    gm, gn = FP8_SCALINGS[scaling]
+    gm, gn = gm or M, gn or N
+    if M % gm == 0 and N % gn == 0:  # broadcast the scales over a blocked view, as a user would
+        prod = x2.view(M // gm, gm, N // gn, gn).float() * scale.reshape(M // gm, 1, N // gn, 1)
+    else:
+        prod = x2.float() * fp8_expand_scale(scale, scaling, M, N)
+    q = prod.clamp(-fp8_max, fp8_max).to(fmt).view(x.shape)
     if scaling in ("rowwise", "block1x128", "block1x32"):
         scale = scale.view(*x.shape[:-1], scale.shape[-1])
     return q, scale
