@@ -544,15 +544,17 @@ def fp8_gemm_operand(t: torch.Tensor, recipe: str, role: str, fnuz: bool = False
 
 class _Fp8LinearReference(torch.autograd.Function):
     """The three products of an FP8 linear on dequantized operands, each quantized along its reduction dim:
-    y = Qa(x) Qw(W)^T + b, dx = Qg(dy) Qw(W^T)^T, dW = Qg(dy^T) Qa(x^T)^T, db = sum dy (not quantized)."""
+    y = Qa(x) Qw(W)^T + b + r, dx = Qg(dy) Qw(W^T)^T, dW = Qg(dy^T) Qa(x^T)^T, db = sum dy, dr = dy."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, recipe, fnuz):
+    def forward(ctx, x, weight, bias, residual, recipe, fnuz):
         ctx.save_for_backward(x, weight)
         ctx.recipe, ctx.fnuz, ctx.has_bias = recipe, fnuz, bias is not None
         y = fp8_gemm_operand(x, recipe, "act", fnuz) @ fp8_gemm_operand(weight, recipe, "weight", fnuz).T
         if bias is not None:
             y = y + bias.to(y.dtype)
+        if residual is not None:
+            y = y + residual.to(y.dtype)
         return y.to(x.dtype)
 
     @staticmethod
@@ -566,13 +568,14 @@ class _Fp8LinearReference(torch.autograd.Function):
             dw = (fp8_gemm_operand(dy.t(), r, "grad", f) @ fp8_gemm_operand(x.t(), r, "act", f).T).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.to(torch.float64 if dy.dtype == torch.float64 else torch.float32).sum(0).to(dy.dtype)
-        return dx, dw, db, None, None
+        return dx, dw, db, dy if ctx.needs_input_grad[3] else None, None, None
 
 
 def linear_fp8(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-               recipe: str = "rowwise", fnuz: bool = False) -> torch.Tensor:
+               residual: torch.Tensor | None = None, recipe: str = "rowwise", fnuz: bool = False) -> torch.Tensor:
     """The FP8 linear on dequantized operands: in float64 for float64 inputs (the reference), otherwise
     dequantized to fp32, multiplied in fp32 and rounded to x's dtype (torchao's "emulate" mode: the eager
     baseline of the accuracy rule)."""
-    y = _Fp8LinearReference.apply(x.reshape(-1, x.shape[-1]), weight, bias, recipe, fnuz)
+    res = None if residual is None else residual.reshape(-1, weight.shape[0])
+    y = _Fp8LinearReference.apply(x.reshape(-1, x.shape[-1]), weight, bias, res, recipe, fnuz)
     return y.view(*x.shape[:-1], weight.shape[0])

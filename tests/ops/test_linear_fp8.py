@@ -143,3 +143,20 @@ def test_fnuz_default_follows_the_target():
         assert default_fnuz("cpu")
     with runtime.assume_target("sm_90", 132):
         assert not default_fnuz("cpu")
+
+
+@pytest.mark.parametrize("provider", ["wavefront", "vendor"])
+def test_residual_in_the_epilogue(provider):
+    """y = x W^T + b + r with r added to the fp32 accumulator (one rounding; the vendor path adds it after
+    _scaled_mm's rounding); dr = dy."""
+    x, w = _data(24, 32, 64)
+    b = torch.randn(32, generator=torch.Generator().manual_seed(6)).bfloat16()
+    r = torch.randn(24, 32, generator=torch.Generator().manual_seed(7)).bfloat16().requires_grad_()
+    y = ops.linear_fp8(x, w, b, residual=r, recipe="rowwise", provider=provider)
+    ref = reference.linear_fp8(x.double(), w.double(), b.double(), residual=r.detach().double(), recipe="rowwise")
+    assert (y.double() - ref).abs().max() <= 2 * _ulp(y)
+    dy = torch.randn(24, 32, generator=torch.Generator().manual_seed(8)).bfloat16()
+    y.backward(dy)
+    assert torch.equal(r.grad, dy)
+    with pytest.raises(ValueError, match="'residual' must have the output's shape"):
+        ops.linear_fp8(x, w, residual=r[:, :8])

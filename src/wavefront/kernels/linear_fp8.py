@@ -1,4 +1,5 @@
-"""Scaled FP8 GEMM: C = dequant(A) dequant(B)^T (+ bias), fp32 accumulation, one kernel for every recipe.
+"""Scaled FP8 GEMM: C = dequant(A) dequant(B)^T (+ bias + residual), fp32 accumulation, one kernel for every
+recipe. The bias and the residual are added to the fp32 accumulator before the one rounding to C's dtype.
 
 Operands arrive quantized (kernels/quantize.py) along the reduction dim, contiguous, K innermost:
 A [M, K] and B [N, K] in an fp8 format, with fp32 scales s (x ~ q / s). Two ways to apply the scales:
@@ -105,9 +106,9 @@ def fp8_gemm_provider(scaling: str, arch: Arch, out_dtype: torch.dtype, M: int, 
 
 
 @triton.jit
-def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
-                     stride_sam, stride_sak, stride_sbn, stride_sbk, BLOCKWISE: tl.constexpr,
-                     B_GROUP_ROWS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                     stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, BLOCKWISE: tl.constexpr,
+                     B_GROUP_ROWS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -138,13 +139,17 @@ def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, c_ptr, M, N, K, str
         acc = acc / (sa[:, None] * sb[None, :])
     if HAS_BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RESIDUAL:
+        acc += tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=row_ok[:, None] & col_ok[None, :],
+                       other=0.0).to(tl.float32)
     tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
 
 
 def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, bias: torch.Tensor | None,
-             out_dtype: torch.dtype, group_k: int, b_group_rows: int, arch: Arch | None = None) -> torch.Tensor:
-    """C [M, N] = dequant(qa) dequant(qb)^T + bias.
+             out_dtype: torch.dtype, group_k: int, b_group_rows: int, arch: Arch | None = None,
+             residual: torch.Tensor | None = None) -> torch.Tensor:
+    """C [M, N] = dequant(qa) dequant(qb)^T + bias + residual (residual [M, N], unit column stride).
 
     qa [M, K], qb [N, K]: fp8, unit stride along K. group_k 0: sa, sb are per-row vectors ([M, 1], [N, 1])
     or 0-dim tensorwise scales, applied in the epilogue; group_k > 0: sa [M, cdiv(K, group_k)], sb
@@ -163,10 +168,12 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
         stride_sbn = 0 if sb.dim() == 0 else sb.stride(0)
         stride_sak = stride_sbk = 0
     grid = (triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N),)
-    launch(_fp8_gemm_kernel, grid, a_ptr=qa, b_ptr=qb, sa_ptr=sa, sb_ptr=sb, bias_ptr=bias, c_ptr=c, M=M, N=N, K=K,
-           stride_am=qa.stride(0), stride_bn=qb.stride(0), stride_cm=c.stride(0), stride_sam=stride_sam,
+    launch(_fp8_gemm_kernel, grid, a_ptr=qa, b_ptr=qb, sa_ptr=sa, sb_ptr=sb, bias_ptr=bias, r_ptr=residual, c_ptr=c,
+           M=M, N=N, K=K, stride_am=qa.stride(0), stride_bn=qb.stride(0),
+           stride_rm=0 if residual is None else residual.stride(0), stride_cm=c.stride(0), stride_sam=stride_sam,
            stride_sak=stride_sak, stride_sbn=stride_sbn, stride_sbk=stride_sbk,
            constexprs=dict(BLOCKWISE=bool(group_k), B_GROUP_ROWS=max(b_group_rows, 1), HAS_BIAS=bias is not None,
+                           HAS_RESIDUAL=residual is not None,
                            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M),
            options=cfg.options(arch))
     return c

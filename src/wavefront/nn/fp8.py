@@ -40,8 +40,10 @@ class Float8Linear(nn.Linear):
         new.train(linear.training)
         return new
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.linear_fp8(x, self.weight, self.bias, recipe=self.recipe, fnuz=self.fnuz, provider=self.provider)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ W^T + b`` in FP8 (+ ``residual``, added in the GEMM's epilogue)."""
+        return ops.linear_fp8(x, self.weight, self.bias, residual=residual, recipe=self.recipe, fnuz=self.fnuz,
+                              provider=self.provider)
 
     def extra_repr(self) -> str:
         extra = f", provider={self.provider!r}" if self.provider != "auto" else ""

@@ -48,8 +48,8 @@ def _quantized(t: Tensor, recipe: str, role: str, fnuz: bool) -> tuple[Tensor, T
 
 
 def _product(a: Tensor, b: Tensor, roles: tuple[str, str], recipe: str, fnuz: bool, bias: Tensor | None,
-             out_dtype: torch.dtype, provider: str) -> Tensor:
-    """dequant(Q(a)) dequant(Q(b))^T + bias for a [M, R], b [N, R] quantized along R."""
+             out_dtype: torch.dtype, provider: str, residual: Tensor | None = None) -> Tensor:
+    """dequant(Q(a)) dequant(Q(b))^T + bias + residual for a [M, R], b [N, R] quantized along R."""
     from wavefront.kernels import linear_fp8 as kernels
 
     qa, sa, a_scaling = _quantized(a, recipe, roles[0], fnuz)
@@ -62,10 +62,11 @@ def _product(a: Tensor, b: Tensor, roles: tuple[str, str], recipe: str, fnuz: bo
         # _scaled_mm takes dequantization scales (x = q * scale) and a column-major second operand.
         inv_a = sa.reciprocal()
         inv_b = sb.reciprocal() if sb.dim() == 0 else sb.reciprocal().view(1, N)
-        return torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, bias=bias, out_dtype=out_dtype)
+        y = torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, bias=bias, out_dtype=out_dtype)
+        return y if residual is None else y + residual
     group_k = reference.FP8_SCALINGS[a_scaling][1] if a_scaling.startswith("block") else 0
     b_rows = reference.FP8_SCALINGS[b_scaling][0] if group_k else 1
-    return kernels.fp8_gemm(qa, qb, sa, sb, bias, out_dtype, group_k, b_rows)
+    return kernels.fp8_gemm(qa, qb, sa, sb, bias, out_dtype, group_k, b_rows, residual=residual)
 
 
 def _resolve_fnuz(fnuz: int, device) -> bool:
@@ -75,16 +76,17 @@ def _resolve_fnuz(fnuz: int, device) -> bool:
 
 
 @torch.library.custom_op("wavefront::linear_fp8_fwd", mutates_args=())
-def _linear_fp8_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: str, fnuz: int,
+def _linear_fp8_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None, recipe: str, fnuz: int,
                     provider: str) -> Tensor:
     from wavefront.kernels._launch import op_scope
 
     with op_scope(OP):
-        return _product(x, weight, ("act", "weight"), recipe, _resolve_fnuz(fnuz, x.device), bias, x.dtype, provider)
+        return _product(x, weight, ("act", "weight"), recipe, _resolve_fnuz(fnuz, x.device), bias, x.dtype, provider,
+                        residual)
 
 
 @_linear_fp8_fwd.register_fake
-def _(x, weight, bias, recipe, fnuz, provider):
+def _(x, weight, bias, residual, recipe, fnuz, provider):
     return x.new_empty((x.shape[0], weight.shape[0]))
 
 
@@ -111,20 +113,22 @@ def _(dy, x, weight, recipe, fnuz, needs_dx, needs_dw, needs_db, provider):
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, recipe, fnuz, provider = inputs
+    x, weight, bias, residual, recipe, fnuz, provider = inputs
     ctx.save_for_backward(x, weight)
     ctx.recipe, ctx.fnuz, ctx.provider, ctx.has_bias = recipe, fnuz, provider, bias is not None
+    ctx.has_residual = residual is not None
 
 
 def _backward(ctx, dy):
     x, weight = ctx.saved_tensors
-    needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
+    needs_x, needs_w, needs_b, needs_r = ctx.needs_input_grad[:4]
     needs_b = needs_b and ctx.has_bias
     dx = dw = db = None
     if needs_x or needs_w or needs_b:
         dx, dw, db = torch.ops.wavefront.linear_fp8_bwd(as_rows(dy), x, weight, ctx.recipe, ctx.fnuz, needs_x,
                                                         needs_w, needs_b, ctx.provider)
-    return (dx if needs_x else None, dw if needs_w else None, db if needs_b else None, None, None, None)
+    return (dx if needs_x else None, dw if needs_w else None, db if needs_b else None,
+            dy if needs_r and ctx.has_residual else None, None, None, None)
 
 
 _linear_fp8_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -137,7 +141,7 @@ def default_fnuz(device) -> bool:
     return runtime.arch(device).name == "gfx942"
 
 
-def _check(x, weight, bias, recipe, provider) -> None:
+def _check(x, weight, bias, residual, recipe, provider) -> None:
     check_tensor(OP, "x", x, dtypes=_DTYPES)
     check_tensor(OP, "weight", weight, dtypes=_DTYPES, ndim=2)
     N, K = weight.shape
@@ -148,8 +152,13 @@ def _check(x, weight, bias, recipe, provider) -> None:
         check_tensor(OP, "bias", bias, dtypes=_DTYPES, ndim=1)
         if bias.shape[0] != N:
             raise ValueError(f"{OP}: 'bias' must have shape ({N},) (weight.shape[0]), got {tuple(bias.shape)}")
-    check_same_dtype(OP, x=x, weight=weight, bias=bias)
-    check_same_device(OP, x=x, weight=weight, bias=bias)
+    if residual is not None:
+        check_tensor(OP, "residual", residual, dtypes=_DTYPES)
+        want = (*x.shape[:-1], N)
+        if tuple(residual.shape) != want:
+            raise ValueError(f"{OP}: 'residual' must have the output's shape {want}, got {tuple(residual.shape)}")
+    check_same_dtype(OP, x=x, weight=weight, bias=bias, residual=residual)
+    check_same_device(OP, x=x, weight=weight, bias=bias, residual=residual)
     check_choice(OP, "recipe", recipe, RECIPES)
     check_choice(OP, "provider", provider, PROVIDERS)
     if provider == "vendor" and recipe not in ("tensorwise", "rowwise"):
@@ -157,15 +166,17 @@ def _check(x, weight, bias, recipe, provider) -> None:
                          f"recipe={recipe!r}")
 
 
-def linear_fp8(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, recipe: str = "rowwise",
-               fnuz: bool | None = None, provider: str = "auto") -> Tensor:
-    """``x @ weight.T + bias`` computed in FP8 per `recipe` (see module docstring); output in x's dtype."""
-    _check(x, weight, bias, recipe, provider)
+def linear_fp8(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residual: Tensor | None = None,
+               recipe: str = "rowwise", fnuz: bool | None = None, provider: str = "auto") -> Tensor:
+    """``x @ weight.T + bias + residual`` computed in FP8 per `recipe` (see module docstring); output in x's
+    dtype. The bias and the residual are added in the GEMM's fp32 epilogue (not quantized)."""
+    _check(x, weight, bias, residual, recipe, provider)
     if (x.numel() == 0 or weight.numel() == 0 or x.dtype == torch.float64 or not runtime.uses_triton(x.device)):
         # CPU without the interpreter, fp64 or empty: the OCP formats unless fnuz says otherwise.
-        return reference.linear_fp8(x, weight, bias, recipe=recipe, fnuz=bool(fnuz))
+        return reference.linear_fp8(x, weight, bias, residual=residual, recipe=recipe, fnuz=bool(fnuz))
     bias = bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
-    y = torch.ops.wavefront.linear_fp8_fwd(as_rows(x), weight, bias, recipe, -1 if fnuz is None else int(fnuz),
+    res = None if residual is None else as_rows(residual)
+    y = torch.ops.wavefront.linear_fp8_fwd(as_rows(x), weight, bias, res, recipe, -1 if fnuz is None else int(fnuz),
                                            provider)
     return y.view(*x.shape[:-1], weight.shape[0])
 
@@ -181,15 +192,18 @@ def _inputs(case: Case, dtype, device, gen) -> OpInputs:
     M, N, K = case.dims["M"], case.dims["N"], case.dims["K"]
     opts = dict(case.options)
     has_bias = opts.pop("bias", False)
+    has_res = opts.pop("residual", False)
     x_shape = (2, M // 2, K) if case.layout == "batched" else (M, K)
     x = randn(x_shape, dtype, device, gen)
     weight = randn((N, K), dtype, device, gen, K ** -0.5)
     bias = randn((N,), dtype, device, gen, 0.5) if has_bias else None
+    if has_res:
+        opts["residual"] = randn((*x_shape[:-1], N), dtype, device, gen)
     return OpInputs((x, weight, bias), opts, (0, 1, 2) if has_bias else (0, 1))
 
 
-def _eager(x, weight, bias=None, *, recipe="rowwise", fnuz=None, provider="auto"):
-    return reference.linear_fp8(x, weight, bias, recipe=recipe, fnuz=bool(fnuz))
+def _eager(x, weight, bias=None, *, residual=None, recipe="rowwise", fnuz=None, provider="auto"):
+    return reference.linear_fp8(x, weight, bias, residual=residual, recipe=recipe, fnuz=bool(fnuz))
 
 
 def _flops(case: Case, mode: Mode) -> float:
@@ -216,7 +230,8 @@ CASES = (
     _case("blockwise", "DeepSeek-V3 1x128 / 128x128 scales inside the K loop, K over two blocks, ragged", 33, 40,
           200, recipe="blockwise"),
     _case("mxfp8", "1x32 blocks with power-of-two scales, three K blocks, ragged N", 24, 40, 96, recipe="mxfp8"),
-    _case("batched_rowwise", "x with a leading batch dim [2, M/2, K]", 32, 24, 48, layout="batched", bias=True),
+    _case("batched_rowwise", "x with a leading batch dim [2, M/2, K], bias and residual in the epilogue", 32, 24,
+          48, layout="batched", bias=True, residual=True),
     _case("blockwise_large", "many tiles and K blocks", 160, 192, 384, recipe="blockwise", slow=True),
 )
 
