@@ -10,8 +10,8 @@ compile and parse helpers this reuses), each target compiles in a subprocess wit
 
     python tests/ops/test_fp8_machine_code.py --targets sm_90,gfx942 [--kernels gemm_rowwise,...]
 
-Default suite: the epilogue-scaled (rowwise) GEMM on gfx942. ``-m slow``: every kernel on sm_90, sm_100
-and gfx942.
+All under ``-m slow`` (compiles take 10-20 s each on two cores): the rowwise GEMM on gfx942 alone, and
+every kernel on sm_90, sm_100 and gfx942.
 """
 
 from __future__ import annotations
@@ -113,9 +113,10 @@ def _check(row) -> None:
         assert row["fp8_instructions"], f"no FP8 matrix instruction ({EXPECTED[row['target']]}) in {row}"
 
 
+@pytest.mark.slow  # ~11 s of compiling: over the default suite's budget for FP8
 def test_fp8_gemm_uses_the_fp8_matrix_units_on_mi300():
-    """Default suite: gfx942 (the FNUZ formats, the likeliest to regress); NVIDIA targets under -m slow
-    (ptxas makes each compile ~20 s on two cores)."""
+    """gfx942 alone (the FNUZ formats, the likeliest to regress): the quick check to run after a change to
+    the FP8 GEMM; test_every_fp8_kernel covers all three targets."""
     rows = _run(["gfx942"], ["gemm_rowwise"])
     assert len(rows) == 1
     _check(rows[0])

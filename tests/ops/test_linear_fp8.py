@@ -59,8 +59,8 @@ def test_vendor_provider_forward_and_backward(recipe):
     # add in quadrature); e5m2 gradients (2 bits) double the gradient's share. Bounds: 1.5x that estimate.
     ("tensorwise", 0.075, 0.15),
     ("rowwise", 0.075, 0.075),
-    ("blockwise", 0.075, 0.075),
-    ("mxfp8", 0.075, 0.075),
+    pytest.param("blockwise", 0.075, 0.075, marks=pytest.mark.slow),
+    pytest.param("mxfp8", 0.075, 0.075, marks=pytest.mark.slow),
 ])
 def test_error_against_the_bf16_linear(recipe, fwd_rel, bwd_rel):
     x, w = _data(32, 48, 256)
