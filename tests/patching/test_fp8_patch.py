@@ -182,3 +182,11 @@ def test_fp8_trains_like_bf16(tiny, torch_path, family, recipe):
         assert abs(fp8[t] - bf16[t]) <= 2 * running, f"step {t}: fp8 {fp8[t]:.4f}, bf16 {bf16[t]:.4f}, {running=:.4f}"
     assert fp8[-1] < fp8[0] - 1.0, "the corpus is learnt in FP8"
     print(f"{family}/{recipe}: final loss bf16 {bf16[-1]:.4f} fp8 {fp8[-1]:.4f}; worst |fp8-bf16| / spread {worst:.2f}")
+
+
+def test_a_family_without_rules_is_reported_unmatched(tiny):
+    model = tiny("llama")
+    model.config.model_type = "not-a-family"
+    report = wavefront.patch(model, fp8="rowwise", strict=False, **FP8_ONLY)
+    assert [u.op for u in report.unmatched] == ["fp8"] and "no rules for model_type 'not-a-family'" in str(report)
+    assert not _linears(model, Float8Linear)

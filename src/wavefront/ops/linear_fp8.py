@@ -102,7 +102,8 @@ def _linear_fp8_bwd(dy: Tensor, x: Tensor, weight: Tensor, recipe: str, fnuz: in
               if needs_dw else None)
     db = dy.float().sum(0).to(weight.dtype) if needs_db else None
     # Absent outputs are distinct 0-element tensors: custom-op outputs may not alias each other.
-    return tuple(x.new_empty(0) if t is None else t for t in (dx, dw, db))
+    dx, dw, db = (x.new_empty(0) if t is None else t for t in (dx, dw, db))
+    return dx, dw, db
 
 
 @_linear_fp8_bwd.register_fake

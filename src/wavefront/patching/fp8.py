@@ -61,7 +61,8 @@ def apply_fp8(p: Patcher, cfg: Fp8Config) -> None:
     from wavefront.nn.fp8 import Float8Linear
 
     if p.family is None:
-        p.unmatched("fp8", f"wavefront has no rules for model_type {p.model.config.model_type!r} (FP8 swaps the "
+        model_type = getattr(getattr(p.model, "config", None), "model_type", None)
+        p.unmatched("fp8", f"wavefront has no rules for model_type {model_type!r} (FP8 swaps the "
                            f"Linear layers of the dense families only)")
         return
     get_head = getattr(p.model, "get_output_embeddings", None)
