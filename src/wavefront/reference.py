@@ -579,3 +579,166 @@ def linear_fp8(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     res = None if residual is None else residual.reshape(-1, weight.shape[0])
     y = _Fp8LinearReference.apply(x.reshape(-1, x.shape[-1]), weight, bias, res, recipe, fnuz)
     return y.view(*x.shape[:-1], weight.shape[0])
+
+
+# Vocabulary- and context-parallel pieces (wavefront.parallel): the kernels' contracts in plain PyTorch,
+# the cpu-reference fallback and the float64 path. Per-shard only: nothing here communicates.
+
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+
+
+def vocab_shard_stats(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
+                      ignore_index: int, label_smoothing: float, softcap: float | None, col_offset: int,
+                      n_classes: int) -> torch.Tensor:
+    """wavefront.kernels.vocab_parallel.vocab_shard_stats in PyTorch: [n_rows, 4] = (shard max, sum of
+    exp(x' - max), the target's x' if this shard owns it else 0, sum of w x' with smoothing else 0). Its
+    temporaries are the shard's size ([n_rows, V_r]), never the whole vocabulary's."""
+    n_rows, n_cols = logits.shape
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    x = logits.to(acc)
+    if softcap is not None:
+        x = softcap * torch.tanh(x / softcap)
+    valid = target != ignore_index
+    m = x.max(dim=1).values if n_cols else x.new_full((n_rows,), float("-inf"))
+    m_ref = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
+    s = torch.exp(x - m_ref[:, None]).sum(1)
+    local = target.to(torch.int64) - col_offset
+    owned = (local >= 0) & (local < n_cols)
+    x_t = x.gather(1, torch.where(owned, local, torch.zeros_like(local))[:, None]).squeeze(1)
+    x_t = torch.where(owned, x_t, torch.zeros_like(x_t))
+    bad = valid & ((target < 0) | (target >= n_classes))
+    x_t = torch.where(bad, torch.full_like(x_t, float("nan")), x_t)
+    if label_smoothing:
+        wx = (x * weight[col_offset:col_offset + n_cols].to(acc)).sum(1) if weight is not None else x.sum(1)
+    else:
+        wx = torch.zeros_like(m)
+    stats = torch.stack([m, s, x_t, wx], dim=1)
+    ignored = torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=acc, device=logits.device)
+    return torch.where(valid[:, None], stats, ignored)
+
+
+def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One attention block with its log-sum-exp, the contract of wavefront.ops.attention's forward custom op:
+    (out in q's dtype, lse2 [B, H, S] = log2 sum_j exp(scale q.k_j) in fp32, fp64 for fp64 inputs)."""
+    acc = _compute_dtype(q, k, v)
+    group = q.shape[1] // k.shape[1]
+    kr, vr = (t.to(acc).repeat_interleave(group, dim=1) for t in (k, v))
+    scores = torch.matmul(q.to(acc), kr.transpose(-2, -1)) * scale
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.exp(scores - lse[..., None]), vr)
+    return out.to(q.dtype), lse * _LOG2E
+
+
+def attention_block_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                        lse2: torch.Tensor, causal: bool,
+                        scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The attention backward's contract given any row statistics lse2 (base 2) and output o: with P =
+    exp2(scale log2(e) q.k - lse2), delta = rowsum(do o): dV = P^T do, dS = P (do V^T - delta),
+    dQ = scale dS K, dK = scale dS^T Q; K/V gradients summed over each GQA group."""
+    acc = _compute_dtype(q, k, v)
+    group = q.shape[1] // k.shape[1]
+    kr, vr = (t.to(acc).repeat_interleave(group, dim=1) for t in (k, v))
+    qa, doa = q.to(acc), do.to(acc)
+    scores = torch.matmul(qa, kr.transpose(-2, -1)) * scale
+    p = torch.exp(scores - lse2.to(acc)[..., None] * _LN2)
+    if causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        p = p.masked_fill(~keep, 0.0)
+    delta = (doa * o.to(acc)).sum(-1, keepdim=True)
+    ds = p * (torch.matmul(doa, vr.transpose(-2, -1)) - delta)
+    dq = torch.matmul(ds, kr) * scale
+    dk = torch.matmul(ds.transpose(-2, -1), qa) * scale
+    dv = torch.matmul(p.transpose(-2, -1), doa)
+    b, h_kv, s, d = k.shape
+    dk = dk.view(b, h_kv, group, s, d).sum(2)
+    dv = dv.view(b, h_kv, group, s, d).sum(2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+# Mixture of experts: router, permutation to expert-contiguous rows, weighted combine.
+
+#: Added to the sum of the selected sigmoid scores before normalizing (DeepSeek-V3's guard against 0/0).
+MOE_SIGMOID_NORM_EPS = 1e-20
+
+
+def moe_topk_lowest_index(key: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Indices of the top_k largest entries of each row, descending; equal values by lowest index first."""
+    return torch.sort(key, dim=-1, descending=True, stable=True).indices[..., :top_k]
+
+
+def moe_router(logits: torch.Tensor, top_k: int, *, score: str = "softmax", order: str = "softmax_topk",
+               normalize: bool = True, bias: torch.Tensor | None = None, aux_loss_coef: float = 0.0,
+               z_loss_coef: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-k routing of (T, E) logits -> (weights (T, k) in the compute dtype, indices (T, k) int64, counts (E,)
+    int32, aux_loss scalar).
+
+    score="softmax": p = softmax(l); "sigmoid": s = sigmoid(l) (DeepSeek-V3). Selection key: p or s, or l for
+    order="topk_softmax" (weights = softmax over the k selected logits); plus `bias` when given (selection only).
+    normalize divides the selected scores by their sum (+1e-20 for sigmoid). aux_loss = aux_loss_coef * E *
+    sum_e f_e * P_e with f_e = counts_e / T and P_e = mean_t of the router probability (p, or s / sum(s) for
+    sigmoid) + z_loss_coef * mean_t logsumexp(l_t)^2.
+    """
+    acc = _compute_dtype(logits)
+    lf = logits.to(acc)
+    n_tokens, n_experts = lf.shape
+    p = torch.softmax(lf, dim=-1)
+    if score == "sigmoid":
+        s = torch.sigmoid(lf)
+        q = s / s.sum(-1, keepdim=True)
+    else:
+        s, q = p, p
+    key = lf if order == "topk_softmax" else s
+    if bias is not None:
+        key = key + bias.to(acc)
+    idx = moe_topk_lowest_index(key.detach(), top_k)
+    if order == "topk_softmax":
+        w = torch.softmax(lf.gather(1, idx), dim=-1)
+    else:
+        w = s.gather(1, idx)
+        if normalize:
+            w = w / (w.sum(-1, keepdim=True) + (MOE_SIGMOID_NORM_EPS if score == "sigmoid" else 0.0))
+    counts = torch.zeros(n_experts, dtype=torch.int32, device=lf.device)
+    counts = counts.scatter_add(0, idx.reshape(-1), torch.ones(idx.numel(), dtype=torch.int32, device=lf.device))
+    rows = max(n_tokens, 1)
+    aux = (counts.to(acc) / rows * q.sum(0) / rows).sum() * (aux_loss_coef * n_experts)
+    aux = aux + z_loss_coef * torch.logsumexp(lf, dim=-1).pow(2).sum() / rows
+    return w, idx, counts, aux
+
+
+def moe_offsets(counts: torch.Tensor, pad_to: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cumulative END offsets (E,) int32 of the groups padded to multiples of pad_to, group starts (E,) int64)."""
+    padded = (counts.to(torch.int64) + pad_to - 1) // pad_to * pad_to
+    ends = torch.cumsum(padded, 0)
+    return ends.to(torch.int32), ends - padded
+
+
+def moe_permute(x: torch.Tensor, indices: torch.Tensor, counts: torch.Tensor, *, pad_to: int = 1
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Copy each (token, slot) assignment's row of x (T, H) to its expert's group -> (x_sorted (rows, H), offsets
+    (E,) int32 cumulative ends, row_map (T*k,) int64: x_sorted row of assignment t*k+j). Stable: within a group,
+    assignments keep their t*k+j order. rows = T*k + E*(pad_to-1); padding rows are zero."""
+    n_tokens, top_k = indices.shape
+    n_experts = counts.shape[0]
+    flat = indices.reshape(-1).to(torch.int64)
+    order = torch.argsort(flat, stable=True)
+    offsets, starts = moe_offsets(counts, pad_to)
+    firsts = torch.cumsum(counts.to(torch.int64), 0) - counts.to(torch.int64)  # unpadded group starts
+    expert = flat[order]
+    dest = starts[expert] + torch.arange(flat.numel(), device=x.device) - firsts[expert]
+    row_map = torch.empty_like(flat)
+    row_map[order] = dest
+    rows = n_tokens * top_k + n_experts * (pad_to - 1)
+    x_sorted = x.new_zeros(rows, x.shape[1]).index_copy(0, row_map, x.repeat_interleave(top_k, dim=0))
+    return x_sorted, offsets, row_map
+
+
+def moe_unpermute(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """out[t] = sum_j weights[t, j] * y_sorted[row_map[t*k+j]], in fp32 (or fp64), rounded once to y's dtype."""
+    acc = _compute_dtype(y_sorted, weights)
+    n_tokens, top_k = weights.shape
+    gathered = y_sorted.to(acc)[row_map].view(n_tokens, top_k, y_sorted.shape[1])
+    return (gathered * weights.to(acc).unsqueeze(-1)).sum(1).to(y_sorted.dtype)

@@ -77,3 +77,18 @@ def test_heuristics_rules():
     assert warps_for(8192, torch.bfloat16, ARCHS["gfx942"], vecs_per_lane=2, max_warps=16) == 8
     assert warps_for(64, torch.float32, ARCHS["sm_90"]) == 1
     assert stat_dtype(torch.float64) == torch.float64 and stat_dtype(torch.bfloat16) == torch.float32
+
+
+def test_long_rows_split_only_when_the_rows_are_too_few():
+    from wavefront.kernels.row_config import row_splits
+
+    sm_90 = ARCHS["sm_90"]
+    # One row of Llama 3's 128256-entry vocabulary on 132 SMs: 8 chunks of 4 blocks each.
+    assert row_splits(1, 128256, 4096, sm_90, 132) == (8, 16384)
+    # 8 rows: 33 programs wanted per row, capped by the 16384-column chunk.
+    assert row_splits(8, 262144, 4096, sm_90, 132) == (16, 16384)
+    # 100 rows fill 264 programs with 3 chunks each; a full batch or a narrower row is never split.
+    n, chunk = row_splits(100, 262144, 4096, sm_90, 132)
+    assert n == 3 and chunk % 4096 == 0 and (n - 1) * chunk < 262144 <= n * chunk
+    assert row_splits(8192, 128256, 4096, sm_90, 132) == (1, 128256)
+    assert row_splits(1, 32768, 4096, sm_90, 132) == (1, 32768)

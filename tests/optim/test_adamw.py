@@ -288,3 +288,97 @@ def test_capturable_step_matches_torch_without_host_work():
     assert _ulps([p.detach() for p in ours_p], [p.detach() for p in ref_p]) <= 8
     state = ours.state[ours_p[0]]
     assert state["step"].device == ours_p[0].device and float(state["step"]) == 6.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# The step's plan (issue #16 item 4, host cost): reused while nothing changed, rebuilt when anything
+# did, and bit-identical to a step that rebuilds it every time.
+
+def _twin_runs(mutate, steps=6, **opt_kw):
+    """Run the same steps with the plan kept (ours) and with it dropped before every step (fresh): the
+    cached path must equal the one-pass path bit for bit, whatever `mutate(i, params, opt)` changes."""
+    out = []
+    for keep in (True, False):
+        params = _params()
+        opt = AdamW(_groups(params), lr=1e-2, **opt_kw)
+        for i in range(steps):
+            for p, g in zip(params, _grads(i), strict=True):
+                p.grad = g.clone()
+            mutate(i, params, opt)
+            if not keep:
+                opt.__dict__.pop("_plan", None)
+            opt.step()
+        out.append((params, opt))
+    (kept, kept_opt), (fresh, fresh_opt) = out
+    for p, q in zip(kept, fresh, strict=True):
+        assert torch.equal(p.detach(), q.detach())
+        for key, value in kept_opt.state[p].items():
+            assert torch.equal(value, fresh_opt.state[q][key]), key
+    return kept, kept_opt
+
+
+def test_plan_is_kept_across_steps_and_steps_share_one_tensor():
+    params, opt = _twin_runs(lambda i, params, opt: None, steps=3)
+    plan = opt._plan
+    for p in params:
+        p.grad = torch.ones_like(p)
+    versions = [p._version for p in params]
+    opt.step()
+    assert opt._plan is plan
+    assert [p._version for p in params] == [v + 1 for v in versions]  # in-place update: autograd must see it
+    steps = [opt.state[p]["step"] for p in params]
+    assert all(s._base is steps[0]._base for s in steps) and steps[0]._base is plan.step_bases[0]
+    assert [float(s) for s in steps] == [4.0] * len(params)
+
+
+def test_plan_rebuilt_on_every_kind_of_change_bit_identical():
+    # One change per step, each of which must drop the plan (a stale one would update the wrong tensor or
+    # read a freed address); the kept and the dropped-every-step runs must stay bit-identical throughout.
+    extra = torch.nn.Parameter(torch.randn(5, generator=torch.Generator().manual_seed(3)))
+    changes = {1: "grad_none", 2: "grad_non_contiguous", 3: "new_storage", 4: "state_replaced", 5: "new_group",
+               6: "flags", 7: "load_state_dict"}
+
+    def mutate(i, params, opt):
+        change = changes.get(i)
+        if change == "grad_none":
+            params[1].grad = None
+        elif change == "grad_non_contiguous":
+            params[1].grad = params[1].grad.t().contiguous().t()  # (64, 33) column-major: the op-by-op path
+        elif change == "new_storage":
+            params[0].data = params[0].data.clone()
+        elif change == "state_replaced":
+            opt.state[params[0]]["exp_avg"] = torch.zeros_like(params[0])
+        elif change == "new_group":
+            p = torch.nn.Parameter(extra.detach().clone())
+            p.grad = torch.ones_like(p)
+            opt.add_param_group({"params": [p]})
+        elif change == "flags":
+            opt.param_groups[1]["amsgrad"] = True
+        elif change == "load_state_dict":
+            opt.load_state_dict(copy.deepcopy(opt.state_dict()))
+
+    params, opt = _twin_runs(mutate, steps=9)
+    assert float(opt.state[params[1]]["step"]) == 8.0  # skipped once
+    assert float(opt.state[params[0]]["step"]) == 9.0
+    assert "max_exp_avg_sq" in opt.state[params[2]]  # amsgrad turned on in its group
+
+
+def test_direct_launch_equals_the_custom_op():
+    # Eager steps launch the kernel directly; under the autograd profiler (as under torch.compile or a
+    # dispatch mode) the custom op runs instead: the same numbers.
+    results = []
+    for profile in (False, True):
+        params = _params()
+        opt = AdamW(_groups(params), lr=1e-2)
+        for i in range(3):
+            for p, g in zip(params, _grads(i), strict=True):
+                p.grad = g.clone()
+            if profile:
+                with torch.autograd.profiler.profile() as prof:
+                    opt.step()
+                assert any(e.name == "wavefront::adamw_" for e in prof.function_events)
+            else:
+                opt.step()
+        results.append([p.detach() for p in params])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)

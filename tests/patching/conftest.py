@@ -10,8 +10,8 @@ from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY, build_
 
 FAMILIES = sorted(TINY_BY_FAMILY)
 
-#: A patch that swaps only the norms (isolates them from RoPE, MLP and loss in some tests).
-NORMS_ONLY = {"rope": False, "mlp": False, "loss": False}
+#: A patch that swaps only the norms (isolates them from RoPE, MLP, MoE and loss in some tests).
+NORMS_ONLY = {"rope": False, "mlp": False, "moe": False, "loss": False}
 
 
 @pytest.fixture(params=FAMILIES)

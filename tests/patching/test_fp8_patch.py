@@ -25,9 +25,9 @@ from torch import nn
 
 import wavefront
 from wavefront.nn import Float8Linear
-from wavefront.patching import Fp8Config, PatchError
+from wavefront.patching import OPS, Fp8Config, PatchError
 
-FP8_ONLY = {"rms_norm": False, "rope": False, "mlp": False, "loss": False}
+FP8_ONLY = dict.fromkeys(OPS, False)  # every other op off: the FP8 swap alone
 PER_LAYER = 7  # q, k, v, o, gate, up, down
 
 
@@ -69,6 +69,15 @@ def test_recipe_options_keep_layers(tiny):
     kept = next(a.reason for a in report.absent if a.op == "fp8")
     assert "model.layers.0.mlp.up_proj" in kept and "model.layers.1.self_attn.q_proj" in kept
     wavefront.unpatch(model)
+
+
+def test_moe_router_stays_in_high_precision(tiny):
+    model = tiny("llama", num_hidden_layers=1)
+    model.model.layers[0].mlp.gate = nn.Linear(model.config.hidden_size, 4, bias=False)  # a router's place
+    report = wavefront.patch(model, fp8="blockwise", **FP8_ONLY)
+    assert type(model.model.layers[0].mlp.gate) is nn.Linear
+    assert "model.layers.0.mlp.gate," in next(a.reason for a in report.absent if a.op == "fp8") + ","
+    assert report.counts()["fp8"] == PER_LAYER
 
 
 def test_fp8_lm_head(tiny):

@@ -16,7 +16,8 @@ EXPECTED_NORMS = {"llama": 5, "mistral": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, 
 
 
 def test_every_family_has_rules_and_a_tiny_preset():
-    assert sorted(f.name for f in RULES) == sorted(EXPECTED_NORMS)
+    # MoE families build their tiny configs in test_moe_patch.py (the harness has no MoE presets yet).
+    assert sorted(f.name for f in RULES if f.moe is None) == sorted(EXPECTED_NORMS)
 
 
 def test_report_lists_every_norm_replacement(family, tiny, norms_only):

@@ -56,7 +56,10 @@ def _table(title: str, columns: str, rows: list[list[str]]):
 def _render(result) -> None:
     shown = result.shown()
     multi = len(result.clusters) > 1
-    console.print(f"[bold]{result.model.name}[/]: {result.model.total_params / 1e9:.1f}B params; batch "
+    moe = result.model.moe
+    active = (f" ({result.model.active_params / 1e9:.1f}B active: {moe.n_experts} experts, top-{moe.top_k}"
+              f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
+    console.print(f"[bold]{result.model.name}[/]: {result.model.total_params / 1e9:.1f}B params{active}; batch "
                   f"{result.training.global_batch_tokens:,} tokens ({result.training.global_batch_seqs} x "
                   f"{result.training.seq_len}), {result.training.precision}, {result.training.stack} stack")
     if shown:
@@ -65,8 +68,9 @@ def _render(result) -> None:
                              [[str(i), r.config.label() + (f" @{r.cluster.label}" if multi else ""),
                                f"{r.time.step_s:.2f}", f"{r.kpis.tokens_per_s_per_gpu:,.0f}", f"{r.kpis.mfu:.1%}",
                                f"{r.memory.total_bytes / 1e9:.1f}"] for i, r in enumerate(shown, 1)]))
-        console.print(_table("share of step time; $/step, modeled kJ/step", "#|compute|bubble|tp|cp|p2p|dp|$|kJ",
-                             [[str(i), *(f"{v / r.time.step_s:.0%}" for v in list(r.time.parts().values())[:6]),
+        shares = ("compute", "bubble", "tp comm", "cp comm", "ep comm", "pp p2p", "dp comm")
+        console.print(_table("share of step time; $/step, modeled kJ/step", "#|compute|bubble|tp|cp|ep|p2p|dp|$|kJ",
+                             [[str(i), *(f"{r.time.parts()[k] / r.time.step_s:.0%}" for k in shares),
                                f"{r.kpis.dollars_per_step:.2f}" if r.kpis.dollars_per_step is not None else "-",
                                f"{r.kpis.energy_per_step_j / 1e3:,.0f}"] for i, r in enumerate(shown, 1)]))
         mem, t = result.best.memory, result.best.time
@@ -139,6 +143,9 @@ def plan(  # one line per option; the job is built in _main
     cp_comm: Annotated[Literal["ring", "all-gather"], _opt("How context parallelism moves K and V.")] = "ring",
     no_dp_overlap: Annotated[B, _opt("Gradient reduction after the backward.", "--no-dp-overlap")] = False,
     tp_overlap: Annotated[float, _opt("Fraction of TP communication hidden (0: none).", **Frac)] = 0.5,
+    ep: Annotated[I, _opt("MoE: pin the expert-parallel degree (same as --fix ep=N).", **Pos)] = None,
+    moe_imbalance: Annotated[float, _opt("MoE: busiest expert's tokens over the mean (1: balanced).", min=1.0)] = 1.0,
+    ep_overlap: Annotated[float, _opt("MoE: fraction of the EP all-to-alls hidden (0: none).", **Frac)] = 0.0,
     head_dim: Annotated[I, _opt("Head dimension (default: the model's, or hidden / heads).", **Pos)] = None,
     price: Annotated[F, _opt("$ per GPU-hour (default: the device table's).", min=0.0)] = None,
     power_fraction: Annotated[float, _opt("Board-power fraction drawn while training.", **Frac)] = 0.75,
@@ -177,12 +184,18 @@ def _main(a: dict) -> None:
     same = ("model", "gpus_per_node", "nics_per_node", "nic_gbits", "intra_gbps", "inter_gbps", "intra_latency_us",
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
-            "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top")
+            "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top",
+            "moe_imbalance", "ep_overlap")
+    fixed = _parse_fixed(a["fix"])
+    if a["ep"] is not None:
+        if fixed.get("ep", a["ep"]) != a["ep"]:
+            fail(f"--ep {a['ep']} contradicts --fix ep={fixed['ep']}")
+        fixed["ep"] = a["ep"]
     request = PlanRequest(
         custom=custom, head_dim=a["head_dim"] if custom is None else None, gpus=tuple(a["gpus"] or ["8xh100"]),
         hierarchical=not a["flat_collectives"], calibrations=tuple(a["calibration"] or ()),
         micro_batch_sizes=tuple(a["micro_batch"] or (1, 2, 4, 8)), grad_bytes=int(a["grad_bytes"]),
-        dp_overlap=not a["no_dp_overlap"], price_per_gpu_hour=a["price"], fixed=_parse_fixed(a["fix"]),
+        dp_overlap=not a["no_dp_overlap"], price_per_gpu_hour=a["price"], fixed=fixed,
         **{k: a[k] for k in same})
     try:
         result = run_plan(request)

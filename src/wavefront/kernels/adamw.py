@@ -247,25 +247,31 @@ register_cache(TABLES.clear)  # traffic measures each case from a cold table
 def adamw_multi_tensor(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
                        exp_avgs: Sequence[torch.Tensor], exp_avg_sqs: Sequence[torch.Tensor],
                        max_exp_avg_sqs: Column, masters: Column, scalars: torch.Tensor, *, maximize: bool,
-                       cache: TableCache = TABLES) -> None:
+                       cache: TableCache = TABLES, key: tuple | None = None) -> None:
     """Update every tensor in place with one launch. All tensors are contiguous, real and on one device;
     within each list all dtypes are equal (params and grads may differ, as may the moments). ``scalars`` is
     a [n_tensors, 7] fp64 tensor on the device with a unit column stride (row stride 0 when all tensors
-    share one row), see wavefront.ops.adamw.step_scalars."""
-    nonempty = [i for i, p in enumerate(params) if p.numel()]
-    if not nonempty:
-        return
-    if len(nonempty) != len(params):
-        def pick(col):
-            return None if col is None else [col[i] for i in nonempty]
-        params, grads, exp_avgs, exp_avg_sqs = (pick(c) for c in (params, grads, exp_avgs, exp_avg_sqs))
-        max_exp_avg_sqs, masters = pick(max_exp_avg_sqs), pick(masters)
-        scalars = scalars[torch.tensor(nonempty, device=scalars.device)]
+    share one row), see wavefront.ops.adamw.step_scalars.
+
+    ``key``: the tensors' :func:`table_key`, when the caller already holds it (the optimizer keeps the
+    addresses of the tensors it owns across steps); the tensors are then all non-empty, which the caller
+    guarantees, and none of them is read on the host here."""
+    if key is None:
+        nonempty = [i for i, p in enumerate(params) if p.numel()]
+        if not nonempty:
+            return
+        if len(nonempty) != len(params):
+            def pick(col):
+                return None if col is None else [col[i] for i in nonempty]
+            params, grads, exp_avgs, exp_avg_sqs = (pick(c) for c in (params, grads, exp_avgs, exp_avg_sqs))
+            max_exp_avg_sqs, masters = pick(max_exp_avg_sqs), pick(masters)
+            scalars = scalars[torch.tensor(nonempty, device=scalars.device)]
+        columns = (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters)
+        key = table_key(columns, [p.numel() for p in params])
     device = params[0].device
     p_dtype, g_dtype, s_dtype = params[0].dtype, grads[0].dtype, exp_avgs[0].dtype
     cfg = adamw_config(p_dtype, runtime.arch(device))
-    columns = (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters)
-    tables = cache.get(table_key(columns, [p.numel() for p in params]), cfg.BLOCK, device)
+    tables = cache.get(key, cfg.BLOCK, device)
     launch(
         _adamw_kernel, (tables.n_blocks,),
         ptrs_ptr=tables.ptrs, numels_ptr=tables.numels, block_offsets_ptr=tables.block_offsets,

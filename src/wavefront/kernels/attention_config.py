@@ -183,23 +183,44 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
     },
     "amd-rdna": {
         # gfx1100 wave32 WMMA keeps both operands replicated across the two half-waves, so register
-        # pressure grows with head_dim much faster than on CDNA; at head_dim >= 128 (backward) and 256
-        # (forward) every tile shape tried still spills (docs/kernels-attention-gemm.md).
+        # pressure grows with head_dim much faster than on CDNA. Where a row still spills, no launch option
+        # removes it: the operands the kernel keeps whole across its key loop already fill the 256 VGPRs a
+        # wave32 lane can address. dQ at d128 holds Q and dO (its resident rows) and K and V (each step's
+        # keys), four 16 x 128 bf16 tiles = 4 x 32 VGPRs, doubled by the half-wave replication = 256 before
+        # the accumulator; forward d256 holds Q and K at 16 x 256 (2 x 128). Swept on gfx1100 (bf16, Triton
+        # 3.9, December 2026): dQ d128 over 14 shapes (BLOCK_M 16-64 x BLOCK_N 16, 1-8 waves, d_split 1-4,
+        # transposed K): 360-492 B spilled per lane, never 0; forward d256 over 7 (16-32 x 16-32, 2-8 waves,
+        # V^T): 644-2024 B; dK/dV d256 over 5 (d_split 2-4, Q^T/dO^T): 504-1108 B; dQ d256 over 5
+        # (d_split 2-4): 2660-3504 B. Zero spills there needs the kernel to contract the head dim in
+        # chunks (S = sum over 64-column slices of Q K^T, re-reading the slices from L1/LDS each key step),
+        # a change to kernels/attention.py. Below, the defaults are unchanged; the least-spilling shapes
+        # follow them as candidates (each costs recomputation or occupancy: to be timed on a GPU).
         "fwd": {
             64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
             128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 219 VGPRs, 0 spill; 64x32 spills"),),
-            256: (_T(16, 16, 4, 1, "d256: smallest tile; still spills on gfx1100 (known limitation)"),),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 540 B spilled per lane at the bench shape (776 B at "
+                                   "the test shape), occupancy 5 waves/SIMD; Q and K at full width fill the VGPRs "
+                                   "(above)"),
+                  _T(16, 16, 8, 1, "d256: 8 waves, the least spilling of 8 shapes tried (500 B at the bench "
+                                   "shape, 644 B at the test shape) but 4 waves/SIMD: untimed, so second")),
         },
         "bwd_dkdv": {
             64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
             128: (_T(16, 32, 4, 1, "d128: dK/dV columns split over two programs (d_split 2, S and dP recomputed): "
                                    "253 VGPRs, 0 spill (full width spilled 228 B per lane)", d_split=2),),
-            256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 1396 B spilled per lane; the alternative below spills "
+                                   "504 B but recomputes S and dP 4 times and copies Q, dO: untimed, so second"),
+                  _T(16, 16, 4, 1, "d256: d_split 4 with Q^T/dO^T copies: 504 B spilled, the least of 6 shapes tried",
+                     d_split=4, transposed=True)),
         },
         "bwd_dq": {
             64: (_T(64, 16, 4, 1, "64x16, 4 waves: 230 VGPRs, 0 spill"),),
-            128: (_T(32, 16, 8, 1, "d128: least spilling shape tried; spills on gfx1100 (known limitation)"),),
-            256: (_T(16, 16, 4, 1, "d256: smallest tile; spills on gfx1100 (known limitation)"),),
+            128: (_T(32, 16, 8, 1, "d128: 32x16, 8 waves: 440 B spilled per lane; the least of 15 shapes tried "
+                                   "(d_split 2: 360 B) doubles the S/dP work for 18% less spill: untimed, so second"),
+                  _T(32, 16, 8, 1, "d128: d_split 2: 360 B spilled per lane", d_split=2)),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 3332 B spilled per lane; d_split 4 at 32x16x8 (2660 B) "
+                                   "quadruples the S/dP work: untimed, so second"),
+                  _T(32, 16, 8, 1, "d256: d_split 4: 2660 B spilled per lane", d_split=4)),
         },
     },
     "cpu": {

@@ -32,6 +32,15 @@ statistics pass reads each block once with the online max/sum (rescaling the run
 grows); writing the gradient in the same launch then reads the row a second time (from L2 at vocabulary
 sizes up to ~256k x 2 B per row in flight per SM). Rows that fit one block are read once in every mode.
 
+Few long rows (an eval or decode batch of 1-8 rows at a 128k-262k vocabulary would run 1-8 programs on a
+132-304 SM/CU GPU) are split over several programs per row where row_config.py's table says so
+(``row_splits``): each program of ``_ce_partial_kernel`` reduces one chunk of its row with the online
+rule and writes (m_i, s_i, sum_wx_i, sum_w_i), 16 B; ``_ce_combine_kernel`` takes m = max_i m_i and
+s = sum_i s_i 2^((m_i - m) log2 e), the online rescale once more, and writes the loss and statistics.
+The gradient (backward mode) is written by the same split grid, each program its chunk. Bytes: the row
+is read once as before, plus 32 B per chunk (partials written and read): +128 B on one 128256-column bf16
+row split 4 ways, measured by workbench.static.traffic: 256,662 B against the 256,532 B minimum).
+
 Traffic per row, 16-bit logits, vocabulary V: forward reads 2V B and writes 12 B (loss, statistics), ~6V FLOP
 (softcap adds ~10V), intensity ~3 FLOP/B; backward reads 2V B, writes 2V B. Class weights are read per
 row too but stay in L2 (4V B shared by all rows).
@@ -53,7 +62,7 @@ from wavefront import runtime
 from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels._math import tanh, tanh_parts
-from wavefront.kernels.row_config import row_config
+from wavefront.kernels.row_config import row_config, row_splits
 
 
 @triton.jit
@@ -89,19 +98,10 @@ def _grad_block(x, cols, mask, t, m, log_s, coef, on_target, smooth_w, w_ptr, co
 
 
 @triton.jit
-def _ce_kernel(
-    logits_ptr, target_ptr, weight_ptr, loss_ptr, stats_ptr, grad_ptr, scale_ptr,
-    n_cols, n_classes, col_offset, stride_logits_row, stride_grad_row, stride_target, stride_scale,
-    ignore_index, label_smoothing, z_loss, softcap,
-    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, COMPUTE_LSE: tl.constexpr,
-    WRITE_GRAD: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
-):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = logits_ptr + row * stride_logits_row
-    cols0 = tl.arange(0, BLOCK_N)
-    log2e: tl.constexpr = 1.4426950408889634
-    ln2: tl.constexpr = 0.6931471805599453
-
+def _target(target_ptr, weight_ptr, row, stride_target, ignore_index, n_classes, HAS_WEIGHT: tl.constexpr,
+            ACC: tl.constexpr):
+    """The row's target (safe to index with), whether it counts, the NaN poison of an out-of-range target,
+    its class weight (0 when ignored), the class count as a float and its reciprocal."""
     t = tl.load(target_ptr + row * stride_target).to(tl.int64)
     valid = t != ignore_index
     in_range = (t >= 0) & (t < n_classes)
@@ -115,7 +115,71 @@ def _ce_kernel(
     w_t = tl.where(valid, w_t, 0.0)
     # n_classes arrives as a constexpr when it is 1 (Triton specializes 1): build the float from a tensor.
     n_f = tl.zeros((), ACC) + n_classes
-    inv_n = 1.0 / n_f
+    return t_safe, valid, poison, w_t, n_f, 1.0 / n_f
+
+
+@triton.jit
+def _store_loss(loss_ptr, stats_ptr, row, x_row, m, s, sum_w, sum_wx, t_safe, w_t, inv_n, poison, label_smoothing,
+                z_loss, softcap, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, ACC: tl.constexpr):
+    """From the row's max m and sum s = sum exp(x' - m): the loss and the statistics (m, log s); returns
+    (log s, lse)."""
+    log_s = tl.log2(s) * 0.6931471805599453
+    lse = m + log_s
+    x_t = _capped(tl.load(x_row + t_safe).to(ACC), softcap, HAS_SOFTCAP)
+    loss = (1.0 - label_smoothing) * w_t * ((m - x_t) + log_s)
+    if HAS_SMOOTHING:
+        # eps (W lse - sum_j w_j x'_j) / V, divided before subtracting so the two terms stay O(|x|).
+        # Only when smoothing is on: at eps = 0 a -inf logit would add 0 * inf = NaN.
+        loss += label_smoothing * (lse * (sum_w * inv_n) - sum_wx * inv_n)
+    # z lse^2 only when z > 0: lse^2 overflows for logits near the fp32 maximum (0 * inf = NaN).
+    loss += tl.where(z_loss > 0.0, z_loss * lse * lse, 0.0)
+    tl.store(loss_ptr + row, loss + poison)
+    tl.store(stats_ptr + 2 * row, m)
+    tl.store(stats_ptr + 2 * row + 1, log_s)
+    return log_s, lse
+
+
+@triton.jit
+def _online_block(x_row, weight_ptr, cols, mask, m_lane, s_lane, wx_lane, w_lane, softcap, HAS_WEIGHT: tl.constexpr,
+                  HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, ACC: tl.constexpr):
+    """One block of the per-lane running max and sum (and the smoothing sums)."""
+    log2e: tl.constexpr = 1.4426950408889634
+    xc = _capped(tl.load(x_row + cols, mask=mask, other=0.0).to(ACC), softcap, HAS_SOFTCAP)
+    xm = tl.where(mask, xc, -float("inf"))
+    m_new = tl.maximum(m_lane, xm)
+    # A lane that has seen only -inf keeps a zero sum (-inf - -inf would be NaN).
+    m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+    s_lane = s_lane * tl.exp2((m_lane - m_ref) * log2e) + tl.exp2((xm - m_ref) * log2e)
+    if HAS_SMOOTHING:
+        if HAS_WEIGHT:
+            w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(ACC)
+            wx_lane += w * xc
+            w_lane += w
+        else:
+            wx_lane += tl.where(mask, xc, 0.0)
+    return m_new, s_lane, wx_lane, w_lane
+
+
+@triton.jit
+def _ce_kernel(
+    logits_ptr, target_ptr, weight_ptr, loss_ptr, stats_ptr, grad_ptr, scale_ptr,
+    n_cols, n_classes, col_offset, split_cols, stride_logits_row, stride_grad_row, stride_target, stride_scale,
+    ignore_index, label_smoothing, z_loss, softcap,
+    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, COMPUTE_LSE: tl.constexpr,
+    WRITE_GRAD: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = logits_ptr + row * stride_logits_row
+    cols0 = tl.arange(0, BLOCK_N)
+    log2e: tl.constexpr = 1.4426950408889634
+    # The gradient loop covers columns [lo, hi): the whole row, or this program's chunk of a split row
+    # (backward mode only; split_cols = n_cols otherwise). Column indices stay int32 like n_cols (int64 loop
+    # bounds doubled this kernel's registers on sm_90); a chunk starts on a block boundary (lo = 0 unsplit),
+    # and hi is formed without overflowing.
+    lo = tl.multiple_of(tl.program_id(1) * split_cols, BLOCK_N)
+    hi = tl.minimum(lo, n_cols - split_cols) + split_cols
+    t_safe, valid, poison, w_t, n_f, inv_n = _target(target_ptr, weight_ptr, row, stride_target, ignore_index,
+                                                     n_classes, HAS_WEIGHT, ACC)
 
     if valid:
         x_single = tl.zeros((BLOCK_N,), ACC)
@@ -144,40 +208,17 @@ def _ce_kernel(
                 w_lane = tl.zeros((BLOCK_N,), ACC)
                 for start in range(0, n_cols, BLOCK_N):
                     cols = start + cols0
-                    mask = cols < n_cols
-                    xc = _capped(tl.load(x_row + cols, mask=mask, other=0.0).to(ACC), softcap, HAS_SOFTCAP)
-                    xm = tl.where(mask, xc, -float("inf"))
-                    m_new = tl.maximum(m_lane, xm)
-                    # A lane that has seen only -inf keeps a zero sum (-inf - -inf would be NaN).
-                    m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
-                    s_lane = s_lane * tl.exp2((m_lane - m_ref) * log2e) + tl.exp2((xm - m_ref) * log2e)
-                    m_lane = m_new
-                    if HAS_SMOOTHING:
-                        if HAS_WEIGHT:
-                            w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(ACC)
-                            wx_lane += w * xc
-                            w_lane += w
-                        else:
-                            wx_lane += tl.where(mask, xc, 0.0)
+                    m_lane, s_lane, wx_lane, w_lane = _online_block(x_row, weight_ptr, cols, cols < n_cols, m_lane,
+                                                                    s_lane, wx_lane, w_lane, softcap, HAS_WEIGHT,
+                                                                    HAS_SOFTCAP, HAS_SMOOTHING, ACC)
                 m = tl.max(m_lane, axis=0)
                 s = tl.sum(s_lane * tl.exp2((m_lane - m) * log2e), axis=0)
                 if HAS_SMOOTHING:
                     sum_wx = tl.sum(wx_lane, axis=0)
                     if HAS_WEIGHT:
                         sum_w = tl.sum(w_lane, axis=0)
-            log_s = tl.log2(s) * ln2
-            lse = m + log_s
-            x_t = _capped(tl.load(x_row + t_safe).to(ACC), softcap, HAS_SOFTCAP)
-            loss = (1.0 - label_smoothing) * w_t * ((m - x_t) + log_s)
-            if HAS_SMOOTHING:
-                # eps (W lse - sum_j w_j x'_j) / V, divided before subtracting so the two terms stay O(|x|).
-                # Only when smoothing is on: at eps = 0 a -inf logit would add 0 * inf = NaN.
-                loss += label_smoothing * (lse * (sum_w * inv_n) - sum_wx * inv_n)
-            # z lse^2 only when z > 0: lse^2 overflows for logits near the fp32 maximum (0 * inf = NaN).
-            loss += tl.where(z_loss > 0.0, z_loss * lse * lse, 0.0)
-            tl.store(loss_ptr + row, loss + poison)
-            tl.store(stats_ptr + 2 * row, m)
-            tl.store(stats_ptr + 2 * row + 1, log_s)
+            log_s, lse = _store_loss(loss_ptr, stats_ptr, row, x_row, m, s, sum_w, sum_wx, t_safe, w_t, inv_n, poison,
+                                     label_smoothing, z_loss, softcap, HAS_SOFTCAP, HAS_SMOOTHING, ACC)
         else:
             m = tl.load(stats_ptr + 2 * row).to(ACC)
             log_s = tl.load(stats_ptr + 2 * row + 1).to(ACC)
@@ -205,9 +246,9 @@ def _ce_kernel(
             else:
                 # A column slice (backward mode) sees its classes from col_offset on: the target and the class
                 # weights are indexed relative to the slice.
-                for start in range(0, n_cols, BLOCK_N):
+                for start in range(lo, hi, BLOCK_N):
                     cols = start + cols0
-                    mask = cols < n_cols
+                    mask = cols < hi
                     x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
                     g = _grad_block(x, cols, mask, t_safe - col_offset, m, log_s, coef, on_target, smooth_w,
                                     weight_ptr, col_offset, softcap, scale, HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING)
@@ -221,9 +262,80 @@ def _ce_kernel(
         if WRITE_GRAD:
             g_row = grad_ptr + row * stride_grad_row
             zero = tl.zeros((BLOCK_N,), grad_ptr.dtype.element_ty)
-            for start in range(0, n_cols, BLOCK_N):
+            for start in range(lo, hi, BLOCK_N):
                 cols = start + cols0
-                tl.store(g_row + cols, zero, mask=cols < n_cols)
+                tl.store(g_row + cols, zero, mask=cols < hi)
+
+
+@triton.jit
+def _ce_partial_kernel(
+    logits_ptr, target_ptr, weight_ptr, part_ptr, n_cols, split_cols, stride_logits_row, stride_target,
+    ignore_index, softcap,
+    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, BLOCK_N: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """A split row's chunk (program (row, part)): its max m, sum exp(x' - m) and smoothing sums, 16 B to
+    part_ptr[row, part]. An ignored row's chunks are not read (the combine writes its zeros)."""
+    log2e: tl.constexpr = 1.4426950408889634
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1).to(tl.int64)
+    out = part_ptr + (row * tl.num_programs(1) + part) * 4
+    t = tl.load(target_ptr + row * stride_target).to(tl.int64)
+    if t != ignore_index:
+        x_row = logits_ptr + row * stride_logits_row
+        cols0 = tl.arange(0, BLOCK_N)
+        lo = tl.multiple_of(tl.program_id(1) * split_cols, BLOCK_N)
+        hi = tl.minimum(lo, n_cols - split_cols) + split_cols
+        m_lane = tl.full((BLOCK_N,), -float("inf"), ACC)
+        s_lane = tl.zeros((BLOCK_N,), ACC)
+        wx_lane = tl.zeros((BLOCK_N,), ACC)
+        w_lane = tl.zeros((BLOCK_N,), ACC)
+        for start in range(lo, hi, BLOCK_N):
+            cols = start + cols0
+            m_lane, s_lane, wx_lane, w_lane = _online_block(x_row, weight_ptr, cols, cols < hi, m_lane, s_lane,
+                                                            wx_lane, w_lane, softcap, HAS_WEIGHT, HAS_SOFTCAP,
+                                                            HAS_SMOOTHING, ACC)
+        m = tl.max(m_lane, axis=0)
+        # A chunk of only -inf logits (a padded vocabulary) has m = -inf and s = 0; the combine weighs it 0.
+        m_ref = tl.where(m == -float("inf"), 0.0, m)
+        tl.store(out, m)
+        tl.store(out + 1, tl.sum(s_lane * tl.exp2((m_lane - m_ref) * log2e), axis=0))
+        tl.store(out + 2, tl.sum(wx_lane, axis=0))
+        tl.store(out + 3, tl.sum(w_lane, axis=0))
+
+
+@triton.jit
+def _ce_combine_kernel(
+    logits_ptr, target_ptr, weight_ptr, part_ptr, loss_ptr, stats_ptr, n_parts, n_classes, stride_logits_row,
+    stride_target, ignore_index, label_smoothing, z_loss, softcap,
+    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, BLOCK_S: tl.constexpr,
+    ACC: tl.constexpr,
+):
+    """A split row's loss and statistics from its chunks' partials: the max of the maxima, the sums
+    rescaled to it (the online rule, once), the smoothing sums added."""
+    row = tl.program_id(0).to(tl.int64)
+    t_safe, valid, poison, w_t, n_f, inv_n = _target(target_ptr, weight_ptr, row, stride_target, ignore_index,
+                                                     n_classes, HAS_WEIGHT, ACC)
+    if valid:
+        k = tl.arange(0, BLOCK_S)
+        in_parts = k < n_parts
+        part = part_ptr + (row * n_parts + k) * 4
+        m_part = tl.load(part, mask=in_parts, other=-float("inf"))
+        m = tl.max(m_part, axis=0)
+        s = tl.sum(tl.where(in_parts, tl.load(part + 1, mask=in_parts, other=0.0) *
+                            tl.exp2((m_part - m) * 1.4426950408889634), 0.0), axis=0)
+        sum_w = n_f
+        sum_wx = tl.zeros((), ACC)
+        if HAS_SMOOTHING:
+            sum_wx = tl.sum(tl.load(part + 2, mask=in_parts, other=0.0), axis=0)
+            if HAS_WEIGHT:
+                sum_w = tl.sum(tl.load(part + 3, mask=in_parts, other=0.0), axis=0)
+        _store_loss(loss_ptr, stats_ptr, row, logits_ptr + row * stride_logits_row, m, s, sum_w, sum_wx, t_safe, w_t,
+                    inv_n, poison, label_smoothing, z_loss, softcap, HAS_SOFTCAP, HAS_SMOOTHING, ACC)
+    else:
+        tl.store(loss_ptr + row, tl.zeros((), ACC))
+        tl.store(stats_ptr + 2 * row, tl.zeros((), ACC))
+        tl.store(stats_ptr + 2 * row + 1, tl.zeros((), ACC))
 
 
 def check_column_slice(n_cols: int, col_offset: int, n_classes: int | None, compute_stats: bool) -> int:
@@ -263,19 +375,40 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
     write_grad = grad is not None
     if write_grad and scale is None:
         raise ValueError("cross_entropy_rows: a gradient needs its per-row scale")
-    cfg = row_config(n_cols, logits.dtype, runtime.arch(logits.device), online=True)
+    arch = runtime.arch(logits.device)
+    cfg = row_config(n_cols, logits.dtype, arch, online=True)
+    n_splits, split_cols = (1, n_cols) if cfg.single_pass else row_splits(
+        n_rows, n_cols, cfg.BLOCK_N, arch, runtime.sm_count(logits.device))
+    common = dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
+                  HAS_SMOOTHING=label_smoothing != 0.0, ACC=acc_dtype(logits.dtype))
+    if n_splits > 1 and compute_stats:
+        # Few long rows: the statistics from n_splits programs per row and a combine; the gradient (if asked)
+        # then in backward mode below, split the same way.
+        part = torch.empty((n_rows, n_splits, 4), dtype=stat, device=logits.device)
+        launch(_ce_partial_kernel, (n_rows, n_splits), logits_ptr=logits, target_ptr=target, weight_ptr=weight,
+               part_ptr=part, n_cols=n_cols, split_cols=split_cols, stride_logits_row=logits.stride(0),
+               stride_target=target.stride(0), ignore_index=ignore_index, softcap=1.0 if softcap is None else softcap,
+               constexprs=dict(common, BLOCK_N=cfg.BLOCK_N), options=cfg.options())
+        launch(_ce_combine_kernel, (n_rows,), logits_ptr=logits, target_ptr=target, weight_ptr=weight, part_ptr=part,
+               loss_ptr=loss, stats_ptr=stats, n_parts=n_splits, n_classes=n_classes,
+               stride_logits_row=logits.stride(0), stride_target=target.stride(0), ignore_index=ignore_index,
+               label_smoothing=label_smoothing, z_loss=z_loss, softcap=1.0 if softcap is None else softcap,
+               constexprs=dict(common, BLOCK_S=max(2, triton.next_power_of_2(n_splits))),
+               options={"num_warps": 1, "num_stages": 1})
+        if not write_grad:
+            return loss, stats
+        compute_stats = False
     launch(
-        _ce_kernel, (n_rows,),
+        _ce_kernel, (n_rows, n_splits),
         logits_ptr=logits, target_ptr=target, weight_ptr=weight, loss_ptr=loss, stats_ptr=stats, grad_ptr=grad,
-        scale_ptr=scale, n_cols=n_cols, n_classes=n_classes, col_offset=col_offset,
+        scale_ptr=scale, n_cols=n_cols, n_classes=n_classes, col_offset=col_offset, split_cols=split_cols,
         stride_logits_row=logits.stride(0), stride_grad_row=grad.stride(0) if write_grad else 0,
         stride_target=target.stride(0),
         stride_scale=(scale.stride(0) if scale.dim() else 0) if write_grad else 0,
         ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
         softcap=1.0 if softcap is None else softcap,
-        constexprs=dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
-                        HAS_SMOOTHING=label_smoothing != 0.0, COMPUTE_LSE=compute_stats, WRITE_GRAD=write_grad,
-                        SINGLE_PASS=cfg.single_pass, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(logits.dtype)),
+        constexprs=dict(common, COMPUTE_LSE=compute_stats, WRITE_GRAD=write_grad, SINGLE_PASS=cfg.single_pass,
+                        BLOCK_N=cfg.BLOCK_N),
         options=cfg.options(),
     )
     return loss, stats

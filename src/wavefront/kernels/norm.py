@@ -45,6 +45,24 @@ plus w per row); the backward in two phases over column blocks (10n B): phase A 
 sums c1, c2 block by block in a small per-row scratch, phase B computes dx and keeps the block's dw/db
 partial in registers across the program's rows, writing it once.
 
+Why the backward reads such rows twice (over 8192 columns on NVIDIA, over 16384 on AMD), in place of
+holding each row once: dx needs both row sums, so the row's x and dy (or xhat and g) must stay live across
+the two reductions, next to w and the dw/db partials the persistent program keeps across its rows. At
+16384 columns that is 32 values per thread per live tensor at 16 warps: 128+ registers and 184-784 B of
+spills per thread on sm_80/90/100; 32 warps cap a thread at 64 registers and spill too (row_config.py,
+measured with `wavefront inspect`). Holding x, dy and w in the input dtype and converting at each use
+does not help: the compiler keeps one fp32 copy live across the reductions either way (sm_90 at 16384
+columns, December 2026: RMSNorm 184 B of spills at 16 warps / 128 registers and 112 B at 32 warps / 64,
+LayerNorm 760 B and 224 B). Keeping the row in shared memory instead is not expressible in Triton
+(a loaded tile cannot be pinned in shared memory across reductions; the compiler places shared memory),
+and the widest rows exceed it anyway: x and dy of a 65536-column bf16 row are 256 KiB, above an H100
+SM's 228 KiB of shared memory and equal to its whole register file, so one read per row there needs the
+row split over a thread-block cluster exchanging partial sums through distributed shared memory, which
+Triton does not expose. Reordering the phases per row (A then B for each row, so the second read hits
+L2) would need the dw/db partial of the whole row live across rows, i.e. a read-modify-write of the fp32
+partial per row (+8n B), more than the 4n B the second read costs. So 10n B per row it is, and the
+single-pass widths stay where registers allow.
+
 Offsets: the row index is promoted to int64 before it multiplies a stride, so tensors with 2^31 or more
 elements address correctly.
 """

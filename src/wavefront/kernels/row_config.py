@@ -66,6 +66,15 @@ class RowTable:
     # on only where it cost nothing, until a GPU measurement says the trade pays.
     weight_first: bool = False
     prefetch_next_row: bool = False
+    # Cross-entropy rows at least split_min_cols wide are split over several programs when the rows are too
+    # few to give every SM/CU split_programs_per_sm programs (a 1-8 row eval or decode batch at a 128k-262k
+    # vocabulary would otherwise run 1-8 programs on a 132-304 SM/CU GPU); each program covers at least
+    # split_chunk_cols columns (4 blocks of the online loop), so the partial statistics (16 B per program)
+    # and the combine stay ~0.01% of the row's bytes. No GPU timing chose these yet: the numbers keep the
+    # split off wherever the grid is already full.
+    split_min_cols: int = 65536
+    split_chunk_cols: int = 16384
+    split_programs_per_sm: int = 2
 
 
 # Accumulating kernels, measured with `wavefront inspect` (bf16, Triton 3.9): one 16-byte vector per thread
@@ -87,10 +96,11 @@ ROW_TABLES: dict[str, RowTable] = {
     "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
                          accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
                          accumulate_vecs_per_thread=1),
-    # The interpreter: same shape as NVIDIA so CPU tests exercise the configurations GPUs run.
+    # The interpreter: same shape as NVIDIA so CPU tests exercise the configurations GPUs run; rows split
+    # from 16385 columns (chunks of two 4096-column blocks) so the small test shapes exercise the split.
     "cpu": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
                     accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
-                    accumulate_vecs_per_thread=1),
+                    accumulate_vecs_per_thread=1, split_min_cols=16385, split_chunk_cols=8192),
 }
 
 
@@ -127,3 +137,16 @@ def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool 
     return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass, rows_per_program=rows,
                      weight_first=table.weight_first and not accumulate,
                      prefetch=table.prefetch_next_row and accumulate and single_pass)
+
+
+def row_splits(n_rows: int, n_cols: int, block_n: int, arch: Arch, n_sms: int) -> tuple[int, int]:
+    """(programs per row, columns per program, a multiple of block_n) for a row-wise kernel that can split a
+    long row (cross-entropy): one program per row unless the rows are long and too few to fill the GPU."""
+    table = ROW_TABLES[arch.family]
+    want = -(-n_sms * table.split_programs_per_sm // max(n_rows, 1))
+    splits = min(want, -(-n_cols // table.split_chunk_cols)) if n_cols >= table.split_min_cols else 1
+    if splits <= 1:
+        return 1, n_cols
+    chunk = -(-n_cols // splits)
+    chunk = -(-chunk // block_n) * block_n
+    return -(-n_cols // chunk), chunk

@@ -6,7 +6,8 @@ from wavefront.nn.attention import ScaledDotProductAttention, hf_attention_forwa
 from wavefront.nn.fp8 import Float8Linear
 from wavefront.nn.linear import Linear
 from wavefront.nn.mlp import GeGLUMLP, SwiGLUMLP
+from wavefront.nn.moe import MoE, MoEExperts, MoERouter, tokens_per_expert
 from wavefront.nn.norm import LayerNorm, RMSNorm
 
-__all__ = ["Float8Linear", "GeGLUMLP", "LayerNorm", "Linear", "RMSNorm", "ScaledDotProductAttention", "SwiGLUMLP",
-           "hf_attention_forward"]
+__all__ = ["Float8Linear", "GeGLUMLP", "LayerNorm", "Linear", "MoE", "MoEExperts", "MoERouter", "RMSNorm",
+           "ScaledDotProductAttention", "SwiGLUMLP", "hf_attention_forward", "tokens_per_expert"]

@@ -12,6 +12,10 @@ Which layers stay in the model's dtype, and why (docs/fp8.md cites the sources):
   away, and the fused loss (``loss=True``) reads its weight directly, so an FP8 head would not even run.
 - ``keep_first_last`` (default False): the Linear layers of the first and last decoder layers, the
   Megatron-LM / Transformer Engine option (``--first-last-layers-bf16``) for runs that diverge in FP8.
+- MoE routers (a Linear named ``gate`` or ``router``) always: DeepSeek-V3 keeps its MoE gating in
+  high precision (top-k selection is sensitive to small logit changes). Expert weights held as grouped
+  Parameters (wavefront.nn.MoEExperts, transformers' fused experts) are not Linear layers and stay as
+  they are.
 - ``keep_attention`` (default False): q/k/v/o projections (``self_attn``). DeepSeek-V3 keeps the
   attention *operator* (softmax(QK^T)V) in bf16, which wavefront never runs in FP8; the projections are
   FP8 in every published recipe, so this is an opt-in for ablations.
@@ -32,6 +36,7 @@ from wavefront.patching.patcher import Patcher
 
 RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8")
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
+_ROUTER_NAMES = ("gate", "router")  # MoE routers (Mixtral, Qwen-MoE, DeepSeek); gate_proj is the MLP's
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,8 @@ def apply_fp8(p: Patcher, cfg: Fp8Config) -> None:
         if lin is head and cfg.keep_lm_head:
             kept.append(path)
             continue
-        if (layer and int(layer.group(1)) in edge) or (cfg.keep_attention and ".self_attn." in f".{path}."):
+        if ((layer and int(layer.group(1)) in edge) or (cfg.keep_attention and ".self_attn." in f".{path}.")
+                or path.rpartition(".")[2] in _ROUTER_NAMES):
             kept.append(path)
             continue
         p.swap_module("fp8", path, Float8Linear.from_linear(lin, recipe=cfg.recipe, fnuz=cfg.fnuz,

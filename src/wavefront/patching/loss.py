@@ -138,8 +138,13 @@ class _PutLoss:
             raise RuntimeError("wavefront fused loss: the model's forward did not call its LM head")
         if isinstance(output, tuple):
             return (call.loss, *output[1:])
+        loss = call.loss
+        aux = output.get("aux_loss")
+        if aux is not None and hasattr(module, "router_aux_loss_coef"):
+            # MoE models add their router's load-balancing loss to the LM loss (output_router_logits=True).
+            loss = loss + module.router_aux_loss_coef * aux.to(loss.device)
         fields = {k: v for k, v in output.items() if k not in ("loss", "logits")}
-        return type(output)(loss=call.loss, logits=None, **fields)
+        return type(output)(loss=loss, logits=None, **fields)
 
 
 def apply_loss(p: Patcher) -> None:

@@ -85,6 +85,9 @@ def apply_mlp(p: Patcher) -> None:
         p.unmatched("mlp", f"wavefront.ops.{kernel} is not available in this build of wavefront")
         return
     found = p.of_classes(rule.classes)
+    if not found and rule.optional:
+        p.absent("mlp", f"no dense MLP ({' or '.join(rule.classes)}) in this model: every layer is sparse")
+        return
     if not found:
         p.unmatched("mlp", f"no module of class {' or '.join(rule.classes)} in this model")
         return

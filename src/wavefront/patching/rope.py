@@ -98,6 +98,9 @@ def apply_rope(p: Patcher) -> None:
     if rule is None:
         p.absent("rope", f"{p.family.name} models have no rotary embedding")
         return
+    if rule.unsupported:
+        p.unmatched("rope", rule.unsupported)
+        return
     if not hasattr(ops, "rope"):
         p.unmatched("rope", "wavefront.ops.rope is not available in this build of wavefront")
         return

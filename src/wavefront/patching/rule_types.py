@@ -33,6 +33,7 @@ class GatedMLPRule:
     classes: tuple[str, ...]
     activation_from: tuple[str, ...] = ("hidden_act",)
     fused_gate_up: bool = False
+    optional: bool = False  # the family may have no dense MLP at all (MoE models whose every layer is sparse)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class RopeRule:
 
     attention_classes: tuple[str, ...]
     function: str = "apply_rotary_pos_emb"
+    unsupported: str | None = None  # why the family's rotary embedding cannot be served (reported unmatched)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,31 @@ class AttentionRule:
 
 
 @dataclass(frozen=True)
+class MoERule:
+    """Sparse MoE blocks: each router of ``router_classes`` changes class to one that routes with
+    ``wavefront.ops.moe_router`` (same outputs, hooks and ``isinstance`` kept, so transformers still records
+    router logits for its aux loss); each experts module of ``experts_classes`` is swapped for
+    :class:`wavefront.nn.MoEExperts` holding its ``gate_up_proj``/``down_proj`` Parameters.
+
+    The router's numbers are read from the router module: ``top_k``, ``weight``; normalize_attr names its
+    renormalization flag (None: always renormalized); bias_attr DeepSeek-V3's selection bias; scaling_attr
+    its routed scaling factor; group_attrs its (n_group, topk_group) for group-limited routing.
+    weights_dtype="logits" rounds the weights to the logits' dtype (Qwen3-MoE) instead of keeping fp32.
+    """
+
+    router_classes: tuple[str, ...]
+    experts_classes: tuple[str, ...]
+    score: str = "softmax"
+    fp32_logits: bool = False
+    normalize_attr: str | None = None
+    bias_attr: str | None = None
+    scaling_attr: str | None = None
+    group_attrs: tuple[str, str] | None = None
+    weights_dtype: str = "float32"
+    activation_from: tuple[str, ...] = ("hidden_act",)
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     model_types: tuple[str, ...]  # config.model_type values these rules cover
@@ -74,4 +101,5 @@ class Family:
     rope: RopeRule | None = None
     loss: CausalLMLossRule | None = None
     attention: AttentionRule | None = None
+    moe: MoERule | None = None
     has_layer_norm: bool = False  # LayerNorm modules are matched by type (torch.nn.LayerNorm) in any family

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from wavefront.patching.attention import apply_attention
 from wavefront.patching.loss import apply_loss
 from wavefront.patching.mlp import apply_mlp
+from wavefront.patching.moe import apply_moe
 from wavefront.patching.norm import apply_layer_norm, apply_rms_norm
 from wavefront.patching.patcher import Patcher
 from wavefront.patching.rope import apply_rope
@@ -37,6 +38,8 @@ PATCHABLE: tuple[PatchableOp, ...] = (
                 summary="torch.nn.LayerNorm -> wavefront.nn.LayerNorm"),
     PatchableOp("rope", apply_rope, True, summary="attention modules rotate q and k with ops.rope"),
     PatchableOp("mlp", apply_mlp, True, summary="gated MLPs -> fused SwiGLU/GeGLU"),
+    PatchableOp("moe", apply_moe, True, summary="MoE routers -> ops.moe_router; experts -> permute, grouped GEMMs, "
+                                                "weighted combine"),
     PatchableOp("loss", apply_loss, True, summary="causal-LM loss -> ops.linear_cross_entropy in training"),
     PatchableOp("attention", apply_attention, False,
                 summary="attention function -> ops.attention through transformers' AttentionInterface"),

@@ -7,6 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
+import pytest
+
 from wavefront.workbench.planner.validation import load_table, validate
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "published"
@@ -115,3 +117,36 @@ def test_torchtitan_relative_throughput_and_memory():
     op = [r for r in mem if recompute[r.row] == "op"]
     assert len(full) == 11 and all(r.predicted <= r.published for r in full)
     assert len(op) == 2 and all(abs(r.rel_error) <= 0.03 for r in op)
+
+
+def test_narayanan_zero3_rows_are_a_flat_single_nic_setting_not_per_micro_batch_gathers():
+    """docs/planner.md: every ZeRO-3 row of Narayanan et al. Table 2 runs one micro-batch per step, and the
+    step time its published TFLOP/s implies does not shrink when the GPU count doubles; priced with flat
+    (single-NIC) collectives the rows come within 25% each, while the default hierarchical model is far
+    optimistic (+40% or more) on the bandwidth-bound ones."""
+    from dataclasses import replace
+
+    from wavefront.workbench import kpi
+    from wavefront.workbench.planner.search import evaluate
+    from wavefront.workbench.planner.validation import _row_inputs, row_dims
+
+    doc = load_table(DATA / "narayanan2021_table2.json")
+    rows = [r for r in doc["rows"] if r.get("zero") == 3]
+    assert len(rows) == 6
+    implied = {}
+    for row in rows:
+        model, cfg, training, cluster, eff = _row_inputs(doc, row)
+        assert training.global_batch_seqs == cfg.dp * cfg.micro_batch  # one micro-batch per step
+        d = row_dims(doc, row["model"])
+        flops = kpi.megatron_gpt_flops_per_iteration(row["global_batch"], 2048, d.n_layers, d.hidden, d.vocab,
+                                                     full_recompute=True)
+        implied[row["id"]] = flops / (row["published"]["tflops_per_gpu"] * 1e12 * row["n_gpus"])
+        flat = evaluate(model, cfg, training, replace(cluster, hierarchical=False), eff)
+        assert flat.time is not None
+        assert abs(flops / (flat.time.step_s * row["n_gpus"]) / 1e12 / row["published"]["tflops_per_gpu"] - 1) < 0.25
+        default = evaluate(model, cfg, training, cluster, eff)
+        assert default.time is not None
+        if row["micro_batch"] == 1:  # the most bandwidth-bound rows: the default hides the traffic
+            assert flops / (default.time.step_s * row["n_gpus"]) / 1e12 > 1.4 * row["published"]["tflops_per_gpu"]
+    assert implied["ZeRO-3 175B 1536"] == pytest.approx(implied["ZeRO-3 175B 768"], rel=0.02)
+    assert implied["ZeRO-3 530B 2240"] == pytest.approx(implied["ZeRO-3 530B 1120"], rel=0.05)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from wavefront.patching.rule_types import Family
 from wavefront.patching.rules import gemma, gemma2, phi3
 from wavefront.patching.rules.llama_like import LLAMA, MISTRAL, QWEN2, QWEN3
+from wavefront.patching.rules.moe import DEEPSEEK_V3, MIXTRAL, QWEN3_MOE
 
 FAMILIES: tuple[Family, ...] = (
     LLAMA,
@@ -21,6 +22,9 @@ FAMILIES: tuple[Family, ...] = (
     gemma.FAMILY,
     gemma2.FAMILY,
     phi3.FAMILY,
+    MIXTRAL,
+    QWEN3_MOE,
+    DEEPSEEK_V3,
 )
 
 

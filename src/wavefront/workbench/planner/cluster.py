@@ -137,6 +137,31 @@ class Cluster:
         outer = self.inter.time_s(collective, size_bytes / per_node, nodes) if nodes > 1 else 0.0
         return inner + outer
 
+    def all_to_all_s(self, size_bytes: float, group: int, stride: int = 1) -> float:
+        """Seconds of one all-to-all (expert-parallel dispatch or combine) of `size_bytes` per rank over
+        `group` ranks `stride` apart. Inside a node it is the nccl-tests all_to_all on the scale-up link.
+        Across nodes an all-to-all reduces nothing, so the hierarchical formula (S/k per member) does not
+        apply: each rank sends (k-1)/g of its bytes to its node's k members over the scale-up link and
+        (g-k)/g to other nodes through its own NIC (one NIC per GPU, rails), the two at the same time:
+
+            t = alpha_inter + max((k-1)/g S / busbw_intra, (g-k)/g S / busbw_inter)
+
+        A `wavefront comm` inter-node calibration of all_to_all replaces the inter-node part's link."""
+        if group <= 1:
+            return 0.0
+        key = ("a2a", size_bytes, group, stride)
+        cached = self._seconds.get(key)
+        if cached is None:
+            if group * stride <= self.gpus_per_node:
+                cached = self.link("all_to_all", group, stride).time_s("all_to_all", size_bytes, group)
+            else:
+                k = max(1, min(group, self.gpus_per_node // stride))
+                intra, inter = self.link("all_to_all", k, stride), self.link("all_to_all", group, stride)
+                cached = inter.latency_us * 1e-6 + max((k - 1) / group * size_bytes / (intra.busbw_gbps * 1e9),
+                                                       (group - k) / group * size_bytes / (inter.busbw_gbps * 1e9))
+            self._seconds[key] = cached
+        return cached
+
     def as_dict(self) -> dict:
         return {
             "gpu": self.gpu.key, "gpu_name": self.gpu.name, "n_gpus": self.n_gpus,

@@ -14,9 +14,10 @@ from pathlib import Path
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.comm_model import load_calibration
-from wavefront.workbench.planner.hf_config import dims_from_hf_config
+from wavefront.workbench.planner.hf_config import dims_from_hf_config, moe_from_hf_config
 from wavefront.workbench.planner.kernel_calibration import KernelCalibration, load_kernel_calibration
 from wavefront.workbench.planner.model import ModelSpec
+from wavefront.workbench.planner.moe import MOE_MODELS, get_moe_model
 from wavefront.workbench.planner.training import TP_OVERLAP, Efficiency, Training
 
 SCHEMA = "wavefront.plan/1"
@@ -73,6 +74,8 @@ class PlanRequest:
     fsdp_gather: str = "micro-batch"
     offload_optimizer: bool = False
     cp_comm: str = "ring"
+    moe_imbalance: float = 1.0
+    ep_overlap: float = 0.0
     dp_overlap: bool = True
     tp_overlap: float = TP_OVERLAP
     price_per_gpu_hour: float | None = None
@@ -91,7 +94,15 @@ class PlanRequest:
             if self.head_dim < 1:
                 raise ValueError(f"--head-dim must be >= 1, got {self.head_dim}")
             dims = ModelDims(**(dims.as_dict() | {"head_dim": self.head_dim}))
-        return ModelSpec(dims, attention=self.attention, dropout=self.dropout, kernels=self.kernels)
+        moe_layout, mla = None, None
+        if self.model and not self.custom:
+            preset = get_moe_model(self.model)
+            if preset is not None:
+                moe_layout, mla = preset.moe, preset.mla
+            elif self.model.endswith(".json") or Path(self.model).is_file():
+                moe_layout, mla = moe_from_hf_config(self.model)
+        return ModelSpec(dims, attention=self.attention, dropout=self.dropout, kernels=self.kernels,
+                         moe=moe_layout, mla=mla)
 
     def _dims(self) -> ModelDims:
         if self.model and self.custom:
@@ -99,10 +110,13 @@ class PlanRequest:
         if self.model:
             if self.model.endswith(".json") or Path(self.model).is_file():  # a Hugging Face config.json
                 return dims_from_hf_config(self.model)
+            moe = get_moe_model(self.model)
+            if moe is not None:
+                return moe.dims
             try:
                 return get_model(self.model)
             except ValueError as exc:
-                raise ValueError(f"--model: {exc}") from None
+                raise ValueError(f"--model: {exc} (mixture-of-experts: {', '.join(sorted(MOE_MODELS))})") from None
         c = self.custom
         if c is None:
             raise ValueError("give --model PRESET or path/to/config.json, or all of --layers --hidden --heads "
@@ -134,7 +148,7 @@ class PlanRequest:
                         grad_bytes=self.grad_bytes, micro_batch_sizes=tuple(self.micro_batch_sizes),
                         train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, tp_overlap=self.tp_overlap,
                         stack=self.stack, fsdp_gather=self.fsdp_gather, offload_optimizer=self.offload_optimizer,
-                        cp_comm=self.cp_comm)
+                        cp_comm=self.cp_comm, moe_imbalance=self.moe_imbalance, ep_overlap=self.ep_overlap)
 
     def efficiency(self, cluster: Cluster) -> Efficiency | None:
         """The constants for `cluster`: None (the calibrated defaults of its GPU), the command line's

@@ -94,3 +94,32 @@ def attention_curve(seq_kv: float, head_dim: int) -> float:
     seq = seq_kv / (seq_kv + S_HALF_TOKENS) / (S_REF_TOKENS / (S_REF_TOKENS + S_HALF_TOKENS))
     dim = head_dim / (head_dim + HEAD_DIM_KNEE) / (128.0 / (128.0 + HEAD_DIM_KNEE))
     return seq * dim
+
+
+def grouped_gemm_s(gpu: GPU, groups: int, m: float, n: int, k: float, peak_flops: float, hbm_bps: float,
+                   operand_bytes: float, kernel_s: float) -> float:
+    """One grouped GEMM (MoE experts): `groups` products C[m, n] = A[m, k] B[k, n] in one persistent kernel,
+    priced with the GEMM shape model above. Tiles are padded per group (a group of m = 40 rows still
+    fills a 128-row tile), the wave quantization counts all groups' tiles together (one scheduler over
+    every group's tiles), and the bytes include every group's weights: with few tokens per expert the
+    kernel is bound by reading the weights, which is how small per-expert GEMMs lose efficiency."""
+    if groups <= 0 or m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    tm, tn = gemm_tile(gpu)
+    tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
+    tiles = groups * tiles_m * tiles_n
+    waves = math.ceil(tiles / gpu.sm_count)
+    quant = (m * n) / (tiles_m * tm * tiles_n * tn) * tiles / (waves * gpu.sm_count)
+    compute = 2.0 * groups * m * n * k / (peak_flops * quant)
+    traffic = groups * (operand_bytes * (m * k + k * n) + 2.0 * m * n) / hbm_bps
+    return max(compute, traffic) + kernel_s
+
+
+def grouped_linear_fwd_bwd_s(gpu: GPU, groups: int, rows: float, d_in: int, d_out: int, peak_flops: float,
+                             hbm_bps: float, operand_bytes: float, kernel_s: float) -> tuple[float, float]:
+    """(forward, backward) seconds of `groups` experts' Y[rows, d_out] = X[rows, d_in] W_e, `rows` tokens
+    each: forward, input gradient and per-expert weight gradient (d_in x d_out over rows)."""
+    fwd = grouped_gemm_s(gpu, groups, rows, d_out, d_in, peak_flops, hbm_bps, operand_bytes, kernel_s)
+    dgrad = grouped_gemm_s(gpu, groups, rows, d_in, d_out, peak_flops, hbm_bps, operand_bytes, kernel_s)
+    wgrad = grouped_gemm_s(gpu, groups, d_in, d_out, rows, peak_flops, hbm_bps, operand_bytes, kernel_s)
+    return fwd, dgrad + wgrad

@@ -79,26 +79,68 @@ class MemoryBreakdown:
         return d
 
 
+def stage_layer_mix(model: ModelSpec, cfg: PlanConfig) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(dense layers, MoE layers) on one GPU of the first and of the last pipeline stage. A MoE model's
+    first_dense layers sit on the first stage; the other stages hold MoE layers only."""
+    layers = layers_per_stage(model.dims.n_layers, cfg)
+    if model.moe is None:
+        return (layers, 0), (layers, 0)
+    if cfg.pp == 1:
+        mix = (model.dims.n_layers - model.n_moe_layers, model.n_moe_layers)
+        return mix, mix
+    fd = min(model.moe.first_dense, layers)
+    return (fd, layers - fd), (0, layers)
+
+
+def stage_expert_params(model: ModelSpec, cfg: PlanConfig) -> tuple[float, float]:
+    """Routed-expert parameters on one GPU of the first and of the last stage: E/ep whole experts per
+    MoE layer (expert tensor parallel 1)."""
+    if model.moe is None:
+        return 0.0, 0.0
+    per_layer = model.moe.n_experts // cfg.ep * model.expert_params
+    (_, first), (_, last) = stage_layer_mix(model, cfg)
+    return float(first * per_layer), float(last * per_layer)
+
+
 def stage_params(model: ModelSpec, cfg: PlanConfig) -> tuple[float, float]:
-    """Parameters held by one GPU of the first and of the last pipeline stage."""
+    """Parameters held by one GPU of the first and of the last pipeline stage (routed experts included)."""
     dims = model.dims
-    layers = layers_per_stage(dims.n_layers, cfg)
-    body = layers * (model.layer_matmul_params / cfg.tp + 2 * dims.hidden)
+    dense_layer = model.layer_matmul_params / cfg.tp + 2 * dims.hidden
+    moe_layer = (model.moe_layer_dense_params - 2 * dims.hidden) / cfg.tp + 2 * dims.hidden
+    e_first, e_last = stage_expert_params(model, cfg)
+    (fd, fm), (ld, lm) = stage_layer_mix(model, cfg)
+    first = fd * dense_layer + fm * moe_layer + e_first if model.moe is not None else fd * dense_layer
+    last = ld * dense_layer + lm * moe_layer + e_last if model.moe is not None else ld * dense_layer
     emb = model.embedding_params / cfg.tp
     head = 0.0 if dims.tied_embeddings else emb
     if cfg.pp == 1:
-        single = body + emb + head + dims.hidden
+        single = first + emb + head + dims.hidden
         return single, single
-    return body + emb, body + emb + dims.hidden
+    return first + emb, last + emb + dims.hidden
 
 
-def state_bytes(params: float, cfg: PlanConfig, training: Training) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes for `params` parameters under the plan's ZeRO stage."""
+def stage_terms(model: ModelSpec, cfg: PlanConfig, memo: dict | None = None) -> tuple:
+    """((first mix, last mix), (params first, last), (routed-expert params first, last)): stage_layer_mix,
+    stage_params and stage_expert_params, shared through the search's memo (they depend on tp, pp, vpp
+    and ep only)."""
+    key = ("stage", cfg.tp, cfg.pp, cfg.vpp, cfg.ep)
+    if memo is not None and key in memo:
+        return memo[key]
+    terms = (stage_layer_mix(model, cfg), stage_params(model, cfg), stage_expert_params(model, cfg))
+    if memo is not None:
+        memo[key] = terms
+    return terms
+
+
+def state_bytes(params: float, cfg: PlanConfig, training: Training,
+                group: int | None = None) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes for `params` parameters under the plan's ZeRO stage, sharded
+    over `group` ranks (default: the plan's ZeRO group; routed experts: PlanConfig.expert_dp)."""
     master, states = OPTIMIZER_BYTES[training.optimizer]
     if training.offload_optimizer:
         master = states = 0
     g = training.grad_bytes
-    d = cfg.shard_group()
+    d = cfg.shard_group() if group is None else group
     if cfg.zero == 0:
         return params * WEIGHT_BYTES, params * g, params * (master + states)
     if cfg.zero == 1:
@@ -128,12 +170,26 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         full = layer_activation_bytes(model, recompute="none", **act_kw) if cfg.recompute != "none" else per_layer
         if memo is not None:
             memo[key] = (per_layer, full)
+    per_moe, full_moe = per_layer, full
+    if model.moe is not None:
+        key = ("act-moe",) + key[1:]
+        if memo is not None and key in memo:
+            per_moe, full_moe = memo[key]
+        else:
+            rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * model.moe.top_k * training.moe_imbalance
+            per_moe = layer_activation_bytes(model, recompute=cfg.recompute, routed_rows=rows, **act_kw)
+            full_moe = layer_activation_bytes(model, recompute="none", routed_rows=rows, **act_kw)
+            if memo is not None:
+                memo[key] = (per_moe, full_moe)
+    ((fd, fm), (ld, lm)), (p_first, p_last), (e_first, e_last) = stage_terms(model, cfg, memo)
+    stage_first = fd * per_layer + fm * per_moe if model.moe is not None else layers * per_layer
+    stage_last = ld * per_layer + lm * per_moe if model.moe is not None else layers * per_layer
 
     inflight_first = 1 if cfg.pp == 1 else max(1, min(cfg.pp, m))
     interleave = 1.0 + (cfg.pp - 1) / (cfg.pp * cfg.vpp) if cfg.vpp > 1 and m >= cfg.pp else 1.0
     emb_act = embedding_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp)
     out_act = output_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp)
-    acts_first = layers * per_layer * inflight_first * interleave + emb_act * inflight_first
+    acts_first = stage_first * inflight_first * interleave + emb_act * inflight_first
     if cfg.pp == 1:
         acts_first += out_act
         acts_last = acts_first
@@ -141,20 +197,24 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         # Megatron's interleaved schedule warms up (vpp-1)*pp + 2*(pp-1-rank) chunk micro-batches on a rank;
         # on the last rank that is (vpp-1)*pp + 1 chunks of L/(pp*vpp) layers.
         inflight_last = min(m, ((cfg.vpp - 1) * cfg.pp + 1) / cfg.vpp) if cfg.vpp > 1 else 1.0
-        acts_last = layers * per_layer * inflight_last + out_act
+        acts_last = stage_last * inflight_last + out_act
 
     working = 0.0
     if cfg.recompute != "none":
         kept = per_layer if cfg.recompute in ("selective", "op") else 0.0
         working = max(0.0, full - kept)
+        if model.moe is not None:
+            working = max(working, full_moe - (per_moe if cfg.recompute in ("selective", "op") else 0.0))
 
-    p_first, p_last = stage_params(model, cfg)
     candidates = [("first" if cfg.pp > 1 else "only", p_first, acts_first)]
     if cfg.pp > 1:
         candidates.append(("last", p_last, acts_last))
 
     g = training.grad_bytes
     unit_params = max(model.layer_params, model.embedding_params) / cfg.tp
+    if model.moe is not None:
+        unit_params = max(unit_params, model.moe_layer_dense_params / cfg.tp
+                          + model.moe.n_experts // cfg.ep * model.expert_params)
     if cfg.zero == 3:
         transient_states = unit_params * (2 * WEIGHT_BYTES + g)
         buffers = 0.0
@@ -172,7 +232,11 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     transient = working + transient_states
     best: tuple | None = None
     for stage, params, acts in candidates:
-        w, gr, opt = state_bytes(params, cfg, training)
+        experts = e_last if stage == "last" else e_first
+        w, gr, opt = state_bytes(params - experts, cfg, training)
+        if experts:
+            ew, eg, eo = state_bytes(experts, cfg, training, cfg.expert_dp)
+            w, gr, opt = w + ew, gr + eg, opt + eo
         slack = training.allocator_slack * (acts + transient)
         total = w + gr + opt + acts + transient + slack + buffers + overhead
         if best is None or total > best[0]:

@@ -41,6 +41,7 @@ from functools import cache, cached_property
 
 from wavefront.shapes import ModelDims
 from wavefront.workbench import kpi
+from wavefront.workbench.planner.moe import MLA, MoE
 
 #: Activation checkpointing policies: none; selective (Korthikanti: the attention core is recomputed);
 #: op (per-op selective as torchtitan/PyTorch SAC do it: matmul and attention outputs are saved, the
@@ -59,12 +60,16 @@ class ModelSpec:
     dropout: whether the layer keeps dropout masks (GPT-3 era models: yes; Llama-family training: no).
     kernels: "fused" (norms and gated activations as fused kernels: Megatron, wavefront-patched models) or
     "eager" (Hugging Face's eager modules, which keep more activations; module docstring).
+    moe: the expert layout of a mixture-of-experts model (moe.py); None for a dense model.
+    mla: multi-head latent attention dimensions (DeepSeek-V3; moe.py); None for standard attention.
     """
 
     dims: ModelDims
     attention: str = "flash"
     dropout: bool = False
     kernels: str = "fused"
+    moe: MoE | None = None
+    mla: MLA | None = None
 
     def __post_init__(self) -> None:
         if self.attention not in ("flash", "materialized"):
@@ -78,23 +83,66 @@ class ModelSpec:
 
     @property
     def q_dim(self) -> int:
+        """Query width (MLA: heads x (nope + rope) head dim)."""
+        if self.mla is not None:
+            return self.dims.n_heads * self.mla.qk_head
         return self.dims.n_heads * self.dims.head_dim
 
     @property
     def kv_dim(self) -> int:
+        """Width of K (and of V): 2 x kv_dim is what K and V hold together (MLA: their mean width)."""
+        if self.mla is not None:
+            return self.dims.n_heads * (self.mla.qk_head + self.mla.v_head) // 2
         return self.dims.n_kv_heads * self.dims.head_dim
+
+    @property
+    def attn_core_width(self) -> int:
+        """H x (qk head dim + v head dim) / 2: QK^T and attention x V take 4 x this FLOPs per query-key pair."""
+        if self.mla is not None:
+            return self.dims.n_heads * (self.mla.qk_head + self.mla.v_head) // 2
+        return self.q_dim
+
+    def attn_linear_shapes(self, tp: int) -> list[tuple[int, int]]:
+        """(d_in, d_out) of the attention block's weight matmuls on one tensor-parallel rank. MLA's two
+        down-projections are replicated across tp (Megatron-Core keeps them whole); the rest are split."""
+        h = self.dims.hidden
+        if self.mla is None:
+            return [(h, (self.q_dim + 2 * self.kv_dim) // tp), (self.q_dim // tp, h)]
+        q_a, q_b, kv_a, kv_b, o = self.mla.linear_shapes(h, self.dims.n_heads)
+        shapes = [q_a, (q_b[0], q_b[1] // tp), kv_a, (kv_b[0], kv_b[1] // tp), (o[0] // tp, o[1])]
+        return [(i, o) for i, o in shapes if i and o]
+
+    @cached_property
+    def attn_params(self) -> int:
+        return sum(i * o for i, o in self.attn_linear_shapes(1))
 
     @cached_property
     def layer_matmul_params(self) -> int:
-        """Weights of one layer's matmuls: QKV + output projection and the MLP (no biases)."""
+        """Weights of one dense layer's matmuls: QKV + output projection and the MLP (no biases)."""
         h = self.dims.hidden
-        attn = 2 * h * self.q_dim + 2 * h * self.kv_dim
         mlp = (3 if self.dims.gated_mlp else 2) * h * self.dims.ffn_hidden
-        return attn + mlp
+        return self.attn_params + mlp
 
     @cached_property
     def layer_params(self) -> int:
         return self.layer_matmul_params + 2 * self.dims.hidden
+
+    @property
+    def n_moe_layers(self) -> int:
+        return 0 if self.moe is None else self.dims.n_layers - self.moe.first_dense
+
+    @cached_property
+    def expert_params(self) -> int:
+        """Weights of one routed expert (a gated MLP of width expert_ffn)."""
+        return 0 if self.moe is None else 3 * self.dims.hidden * self.moe.expert_ffn
+
+    @cached_property
+    def moe_layer_dense_params(self) -> int:
+        """Weights of one MoE layer outside the routed experts: attention, router, shared experts, norms."""
+        if self.moe is None:
+            return 0
+        h = self.dims.hidden
+        return self.attn_params + h * self.moe.n_experts + self.moe.n_shared * self.expert_params + 2 * h
 
     @property
     def embedding_params(self) -> int:
@@ -102,15 +150,47 @@ class ModelSpec:
 
     @cached_property
     def total_params(self) -> int:
-        return kpi.param_count(self.dims).total
+        if self.moe is None and self.mla is None:
+            return kpi.param_count(self.dims).total
+        return self._params(active=False)
+
+    @cached_property
+    def active_params(self) -> int:
+        """Parameters one token computes with (MoE: top_k routed + shared experts; dense: all)."""
+        if self.moe is None and self.mla is None:
+            return kpi.param_count(self.dims).total
+        return self._params(active=True)
+
+    def _params(self, *, active: bool) -> int:
+        dims, h = self.dims, self.dims.hidden
+        head = 0 if dims.tied_embeddings else self.embedding_params
+        n_dense = dims.n_layers - self.n_moe_layers
+        routed = 0
+        if self.moe is not None:
+            routed = (self.moe.top_k if active else self.moe.n_experts) * self.expert_params
+        return (n_dense * self.layer_params + self.n_moe_layers * (self.moe_layer_dense_params + routed)
+                + self.embedding_params + head + h)
 
     def model_flops_per_token(self, seq_len: int) -> float:
-        """PaLM-convention model FLOPs per token (the MFU numerator), from the shared KPI module."""
-        return _model_flops(self.dims, seq_len)
+        """PaLM-convention model FLOPs per token (the MFU numerator), from the shared KPI module; MoE
+        models count active parameters only (moe.py)."""
+        if self.moe is None and self.mla is None:
+            return _model_flops(self.dims, seq_len)
+        return 6.0 * self._matmul_active() + 12.0 * self.dims.n_layers * self.attn_core_width * seq_len
 
     def hardware_flops_per_token(self, seq_len: int, recompute: str) -> float:
         """Model FLOPs plus recomputation (the HFU numerator), from the shared KPI module."""
-        return _hardware_flops(self.dims, seq_len, recompute)
+        if self.moe is None and self.mla is None:
+            return _hardware_flops(self.dims, seq_len, recompute)
+        attn_fwd = 4.0 * self.dims.n_layers * self.attn_core_width * seq_len
+        full = 2.0 * self._matmul_active() + attn_fwd
+        extra = {"none": 0.0, "op": 0.0, "selective": attn_fwd, "full": full, "every-other": 0.5 * full}[recompute]
+        return self.model_flops_per_token(seq_len) + extra
+
+    def _matmul_active(self) -> int:
+        """Active parameters that take part in matmuls (kpi.ParamCount.matmul's rule: an untied input
+        embedding is a lookup)."""
+        return self.active_params - (0 if self.dims.tied_embeddings else self.embedding_params)
 
 
 @cache
@@ -130,7 +210,7 @@ def _hardware_flops(dims: ModelDims, seq_len: int, recompute: str) -> float:
 
 def attention_core_flops(model: ModelSpec, micro_batch: int, q_len: float, kv_len: float) -> float:
     """Forward FLOPs of QK^T and attention x V for one layer: 2 matmuls x 2 FLOP per MAC."""
-    return 4.0 * micro_batch * q_len * kv_len * model.q_dim
+    return 4.0 * micro_batch * q_len * kv_len * model.attn_core_width
 
 
 def layer_matmul_flops(model: ModelSpec, tokens: float) -> float:
@@ -139,7 +219,8 @@ def layer_matmul_flops(model: ModelSpec, tokens: float) -> float:
 
 
 def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int, tp: int, sp: bool,
-                           recompute: str, kv_len: float | None = None, fp8: bool = False) -> float:
+                           recompute: str, kv_len: float | None = None, fp8: bool = False,
+                           routed_rows: float = 0.0) -> float:
     """Activation bytes one layer keeps for backward, per GPU, for one micro-batch (module docstring).
 
     seq_len is the local sequence (s / cp under context parallelism); kv_len the keys each query sees
@@ -147,6 +228,12 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
     fp8: the linear layers run in fp8 and keep their inputs as the 1-byte fp8 copy the weight-gradient
     GEMM reads (Transformer Engine, torchao float8): the QKV and MLP inputs (sbh each), the attention
     output (sb q_dim) and the down projection's input (sbf) at 1 byte instead of 2.
+    routed_rows > 0: a MoE layer whose busiest EP rank runs that many token copies through its experts.
+    Its MLP terms become the shared experts' (width n_shared x expert_ffn, split by tp) plus, per routed
+    row, the grouped GEMMs' inputs and outputs as a gated MLP keeps them (lin*h permuted input, 4 f_e gate
+    and up outputs, lin*f_e down-projection input) and the 2h expert output the weighted combine needs in
+    backward (all on this rank, not split by tp: expert tensor parallel 1), plus the fp32 router scores
+    (4 B x E per local token). Per-op checkpointing keeps the permuted input and both GEMM outputs.
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}")
@@ -158,16 +245,24 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
         return 2.0 * sbh / sp_div
     if recompute == "every-other":
         none = layer_activation_bytes(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp, sp=sp,
-                                      recompute="none", kv_len=kv_len, fp8=fp8)
+                                      recompute="none", kv_len=kv_len, fp8=fp8, routed_rows=routed_rows)
         return 0.5 * (none + 2.0 * sbh / sp_div)
     f = float(model.dims.ffn_hidden)
     a = float(model.dims.n_heads)
+    moe_rows = 0.0
+    if routed_rows > 0 and model.moe is not None:
+        f = float(model.moe.n_shared * model.moe.expert_ffn)
+        fe, h = float(model.moe.expert_ffn), float(model.dims.hidden)
+        router = 4.0 * s * b / sp_div * model.moe.n_experts
+        per_row = (2.0 * h + 4.0 * fe + 2.0 * h) if recompute == "op" else (
+            (1.0 if fp8 else 2.0) * (h + fe) + 4.0 * fe + 2.0 * h)
+        moe_rows = routed_rows * per_row + router
     if recompute == "op":
         # saved: the layer input, QKV, attention output (+ LSE), output projection, the MLP's first
         # matmul(s) and its output; the norms, RoPE, activation and residual adds are recomputed
         up = (2.0 if model.dims.gated_mlp else 1.0) * s * b * f
         split = 2.0 * s * b * (2 * model.q_dim + 2 * model.kv_dim) + 4.0 * a * s * b + 2.0 * up
-        return 6.0 * sbh / sp_div + split / tp
+        return 6.0 * sbh / sp_div + split / tp + moe_rows
     lin = 1.0 if fp8 else 2.0
     masks = 2.0 * sbh if model.dropout else 0.0
     eager = model.kernels == "eager"
@@ -178,7 +273,7 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
         split += 4.0 * a * s * b
     elif recompute != "selective":
         split += (5.0 if model.dropout else 2.0) * a * s * kv_len * b
-    return replicated / sp_div + split / tp
+    return replicated / sp_div + split / tp + moe_rows
 
 
 def embedding_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int, tp: int, sp: bool) -> float:

@@ -29,6 +29,7 @@ class PlanConfig:
     micro_batch: int = 1
     zero_bubble: bool = False  # ZB-H1 schedule (Qi et al. 2023): 1F1B's memory, about a third of its bubble
     shard: int = 0  # ZeRO-3 sharding group (HSDP: shard within `shard` ranks, replicate across); 0: all d
+    ep: int = 1  # expert parallel (MoE): experts split over ep ranks folded into tp*cp*dp (moe.py)
 
     @property
     def n_gpus(self) -> int:
@@ -45,7 +46,13 @@ class PlanConfig:
     @property
     def n_parallel_dims(self) -> int:
         """How many parallelism kinds the plan uses (the tie-breaker: fewer is simpler and less risky)."""
-        return sum(x > 1 for x in (self.tp, self.pp, self.cp, self.dp)) + (self.vpp > 1) + self.zero_bubble
+        return (sum(x > 1 for x in (self.tp, self.pp, self.cp, self.dp, self.ep)) + (self.vpp > 1)
+                + self.zero_bubble)
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel degree: the ranks holding the same experts (tp*cp*dp / ep, expert TP 1)."""
+        return max(1, self.tp * self.cp * self.dp // self.ep)
 
     def shard_group(self) -> int:
         """Ranks one ZeRO-3 shard spans: `shard` (HSDP) or every data-parallel rank."""
@@ -59,7 +66,8 @@ class PlanConfig:
         rc = {"none": "none", "selective": "sel", "full": "full", "op": "op", "every-other": "eo"}.get(
             self.recompute, self.recompute)
         z = f"z{self.zero}" + (f"/h{self.shard}" if self.zero == 3 and self.shard else "")
-        return f"tp{self.tp}{'+sp' if self.sp else ''} {pp}{cp} dp{self.dp} {z} {rc} mb{self.micro_batch}"
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        return f"tp{self.tp}{'+sp' if self.sp else ''} {pp}{cp} dp{self.dp}{ep} {z} {rc} mb{self.micro_batch}"
 
     def as_dict(self) -> dict:
         return asdict(self) | {"n_gpus": self.n_gpus, "schedule": self.schedule, "label": self.label()}
@@ -88,7 +96,7 @@ def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_b
     problems: list[str] = []
     if cfg.shard < 0:
         problems.append("shard must be >= 0")
-    for name in ("tp", "pp", "vpp", "cp", "dp", "micro_batch"):
+    for name in ("tp", "pp", "vpp", "cp", "dp", "ep", "micro_batch"):
         if getattr(cfg, name) < 1:
             problems.append(f"{name} must be >= 1")
     if problems:
@@ -121,6 +129,16 @@ def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_b
         problems.append(f"context parallel {cfg.cp} needs the sequence ({seq_len}) split into 2*cp equal chunks")
     if cfg.sp and (seq_len // cfg.cp) % cfg.tp:
         problems.append(f"sequence parallel needs the local sequence ({seq_len // cfg.cp}) divisible by tp {cfg.tp}")
+    if cfg.ep > 1 and model.moe is None:
+        problems.append(f"expert parallel {cfg.ep} needs a mixture-of-experts model")
+    elif model.moe is not None:
+        if model.moe.n_experts % cfg.ep:
+            problems.append(f"expert parallel {cfg.ep} does not divide {model.moe.n_experts} experts")
+        if (cfg.tp * cfg.cp * cfg.dp) % cfg.ep:
+            problems.append(f"expert parallel {cfg.ep} must divide tp*cp*dp = {cfg.tp * cfg.cp * cfg.dp} "
+                            "(experts fold into the attention's ranks)")
+        if cfg.tp > 1 and not cfg.sp:
+            problems.append("MoE with tensor parallel needs sequence parallel (Megatron-Core requires it)")
     if cfg.zero not in ZERO_STAGES:
         problems.append(f"zero stage must be one of {ZERO_STAGES}")
     if cfg.recompute not in RECOMPUTE_MODES:

@@ -22,6 +22,7 @@ from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
 from wavefront.workbench.planner.memory import MemoryBreakdown, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
+from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig, structural_problems
 from wavefront.workbench.planner.time import TimeBreakdown, step_time
 from wavefront.workbench.planner.training import Efficiency, Training
@@ -33,7 +34,7 @@ RANK_BY = ("time", "cost")
 class Kpis:
     tokens_per_s: float
     tokens_per_s_per_gpu: float
-    mfu: float  # model FLOPs (PaLM convention) / bf16 dense peak
+    mfu: float  # model FLOPs (PaLM convention; MoE: active parameters only) / bf16 dense peak
     hfu: float  # adds recomputation FLOPs
     model_tflops_per_gpu: float
     dollars_per_step: float | None
@@ -114,8 +115,11 @@ class SearchResult:
         spec = self.model
         return {
             "schema": SCHEMA,
-            "model": spec.dims.as_dict() | {"params": spec.total_params, "attention": spec.attention,
-                                            "dropout": spec.dropout, "kernels": spec.kernels},
+            "model": spec.dims.as_dict() | {"params": spec.total_params, "active_params": spec.active_params,
+                                            "attention": spec.attention, "dropout": spec.dropout,
+                                            "kernels": spec.kernels,
+                                            "moe": spec.moe.as_dict() if spec.moe else None,
+                                            "mla": spec.mla.as_dict() if spec.mla else None},
             "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
             "efficiency": [(self.efficiency if self.efficiency.source != Efficiency.for_gpu(c.gpu.key).source
                             else Efficiency.for_gpu(c.gpu.key)).as_dict() for c in self.clusters],
@@ -158,20 +162,27 @@ def _vpp_choices(pp: int, n_layers: int) -> list[int]:
     return _divisors(n_layers // pp)
 
 
+def _ep_choices(n_experts: int, ranks: int) -> list[int]:
+    """Expert-parallel degrees: divisors of the experts that divide tp*cp*dp (1 for dense models)."""
+    return [e for e in _divisors(n_experts) if ranks % e == 0] if n_experts > 1 else [1]
+
+
 def enumerate_configs(n_gpus: int, training: Training, n_layers: int, *, gpus_per_node: int = 8,
-                      fixed: dict | None = None) -> Iterator[PlanConfig]:
+                      fixed: dict | None = None, n_experts: int = 0) -> Iterator[PlanConfig]:
     """Every point of the plan grid for n_gpus (valid or not; structural_problems decides).
 
     Pipeline degrees need not divide the layers (uneven stages); interleaving takes every degree that
     divides the layers per stage; pipelines also try ZB-H1; ZeRO-3 also tries HSDP sharded within a node.
     Sequence parallelism always accompanies tensor parallelism (same bytes, less memory and elementwise
-    work) unless `fixed` pins sp=False."""
+    work) unless `fixed` pins sp=False. n_experts > 1 (MoE) adds every expert-parallel degree that divides
+    the experts and tp*cp*dp."""
     fixed = fixed or {}
     sps = (False,) if fixed.get("sp") is False else (True,)
     for tp in _divisors(n_gpus):
         for cp in _divisors(n_gpus // tp):
             for pp in (p for p in _divisors(n_gpus // (tp * cp)) if p <= n_layers):
                 dp = n_gpus // (tp * cp * pp)
+                eps = _ep_choices(n_experts, tp * cp * dp)
                 schedules = [(v, False) for v in _vpp_choices(pp, n_layers)] + ([(1, True)] if pp > 1 else [])
                 d = dp * cp
                 zeros: list[tuple[int, int]] = [(0, 0)]
@@ -185,7 +196,8 @@ def enumerate_configs(n_gpus: int, training: Training, n_layers: int, *, gpus_pe
                         for zero, shard in zeros:
                             for rc in RECOMPUTE_MODES:
                                 for mb in training.micro_batch_sizes:
-                                    yield PlanConfig(tp, sp, pp, vpp, cp, dp, zero, rc, mb, zb, shard)
+                                    for ep in eps:
+                                        yield PlanConfig(tp, sp, pp, vpp, cp, dp, zero, rc, mb, zb, shard, ep)
 
 
 def kpis_for(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, t: TimeBreakdown) -> Kpis:
@@ -232,6 +244,9 @@ def _as_model(model: str | ModelDims | ModelSpec) -> ModelSpec:
     if isinstance(model, ModelDims):
         return ModelSpec(model)
     if isinstance(model, str):
+        moe = get_moe_model(model)
+        if moe is not None:
+            return ModelSpec(moe.dims, moe=moe.moe, mla=moe.mla)
         return ModelSpec(get_model(model))
     raise TypeError(f"model must be a preset name, ModelDims or ModelSpec, got {type(model).__name__}")
 
@@ -289,7 +304,8 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
     n_enum = 0
     for cl in clusters:
         grid = configs if configs is not None else enumerate_configs(
-            cl.n_gpus, training, spec.dims.n_layers, gpus_per_node=cl.gpus_per_node, fixed=fixed)
+            cl.n_gpus, training, spec.dims.n_layers, gpus_per_node=cl.gpus_per_node, fixed=fixed,
+            n_experts=spec.moe.n_experts if spec.moe else 0)
         memo: dict = {}
         eff = efficiency or Efficiency.for_gpu(cl.gpu.key)
         for cfg in grid:
@@ -310,7 +326,8 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
         feasible.sort(key=lambda r: (_k(r).dollars_per_step if _k(r).dollars_per_step is not None
                                      else float("inf"), _t(r).step_s))
     oom.sort(key=lambda r: _m(r).total_bytes / _m(r).capacity_bytes)
-    misses = pinned_misses(fixed, clusters, training, spec.dims.n_layers) if fixed and n_enum == 0 else []
+    misses = (pinned_misses(fixed, clusters, training, spec.dims.n_layers, spec.moe.n_experts if spec.moe else 0)
+              if fixed and n_enum == 0 else [])
     return SearchResult(spec, clusters, training, efficiency or Efficiency.for_gpu(clusters[0].gpu.key), rank_by,
                         feasible, oom, rejected, n_enum, _time.perf_counter() - start,
                         batch_warnings(training, clusters), misses)
@@ -377,27 +394,32 @@ def batch_warnings(training: Training, clusters: list[Cluster]) -> list[str]:
     return out
 
 
-def pinned_misses(fixed: dict, clusters: list[Cluster], training: Training, n_layers: int) -> list[str]:
+def pinned_misses(fixed: dict, clusters: list[Cluster], training: Training, n_layers: int,
+                  n_experts: int = 0) -> list[str]:
     """For each pinned field whose value no grid plan has, what the grid offers instead; if every value
     exists alone, say that the combination is what no plan has."""
     out = []
     for cl in clusters:
-        grid = list(enumerate_configs(cl.n_gpus, training, n_layers, gpus_per_node=cl.gpus_per_node, fixed=fixed))
+        grid = list(enumerate_configs(cl.n_gpus, training, n_layers, gpus_per_node=cl.gpus_per_node,
+                                      fixed=fixed, n_experts=n_experts))
         for name, value in fixed.items():
             offered = sorted({getattr(c, name) for c in grid}, key=str)
             if value not in offered:
                 shown = ", ".join(str(v) for v in offered[:24]) + (" ..." if len(offered) > 24 else "")
                 out.append(f"{name}={value} is not in the grid on {cl.label}: it has {name} in {{{shown}}}"
-                           + _why_missing(name, value, cl.n_gpus, n_layers, training))
+                           + _why_missing(name, value, cl.n_gpus, n_layers, training, n_experts))
     if not out:
         out.append("each pinned value exists in the grid, but no plan combines them all (the degrees' product "
                    f"must equal the GPU count; the pinned ones are {fixed})")
     return out
 
 
-def _why_missing(name: str, value, n_gpus: int, n_layers: int, training: Training) -> str:
+def _why_missing(name: str, value, n_gpus: int, n_layers: int, training: Training, n_experts: int = 0) -> str:
     if name in ("tp", "cp", "pp", "dp") and isinstance(value, int) and value > 0 and n_gpus % value:
         return f" ({value} does not divide {n_gpus} GPUs)"
+    if name == "ep":
+        return (" (expert-parallel degrees divide the experts and tp*cp*dp)" if n_experts > 1
+                else " (expert parallelism needs a mixture-of-experts model)")
     if name == "vpp":
         return f" (interleaving degrees divide the layers per stage of {n_layers} layers)"
     if name == "micro_batch":

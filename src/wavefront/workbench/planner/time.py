@@ -65,11 +65,13 @@ from wavefront.workbench.planner.kernels import (
     FP8_CAST_BYTES_PER_WEIGHT,
     FP8_FUSED_CAST_BYTES_PER_ACT,
     attention_curve,
+    gemm_s,
+    grouped_linear_fwd_bwd_s,
     linear_fwd_bwd_s,
 )
-from wavefront.workbench.planner.memory import stage_params
+from wavefront.workbench.planner.memory import stage_terms
 from wavefront.workbench.planner.model import ModelSpec, attention_core_flops
-from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n_micro_batches
+from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
 CE_BYTES_PER_LOGIT = 16.0
@@ -103,6 +105,7 @@ class TimeBreakdown:
     step_s: float
     dp_comm_total_s: float  # before overlap
     n_micro: int
+    ep_comm_s: float = 0.0  # exposed expert-parallel all-to-alls (MoE)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -110,12 +113,14 @@ class TimeBreakdown:
     def parts(self) -> dict[str, float]:
         return {"compute": self.compute_s, "tp comm": self.tp_comm_s, "cp comm": self.cp_comm_s,
                 "pp p2p": self.pp_p2p_s, "bubble": self.bubble_s, "dp comm": self.dp_comm_s,
-                "optimizer": self.optimizer_s}
+                "optimizer": self.optimizer_s, "ep comm": self.ep_comm_s}
 
 
-def _elementwise_bytes(model: ModelSpec, tokens: float, kv_len: float, cfg: PlanConfig) -> float:
-    """Forward bytes of one layer's memory-bound kernels on one GPU (module docstring)."""
-    h, f = model.dims.hidden, model.dims.ffn_hidden
+def _elementwise_bytes(model: ModelSpec, tokens: float, kv_len: float, cfg: PlanConfig,
+                       ffn: int | None = None) -> float:
+    """Forward bytes of one layer's memory-bound kernels on one GPU (module docstring); `ffn` replaces
+    the MLP width (a MoE layer's shared experts)."""
+    h, f = model.dims.hidden, model.dims.ffn_hidden if ffn is None else ffn
     dropout_mask = 2.0 if model.dropout else 0.0
     replicated = (8.0 + 12.0 + dropout_mask) * tokens * h
     act = (6.0 if model.dims.gated_mlp else 4.0) * tokens * f
@@ -130,19 +135,78 @@ def _elementwise_bytes(model: ModelSpec, tokens: float, kv_len: float, cfg: Plan
 N_ELEMENTWISE_KERNELS = 8
 
 
-def _linear_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
-    """(d_in, d_out) of one layer's weight matmuls on one tensor-parallel rank."""
-    h, f = model.dims.hidden, model.dims.ffn_hidden
+def _linear_shapes(model: ModelSpec, tp: int, ffn: int | None = None) -> list[tuple[int, int]]:
+    """(d_in, d_out) of one layer's weight matmuls on one tensor-parallel rank; `ffn` replaces the MLP
+    width (a MoE layer's shared experts: n_shared x expert_ffn, none when 0)."""
+    h, f = model.dims.hidden, model.dims.ffn_hidden if ffn is None else ffn
     up = (2 if model.dims.gated_mlp else 1) * f // tp
-    return [(h, (model.q_dim + 2 * model.kv_dim) // tp), (model.q_dim // tp, h), (h, up), (f // tp, h)]
+    mlp = [(h, up), (f // tp, h)] if f else []
+    return model.attn_linear_shapes(tp) + mlp
+
+
+#: Memory-bound bytes of a MoE layer per routed row (token copy) and forward: the permutation reads the
+#: token and writes its copy in expert order (2 + 2 B per hidden element), the un-permutation reads the
+#: expert output and writes the weighted sum (2 + 2), the SwiGLU of the experts reads 4 and writes 2 B per
+#: expert_ffn element; per token, the router's fp32 softmax/top-k reads and writes the E scores (4 + 4 B).
+MOE_PERMUTE_BYTES_PER_ROW_H = 8.0
+MOE_ACT_BYTES_PER_ROW_F = 6.0
+ROUTER_BYTES_PER_SCORE = 8.0
+#: Kernels of a MoE block beyond the grouped GEMMs, forward: router GEMM, softmax/top-k, permute, SwiGLU,
+#: un-permute, and the token-count exchange.
+N_MOE_KERNELS = 6
+
+
+def routed_rows(model: ModelSpec, cfg: PlanConfig, training: Training) -> float:
+    """Token copies the busiest EP rank runs through its experts per micro-batch: each rank routes its
+    b*s/(cp*tp) tokens (sequence parallel) to top_k experts; balanced, it receives as many as it sends,
+    times Training.moe_imbalance."""
+    assert model.moe is not None
+    tokens = cfg.micro_batch * training.seq_len / cfg.cp / (cfg.tp if cfg.sp else 1)
+    return tokens * model.moe.top_k * training.moe_imbalance
+
+
+def _moe_experts_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, peak: float,
+                   hbm: float, kernel_s: float) -> tuple[float, float, float]:
+    """(forward, backward, cast seconds per pass) of the routed experts of one MoE layer on the busiest
+    EP rank: two grouped GEMMs (gate+up: h -> 2 f_e; down: f_e -> h) over E/ep experts of
+    rows x ep / E tokens each (tokens per expert = tokens x top_k / E over the EP group), the router GEMM,
+    the permutations and the experts' activation (memory-bound), FP8 casts of the expert inputs."""
+    moe = model.moe
+    assert moe is not None
+    gpu, h, fe = cluster.gpu, model.dims.hidden, moe.expert_ffn
+    fp8 = training.precision == "fp8"
+    rows = routed_rows(model, cfg, training)
+    groups = moe.n_experts // cfg.ep
+    per_expert = rows / groups
+    fwd = bwd = cast_bytes = 0.0
+    for d_in, d_out in ((h, 2 * fe), (fe, h)):
+        f, b = grouped_linear_fwd_bwd_s(gpu, groups, per_expert, d_in, d_out, peak, hbm, 1.0 if fp8 else 2.0,
+                                        kernel_s)
+        fwd, bwd = fwd + f, bwd + b
+        if fp8:
+            act_bytes = FP8_CAST_BYTES_PER_ACT if training.stack == "fsdp" else FP8_FUSED_CAST_BYTES_PER_ACT
+            cast_bytes += act_bytes * rows * d_in + FP8_CAST_BYTES_PER_WEIGHT * groups * d_in * d_out
+            bwd += act_bytes * rows * d_out / hbm + 2 * kernel_s
+    tokens = rows / moe.top_k / training.moe_imbalance
+    bf16_peak = cluster.gpu.peak_tflops("bf16") * 1e12 * peak / (cluster.gpu.peak_tflops(training.precision) * 1e12)
+    router = gemm_s(gpu, int(tokens), moe.n_experts, h, bf16_peak, hbm, 2.0, kernel_s)
+    ew = ((MOE_PERMUTE_BYTES_PER_ROW_H * h + MOE_ACT_BYTES_PER_ROW_F * fe) * rows
+          + ROUTER_BYTES_PER_SCORE * tokens * moe.n_experts) / hbm + N_MOE_KERNELS * kernel_s
+    cast_s = cast_bytes / hbm + (2 * 2 * kernel_s if fp8 else 0.0)
+    return fwd + router + ew, bwd + 2.0 * router + 2.0 * ew, cast_s
 
 
 def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
-                    eff: Efficiency) -> tuple[float, float]:
+                    eff: Efficiency, moe_layer: bool = False) -> tuple[float, float]:
     """(fwd + bwd + recompute seconds of one layer for one micro-batch, attention-core seconds of one
     forward) on one GPU: weight matmuls GEMM by GEMM (kernels.py), attention from its curve, memory-bound
-    kernels from their bytes, FP8 casts, a fixed cost per kernel."""
+    kernels from their bytes, FP8 casts, a fixed cost per kernel. moe_layer: the MLP is the MoE block
+    (shared experts as a tensor-parallel MLP, routed experts by _moe_experts_s)."""
     gpu = cluster.gpu
+    ffn = None
+    if moe_layer:
+        assert model.moe is not None
+        ffn = model.moe.n_shared * model.moe.expert_ffn
     tokens = int(cfg.micro_batch * training.seq_len // cfg.cp)
     fp8 = training.precision == "fp8"
     stack = eff.stack_factor(training.stack)
@@ -152,7 +216,7 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     kernel_s = eff.kernel_us * 1e-6
     mm_fwd = mm_bwd = 0.0
     cast_bytes = 0.0
-    for d_in, d_out in _linear_shapes(model, cfg.tp):
+    for d_in, d_out in _linear_shapes(model, cfg.tp, ffn):
         f, b = linear_fwd_bwd_s(gpu, tokens, d_in, d_out, peak, hbm, 1.0 if fp8 else 2.0, kernel_s)
         mm_fwd += f
         mm_bwd += b
@@ -179,7 +243,10 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     else:
         attn = attn_flops / (bf16_peak * eff.gemm) + 2 * kernel_s
         attn_bwd = 2.0 * attn
-    ew = _elementwise_bytes(model, tokens, training.seq_len, cfg) / hbm + N_ELEMENTWISE_KERNELS * kernel_s
+    ew = _elementwise_bytes(model, tokens, training.seq_len, cfg, ffn) / hbm + N_ELEMENTWISE_KERNELS * kernel_s
+    if moe_layer:
+        ex_fwd, ex_bwd, ex_cast = _moe_experts_s(model, cfg, training, cluster, peak, hbm, kernel_s)
+        mm_fwd, mm_bwd, cast_s = mm_fwd + ex_fwd, mm_bwd + ex_bwd, cast_s + ex_cast
     fwd = mm_fwd + cast_s + attn + ew
     total = fwd + mm_bwd + cast_s + attn_bwd + 2.0 * ew + cp_merge_s
     if cfg.recompute == "full":
@@ -205,17 +272,32 @@ def output_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluste
     return flops / peak + ce
 
 
-def tp_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster) -> float:
+def tp_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+                        moe_layer: bool = False) -> float:
+    """Exposed TP/SP collectives of one layer per micro-batch. A MoE layer with expert tensor parallel 1
+    has them around its attention block only (half the pairs; the MoE block moves tokens by all-to-all)."""
     if cfg.tp == 1:
         return 0.0
     size = 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.dims.hidden
-    n_pairs = 4 + {"full": 2, "every-other": 1}.get(cfg.recompute, 0)
+    n_pairs = (4 + {"full": 2, "every-other": 1}.get(cfg.recompute, 0)) * (0.5 if moe_layer else 1.0)
     if cfg.sp:
         one = (cluster.collective_s("all_gather", size, cfg.tp, 1)
                + cluster.collective_s("reduce_scatter", size, cfg.tp, 1))
     else:
         one = cluster.collective_s("all_reduce", size, cfg.tp, 1)
     return n_pairs * one * (1.0 - training.tp_overlap)
+
+
+def ep_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster) -> float:
+    """Exposed expert-parallel all-to-alls of one MoE layer per micro-batch: dispatch and combine in the
+    forward and again in the backward (4; +2 with full recomputation, +1 every other layer), each moving
+    the busiest rank's routed rows x h in bf16 over the ep group (consecutive ranks: stride 1), priced by
+    Cluster.all_to_all_s; Training.ep_overlap hides a fraction."""
+    if model.moe is None or cfg.ep == 1:
+        return 0.0
+    size = 2.0 * routed_rows(model, cfg, training) * model.dims.hidden
+    n = 4 + {"full": 2, "every-other": 1}.get(cfg.recompute, 0)
+    return n * cluster.all_to_all_s(size, cfg.ep, 1) * (1.0 - training.ep_overlap)
 
 
 def cp_comm_exposed_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
@@ -254,14 +336,16 @@ def bucketed_exposed_s(cluster: Cluster, collective: str, total_bytes: float, bu
 
 
 def _data_parallel_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, params: float,
-                     m: int, layers_s: float, stage_compute: float) -> tuple[float, float]:
-    """(total, exposed) seconds of data-parallel / ZeRO / FSDP traffic per step (module docstring)."""
-    d = cfg.dp * cfg.cp
-    if d <= 1:
+                     m: int, layers_s: float, stage_compute: float, experts: bool = False) -> tuple[float, float]:
+    """(total, exposed) seconds of data-parallel / ZeRO / FSDP traffic per step (module docstring).
+    experts: `params` are routed-expert weights, replicated over the expert-data-parallel group
+    (PlanConfig.expert_dp ranks, ep apart) instead of the dp*cp ranks tp apart."""
+    d, stride = (cfg.expert_dp, cfg.ep) if experts else (cfg.dp * cfg.cp, cfg.tp)
+    if d <= 1 or params <= 0:
         return 0.0, 0.0
-    stride, g = cfg.tp, training.grad_bytes
+    g = training.grad_bytes
     if cfg.zero == 3:
-        shard = cfg.shard_group()
+        shard = d if experts else cfg.shard_group()
         gather = cluster.collective_s("all_gather", 2.0 * params, shard, stride)
         scatter = cluster.collective_s("reduce_scatter", g * params, shard, stride)
         # HSDP: the shards' gradients are all-reduced across the d / shard replicas once per step
@@ -293,13 +377,22 @@ def _data_parallel_s(model: ModelSpec, cfg: PlanConfig, training: Training, clus
 
 
 def _per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
-               eff: Efficiency) -> tuple[float, float, float, float]:
-    """(layer compute, attention forward, TP comm, exposed CP comm) seconds per layer and micro-batch, and
+               eff: Efficiency, moe_layer: bool = False) -> tuple[float, float, float, float, float]:
+    """(layer compute, TP comm, exposed CP comm, exposed EP comm) seconds per layer and micro-batch, and
     the output layer's seconds: the parts that depend only on the per-layer shape of the plan."""
-    layer_s, attn_fwd_s = layer_compute_s(model, cfg, training, cluster, eff)
-    tp_s = tp_comm_per_layer_s(model, cfg, training, cluster)
+    layer_s, attn_fwd_s = layer_compute_s(model, cfg, training, cluster, eff, moe_layer)
+    tp_s = tp_comm_per_layer_s(model, cfg, training, cluster, moe_layer)
     cp_s = cp_comm_exposed_per_layer_s(model, cfg, training, cluster, attn_fwd_s)
-    return layer_s, tp_s, cp_s, output_layer_s(model, cfg, training, cluster, eff)
+    ep_s = ep_comm_per_layer_s(model, cfg, training, cluster) if moe_layer else 0.0
+    return layer_s, tp_s, cp_s, ep_s, output_layer_s(model, cfg, training, cluster, eff)
+
+
+def _memo_per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, eff: Efficiency,
+                    memo: dict, moe_layer: bool) -> tuple[float, float, float, float, float]:
+    key = ("time", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute) + ((cfg.ep,) if moe_layer else ())
+    if key not in memo:
+        memo[key] = _per_layer(model, cfg, training, cluster, eff, moe_layer)
+    return memo[key]
 
 
 def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
@@ -307,14 +400,20 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     """Seconds per step (module docstring). `memo` (a dict the search keeps for one model, training,
     cluster and efficiency) shares the per-layer terms between plans of the same layer shape."""
     m = n_micro_batches(cfg, training.global_batch_seqs)
-    layers = layers_per_stage(model.dims.n_layers, cfg)
-    key = ("time", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute)
-    if memo is None or key not in memo:
-        parts = _per_layer(model, cfg, training, cluster, eff)
-        if memo is None:
-            memo = {}
-        memo[key] = parts
-    layer_s, tp_s, cp_s, out_s = memo[key]
+    memo = {} if memo is None else memo
+    dense = _memo_per_layer(model, cfg, training, cluster, eff, memo, False)
+    moe = _memo_per_layer(model, cfg, training, cluster, eff, memo, True) if model.moe is not None else dense
+    out_s = dense[4]
+    # per micro-batch on the first and on the last stage (MoE: the first_dense layers sit on the first)
+    ((fd, fm), (ld, lm)), (p_first, p_last), (e_first, e_last) = stage_terms(model, cfg, memo)
+    first = [fd * a + fm * b for a, b in zip(dense[:4], moe[:4], strict=True)]
+    last = [ld * a + lm * b for a, b in zip(dense[:4], moe[:4], strict=True)]
+    if cfg.pp == 1 or first[0] <= last[0] + out_s:
+        layers_s, tp_s, cp_s, ep_s = last
+        stage_compute = layers_s + out_s  # the last stage (or the only one) is the busiest
+    else:
+        layers_s, tp_s, cp_s, ep_s = first
+        stage_compute = layers_s
 
     p2p_s = 0.0
     if cfg.pp > 1:
@@ -327,21 +426,22 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
             # bubble term already covers
             p2p_s = 0.0
 
-    stage_compute = layers * layer_s + out_s  # the last stage (or the only one) is the busiest
-    stage_mb = stage_compute + layers * (tp_s + cp_s) + p2p_s
-    body_mb = layers * (layer_s + tp_s + cp_s) + p2p_s
+    stage_mb = stage_compute + tp_s + cp_s + ep_s + p2p_s
+    body_mb = layers_s + tp_s + cp_s + ep_s + p2p_s
     bubble = (cfg.pp - 1) / cfg.vpp * body_mb if cfg.pp > 1 else 0.0
     if cfg.zero_bubble:
         bubble *= ZB_H1_BUBBLE_FRACTION
 
-    p_first, p_last = stage_params(model, cfg)
-    params = max(p_first, p_last)
-    dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers * layer_s,
-                                            stage_compute)
+    params, experts = max(p_first - e_first, p_last - e_last), max(e_first, e_last)
+    dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers_s, stage_compute)
+    if experts:
+        ex_total, ex_exposed = _data_parallel_s(model, cfg, training, cluster, experts, m, layers_s, stage_compute,
+                                                experts=True)
+        dp_total, dp_exposed = dp_total + ex_total, dp_exposed + ex_exposed
 
     master, states = OPTIMIZER_BYTES[training.optimizer]
     g = training.grad_bytes
-    owned = params / cfg.shard_group() if cfg.zero >= 1 else params
+    owned = params / cfg.shard_group() + experts / cfg.expert_dp if cfg.zero >= 1 else params + experts
     if training.offload_optimizer:
         # grads down and bf16 weights up over PCIe, the update on the host (ZeRO-Offload)
         optimizer_s = owned * ((g + 2.0) / (PCIE_GBPS * 1e9) + 1.0 / CPU_ADAM_PARAMS_PER_S)
@@ -350,5 +450,5 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
 
     compute_total = m * stage_compute
     step = m * stage_mb + bubble + dp_exposed + optimizer_s
-    return TimeBreakdown(compute_total, m * layers * tp_s, m * layers * cp_s, m * p2p_s, bubble, dp_exposed,
-                         optimizer_s, step, dp_total, m)
+    return TimeBreakdown(compute_total, m * tp_s, m * cp_s, m * p2p_s, bubble, dp_exposed,
+                         optimizer_s, step, dp_total, m, m * ep_s)

@@ -141,6 +141,11 @@ class Training:
     offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
         CPU (time.PCIE_GBPS, time.CPU_ADAM_PARAMS_PER_S).
     cp_comm: how context parallelism moves K and V (CP_COMM).
+    moe_imbalance: tokens of the busiest expert over the mean (MoE; 1.0 = perfectly balanced, as the
+        force-balanced benchmark tables run). The busiest EP rank's grouped GEMMs, activations and
+        all-to-all bytes scale by it: the step waits for that rank.
+    ep_overlap: fraction of the expert-parallel all-to-alls hidden behind compute (0: exposed, the plain
+        all-to-all dispatcher; DeepSeek-V3's DualPipe and Megatron's 1F1B A2A overlap hide most of it).
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
         master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
         fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
@@ -163,8 +168,14 @@ class Training:
     fsdp_gather: str = "micro-batch"
     offload_optimizer: bool = False
     cp_comm: str = "ring"
+    moe_imbalance: float = 1.0
+    ep_overlap: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.moe_imbalance < 1.0:
+            raise ValueError(f"moe_imbalance must be >= 1 (busiest expert over the mean), got {self.moe_imbalance}")
+        if not 0.0 <= self.ep_overlap <= 1.0:
+            raise ValueError(f"ep_overlap must be in [0, 1], got {self.ep_overlap}")
         if self.cp_comm not in CP_COMM:
             raise ValueError(f"cp_comm must be one of {CP_COMM}, got {self.cp_comm!r}")
         if self.fsdp_gather not in FSDP_GATHER:

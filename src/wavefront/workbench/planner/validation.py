@@ -31,6 +31,7 @@ from wavefront.workbench import kpi
 from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner.cluster import make_cluster
 from wavefront.workbench.planner.model import ModelSpec
+from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig
 from wavefront.workbench.planner.search import PlanResult, _k, _m, _t, evaluate
 from wavefront.workbench.planner.time import layer_compute_s, tp_comm_per_layer_s
@@ -41,9 +42,10 @@ VALIDATION_SCHEMA = "wavefront.plan.validation/1"
 METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "memory_gib", "step_s", "layer_ms")
 CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-group")
 
-_PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch")
+_PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch", "ep")
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib",
-               "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm")
+               "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm",
+               "moe_imbalance", "ep_overlap")
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def row_dims(doc: dict, name: str) -> ModelDims:
     """A model named by a row: the table's own "models" (with their sources) first, then the presets."""
     spec = doc.get("models", {}).get(name)
     if spec is None:
-        return get_model(name)
+        moe = get_moe_model(name)
+        return moe.dims if moe is not None else get_model(name)
     return ModelDims(name=name, **spec)
 
 
@@ -133,8 +136,9 @@ def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None):
     if "gpu" in st:
         hw["gpu"] = st["gpu"]
     dims = row_dims(doc, st["model"])
+    moe = get_moe_model(st["model"]) if st["model"] not in doc.get("models", {}) else None
     model = ModelSpec(dims, attention=st.get("attention", "flash"), dropout=bool(st.get("dropout", False)),
-                      kernels=st.get("kernels", "fused"))
+                      kernels=st.get("kernels", "fused"), moe=moe.moe if moe else None, mla=moe.mla if moe else None)
     n = int(st["n_gpus"])
     gpu = get_gpu(hw["gpu"])
     cluster = make_cluster((n, gpu), gpus_per_node=int(hw.get("gpus_per_node", 8)),
@@ -221,6 +225,10 @@ REPORT_TABLES = ("validation/llmfoundry_mpt.json", "validation/nemo_2407_h100_fp
                  "validation/megatron_bridge_2511.json", "narayanan2021_table1.json", "narayanan2021_table2.json",
                  "llama3_2024_table4.json")
 THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu")
+#: The mixture-of-experts throughput tables (docs/planner.md, "MoE accuracy"): split by the same hash rule
+#: when transcribed; no constant is fitted on them (the MoE terms reuse the dense fit).
+MOE_REPORT_TABLES = ("validation/megatron_bridge_2509_moe.json", "validation/megatron_bridge_2511_moe.json",
+                     "validation/automodel_moe.json")
 
 
 @dataclass(frozen=True)
@@ -272,12 +280,14 @@ def split_summaries(reports: list[tuple[str, TableReport]], split: str = "held-o
     return out
 
 
-def report_tables(root: str | Path, efficiency_for=None) -> list[tuple[str, TableReport]]:
-    """Validate every REPORT_TABLES file under `root` (tests/data/published) -> (source, report) pairs.
+def report_tables(root: str | Path, efficiency_for=None,
+                  tables: tuple[str, ...] = REPORT_TABLES) -> list[tuple[str, TableReport]]:
+    """Validate every `tables` file (REPORT_TABLES, or MOE_REPORT_TABLES) under `root`
+    (tests/data/published) -> (source, report) pairs.
 
     efficiency_for(gpu_key) -> Efficiency overrides the calibrated constants (the fit uses it)."""
     out = []
-    for rel in REPORT_TABLES:
+    for rel in tables:
         doc = load_table(Path(root) / rel)
         out.append((source_of(doc), validate(doc, efficiency_for=efficiency_for)))
     return out

@@ -1,0 +1,59 @@
+"""Run a worker script of this folder on N gloo processes under torchrun; collect rank 0's JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+
+HERE = Path(__file__).resolve().parent
+SRC = str(HERE.parents[1] / "src")
+
+
+def run_worker(script: str, tmp: Path, world: int, *args: str, timeout: int = 600) -> dict:
+    """torchrun `script` on `world` processes; rank 0's result, with every rank's checks under "ranks"."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    if not torch.cuda.is_available():
+        env.setdefault("TRITON_INTERPRET", "1")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    out_file = tmp / "result.json"
+    # --standalone: a free rendezvous port, so parallel test workers never collide.
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc_per_node={world}", str(HERE / script), str(out_file), *args],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    doc = json.loads(out_file.read_text())
+    assert doc["world"] == world and len(doc["ranks"]) == world
+    return doc
+
+
+def run_worker_once(script: str, tmp_path_factory, world: int, *args: str) -> dict:
+    """run_worker once per pytest session, also when pytest-xdist spreads a module's tests over several
+    workers (each would otherwise start its own module fixture): the first worker runs it under a file lock
+    in the session's shared temporary folder, the others read its result."""
+    stem = f"{Path(script).stem}-{world}"
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return run_worker(script, tmp_path_factory.mktemp(stem), world, *args)
+    done = tmp_path_factory.getbasetemp().parent / f"{stem}.json"  # the session's folder, above each worker's
+    with FileLock(str(done) + ".lock"):
+        if done.is_file():
+            return json.loads(done.read_text())
+        doc = run_worker(script, tmp_path_factory.mktemp(stem), world, *args)
+        done.write_text(json.dumps(doc))
+        return doc
+
+
+def by_name(doc: dict) -> dict:
+    """{check name: {rank: result}}."""
+    out: dict = {}
+    for rank, results in enumerate(doc["ranks"]):
+        for r in results:
+            out.setdefault(r["name"], {})[rank] = r
+    return out

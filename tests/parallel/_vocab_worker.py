@@ -1,0 +1,262 @@
+"""Worker for tests/parallel/test_vocab_parallel.py, run under torchrun (gloo, CPU): every check of the
+vocabulary-parallel losses against the float64 reference of the unsharded loss, with eager PyTorch's error in
+the same dtype as the yardstick. Rank 0 writes the results as JSON to argv[1]."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zlib
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from wavefront import reference
+from wavefront.ops._spec import Tolerance
+from wavefront.parallel import vocab_parallel_cross_entropy, vocab_parallel_linear_cross_entropy
+
+
+def _err(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((ours.double() - ref.double()).abs().max()) if ref.numel() else 0.0
+
+
+def _check(name: str, ours, eager, ref, dtype) -> dict:
+    ref_max = float(ref.double().abs().max()) if ref.numel() else 0.0
+    eager_err = _err(eager, ref)
+    return {"name": name, "ours_err": _err(ours, ref), "eager_err": eager_err,
+            "bound": Tolerance().bound(eager_err, ref_max, dtype), "finite": bool(torch.isfinite(ours).all())}
+
+
+def _gather_cols(t: torch.Tensor, dim: int) -> torch.Tensor:
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts, dim=dim)
+
+
+def _targets(n: int, vocab: int, gen, ignore_frac: float) -> torch.Tensor:
+    t = torch.randint(0, vocab, (n,), generator=gen)
+    return torch.where(torch.rand(n, generator=gen) < ignore_frac, torch.full_like(t, -100), t)
+
+
+class MaxTensor(TorchDispatchMode):
+    """The largest tensor (bytes) any op returns while active, the Triton interpreter's copies included."""
+
+    def __init__(self):
+        super().__init__()
+        self.max_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.max_bytes = max(self.max_bytes, t.numel() * t.element_size())
+        return out
+
+
+class Collectives(TorchDispatchMode):
+    """The collectives (c10d ops) issued while active, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "c10d":
+            self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def collective_checks(world: int) -> list[dict]:
+    """Which collectives forward and backward issue: the statistics in the forward; in the backward nothing
+    for the logits' gradient and one all-reduce for the fused variant's dhidden."""
+    n, vocab, hid = 8, 32, 8
+    gen = torch.Generator().manual_seed(11)
+    target = _targets(n, vocab, gen, 0.1)
+    shard = torch.randn(n, vocab // world, generator=gen).requires_grad_()
+    hidden = torch.randn(n, hid, generator=gen).requires_grad_()
+    w_shard = torch.randn(vocab // world, hid, generator=gen).requires_grad_()
+    out = []
+    for name, fn in (("ce", lambda: vocab_parallel_cross_entropy(shard, target, None, label_smoothing=0.1)),
+                     ("lce", lambda: vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None))):
+        with Collectives() as fwd:
+            loss = fn()
+        with Collectives() as bwd:
+            loss.backward()
+        out.append({"name": f"collectives/{name}", "forward": fwd.names, "backward": bwd.names})
+    return out
+
+
+CE_CASES = [
+    # name, n_rows, vocab, options, logit scale, ignore fraction
+    ("plain", 12, 96, {}, 2.0, 0.2),
+    ("options", 12, 96, {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 30.0, "class_weight": True}, 20.0, 0.2),
+    ("sum_divisor", 12, 96, {"reduction": "sum", "divisor": 7.0}, 2.0, 0.2),
+    ("none", 12, 96, {"reduction": "none"}, 2.0, 0.2),
+    ("all_ignored", 4, 64, {}, 2.0, 1.1),
+    ("max_on_one_rank", 8, 96, {"label_smoothing": 0.1}, 30.0, 0.0),
+    ("wide_blocks", 2, 2 * 20000, {"z_loss": 1e-4, "label_smoothing": 0.1}, 10.0, 0.0),
+    ("padded_vocab", 8, 96, {"z_loss": 1e-3}, 2.0, 0.2),
+]
+#: Padding classes (logits -inf) from this fraction of the vocabulary on: part of the last shard, or all of it.
+PADDED_FROM = {"padded_vocab": 0.5}
+
+LCE_CASES = [
+    # name, n_tokens, vocab, hidden, options
+    ("lce_chunks_bias", 20, 96, 16, {"chunk_size": 8, "with_bias": True}),
+    ("lce_options", 20, 96, 16, {"chunk_size": 8, "label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 30.0,
+                                 "class_weight": True}),
+    ("lce_none", 20, 96, 16, {"chunk_size": 16, "reduction": "none"}),
+]
+
+
+def _split(opts: dict, vocab: int, gen) -> dict:
+    opts = dict(opts)
+    if opts.pop("class_weight", False):
+        opts["weight"] = torch.rand(vocab, generator=gen) + 0.1
+    return opts
+
+
+def ce_checks(rank: int, world: int, dtype) -> list[dict]:
+    out = []
+    for name, n, vocab, options, scale, ignore in CE_CASES:
+        gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+        logits64 = torch.randn(n, vocab, generator=gen, dtype=torch.float64) * scale
+        if name == "max_on_one_rank":
+            logits64[:, : vocab // world] += 40.0  # rank 0's shard holds every row's max by far
+        target = _targets(n, vocab, gen, ignore)
+        if name in PADDED_FROM:
+            real = int(vocab * PADDED_FROM[name])
+            logits64[:, real:] = float("-inf")  # the whole last shard with 2 ranks, a part of it with 4
+            target = torch.where(target >= real, target % real, target)
+        opts = _split(options, vocab, gen)
+        reduction = opts.get("reduction", "mean")
+        grad_out = torch.randn(n, generator=gen, dtype=torch.float64) if reduction == "none" else None
+        v_r = vocab // world
+        shard = logits64[:, rank * v_r:(rank + 1) * v_r].to(dtype).requires_grad_()
+        loss = vocab_parallel_cross_entropy(shard, target, None, **opts)
+        loss.backward(None if grad_out is None else grad_out.to(loss.dtype))
+        grad = _gather_cols(shard.grad, 1)
+        results = {}
+        for label, x in (("ref", logits64.clone()), ("eager", logits64.to(dtype))):
+            x.requires_grad_()
+            ref_loss = reference.cross_entropy(x, target, **opts)
+            ref_loss.backward(None if grad_out is None else grad_out.to(ref_loss.dtype))
+            results[label] = (ref_loss.detach(), x.grad)
+        tag = f"ce/{name}/{str(dtype).split('.')[-1]}"
+        out.append(_check(tag + "/loss", loss.detach(), results["eager"][0], results["ref"][0], dtype))
+        out.append(_check(tag + "/dlogits", grad, results["eager"][1], results["ref"][1], dtype))
+    return out
+
+
+def lce_checks(rank: int, world: int, dtype) -> list[dict]:
+    out = []
+    for name, n, vocab, hid, options in LCE_CASES:
+        gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+        opts = dict(options)
+        hidden64 = torch.randn(n, hid, generator=gen, dtype=torch.float64)
+        scale = 20.0 if "softcap" in opts else 2.0
+        weight64 = torch.randn(vocab, hid, generator=gen, dtype=torch.float64) * hid ** -0.5 * scale
+        bias64 = torch.randn(vocab, generator=gen, dtype=torch.float64) * 0.5 if opts.pop("with_bias", False) else None
+        if opts.pop("class_weight", False):
+            opts["class_weight"] = torch.rand(vocab, generator=gen) + 0.1
+        target = _targets(n, vocab, gen, 0.2)
+        reduction = opts.get("reduction", "mean")
+        grad_out = torch.randn(n, generator=gen, dtype=torch.float64) if reduction == "none" else None
+        v_r = vocab // world
+        rows = slice(rank * v_r, (rank + 1) * v_r)
+        hidden = hidden64.to(dtype).requires_grad_()
+        w_shard = weight64[rows].to(dtype).requires_grad_()
+        b_shard = bias64[rows].to(dtype).requires_grad_() if bias64 is not None else None
+        loss = vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None, bias=b_shard, **opts)
+        loss.backward(None if grad_out is None else grad_out.to(loss.dtype))
+        ours = {"loss": loss.detach(), "dhidden": hidden.grad, "dweight": _gather_cols(w_shard.grad, 0)}
+        if b_shard is not None:
+            ours["dbias"] = _gather_cols(b_shard.grad, 0)
+        ref_opts = {k: v for k, v in opts.items() if k != "chunk_size"}
+        results = {}
+        for label, cast in (("ref", torch.float64), ("eager", dtype)):
+            h, w = (t.to(cast, copy=True).requires_grad_() for t in (hidden64, weight64))
+            b = bias64.to(cast, copy=True).requires_grad_() if bias64 is not None else None
+            ref_loss = reference.linear_cross_entropy(h, w, target, bias=b, **ref_opts)
+            ref_loss.backward(None if grad_out is None else grad_out.to(ref_loss.dtype))
+            results[label] = {"loss": ref_loss.detach(), "dhidden": h.grad, "dweight": w.grad,
+                              "dbias": None if b is None else b.grad}
+        tag = f"{name}/{str(dtype).split('.')[-1]}"
+        for key, value in ours.items():
+            out.append(_check(f"{tag}/{key}", value, results["eager"][key], results["ref"][key], dtype))
+    return out
+
+
+def memory_checks(rank: int, world: int) -> list[dict]:
+    """The largest tensor any op creates on this rank, forward and backward, against the shard's logits."""
+    n, vocab, hid = 32, 256, 8
+    gen = torch.Generator().manual_seed(7)
+    v_r = vocab // world
+    target = _targets(n, vocab, gen, 0.1)
+    shard = torch.randn(n, v_r, generator=gen).requires_grad_()
+    with MaxTensor() as meter:
+        vocab_parallel_cross_entropy(shard, target, None, label_smoothing=0.1, z_loss=1e-3).backward()
+    out = [{"name": "memory/ce", "max_bytes": meter.max_bytes, "shard_bytes": n * v_r * 4, "full_bytes": n * vocab * 4}]
+    hidden = torch.randn(n, hid, generator=gen).requires_grad_()
+    w_shard = torch.randn(v_r, hid, generator=gen).requires_grad_()
+    chunk = 8
+    with MaxTensor() as meter:
+        vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None, chunk_size=chunk).backward()
+    out.append({"name": "memory/lce", "max_bytes": meter.max_bytes, "chunk_bytes": chunk * v_r * 4,
+                "largest_input_bytes": max(n * hid, v_r * hid) * 4, "shard_bytes": n * v_r * 4,
+                "full_bytes": n * vocab * 4})
+    return out
+
+
+def error_checks(world: int) -> list[dict]:
+    """Bad arguments with a process group present: the error names the argument and the global vocabulary."""
+    vocab, n, hid = 8 * world, 4, 16
+    shard, hidden = torch.randn(n, vocab // world), torch.randn(n, hid)
+    ok_target = torch.zeros(n, dtype=torch.long)
+    calls = {
+        "target_out_of_range": lambda: vocab_parallel_cross_entropy(shard, torch.full((n,), vocab), None),
+        "class_weight_shard": lambda: vocab_parallel_cross_entropy(shard, ok_target, None,
+                                                                   weight=torch.ones(vocab // world)),
+        "label_smoothing": lambda: vocab_parallel_cross_entropy(shard, ok_target, None, label_smoothing=1.5),
+        "lce_weight_hidden": lambda: vocab_parallel_linear_cross_entropy(hidden, torch.randn(vocab // world, hid + 1),
+                                                                         ok_target, None),
+        "lce_bias_shard": lambda: vocab_parallel_linear_cross_entropy(hidden, torch.randn(vocab // world, hid),
+                                                                      ok_target, None, bias=torch.zeros(vocab)),
+        "group_type": lambda: vocab_parallel_cross_entropy(shard, ok_target, "tp"),
+    }
+    out = []
+    for name, call in calls.items():
+        try:
+            call()
+            out.append({"name": f"errors/{name}", "type": None, "message": ""})
+        except (ValueError, TypeError) as e:
+            out.append({"name": f"errors/{name}", "type": type(e).__name__, "message": str(e)})
+    return out
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    which = sys.argv[2].split(",") if len(sys.argv) > 2 else ["ce", "lce", "memory"]
+    results = []
+    for dtype in (torch.float32, torch.bfloat16):
+        if "ce" in which:
+            results += ce_checks(rank, world, dtype)
+        if "lce" in which:
+            results += lce_checks(rank, world, dtype)
+    if "memory" in which:
+        results += memory_checks(rank, world)
+        results += error_checks(world)
+        results += collective_checks(world)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, results)
+    if rank == 0:
+        with open(sys.argv[1], "w") as f:
+            json.dump({"world": world, "ranks": gathered, "interpret": os.environ.get("TRITON_INTERPRET")}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""Mixture-of-experts in the planner: presets, active-parameter MFU, grouped-GEMM efficiency, expert
+parallelism (all-to-all over the topology, expert states), the search and the CLI, and the MoE held-out
+figures that docs/planner.md states."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from wavefront.workbench.hardware import get_gpu
+from wavefront.workbench.planner import PlanConfig, Training, make_cluster, plan
+from wavefront.workbench.planner.kernels import gemm_s, grouped_gemm_s
+from wavefront.workbench.planner.memory import memory_breakdown
+from wavefront.workbench.planner.moe import MOE_MODELS
+from wavefront.workbench.planner.search import _as_model, evaluate
+from wavefront.workbench.planner.time import ep_comm_per_layer_s, step_time
+from wavefront.workbench.planner.training import Efficiency
+from wavefront.workbench.planner.validation import (
+    MOE_REPORT_TABLES,
+    load_table,
+    report_tables,
+    split_of,
+    split_summaries,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "published"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "planner.md"
+TRAIN = Training(global_batch_tokens=256 * 4096, seq_len=4096)
+
+
+@pytest.mark.parametrize(("name", "total_b", "active_b"), [
+    ("mixtral-8x7b", 46.7, 12.9),  # Mistral AI's model card: 46.7B total, 12.9B active
+    ("qwen3-30b-a3b", 30.5, 3.3),  # Qwen3 report Table 2: 30B total, 3B activated (model card: 30.5B / 3.3B)
+    ("qwen3-235b-a22b", 235.0, 22.0),  # model card: 235B total, 22B activated
+    ("deepseek-v3", 671.0, 37.0),  # DeepSeek-V3 report: 671B total, 37B activated (MTP module excluded)
+])
+def test_presets_reproduce_published_total_and_active_parameters(name, total_b, active_b):
+    model = _as_model(name)
+    assert model.total_params / 1e9 == pytest.approx(total_b, rel=0.015)
+    assert model.active_params / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+def test_mfu_counts_active_parameters():
+    model = _as_model("qwen3-30b-a3b")
+    dims = model.dims
+    matmul_active = model.active_params - model.embedding_params  # untied: the input table is a lookup
+    attention = 12.0 * dims.n_layers * dims.n_heads * dims.head_dim * 4096
+    assert model.model_flops_per_token(4096) == pytest.approx(6.0 * matmul_active + attention)
+    assert model.model_flops_per_token(4096) < 0.2 * 6.0 * model.total_params  # far below total-parameter FLOPs
+    res = evaluate(model, PlanConfig(dp=8, ep=8, zero=1), TRAIN, make_cluster("8xh100"))
+    kpis = res.kpis
+    assert kpis is not None
+    assert kpis.mfu == pytest.approx(kpis.tokens_per_s_per_gpu * model.model_flops_per_token(4096)
+                                     / (get_gpu("h100").peak_tflops("bf16") * 1e12))
+
+
+def test_grouped_gemm_is_the_gemm_model_for_one_group_and_loses_efficiency_with_few_tokens_per_expert():
+    gpu = get_gpu("h100")
+    peak, hbm = 700e12, 3.0e12
+    assert grouped_gemm_s(gpu, 1, 4096, 4096, 4096, peak, hbm, 2.0, 0.0) == pytest.approx(
+        gemm_s(gpu, 4096, 4096, 4096, peak, hbm, 2.0, 0.0))
+
+    def achieved(tokens_per_expert: float, groups: int = 16) -> float:
+        flops = 2.0 * groups * tokens_per_expert * 1536 * 2048
+        return flops / grouped_gemm_s(gpu, groups, tokens_per_expert, 1536, 2048, peak, hbm, 2.0, 0.0)
+
+    # tokens per expert = tokens * top_k / E: fewer tokens per expert -> weight-bound, tile-padded GEMMs
+    assert achieved(4096) > achieved(256) > achieved(40)
+    assert achieved(40) < 0.3 * achieved(4096)
+
+
+def test_expert_all_to_all_prices_the_topology_top_k_and_imbalance():
+    model = _as_model("deepseek-v3")
+    cluster = make_cluster("64xh100")
+    cfg = PlanConfig(dp=64, ep=8, zero=1)
+    intra = ep_comm_per_layer_s(model, cfg, TRAIN, cluster)
+    inter = ep_comm_per_layer_s(model, replace(cfg, ep=32), TRAIN, cluster)
+    assert 0 < intra < inter  # ep 8 stays on NVLink; ep 32 sends 3/4 of its tokens over the NICs
+    assert ep_comm_per_layer_s(model, replace(cfg, ep=1), TRAIN, cluster) == 0.0
+    skewed = replace(TRAIN, moe_imbalance=1.5)
+    assert ep_comm_per_layer_s(model, cfg, skewed, cluster) > intra
+    hidden = replace(TRAIN, ep_overlap=0.5)
+    assert ep_comm_per_layer_s(model, cfg, hidden, cluster) == pytest.approx(0.5 * intra)
+
+
+def test_imbalance_slows_the_step_and_grows_activations():
+    model = _as_model("qwen3-30b-a3b")
+    cluster = make_cluster("8xh100")
+    cfg = PlanConfig(dp=8, ep=8, zero=1)
+    eff = Efficiency.for_gpu("h100")
+    skewed = replace(TRAIN, moe_imbalance=2.0)
+    assert step_time(model, cfg, skewed, cluster, eff).step_s > 1.2 * step_time(model, cfg, TRAIN, cluster, eff).step_s
+    assert (memory_breakdown(model, cfg, skewed, cluster).activations_bytes
+            > memory_breakdown(model, cfg, TRAIN, cluster).activations_bytes)
+
+
+def test_expert_weights_split_over_ep_and_their_states_over_the_expert_data_parallel_group():
+    model = _as_model("mixtral-8x7b")
+    cluster = make_cluster("16xh100")
+    mems = {ep: memory_breakdown(model, PlanConfig(dp=16, ep=ep, zero=1), TRAIN, cluster) for ep in (1, 2, 8)}
+    assert mems[1].params_bytes > mems[2].params_bytes > mems[8].params_bytes
+    expert_bytes = model.n_moe_layers * model.moe.n_experts * model.expert_params * 2  # bf16, ep 1
+    assert mems[1].params_bytes - mems[8].params_bytes == pytest.approx(expert_bytes * 7 / 8, rel=1e-9)
+    # ZeRO-1 (AdamW: 12 B of master + moments per parameter): everything sharded over the 16 data-parallel
+    # ranks at ep 1; at ep 8 the experts' states over their 16 / 8 = 2 expert-data-parallel ranks
+    experts = model.n_moe_layers * model.moe.n_experts * model.expert_params
+    assert mems[1].optimizer_bytes == pytest.approx(model.total_params * 12.0 / 16, rel=1e-9)
+    assert mems[8].optimizer_bytes == pytest.approx((model.total_params - experts) * 12.0 / 16
+                                                    + experts / 8 * 12.0 / 2, rel=1e-9)
+
+
+def test_structural_rules_for_expert_parallelism():
+    model = _as_model("qwen3-30b-a3b")
+    cluster = make_cluster("16xh100")
+    bad = evaluate(model, PlanConfig(dp=16, ep=3), TRAIN, cluster)
+    assert any("does not divide 128 experts" in r for r in bad.reasons)
+    bad = evaluate(model, PlanConfig(tp=2, sp=False, dp=8, ep=8), TRAIN, cluster)
+    assert any("needs sequence parallel" in r for r in bad.reasons)
+    dense = evaluate(_as_model("llama3-8b"), PlanConfig(dp=16, ep=2), TRAIN, cluster)
+    assert any("needs a mixture-of-experts model" in r for r in dense.reasons)
+
+
+def test_search_ranks_expert_parallel_plans_and_pins_ep():
+    result = plan("qwen3-30b-a3b", "8xh100", TRAIN, fixed={"pp": 1, "tp": 1, "cp": 1})
+    assert result.best is not None
+    assert {r.config.ep for r in result.ranked} >= {1, 2, 8}
+    pinned = plan("qwen3-30b-a3b", "8xh100", TRAIN, fixed={"ep": 4, "pp": 1, "tp": 1})
+    assert pinned.ranked and all(r.config.ep == 4 for r in pinned.ranked)
+    missing = plan("qwen3-30b-a3b", "8xh100", TRAIN, fixed={"ep": 3})
+    assert not missing.ranked
+    assert any("ep=3" in line and "expert-parallel degrees" in line for line in missing.explain())
+    doc = result.document()
+    assert doc["model"]["moe"]["n_experts"] == 128 and doc["model"]["active_params"] < doc["model"]["params"]
+
+
+def test_cli_prices_a_moe_preset_with_ep_pinned(tmp_path):
+    from typer.testing import CliRunner
+
+    from wavefront.cli import build_app
+
+    out = tmp_path / "plan.json"
+    res = CliRunner().invoke(build_app(), ["plan", "--model", "mixtral-8x7b", "--gpus", "16xh100", "--seq-len", "4096",
+                                   "--ep", "8", "--fix", "pp=1", "--fix", "tp=1", "--top", "3", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["plans"] and all(p["config"]["ep"] == 8 for p in doc["plans"])
+    assert "MFU counts active parameters" in " ".join(res.output.split())
+    res = CliRunner().invoke(build_app(), ["plan", "--model", "mixtral-8x7b", "--gpus", "16xh100", "--ep", "8",
+                                   "--fix", "ep=4"])
+    assert res.exit_code == 2 and "contradicts" in res.output
+    res = CliRunner().invoke(build_app(), ["plan", "--model", "llama3-8b", "--gpus", "8xh100", "--ep", "2"])
+    assert res.exit_code == 1 and "needs a mixture-of-experts model" in " ".join(res.output.split())
+
+
+def test_moe_tables_split_by_the_hash_rule_and_docs_state_their_held_out_figures():
+    for rel in MOE_REPORT_TABLES:
+        doc = load_table(DATA / rel)
+        assert doc["source"]["url"].startswith("https://") and doc.get("assumed")
+        for row in doc["rows"]:
+            assert row["split"] == split_of(doc["name"], str(row["id"]))
+            assert MOE_MODELS.get(row["model"]) is not None
+    reps = report_tables(DATA, tables=MOE_REPORT_TABLES)
+    expected = [f"| {s.split} | {s.source} | {s.n_runs} | {s.median_abs_error:.1%} | {s.p90_abs_error:.1%} | "
+                f"{s.signed_median_error:+.1%} |" for split in ("held-out", "calibration")
+                for s in split_summaries(reps, split)]
+    block = re.search(r"<!-- moe-accuracy-table.*?-->\n(.*?)<!-- /moe-accuracy-table -->", DOCS.read_text(), re.S)
+    assert block is not None
+    documented = [line for line in block.group(1).splitlines() if line.startswith(("| held-out", "| calibration"))]
+    assert documented == expected
+
+
+def _hf_config(tmp_path: Path, name: str, cfg: dict) -> str:
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_hugging_face_moe_configs_give_the_presets_parameters(tmp_path):
+    from wavefront.workbench.planner import PlanRequest
+
+    deepseek = _hf_config(tmp_path, "dsv3", {
+        "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129280,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "v_head_dim": 128, "max_position_embeddings": 163840, "tie_word_embeddings": False})
+    mixtral = _hf_config(tmp_path, "mixtral", {
+        "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
+        "num_experts_per_tok": 2, "max_position_embeddings": 32768})
+    for path, preset in ((deepseek, "deepseek-v3"), (mixtral, "mixtral-8x7b")):
+        spec = PlanRequest(model=path).model_spec()
+        want = _as_model(preset)
+        assert spec.moe == want.moe and spec.mla == want.mla
+        assert spec.total_params == want.total_params and spec.active_params == want.active_params
+
+
+def test_a_moe_search_of_10k_plus_plans_ranks_in_under_2_s_cpu():
+    import time
+
+    plan("qwen3-30b-a3b", "8xh100", TRAIN)  # warm the per-process caches, as test_planner_search does
+    cpu = time.process_time()
+    result = plan("mixtral-8x7b", "16xh100", Training(global_batch_tokens=4 * 2**20, seq_len=4096))
+    cpu_s = time.process_time() - cpu
+    print(f"\n[benchmark] planner MoE: {result.n_enumerated:,} plans in {cpu_s:.2f} s CPU")
+    assert result.n_enumerated > 10_000 and len({r.config.ep for r in result.ranked}) > 1
+    assert cpu_s < 2.0
+
+
+def test_fp8_moe_layers_are_priced_with_their_casts():
+    """The expert GEMMs follow the dense FP8 rule: fp8 peak x fp8_gemm plus cast kernels (Transformer
+    Engine's fused casts under Megatron, separate ones under FSDP stacks), so fp8 speeds a MoE layer up by
+    less than the 2x peak ratio, and less under the FSDP stack."""
+    from wavefront.workbench.planner.time import layer_compute_s
+
+    model = _as_model("qwen3-30b-a3b")
+    cluster = make_cluster("8xh100")
+    cfg = PlanConfig(dp=8, ep=8, zero=1, micro_batch=2)
+    eff = Efficiency.for_gpu("h100")
+    t = {(p, st): layer_compute_s(model, cfg, replace(TRAIN, precision=p, stack=st), cluster, eff, True)[0]
+         for p in ("bf16", "fp8") for st in ("megatron", "fsdp")}
+    assert 1.0 < t["bf16", "megatron"] / t["fp8", "megatron"] < 2.0
+    fsdp_eff = replace(eff, fsdp_stack=1.0)  # same GEMM speed: only the casts differ
+    fsdp = layer_compute_s(model, cfg, replace(TRAIN, precision="fp8", stack="fsdp"), cluster, fsdp_eff, True)[0]
+    assert fsdp > t["fp8", "megatron"]
+
+
+def test_all_to_all_across_nodes_sends_each_ranks_remote_share_through_its_own_nic():
+    cluster = make_cluster("32xh100")
+    size = 64e6
+    lat = cluster.inter.latency_us * 1e-6
+    intra_bw, inter_bw = cluster.intra.busbw_gbps * 1e9, cluster.inter.busbw_gbps * 1e9
+    # 16 ranks on 2 nodes: 7/16 of the bytes over NVLink and 8/16 over the NIC, at the same time
+    assert cluster.all_to_all_s(size, 16) == pytest.approx(lat + max(7 / 16 * size / intra_bw,
+                                                                     8 / 16 * size / inter_bw))
+    # inside a node: the nccl-tests all_to_all on the scale-up link
+    assert cluster.all_to_all_s(size, 8) == pytest.approx(cluster.intra.time_s("all_to_all", size, 8))
+    # unlike a reduce-scatter, nothing shrinks by the 8 GPUs of a node: the NICs carry the remote share
+    assert cluster.all_to_all_s(size, 32) > 3 * cluster.collective_s("reduce_scatter", size, 32, 1)
