@@ -4,6 +4,8 @@ Kineto traces, in one run, each measured as a whole process tree.
     PYTHONPATH=src python benchmarks/trace_vs_hta.py                       # 2 ranks x 200 MB and 2 x 1 GB
     PYTHONPATH=src python benchmarks/trace_vs_hta.py --sizes-mb 20         # quick
     PYTHONPATH=src python benchmarks/trace_vs_hta.py --hta-sizes-mb 200    # HTA only where it fits in memory
+    PYTHONPATH=src python benchmarks/trace_vs_hta.py --hta-sizes-mb '' --repeat 3 \
+        --hta-from benchmarks/results/trace-vs-hta_cpu_20261202.json       # HTA's earlier run of the same files
 
 For each size it writes one trace per rank (``trace.testing.write_large_trace``: Kineto's layout, ns
 timestamps, NCCL all-reduce overlapping compute, launches, memcpy; 2 ranks by default) into one
@@ -183,14 +185,37 @@ def _ours(d: Path, env: dict, cap: int, timeout_s: float) -> dict:
     return run
 
 
+def _quote_hta(run: dict, earlier_path: Path) -> None:
+    """HTA's figures for the same files from an earlier results file, when its files had the same sizes."""
+    earlier = json.loads(earlier_path.read_text())
+    for old in earlier["runs"]:
+        if old.get("hta") and old["size_mib_per_rank"] == run["size_mib_per_rank"] \
+                and old["file_bytes"] == run["file_bytes"]:
+            run["hta_earlier_run"] = {"from": str(earlier_path.relative_to(ROOT) if earlier_path.is_absolute()
+                                                  and ROOT in earlier_path.parents else earlier_path),
+                                      "date": earlier["date"], "git_sha": earlier["git_sha"],
+                                      "versions": earlier["versions"], **{k: old["hta"][k] for k in
+                                                                          ("process_wall_s", "cpu_s", "peak_rss_mb",
+                                                                           "loadavg_before", "loadavg_after")}}
+            if run["ours"].get("cpu_s"):
+                run["cpu_ratio_hta_earlier_over_ours"] = old["hta"]["cpu_s"] / run["ours"]["cpu_s"]
+            return
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes-mb", default="200,1024", help="comma-separated trace sizes per rank in MiB")
     ap.add_argument("--hta-sizes-mb", default="200", help="the sizes HTA runs on ('' for none)")
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of ours per size (on a shared machine CPU seconds vary with the load): each is "
+                         "recorded, the median CPU run is the headline")
     ap.add_argument("--workdir", default=None, help="where the traces are written (default: a temp dir)")
     ap.add_argument("--mem-cap-gb", type=float, default=4.0, help="kill a run whose memory passes this")
     ap.add_argument("--timeout-s", type=float, default=1500.0, help="kill a run that takes longer")
+    ap.add_argument("--hta-from", default=None,
+                    help="an earlier results file: its HTA run of a size is quoted (marked so) where HTA is not run "
+                         "now; the generator is deterministic, so same size and seeds give the same files")
     ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/trace-vs-hta_cpu_<date>)")
     args = ap.parse_args()
 
@@ -210,7 +235,11 @@ def main() -> int:
         paths = _write_ranks(d, size, args.ranks)
         run: dict = {"size_mib_per_rank": size, "n_ranks": args.ranks, "file_bytes": [p.stat().st_size for p in paths]}
         print(f"[{size} MiB x {args.ranks}] ours", flush=True)
-        run["ours"] = _ours(d, env, cap, args.timeout_s)
+        repeats = [_ours(d, env, cap, args.timeout_s) for _ in range(max(1, args.repeat))]
+        run["ours"] = sorted(repeats, key=lambda r: r["cpu_s"])[(len(repeats) - 1) // 2]  # the (lower) median
+        if len(repeats) > 1:
+            run["ours_repeats"] = [{k: r[k] for k in ("process_wall_s", "cpu_s", "peak_rss_mb", "exit_code",
+                                                      "loadavg_before", "loadavg_after")} for r in repeats]
         if size in hta_sizes:
             print(f"[{size} MiB x {args.ranks}] hta", flush=True)
             run["hta"] = run_measured([sys.executable, "-c", HTA, str(d), "json"], env, cap, args.timeout_s)
@@ -219,13 +248,15 @@ def main() -> int:
                 run["agreement"] = agreement(ours_res["doc"], hta_res)
                 run["cpu_ratio_hta_over_ours"] = run["hta"]["cpu_s"] / run["ours"]["cpu_s"]
                 run["wall_ratio_hta_over_ours"] = run["hta"]["process_wall_s"] / run["ours"]["process_wall_s"]
+        elif args.hta_from:
+            _quote_hta(run, Path(args.hta_from))
         if run["ours"].get("result"):
             run["ours"]["result"].pop("doc")
         doc["runs"].append(run)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(doc, indent=2) + "\n")  # partial results survive a later failure
         summary = {k: (round(v["process_wall_s"], 1), round(v["cpu_s"], 1), round(v["peak_rss_mb"]), v["killed"])
-                   for k, v in run.items() if isinstance(v, dict) and "process_wall_s" in v}
+                   for k, v in run.items() if k in ("ours", "hta") and isinstance(v, dict)}
         print(f"[{size} MiB x {args.ranks}] (wall s, cpu s, peak MiB, killed): {summary}", flush=True)
     print(f"wrote {out_path}")
     return 0

@@ -742,3 +742,57 @@ def moe_unpermute(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.
     n_tokens, top_k = weights.shape
     gathered = y_sorted.to(acc)[row_map].view(n_tokens, top_k, y_sorted.shape[1])
     return (gathered * weights.to(acc).unsqueeze(-1)).sum(1).to(y_sorted.dtype)
+
+
+# Grouped linear (mixture-of-experts experts): x [T, K] in expert-contiguous order, weight [E, N, K], offsets
+# (E,) cumulative group ends; rows past offsets[-1] are padding (zero output).
+
+GROUPED_ACTIVATIONS = (None, "swiglu")
+
+
+def _group_bounds(offsets: torch.Tensor) -> torch.Tensor:
+    """[E, 2] (start, end) of every group, on offsets' device (no host read)."""
+    ends = offsets.to(torch.int64)
+    return torch.stack((torch.cat((ends.new_zeros(1), ends[:-1])), ends), 1)
+
+
+def _grouped_epilogue(z: torch.Tensor, activation: str | None) -> torch.Tensor:
+    if activation is None:
+        return z
+    if activation == "swiglu":
+        gate, up = z.chunk(2, dim=-1)
+        return torch.nn.functional.silu(gate) * up
+    raise ValueError(f"activation must be one of {GROUPED_ACTIVATIONS}, got {activation!r}")
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor, activation: str | None = None
+                   ) -> torch.Tensor:
+    """Per group x_g @ W_e^T (then silu(gate) * up for "swiglu") in fp32 (or fp64), rounded once to x's dtype.
+
+    Exact and free of host reads: every expert's product is taken over all rows and kept where the row belongs
+    to the expert's group (E full products: a reference, not a fast path)."""
+    acc = _compute_dtype(x, weight)
+    T = x.shape[0]
+    bounds = _group_bounds(offsets)
+    rows = torch.arange(T, device=x.device)
+    xa = x.to(acc)
+    z = xa.new_zeros((T, weight.shape[1]))
+    for e in range(weight.shape[0]):
+        in_group = ((rows >= bounds[e, 0]) & (rows < bounds[e, 1]))[:, None]
+        z = torch.where(in_group, torch.nn.functional.linear(xa, weight[e].to(acc)), z)
+    return _grouped_epilogue(z, activation).to(x.dtype)
+
+
+def grouped_linear_eager(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor,
+                         activation: str | None = None) -> torch.Tensor:
+    """What eager mixture-of-experts code runs: the group sizes read on the host, one F.linear per non-empty
+    group in the input dtype, the activation in the input dtype, padding rows zero."""
+    ends = offsets.tolist()
+    pieces, start = [], 0
+    for e, end in enumerate(ends):
+        if end > start:
+            pieces.append(_grouped_epilogue(torch.nn.functional.linear(x[start:end], weight[e]), activation))
+        start = max(start, end)
+    n_out = weight.shape[1] // (2 if activation == "swiglu" else 1)
+    pieces.append(x.new_zeros((x.shape[0] - start, n_out)))
+    return torch.cat(pieces)

@@ -39,6 +39,7 @@ class Provider(str, Enum):
     sdpa_flash = "sdpa_flash"
     sdpa_cudnn = "sdpa_cudnn"
     flash_attn = "flash_attn"
+    grouped_mm = "grouped_mm"
 
 
 class Device(str, Enum):

@@ -1,8 +1,6 @@
 """`wavefront plan`: rank every parallel plan for a model on a cluster; `--validate` reproduces published runs.
-
-Options, rendering and exit codes only: the job is wavefront.workbench.planner.plan(PlanRequest(...)),
-whose result owns the --json document. No torch import, so it answers fast.
-"""
+Options, rendering and exit codes only: the job is wavefront.workbench.planner.plan(PlanRequest(...)), whose
+result owns the --json document. No torch import, so it answers fast."""
 
 from __future__ import annotations
 
@@ -10,11 +8,11 @@ from typing import Annotated, Literal
 
 import typer
 
+from wavefront.cli._common import table
 from wavefront.cli._output import console, fail, write_json
 
 
-def _opt(help_: str, *names: str, **kw):
-    return typer.Option(*names, help=help_, **kw)
+def _opt(help_: str, *names: str, **kw): return typer.Option(*names, help=help_, **kw)
 
 
 Pos, Frac = dict(min=1), dict(min=0.0, max=1.0)
@@ -40,17 +38,8 @@ def _parse_fixed(items: list[str] | None) -> dict:
 
 
 def _table(title: str, columns: str, rows: list[list[str]]):
-    """A table that folds long cells instead of cutting them (numbers are never elided)."""
-    from rich import box
-    from rich.table import Table
-
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for i, c in enumerate(columns.split("|")):
-        t.add_column(c, justify="left" if i == 1 or c in ("part", "row", "metric", "plan") else "right",
-                     overflow="fold")
-    for row in rows:
-        t.add_row(*row)
-    return t
+    heads = columns.split("|")  # the shared table: numbers never cut, the label columns fold
+    return table(title, heads, rows, numeric=[c for c in heads if c not in ("plan", "part", "row", "metric")])
 
 
 def _render(result) -> None:
@@ -74,10 +63,10 @@ def _render(result) -> None:
                                f"{r.kpis.dollars_per_step:.2f}" if r.kpis.dollars_per_step is not None else "-",
                                f"{r.kpis.energy_per_step_j / 1e3:,.0f}"] for i, r in enumerate(shown, 1)]))
         mem, t = result.best.memory, result.best.time
-        console.print(_table(f"winner memory per GPU ({mem.stage} stage), GB", "part|GB", [
-            [k, f"{getattr(mem, f'{k}_bytes') / 1e9:.1f}"] for k in ("params", "grads", "optimizer", "activations",
-                                                                     "transient", "allocator", "buffers", "overhead",
-                                                                     "total", "capacity")]))
+        parts = ("params", "grads", "optimizer", "activations", "transient", "allocator", "buffers", "overhead",
+                 "total", "capacity")
+        console.print(_table(f"winner memory per GPU ({mem.stage} stage), GB", "part|GB",
+                             [[k, f"{getattr(mem, f'{k}_bytes') / 1e9:.1f}"] for k in parts]))
         console.print(_table(f"winner step time ({t.n_micro} micro-batches)", "part|s|share",
                              [[k, f"{v:.4f}", f"{v / t.step_s:.1%}"] for k, v in t.parts().items()]))
     for line in [*result.explain(), *(f"warning: {w}" for w in result.warnings)]:
@@ -187,10 +176,8 @@ def _main(a: dict) -> None:
             "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top",
             "moe_imbalance", "ep_overlap")
     fixed = _parse_fixed(a["fix"])
-    if a["ep"] is not None:
-        if fixed.get("ep", a["ep"]) != a["ep"]:
-            fail(f"--ep {a['ep']} contradicts --fix ep={fixed['ep']}")
-        fixed["ep"] = a["ep"]
+    if a["ep"] is not None and fixed.setdefault("ep", a["ep"]) != a["ep"]:
+        fail(f"--ep {a['ep']} contradicts --fix ep={fixed['ep']}")
     request = PlanRequest(
         custom=custom, head_dim=a["head_dim"] if custom is None else None, gpus=tuple(a["gpus"] or ["8xh100"]),
         hierarchical=not a["flat_collectives"], calibrations=tuple(a["calibration"] or ()),

@@ -11,6 +11,7 @@ from wavefront.ops import adamw as _adamw
 from wavefront.ops import attention as _attention
 from wavefront.ops import cross_entropy as _cross_entropy
 from wavefront.ops import glu as _glu
+from wavefront.ops import grouped_linear as _grouped_linear
 from wavefront.ops import linear as _linear
 from wavefront.ops import linear_cross_entropy as _linear_cross_entropy
 from wavefront.ops import linear_fp8 as _linear_fp8
@@ -37,7 +38,7 @@ from wavefront.ops.softmax import softmax
 REGISTRY: dict[str, OpSpec] = {
     spec.name: spec
     for module in (_norm, _softmax, _cross_entropy, _linear_cross_entropy, _glu, _rope, _adamw, _attention, _linear,
-                   _moe, _quantize, _linear_fp8)
+                   _moe, _grouped_linear, _quantize, _linear_fp8)
     for spec in module.SPECS
 }
 

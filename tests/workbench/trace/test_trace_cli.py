@@ -217,3 +217,19 @@ def test_hta_compatible(tmp_path):
     assert got["kernel_time_us"] > 0
     table = _run("analyze", p, "--hta-compatible")
     assert "HTA 0.5.0 definitions" in table.output
+
+
+def test_long_step_tables_show_first_and_last_steps():
+    """Past MAX_STEP_ROWS steps the terminal table shows the first and the last halves and says how many
+    it left out (every step stays in --json)."""
+    from wavefront.workbench.trace.report import MAX_STEP_ROWS, Column, Table, _step_rows
+
+    t = Table("steps", [Column("step", numeric=False), Column("ms")])
+    _step_rows(t, list(range(1000)), lambda s: [str(s), "1.000"])
+    half = MAX_STEP_ROWS // 2
+    assert [r[0] for r in t.rows[:half]] == [str(i) for i in range(half)]
+    assert t.rows[half] == [f"({1000 - 2 * half:,} more)", "…"]
+    assert [r[0] for r in t.rows[half + 1:]] == [str(i) for i in range(1000 - half, 1000)]
+    short = Table("steps", [Column("step", numeric=False)])
+    _step_rows(short, list(range(MAX_STEP_ROWS)), lambda s: [str(s)])
+    assert len(short.rows) == MAX_STEP_ROWS

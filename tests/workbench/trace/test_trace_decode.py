@@ -81,3 +81,69 @@ def test_damaged_files_go_to_the_streaming_reader(tmp_path):
     assert decode.load_fast(tmp_path / "cut.json") is None
     t = load_trace(tmp_path / "cut.json")
     assert not t.complete and 0 < len(t.device) < 12
+
+
+def test_float_times_are_exact_or_refused():
+    """A time decoded as a float is kept only when it provably equals the exact nanosecond of its text
+    (decode._ns_of_floats); Kineto's usual times (three decimals, below 2**40 us) always are, and Unix-epoch
+    clocks never pass (they go to the raw-text reader)."""
+    import random
+
+    import msgspec
+
+    from wavefront.workbench.trace.clock import us_text_to_ns
+
+    rng = random.Random(7)
+    floats = msgspec.json.Decoder(list[float])
+    texts = []
+    for _ in range(4000):
+        whole = rng.choice([0, rng.randrange(10**3), rng.randrange(10**9), rng.randrange(2**40), 1_760_000_000_000_000])
+        decimals = rng.choice([0, 1, 3, 3, 3, 4, 6])
+        text = f"{'-' if rng.random() < 0.1 else ''}{whole}" + (f".{rng.randrange(10**decimals):0{decimals}d}"
+                                                              if decimals else "")
+        texts.append(text)
+    kept = 0
+    for text in texts:
+        try:
+            got = decode._ns_of_floats(floats.decode(f"[{text}]"))
+        except decode._Inexact:
+            assert abs(float(text)) >= 2**39 or len(text.split(".")[-1]) > 3 and "." in text
+            continue
+        kept += 1
+        assert int(got[0]) == us_text_to_ns(text), text
+    assert kept > 2000
+    three = [t for t in texts if abs(float(t)) < 2**39 and ("." not in t or len(t.split(".")[1]) <= 3)]
+    decode._ns_of_floats(floats.decode("[" + ",".join(three) + "]"))  # never refused
+
+
+def test_unusual_fields_fall_back_a_level(tmp_path):
+    """An unknown category, a string stream id or a quoted time make a range fail the faster decoders; it
+    is decoded again by the next one and the columns are the streaming reader's."""
+    synth = planted_gpu_trace()
+    synth.events[0]["cat"] = "some_new_category"
+    kernel = next(e for e in synth.events if e.get("cat") == "kernel")
+    kernel["args"]["stream"] = "stream 7"
+    runtime = next(e for e in synth.events if e.get("cat") == "cuda_runtime")
+    runtime["ts"] = f'{runtime["ts"]}'
+    p = synth.write(tmp_path / "odd.json", indent=1)
+    _same(_fast(p), _load_streaming(p, None, None))
+
+
+def test_flow_before_a_kernel_without_correlation(tmp_path, monkeypatch):
+    """ac2g flows are kept only once a device event lacks its correlation id; when such an event's flow
+    was in an earlier range (not kept), the file is read again keeping every flow: the link is made."""
+    synth = planted_gpu_trace()
+    kernel = next(e for e in synth.events if e.get("cat") == "kernel")
+    corr = kernel["args"].pop("correlation")
+    flow = next(e for e in synth.events if e.get("ph") == "f" and e.get("id") == corr)
+    synth.events.remove(flow)
+    synth.events.insert(0, flow)
+    p = synth.write(tmp_path / "early_flow.json", indent=1)
+    monkeypatch.setattr(decode, "RANGE_BYTES", 400)  # the flow and the kernel in different ranges
+    monkeypatch.setattr(decode, "_HEAD_BYTES", 1200)
+    reads = []
+    monkeypatch.setattr(decode, "_read_serial", lambda *a, _read=decode._read_serial: reads.append(a) or _read(*a))
+    fast = _fast(p)
+    assert [a[-1] for a in reads] == [False, True]  # read again, keeping the flows
+    _same(fast, _load_streaming(p, None, None))
+    assert corr in fast.device.correlation.tolist() and fast.meta["n_flow_links"] > 1

@@ -3,6 +3,7 @@ training data-parallel with an XLA all-reduce per step, in the TensorBoard profi
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 from wavefront.cli.trace import app, expand_paths
 from wavefront.workbench.trace import analyze, load_trace
 from wavefront.workbench.trace.load import _load_streaming
+from wavefront.workbench.trace.multirank import MATCH_XLA_IDENTITY
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +56,27 @@ def test_cli_on_the_log_directory(data_dir):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert len(doc["ranks"]) == 2 and doc["multirank"]["n_matched_collectives"] == 4
+
+
+def test_collectives_matched_by_xla_run_id(jax_paths, tmp_path):
+    """XLA ops carry the run id of their program execution, the same on every process: the all-reduces
+    are paired by it, so a rank whose trace lacks the first one is still paired right (launch order would
+    pair every later instance with the wrong one)."""
+    # clocks as written, so that the waits do not depend on which instances are matched (alignment would)
+    full = analyze(jax_paths, align="none").multirank
+    assert full.matching == MATCH_XLA_IDENTITY and full.n_matched_collectives == 4
+    assert not any("launch order" in w for w in full.warnings)
+    with gzip.open(jax_paths[1]) as f:
+        doc = json.load(f)
+    runs = sorted({e["args"]["run_id"] for e in doc["traceEvents"] if e.get("name") == "all-reduce"})
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if not (e.get("name") == "all-reduce" and e["args"]["run_id"] == runs[0])]
+    cut = tmp_path / "rank1.trace.json"
+    cut.write_text(json.dumps(doc))
+    mr = analyze([jax_paths[0], cut], align="none").multirank
+    assert mr.matching == MATCH_XLA_IDENTITY and mr.n_matched_collectives == 3
+    assert any("only some ranks" in w for w in mr.warnings)
+    first = full.steps[0].step
+    for rank in (0, 1):  # every other step's waits are those of the full pair, to the nanosecond
+        assert {k: v for k, v in mr.wait_us[rank].items() if k != first} == \
+            {k: v for k, v in full.wait_us[rank].items() if k != first}

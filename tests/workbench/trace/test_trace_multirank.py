@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from wavefront.workbench.trace import analyze
@@ -122,3 +124,15 @@ def test_rank_sanity_warnings(tmp_path):
     drift = analyze([paths[0], three.traces[1].write(tmp_path / "three1.json")]).multirank
     assert drift.alignment_residual_us > 1000
     assert any("end 1,007.4 us apart after clock alignment" in w and "different runs" in w for w in drift.warnings)
+
+
+def test_step_finder_is_the_first_listed_window():
+    """Collective waits are booked to the first step (in list order) whose window holds the start, as a
+    scan would; found by bisection, with overlapping and zero-length windows."""
+    from wavefront.workbench.trace.multirank import _step_finder
+
+    rng = random.Random(0)
+    steps = [(i, rng.randrange(1000), rng.randrange(40)) for i in range(60)]  # overlapping, some empty
+    find = _step_finder(steps)
+    for t in range(-5, 1100):
+        assert find(t) == next((w[0] for w in steps if w[1] <= t < w[1] + w[2]), "outside steps")

@@ -13,9 +13,12 @@
   nothing, our kernel where fusion saves a pass) it shows what the rule and the fusion gain;
 - ``sdpa_flash``, ``sdpa_cudnn``: ``F.scaled_dot_product_attention`` restricted to its FlashAttention or
   cuDNN backend (``torch.nn.attention.sdpa_kernel``), GQA through ``enable_gqa``; ``flash_attn``: the
-  flash-attn package's ``flash_attn_func`` when installed. Attention only (:data:`ATTENTION_PEERS`).
+  flash-attn package's ``flash_attn_func`` when installed. Attention only (:data:`ATTENTION_PEERS`);
+- ``grouped_mm``: ``torch._grouped_mm`` (cuBLAS / CUTLASS grouped GEMM) where the installed torch has it, for
+  grouped_linear, with SwiGLU as separate PyTorch ops (:data:`GROUPED_MM_PEERS`).
 
-:data:`LIGER`, :data:`VENDOR` and :data:`ATTENTION_PEERS` are the only per-op tables in the harness.
+:data:`LIGER`, :data:`VENDOR`, :data:`ATTENTION_PEERS` and :data:`GROUPED_MM_PEERS` are the only per-op tables
+in the harness.
 
 A provider that cannot run an op says why (:class:`Unavailable`); the harness records the reason and
 goes on.
@@ -32,7 +35,7 @@ from typing import Any
 import torch
 
 PROVIDERS: tuple[str, ...] = ("wavefront", "eager", "torch_compile", "liger", "vendor", "sdpa_flash", "sdpa_cudnn",
-                              "flash_attn")
+                              "flash_attn", "grouped_mm")
 BASELINES: tuple[str, ...] = PROVIDERS[1:]
 
 #: Ops whose function takes ``provider=`` ("auto" | "wavefront" | "vendor") to route their GEMM products.
@@ -148,6 +151,29 @@ ATTENTION_PEERS: dict[str, Callable[[], Any]] = {
 }
 
 
+def _grouped_mm():
+    if not hasattr(torch, "_grouped_mm"):
+        return Unavailable("the installed torch has no torch._grouped_mm")
+
+    def call(x, weight, offsets, *, activation=None):
+        # offs: int32 cumulative ends, the same convention; W_e^T as a transposed view (no copy). Rows past
+        # offsets[-1] come back undefined, so they are zeroed (one elementwise pass) to match the op.
+        y = torch._grouped_mm(x, weight.transpose(1, 2), offs=offsets.to(torch.int32))
+        routed = torch.arange(x.shape[0], device=x.device) < offsets[-1]
+        y = torch.where(routed[:, None], y, 0)
+        if activation == "swiglu":
+            gate, up = y.chunk(2, dim=-1)
+            y = torch.nn.functional.silu(gate) * up
+        return y
+    return call
+
+
+#: Grouped-GEMM peers: provider -> (ops it serves, factory of a callable with that op's signature).
+GROUPED_MM_PEERS: dict[str, tuple[tuple[str, ...], Callable[[], Any]]] = {
+    "grouped_mm": (("grouped_linear",), _grouped_mm),
+}
+
+
 def check_providers(names) -> tuple[str, ...]:
     names = tuple(names)
     for n in names:
@@ -181,6 +207,11 @@ class ProviderSet:
             if spec.name not in VENDOR:
                 return Unavailable(f"{spec.name!r} has no vendor-BLAS path")
             return functools.partial(spec.fn, provider="vendor")
+        if provider in GROUPED_MM_PEERS:
+            served, make = GROUPED_MM_PEERS[provider]
+            if spec.name not in served:
+                return Unavailable(f"{provider} is a grouped GEMM ({', '.join(served)} only)")
+            return make()
         if provider in ATTENTION_PEERS:
             if spec.name != "attention":
                 return Unavailable(f"{provider} is an attention kernel")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -30,8 +30,14 @@ from wavefront.workbench.trace.compat import hta_equivalent
 from wavefront.workbench.trace.kernels import KernelReport, family_time_by_step, kernel_table, roofline
 from wavefront.workbench.trace.launch import LaunchStats, launch_stats
 from wavefront.workbench.trace.load import TraceLoadError, load_trace
-from wavefront.workbench.trace.model import KIND_KERNEL, KIND_NAMES, Trace
-from wavefront.workbench.trace.multirank import CollectiveInstances, MultiRankReport, RankSteps, multirank
+from wavefront.workbench.trace.model import KIND_KERNEL, KIND_NAMES, NO_ID, Trace
+from wavefront.workbench.trace.multirank import (
+    XLA_IDENTITY,
+    CollectiveInstances,
+    MultiRankReport,
+    RankSteps,
+    multirank,
+)
 
 SCHEMA = "wavefront.trace.analyze/1"
 _BACKEND_PREFIXES = ("gloo:", "nccl:", "rccl:", "mpi:", "ucc:")
@@ -109,6 +115,8 @@ def _collectives(trace: Trace, classes) -> CollectiveInstances:
     if len(trace.device):
         rows = np.flatnonzero((classes.cls == COMM) & (trace.device.kind == KIND_KERNEL))
         kinds, identities = [], []
+        if len(rows) and np.all(trace.device.run_id[rows] != NO_ID):  # XLA: the execution, the op, its turn
+            return _xla_collectives(trace, rows)
         for row in rows.tolist():
             op = int(classes.op_row[row])
             args = trace.kernel_comm_args.get(int(trace.device.correlation[row]))
@@ -129,6 +137,19 @@ def _collectives(trace: Trace, classes) -> CollectiveInstances:
     return CollectiveInstances([names[int(i)] for i in trace.cpu.name[rows].tolist()],
                                [_identity(trace.op_comm_args.get(int(x))) for x in ext], trace.cpu.ts_ns[rows],
                                trace.cpu.end_ns[rows])
+
+
+def _xla_collectives(trace: Trace, rows: np.ndarray) -> CollectiveInstances:
+    """XLA collectives (jax.profiler) with their identity: the run id of the program execution (the same on
+    every rank), the HLO op, and its turn among that op's instances in the execution."""
+    names = trace.name_of(trace.device.name[rows])
+    seen: dict[tuple, int] = {}
+    identities: list[tuple | None] = []
+    for run, name in zip(trace.device.run_id[rows].tolist(), names, strict=True):
+        turn = seen[(run, name)] = seen.get((run, name), -1) + 1
+        identities.append((XLA_IDENTITY, run, name, turn))
+    return CollectiveInstances([family(n) for n in names], identities, trace.device.ts_ns[rows],
+                               trace.device.end_ns[rows])
 
 
 def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 10.0, top: int = 20,
@@ -194,7 +215,7 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def analyze(paths: list[str | Path], *, device: str | None = None, short_us: float = 10.0, top: int = 20,
+def analyze(paths: Sequence[str | Path], *, device: str | None = None, short_us: float = 10.0, top: int = 20,
             align: str = "auto", workers: int | None = None, annotate_to: str | Path | None = None,
             hta_compatible: bool = False, progress: Callable[[str, int, int], None] | None = None) -> TraceAnalysis:
     """Load and analyze one trace per rank. A file that cannot be read becomes a warning (the others are
@@ -234,11 +255,13 @@ def analyze(paths: list[str | Path], *, device: str | None = None, short_us: flo
     return TraceAnalysis(ranks, mr, warnings, [str(p) for p in paths], time.perf_counter() - t0, annotation)
 
 
-def _in_pool(paths: list[str | Path], opts: _Options, workers: int,
+def _in_pool(paths: Sequence[str | Path], opts: _Options, workers: int,
              progress: Callable[[str, int, int], None] | None) -> list[RankAnalysis | str]:
     """One worker process per file (up to ``workers`` at once); if the pool breaks (a worker killed, out
     of memory), the files are analyzed here one after the other."""
-    from wavefront.workbench.trace.decode import pool_context
+    import numpy.ma  # noqa: F401 - np.percentile imports it: once here rather than in every forked worker
+
+    from wavefront.workbench.trace.decode import pool_context  # the decoder and msgspec, likewise
 
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=pool_context()) as pool:

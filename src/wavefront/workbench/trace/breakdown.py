@@ -44,7 +44,7 @@ from wavefront.workbench.trace.classify import (
     is_comm_op_name,
     name_flags,
 )
-from wavefront.workbench.trace.intervals import IntervalSet, Segments, gaps, union
+from wavefront.workbench.trace.intervals import IntervalSet, Segments, gaps, sorted_unique, union
 from wavefront.workbench.trace.model import CAT_CPU_OP, Trace
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -151,7 +151,7 @@ class Timeline:
             return []
         sets = (self.compute, self.comm, self.memory, self.host_bound)
         edges = np.array([b for s in steps for b in (s.start_ns, s.end_ns)], dtype=np.int64)
-        bounds = np.unique(np.concatenate([edges] + [a for t in sets for a in (t.starts, t.ends)]))
+        bounds = sorted_unique(np.concatenate([edges] + [a for t in sets for a in (t.starts, t.ends)]))
         left, length = bounds[:-1], np.diff(bounds)
         c, x, m, h = (t.contains(left) for t in sets)
         masks = {"compute": c & ~x, "comm_overlapped": c & x, "comm_exposed": x & ~c, "memory": m & ~c & ~x,

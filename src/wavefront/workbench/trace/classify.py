@@ -86,8 +86,11 @@ def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
     out = np.full(len(queries), -1, dtype=np.int64)
     if len(keys) == 0 or len(queries) == 0:
         return out
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
+    if len(keys) < 2 or bool(np.all(keys[1:] >= keys[:-1])):  # ids usually grow with time: already sorted
+        order, sorted_keys = np.arange(len(keys)), keys
+    else:
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
     pos = np.searchsorted(sorted_keys, queries, side="left")
     pos_c = np.minimum(pos, len(keys) - 1)
     hit = (sorted_keys[pos_c] == queries) & (queries != NO_ID)

@@ -48,10 +48,10 @@ def xla_step_name(step_num) -> str:
     return f"ProfilerStep#{int(step_num)}"
 
 COLUMNS = {
-    "dev": ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "has_coll", "pid",
-            "tid"),
+    "dev": ("ts_ns", "dur_ns", "kind", "name", "device", "stream", "correlation", "external_id", "has_coll", "run_id",
+            "pid", "tid"),
     "rt": ("ts_ns", "dur_ns", "name", "tid", "correlation", "external_id"),
-    "cpu": ("ts_ns", "dur_ns", "name", "tid", "cat", "external_id", "shape", "pid"),
+    "cpu": ("ts_ns", "dur_ns", "name", "tid", "cat", "external_id", "shape"),
     "flow": ("pid", "tid", "ts_ns", "id"),
 }
 DTYPES = {"kind": np.int8, "has_coll": np.int8, "cat": np.int8, "name": np.int32, "shape": np.int32}
@@ -98,6 +98,7 @@ class Parts:
     n_sync: int = 0
     n_events: int = 0
     n_malformed: int = 0
+    n_flows_skipped: int = 0  # ac2g flows counted but not kept (no device event needed them)
 
     @staticmethod
     def merge(parts: list[Parts]) -> Parts:
@@ -131,6 +132,7 @@ class Parts:
             out.n_sync += p.n_sync
             out.n_events += p.n_events
             out.n_malformed += p.n_malformed
+            out.n_flows_skipped += p.n_flows_skipped
         out.names = list(name_ids)
         out.tables = {t: {k: np.concatenate(v) for k, v in cols.items()} for t, cols in pieces.items()}
         return out
@@ -140,8 +142,12 @@ def finish(parts: Parts, path: Path, meta: dict, warnings: list[str], complete: 
     """The loaded trace: every table sorted by start time (stable), flows linked, warnings noted."""
 
     def cols(table: dict[str, np.ndarray]) -> Columns:
-        order = np.argsort(table["ts_ns"], kind="stable")
-        out = {k: v[order] for k, v in table.items()}
+        ts = table["ts_ns"]
+        if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):  # already in time order: nothing to move
+            out = dict(table)
+        else:
+            order = np.argsort(ts, kind="stable")
+            out = {k: v[order] for k, v in table.items()}
         if "dur_ns" in out:
             out["dur_ns"] = np.maximum(out["dur_ns"], 0)
         return Columns(out)
@@ -154,7 +160,7 @@ def finish(parts: Parts, path: Path, meta: dict, warnings: list[str], complete: 
     if parts.n_malformed:
         warnings.append(f"{parts.n_malformed} malformed event(s) skipped")
     meta = dict(meta)
-    meta["n_flow_links"] = len(flow)
+    meta["n_flow_links"] = len(flow) + parts.n_flows_skipped
     meta["thread_labels"] = parts.meta_events
     return Trace(path=str(path), names=parts.names, device=device, runtime=runtime, cpu=cpu, shapes=parts.shapes,
                  op_comm_args=parts.op_comm, kernel_comm_args=parts.kernel_comm, n_sync_events=parts.n_sync,

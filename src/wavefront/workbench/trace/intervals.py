@@ -70,6 +70,16 @@ class IntervalSet:
         return inside
 
 
+def sorted_unique(points: np.ndarray) -> np.ndarray:
+    """np.unique for a concatenation of a few sorted runs: a stable sort (timsort) merges the runs
+    in linear time where np.unique would hash and sort from scratch."""
+    points = np.sort(points, kind="stable")
+    keep = np.empty(len(points), dtype=bool)
+    keep[:1] = True
+    np.not_equal(points[1:], points[:-1], out=keep[1:])
+    return points[keep]
+
+
 @dataclass(frozen=True)
 class Segments:
     """The elementary segments of several interval sets: ``[bounds[i], bounds[i+1])`` with the membership
@@ -83,7 +93,7 @@ class Segments:
         pts = [s.starts for s in sets] + [s.ends for s in sets]
         if lo is not None:
             pts.append(np.array([lo, hi], dtype=np.int64))
-        bounds = np.unique(np.concatenate(pts)) if pts else np.zeros(0, dtype=np.int64)
+        bounds = sorted_unique(np.concatenate(pts)) if pts else np.zeros(0, dtype=np.int64)
         if lo is not None and hi is not None:
             bounds = bounds[(bounds >= lo) & (bounds <= hi)]
         left = bounds[:-1]

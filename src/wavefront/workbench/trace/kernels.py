@@ -95,18 +95,21 @@ def top_level_cpu_ops(trace: Trace) -> np.ndarray:
 
 def _stats_table(labels: list[str], cls_of: dict[str, str], keys: np.ndarray, durs: np.ndarray,
                  top: int) -> list[KernelStats]:
+    """Per label (``keys`` index ``labels``), count and duration statistics of the ``top`` by total."""
     if len(keys) == 0:
         return []
-    uniq, inv = np.unique(keys, return_inverse=True)
-    totals = np.bincount(inv, weights=durs)
+    keys = np.asarray(keys, dtype=np.int64)
+    totals = np.bincount(keys, weights=durs, minlength=len(labels))
+    counts = np.bincount(keys, minlength=len(labels))
+    present = np.flatnonzero(counts)
     grand = float(totals.sum()) or 1.0
-    order = np.argsort(-totals, kind="stable")[:top]
-    sort_idx = np.argsort(inv, kind="stable")
-    bounds = np.searchsorted(inv[sort_idx], np.arange(len(uniq) + 1))
+    order = present[np.argsort(-totals[present], kind="stable")[:top]]
+    sort_idx = np.argsort(keys, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
     rows = []
     for g in order.tolist():
         d = durs[sort_idx[bounds[g]:bounds[g + 1]]]
-        label = labels[int(uniq[g])]
+        label = labels[g]
         rows.append(KernelStats(label, cls_of.get(label, "compute"), int(len(d)), float(d.sum()), float(d.mean()),
                                 float(np.median(d)), float(np.percentile(d, 90)), float(d.max()),
                                 float(d.sum()) / grand))
@@ -128,9 +131,10 @@ def kernel_table(trace: Trace, classes: DeviceClasses | None, top: int = 20) -> 
     dev = trace.device
     if classes is None:
         raise ValueError("classes: a trace with device events needs its classification")
-    cls_of: dict[str, str] = {}
-    for nid, c in zip(dev.name.tolist(), classes.cls.tolist(), strict=True):
-        cls_of.setdefault(trace.names[nid], CLASS_NAMES[c])
+    # a name's class: that of its first event
+    name_ids, first = np.unique(dev.name, return_index=True)
+    cls_of = {trace.names[n]: CLASS_NAMES[c] for n, c in zip(name_ids.tolist(), classes.cls[first].tolist(),
+                                                              strict=True)}
     fam_labels, fam_ids = _family_ids(trace.names, dev.name)
     fam_cls = {family(n): c for n, c in cls_of.items()}
     durs = dev.dur_ns / 1e3
@@ -140,7 +144,7 @@ def kernel_table(trace: Trace, classes: DeviceClasses | None, top: int = 20) -> 
 
 def _family_ids(names: list[str], name_ids: np.ndarray) -> tuple[list[str], np.ndarray]:
     """Family label list and, per event, the index of its family."""
-    uniq = np.unique(name_ids)
+    uniq = np.flatnonzero(np.bincount(name_ids)) if len(name_ids) else np.zeros(0, dtype=np.int64)  # ids are small
     labels: list[str] = []
     index: dict[str, int] = {}
     lut = np.zeros(int(uniq.max()) + 1 if len(uniq) else 1, dtype=np.int64)
@@ -204,7 +208,8 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
     inst_dur = np.bincount(inv, weights=dev.dur_ns[sel] / 1e3)
     inst_key = cpu.name[uniq_ops].astype(np.int64) * (len(trace.shapes) + 1) + cpu.shape[uniq_ops]
     keys, group_of_inst = np.unique(inst_key, return_inverse=True)
-    kernel_pairs = np.unique(np.stack([group_of_inst[inv], dev.name[sel]]), axis=1)
+    n_names = len(trace.names)
+    kernel_pairs = np.divmod(np.unique(group_of_inst[inv].astype(np.int64) * n_names + dev.name[sel]), n_names)
     groups: dict[tuple, dict] = {}
     for g, key in enumerate(keys.tolist()):
         name_id, shape_id = divmod(key, len(trace.shapes) + 1)

@@ -16,7 +16,7 @@ device's work is too short to hide its launch, and how much CPU time each step s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -67,7 +67,10 @@ class LaunchStats:
     per_step: list[StepLaunch] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        # per_step holds thousands of flat records: read their fields directly (asdict deep-copies each)
+        names = [f.name for f in fields(StepLaunch)]
+        return asdict(replace(self, per_step=[])) | {"per_step": [{n: getattr(s, n) for n in names}
+                                                                  for s in self.per_step]}
 
 
 def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_us: float = 10.0) -> LaunchStats:

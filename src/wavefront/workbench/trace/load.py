@@ -202,7 +202,8 @@ def _handle(b: _Builder, e) -> None:
                 b.row("dev", {"ts_ns": ts, "dur_ns": dur, "kind": kind, "name": b.intern(name),
                               "device": int_id(args.get("device", e.get("pid"))),
                               "stream": int_id(args.get("stream", e.get("tid"))), "correlation": corr,
-                              "external_id": ext, "has_coll": coll, "pid": int_id(e.get("pid")),
+                              "external_id": ext, "has_coll": coll, "run_id": int_id(args.get("run_id")),
+                              "pid": int_id(e.get("pid")),
                               "tid": int_id(e.get("tid"))})
                 if coll and corr != NO_ID:
                     p.kernel_comm[corr] = _comm_args(args)
@@ -222,8 +223,7 @@ def _handle(b: _Builder, e) -> None:
                 if "Collective name" in args:
                     p.op_comm[ext] = _comm_args(args)
                 b.row("cpu", {"ts_ns": ts, "dur_ns": dur, "name": b.intern(name), "tid": int_id(e.get("tid")),
-                              "cat": CPU_CATS[str(cat)], "external_id": ext, "shape": shape,
-                              "pid": int_id(e.get("pid"))})
+                              "cat": CPU_CATS[str(cat)], "external_id": ext, "shape": shape})
         elif ph == "f" and e.get("cat") == "ac2g":
             b.row("flow", {"pid": int_id(e.get("pid")), "tid": int_id(e.get("tid")), "ts_ns": value_to_ns(e["ts"]),
                            "id": int_id(e.get("id"))})

@@ -8,7 +8,8 @@ microseconds, at any magnitude: see :mod:`wavefront.workbench.trace.clock`), so 
 
 Tables:
 - ``device``: work on the GPU: kernels, memcpy, memset (``kind``), with device, stream, correlation id
-  (links to the runtime call that launched it) and External id (links to the CPU op).
+  (links to the runtime call that launched it) and External id (links to the CPU op); ``run_id``: the
+  XLA execution an op of a jax.profiler trace belongs to (the same on every rank), else NO_ID.
 - ``runtime``: CUDA/HIP runtime and driver API calls on the host (launches, syncs, mallocs...).
 - ``cpu``: CPU operators and user annotations (ProfilerStep#N, gloo:all_reduce, ...).
 """
@@ -65,7 +66,7 @@ class Trace:
 
     path: str
     names: list[str]
-    device: Columns  # ts_ns, dur_ns, kind, name, device, stream, correlation, external_id, has_coll
+    device: Columns  # ts_ns, dur_ns, kind, name, device, stream, correlation, external_id, has_coll, run_id
     runtime: Columns  # ts_ns, dur_ns, name, tid, correlation, external_id
     cpu: Columns  # ts_ns, dur_ns, name, tid, cat, external_id, shape
     shapes: list[OpShapes] = field(default_factory=list)  # distinct input shapes; cpu.shape indexes it

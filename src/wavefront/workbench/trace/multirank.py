@@ -10,6 +10,8 @@ ops (CPU domain: ``gloo:all_reduce`` on gloo's worker threads). Matching one ins
   Name`` or ``pg_id``, ``Collective name``, ``Seq``). Collectives of different types or process groups
   may start in different orders on different ranks (FSDP's all-gathers and reduce-scatters on their
   own streams); the identity pairs them whatever the order.
+- ``identity`` of XLA collectives (jax.profiler traces): the ``run_id`` of the program execution, which
+  is the same on every rank, the HLO op and its turn among that op's instances in the execution.
 - ``launch order per type`` (the fallback, said in the report): the k-th instance of a collective type
   on one rank is matched with the k-th instance of that type on every other rank that has the type.
 
@@ -33,14 +35,18 @@ different runs; a step missing on some ranks names them.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
 RESIDUAL_WARN_FRACTION = 0.05
 RESIDUAL_WARN_MIN_US = 1000.0
 MATCH_IDENTITY = "identity (process group, collective, sequence number)"
+MATCH_XLA_IDENTITY = "identity (XLA run id, HLO op, its turn in the run)"
+XLA_IDENTITY = "xla"  # first element of an XLA collective's identity
 MATCH_ORDER = "launch order per collective type"
 
 
@@ -97,8 +103,10 @@ class MultiRankReport:
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        d = asdict(self)
-        d["steps"] = [asdict(s) | {"dur_us_by_rank": {str(k): v for k, v in s.dur_us_by_rank.items()}}
+        d = asdict(replace(self, steps=[]))
+        names = [f.name for f in fields(StepSkew)]  # thousands of flat records: asdict would deep-copy each
+        d["steps"] = [{n: getattr(s, n) for n in names} | {"dur_us_by_rank": {str(k): v for k, v in
+                                                                              s.dur_us_by_rank.items()}}
                       for s in self.steps]
         d["wait_us"] = {str(r): {str(k): v for k, v in w.items()} for r, w in self.wait_us.items()}
         return d
@@ -197,6 +205,27 @@ def _step_skews(ranks: list[RankSteps], warnings: list[str]) -> list[StepSkew]:
     return skews
 
 
+def _step_finder(steps: list[tuple[int | None, int, int]]):
+    """``find(t)``: the first step (in list order) whose window ``[start, start + dur)`` holds ``t``, else
+    "outside steps". By bisection on the sorted starts, then back over the windows that may still reach
+    ``t`` (one or two: neighbouring steps overlap by a rounding nanosecond at most, usually)."""
+    order = sorted(range(len(steps)), key=lambda i: steps[i][1])
+    starts = [steps[i][1] for i in order]
+    ends = [steps[i][1] + steps[i][2] for i in order]
+    reach = list(itertools.accumulate(ends, max))  # the latest end among the windows up to each
+
+    def find(t: int):
+        k = bisect.bisect_right(starts, t) - 1
+        first = None
+        while k >= 0 and reach[k] > t:
+            if ends[k] > t and (first is None or order[k] < first):
+                first = order[k]
+            k -= 1
+        return "outside steps" if first is None else steps[first][0]
+
+    return find
+
+
 def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
     if align not in ("auto", "ends", "none"):
         raise ValueError(f"align must be 'auto', 'ends' or 'none', got {align!r}")
@@ -204,7 +233,8 @@ def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
     ids = [r.rank for r in ranks]
     with_colls = [r for r in ranks if len(r.collectives.kinds)]
     if with_colls and all(r.collectives.has_identity for r in with_colls):
-        matching, matched = MATCH_IDENTITY, _by_identity(ranks, warnings)
+        xla = all(i is not None and i[0] == XLA_IDENTITY for r in with_colls for i in r.collectives.identities)
+        matching, matched = (MATCH_XLA_IDENTITY if xla else MATCH_IDENTITY), _by_identity(ranks, warnings)
     else:
         matching, matched = MATCH_ORDER, _by_order(ranks, warnings)
         if with_colls:
@@ -227,13 +257,13 @@ def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
 
     wait_ns: dict[int, dict] = {r: {} for r in ids}
     last = {r: 0 for r in ids}
-    windows = {r.rank: r.steps for r in ranks}
+    step_of = {r.rank: _step_finder(r.steps) for r in ranks}
     for inst in matched:
         aligned = {r: s + offsets[r] for r, (s, _) in inst.items()}
         latest = max(aligned.values())
         last[max(aligned, key=lambda k: aligned[k])] += 1
         for r, (s, _) in inst.items():
-            step = next((w[0] for w in windows[r] if w[1] <= s < w[1] + w[2]), "outside steps")
+            step = step_of[r](s)
             wait_ns[r][step] = wait_ns[r].get(step, 0) + (latest - aligned[r])
     wait_us = {r: {k: v / 1e3 for k, v in w.items()} for r, w in wait_ns.items()}
     totals = {r: sum(w.values()) / 1e3 for r, w in wait_ns.items()}

@@ -16,6 +16,9 @@ from wavefront.workbench.trace.multirank import MultiRankReport
 SHORT_LABELS = {"compute": "compute", "comm_overlapped": "comm hidden", "comm_exposed": "comm exposed",
                 "memory": "memcpy", "idle_host_bound": "idle host", "idle_other": "idle other"}
 KEEP = 100  # priority of a column that is never dropped
+# A per-step table shows at most this many steps: the first and the last halves, with a row saying how
+# many were left out (every step is in --json). Thousands of rows help no reader and cost seconds to lay out.
+MAX_STEP_ROWS = 40
 
 
 @dataclass
@@ -44,6 +47,22 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:,.3f}"
 
 
+def _shown(steps: list) -> tuple[list, list, int]:
+    """The steps printed before and after the elision, and how many are left out."""
+    if len(steps) <= MAX_STEP_ROWS:
+        return steps, [], 0
+    half = MAX_STEP_ROWS // 2
+    return steps[:half], steps[-half:], len(steps) - 2 * half
+
+
+def _step_rows(t: Table, steps: list, row) -> None:
+    head, tail, left_out = _shown(steps)
+    t.rows.extend(row(s) for s in head)
+    if left_out:
+        t.rows.append([f"({left_out:,} more)", *["…"] * (len(t.columns) - 1)])
+    t.rows.extend(row(s) for s in tail)
+
+
 def rank_title(r: RankAnalysis) -> str:
     who = f"rank {r.rank}" if r.rank is not None else "trace"
     return f"{who}  {Path(r.path).name}  host={r.host}  device={r.device_name or 'none'}  domain={r.domain}"
@@ -57,9 +76,8 @@ def breakdown_table(r: RankAnalysis) -> Table:
     cols += [Column(SHORT_LABELS[c], priority=(0 if totals[f"{c}_us"] == 0 else 10 + order.index(c)))
              for c in CATEGORIES]
     t = Table("step breakdown, ms (the six pieces sum to the step time)", cols)
-    for s in r.steps:
-        step = str(s.step if s.step is not None else "all")
-        t.rows.append([step, _ms(s.dur_us), *[_ms(s.us(c)) for c in CATEGORIES]])
+    _step_rows(t, r.steps, lambda s: [str(s.step if s.step is not None else "all"), _ms(s.dur_us),
+                                      *[_ms(s.us(c)) for c in CATEGORIES]])
     if len(r.steps) > 1:
         t.bold_rows.add(len(t.rows))
         t.rows.append(["total", _ms(totals["step_us"]), *[_ms(totals[f"{c}_us"]) for c in CATEGORIES]])
@@ -151,9 +169,9 @@ def multirank_blocks(mr: MultiRankReport) -> list[Block]:
     out += [Block("warning", w) for w in mr.warnings]
     t = Table("step time per rank (ms)", [Column("step", numeric=False), *[Column(f"rank {r}") for r in mr.ranks],
                                           Column("skew ms"), Column("slowest")])
-    for s in mr.steps:
-        t.rows.append([str(s.step if s.step is not None else "all"), *[_ms(s.dur_us_by_rank[r]) for r in mr.ranks],
-                       _ms(s.skew_us), str(s.slowest_rank)])
+    _step_rows(t, mr.steps, lambda s: [str(s.step if s.step is not None else "all"),
+                                       *[_ms(s.dur_us_by_rank[r]) for r in mr.ranks], _ms(s.skew_us),
+                                       str(s.slowest_rank)])
     w = Table("time waiting in collectives for the last rank to arrive (ms)",
               [Column("rank", numeric=False), Column("total"), Column("entered last (times)")])
     for rank in mr.ranks:
