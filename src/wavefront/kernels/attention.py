@@ -352,10 +352,10 @@ def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, of
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, delta_base, stride_qs, stride_dos,
-                 stride_t, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, HEAD_DIM: tl.constexpr,
-                 BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr,
-                 TRANSPOSED: tl.constexpr):
+def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base, stride_qs,
+                 stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, sm_scale,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                 D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -379,19 +379,26 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, del
         q_c = _contraction_operand(q, q_base, qt_base, offs_m, stride_qs, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
                                    D_SPLIT, TRANSPOSED)
         dk = tl.dot(ds_t.to(q.dtype), q_c, dk, input_precision="ieee")
+        if ATOMIC_DQ:
+            # The fifth product: this key tile's share of dQ = s dS K, added to the fp32 dQ buffer (its
+            # columns offs_do; relaxed order: the sums need atomicity, not ordering).
+            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k_dq, input_precision="ieee") * sm_scale
+            dq_ptrs = dqa_base + offs_m[:, None].to(tl.int64) * stride_dqas + offs_do[None, :]
+            tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen) & (offs_do[None, :] < HEAD_DIM),
+                          sem="relaxed")
     return dk, dv
 
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
-    stride_lb, stride_lh, stride_tb, stride_th, stride_t,
+    stride_lb, stride_lh, stride_tb, stride_th, stride_t, stride_dqab, stride_dqah, stride_dqas,
     n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
-    TRANSPOSED: tl.constexpr,
+    TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
@@ -413,6 +420,12 @@ def _attn_bwd_dkdv_kernel(
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     v = _load_tile(_tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs), offs_n, stride_vs,
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    # ATOMIC_DQ: the K columns of this program's dQ share (all of K unless D_SPLIT).
+    if ATOMIC_DQ and D_SPLIT > 1:
+        k_dq = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n,
+                          stride_ks, offs_do, seqlen, HEAD_DIM, BLOCK_D, True)
+    else:
+        k_dq = k
     dk = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
     # One loop over the query tiles from the causal diagonal on, mask applied throughout (a compare and a
@@ -427,6 +440,7 @@ def _attn_bwd_dkdv_kernel(
         # delta [B, H, S] has lse2's strides.
         lse_base = lse_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         delta_base = delta_ptr + b_mem * stride_lb + h * stride_lh + seq_start
+        dqa_base = dqa_ptr + b_mem * stride_dqab + h * stride_dqah + seq_start * stride_dqas if ATOMIC_DQ else q_base
         # The transposed copies [B, H, head_dim, S] (TRANSPOSED only) share their strides.
         if TRANSPOSED:
             qt_base = qt_ptr + b_mem * stride_tb + h * stride_th + seq_start
@@ -434,9 +448,10 @@ def _attn_bwd_dkdv_kernel(
         else:
             qt_base = q_base
             dot_base = do_base
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, delta_base, stride_qs,
-                              stride_dos, stride_t, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, HEAD_DIM, BLOCK_D,
-                              BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base,
+                              stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
+                              qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED,
+                              ATOMIC_DQ)
     _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
                 offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
@@ -603,8 +618,12 @@ def _transposed_strides(t: torch.Tensor | None) -> dict:
 
 def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
                   arch: runtime.Arch | None = None, dkdv_config: AttentionConfig | None = None,
-                  dq_config: AttentionConfig | None = None):
-    """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not)."""
+                  dq_config: AttentionConfig | None = None, deterministic: bool = True):
+    """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not).
+
+    deterministic=False: one pass of the dK/dV kernel that also adds each key tile's share of dQ to an fp32
+    buffer by atomics (5 products instead of 7; dQ's summation order varies run to run). dkdv_config then
+    defaults to the ``bwd_atomic`` entry and dq_config is unused."""
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
     H_kv = k.shape[1]
@@ -628,14 +647,16 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
-    cfg = dkdv_config or attention_config("bwd_dkdv", D, q.dtype, arch)
+    cfg = dkdv_config or attention_config("bwd_dkdv" if deterministic else "bwd_atomic", D, q.dtype, arch)
     qt, dot = (_transposed(q), _transposed(do)) if cfg.transposed else (None, None)
+    # Atomic dQ accumulates in fp32 (zeros: every row's sum starts empty), strided like q where q is dense.
+    dq_acc = None if deterministic else torch.zeros_like(q, dtype=torch.float32)
     n_n_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_N)
     n_programs = n_n_blocks * n_batch * H_kv * cfg.d_split
     launch(
         _attn_bwd_dkdv_kernel, (n_programs,),
         q_ptr=q, k_ptr=k, v_ptr=v, do_ptr=do, lse_ptr=lse2, delta_ptr=delta, dk_ptr=dk, dv_ptr=dv,
-        cu_seqlens_ptr=cu_seqlens, qt_ptr=qt, dot_ptr=dot,
+        cu_seqlens_ptr=cu_seqlens, qt_ptr=qt, dot_ptr=dot, dqa_ptr=dq_acc,
         stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
         stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
         stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
@@ -643,12 +664,17 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         stride_dkb=dk.stride(0), stride_dkh=dk.stride(1), stride_dks=dk.stride(2),
         stride_dvb=dv.stride(0), stride_dvh=dv.stride(1), stride_dvs=dv.stride(2),
         stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(qt),
+        **({"stride_dqab": 0, "stride_dqah": 0, "stride_dqas": 0} if dq_acc is None else
+           {"stride_dqab": dq_acc.stride(0), "stride_dqah": dq_acc.stride(1), "stride_dqas": dq_acc.stride(2)}),
         n_kv_heads=H_kv, group_size=H // H_kv, seqlen=seqlen, n_n_blocks=n_n_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed),
+                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
+                        ATOMIC_DQ=dq_acc is not None),
         options=cfg.options(arch),
     )
+    if dq_acc is not None:
+        return dq_acc.to(q.dtype), dk, dv
     cfg = dq_config or attention_config("bwd_dq", D, q.dtype, arch)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
     n_programs = n_m_blocks * n_batch * H * cfg.d_split

@@ -23,12 +23,15 @@ import torch
 from wavefront.kernels.matmul_config import matrix_launch_options
 from wavefront.runtime import Arch
 
-AttentionKernel = Literal["fwd", "bwd_dkdv", "bwd_dq"]
+AttentionKernel = Literal["fwd", "bwd_dkdv", "bwd_dq", "bwd_atomic"]
 
 
 @dataclass(frozen=True)
 class AttentionConfig:
     """One entry: BLOCK_M is the query tile and BLOCK_N the key tile in all three kernels.
+
+    Kernels: ``fwd``; ``bwd_dkdv`` and ``bwd_dq`` (the deterministic backward); ``bwd_atomic`` (the dK/dV
+    kernel forming dQ by atomics, ``deterministic=False``; a family without entries uses its ``bwd_dkdv``).
 
     warp_specialize: split the key loop into producer and consumer warps (``tl.range(...,
     warp_specialize=True)``); used with the TMA path only (sm_90, sm_100), where the forward then runs
@@ -137,6 +140,15 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
                                    "128x128 needs 394 KiB", warp_specialize=True),),
         },
         **_TMA_BWD,
+        # deterministic=False: the dK/dV kernel also forms each [BLOCK_M, D] dQ share (32 more fp32 registers
+        # per thread at d128 over 8 warps). The dK/dV tile 64x128 spills 40 B (255 regs), 64x64 24 B,
+        # 16 warps 424 B (128-register cap).
+        "bwd_atomic": {
+            64: (_T(32, 128, 8, 1, "as d128"),),
+            128: (_T(32, 128, 8, 1, "32 queries x 128 keys: 226 regs, 0 spill; the dQ share (M = 32, under wgmma's "
+                                    "64) runs mma.sync, the other four products wgmma N 32-128"),),
+            256: (_T(64, 128, 8, 1, "d256, d_split 4 as dK/dV: 248 regs, 0 spill, wgmma N >= 32", d_split=4),),
+        },
     },
     "sm_100": {
         "fwd": {
@@ -147,6 +159,14 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
                      warp_specialize=True),),
         },
         **_TMA_BWD,
+        # deterministic=False (dQ share formed in the dK/dV kernel): the dK/dV tiles spill 0 B at d128 but
+        # 152 B at d256.
+        "bwd_atomic": {
+            64: (_T(64, 64, 8, 1, "as d128"),),
+            128: (_T(64, 64, 8, 1, "64x64: 166 regs, 0 spill, tcgen05 N 64 (64x128 also 0 spill at 255 regs)"),),
+            256: (_T(64, 64, 8, 1, "d256, d_split 2: 254 regs, 0 spill (64x128 d_split 4 spills 152 B)",
+                     d_split=2),),
+        },
     },
     "amd-cdna": {
         # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
@@ -220,7 +240,9 @@ def padded_head_dim(head_dim: int) -> int:
 def attention_candidates(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> list[AttentionConfig]:
     """The family's entries for this head dim, in order of preference (fp32: tiles halved)."""
     block_d = padded_head_dim(head_dim)
-    table = ATTENTION_TABLES[table_key(arch)][kind]
+    tables = ATTENTION_TABLES[table_key(arch)]
+    # A family without its own atomic-dQ entries runs that kernel with its dK/dV tiles.
+    table = tables[kind] if kind in tables or kind != "bwd_atomic" else tables["bwd_dkdv"]
     fitting = [d for d in sorted(table) if d >= block_d]
     if not fitting:
         raise ValueError(f"attention: head_dim {head_dim} is larger than the largest supported ({max(table)})")
