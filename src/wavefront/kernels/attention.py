@@ -238,6 +238,36 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, s
 
 
 @triton.jit
+def _fwd_blocks_pipelined(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, lo,
+                          hi, seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                          BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
+                          WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+    """The key loop software-pipelined by hand: S of block j+1 is issued before the softmax of block j, so the
+    matrix unit has work while the exp2s run. One loop, every block through the mask (as with warp
+    specialization). The last iteration's look-ahead tile lies past hi: real keys or TMA zero-fill, unused."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    k = _kv_tile(k_src, lo, lo + offs_n0, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, True, USE_TMA)
+    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        offs_n = start_n + offs_n0
+        k_next = _kv_tile(k_src, start_n + BLOCK_N, offs_n + BLOCK_N, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D,
+                          True, USE_TMA)
+        qk_next = tl.dot(q, tl.trans(k_next), input_precision="ieee")
+        valid = _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL) | (start_n < mask_from)
+        x = tl.where(valid, qk, float("-inf")) * qk_scale
+        m_new = tl.maximum(m_i, tl.max(x, 1))
+        p = tl.math.exp2(x - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _v_tile(v_src, vt_base, start_n, offs_n, stride_vs, stride_t, offs_d, seqlen, HEAD_DIM, BLOCK_D, True,
+                    USE_TMA, V_TRANSPOSED)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+        m_i = m_new
+        qk = qk_next
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
@@ -245,7 +275,7 @@ def _attn_fwd_kernel(
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr, PIPELINE: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
@@ -287,7 +317,11 @@ def _attn_fwd_kernel(
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
     hi = tl.where(has_rows, hi, 0)
     full_end = tl.minimum(full_end, hi)
-    if WARP_SPECIALIZE:
+    if PIPELINE:
+        acc, l_i, m_i = _fwd_blocks_pipelined(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t,
+                                              offs_m, offs_d, 0, hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D,
+                                              BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, V_TRANSPOSED)
+    elif WARP_SPECIALIZE:
         # Triton's warp specialization partitions a kernel with one key loop and nothing else to schedule
         # (sm_90 gives up on, or fails to compile, a second loop; sm_100 spills with two): every block goes
         # through the masked step, where blocks before full_end pass the mask untouched.
@@ -599,7 +633,8 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
         qk_scale=scale * LOG2E,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                         IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
-                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None),
+                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None,
+                        PIPELINE=use_tma and cfg.pipeline_qk and not cfg.warp_specialize),
         options=cfg.options(arch),
     )
     return o, lse2

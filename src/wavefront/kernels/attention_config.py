@@ -36,6 +36,8 @@ class AttentionConfig:
     warp_specialize: split the key loop into producer and consumer warps (``tl.range(...,
     warp_specialize=True)``); used with the TMA path only (sm_90, sm_100), where the forward then runs
     every key block in one loop (see kernels/attention.py).
+    pipeline_qk: forward only, TMA path without warp specialization: issue the next key block's QK^T before
+    this block's softmax (FA3's intra-warpgroup overlap written in the source; see kernels/attention.py).
     d_split: backward only: split the dK/dV (or dQ) accumulator's head-dim columns over this many programs,
     each recomputing the scores (head_dim 256: a full-width accumulator does not fit the registers with
     tiles wide enough for wgmma/tcgen05).
@@ -51,6 +53,7 @@ class AttentionConfig:
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
     warp_specialize: bool = False
+    pipeline_qk: bool = False
     d_split: int = 1
     transposed: bool = False
 
@@ -135,7 +138,11 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         "fwd": {
             64: (_T(128, 128, 4, 2, "as d128 (128-key blocks)", warp_specialize=True),),
             128: (_T(128, 128, 4, 2, "128x128, 4 warps + warp specialization: 168 regs (setmaxnreg), 0 spill, "
-                                     "197 KiB smem; num_stages 3 needs 263 KiB (over 227)", warp_specialize=True),),
+                                     "197 KiB smem; num_stages 3 needs 263 KiB (over 227)", warp_specialize=True),
+                  _T(128, 128, 8, 2, "QK^T of block j+1 issued before the softmax of block j, no warp "
+                                     "specialization (Triton's pass fails on this loop): ptxas interleaves the "
+                                     "exp2s with that wgmma (the wait stays 0, after them); 255 regs, 0 spill "
+                                     "(4 warps spill 1304 B); untimed, so second", pipeline_qk=True)),
             256: (_T(64, 64, 4, 2, "d256: 64x64, 168 regs, 0 spill, 230 KiB smem (fits 227 KiB opt-in); "
                                    "128x128 needs 394 KiB", warp_specialize=True),),
         },
