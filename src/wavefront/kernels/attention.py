@@ -30,6 +30,11 @@ with two), so there every block goes through the masked step and blocks before t
 mask untouched (a compare, an or and a select per score). Programs past a packed sequence's end run
 empty loops instead of returning early, for the same reason; their stores fall outside the descriptor.
 sm_80 and AMD use pointer loads, as do tensors whose strides TMA cannot address (``_tma_ready``).
+``pipeline_qk`` (PIPELINE; sm_90's second candidate) instead issues the next block's QK^T before this
+block's softmax, without warp specialization (Triton 3.9's Hopper data partitioning aborts on that loop):
+the wgmma wait stays 0 in the PTX (Triton waits for every wgmma whose result a non-MMA op reads), but ptxas
+places the 66 exp2s of block j between the wgmma issues of block j+1 and that wait, where the default
+waits before its first exp2 (docs/kernels-attention-gemm.md has both instruction sequences).
 
 Backward, with dO given and delta_i = sum_d dO_id O_id (a preprocessing kernel, fp32):
 
@@ -46,6 +51,13 @@ diagonal. The dQ pass gives each program one BLOCK_M tile of queries, holds Q, d
 accumulator, and streams the K/V tiles up to the diagonal. P is recomputed in both passes (7 matmul
 passes in all against the 5 of the field's 2.5x-forward FLOP convention): the price of writing each
 gradient exactly once, instead of accumulating dQ with fp32 atomics whose order varies run to run.
+
+Non-deterministic backward (``deterministic=False``, ATOMIC_DQ): the dK/dV pass alone, where each
+program also forms its key tile's share of dQ, s dS K ([BLOCK_M, D] per query tile), and adds it to an
+fp32 [B, H, S, D] buffer with relaxed atomics; the launcher rounds that buffer to the input dtype. Five
+matmul passes instead of seven (no dQ kernel, no second recomputation of S and dP); the price is
+S / BLOCK_N fp32 atomic adds per dQ element (non-causal; about half causal), the fp32 buffer (zero fill,
+one read), and a summation order that varies run to run. dK and dV are bit for bit the deterministic ones.
 
 Operand layouts. A product that contracts over the sequence (P V forward; P^T dO, dS^T Q, dS K backward)
 reads its second operand along a dimension that is not contiguous in memory. On AMD, Triton then writes
@@ -243,12 +255,14 @@ def _fwd_blocks_pipelined(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, st
                           BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
                           WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr):
     """The key loop software-pipelined by hand: S of block j+1 is issued before the softmax of block j, so the
-    matrix unit has work while the exp2s run. One loop, every block through the mask (as with warp
-    specialization). The last iteration's look-ahead tile lies past hi: real keys or TMA zero-fill, unused."""
+    matrix unit has work while the exp2s run. One loop with no prologue (a peeled QK^T made the loop need
+    255 registers): it starts one block early with S = -inf, an iteration that adds exactly nothing (the
+    m_safe guard keeps exp2(-inf - -inf) from making NaNs; for every later row m is finite and the guard a
+    no-op), and its last look-ahead tile (at hi: real keys or TMA zero-fill) goes unused. Every block passes
+    through the mask, as with warp specialization."""
     offs_n0 = tl.arange(0, BLOCK_N)
-    k = _kv_tile(k_src, lo, lo + offs_n0, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, True, USE_TMA)
-    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    qk = tl.full((q.shape[0], BLOCK_N), float("-inf"), tl.float32)
+    for start_n in tl.range(lo - BLOCK_N, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         offs_n = start_n + offs_n0
         k_next = _kv_tile(k_src, start_n + BLOCK_N, offs_n + BLOCK_N, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D,
                           True, USE_TMA)
@@ -256,11 +270,13 @@ def _fwd_blocks_pipelined(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, st
         valid = _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL) | (start_n < mask_from)
         x = tl.where(valid, qk, float("-inf")) * qk_scale
         m_new = tl.maximum(m_i, tl.max(x, 1))
-        p = tl.math.exp2(x - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(x - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _v_tile(v_src, vt_base, start_n, offs_n, stride_vs, stride_t, offs_d, seqlen, HEAD_DIM, BLOCK_D, True,
-                    USE_TMA, V_TRANSPOSED)
+        v_start = tl.maximum(start_n, 0)
+        v = _v_tile(v_src, vt_base, v_start, v_start + offs_n0, stride_vs, stride_t, offs_d, seqlen, HEAD_DIM, BLOCK_D,
+                    True, USE_TMA, V_TRANSPOSED)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
         m_i = m_new
         qk = qk_next

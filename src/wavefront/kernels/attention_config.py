@@ -140,9 +140,9 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
             128: (_T(128, 128, 4, 2, "128x128, 4 warps + warp specialization: 168 regs (setmaxnreg), 0 spill, "
                                      "197 KiB smem; num_stages 3 needs 263 KiB (over 227)", warp_specialize=True),
                   _T(128, 128, 8, 2, "QK^T of block j+1 issued before the softmax of block j, no warp "
-                                     "specialization (Triton's pass fails on this loop): ptxas interleaves the "
-                                     "exp2s with that wgmma (the wait stays 0, after them); 255 regs, 0 spill "
-                                     "(4 warps spill 1304 B); untimed, so second", pipeline_qk=True)),
+                                     "specialization (Triton's data partitioning aborts on this loop): ptxas puts "
+                                     "the 66 exp2s between that wgmma's issue and its wait (still wait 0); 241 "
+                                     "regs, 0 spill, 161 KiB; untimed, so second", pipeline_qk=True)),
             256: (_T(64, 64, 4, 2, "d256: 64x64, 168 regs, 0 spill, 230 KiB smem (fits 227 KiB opt-in); "
                                    "128x128 needs 394 KiB", warp_specialize=True),),
         },
