@@ -31,22 +31,25 @@ def _grads(fn, q, k, v, dout, **kw):
     return q.grad, k.grad, v.grad
 
 
-@pytest.mark.parametrize(("causal", "lengths", "head_dim", "d_split", "transposed"), [
-    (True, (37, 5, 20), 48, 1, False),  # packed causal sequences, ragged tails, padded head dim
-    (False, (40,), 64, 2, True),  # dK/dV/dQ columns split over two programs, AMD's operand copies
+@pytest.mark.parametrize(("causal", "lengths", "head_dim", "block_m", "d_split", "transposed"), [
+    # packed causal sequences, ragged tails, padded head dim; 16 query rows: the share formed as dQ^T (sm_90)
+    (True, (37, 5, 20), 48, 16, 1, False),
+    # 64 query rows: the share formed as dQ; columns split over two programs, AMD's operand copies
+    (False, (40,), 64, 64, 2, True),
 ])
-def test_atomic_dq_matches_the_deterministic_kernels(causal, lengths, head_dim, d_split, transposed):
+def test_atomic_dq_matches_the_deterministic_kernels(causal, lengths, head_dim, block_m, d_split, transposed):
     q, k, v, dout = _inputs(4, 2, sum(lengths), head_dim)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     scale = head_dim ** -0.5
     o, lse2 = kernels.attention_fwd(q, k, v, causal, scale, cu, max(lengths), arch=CPU)
-    cfg = dataclasses.replace(attention_config("bwd_atomic", head_dim, q.dtype, CPU), d_split=d_split,
-                              transposed=transposed)
+    cfg = dataclasses.replace(attention_config("bwd_atomic", head_dim, q.dtype, CPU), BLOCK_M=block_m,
+                              d_split=d_split, transposed=transposed)
     with recording() as launches:
         dq, dk, dv = kernels.attention_bwd(dout, q, k, v, o, lse2, causal, scale, cu, max(lengths), arch=CPU,
                                            dkdv_config=cfg, deterministic=False)
     assert [la.name for la in launches] == ["_attn_bwd_delta_kernel", "_attn_bwd_dkdv_kernel"]
     assert launches[1].constexprs["ATOMIC_DQ"] is True
+    assert launches[1].constexprs["DQ_TRANSPOSED"] == (block_m < 64)
     want = kernels.attention_bwd(dout, q, k, v, o, lse2, causal, scale, cu, max(lengths), arch=CPU)
     assert torch.equal(dk, want[1]) and torch.equal(dv, want[2])
     assert dq.dtype == q.dtype and dq.shape == q.shape

@@ -405,7 +405,8 @@ def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, of
 def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base, stride_qs,
                  stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, sm_scale,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                 D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+                 D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                 DQ_TRANSPOSED: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -431,11 +432,20 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_bas
         dk = tl.dot(ds_t.to(q.dtype), q_c, dk, input_precision="ieee")
         if ATOMIC_DQ:
             # The fifth product: this key tile's share of dQ = s dS K, added to the fp32 dQ buffer (its
-            # columns offs_do; relaxed order: the sums need atomicity, not ordering).
-            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k_dq, input_precision="ieee") * sm_scale
-            dq_ptrs = dqa_base + offs_m[:, None].to(tl.int64) * stride_dqas + offs_do[None, :]
-            tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen) & (offs_do[None, :] < HEAD_DIM),
-                          sem="relaxed")
+            # columns offs_do; relaxed order: the sums need atomicity, not ordering). DQ_TRANSPOSED forms
+            # dQ^T = K^T dS^T, so the head dim is the MMA's M: wgmma needs M >= 64, and BLOCK_M (the query
+            # rows) is 32 in sm_90's spill-free tile (the transposed form spills on sm_80, so it is not
+            # the only form).
+            if DQ_TRANSPOSED:
+                dq_t = tl.dot(tl.trans(k_dq), ds_t.to(k.dtype), input_precision="ieee") * sm_scale
+                dq_ptrs = dqa_base + offs_m[None, :].to(tl.int64) * stride_dqas + offs_do[:, None]
+                tl.atomic_add(dq_ptrs, dq_t, mask=(offs_m[None, :] < seqlen) & (offs_do[:, None] < HEAD_DIM),
+                              sem="relaxed")
+            else:
+                dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k_dq, input_precision="ieee") * sm_scale
+                dq_ptrs = dqa_base + offs_m[:, None].to(tl.int64) * stride_dqas + offs_do[None, :]
+                tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen) & (offs_do[None, :] < HEAD_DIM),
+                              sem="relaxed")
     return dk, dv
 
 
@@ -448,7 +458,7 @@ def _attn_bwd_dkdv_kernel(
     n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
-    TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
@@ -501,7 +511,7 @@ def _attn_bwd_dkdv_kernel(
         dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base,
                               stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
                               qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED,
-                              ATOMIC_DQ)
+                              ATOMIC_DQ, DQ_TRANSPOSED)
     _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
                 offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
@@ -667,6 +677,12 @@ def _transposed_strides(t: torch.Tensor | None) -> dict:
     return {"stride_tb": t.stride(0), "stride_th": t.stride(1), "stride_t": t.stride(2)}
 
 
+def _dq_transposed(arch: runtime.Arch, cfg: AttentionConfig) -> bool:
+    """Atomic dQ: form the share as dQ^T = K^T dS^T where BLOCK_M (the query rows) is under wgmma's M of 64:
+    on sm_90/sm_100, and under the interpreter so the tests run this form (BLOCK_M 16 there)."""
+    return (has_tma(arch) or arch.family == "cpu") and cfg.BLOCK_M < 64
+
+
 def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
                   arch: runtime.Arch | None = None, dkdv_config: AttentionConfig | None = None,
                   dq_config: AttentionConfig | None = None, deterministic: bool = True):
@@ -721,7 +737,7 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
                         VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
-                        ATOMIC_DQ=dq_acc is not None),
+                        ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg)),
         options=cfg.options(arch),
     )
     if dq_acc is not None:

@@ -147,14 +147,14 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
                                    "128x128 needs 394 KiB", warp_specialize=True),),
         },
         **_TMA_BWD,
-        # deterministic=False: the dK/dV kernel also forms each [BLOCK_M, D] dQ share (32 more fp32 registers
-        # per thread at d128 over 8 warps). The dK/dV tile 64x128 spills 40 B (255 regs), 64x64 24 B,
+        # deterministic=False: the dK/dV kernel also forms each [D, BLOCK_M] dQ^T share (32 more fp32 registers
+        # per thread at 64 queries, d128, 8 warps). The dK/dV tile 64x128 then spills 24 B (255 regs),
         # 16 warps 424 B (128-register cap).
         "bwd_atomic": {
             64: (_T(32, 128, 8, 1, "as d128"),),
-            128: (_T(32, 128, 8, 1, "32 queries x 128 keys: 226 regs, 0 spill; the dQ share (M = 32, under wgmma's "
-                                    "64) runs mma.sync, the other four products wgmma N 32-128"),),
-            256: (_T(64, 128, 8, 1, "d256, d_split 4 as dK/dV: 248 regs, 0 spill, wgmma N >= 32", d_split=4),),
+            128: (_T(32, 128, 8, 1, "32 queries x 128 keys: 242 regs, 0 spill, all five products wgmma (N 32-128; "
+                                    "the dQ share as dQ^T = K^T dS^T, M = head dim)"),),
+            256: (_T(64, 128, 8, 1, "d256, d_split 4 as dK/dV: 247 regs, 0 spill, wgmma N >= 32", d_split=4),),
         },
     },
     "sm_100": {
