@@ -38,7 +38,7 @@ def _grads(fn, q, k, v, dout, **kw):
     (False, (40,), 64, 64, 2, True),
 ])
 def test_atomic_dq_matches_the_deterministic_kernels(causal, lengths, head_dim, block_m, d_split, transposed):
-    q, k, v, dout = _inputs(4, 2, sum(lengths), head_dim)
+    q, k, v, dout = _inputs(2, 1, sum(lengths), head_dim)  # GQA: two query heads per k/v head
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     scale = head_dim ** -0.5
     o, lse2 = kernels.attention_fwd(q, k, v, causal, scale, cu, max(lengths), arch=CPU)
@@ -67,7 +67,7 @@ def test_atomic_dq_matches_the_deterministic_kernels(causal, lengths, head_dim, 
 def test_op_option_reaches_the_backward_and_compiles():
     """ops.attention(..., deterministic=False): one backward pass with atomic dQ, the same gradients as the
     default within rounding, and the same under torch.compile(fullgraph=True)."""
-    q, k, v, dout = _inputs(4, 2, 33, 64)
+    q, k, v, dout = _inputs(2, 1, 24, 32)
 
     def f(q, k, v, deterministic):
         return ops.attention(q, k, v, causal=True, deterministic=deterministic)
