@@ -50,7 +50,9 @@ def test_atomic_dq_matches_the_deterministic_kernels(causal, lengths, head_dim, 
     assert [la.name for la in launches] == ["_attn_bwd_delta_kernel", "_attn_bwd_dkdv_kernel"]
     assert launches[1].constexprs["ATOMIC_DQ"] is True
     assert launches[1].constexprs["DQ_TRANSPOSED"] == (block_m < 64)
-    want = kernels.attention_bwd(dout, q, k, v, o, lse2, causal, scale, cu, max(lengths), arch=CPU)
+    # The deterministic kernels with the same dK/dV tile: the same dK/dV products in the same order.
+    want = kernels.attention_bwd(dout, q, k, v, o, lse2, causal, scale, cu, max(lengths), arch=CPU,
+                                 dkdv_config=cfg)
     assert torch.equal(dk, want[1]) and torch.equal(dv, want[2])
     assert dq.dtype == q.dtype and dq.shape == q.shape
 
