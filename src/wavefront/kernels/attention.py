@@ -711,7 +711,6 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         options={"num_warps": 4, "num_stages": 1},
     )
 
-    dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     cfg = dkdv_config or attention_config("bwd_dkdv" if deterministic else "bwd_atomic", D, q.dtype, arch)
@@ -742,6 +741,7 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
     )
     if dq_acc is not None:
         return dq_acc.to(q.dtype), dk, dv
+    dq = torch.empty_like(q)
     cfg = dq_config or attention_config("bwd_dq", D, q.dtype, arch)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
     n_programs = n_m_blocks * n_batch * H * cfg.d_split
