@@ -151,7 +151,8 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         # per thread at 64 queries, d128, 8 warps). The dK/dV tile 64x128 then spills 24 B (255 regs),
         # 16 warps 424 B (128-register cap).
         "bwd_atomic": {
-            64: (_T(32, 128, 8, 1, "as d128"),),
+            64: (_T(64, 128, 8, 1, "d64: the dK/dV tile fits with the dQ share: 213 regs, 0 spill, wgmma N >= 32 "
+                                   "(32x128: 159 regs, N 16)"),),
             128: (_T(32, 128, 8, 1, "32 queries x 128 keys: 242 regs, 0 spill, all five products wgmma (N 32-128; "
                                     "the dQ share as dQ^T = K^T dS^T, M = head dim)"),),
             256: (_T(64, 128, 8, 1, "d256, d_split 4 as dK/dV: 247 regs, 0 spill, wgmma N >= 32", d_split=4),),
@@ -169,7 +170,7 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         # deterministic=False (dQ share formed in the dK/dV kernel): the dK/dV tiles spill 0 B at d128 but
         # 152 B at d256.
         "bwd_atomic": {
-            64: (_T(64, 64, 8, 1, "as d128"),),
+            64: (_T(64, 64, 8, 1, "as d128: 104 regs, 0 spill"),),
             128: (_T(64, 64, 8, 1, "64x64: 166 regs, 0 spill, tcgen05 N 64 (64x128 also 0 spill at 255 regs)"),),
             256: (_T(64, 64, 8, 1, "d256, d_split 2: 254 regs, 0 spill (64x128 d_split 4 spills 152 B)",
                      d_split=2),),
