@@ -53,6 +53,7 @@ from wavefront.workbench.distributed.train.kpi import (
     matmul_params,
     summarize,
 )
+from wavefront.workbench.distributed.train.parallelize import finish_backward
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_NONFINITE, EXIT_INTERRUPTED = 1, 2, 3, 4
 
@@ -79,6 +80,9 @@ class VariantResult:
     resumed_from_step: int | None = None
     history_losses: list[float] = field(default_factory=list)  # losses of steps before a resume
     notes: list[str] = field(default_factory=list)  # what the reader must know (resume fallback, skips)
+    #: wavefront kernel launches per kernel in the first step's forward and backward on rank 0 (proof that the
+    #: patched kernels ran, e.g. on tensor-parallel shards, instead of falling back to eager code)
+    kernel_launches: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -115,6 +119,17 @@ class _Env:
     device: torch.device
     plan: str
     bf16: bool
+    layout: object = None  # mesh.Layout, resolved (parallel "mesh")
+    mesh: object = None  # the DeviceMesh (parallel "mesh")
+    dp_rank: int = 0  # which slice of the global batch this rank reads
+    dp: int = 1  # data-parallel ranks (slices of the global batch)
+
+    @property
+    def stage_flag(self) -> float:
+        """1 when this rank computes the loss (every rank, except the non-last pipeline stages)."""
+        if self.layout is None or self.layout.pp == 1:
+            return 1.0
+        return float(self.mesh["pp"].get_local_rank() == self.layout.pp - 1)
 
 
 _STOP = threading.Event()
@@ -144,7 +159,15 @@ def _init(cfg: TrainConfig) -> _Env:
         else:
             dist.init_process_group(backend, timeout=timeout)
     bf16 = cfg.dtype == "bf16" or (cfg.dtype == "auto" and use_cuda)
-    return _Env(rank, world, local_rank, device, cfg.resolve_parallel(world), bf16)
+    env = _Env(rank, world, local_rank, device, cfg.resolve_parallel(world), bf16, dp_rank=rank, dp=world)
+    if env.plan == "mesh":
+        from wavefront.workbench.distributed.train import mesh as train_mesh
+
+        env.layout = cfg.layout().resolved(world)
+        env.mesh = train_mesh.build_mesh(env.layout, device.type)
+        coord = train_mesh.coordinates(env.mesh)
+        env.dp_rank, env.dp = coord["dp_replicate"] * env.layout.dp_shard + coord["dp_shard"], env.layout.dp
+    return env
 
 
 class _Clock:
@@ -170,6 +193,10 @@ def _decoder_layers(model) -> list[torch.nn.Module]:
 
 
 def _wrap(model, env: _Env):
+    if env.plan == "mesh":
+        from wavefront.workbench.distributed.train.parallelize import parallelize
+
+        return parallelize(model, env.mesh, env.layout, bf16=env.bf16)
     if env.plan == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -241,6 +268,9 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     model.to(env.device).train()
     inner = model
     model = _wrap(model, env)
+    par = None
+    if env.plan == "mesh":
+        par, model = model, model.module
     if variant == "compile":
         inner.compile()  # nn.Module.compile: the same module object, its calls go through torch.compile
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, **({"fused": True} if env.device.type == "cuda"
@@ -270,7 +300,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             result.resumed_from_step = meta["step"]
             result.history_losses = list(meta.get("losses", []))
 
-    accum = cfg.grad_accum(env.world)
+    accum = cfg.global_batch // (env.dp * cfg.micro_batch)
     tokens_per_step = cfg.global_batch * cfg.seq_len
     n_items = torch.tensor(accum * cfg.micro_batch * (cfg.seq_len - 1), device=env.device)
     memory = MemoryMeter(env.device)
@@ -287,34 +317,41 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 energy_start = energy.read()
             fwd = bwd = comm = 0.0
             loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
-            for micro in range(accum):
-                ids = batches.micro_batch(step, env.rank, env.world, micro, cfg.micro_batch).to(env.device)
-                sync = micro == accum - 1
-                if env.plan == "fsdp2":
-                    model.set_requires_gradient_sync(sync)
-                no_sync = model.no_sync() if env.plan == "ddp" and not sync else contextlib.nullcontext()
-                with no_sync:
-                    t0 = clock.mark()
-                    with _autocast(env):
-                        loss = model(input_ids=ids, labels=ids, num_items_in_batch=n_items).loss
-                    loss = _inject(cfg, env, step, loss)
-                    t1 = clock.mark()
-                    tail.clear()
-                    loss.backward()
-                    t2 = clock.mark()
-                marks = (t0, t1, tail.get("mark", t2), t2)
-                if clock.cuda:
-                    torch.cuda.synchronize(env.device)
-                f, b_compute, b_tail = (clock.between(marks[0], marks[1]), clock.between(marks[1], marks[2]),
-                                        clock.between(marks[2], marks[3]))
-                fwd += f
-                if env.world > 1 and sync:
-                    bwd, comm = bwd + b_compute, comm + b_tail
-                else:
-                    bwd += b_compute + b_tail
-                loss_sum += loss.detach().double()
-            status = _all_reduce([float(loss_sum), float(not torch.isfinite(loss_sum)), float(_STOP.is_set())], env)
-            loss_avg = status[0] / env.world
+            counting = _count_launches(result.kernel_launches) if variant == "wavefront" and step == start_step \
+                else contextlib.nullcontext()
+            with counting:
+                for micro in range(accum):
+                    ids = batches.micro_batch(step, env.dp_rank, env.dp, micro, cfg.micro_batch).to(env.device)
+                    sync = micro == accum - 1
+                    if env.plan == "fsdp2" or (par is not None and par.fsdp):
+                        model.set_requires_gradient_sync(sync)
+                    no_sync = model.no_sync() if env.plan == "ddp" and not sync else contextlib.nullcontext()
+                    with no_sync:
+                        t0 = clock.mark()
+                        with _autocast(env):
+                            loss = model(input_ids=ids, labels=ids, num_items_in_batch=n_items).loss
+                        loss = _inject(cfg, env, step, loss)
+                        t1 = clock.mark()
+                        tail.clear()
+                        loss.backward()
+                        t2 = clock.mark()
+                    marks = (t0, t1, tail.get("mark", t2), t2)
+                    if clock.cuda:
+                        torch.cuda.synchronize(env.device)
+                    f, b_compute, b_tail = (clock.between(marks[0], marks[1]), clock.between(marks[1], marks[2]),
+                                            clock.between(marks[2], marks[3]))
+                    fwd += f
+                    if env.world > 1 and sync:
+                        bwd, comm = bwd + b_compute, comm + b_tail
+                    else:
+                        bwd += b_compute + b_tail
+                    loss_sum += loss.detach().double()
+            if par is not None:
+                finish_backward(par, env.mesh, env.layout)
+            holds = env.stage_flag
+            status = _all_reduce([float(loss_sum) * holds, float(not torch.isfinite(loss_sum)), float(_STOP.is_set()),
+                                  holds], env)
+            loss_avg = status[0] / status[3]
             if status[1] > 0:
                 raise TrainFailure(f"non-finite loss ({loss_avg}) at step {step} on {int(status[1])} rank(s); stopped "
                                    f"every rank before the optimizer step", EXIT_NONFINITE)
@@ -370,6 +407,17 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             torch.cuda.empty_cache()
 
 
+@contextlib.contextmanager
+def _count_launches(counts: dict[str, int]):
+    """Count wavefront kernel launches by kernel name inside the block (into `counts`)."""
+    from wavefront.kernels._launch import recording
+
+    with recording() as launches:
+        yield
+    for launch in launches:
+        counts[launch.name] = counts.get(launch.name, 0) + 1
+
+
 def _inject(cfg: TrainConfig, env: _Env, step: int, loss: torch.Tensor) -> torch.Tensor:
     """Test aids: --inject-failure RANK:STEP raises on that rank; --inject-nan STEP poisons the loss."""
     if cfg.inject_failure == (env.rank, step):
@@ -414,7 +462,9 @@ def _provenance(env: _Env) -> dict:
     info = runtime.describe(env.device)
     return {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_sha": _git_sha(),
             "host": platform.node(), "backend": info["backend"], "device_name": info["device_name"],
-            "runtime": info, "world_size": env.world, "parallel": env.plan,
+            "runtime": info, "world_size": env.world,
+            "parallel": f"mesh {env.layout.label()}" if env.layout is not None else env.plan,
+            "layout": env.layout.as_dict() if env.layout is not None else None,
             "dtype": "bf16" if env.bf16 else "fp32", "torch_threads": torch.get_num_threads()}
 
 
