@@ -117,11 +117,13 @@ def _check_model(lay: Layout, c, seq_len: int) -> None:
     kv = getattr(c, "num_key_value_heads", None) or heads
     checks = [("attention heads", heads, lay.tp, "--tp"), ("KV heads", kv, lay.tp, "--tp"),
               ("intermediate size", getattr(c, "intermediate_size", lay.tp), lay.tp, "--tp"),
-              ("vocabulary", c.vocab_size, lay.tp, "--tp"), ("sequence length", seq_len, lay.tp * lay.cp,
-                                                            "--tp x --cp (sequence parallelism)")]
+              ("vocabulary", c.vocab_size, lay.tp, "--tp")]
     for what, n, degree, option in checks:
         if n % degree:
             raise ConfigError(f"{option} {degree}: the model's {what} ({n}) is not divisible by {degree}")
+    if seq_len % (lay.tp * lay.cp):
+        raise ConfigError(f"--seq-len {seq_len} is not divisible by tp x cp = {lay.tp} x {lay.cp} (sequence and "
+                          f"context parallelism split the sequence)")
     if lay.n_stages > c.num_hidden_layers:
         raise ConfigError(f"--pp {lay.pp} x --vpp {lay.vpp} = {lay.n_stages} stages, but the model has only "
                           f"{c.num_hidden_layers} layers")
