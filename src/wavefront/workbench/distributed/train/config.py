@@ -194,8 +194,12 @@ class TrainConfig:
         from wavefront.workbench.distributed.train import mesh
         from wavefront.workbench.distributed.train.presets import build_config
 
-        if len(self.variants) > 1 and self.pp > 1:
-            raise ConfigError("--compare with --pp: run one variant per pipeline job")
+        if self.pp > 1 and (self.checkpoint_every or self.resume):
+            raise ConfigError("--pp: checkpointing a pipeline's stages is not supported yet; drop --checkpoint-every "
+                              "and --resume")
+        if self.pp > 1 and self.attn_implementation != "sdpa":
+            raise ConfigError("--pp: pipeline stages pass no attention mask, so they need --attn-implementation sdpa "
+                              "(causal without a mask)")
         mesh.validate(self.layout(), world_size, build_config(self.model), seq_len=self.seq_len,
                       global_batch=self.global_batch, micro_batch=self.micro_batch)
 

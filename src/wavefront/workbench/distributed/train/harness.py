@@ -267,9 +267,17 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                                             "full" if cfg.activation_checkpointing else "none")
     model.to(env.device).train()
     inner = model
-    model = _wrap(model, env)
-    par = None
-    if env.plan == "mesh":
+    accum = cfg.global_batch // (env.dp * cfg.micro_batch)
+    pipe = par = None
+    if env.plan == "mesh" and env.layout.pp > 1:
+        from wavefront.workbench.distributed.train import pipeline
+
+        pipe, par = pipeline.build(model, env.mesh, env.layout, bf16=env.bf16, device=env.device, n_micro=accum,
+                                   n_items=accum * cfg.micro_batch * (cfg.seq_len - 1), patched=variant == "wavefront")
+        model = par.module
+    else:
+        model = _wrap(model, env)
+    if env.plan == "mesh" and pipe is None:
         par, model = model, model.module
     if variant == "compile":
         inner.compile()  # nn.Module.compile: the same module object, its calls go through torch.compile
@@ -300,7 +308,6 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             result.resumed_from_step = meta["step"]
             result.history_losses = list(meta.get("losses", []))
 
-    accum = cfg.global_batch // (env.dp * cfg.micro_batch)
     tokens_per_step = cfg.global_batch * cfg.seq_len
     n_items = torch.tensor(accum * cfg.micro_batch * (cfg.seq_len - 1), device=env.device)
     memory = MemoryMeter(env.device)
@@ -315,12 +322,17 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 profiler = _start_profiler(env)
             if step == max(cfg.warmup_steps, start_step):
                 energy_start = energy.read()
-            fwd = bwd = comm = 0.0
+            fwd = bwd = comm = bubble = 0.0
             loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
             counting = _count_launches(result.kernel_launches) if variant == "wavefront" and step == start_step \
                 else contextlib.nullcontext()
             with counting:
-                for micro in range(accum):
+                if pipe is not None:
+                    ids = batches.micro_batch(step, env.dp_rank, env.dp, 0, accum * cfg.micro_batch).to(env.device)
+                    loss_sum, wall, fwd, bwd = pipe.step(ids)
+                    loss_sum = _inject(cfg, env, step, loss_sum)
+                    comm = bubble = wall - fwd - bwd  # waiting for peers (the bubble) and the p2p transfers
+                for micro in range(accum if pipe is None else 0):
                     ids = batches.micro_batch(step, env.dp_rank, env.dp, micro, cfg.micro_batch).to(env.device)
                     sync = micro == accum - 1
                     if env.plan == "fsdp2" or (par is not None and par.fsdp):
@@ -370,7 +382,8 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 return tps * fl / (env.world * peak.tflops * 1e12) if peak.tflops else None
 
             rec = StepRecord(step, loss_avg, step_s, fwd, bwd, comm, opt_s, tokens_per_step, tps, tps / env.world,
-                             util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled)
+                             util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled,
+                             bubble_s=_all_reduce([bubble], env, dist.ReduceOp.MAX)[0] if pipe is not None else None)
             records.append(rec)
             if on_step is not None and env.rank == 0:
                 on_step(variant, rec, cfg.steps)

@@ -51,6 +51,7 @@ class StepRecord:
     mfu: float | None
     hfu: float | None
     measured: bool  # counted in the summary (not warm-up, not profiled)
+    bubble_s: float | None = None  # pipeline idle time (part of comm_s): waiting for peers, p2p transfers
 
 
 @dataclass
