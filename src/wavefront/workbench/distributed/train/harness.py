@@ -124,13 +124,6 @@ class _Env:
     dp_rank: int = 0  # which slice of the global batch this rank reads
     dp: int = 1  # data-parallel ranks (slices of the global batch)
 
-    @property
-    def stage_flag(self) -> float:
-        """1 when this rank computes the loss (every rank, except the non-last pipeline stages)."""
-        if self.layout is None or self.layout.pp == 1:
-            return 1.0
-        return float(self.mesh["pp"].get_local_rank() == self.layout.pp - 1)
-
 
 _STOP = threading.Event()
 
@@ -331,7 +324,10 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                     ids = batches.micro_batch(step, env.dp_rank, env.dp, 0, accum * cfg.micro_batch).to(env.device)
                     loss_sum, wall, fwd, bwd = pipe.step(ids)
                     loss_sum = _inject(cfg, env, step, loss_sum)
-                    comm = bubble = wall - fwd - bwd  # waiting for peers (the bubble) and the p2p transfers
+                    if bwd is None:  # zero-bubble schedules: backward and idle time cannot be told apart here
+                        bwd, bubble = wall - fwd, None
+                    else:
+                        comm = bubble = wall - fwd - bwd  # waiting for peers (the bubble) and the p2p transfers
                 for micro in range(accum if pipe is None else 0):
                     ids = batches.micro_batch(step, env.dp_rank, env.dp, micro, cfg.micro_batch).to(env.device)
                     sync = micro == accum - 1
@@ -360,7 +356,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                     loss_sum += loss.detach().double()
             if par is not None:
                 finish_backward(par, env.mesh, env.layout)
-            holds = env.stage_flag
+            holds = float(pipe.has_last) if pipe is not None else 1.0
             status = _all_reduce([float(loss_sum) * holds, float(not torch.isfinite(loss_sum)), float(_STOP.is_set()),
                                   holds], env)
             loss_avg = status[0] / status[3]
@@ -383,7 +379,8 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
 
             rec = StepRecord(step, loss_avg, step_s, fwd, bwd, comm, opt_s, tokens_per_step, tps, tps / env.world,
                              util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled,
-                             bubble_s=_all_reduce([bubble], env, dist.ReduceOp.MAX)[0] if pipe is not None else None)
+                             bubble_s=_all_reduce([bubble], env, dist.ReduceOp.MAX)[0] if bubble is not None and pipe
+                             is not None else None)
             records.append(rec)
             if on_step is not None and env.rank == 0:
                 on_step(variant, rec, cfg.steps)

@@ -49,6 +49,10 @@ def stages_of_rank(pp_rank: int, layout: Layout) -> list[int]:
     return [pp_rank + k * layout.pp for k in range(layout.vpp)]
 
 
+#: Schedules that split backward into input and weight gradients (module backward hooks would not see it).
+ZERO_BUBBLE = ("interleaved-zb", "zbv")
+
+
 class Stage(nn.Module):
     """Part of a ``*ForCausalLM``: ``model.embed_tokens`` (first), ``model.layers.<i>`` (a ModuleDict keyed
     by the original index), ``model.norm`` and ``lm_head`` (last), ``model.rotary_emb``."""
@@ -102,11 +106,12 @@ class BusyClock:
     bwd_s: float = 0.0
     _starts: list[float] = field(default_factory=list)
 
-    def attach(self, module: nn.Module) -> None:
+    def attach(self, module: nn.Module, backward: bool) -> None:
         module.register_forward_pre_hook(lambda m, a: self._start())
         module.register_forward_hook(lambda m, a, o: self._stop("fwd_s"))
-        module.register_full_backward_pre_hook(lambda m, g: self._start())
-        module.register_full_backward_hook(lambda m, gi, go: self._stop("bwd_s"))
+        if backward:
+            module.register_full_backward_pre_hook(lambda m, g: self._start())
+            module.register_full_backward_hook(lambda m, gi, go: self._stop("bwd_s"))
 
     def _start(self) -> None:
         self._starts.append(time.perf_counter())
@@ -142,7 +147,7 @@ class Pipeline:
         self.clock = BusyClock()
         self.pipe_stages = []
         for index, module in stages:
-            self.clock.attach(module)
+            self.clock.attach(module, backward=layout.pp_schedule not in ZERO_BUBBLE)
             self.pipe_stages.append(pipelining.PipelineStage(module, index, layout.n_stages, device, group=pp_group))
         cls = getattr(pipelining, _schedule_class(layout))
         if layout.pp_schedule in ("1f1b", "gpipe"):
@@ -152,8 +157,9 @@ class Pipeline:
         self.has_first = any(s.is_first for s in self.pipe_stages)
         self.has_last = any(s.is_last for s in self.pipe_stages)
 
-    def step(self, ids: torch.Tensor) -> tuple[torch.Tensor, float, float, float]:
-        """(summed loss on the last stage's rank else 0, wall, forward busy, backward busy seconds)."""
+    def step(self, ids: torch.Tensor) -> tuple[torch.Tensor, float, float, float | None]:
+        """(summed loss on the last stage's rank else 0, wall, forward busy, backward busy seconds or None
+        when the schedule splits backward so module hooks cannot time it)."""
         losses: list[torch.Tensor] = []
         self.clock.fwd_s = self.clock.bwd_s = 0.0
         t0 = time.perf_counter()
@@ -162,6 +168,8 @@ class Pipeline:
         wall = time.perf_counter() - t0
         loss = torch.stack([x.detach() for x in losses]).sum() if losses else torch.zeros((), device=ids.device)
         fwd = min(self.clock.fwd_s, wall)
+        if self.layout.pp_schedule in ZERO_BUBBLE:  # backward not observable per module: no bubble measurement
+            return loss.double(), wall, fwd, None
         return loss.double(), wall, fwd, min(self.clock.bwd_s, wall - fwd)
 
 
