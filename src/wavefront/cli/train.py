@@ -68,6 +68,8 @@ def _notes(result) -> list[str]:
         lines += [f"{v.variant}: resumed after step {v.resumed_from_step}"] if v.resumed_from_step is not None else []
     lines += [f"loss curves: max |{name} - {result.variants[0].variant}| = {c['max_abs_loss_diff']:.3g}"
               for name, c in result.comparisons.items() if c.get("max_abs_loss_diff") is not None]
+    from wavefront.workbench.distributed.train.predict import describe
+    lines += [x for v in result.variants if v.summary for x in describe(v.variant, v.summary.prediction)]
     stored = f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"
     return lines + ([stored] if result.store else [])
 

@@ -33,9 +33,9 @@ def _grads(model, ids, count: bool):
 
 
 def main(model_name: str) -> None:
-    import wavefront
     from torch.distributed.device_mesh import init_device_mesh
 
+    import wavefront
     from wavefront.workbench.distributed.train import tensor_parallel
     from wavefront.workbench.distributed.train.presets import build_model
 

@@ -497,6 +497,11 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
     run_id = _broadcast_str(run_id, env)
     prov = _provenance(env)
     peak, device_row = device_peak(env.device, cfg.gpu, cfg.peak_tflops, env.bf16)
+    measured_device = None
+    if env.plan == "mesh" and env.device.type == "cpu" and peak.tflops:
+        from wavefront.workbench.distributed.train import predict
+
+        measured_device = predict.measure(peak.tflops, env.device)
     results: list[VariantResult] = []
     for variant in run_order(cfg.variants):
         v = VariantResult(variant, "running")
@@ -509,6 +514,8 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
         try:
             _run_variant(cfg, env, variant, peak, device_row, out_dir, on_step, v.steps, v)
             v.status = "ok"
+            if measured_device is not None and v.summary is not None:
+                v.summary.prediction = _prediction(cfg, env, measured_device, v.summary)
         except TrainFailure as e:
             v.status = f"failed: {e}"
             if env.rank == 0:
@@ -529,6 +536,20 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
     comparisons = _compare_all(results)
     return TrainResult(run_id, cfg.as_dict(), prov, results, comparisons.get("wavefront"), str(out_dir), cfg.store,
                        comparisons)
+
+
+def _prediction(cfg: TrainConfig, env: _Env, device, summary: Summary) -> dict:
+    """The planner's step time for this very plan on this machine, and predicted vs measured."""
+    from wavefront.workbench.distributed.train import predict
+    from wavefront.workbench.distributed.train.presets import build_config
+
+    try:
+        pred = predict.predict(device, build_config(cfg.model), env.layout, world=env.world, seq_len=cfg.seq_len,
+                               global_batch=cfg.global_batch, micro_batch=cfg.micro_batch,
+                               recompute="full" if cfg.activation_checkpointing else "none")
+    except ValueError as e:  # a plan the planner's model refuses: the run's own KPIs stand
+        return {"ok": False, "reasons": [str(e)]}
+    return {**pred, "vs_measured": predict.compare(pred, summary)}
 
 
 def run_order(variants: tuple[str, ...]) -> list[str]:
