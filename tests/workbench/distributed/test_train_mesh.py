@@ -28,8 +28,9 @@ def _env() -> dict:
     return env
 
 
-def _train(tmp_path: Path, *args: str, name: str = "out.json", stdin: str | None = None, timeout: float = 400) -> dict:
-    cmd = [sys.executable, "-m", "wavefront", "train", *args, "--store", "", "--json", name]
+def _train(tmp_path: Path, *args: str, name: str = "out.json", stdin: str | None = None, store: str = "",
+           timeout: float = 400) -> dict:
+    cmd = [sys.executable, "-m", "wavefront", "train", *args, "--store", store, "--json", name]
     r = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout, input=stdin)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((tmp_path / name).read_text())
@@ -242,3 +243,43 @@ def test_wavefront_kernels_run_on_the_shards_and_gradients_pass_the_accuracy_rul
         assert g["err"] <= 2 * g["eager"] + 4 * EPS32 * g["scale"], (name, g)
     norms = [n for n in doc["grads"] if "norm" in n]
     assert sorted(doc["partial"]) == sorted(norms), "every norm weight's gradient is summed over the tp group"
+
+
+# ---- the planner's plan, run and predicted -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_plan_json_piped_into_train_on_4_processes_prints_predicted_vs_measured(tmp_path):
+    """`wavefront plan --json - | wavefront train --plan -`: the planner's best TP2 plan runs on 4 gloo
+    ranks, and the run reports the planner's prediction for that plan on this machine beside its KPIs."""
+    model = _model_dir(tmp_path, 2)
+    plan = subprocess.run([sys.executable, "-m", "wavefront", "plan", "--model", f"{model}/config.json", "--gpus",
+                           "4xh100", "--seq-len", "8", "--global-batch-tokens", "64", "--micro-batch", "2", "--fix",
+                           "tp=2", "--json", "-"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    best = json.loads(plan.stdout)["plans"][0]["config"]
+    doc = _train(tmp_path, "--plan", "-", "--nproc-per-node", "4", "--model", model, "--no-patch", "--seq-len", "8",
+                 "--global-batch", "8", "--steps", "2", "--warmup-steps", "0", store="r.sqlite",
+                 stdin=plan.stdout)
+    layout = doc["provenance"]["layout"]
+    assert (layout["tp"], layout["dp"]) == (best["tp"], best["dp"])
+    assert layout["world_size"] == 4 and doc["config"]["micro_batch"] == best["micro_batch"]
+    summary = doc["variants"][0]["summary"]
+    pred = summary["prediction"]
+    assert pred["ok"] and pred["plan"].startswith(f"tp2+sp pp1 dp{best['dp']}")
+    dev = pred["device"]
+    assert dev["matmul_tflops"] > 0 and dev["mem_gbps"] > 0 and dev["allreduce_busbw_gbps"] > 0
+    rows = pred["vs_measured"]
+    assert rows["step_s"]["measured"] == pytest.approx(summary["step_s_mean"])
+    assert rows["step_s"]["predicted"] == pytest.approx(pred["time"]["step_s"]) and rows["step_s"]["predicted"] > 0
+    assert rows["step_s"]["ratio"] == pytest.approx(rows["step_s"]["predicted"] / rows["step_s"]["measured"])
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "r.sqlite")
+    try:
+        stored = [json.loads(cell) for row in con.execute("SELECT * FROM train_runs") for cell in row
+                  if isinstance(cell, str) and cell.startswith("{") and '"prediction"' in cell]
+    finally:
+        con.close()
+    assert stored and stored[0]["prediction"]["vs_measured"] == rows, "the results store keeps the comparison"

@@ -214,9 +214,13 @@ def apply_plan(cfg: TrainConfig) -> TrainConfig:
         return cfg
     if cfg.plan_rank < 0:
         raise ConfigError(f"--plan-rank must be >= 0, got {cfg.plan_rank}")
-    lay, micro, _ = read_plan(cfg.plan, cfg.plan_rank)
+    lay, micro, doc = read_plan(cfg.plan, cfg.plan_rank)
+    recompute = doc["plans"][cfg.plan_rank]["config"].get("recompute", "none")
+    # The harness recomputes whole layers or nothing: "full" maps onto activation checkpointing; the planner's
+    # finer policies (selective, op, every-other) run without recompute, which only costs memory.
     return replace(cfg, tp=lay.tp, pp=lay.pp, cp=lay.cp, dp_shard=lay.dp_shard, dp_replicate=lay.dp_replicate,
-                   vpp=lay.vpp, pp_schedule=lay.pp_schedule, micro_batch=micro)
+                   vpp=lay.vpp, pp_schedule=lay.pp_schedule, micro_batch=micro,
+                   activation_checkpointing=cfg.activation_checkpointing or recompute == "full")
 
 
 def json_dest_problem(dest: str | None) -> str | None:

@@ -81,7 +81,7 @@ class Layout:
         return " ".join(parts) or "single"
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"world_size": self.world_size, "label": self.label()}
+        return asdict(self) | {"world_size": self.world_size, "dp": self.dp, "label": self.label()}
 
 
 def validate(layout: Layout, world_size: int, model_config, *, seq_len: int, global_batch: int,

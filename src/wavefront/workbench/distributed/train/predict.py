@@ -81,14 +81,15 @@ def measure(matmul_tflops: float, device: torch.device) -> MeasuredDevice:
 
 
 def plan_config(layout: Layout, micro_batch: int, recompute: str):
-    """The planner's PlanConfig for a layout (FSDP2 over dp is ZeRO-3; HSDP shards over dp_shard)."""
+    """The planner's PlanConfig for a layout: FSDP2 over dp_shard > 1 is ZeRO-3 (HSDP: shard groups of
+    dp_shard), replicas only (dp_shard 1) keep whole weights like DDP (ZeRO-0)."""
     from wavefront.workbench.planner import PlanConfig
 
-    zero = 3 if layout.dp > 1 else 0
+    sharded = layout.dp_shard > 1
     return PlanConfig(tp=layout.tp, sp=layout.tp > 1, pp=layout.pp, vpp=layout.vpp, cp=layout.cp, dp=layout.dp,
-                      zero=zero, recompute=recompute, micro_batch=micro_batch,
+                      zero=3 if sharded else 0, recompute=recompute, micro_batch=micro_batch,
                       zero_bubble=layout.pp_schedule in ("zbv", "interleaved-zb"),
-                      shard=layout.dp_shard if layout.dp_replicate > 1 else 0)
+                      shard=layout.dp_shard if sharded and layout.dp_replicate > 1 else 0)
 
 
 def _cluster(dev: MeasuredDevice, world: int):
@@ -157,6 +158,6 @@ def describe(variant: str, prediction: dict | None) -> list[str]:
         p, m = row["predicted"], row["measured"]
         measured = "n/a" if m is None else f"{m:.3g}"
         ratio = f" (x{row['ratio']:.3g})" if row["ratio"] is not None else ""
-        parts.append(f"{key.removesuffix('_s')} {p:.3g} vs {measured}{ratio}")
+        parts.append(f"{key if key == 'tokens_per_s' else key.removesuffix('_s')} {p:.3g} vs {measured}{ratio}")
     return [f"{variant}: planner ({prediction['plan']}, this machine measured at start-up) predicted vs measured, "
             f"s/step: " + ", ".join(parts)]
