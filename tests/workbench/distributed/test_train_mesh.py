@@ -143,13 +143,15 @@ def _envelope(model: str, steps: int) -> list[float]:
 
 def _parity(tmp_path: Path, model: str, steps: int, layouts: list[tuple[int, list[str]]]) -> None:
     args = ["--model", model, "--compare", "baseline,wavefront", "--steps", str(steps), *SMALL]
-    single = _train(tmp_path, *args, "--micro-batch", "2", name="single.json")
+    timeout = 400 if steps < 5 else 2400  # the 20-step runs interpret every kernel on a shared CPU
+    single = _train(tmp_path, *args, "--micro-batch", "2", name="single.json", timeout=timeout)
     ref = _losses(single)
     envelope = _envelope(model, steps)
     launches = single["variants"][1]["kernel_launches"]
     assert launches and all(n > 0 for n in launches.values())
     for nproc, mesh_args in layouts:
-        doc = _train(tmp_path, *args, "--nproc-per-node", str(nproc), *mesh_args, name=f"mesh{nproc}.json")
+        doc = _train(tmp_path, *args, "--nproc-per-node", str(nproc), *mesh_args, name=f"mesh{nproc}.json",
+                     timeout=timeout)
         assert doc["provenance"]["layout"]["world_size"] == nproc
         for variant, losses in _losses(doc).items():
             _assert_parity(ref[variant], losses, envelope, f"{model} {' '.join(mesh_args)} {variant}")
@@ -190,14 +192,15 @@ def _pipeline_parity(tmp_path: Path, n_layers: int, steps: int, variants: str, l
     model = _model_dir(tmp_path, n_layers)
     args = ["--model", model, "--compare", variants, "--steps", str(steps), "--seq-len", "8", "--global-batch", "4",
             "--warmup-steps", "0", "--lr", "1e-2", "--timeout", "120"]
-    ref = _losses(_train(tmp_path, *args, "--micro-batch", "4", name="single.json"))
+    timeout = 400 if steps < 5 else 2400
+    ref = _losses(_train(tmp_path, *args, "--micro-batch", "4", name="single.json", timeout=timeout))
     from wavefront.workbench.distributed.train.convergence import loss_envelope
 
     envelope = loss_envelope(model, steps=steps, seq_len=8, global_batch=4, lr=1e-2)
     for i, mesh_args in enumerate(layouts):
         nproc = 4 if "--tp" in mesh_args and "--pp" in mesh_args else 2
         doc = _train(tmp_path, *args, "--nproc-per-node", str(nproc), "--micro-batch", "1", *mesh_args,
-                     name=f"pp{i}.json")
+                     name=f"pp{i}.json", timeout=timeout)
         for v in doc["variants"]:
             _assert_parity(ref[v["variant"]], [s["loss"] for s in v["steps"]], envelope,
                            f"{n_layers} layers {' '.join(mesh_args)} {v['variant']}")
