@@ -286,3 +286,51 @@ def test_plan_json_piped_into_train_on_4_processes_prints_predicted_vs_measured(
     finally:
         con.close()
     assert stored and stored[0]["prediction"]["vs_measured"] == rows, "the results store keeps the comparison"
+
+
+# ---- checkpoints across meshes, two "nodes" ------------------------------------------------------------------
+
+RESUME = ["--no-patch", "--seq-len", "8", "--global-batch", "4", "--steps", "4", "--warmup-steps", "0", "--lr", "1e-2",
+          "--timeout", "120"]
+
+
+@pytest.mark.slow
+def test_checkpoint_of_a_tp2_run_resumes_on_a_tp2_x_fsdp2_mesh(tmp_path):
+    """DCP reshards: a TP2 run stopped after step 1 continues on TP2 x FSDP2 (4 processes), and the whole
+    loss curve matches one uninterrupted process within the rounding envelope."""
+    ref = _losses(_train(tmp_path, *RESUME, "--micro-batch", "4", name="single.json"))["baseline"]
+    ckpt = ["--checkpoint-dir", "ck", "--checkpoint-every", "1"]
+    cmd = [sys.executable, "-m", "wavefront", "train", *RESUME, "--micro-batch", "2", "--nproc-per-node", "2", "--tp",
+           "2", *ckpt, "--inject-failure", "0:2", "--store", ""]
+    stopped = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=400)
+    assert stopped.returncode != 0 and "injected failure" in stopped.stderr
+    doc = _train(tmp_path, *RESUME, "--micro-batch", "1", "--nproc-per-node", "4", "--tp", "2", "--dp-shard", "2",
+                 *ckpt, "--resume", name="resumed.json")
+    v = doc["variants"][0]
+    assert v["resumed_from_step"] == 1 and [s["step"] for s in v["steps"]] == [2, 3]
+    from wavefront.workbench.distributed.train.convergence import loss_envelope
+
+    envelope = loss_envelope("tiny-llama", steps=4, seq_len=8, global_batch=4, lr=1e-2)
+    _assert_parity(ref, v["history_losses"] + [s["loss"] for s in v["steps"]], envelope, "resumed on another mesh")
+
+
+@pytest.mark.slow
+def test_two_nodes_of_two_processes_with_c10d_rendezvous(tmp_path):
+    """Two torchrun invocations (--nnodes 2, c10d rendezvous on this machine) run one TP2 x FSDP2 job."""
+    from wavefront.workbench.distributed.launch import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"
+    args = ["--seq-len", "8", "--global-batch", "4", "--micro-batch", "1", "--steps", "2", "--warmup-steps", "0",
+            "--no-patch", "--tp", "2", "--dp-shard", "2", "--store", "", "--timeout", "120"]
+    procs = []
+    for node in range(2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+               "--node-rank", str(node), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "wf-test",
+               "-m", "wavefront", "train", *args, *(["--json", "out.json"] if node == 0 else [])]
+        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["provenance"]["world_size"] == 4 and doc["provenance"]["layout"]["label"] == "dp_shard2 tp2"
+    assert len(doc["variants"][0]["steps"]) == 2
