@@ -7,7 +7,7 @@ this machine the hardware is described by what it measures at start-up, every ra
 - compute: the dense matmul rate the KPIs already use (``kpi.device_peak``: best of 5 fp32 512^3 matmuls);
 - memory bandwidth: best of 5 copies of a 64 MiB fp32 buffer (bytes read + written over the time);
 - collectives: an alpha-beta fit (``planner.comm_model.fit_alpha_beta``) of all_reduce over all ranks at
-  4 KiB-1 MiB timed with ``wavefront comm``'s own case runner (gloo on a CPU);
+  8 B-1 MiB (best of 3 blocks) timed with ``wavefront comm``'s own case runner (gloo on a CPU);
 - the fixed cost per kernel: the time of a 1-element eager op (dispatch and launch overhead).
 
 The efficiencies are set to 1 (the measured rates are achieved rates, not datasheet peaks). The step-time
@@ -27,7 +27,8 @@ import torch.distributed as dist
 
 from wavefront.workbench.distributed.train.mesh import Layout
 
-_SIZES = (4096, 32768, 262144, 1048576)
+#: all_reduce sizes timed at start-up: the smallest pins the latency, the largest the bandwidth.
+_SIZES = (8, 1 << 12, 1 << 16, 1 << 20)
 
 
 @dataclass(frozen=True)
@@ -70,14 +71,15 @@ def measure(matmul_tflops: float, device: torch.device) -> MeasuredDevice:
     alpha = busbw = None
     if world > 1:
         cache: dict = {}
+        # best of the repeats (the least disturbed by other work on a shared CPU); a two-parameter fit
         times = [comm.bench_case("all_reduce", "in-place", s, group_size=world, warmup=2, iters=5, repeats=3,
-                                 device=device, groups_cache=cache).time_us * 1e-6 for s in _SIZES]
+                                 device=device, groups_cache=cache).time_us_min * 1e-6 for s in _SIZES]
         fit = fit_alpha_beta("all_reduce", world, _SIZES, times)
         alpha, busbw = fit.alpha_us, fit.busbw_gbps
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9 if hasattr(os, "sysconf") else 64.0
     return MeasuredDevice(matmul_tflops, mem_gbps, kernel_us, alpha, busbw, ram, torch.get_num_threads(),
                           "measured at start-up: fp32 512^3 matmul, 64 MiB copy, 1-element op, gloo all_reduce "
-                          "alpha-beta over 4 KiB-1 MiB")
+                          "alpha-beta over 8 B-1 MiB")
 
 
 def plan_config(layout: Layout, micro_batch: int, recompute: str):
