@@ -215,9 +215,15 @@ def _pipeline_parity(tmp_path: Path, n_layers: int, steps: int, variants: str, l
                 assert v["kernel_launches"].get("_norm_fwd_kernel", 0) > 0, "wavefront's norm ran on stage 0"
 
 
-def test_tp2_and_uneven_pp2_loss_parity(tmp_path):
-    """One reference run for both: TP2 (2 micro-batches of 2) and 1F1B over 3 layers cut 2 + 1."""
-    _pipeline_parity(tmp_path, 3, 2, "baseline", [["--pp", "2"], ["--tp", "2", "--micro-batch", "2"]])
+def test_uneven_pp2_loss_parity(tmp_path):
+    """1F1B over 3 layers cut 2 + 1 trains like one process (TP2's gradients are checked against float64
+    below; its 20-step curves are in the slow tests)."""
+    _pipeline_parity(tmp_path, 3, 2, "baseline", [["--pp", "2"]])
+
+
+@pytest.mark.slow
+def test_tp2_cli_loss_parity_short(tmp_path):
+    _pipeline_parity(tmp_path, 3, 2, "baseline", [["--tp", "2", "--micro-batch", "2"]])
 
 
 @pytest.mark.slow
