@@ -154,6 +154,9 @@ def from_plan_document(doc: dict, rank: int, source: str) -> tuple[Layout, int]:
     if not 0 <= rank < len(plans):
         raise ConfigError(f"--plan-rank {rank}: the plan file lists {len(plans)} plan(s) (ranks 0..{len(plans) - 1})")
     c = plans[rank]["config"]
+    if int(c.get("ep", 1)) > 1:
+        raise ConfigError(f"--plan {source} rank {rank}: expert parallelism (ep {c['ep']}) is not run by this "
+                          f"harness; pick a plan with ep 1 (--plan-rank) or pin it (wavefront plan --fix ep=1)")
     dp, zero, shard, cp = int(c["dp"]), int(c.get("zero", 0)), int(c.get("shard", 0)), int(c.get("cp", 1))
     # ZeRO-3 shards over the whole data-parallel group, or over `shard` ranks (HSDP); the other stages keep a
     # full copy of the weights per replica, which FSDP2 runs as HSDP with shard groups of one rank.
