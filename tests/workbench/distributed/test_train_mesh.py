@@ -340,3 +340,35 @@ def test_two_nodes_of_two_processes_with_c10d_rendezvous(tmp_path):
     doc = json.loads((tmp_path / "out.json").read_text())
     assert doc["provenance"]["world_size"] == 4 and doc["provenance"]["layout"]["label"] == "dp_shard2 tp2"
     assert len(doc["variants"][0]["steps"]) == 2
+
+
+def test_prediction_for_a_layout_uses_the_measured_device():
+    """The planner sees the run's plan (ZeRO from the data-parallel kind) and this machine's rates: halving the
+    matmul rate doubles the predicted compute; the comparison divides by what the run measured."""
+    from types import SimpleNamespace
+
+    from wavefront.workbench.distributed.train import predict
+    from wavefront.workbench.distributed.train.mesh import Layout
+    from wavefront.workbench.distributed.train.presets import build_config
+
+    assert predict.plan_config(Layout(tp=2, dp_shard=2), 2, "none").zero == 3
+    cfg = predict.plan_config(Layout(tp=2, dp_shard=2, dp_replicate=2), 1, "full")
+    assert (cfg.zero, cfg.shard, cfg.dp, cfg.recompute) == (3, 2, 4, "full")
+    assert predict.plan_config(Layout(dp_shard=1, dp_replicate=4), 1, "none").zero == 0
+    assert predict.plan_config(Layout(pp=2, vpp=2, pp_schedule="zbv", dp_shard=1), 1, "none").zero_bubble
+    dev = predict.MeasuredDevice(0.05, 10.0, 3.0, 100.0, 1.0, 16.0, 1, "test")
+    config = build_config("tiny-llama")
+    kw = dict(world=2, seq_len=32, global_batch=8, micro_batch=2)
+    fast = predict.predict(dev, config, Layout(tp=2, dp_shard=1), **kw)
+    slow = predict.predict(predict.MeasuredDevice(0.025, 10.0, 3.0, 100.0, 1.0, 16.0, 1, "test"), config,
+                           Layout(tp=2, dp_shard=1), **kw)
+    assert fast["ok"] and fast["plan"].startswith("tp2+sp pp1 dp1")
+    assert fast["time"]["tp_comm_s"] > 0 and fast["time"]["dp_comm_s"] == 0
+    assert slow["time"]["compute_s"] > 1.5 * fast["time"]["compute_s"]
+    summary = SimpleNamespace(step_s_mean=2.0, fwd_s=0.5, bwd_s=1.0, comm_s=0.25, opt_s=0.25, bubble_s=None,
+                              tokens_per_s=128.0)
+    rows = predict.compare(fast, summary)
+    assert rows["step_s"]["ratio"] == pytest.approx(fast["time"]["step_s"] / 2.0)
+    assert rows["bubble_s"]["measured"] is None and rows["bubble_s"]["ratio"] is None
+    line = predict.describe("baseline", {**fast, "vs_measured": rows})[0]
+    assert "predicted vs measured" in line and "bubble 0 vs n/a" in line
