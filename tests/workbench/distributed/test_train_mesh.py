@@ -69,6 +69,8 @@ def _validate(world: int, model: str = "tiny-llama", **kw):
     (2, {"pp": 2, "vpp": 2}, "--vpp 2 needs a multi-stage schedule"),
     (2, {"tp": 2, "parallel": "ddp"}, "build a device mesh: use --parallel auto or mesh, not ddp"),
     (2, {"cp": 2}, "--cp > 1 needs ring attention"),
+    (2, {"tp": 2, "variants": ("baseline", "compile")}, "--compare compile with --tp/--pp"),
+    (2, {"pp": 2, "checkpoint_every": 1, "checkpoint_dir": "ck"}, "--pp: checkpointing a pipeline's stages"),
 ])
 def test_bad_layouts_are_refused_naming_the_numbers(world, kw, message):
     from wavefront.workbench.distributed.train.config import ConfigError
