@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -53,6 +54,7 @@ from wavefront.workbench.distributed.train.kpi import (
     matmul_params,
     summarize,
 )
+from wavefront.workbench.distributed.train.mesh import Layout
 from wavefront.workbench.distributed.train.parallelize import finish_backward
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_NONFINITE, EXIT_INTERRUPTED = 1, 2, 3, 4
@@ -119,8 +121,8 @@ class _Env:
     device: torch.device
     plan: str
     bf16: bool
-    layout: object = None  # mesh.Layout, resolved (parallel "mesh")
-    mesh: object = None  # the DeviceMesh (parallel "mesh")
+    layout: Layout | None = None  # resolved (parallel "mesh")
+    mesh: Any = None  # the DeviceMesh (parallel "mesh")
     dp_rank: int = 0  # which slice of the global batch this rank reads
     dp: int = 1  # data-parallel ranks (slices of the global batch)
 
