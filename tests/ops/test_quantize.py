@@ -4,6 +4,8 @@ is in test_accuracy.py (the quantize spec's tolerance has no floor)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import triton
@@ -143,3 +145,25 @@ def test_bad_inputs_name_the_argument():
         ops.quantize(torch.ones(4, 8, dtype=torch.int32))
     with pytest.raises(ValueError, match="block128x128.*2-D"):
         ops.quantize(torch.randn(2, 4, 8), scaling="block128x128")
+
+
+def test_ampere_is_refused_clearly_and_not_inspected():
+    """Triton has no OCP e4m3 before sm_89: the ops say so by name instead of a compiler trace, and inspect
+    plans no sm_80 rows for them (absent, not failures), while Ada/Hopper/AMD stay in."""
+    from wavefront import runtime
+    from wavefront.archs import compiles_fp8_e4m3
+    from wavefront.ops import REGISTRY
+    from wavefront.workbench.static.inspect import plan
+
+    assert [compiles_fp8_e4m3(runtime.get_arch(t)) for t in ("sm_80", "sm_90", "gfx90a", "cpu")] == [
+        False, True, True, True]
+    assert compiles_fp8_e4m3(dataclasses.replace(runtime.get_arch("sm_80"), name="sm_89"))
+    x = torch.randn(4, 64)
+    with runtime.assume_target("sm_80", 108), pytest.raises(ValueError, match="quantize.*sm_89.*sm_80"):
+        ops.quantize(x, scaling="rowwise")
+    with runtime.assume_target("sm_80", 108), pytest.raises(ValueError, match="linear_fp8.*sm_89.*sm_80"):
+        ops.linear_fp8(x, torch.randn(32, 64))
+    spec = REGISTRY["quantize"]
+    planned = plan([spec], ["sm_80", "sm_90"], torch.bfloat16,
+                   cases=lambda s: s.bench_cases[:1])
+    assert planned and {p.target for p in planned} == {"sm_90"}

@@ -28,9 +28,11 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.archs import compiles_fp8_e4m3
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_same_dtype, check_tensor
+from wavefront.ops.quantize import check_fp8_target
 from wavefront.shapes import MODELS
 
 OP = "linear_fp8"
@@ -80,6 +82,7 @@ def _linear_fp8_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
                     provider: str) -> Tensor:
     from wavefront.kernels._launch import op_scope
 
+    check_fp8_target(OP, x.device)  # in the op body: torch.compile does not trace runtime.arch
     with op_scope(OP):
         return _product(x, weight, ("act", "weight"), recipe, _resolve_fnuz(fnuz, x.device), bias, x.dtype, provider,
                         residual)
@@ -253,6 +256,7 @@ def _bench_cases() -> tuple[Case, ...]:
 SPECS = (
     OpSpec(
         name=OP,
+        targets=compiles_fp8_e4m3,  # no FP8 on Ampere: sm_80 is not inspected
         fn=linear_fp8,
         reference=reference.linear_fp8,
         eager=_eager,

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.archs import compiles_fp8_e4m3
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, Tolerance, itemsize
 from wavefront.ops._validate import check_choice, check_tensor
@@ -45,6 +46,7 @@ def _quantize_fp8(x: Tensor, dtype: str, scaling: str, pow2_scale: bool) -> tupl
     from wavefront.kernels import quantize as kernels
     from wavefront.kernels._launch import op_scope
 
+    check_fp8_target(OP, x.device)  # in the op body: torch.compile does not trace runtime.arch
     with op_scope(OP):
         return kernels.quantize(x, reference.FP8_FORMATS[dtype], scaling, pow2_scale)
 
@@ -53,6 +55,14 @@ def _quantize_fp8(x: Tensor, dtype: str, scaling: str, pow2_scale: bool) -> tupl
 def _(x, dtype, scaling, pow2_scale):
     return (x.new_empty(x.shape, dtype=reference.FP8_FORMATS[dtype]),
             x.new_empty(_scale_shape(tuple(x.shape), scaling), dtype=torch.float32))
+
+
+def check_fp8_target(op: str, device) -> None:
+    """A clear error where Triton cannot compile FP8 (NVIDIA before sm_89) instead of a compiler trace."""
+    arch = runtime.arch(device)
+    if not compiles_fp8_e4m3(arch):
+        raise ValueError(f"{op}: FP8 needs an NVIDIA GPU of sm_89 (Ada) or newer, or an AMD GPU; this device is "
+                         f"{arch.name}")
 
 
 def quantize_rows(x2: Tensor, dtype: str, scaling: str, pow2_scale: bool) -> tuple[Tensor, Tensor]:
@@ -170,6 +180,7 @@ def _bench_cases() -> tuple[Case, ...]:
 SPECS = (
     OpSpec(
         name=OP,
+        targets=compiles_fp8_e4m3,  # no FP8 on Ampere: sm_80 is not inspected
         fn=quantize,
         reference=_reference,
         eager=_eager,
