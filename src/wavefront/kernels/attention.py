@@ -98,7 +98,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
-from wavefront.kernels._launch import launch
+from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import xcd_remap
 from wavefront.kernels.attention_config import AttentionConfig, attention_config, has_tma, padded_head_dim
 from wavefront.kernels.matmul_config import num_xcds
@@ -616,20 +616,6 @@ def _use_tma(arch: runtime.Arch, *tensors: torch.Tensor) -> bool:
     return (arch.family == "cpu" or has_tma(arch)) and _tma_ready(*tensors)
 
 
-def _descriptor_scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _ensure_descriptor_allocator(device: torch.device) -> None:
-    """Tensor descriptors made inside a kernel need a little global scratch per program; Triton asks the
-    allocator set with ``triton.set_allocator``. Set ours once, on the first CUDA launch that needs it,
-    unless the application set one."""
-    from triton.runtime import _allocation
-
-    if device.type == "cuda" and isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(_descriptor_scratch)
-
-
 def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
                   arch: runtime.Arch | None = None, config: AttentionConfig | None = None, tma: bool | None = None):
     """Returns (o, lse2): o like q, lse2 [B, H, S] fp32, the log-sum-exp in base 2 (natural: lse2 ln 2).
@@ -645,7 +631,7 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
     n_programs = n_m_blocks * n_batch * H
     use_tma = _use_tma(arch, q, k, v, o) if tma is None else tma
     if use_tma:
-        _ensure_descriptor_allocator(q.device)
+        ensure_descriptor_allocator(q.device)
     vt = _transposed(v) if cfg.transposed and not use_tma else None
     launch(
         _attn_fwd_kernel, (n_programs,),
