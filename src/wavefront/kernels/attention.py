@@ -131,6 +131,22 @@ def _store_tile(base, rows, stride_row, cols, n_rows, tile, HEAD_DIM: tl.constex
 
 
 @triton.jit
+def _scores_by_chunks(a_base, a_rows, stride_a, b_base, b_rows, stride_b, seqlen, HEAD_DIM: tl.constexpr,
+                      BLOCK_D: tl.constexpr, D_CHUNK: tl.constexpr, A_CHECK: tl.constexpr, B_CHECK: tl.constexpr):
+    """A B^T for two row tiles read from memory D_CHUNK head-dim columns at a time (RDNA3: neither operand
+    is ever held at full width, so the key loop keeps no full-width tile live; chunks wholly in the padding
+    past HEAD_DIM are skipped)."""
+    acc = tl.zeros((a_rows.shape[0], b_rows.shape[0]), tl.float32)
+    for c in tl.static_range(0, BLOCK_D, D_CHUNK):
+        if c < HEAD_DIM:
+            cols = c + tl.arange(0, D_CHUNK)
+            a = _load_tile(a_base, a_rows, stride_a, cols, seqlen, HEAD_DIM, BLOCK_D, A_CHECK)
+            b = _load_tile(b_base, b_rows, stride_b, cols, seqlen, HEAD_DIM, BLOCK_D, B_CHECK)
+            acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
 def _sequence(cu_seqlens_ptr, b, seqlen, VARLEN: tl.constexpr):
     """(first row in memory, length, batch index in memory) of sequence b."""
     if VARLEN:
@@ -519,22 +535,34 @@ def _attn_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, offs_do,
-               lo, hi, seqlen, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr):
+def _dq_blocks(dq, q, do, lse2, delta, q_base, do_base, k_base, v_base, kt_base, stride_qs, stride_dos, stride_ks,
+               stride_vs, stride_t, offs_m, offs_d, offs_do, lo, hi, seqlen, qk_scale, HEAD_DIM: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+               D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        if D_CHUNK < BLOCK_D:
+            # Q and dO are re-read chunk by chunk every key step (cache hits) instead of staying resident.
+            s = _scores_by_chunks(q_base, offs_m, stride_qs, k_base, offs_n, stride_ks, seqlen, HEAD_DIM, BLOCK_D,
+                                  D_CHUNK, True, MASKED)
+            dp = _scores_by_chunks(do_base, offs_m, stride_dos, v_base, offs_n, stride_vs, seqlen, HEAD_DIM, BLOCK_D,
+                                   D_CHUNK, True, MASKED)
+            k = _load_tile(k_base, offs_n, stride_ks, offs_do, seqlen, HEAD_DIM, BLOCK_D, MASKED)
+        else:
+            k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
+            v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if MASKED:
             p = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         ds = p * (dp - delta[:, None])
-        k_c = _contraction_operand(k, k_base, kt_base, offs_n, stride_ks, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
-                                   D_SPLIT, TRANSPOSED)
+        if D_CHUNK < BLOCK_D and not TRANSPOSED:
+            k_c = k  # already this program's columns
+        else:
+            k_c = _contraction_operand(k, k_base, kt_base, offs_n, stride_ks, stride_t, offs_do, seqlen, HEAD_DIM,
+                                       BLOCK_D, D_SPLIT, TRANSPOSED)
         dq = tl.dot(ds.to(k.dtype), k_c, dq, input_precision="ieee")
     return dq
 
@@ -548,7 +576,7 @@ def _attn_bwd_dq_kernel(
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
-    TRANSPOSED: tl.constexpr,
+    TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     part = pid % D_SPLIT
@@ -562,10 +590,14 @@ def _attn_bwd_dq_kernel(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_do = part * (BLOCK_D // D_SPLIT) + tl.arange(0, BLOCK_D // D_SPLIT)
-    q = _load_tile(_tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs), offs_m, stride_qs,
-                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
-    do = _load_tile(_tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos), offs_m, stride_dos,
-                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    q_base = _tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs)
+    do_base = _tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos)
+    if D_CHUNK < BLOCK_D:
+        q = q_base  # unused: the chunked key loop reads Q and dO itself
+        do = do_base
+    else:
+        q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+        do = _load_tile(do_base, offs_m, stride_dos, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     stat = b_mem * stride_lb + h * stride_lh + seq_start + offs_m
     lse2 = tl.load(lse_ptr + stat, mask=offs_m < seqlen, other=0.0)
     delta = tl.load(delta_ptr + stat, mask=offs_m < seqlen, other=0.0)
@@ -574,12 +606,12 @@ def _attn_bwd_dq_kernel(
     kt_base = kt_ptr + b_mem * stride_tb + kvh * stride_th + seq_start if TRANSPOSED else k_base
     dq = tl.zeros((BLOCK_M, BLOCK_D // D_SPLIT), tl.float32)
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d,
-                    offs_do, 0, full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, D_SPLIT,
-                    TRANSPOSED)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d,
-                    offs_do, full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, D_SPLIT,
-                    TRANSPOSED)
+    dq = _dq_blocks(dq, q, do, lse2, delta, q_base, do_base, k_base, v_base, kt_base, stride_qs, stride_dos, stride_ks,
+                    stride_vs, stride_t, offs_m, offs_d, offs_do, 0, full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D,
+                    BLOCK_N, False, IS_CAUSAL, D_SPLIT, TRANSPOSED, D_CHUNK)
+    dq = _dq_blocks(dq, q, do, lse2, delta, q_base, do_base, k_base, v_base, kt_base, stride_qs, stride_dos, stride_ks,
+                    stride_vs, stride_t, offs_m, offs_d, offs_do, full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D,
+                    BLOCK_N, True, IS_CAUSAL, D_SPLIT, TRANSPOSED, D_CHUNK)
     dq_base = _tile_base(dq_ptr, b_mem, h, seq_start, stride_dqb, stride_dqh, stride_dqs)
     _store_tile(dq_base, offs_m, stride_dqs, offs_do, seqlen, dq * sm_scale, HEAD_DIM)
 
@@ -664,6 +696,11 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
         options=cfg.options(arch),
     )
     return o, lse2
+
+
+def _d_chunk(cfg: AttentionConfig, block_d: int) -> int:
+    """The head-dim columns per chunk of the score products; block_d (no chunking) unless the entry sets d_chunk."""
+    return min(cfg.d_chunk, block_d) if cfg.d_chunk else block_d
 
 
 def _transposed(t: torch.Tensor) -> torch.Tensor:
@@ -758,7 +795,8 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         n_heads=H, group_size=H // H_kv, seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed),
+                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
+                        D_CHUNK=_d_chunk(cfg, block_d)),
         options=cfg.options(arch),
     )
     return dq, dk, dv

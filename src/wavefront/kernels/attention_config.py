@@ -42,7 +42,11 @@ class AttentionConfig:
     each recomputing the scores (head_dim 256: a full-width accumulator does not fit the registers with
     tiles wide enough for wgmma/tcgen05).
     transposed: backward only: read the operands contracted over the sequence (Q and dO for dK/dV, K for dQ)
-    from [B, H, head_dim, S] copies made by the launcher (AMD: no 16-bit LDS reads of transposed tiles)."""
+    from [B, H, head_dim, S] copies made by the launcher (AMD: no 16-bit LDS reads of transposed tiles).
+    d_chunk: contract the score products (QK^T, and dO V^T backward) over head-dim chunks of this many columns,
+    reading both operands chunk by chunk inside the key loop instead of holding the program's resident tiles at
+    full width (0: whole head dim). Set only by the amd-rdna table: RDNA3's WMMA keeps operands replicated over
+    the two half-waves, and the full-width resident tiles alone fill the 256 VGPRs of a lane."""
 
     BLOCK_M: int
     BLOCK_N: int
@@ -56,6 +60,7 @@ class AttentionConfig:
     pipeline_qk: bool = False
     d_split: int = 1
     transposed: bool = False
+    d_chunk: int = 0
 
     def options(self, arch: Arch) -> dict:
         """Launch options for `arch`: AMD extras only on AMD targets."""
@@ -243,9 +248,9 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         },
         "bwd_dq": {
             64: (_T(64, 16, 4, 1, "64x16, 4 waves: 230 VGPRs, 0 spill"),),
-            128: (_T(32, 16, 8, 1, "d128: 32x16, 8 waves: 440 B spilled per lane; the least of 15 shapes tried "
-                                   "(d_split 2: 360 B) doubles the S/dP work for 18% less spill: untimed, so second"),
-                  _T(32, 16, 8, 1, "d128: d_split 2: 360 B spilled per lane", d_split=2)),
+            128: (_T(32, 16, 8, 1, "d128: 32x16, 8 waves, S and dP contracted in 64-column chunks (d_chunk 64, Q "
+                                   "and dO re-read from cache each key step): 240 VGPRs, 0 spill (full width spilled "
+                                   "404-436 B; d_chunk 32: 235 VGPRs, 0 spill)", d_chunk=64),),
             256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 3332 B spilled per lane; d_split 4 at 32x16x8 (2660 B) "
                                    "quadruples the S/dP work: untimed, so second"),
                   _T(32, 16, 8, 1, "d256: d_split 4: 2660 B spilled per lane", d_split=4)),
