@@ -226,14 +226,20 @@ def _v_tile(src, vt_base, start_n, offs_n, stride_s, stride_t, offs_d, seqlen, H
 
 
 @triton.jit
-def _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs, stride_t, offs_m, offs_d,
-              seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
-              IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+def _fwd_step(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs,
+              stride_t, offs_m, offs_d, seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+              MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ONE_LOOP: tl.constexpr,
+              V_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr):
     """One key block of the online softmax."""
     offs_n = start_n + offs_n0
-    k = _kv_tile(k_src, start_n, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
-    # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
-    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if D_CHUNK < BLOCK_D:
+        # Q re-read chunk by chunk each key block (cache hits) instead of held at full width.
+        qk = _scores_by_chunks(q_base, offs_m, stride_qs, k_src, offs_n, stride_ks, seqlen, HEAD_DIM, BLOCK_D, D_CHUNK,
+                               True, MASKED)
+    else:
+        k = _kv_tile(k_src, start_n, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
+        # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
+        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
     if MASKED:
         valid = _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL)
         if ONE_LOOP:
@@ -253,15 +259,16 @@ def _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_
 
 
 @triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, lo, hi,
-                seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+def _fwd_blocks(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m,
+                offs_d, lo, hi, seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
+                WARP_SPECIALIZE: tl.constexpr, ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+                D_CHUNK: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs,
-                                  stride_t, offs_m, offs_d, seqlen, qk_scale, mask_from, HEAD_DIM, BLOCK_D, MASKED,
-                                  IS_CAUSAL, USE_TMA, ONE_LOOP, V_TRANSPOSED)
+        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, start_n, offs_n0,
+                                  stride_ks, stride_vs, stride_t, offs_m, offs_d, seqlen, qk_scale, mask_from,
+                                  HEAD_DIM, BLOCK_D, MASKED, IS_CAUSAL, USE_TMA, ONE_LOOP, V_TRANSPOSED, D_CHUNK)
     return acc, l_i, m_i
 
 
@@ -307,7 +314,7 @@ def _attn_fwd_kernel(
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr, PIPELINE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr, PIPELINE: tl.constexpr, D_CHUNK: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
@@ -341,7 +348,10 @@ def _attn_fwd_kernel(
     else:
         k_src = k_base
         v_src = v_base
-        q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+        if D_CHUNK < BLOCK_D:
+            q = q_base  # unused: the chunked key loop reads Q itself
+        else:
+            q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -357,16 +367,18 @@ def _attn_fwd_kernel(
         # Triton's warp specialization partitions a kernel with one key loop and nothing else to schedule
         # (sm_90 gives up on, or fails to compile, a second loop; sm_100 spills with two): every block goes
         # through the masked step, where blocks before full_end pass the mask untouched.
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, 0, hi,
-                                    seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, USE_TMA,
-                                    WARP_SPECIALIZE, True, V_TRANSPOSED)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, stride_ks, stride_vs,
+                                    stride_t, offs_m, offs_d, 0, hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D,
+                                    BLOCK_N, True, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, True, V_TRANSPOSED, D_CHUNK)
     else:
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, 0,
-                                    full_end, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL,
-                                    USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, full_end,
-                                    hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL,
-                                    USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, stride_ks, stride_vs,
+                                    stride_t, offs_m, offs_d, 0, full_end, seqlen, qk_scale, full_end, HEAD_DIM,
+                                    BLOCK_D, BLOCK_N, False, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED,
+                                    D_CHUNK)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, stride_ks, stride_vs,
+                                    stride_t, offs_m, offs_d, full_end, hi, seqlen, qk_scale, full_end, HEAD_DIM,
+                                    BLOCK_D, BLOCK_N, True, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED,
+                                    D_CHUNK)
     # One reciprocal per row, then a multiply per element: BLOCK_M divisions instead of BLOCK_M x BLOCK_D
     # (AMD expands each fp32 division to a v_div_scale/fmas/fixup sequence).
     out = acc * (1.0 / l_i)[:, None]
@@ -670,6 +682,7 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
     cfg = config or attention_config("fwd", D, q.dtype, arch)
+    block_d = padded_head_dim(D)
     o = torch.empty_like(q)
     lse2 = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
     n_batch, seqlen, longest = _layout(q, cu_seqlens, max_seqlen)
@@ -689,10 +702,11 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
         stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(vt),
         n_heads=H, group_size=H // k.shape[1], seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E,
-        constexprs=dict(HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                         IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
                         USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None,
-                        PIPELINE=use_tma and cfg.pipeline_qk and not cfg.warp_specialize),
+                        PIPELINE=use_tma and cfg.pipeline_qk and not cfg.warp_specialize,
+                        D_CHUNK=block_d if use_tma else _d_chunk(cfg, block_d)),
         options=cfg.options(arch),
     )
     return o, lse2

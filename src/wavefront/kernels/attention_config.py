@@ -231,11 +231,9 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         "fwd": {
             64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
             128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 219 VGPRs, 0 spill; 64x32 spills"),),
-            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 540 B spilled per lane at the bench shape (776 B at "
-                                   "the test shape), occupancy 5 waves/SIMD; Q and K at full width fill the VGPRs "
-                                   "(above)"),
-                  _T(16, 16, 8, 1, "d256: 8 waves, the least spilling of 8 shapes tried (500 B at the bench "
-                                   "shape, 644 B at the test shape) but 4 waves/SIMD: untimed, so second")),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, QK^T in 32-column chunks (d_chunk 32, Q re-read from "
+                                   "cache each key block): 235 VGPRs, 0 spill (full width spilled 540 B; d_chunk 64 "
+                                   "28 B, or 0 with 8 waves or a V^T copy)", d_chunk=32),),
         },
         "bwd_dkdv": {
             64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
