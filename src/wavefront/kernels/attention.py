@@ -430,11 +430,11 @@ def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, of
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base, stride_qs,
-                 stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, sm_scale,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                 D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                 DQ_TRANSPOSED: tl.constexpr):
+def _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base,
+                 stride_ks, stride_vs, stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
+                 qk_scale, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                 IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                 DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -445,7 +445,15 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_bas
         lse2 = tl.load(lse_base + offs_m, mask=offs_m < seqlen, other=0.0)
         delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen, other=0.0)
         # Transposed scores [BLOCK_N, BLOCK_M]: dK and dV accumulate along the key rows this program owns.
-        s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
+        if D_CHUNK < BLOCK_D:
+            # K and V re-read chunk by chunk each query step (cache hits) instead of held at full width.
+            s_t = _scores_by_chunks(k_base, offs_n, stride_ks, q_base, offs_m, stride_qs, seqlen, HEAD_DIM, BLOCK_D,
+                                    D_CHUNK, True, True)
+            dp_t = _scores_by_chunks(v_base, offs_n, stride_vs, do_base, offs_m, stride_dos, seqlen, HEAD_DIM, BLOCK_D,
+                                     D_CHUNK, True, True)
+        else:
+            s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
+            dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
         if IS_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
@@ -453,7 +461,6 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_bas
         do_c = _contraction_operand(do, do_base, dot_base, offs_m, stride_dos, stride_t, offs_do, seqlen, HEAD_DIM,
                                     BLOCK_D, D_SPLIT, TRANSPOSED)
         dv = tl.dot(p_t.to(do.dtype), do_c, dv, input_precision="ieee")
-        dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         ds_t = p_t * (dp_t - delta[None, :])
         q_c = _contraction_operand(q, q_base, qt_base, offs_m, stride_qs, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
                                    D_SPLIT, TRANSPOSED)
@@ -486,7 +493,7 @@ def _attn_bwd_dkdv_kernel(
     n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
-    TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr,
+    TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
@@ -504,10 +511,10 @@ def _attn_bwd_dkdv_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     offs_do = part * (BLOCK_D // D_SPLIT) + tl.arange(0, BLOCK_D // D_SPLIT)
     # Key rows past the sequence read as zero; the dK/dV rows they produce are masked off at the store.
-    k = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n, stride_ks,
-                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
-    v = _load_tile(_tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs), offs_n, stride_vs,
-                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
+    v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
+    k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     # ATOMIC_DQ: the K columns of this program's dQ share (all of K unless D_SPLIT).
     if ATOMIC_DQ and D_SPLIT > 1:
         k_dq = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n,
@@ -536,10 +543,10 @@ def _attn_bwd_dkdv_kernel(
         else:
             qt_base = q_base
             dot_base = do_base
-        dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base,
-                              stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
-                              qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED,
-                              ATOMIC_DQ, DQ_TRANSPOSED)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, dot_base, lse_base,
+                              delta_base, dqa_base, stride_ks, stride_vs, stride_qs, stride_dos, stride_t, stride_dqas,
+                              offs_n, offs_d, offs_do, lo, seqlen, qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M,
+                              IS_CAUSAL, D_SPLIT, TRANSPOSED, ATOMIC_DQ, DQ_TRANSPOSED, D_CHUNK)
     _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
                 offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
@@ -787,7 +794,8 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
                         VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
-                        ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg)),
+                        ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg),
+                        D_CHUNK=_d_chunk(cfg, block_d)),
         options=cfg.options(arch),
     )
     if dq_acc is not None:
