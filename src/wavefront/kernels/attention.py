@@ -132,15 +132,19 @@ def _store_tile(base, rows, stride_row, cols, n_rows, tile, HEAD_DIM: tl.constex
 
 @triton.jit
 def _scores_by_chunks(a_base, a_rows, stride_a, b_base, b_rows, stride_b, seqlen, HEAD_DIM: tl.constexpr,
-                      BLOCK_D: tl.constexpr, D_CHUNK: tl.constexpr, A_CHECK: tl.constexpr, B_CHECK: tl.constexpr):
-    """A B^T for two row tiles read from memory D_CHUNK head-dim columns at a time (RDNA3: neither operand
-    is ever held at full width, so the key loop keeps no full-width tile live; chunks wholly in the padding
-    past HEAD_DIM are skipped)."""
+                      BLOCK_D: tl.constexpr, D_CHUNK: tl.constexpr, B_CHECK: tl.constexpr):
+    """A B^T for two row tiles read from memory D_CHUNK head-dim columns at a time (RDNA3: no full-width
+    operand stays live across the loop; chunks wholly in the padding past HEAD_DIM are skipped). A is the
+    tile the program keeps for its whole loop (Q forward and dQ, K and V in dK/dV): its chunk loads are
+    volatile because they are loop-invariant, and LLVM would otherwise hoist them out of the loop, holding
+    every chunk at once (as many registers as the full-width tile: the spills came back). On AMD the volatile
+    flag only pins the load in place: the buffer loads keep their cache policy (no glc/dlc bits)."""
     acc = tl.zeros((a_rows.shape[0], b_rows.shape[0]), tl.float32)
     for c in tl.static_range(0, BLOCK_D, D_CHUNK):
         if c < HEAD_DIM:
             cols = c + tl.arange(0, D_CHUNK)
-            a = _load_tile(a_base, a_rows, stride_a, cols, seqlen, HEAD_DIM, BLOCK_D, A_CHECK)
+            a = tl.load(a_base + a_rows[:, None].to(tl.int64) * stride_a + cols[None, :],
+                        mask=(a_rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM), other=0.0, volatile=True)
             b = _load_tile(b_base, b_rows, stride_b, cols, seqlen, HEAD_DIM, BLOCK_D, B_CHECK)
             acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")
     return acc
@@ -235,7 +239,7 @@ def _fwd_step(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, start_
     if D_CHUNK < BLOCK_D:
         # Q re-read chunk by chunk each key block (cache hits) instead of held at full width.
         qk = _scores_by_chunks(q_base, offs_m, stride_qs, k_src, offs_n, stride_ks, seqlen, HEAD_DIM, BLOCK_D, D_CHUNK,
-                               True, MASKED)
+                               MASKED)
     else:
         k = _kv_tile(k_src, start_n, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
         # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
@@ -448,9 +452,9 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, d
         if D_CHUNK < BLOCK_D:
             # K and V re-read chunk by chunk each query step (cache hits) instead of held at full width.
             s_t = _scores_by_chunks(k_base, offs_n, stride_ks, q_base, offs_m, stride_qs, seqlen, HEAD_DIM, BLOCK_D,
-                                    D_CHUNK, True, True)
+                                    D_CHUNK, True)
             dp_t = _scores_by_chunks(v_base, offs_n, stride_vs, do_base, offs_m, stride_dos, seqlen, HEAD_DIM, BLOCK_D,
-                                     D_CHUNK, True, True)
+                                     D_CHUNK, True)
         else:
             s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
             dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
@@ -564,9 +568,9 @@ def _dq_blocks(dq, q, do, lse2, delta, q_base, do_base, k_base, v_base, kt_base,
         if D_CHUNK < BLOCK_D:
             # Q and dO are re-read chunk by chunk every key step (cache hits) instead of staying resident.
             s = _scores_by_chunks(q_base, offs_m, stride_qs, k_base, offs_n, stride_ks, seqlen, HEAD_DIM, BLOCK_D,
-                                  D_CHUNK, True, MASKED)
+                                  D_CHUNK, MASKED)
             dp = _scores_by_chunks(do_base, offs_m, stride_dos, v_base, offs_n, stride_vs, seqlen, HEAD_DIM, BLOCK_D,
-                                   D_CHUNK, True, MASKED)
+                                   D_CHUNK, MASKED)
             k = _load_tile(k_base, offs_n, stride_ks, offs_do, seqlen, HEAD_DIM, BLOCK_D, MASKED)
         else:
             k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
