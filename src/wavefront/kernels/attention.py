@@ -453,11 +453,8 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, d
             # K and V re-read chunk by chunk each query step (cache hits) instead of held at full width.
             s_t = _scores_by_chunks(k_base, offs_n, stride_ks, q_base, offs_m, stride_qs, seqlen, HEAD_DIM, BLOCK_D,
                                     D_CHUNK, True)
-            dp_t = _scores_by_chunks(v_base, offs_n, stride_vs, do_base, offs_m, stride_dos, seqlen, HEAD_DIM, BLOCK_D,
-                                     D_CHUNK, True)
         else:
             s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
-            dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
         if IS_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
@@ -465,6 +462,11 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, d
         do_c = _contraction_operand(do, do_base, dot_base, offs_m, stride_dos, stride_t, offs_do, seqlen, HEAD_DIM,
                                     BLOCK_D, D_SPLIT, TRANSPOSED)
         dv = tl.dot(p_t.to(do.dtype), do_c, dv, input_precision="ieee")
+        if D_CHUNK < BLOCK_D:
+            dp_t = _scores_by_chunks(v_base, offs_n, stride_vs, do_base, offs_m, stride_dos, seqlen, HEAD_DIM, BLOCK_D,
+                                     D_CHUNK, True)
+        else:
+            dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         ds_t = p_t * (dp_t - delta[None, :])
         q_c = _contraction_operand(q, q_base, qt_base, offs_m, stride_qs, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
                                    D_SPLIT, TRANSPOSED)
@@ -569,17 +571,19 @@ def _dq_blocks(dq, q, do, lse2, delta, q_base, do_base, k_base, v_base, kt_base,
             # Q and dO are re-read chunk by chunk every key step (cache hits) instead of staying resident.
             s = _scores_by_chunks(q_base, offs_m, stride_qs, k_base, offs_n, stride_ks, seqlen, HEAD_DIM, BLOCK_D,
                                   D_CHUNK, MASKED)
-            dp = _scores_by_chunks(do_base, offs_m, stride_dos, v_base, offs_n, stride_vs, seqlen, HEAD_DIM, BLOCK_D,
-                                   D_CHUNK, MASKED)
             k = _load_tile(k_base, offs_n, stride_ks, offs_do, seqlen, HEAD_DIM, BLOCK_D, MASKED)
         else:
             k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
             v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
-            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if MASKED:
             p = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), p, 0.0)
+        if D_CHUNK < BLOCK_D:
+            dp = _scores_by_chunks(do_base, offs_m, stride_dos, v_base, offs_n, stride_vs, seqlen, HEAD_DIM, BLOCK_D,
+                                   D_CHUNK, MASKED)
+        else:
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         ds = p * (dp - delta[:, None])
         if D_CHUNK < BLOCK_D and not TRANSPOSED:
             k_c = k  # already this program's columns
