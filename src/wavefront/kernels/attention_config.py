@@ -235,21 +235,21 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         "bwd_dkdv": {
             64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
             128: (_T(16, 32, 4, 1, "d128: S^T and dP^T in 64-column chunks (K, V re-read each query step), full-width "
-                                   "dK/dV: 221 VGPRs, 0 spill, S and dP computed once (d_split 2 below recomputes "
+                                   "dK/dV: 209-212 VGPRs, 0 spill, S and dP computed once (d_split 2 below recomputes "
                                    "them); untimed against it", d_chunk=64),
                   _T(16, 32, 4, 1, "d128: dK/dV columns split over two programs (d_split 2, S and dP recomputed): "
                                    "253 VGPRs, 0 spill (full width spilled 228 B per lane)", d_split=2)),
-            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, S^T and dP^T in 64-column chunks: 241 VGPRs, 0 spill "
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, S^T and dP^T in 64-column chunks: 225 VGPRs, 0 spill "
                                    "(full width spilled 1272 B; d_split 4 with Q^T/dO^T copies 504 B)", d_chunk=64),),
         },
         "bwd_dq": {
             64: (_T(64, 16, 4, 1, "64x16, 4 waves: 230 VGPRs, 0 spill"),),
             128: (_T(32, 16, 8, 1, "d128: 32x16, 8 waves, S and dP in 64-column chunks (Q, dO re-read each key "
-                                   "step): 141 VGPRs, 0 spill (full width spilled 404-436 B; with a K^T copy 143 "
-                                   "VGPRs and 48 narrow LDS ops instead of 112)", d_chunk=64),),
-            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, S and dP in 64-column chunks: 175 VGPRs, 0 spill (full "
+                                   "step): 140-142 VGPRs, 0 spill (full width spilled 404-436 B; with a K^T copy "
+                                   "about the same VGPRs and 48 narrow LDS ops instead of 112)", d_chunk=64),),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, S and dP in 64-column chunks: 195 VGPRs, 0 spill (full "
                                    "width spilled 1988 B)", d_chunk=64),
-                  _T(32, 16, 8, 1, "d256: 32 query rows (half the K/V reads per row): 186 VGPRs, 0 spill, 48 narrow "
+                  _T(32, 16, 8, 1, "d256: 32 query rows (half the K/V reads per row): 200 VGPRs, 0 spill, 48 narrow "
                                    "LDS ops; untimed, so second", d_chunk=64)),
         },
     },
