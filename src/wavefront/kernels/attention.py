@@ -66,7 +66,11 @@ makes [B, H, head_dim, S] copies (V forward; Q, dO and K backward: one extra rea
 elements against the kernels' S^2 D work) and the kernels read them sequence-contiguous. With head_dim
 256 the dK/dV (dQ) accumulators of a tile wide enough for wgmma/tcgen05 do not fit the registers:
 ``d_split`` programs share a key (query) tile, each accumulating BLOCK_D / d_split columns and
-recomputing S and dP (d_split 4 for dK/dV: 2.5x that kernel's matrix work).
+recomputing S and dP (d_split 4 for dK/dV: 2.5x that kernel's matrix work). On RDNA3 (wave32 WMMA,
+operands replicated over the half-waves) even the tiles a program keeps across its loop (Q and dO in dQ, Q
+forward, K and V in dK/dV) fill the registers at head_dim >= 128: ``d_chunk`` (D_CHUNK < BLOCK_D) sums S
+and dP over head-dim chunks whose operands are loaded inside the loop, re-reading the kept tile from the
+cache each step (one extra tile read per step, no extra matrix work); the accumulators stay whole.
 
 Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
 
