@@ -38,16 +38,17 @@ def test_every_spilling_row_is_chunked():
         assert attention_candidates(kind, head_dim, torch.bfloat16, rdna)[0].d_chunk == 64, (kind, head_dim)
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_chunks_with_a_padded_head_dim(causal):
+@pytest.mark.parametrize(("causal", "deterministic"), [(True, True), (False, True), (True, False)])
+def test_chunks_with_a_padded_head_dim(causal, deterministic):
     """head_dim 80 in a 128-wide tile with 32-column chunks: the third chunk straddles HEAD_DIM (masked
-    columns) and the fourth lies wholly in the padding (skipped); GQA (4 query heads on 2 K/V heads)."""
+    columns) and the fourth lies wholly in the padding (skipped); GQA (4 query heads on 2 K/V heads). The
+    atomic-dQ backward (deterministic=False) runs the chunked dK/dV kernel, as it does on RDNA."""
     chunked = {kind: dataclasses.replace(c, waves_per_eu=0, d_chunk=32) for kind, c in
                (("fwd", _T(16, 16, 4, 1, "")), ("bwd_dkdv", _T(16, 32, 4, 1, "")), ("bwd_dq", _T(32, 16, 4, 1, "")))}
-    _check(chunked, 80, runtime.get_arch("cpu"), causal=causal, n_kv_heads=2)
+    _check(chunked, 80, runtime.get_arch("cpu"), causal=causal, n_kv_heads=2, deterministic=deterministic)
 
 
-def _check(cfgs, head_dim, cpu, causal=True, n_kv_heads=None):
+def _check(cfgs, head_dim, cpu, causal=True, n_kv_heads=None, deterministic=True):
     gen = torch.Generator().manual_seed(0)
     # 40 rows: several key tiles of every entry (and query tiles of all but the 64-row forward), the causal
     # diagonal and a ragged tail.
@@ -57,7 +58,8 @@ def _check(cfgs, head_dim, cpu, causal=True, n_kv_heads=None):
     scale = head_dim ** -0.5
     o, lse2 = kernels.attention_fwd(q, k, v, causal, scale, arch=cpu, config=cfgs["fwd"], tma=False)
     dq, dk, dv = kernels.attention_bwd(dout, q, k, v, o, lse2, causal, scale, arch=cpu,
-                                       dkdv_config=cfgs["bwd_dkdv"], dq_config=cfgs["bwd_dq"])
+                                       dkdv_config=cfgs["bwd_dkdv"], dq_config=cfgs["bwd_dq"],
+                                       deterministic=deterministic)
     ref = [t.double().requires_grad_() for t in (q, k, v)]
     o_ref = reference.attention(*ref, causal=causal)
     o_ref.backward(dout.double())

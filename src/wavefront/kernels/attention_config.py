@@ -235,10 +235,9 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         "bwd_dkdv": {
             64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
             128: (_T(16, 32, 4, 1, "d128: S^T and dP^T in 64-column chunks (K, V re-read each query step), full-width "
-                                   "dK/dV: 209-212 VGPRs, 0 spill, S and dP computed once (d_split 2 below recomputes "
-                                   "them); untimed against it", d_chunk=64),
-                  _T(16, 32, 4, 1, "d128: dK/dV columns split over two programs (d_split 2, S and dP recomputed): "
-                                   "253 VGPRs, 0 spill (full width spilled 228 B per lane)", d_split=2)),
+                                   "dK/dV: 209-212 VGPRs, 0 spill, S and dP computed once (was d_split 2, S and dP "
+                                   "recomputed per half of the columns: 242-253 VGPRs, 0 spill); untimed against it",
+                     d_chunk=64),),
             256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, S^T and dP^T in 64-column chunks: 225 VGPRs, 0 spill "
                                    "(full width spilled 1272 B; d_split 4 with Q^T/dO^T copies 504 B)", d_chunk=64),),
         },
