@@ -38,13 +38,7 @@ KERNELS = ("attention_fwd", "attention_bwd_delta", "attention_bwd_dkdv", "attent
 NO_MATRIX_UNIT = {"attention_bwd_delta"}  # a row reduction: no product to put on the matrix units
 
 # Known gaps, each with its reason (docs/kernels-attention-gemm.md): (target, kernel, head_dim) -> reason.
-KNOWN_SPILLS = {
-    ("gfx1100", "attention_bwd_dkdv", 256): "RDNA3 wave32 WMMA replicates operands across half-waves; every tile "
-                                            "shape and column split tried spills at head_dim 256",
-    **{("gfx1100", "attention_bwd_dq", d): "RDNA3: every dQ tile shape and column split tried spills at this head_dim"
-       for d in (128, 256)},
-    ("gfx1100", "attention_fwd", 256): "RDNA3: head_dim 256 forward spills at every tile shape tried",
-}
+KNOWN_SPILLS: dict[tuple[str, str, int], str] = {}  # None since gfx1100 attention chunks its head dim (d_chunk)
 # (target, kernel, head_dim) -> (instruction found instead, reason). None since the head_dim 256 dK/dV
 # kernel splits its columns over programs (d_split) and keeps wgmma/tcgen05 tiles.
 KNOWN_OTHER_INSTRUCTION: dict[tuple[str, str, int], tuple[str, str]] = {}

@@ -66,7 +66,11 @@ makes [B, H, head_dim, S] copies (V forward; Q, dO and K backward: one extra rea
 elements against the kernels' S^2 D work) and the kernels read them sequence-contiguous. With head_dim
 256 the dK/dV (dQ) accumulators of a tile wide enough for wgmma/tcgen05 do not fit the registers:
 ``d_split`` programs share a key (query) tile, each accumulating BLOCK_D / d_split columns and
-recomputing S and dP (d_split 4 for dK/dV: 2.5x that kernel's matrix work).
+recomputing S and dP (d_split 4 for dK/dV: 2.5x that kernel's matrix work). On RDNA3 (wave32 WMMA,
+operands replicated over the half-waves) even the tiles a program keeps across its loop (Q and dO in dQ, Q
+forward, K and V in dK/dV) fill the registers at head_dim >= 128: ``d_chunk`` (D_CHUNK < BLOCK_D) sums S
+and dP over head-dim chunks whose operands are loaded inside the loop, re-reading the kept tile from the
+cache each step (one extra tile read per step, no extra matrix work); the accumulators stay whole.
 
 Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
 
@@ -128,6 +132,26 @@ def _load_tile(base, rows, stride_row, cols, n_rows, HEAD_DIM: tl.constexpr, BLO
 def _store_tile(base, rows, stride_row, cols, n_rows, tile, HEAD_DIM: tl.constexpr):
     ptrs = base + rows[:, None].to(tl.int64) * stride_row + cols[None, :]
     tl.store(ptrs, tile.to(base.dtype.element_ty), mask=(rows[:, None] < n_rows) & (cols[None, :] < HEAD_DIM))
+
+
+@triton.jit
+def _scores_by_chunks(a_base, a_rows, stride_a, b_base, b_rows, stride_b, seqlen, HEAD_DIM: tl.constexpr,
+                      BLOCK_D: tl.constexpr, D_CHUNK: tl.constexpr, B_CHECK: tl.constexpr):
+    """A B^T for two row tiles read from memory D_CHUNK head-dim columns at a time (RDNA3: no full-width
+    operand stays live across the loop; chunks wholly in the padding past HEAD_DIM are skipped). A is the
+    tile the program keeps for its whole loop (Q forward and dQ, K and V in dK/dV): its chunk loads are
+    volatile because they are loop-invariant, and LLVM would otherwise hoist them out of the loop, holding
+    every chunk at once (as many registers as the full-width tile: the spills came back). On AMD the volatile
+    flag only pins the load in place: the buffer loads keep their cache policy (no glc/dlc bits)."""
+    acc = tl.zeros((a_rows.shape[0], b_rows.shape[0]), tl.float32)
+    for c in tl.static_range(0, BLOCK_D, D_CHUNK):
+        if c < HEAD_DIM:
+            cols = c + tl.arange(0, D_CHUNK)
+            a = tl.load(a_base + a_rows[:, None].to(tl.int64) * stride_a + cols[None, :],
+                        mask=(a_rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM), other=0.0, volatile=True)
+            b = _load_tile(b_base, b_rows, stride_b, cols, seqlen, HEAD_DIM, BLOCK_D, B_CHECK)
+            acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")
+    return acc
 
 
 @triton.jit
@@ -210,14 +234,20 @@ def _v_tile(src, vt_base, start_n, offs_n, stride_s, stride_t, offs_d, seqlen, H
 
 
 @triton.jit
-def _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs, stride_t, offs_m, offs_d,
-              seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
-              IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+def _fwd_step(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs,
+              stride_t, offs_m, offs_d, seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+              MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ONE_LOOP: tl.constexpr,
+              V_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr):
     """One key block of the online softmax."""
     offs_n = start_n + offs_n0
-    k = _kv_tile(k_src, start_n, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
-    # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
-    qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if D_CHUNK < BLOCK_D:
+        # Q re-read chunk by chunk each key block (cache hits) instead of held at full width.
+        qk = _scores_by_chunks(q_base, offs_m, stride_qs, k_src, offs_n, stride_ks, seqlen, HEAD_DIM, BLOCK_D, D_CHUNK,
+                               MASKED)
+    else:
+        k = _kv_tile(k_src, start_n, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED, USE_TMA)
+        # fp32 inputs get IEEE fp32 products (eager fp32 semantics); 16-bit inputs use the MMA as is.
+        qk = tl.dot(q, tl.trans(k), input_precision="ieee")
     if MASKED:
         valid = _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL)
         if ONE_LOOP:
@@ -237,15 +267,16 @@ def _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_
 
 
 @triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, lo, hi,
-                seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+def _fwd_blocks(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m,
+                offs_d, lo, hi, seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
+                WARP_SPECIALIZE: tl.constexpr, ONE_LOOP: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+                D_CHUNK: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, k_src, v_src, vt_base, start_n, offs_n0, stride_ks, stride_vs,
-                                  stride_t, offs_m, offs_d, seqlen, qk_scale, mask_from, HEAD_DIM, BLOCK_D, MASKED,
-                                  IS_CAUSAL, USE_TMA, ONE_LOOP, V_TRANSPOSED)
+        acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, start_n, offs_n0,
+                                  stride_ks, stride_vs, stride_t, offs_m, offs_d, seqlen, qk_scale, mask_from,
+                                  HEAD_DIM, BLOCK_D, MASKED, IS_CAUSAL, USE_TMA, ONE_LOOP, V_TRANSPOSED, D_CHUNK)
     return acc, l_i, m_i
 
 
@@ -291,7 +322,7 @@ def _attn_fwd_kernel(
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr, PIPELINE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr, PIPELINE: tl.constexpr, D_CHUNK: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
@@ -325,7 +356,10 @@ def _attn_fwd_kernel(
     else:
         k_src = k_base
         v_src = v_base
-        q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+        if D_CHUNK < BLOCK_D:
+            q = q_base  # unused: the chunked key loop reads Q itself
+        else:
+            q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -341,16 +375,18 @@ def _attn_fwd_kernel(
         # Triton's warp specialization partitions a kernel with one key loop and nothing else to schedule
         # (sm_90 gives up on, or fails to compile, a second loop; sm_100 spills with two): every block goes
         # through the masked step, where blocks before full_end pass the mask untouched.
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, 0, hi,
-                                    seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, USE_TMA,
-                                    WARP_SPECIALIZE, True, V_TRANSPOSED)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, stride_ks, stride_vs,
+                                    stride_t, offs_m, offs_d, 0, hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D,
+                                    BLOCK_N, True, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, True, V_TRANSPOSED, D_CHUNK)
     else:
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, 0,
-                                    full_end, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL,
-                                    USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED)
-        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, full_end,
-                                    hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL,
-                                    USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, stride_ks, stride_vs,
+                                    stride_t, offs_m, offs_d, 0, full_end, seqlen, qk_scale, full_end, HEAD_DIM,
+                                    BLOCK_D, BLOCK_N, False, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED,
+                                    D_CHUNK)
+        acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, q_base, stride_qs, k_src, v_src, vt_base, stride_ks, stride_vs,
+                                    stride_t, offs_m, offs_d, full_end, hi, seqlen, qk_scale, full_end, HEAD_DIM,
+                                    BLOCK_D, BLOCK_N, True, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, False, V_TRANSPOSED,
+                                    D_CHUNK)
     # One reciprocal per row, then a multiply per element: BLOCK_M divisions instead of BLOCK_M x BLOCK_D
     # (AMD expands each fp32 division to a v_div_scale/fmas/fixup sequence).
     out = acc * (1.0 / l_i)[:, None]
@@ -402,11 +438,11 @@ def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, of
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base, stride_qs,
-                 stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, sm_scale,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                 D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                 DQ_TRANSPOSED: tl.constexpr):
+def _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base,
+                 stride_ks, stride_vs, stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
+                 qk_scale, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                 IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                 DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -417,7 +453,12 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_bas
         lse2 = tl.load(lse_base + offs_m, mask=offs_m < seqlen, other=0.0)
         delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen, other=0.0)
         # Transposed scores [BLOCK_N, BLOCK_M]: dK and dV accumulate along the key rows this program owns.
-        s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
+        if D_CHUNK < BLOCK_D:
+            # K and V re-read chunk by chunk each query step (cache hits) instead of held at full width.
+            s_t = _scores_by_chunks(k_base, offs_n, stride_ks, q_base, offs_m, stride_qs, seqlen, HEAD_DIM, BLOCK_D,
+                                    D_CHUNK, True)
+        else:
+            s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
         p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
         if IS_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
@@ -425,7 +466,11 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_bas
         do_c = _contraction_operand(do, do_base, dot_base, offs_m, stride_dos, stride_t, offs_do, seqlen, HEAD_DIM,
                                     BLOCK_D, D_SPLIT, TRANSPOSED)
         dv = tl.dot(p_t.to(do.dtype), do_c, dv, input_precision="ieee")
-        dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
+        if D_CHUNK < BLOCK_D:
+            dp_t = _scores_by_chunks(v_base, offs_n, stride_vs, do_base, offs_m, stride_dos, seqlen, HEAD_DIM, BLOCK_D,
+                                     D_CHUNK, True)
+        else:
+            dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
         ds_t = p_t * (dp_t - delta[None, :])
         q_c = _contraction_operand(q, q_base, qt_base, offs_m, stride_qs, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
                                    D_SPLIT, TRANSPOSED)
@@ -458,7 +503,7 @@ def _attn_bwd_dkdv_kernel(
     n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
-    TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr,
+    TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
@@ -476,10 +521,10 @@ def _attn_bwd_dkdv_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     offs_do = part * (BLOCK_D // D_SPLIT) + tl.arange(0, BLOCK_D // D_SPLIT)
     # Key rows past the sequence read as zero; the dK/dV rows they produce are masked off at the store.
-    k = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n, stride_ks,
-                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
-    v = _load_tile(_tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs), offs_n, stride_vs,
-                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
+    v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
+    k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     # ATOMIC_DQ: the K columns of this program's dQ share (all of K unless D_SPLIT).
     if ATOMIC_DQ and D_SPLIT > 1:
         k_dq = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n,
@@ -508,10 +553,10 @@ def _attn_bwd_dkdv_kernel(
         else:
             qt_base = q_base
             dot_base = do_base
-        dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base,
-                              stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
-                              qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED,
-                              ATOMIC_DQ, DQ_TRANSPOSED)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, dot_base, lse_base,
+                              delta_base, dqa_base, stride_ks, stride_vs, stride_qs, stride_dos, stride_t, stride_dqas,
+                              offs_n, offs_d, offs_do, lo, seqlen, qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M,
+                              IS_CAUSAL, D_SPLIT, TRANSPOSED, ATOMIC_DQ, DQ_TRANSPOSED, D_CHUNK)
     _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
                 offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
@@ -519,22 +564,36 @@ def _attn_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, offs_do,
-               lo, hi, seqlen, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr):
+def _dq_blocks(dq, q, do, lse2, delta, q_base, do_base, k_base, v_base, kt_base, stride_qs, stride_dos, stride_ks,
+               stride_vs, stride_t, offs_m, offs_d, offs_do, lo, hi, seqlen, qk_scale, HEAD_DIM: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+               D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        if D_CHUNK < BLOCK_D:
+            # Q and dO are re-read chunk by chunk every key step (cache hits) instead of staying resident.
+            s = _scores_by_chunks(q_base, offs_m, stride_qs, k_base, offs_n, stride_ks, seqlen, HEAD_DIM, BLOCK_D,
+                                  D_CHUNK, MASKED)
+            k = _load_tile(k_base, offs_n, stride_ks, offs_do, seqlen, HEAD_DIM, BLOCK_D, MASKED)
+        else:
+            k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
+            v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, MASKED)
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
         p = tl.math.exp2(s * qk_scale - lse2[:, None])
         if MASKED:
             p = tl.where(_valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL), p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+        if D_CHUNK < BLOCK_D:
+            dp = _scores_by_chunks(do_base, offs_m, stride_dos, v_base, offs_n, stride_vs, seqlen, HEAD_DIM, BLOCK_D,
+                                   D_CHUNK, MASKED)
+        else:
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
         ds = p * (dp - delta[:, None])
-        k_c = _contraction_operand(k, k_base, kt_base, offs_n, stride_ks, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
-                                   D_SPLIT, TRANSPOSED)
+        if D_CHUNK < BLOCK_D and not TRANSPOSED:
+            k_c = k  # already this program's columns
+        else:
+            k_c = _contraction_operand(k, k_base, kt_base, offs_n, stride_ks, stride_t, offs_do, seqlen, HEAD_DIM,
+                                       BLOCK_D, D_SPLIT, TRANSPOSED)
         dq = tl.dot(ds.to(k.dtype), k_c, dq, input_precision="ieee")
     return dq
 
@@ -548,7 +607,7 @@ def _attn_bwd_dq_kernel(
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
-    TRANSPOSED: tl.constexpr,
+    TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     part = pid % D_SPLIT
@@ -562,10 +621,14 @@ def _attn_bwd_dq_kernel(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_do = part * (BLOCK_D // D_SPLIT) + tl.arange(0, BLOCK_D // D_SPLIT)
-    q = _load_tile(_tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs), offs_m, stride_qs,
-                   offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
-    do = _load_tile(_tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos), offs_m, stride_dos,
-                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    q_base = _tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs)
+    do_base = _tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos)
+    if D_CHUNK < BLOCK_D:
+        q = q_base  # unused: the chunked key loop reads Q and dO itself
+        do = do_base
+    else:
+        q = _load_tile(q_base, offs_m, stride_qs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+        do = _load_tile(do_base, offs_m, stride_dos, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     stat = b_mem * stride_lb + h * stride_lh + seq_start + offs_m
     lse2 = tl.load(lse_ptr + stat, mask=offs_m < seqlen, other=0.0)
     delta = tl.load(delta_ptr + stat, mask=offs_m < seqlen, other=0.0)
@@ -574,12 +637,12 @@ def _attn_bwd_dq_kernel(
     kt_base = kt_ptr + b_mem * stride_tb + kvh * stride_th + seq_start if TRANSPOSED else k_base
     dq = tl.zeros((BLOCK_M, BLOCK_D // D_SPLIT), tl.float32)
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d,
-                    offs_do, 0, full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, D_SPLIT,
-                    TRANSPOSED)
-    dq = _dq_blocks(dq, q, do, lse2, delta, k_base, v_base, kt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d,
-                    offs_do, full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, D_SPLIT,
-                    TRANSPOSED)
+    dq = _dq_blocks(dq, q, do, lse2, delta, q_base, do_base, k_base, v_base, kt_base, stride_qs, stride_dos, stride_ks,
+                    stride_vs, stride_t, offs_m, offs_d, offs_do, 0, full_end, seqlen, qk_scale, HEAD_DIM, BLOCK_D,
+                    BLOCK_N, False, IS_CAUSAL, D_SPLIT, TRANSPOSED, D_CHUNK)
+    dq = _dq_blocks(dq, q, do, lse2, delta, q_base, do_base, k_base, v_base, kt_base, stride_qs, stride_dos, stride_ks,
+                    stride_vs, stride_t, offs_m, offs_d, offs_do, full_end, hi, seqlen, qk_scale, HEAD_DIM, BLOCK_D,
+                    BLOCK_N, True, IS_CAUSAL, D_SPLIT, TRANSPOSED, D_CHUNK)
     dq_base = _tile_base(dq_ptr, b_mem, h, seq_start, stride_dqb, stride_dqh, stride_dqs)
     _store_tile(dq_base, offs_m, stride_dqs, offs_do, seqlen, dq * sm_scale, HEAD_DIM)
 
@@ -624,6 +687,7 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
     cfg = config or attention_config("fwd", D, q.dtype, arch)
+    block_d = padded_head_dim(D)
     o = torch.empty_like(q)
     lse2 = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
     n_batch, seqlen, longest = _layout(q, cu_seqlens, max_seqlen)
@@ -643,13 +707,19 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
         stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(vt),
         n_heads=H, group_size=H // k.shape[1], seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E,
-        constexprs=dict(HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                         IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
                         USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None,
-                        PIPELINE=use_tma and cfg.pipeline_qk and not cfg.warp_specialize),
+                        PIPELINE=use_tma and cfg.pipeline_qk and not cfg.warp_specialize,
+                        D_CHUNK=block_d if use_tma else _d_chunk(cfg, block_d)),
         options=cfg.options(arch),
     )
     return o, lse2
+
+
+def _d_chunk(cfg: AttentionConfig, block_d: int) -> int:
+    """The head-dim columns per chunk of the score products; block_d (no chunking) unless the entry sets d_chunk."""
+    return min(cfg.d_chunk, block_d) if cfg.d_chunk else block_d
 
 
 def _transposed(t: torch.Tensor) -> torch.Tensor:
@@ -722,7 +792,8 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
                         VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
-                        ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg)),
+                        ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg),
+                        D_CHUNK=_d_chunk(cfg, block_d)),
         options=cfg.options(arch),
     )
     if dq_acc is not None:
@@ -744,7 +815,8 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         n_heads=H, group_size=H // H_kv, seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed),
+                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
+                        D_CHUNK=_d_chunk(cfg, block_d)),
         options=cfg.options(arch),
     )
     return dq, dk, dv

@@ -42,7 +42,11 @@ class AttentionConfig:
     each recomputing the scores (head_dim 256: a full-width accumulator does not fit the registers with
     tiles wide enough for wgmma/tcgen05).
     transposed: backward only: read the operands contracted over the sequence (Q and dO for dK/dV, K for dQ)
-    from [B, H, head_dim, S] copies made by the launcher (AMD: no 16-bit LDS reads of transposed tiles)."""
+    from [B, H, head_dim, S] copies made by the launcher (AMD: no 16-bit LDS reads of transposed tiles).
+    d_chunk: contract the score products (QK^T, and dO V^T backward) over head-dim chunks of this many columns,
+    reading both operands chunk by chunk inside the key loop instead of holding the program's resident tiles at
+    full width (0: whole head dim). Set only by the amd-rdna table: RDNA3's WMMA keeps operands replicated over
+    the two half-waves, and the full-width resident tiles alone fill the 256 VGPRs of a lane."""
 
     BLOCK_M: int
     BLOCK_N: int
@@ -56,6 +60,7 @@ class AttentionConfig:
     pipeline_qk: bool = False
     d_split: int = 1
     transposed: bool = False
+    d_chunk: int = 0
 
     def options(self, arch: Arch) -> dict:
         """Launch options for `arch`: AMD extras only on AMD targets."""
@@ -211,44 +216,40 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
     },
     "amd-rdna": {
         # gfx1100 wave32 WMMA keeps both operands replicated across the two half-waves, so register
-        # pressure grows with head_dim much faster than on CDNA. Where a row still spills, no launch option
-        # removes it: the operands the kernel keeps whole across its key loop already fill the 256 VGPRs a
-        # wave32 lane can address. dQ at d128 holds Q and dO (its resident rows) and K and V (each step's
-        # keys), four 16 x 128 bf16 tiles = 4 x 32 VGPRs, doubled by the half-wave replication = 256 before
-        # the accumulator; forward d256 holds Q and K at 16 x 256 (2 x 128). Swept on gfx1100 (bf16, Triton
-        # 3.9, December 2026): dQ d128 over 14 shapes (BLOCK_M 16-64 x BLOCK_N 16, 1-8 waves, d_split 1-4,
-        # transposed K): 360-492 B spilled per lane, never 0; forward d256 over 7 (16-32 x 16-32, 2-8 waves,
-        # V^T): 644-2024 B; dK/dV d256 over 5 (d_split 2-4, Q^T/dO^T): 504-1108 B; dQ d256 over 5
-        # (d_split 2-4): 2660-3504 B. Zero spills there needs the kernel to contract the head dim in
-        # chunks (S = sum over 64-column slices of Q K^T, re-reading the slices from L1/LDS each key step),
-        # a change to kernels/attention.py. Below, the defaults are unchanged; the least-spilling shapes
-        # follow them as candidates (each costs recomputation or occupancy: to be timed on a GPU).
+        # pressure grows with head_dim much faster than on CDNA: the operands a kernel keeps whole across its
+        # loop (Q and dO in dQ, Q forward, K and V in dK/dV), four 16 x 128 bf16 tiles at dQ d128 = 4 x 32
+        # VGPRs, doubled by the replication, fill the 256 VGPRs of a lane before the accumulator. A sweep of
+        # 35 tile/warp/d_split/transposed shapes (Triton 3.9, December 2026) found no spill-free one at dQ
+        # d128 (360-492 B per lane), forward d256 (500-2024 B), dK/dV d256 (504-1396 B), dQ d256
+        # (2660-3504 B). d_chunk removes those resident tiles: the score products contract the head dim in
+        # 64-column chunks read inside the loop (the kept tile's chunks re-read from cache every step: one
+        # extra BLOCK x D read per step, no extra matrix work), and every row compiles with 0 spill.
+        # VGPR figures: gfx1100, bf16, the bench shapes (wavefront inspect --op attention --targets gfx1100).
         "fwd": {
             64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
             128: (_T(64, 16, 8, 1, "d128: 64x16, 8 waves: 219 VGPRs, 0 spill; 64x32 spills"),),
-            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 540 B spilled per lane at the bench shape (776 B at "
-                                   "the test shape), occupancy 5 waves/SIMD; Q and K at full width fill the VGPRs "
-                                   "(above)"),
-                  _T(16, 16, 8, 1, "d256: 8 waves, the least spilling of 8 shapes tried (500 B at the bench "
-                                   "shape, 644 B at the test shape) but 4 waves/SIMD: untimed, so second")),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, QK^T in 64-column chunks (Q re-read each key block): "
+                                   "143 VGPRs, 0 spill (full width spilled 540 B at this tile, 500 B at the best "
+                                   "of 8 shapes)", d_chunk=64),),
         },
         "bwd_dkdv": {
             64: (_T(16, 32, 4, 1, "16x32, 4 waves: 189 VGPRs, 0 spill; 32x32 spills"),),
-            128: (_T(16, 32, 4, 1, "d128: dK/dV columns split over two programs (d_split 2, S and dP recomputed): "
-                                   "253 VGPRs, 0 spill (full width spilled 228 B per lane)", d_split=2),),
-            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 1396 B spilled per lane; the alternative below spills "
-                                   "504 B but recomputes S and dP 4 times and copies Q, dO: untimed, so second"),
-                  _T(16, 16, 4, 1, "d256: d_split 4 with Q^T/dO^T copies: 504 B spilled, the least of 6 shapes tried",
-                     d_split=4, transposed=True)),
+            128: (_T(16, 32, 4, 1, "d128: S^T and dP^T in 64-column chunks (K, V re-read each query step), full-width "
+                                   "dK/dV: 209-212 VGPRs, 0 spill, S and dP computed once (was d_split 2, S and dP "
+                                   "recomputed per half of the columns: 242-253 VGPRs, 0 spill); untimed against it",
+                     d_chunk=64),),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, S^T and dP^T in 64-column chunks: 225 VGPRs, 0 spill "
+                                   "(full width spilled 1272 B; d_split 4 with Q^T/dO^T copies 504 B)", d_chunk=64),),
         },
         "bwd_dq": {
             64: (_T(64, 16, 4, 1, "64x16, 4 waves: 230 VGPRs, 0 spill"),),
-            128: (_T(32, 16, 8, 1, "d128: 32x16, 8 waves: 440 B spilled per lane; the least of 15 shapes tried "
-                                   "(d_split 2: 360 B) doubles the S/dP work for 18% less spill: untimed, so second"),
-                  _T(32, 16, 8, 1, "d128: d_split 2: 360 B spilled per lane", d_split=2)),
-            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves: 3332 B spilled per lane; d_split 4 at 32x16x8 (2660 B) "
-                                   "quadruples the S/dP work: untimed, so second"),
-                  _T(32, 16, 8, 1, "d256: d_split 4: 2660 B spilled per lane", d_split=4)),
+            128: (_T(32, 16, 8, 1, "d128: 32x16, 8 waves, S and dP in 64-column chunks (Q, dO re-read each key "
+                                   "step): 140-142 VGPRs, 0 spill (full width spilled 404-436 B; with a K^T copy "
+                                   "about the same VGPRs and 48 narrow LDS ops instead of 112)", d_chunk=64),),
+            256: (_T(16, 16, 4, 1, "d256: 16x16, 4 waves, S and dP in 64-column chunks: 195 VGPRs, 0 spill (full "
+                                   "width spilled 1988 B)", d_chunk=64),
+                  _T(32, 16, 8, 1, "d256: 32 query rows (half the K/V reads per row): 200 VGPRs, 0 spill, 48 narrow "
+                                   "LDS ops; untimed, so second", d_chunk=64)),
         },
     },
     "cpu": {
