@@ -1,0 +1,205 @@
+"""Worker for tests/parallel/test_expert_parallel.py, run under torchrun (gloo, CPU, Triton interpreter).
+
+Checks, each rank holding half of the tokens and half of the experts:
+- layer: one wavefront.nn.MoE (4 experts, top-2) in float32 with expert parallelism against the same layer in
+  float64 on all tokens in one process; output, input gradient, router and expert weight gradients under the
+  accuracy rule (eager = plain-PyTorch MoE in float32).
+- train: a one-layer Mixtral (transformers, patched MoE, 4 experts, top-2) trained a few AdamW steps with EP
+  (dense gradients averaged by all-reduce) against one process on the global batch: loss per step and the final
+  weights (full state dict, all-gathered experts) within Tolerance.bound of an unpatched float32 run's error vs
+  float64; plus a state_dict round trip (full checkpoint loads back into the EP model and into a full model).
+- fsdp: the same training with FSDP2 fully_shard over the non-expert parameters (same 2 ranks).
+Rank 0 writes the results as JSON to argv[1]."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import wavefront
+from wavefront.nn import MoE
+from wavefront.ops._spec import Tolerance
+from wavefront.parallel import ExpertParallelExperts, expert_parallel
+
+STEPS, BATCH, SEQ, LR = 4, 2, 4, 3e-2
+
+
+def _err(a, b) -> float:
+    return float((a.double() - b.double()).abs().max())
+
+
+def _check(name: str, ours, ref, eager, dtype) -> dict:
+    eager_err = _err(eager, ref)
+    return {"name": name, "ours_err": _err(ours, ref), "eager_err": eager_err,
+            "bound": Tolerance().bound(eager_err, float(ref.abs().max()), dtype),
+            "finite": bool(torch.isfinite(ours).all()), "shape_ok": tuple(ours.shape) == tuple(ref.shape)}
+
+
+def _eager_moe(layer: MoE, x: torch.Tensor) -> torch.Tensor:
+    """What plain PyTorch MoE code computes: softmax, top-k, renormalize, one F.linear pair per expert."""
+    probs = torch.softmax(F.linear(x, layer.gate.weight), -1)
+    w, idx = probs.topk(layer.top_k, -1)
+    w = w / w.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(layer.num_experts):
+        tok, slot = (idx == e).nonzero(as_tuple=True)
+        gate, up = F.linear(x[tok], layer.experts.gate_up_proj[e]).chunk(2, -1)
+        out = out.index_add(0, tok, w[tok, slot, None] * F.linear(F.silu(gate) * up, layer.experts.down_proj[e]))
+    return out
+
+
+def _gather_rows(t: torch.Tensor) -> torch.Tensor:
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def _layer_checks(rank: int, world: int) -> list[dict]:
+    gen = torch.Generator().manual_seed(7)
+    n_tok, hidden = 6 * world, 16
+    torch.manual_seed(0)
+    base = MoE(hidden, 8, 4, 2, dtype=torch.float64)
+    x64 = torch.randn(n_tok, hidden, generator=gen, dtype=torch.float64)
+    dy64 = torch.randn(n_tok, hidden, generator=gen, dtype=torch.float64)
+
+    def run(layer, x, dy, fn=None):
+        x = x.detach().clone().requires_grad_()
+        y = layer(x) if fn is None else fn(layer, x)
+        (y * dy.to(y.dtype)).sum().backward()
+        return {"out": y.detach(), "dx": x.grad, "d_router": layer.gate.weight.grad,
+                "d_gate_up": layer.experts.gate_up_proj.grad, "d_down": layer.experts.down_proj.grad}
+
+    f32, ep = copy.deepcopy(base).float(), copy.deepcopy(base).float()
+    ref = run(base, x64, dy64)
+    eager = run(f32, x64.float(), dy64, _eager_moe)
+    paths = expert_parallel(ep, grad_scale=1.0)  # a sum loss: expert gradients are already the full sums
+    lo, hi = rank * 6, (rank + 1) * 6
+    mine = run(ep, x64[lo:hi].float(), dy64[lo:hi])
+    dense = mine["d_router"].clone()
+    dist.all_reduce(dense)
+    ours = {"out": _gather_rows(mine["out"]), "dx": _gather_rows(mine["dx"]), "d_router": dense,
+            "d_gate_up": _gather_rows(mine["d_gate_up"]), "d_down": _gather_rows(mine["d_down"])}
+    results = [_check(f"layer/{k}", ours[k], ref[k], eager[k], torch.float32) for k in ref]
+    results.append({"name": "layer/converted", "ok": paths == ["experts"]
+                    and isinstance(ep.experts, ExpertParallelExperts)
+                    and tuple(ep.experts.gate_up_proj.shape) == (2, 16, 16)})
+    return results
+
+
+def _mixtral(dtype, patched: bool):
+    import transformers
+
+    config = transformers.MixtralConfig(vocab_size=64, hidden_size=16, num_attention_heads=2, num_key_value_heads=1,
+                                        max_position_embeddings=64, tie_word_embeddings=False, intermediate_size=12,
+                                        num_hidden_layers=1, num_local_experts=4, num_experts_per_tok=2)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").to(dtype)
+    if patched:
+        wavefront.patch(model, rms_norm=False, layer_norm=False, rope=False, mlp=False, loss=False, moe=True)
+    return model
+
+
+def _batches(world: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    return [torch.randint(0, 64, (BATCH * world, SEQ), generator=gen) for _ in range(STEPS)]
+
+
+def _train(model, batches, rank: int | None, world: int, fsdp: bool = False) -> list[float]:
+    """rank None: one process on the whole batch. Else this rank's half; the global loss is the ranks' mean."""
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    losses = []
+    for ids in batches:
+        if rank is not None:
+            ids = ids[rank * BATCH:(rank + 1) * BATCH]
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if rank is not None and not fsdp:
+            for name, p in model.named_parameters():
+                if p.grad is not None and "experts." not in name:
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        value = loss.detach().double()
+        if rank is not None:
+            dist.all_reduce(value)
+            value /= world
+        losses.append(float(value))
+    return losses
+
+
+def _train_checks(rank: int, world: int) -> list[dict]:
+    batches = _batches(world)
+    ref_model, eager_model = _mixtral(torch.float64, False), _mixtral(torch.float32, False)
+    ref, eager = _train(ref_model, batches, None, world), _train(eager_model, batches, None, world)
+    results = []
+
+    def compare(prefix: str, losses, state) -> None:
+        for step, (o, r, e) in enumerate(zip(losses, ref, eager, strict=True)):
+            results.append(_check(f"{prefix}/loss{step}", torch.tensor(o), torch.tensor(r), torch.tensor(e),
+                                  torch.float32))
+        ref_sd, eager_sd = ref_model.state_dict(), eager_model.state_dict()
+        for key in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj",
+                    "model.layers.0.mlp.gate.weight", "lm_head.weight"):
+            results.append(_check(f"{prefix}/{key}", state[key], ref_sd[key], eager_sd[key], torch.float32))
+
+    # EP2 with all-reduced dense gradients.
+    model = _mixtral(torch.float32, True)
+    expert_parallel(model)
+    losses = _train(model, batches, rank, world)
+    state = model.state_dict()
+    compare("train", losses, state)
+    # Round trip: the full checkpoint loads into a full (unsharded) model and back into a fresh EP model.
+    full = _mixtral(torch.float32, False)
+    full.load_state_dict(state)
+    again = _mixtral(torch.float32, True)
+    expert_parallel(again)
+    again.load_state_dict(state)
+    experts = again.model.layers[0].mlp.experts
+    lo, hi = experts.local_range
+    results.append({"name": "train/state_dict_roundtrip", "ok": bool(
+        torch.equal(full.model.layers[0].mlp.experts.gate_up_proj, state["model.layers.0.mlp.experts.gate_up_proj"])
+        and torch.equal(experts.gate_up_proj, state["model.layers.0.mlp.experts.gate_up_proj"][lo:hi])
+        and torch.equal(experts.down_proj, model.model.layers[0].mlp.experts.down_proj)
+        and tuple(state["model.layers.0.mlp.experts.down_proj"].shape) == (4, 16, 12))})
+
+    # EP2 x FSDP2: fully_shard over the dense parameters of the same ranks; experts ignored (expert-parallel).
+    from torch.distributed.fsdp import fully_shard
+
+    model = _mixtral(torch.float32, True)
+    expert_parallel(model)
+    expert_params = {p for n, p in model.named_parameters() if "experts." in n}
+    for layer in model.model.layers:
+        fully_shard(layer, ignored_params=expert_params)
+    fully_shard(model, ignored_params=expert_params)
+    losses = _train(model, batches, rank, world, fsdp=True)
+    state = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+    compare("fsdp", losses, state)
+    return results
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else ["layer", "train"]
+    results = []
+    if "layer" in wanted:
+        results += _layer_checks(rank, world)
+    if "train" in wanted:
+        results += _train_checks(rank, world)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, results)
+    if rank == 0:
+        with open(sys.argv[1], "w") as f:
+            json.dump({"world": world, "ranks": gathered}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
