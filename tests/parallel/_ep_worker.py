@@ -6,8 +6,9 @@ Checks, each rank holding half of the tokens and half of the experts:
   accuracy rule (eager = plain-PyTorch MoE in float32).
 - train: a one-layer Mixtral (transformers, patched MoE, 4 experts, top-2) trained a few AdamW steps with EP
   (dense gradients averaged by all-reduce) against one process on the global batch: loss per step and the final
-  weights (full state dict, all-gathered experts) within Tolerance.bound of an unpatched float32 run's error vs
-  float64; plus a state_dict round trip (full checkpoint loads back into the EP model and into a full model).
+  weights (full state dict, all-gathered experts) against float64 within twice the unpatched float32 runs'
+  envelope (the convergence proof's derived tolerance); plus a state_dict round trip (the full checkpoint loads
+  into a full model and back into a fresh EP model).
 - fsdp: the same training with FSDP2 fully_shard over the non-expert parameters (same 2 ranks).
 Rank 0 writes the results as JSON to argv[1]."""
 
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 import wavefront
 from wavefront.nn import MoE
 from wavefront.ops._spec import Tolerance
-from wavefront.parallel import ExpertParallelExperts, expert_parallel
+from wavefront.parallel import ExpertParallelExperts, expert_parallel, expert_parameters
 
 STEPS, BATCH, SEQ, LR = 4, 2, 4, 3e-2
 
@@ -119,6 +120,7 @@ def _batches(world: int) -> list[torch.Tensor]:
 
 def _train(model, batches, rank: int | None, world: int, fsdp: bool = False) -> list[float]:
     """rank None: one process on the whole batch. Else this rank's half; the global loss is the ranks' mean."""
+    experts = expert_parameters(model)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     losses = []
     for ids in batches:
@@ -127,8 +129,8 @@ def _train(model, batches, rank: int | None, world: int, fsdp: bool = False) -> 
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         if rank is not None and not fsdp:
-            for name, p in model.named_parameters():
-                if p.grad is not None and "experts." not in name:
+            for p in model.parameters():
+                if p.grad is not None and p not in experts:
                     dist.all_reduce(p.grad)
                     p.grad /= world
         opt.step()
@@ -206,7 +208,8 @@ def _train_checks(rank: int, world: int) -> list[dict]:
 
     model = _mixtral(torch.float32, True)
     expert_parallel(model)
-    expert_params = {p for n, p in model.named_parameters() if "experts." in n}
+    expert_params = expert_parameters(model)
+    assert len(expert_params) == 2 and all(p.shape[0] == 2 for p in expert_params)
     for layer in model.model.layers:
         fully_shard(layer, ignored_params=expert_params)
     fully_shard(model, ignored_params=expert_params)

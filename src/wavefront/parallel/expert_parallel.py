@@ -43,7 +43,7 @@ from wavefront import ops
 from wavefront.nn.moe import MoEExperts, expert_counts
 from wavefront.parallel.vocab_parallel import check_group
 
-__all__ = ["ExpertParallelExperts", "all_to_all_rows", "expert_parallel"]
+__all__ = ["ExpertParallelExperts", "all_to_all_rows", "expert_parallel", "expert_parameters"]
 
 _WEIGHTS = ("gate_up_proj", "down_proj")
 
@@ -217,3 +217,9 @@ def expert_parallel(model: nn.Module, group=None, *, grad_scale: float | None = 
         parent = model.get_submodule(parent_path) if parent_path else model
         setattr(parent, name, ExpertParallelExperts.from_experts(m, group, grad_scale=grad_scale))
     return [path for path, _ in found]
+
+
+def expert_parameters(model: nn.Module) -> set[nn.Parameter]:
+    """The expert-parallel Parameters of `model` (each rank's own slices): keep them out of the data-parallel
+    gradient reduction of the dense part, e.g. ``fully_shard(module, ignored_params=expert_parameters(model))``."""
+    return {p for m in model.modules() if isinstance(m, ExpertParallelExperts) for p in (m.gate_up_proj, m.down_proj)}
