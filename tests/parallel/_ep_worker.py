@@ -45,12 +45,15 @@ def _eager_moe(layer: MoE, x: torch.Tensor) -> torch.Tensor:
     """What plain PyTorch MoE code computes: softmax, top-k, renormalize, one F.linear pair per expert."""
     probs = torch.softmax(F.linear(x, layer.gate.weight), -1)
     w, idx = probs.topk(layer.top_k, -1)
-    w = w / w.sum(-1, keepdim=True)
+    return _eager_experts(layer.experts.gate_up_proj, layer.experts.down_proj, x, idx, w / w.sum(-1, keepdim=True))
+
+
+def _eager_experts(gate_up, down, x, idx, w):
     out = torch.zeros_like(x)
-    for e in range(layer.num_experts):
+    for e in range(gate_up.shape[0]):
         tok, slot = (idx == e).nonzero(as_tuple=True)
-        gate, up = F.linear(x[tok], layer.experts.gate_up_proj[e]).chunk(2, -1)
-        out = out.index_add(0, tok, w[tok, slot, None] * F.linear(F.silu(gate) * up, layer.experts.down_proj[e]))
+        gate, up = F.linear(x[tok], gate_up[e]).chunk(2, -1)
+        out = out.index_add(0, tok, w[tok, slot, None] * F.linear(F.silu(gate) * up, down[e]))
     return out
 
 
@@ -96,6 +99,39 @@ def _layer_checks(rank: int, world: int) -> list[dict]:
     results.append({"name": "layer/converted", "ok": paths == ["experts"]
                     and isinstance(ep.experts, ExpertParallelExperts)
                     and tuple(ep.experts.gate_up_proj.shape) == (2, 16, 16)})
+    results += _edge_checks(base, ep.experts, rank, world)
+    return results
+
+
+def _edge_checks(base: MoE, ep_experts: ExpertParallelExperts, rank: int, world: int) -> list[dict]:
+    """Every token routed to rank 0's experts (rank 1 receives no rows, sends all), and the argument errors."""
+    gen = torch.Generator().manual_seed(11)
+    ep_experts.zero_grad(set_to_none=True)
+    x64 = torch.randn(5 * world, 16, generator=gen, dtype=torch.float64)
+    idx = torch.randint(0, 2, (5 * world, 1), generator=gen) + torch.tensor([[0, 0]])
+    idx[:, 1] = 1 - idx[:, 0]
+    w64 = torch.rand(5 * world, 2, generator=gen, dtype=torch.float64)
+    ref = base.experts(x64, idx, w64)
+    lo, hi = rank * 5, (rank + 1) * 5
+    x = x64[lo:hi].float().requires_grad_()
+    out = ep_experts(x, idx[lo:hi], w64[lo:hi].float())
+    out.sum().backward()
+    with torch.no_grad():
+        eager = _eager_experts(base.experts.gate_up_proj.float(), base.experts.down_proj.float(), x64.float(), idx,
+                               w64.float())
+    got_grad = bool(ep_experts.gate_up_proj.grad.abs().sum() > 0)  # only rank 0's experts saw tokens
+    results = [_check("skewed/out", _gather_rows(out.detach()), ref, eager, torch.float32),
+               {"name": "skewed/backward", "ok": bool(torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0)
+                and got_grad == (rank == 0)}]
+    errors = []
+    for fn, match in ((lambda: expert_parallel(MoE(8, 4, 3, 2)), "3 experts, not divisible"),
+                      (lambda: expert_parallel(MoE(8, 4, 4, 2, pad_to=4)), "pad_to=4 is not supported")):
+        try:
+            fn()
+            errors.append(False)
+        except ValueError as e:
+            errors.append(match in str(e))
+    results.append({"name": "layer/errors", "ok": all(errors)})
     return results
 
 

@@ -15,7 +15,7 @@ from wavefront.parallel import ExpertParallelExperts, all_to_all_rows, expert_pa
 
 pytest.importorskip("transformers")
 
-LAYER = [f"layer/{k}" for k in ("out", "dx", "d_router", "d_gate_up", "d_down")]
+LAYER = [f"layer/{k}" for k in ("out", "dx", "d_router", "d_gate_up", "d_down")] + ["skewed/out"]
 KEYS = ["model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj",
         "model.layers.0.mlp.gate.weight", "model.layers.0.self_attn.q_proj.weight", "lm_head.weight"]
 TRAIN = [f"{run}/{what}" for run in ("train", "fsdp") for what in [f"loss{s}" for s in range(4)] + KEYS]
@@ -35,7 +35,8 @@ def test_two_ranks_match_one_process(two_ranks, name):
         assert r["ours_err"] <= r["bound"], (rank, r)
 
 
-@pytest.mark.parametrize("name", ["layer/converted", "layer/grad_scale", "train/state_dict_roundtrip"])
+@pytest.mark.parametrize("name", ["layer/converted", "layer/grad_scale", "layer/errors", "skewed/backward",
+                                  "train/state_dict_roundtrip"])
 def test_two_ranks_structure(two_ranks, name):
     assert all(r["ok"] for r in two_ranks[name].values()), two_ranks[name]
 
