@@ -10,6 +10,7 @@ Checks, each rank holding half of the tokens and half of the experts:
   envelope (the convergence proof's derived tolerance); plus a state_dict round trip (the full checkpoint loads
   into a full model and back into a fresh EP model).
 - fsdp: the same training with FSDP2 fully_shard over the non-expert parameters (same 2 ranks).
+- mesh (4 processes): a (dp 2, ep 2) mesh, FSDP2 over all 4 ranks for the dense part, experts averaged over dp.
 Rank 0 writes the results as JSON to argv[1]."""
 
 from __future__ import annotations
@@ -154,8 +155,9 @@ def _batches(world: int) -> list[torch.Tensor]:
     return [torch.randint(0, 64, (BATCH * world, SEQ), generator=gen) for _ in range(STEPS)]
 
 
-def _train(model, batches, rank: int | None, world: int, fsdp: bool = False) -> list[float]:
-    """rank None: one process on the whole batch. Else this rank's half; the global loss is the ranks' mean."""
+def _train(model, batches, rank: int | None, world: int, fsdp: bool = False, expert_dp=None) -> list[float]:
+    """rank None: one process on the whole batch. Else this rank's share; the global loss is the ranks' mean.
+    expert_dp: the group of ranks holding the same experts (2-D mesh): their expert gradients are averaged."""
     experts = expert_parameters(model)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     losses = []
@@ -169,6 +171,10 @@ def _train(model, batches, rank: int | None, world: int, fsdp: bool = False) -> 
                 if p.grad is not None and p not in experts:
                     dist.all_reduce(p.grad)
                     p.grad /= world
+        if expert_dp is not None:
+            for p in experts:
+                dist.all_reduce(p.grad, group=expert_dp)
+                p.grad /= dist.get_world_size(expert_dp)
         opt.step()
         opt.zero_grad(set_to_none=True)
         value = loss.detach().double()
@@ -188,7 +194,7 @@ def _nudge(model, seed: int) -> None:
             p.copy_(torch.nextafter(p, p + sign))
 
 
-def _train_checks(rank: int, world: int) -> list[dict]:
+def _train_checks(rank: int, world: int, mesh_2d: bool = False) -> list[dict]:
     """Tolerance as tests/patching/test_convergence.py derives it: the unpatched float32 runs (plus two whose
     initial weights moved by one ulp) give the envelope env of rounding-level drift around float64;
     ours passes at 2 * env (running max over steps for the loss) + 4 fp32 ulps of the value."""
@@ -219,6 +225,24 @@ def _train_checks(rank: int, world: int) -> list[dict]:
                             "finite": bool(torch.isfinite(state[key]).all()),
                             "shape_ok": tuple(state[key].shape) == tuple(ref_sd[key].shape)})
 
+    from torch.distributed.fsdp import fully_shard
+
+    if mesh_2d:
+        # 4 ranks as a (dp 2, ep 2) mesh: experts split over "ep" ({0, 1}, {2, 3}), their gradients averaged over
+        # "dp" ({0, 2}, {1, 3}); FSDP2 shards the dense parameters over all 4 ranks.
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "ep"))
+        model = _mixtral(torch.float32, True)
+        expert_parallel(model, mesh["ep"].get_group())
+        for layer in model.model.layers:
+            fully_shard(layer, ignored_params=expert_parameters(model))
+        fully_shard(model, ignored_params=expert_parameters(model))
+        losses = _train(model, batches, rank, world, fsdp=True, expert_dp=mesh["dp"].get_group())
+        state = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+        compare("mesh", losses, state)
+        return results
+
     # EP2 with all-reduced dense gradients.
     model = _mixtral(torch.float32, True)
     expert_parallel(model)
@@ -240,8 +264,6 @@ def _train_checks(rank: int, world: int) -> list[dict]:
         and tuple(state["model.layers.0.mlp.experts.down_proj"].shape) == (4, 16, 12))})
 
     # EP2 x FSDP2: fully_shard over the dense parameters of the same ranks; experts ignored (expert-parallel).
-    from torch.distributed.fsdp import fully_shard
-
     model = _mixtral(torch.float32, True)
     expert_parallel(model)
     expert_params = expert_parameters(model)
@@ -259,12 +281,14 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
-    wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else ["layer", "train"]
+    wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else ["layer", "train"] if world == 2 else ["mesh"]
     results = []
     if "layer" in wanted:
         results += _layer_checks(rank, world)
     if "train" in wanted:
         results += _train_checks(rank, world)
+    if "mesh" in wanted:
+        results += _train_checks(rank, world, mesh_2d=True)
     gathered = [None] * world
     dist.all_gather_object(gathered, results)
     if rank == 0:

@@ -1,14 +1,15 @@
 """Expert parallelism on 2 gloo processes, CPU, Triton interpreter (one torchrun for the module, _ep_worker.py):
 one MoE layer with its experts split over the ranks against float64 in one process (accuracy rule, forward and
 backward), a one-layer Mixtral trained 4 AdamW steps with EP2 and with EP2 x FSDP2 against one process (derived
-tolerance, as tests/patching/test_convergence.py), full-weight state dicts; plus single-process argument errors."""
+tolerance, as tests/patching/test_convergence.py), full-weight state dicts; plus single-process argument errors.
+Slow: 4 processes as a (dp 2, ep 2) mesh with FSDP2 over all of them."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.distributed as dist
-from _torchrun import by_name, run_worker_once
+from _torchrun import by_name, run_worker, run_worker_once
 
 from wavefront.nn import MoE
 from wavefront.parallel import ExpertParallelExperts, all_to_all_rows, expert_parallel
@@ -39,6 +40,18 @@ def test_two_ranks_match_one_process(two_ranks, name):
                                   "train/state_dict_roundtrip"])
 def test_two_ranks_structure(two_ranks, name):
     assert all(r["ok"] for r in two_ranks[name].values()), two_ranks[name]
+
+
+@pytest.mark.slow
+def test_ep_by_fsdp2_on_a_two_dimensional_mesh(tmp_path):
+    """4 ranks as (dp 2, ep 2): experts split over ep, their gradients averaged over dp, FSDP2 over all 4."""
+    checks = by_name(run_worker("_ep_worker.py", tmp_path, 4))
+    names = [f"mesh/loss{s}" for s in range(4)] + [f"mesh/{k}" for k in KEYS]
+    assert set(checks) == set(names)
+    for name in names:
+        assert set(checks[name]) == set(range(4))
+        for rank, r in checks[name].items():
+            assert r["shape_ok"] and r["finite"] and r["ours_err"] <= r["bound"], (name, rank, r)
 
 
 def test_expert_parallel_needs_a_process_group():
