@@ -28,7 +28,7 @@ from wavefront.nn import MoE
 from wavefront.ops._spec import Tolerance
 from wavefront.parallel import ExpertParallelExperts, expert_parallel, expert_parameters
 
-STEPS, BATCH, SEQ, LR = 4, 2, 4, 3e-2
+STEPS, BATCH, SEQ, LR = 3, 2, 4, 3e-2
 
 
 def _err(a, b) -> float:
