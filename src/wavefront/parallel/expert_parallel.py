@@ -112,7 +112,7 @@ class ExpertParallelExperts(MoEExperts):
         self.gate_up_proj = nn.Parameter(torch.empty(self.num_local_experts, 2 * intermediate_size, hidden_size, **kw))
         self.down_proj = nn.Parameter(torch.empty(self.num_local_experts, hidden_size, intermediate_size, **kw))
         self.tokens_per_expert = torch.zeros(num_experts, dtype=torch.int64, device=device)
-        self._register_state_dict_hook(_gather_full_experts)
+        self.register_state_dict_post_hook(_gather_full_experts)
         self.register_load_state_dict_pre_hook(_take_local_slice)
 
     @classmethod
