@@ -17,6 +17,15 @@ def test_readme_kernel_tour_runs():
     assert scope["y"].dtype == scope["x"].dtype
 
 
+def test_readme_moe_tour_runs():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    moe = next(b for b in blocks if "moe_router" in b)
+    scope: dict = {}
+    exec(compile(moe, str(README), "exec"), scope)
+    assert scope["out"].shape == scope["tokens"].shape and int(scope["counts"].sum()) == 16 * 2
+    assert sum(p.numel() for p in scope["moe"].parameters()) > 0
+
+
 def test_readme_names_only_existing_verbs():
     from wavefront.cli import build_app
 

@@ -87,6 +87,16 @@ ARCHS: dict[str, Arch] = {
 DEFAULT_TARGETS: tuple[str, ...] = ("sm_80", "sm_90", "sm_100", "gfx90a", "gfx942", "gfx1100")
 
 
+def compiles_fp8_e4m3(arch: Arch) -> bool:
+    """Whether Triton lowers OCP e4m3 (``fp8e4nv``) for `arch`: NVIDIA from sm_89 (Ada) on; Ampere has no
+    FP8 conversion instructions and Triton refuses the type there. AMD targets and the interpreter convert
+    it (natively on gfx942, in software elsewhere)."""
+    if arch.family != "nvidia":
+        return True
+    digits = "".join(c for c in arch.name.removeprefix("sm_") if c.isdigit())
+    return bool(digits) and int(digits) >= 89
+
+
 def get_arch(name: str) -> Arch:
     """The :class:`Arch` for a compile-target name; an unknown name lists the known ones."""
     try:

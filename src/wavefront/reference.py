@@ -421,6 +421,166 @@ def linear_eager(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 
 # ---------------------------------------------------------------------------------------------------
+# FP8: scaled quantization and the FP8 linear (wavefront.ops.quantize, wavefront.ops.linear_fp8).
+#
+# The quantization is defined on the fp32 grid every FP8 stack uses (torchao, TransformerEngine):
+# s = FP8_MAX / max(amax, EPS) in fp32, q = fp8_rne(clamp(fp32(x * s), +-FP8_MAX)). On float64 inputs
+# holding fp32/bf16/fp16 values the product is exact before its one rounding to fp32, so the result is
+# bit-identical to the kernel's; "exact" for the FP8 linear then means the float64 product of the
+# dequantized (q / s) operands.
+
+FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, "e4m3fnuz": torch.float8_e4m3fnuz,
+               "e5m2fnuz": torch.float8_e5m2fnuz}
+#: Scale granularity -> (rows, columns) of one scale group; 0 = the whole extent.
+FP8_SCALINGS = {"tensorwise": (0, 0), "rowwise": (1, 0), "block1x128": (1, 128), "block1x32": (1, 32),
+                "block128x128": (128, 128)}
+FP8_EPS = 1e-12
+
+
+def _fp8_group_amax(a: torch.Tensor, scaling: str) -> torch.Tensor:
+    """Max of `a` (>= 0, [M, N]) over each scale group; zero padding cannot raise a max."""
+    gm, gn = FP8_SCALINGS[scaling]
+    if scaling == "tensorwise":
+        return a.amax() if a.numel() else a.new_zeros(())
+    M, N = a.shape
+    gm, gn = gm or M, gn or N
+    pm, pn = (-M) % gm, (-N) % gn
+    if pm or pn:
+        a = torch.nn.functional.pad(a, (0, pn, 0, pm))
+    return a.view((M + pm) // gm, gm, (N + pn) // gn, gn).amax(dim=(1, 3))
+
+
+def fp8_expand_scale(scale: torch.Tensor, scaling: str, M: int, N: int) -> torch.Tensor:
+    """Scales broadcast to the [M, N] elements they scale."""
+    gm, gn = FP8_SCALINGS[scaling]
+    if scaling == "tensorwise":
+        return scale.reshape(1, 1).expand(M, N)
+    s = scale.reshape(-1, scale.shape[-1])
+    return s.repeat_interleave(gm or M, 0)[:M].repeat_interleave(gn or N, 1)[:, :N]
+
+
+def fp8_quantize(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "tensorwise",
+                 pow2_scale: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale) with x ~ q / scale; scale shapes: () tensorwise, [..., 1] rowwise, [..., cdiv(N, G)]
+    block1xG, [cdiv(M, 128), cdiv(N, 128)] block128x128 (2-D x only)."""
+    fmt = FP8_FORMATS[dtype]
+    fp8_max = torch.finfo(fmt).max
+    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    M, N = x2.shape
+    a = x2.detach().abs().to(torch.float64)
+    amax = _fp8_group_amax(torch.where(torch.isnan(a), 0.0, a), scaling).to(torch.float32)  # NaN-ignoring
+    scale = torch.full_like(amax, fp8_max) / amax.clamp_min(FP8_EPS)
+    if pow2_scale:
+        scale = (scale.view(torch.int32) & -8388608).view(torch.float32)  # 0xFF800000: keep sign and exponent
+    prod = (x2.detach().to(torch.float64) * fp8_expand_scale(scale, scaling, M, N).to(torch.float64)).float()
+    q = prod.clamp(-fp8_max, fp8_max).to(fmt).view(x.shape)
+    if scaling in ("rowwise", "block1x128", "block1x32"):
+        scale = scale.view(*x.shape[:-1], scale.shape[-1])
+    return q, scale
+
+
+def fp8_quantize_eager(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "tensorwise",
+                       pow2_scale: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unfused PyTorch quantization a user writes (torchao's eager casts): |x| and its amax in x's
+    dtype, the scale and the product in fp32, the clamp, the cast; each a kernel and a pass over memory.
+    The same values as :func:`fp8_quantize` (the traffic tool's baseline for the fused kernel)."""
+    fmt = FP8_FORMATS[dtype]
+    fp8_max = torch.finfo(fmt).max
+    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    amax = _fp8_group_amax(x2.abs(), scaling).float()
+    # tensor / tensor: one correctly rounded division (scalar / tensor is reciprocal-then-multiply in
+    # PyTorch, off by an ulp at times, which torchao's scales inherit).
+    scale = torch.full_like(amax, fp8_max) / amax.clamp_min(FP8_EPS)
+    if pow2_scale:
+        scale = (scale.view(torch.int32) & -8388608).view(torch.float32)
+    M, N = x2.shape
+    gm, gn = FP8_SCALINGS[scaling]
+    gm, gn = gm or M, gn or N
+    if M % gm == 0 and N % gn == 0:  # broadcast the scales over a blocked view, as a user would
+        prod = x2.view(M // gm, gm, N // gn, gn).float() * scale.reshape(M // gm, 1, N // gn, 1)
+    else:
+        prod = x2.float() * fp8_expand_scale(scale, scaling, M, N)
+    q = prod.clamp(-fp8_max, fp8_max).to(fmt).view(x.shape)
+    if scaling in ("rowwise", "block1x128", "block1x32"):
+        scale = scale.view(*x.shape[:-1], scale.shape[-1])
+    return q, scale
+
+
+def fp8_dequantize(q: torch.Tensor, scale: torch.Tensor, scaling: str, dtype: torch.dtype = torch.float64):
+    """q / scale in `dtype` (q of any leading dims; block128x128 2-D)."""
+    q2 = q.reshape(-1, q.shape[-1])
+    s = fp8_expand_scale(scale, scaling, *q2.shape)
+    return (q2.to(dtype) / s.to(dtype)).view(q.shape)
+
+
+# Recipe -> (activation and gradient scaling, weight scaling, gradient format, power-of-two scales).
+# tensorwise: torchao's default float8 recipe (e4m3 forward, e5m2 gradients); rowwise: torchao's rowwise
+# recipe (axiswise scales rounded to powers of two, e4m3 everywhere); blockwise: DeepSeek-V3 (1x128
+# activation and gradient tiles, 128x128 weight blocks, e4m3 everywhere); mxfp8: OCP MX (1x32 blocks
+# along the reduction dim with power-of-two scales, e4m3).
+FP8_RECIPES = {
+    "tensorwise": ("tensorwise", "tensorwise", "e5m2", False),
+    "rowwise": ("rowwise", "rowwise", "e4m3", True),
+    "blockwise": ("block1x128", "block128x128", "e4m3", False),
+    "mxfp8": ("block1x32", "block1x32", "e4m3", True),
+}
+
+
+def fp8_recipe_operand(recipe: str, role: str, fnuz: bool = False) -> tuple[str, str, bool]:
+    """(format, scaling, pow2_scale) of a GEMM operand in `recipe` for `role` ("act", "weight", "grad");
+    fnuz: the FNUZ formats (AMD MI300: gfx942's matrix units take only those)."""
+    act, weight, grad_dtype, pow2 = FP8_RECIPES[recipe]
+    fmt = grad_dtype if role == "grad" else "e4m3"
+    return fmt + ("fnuz" if fnuz else ""), weight if role == "weight" else act, pow2
+
+
+def fp8_gemm_operand(t: torch.Tensor, recipe: str, role: str, fnuz: bool = False) -> torch.Tensor:
+    """A GEMM operand [rows, reduction] dequantized the way `recipe` quantizes it for `role`, in fp32 (or
+    fp64 for fp64 t)."""
+    fmt, scaling, pow2 = fp8_recipe_operand(recipe, role, fnuz)
+    q, s = fp8_quantize(t, dtype=fmt, scaling=scaling, pow2_scale=pow2)
+    return fp8_dequantize(q, s, scaling, torch.float64 if t.dtype == torch.float64 else torch.float32)
+
+
+class _Fp8LinearReference(torch.autograd.Function):
+    """The three products of an FP8 linear on dequantized operands, each quantized along its reduction dim:
+    y = Qa(x) Qw(W)^T + b + r, dx = Qg(dy) Qw(W^T)^T, dW = Qg(dy^T) Qa(x^T)^T, db = sum dy, dr = dy."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, recipe, fnuz):
+        ctx.save_for_backward(x, weight)
+        ctx.recipe, ctx.fnuz, ctx.has_bias = recipe, fnuz, bias is not None
+        y = fp8_gemm_operand(x, recipe, "act", fnuz) @ fp8_gemm_operand(weight, recipe, "weight", fnuz).T
+        if bias is not None:
+            y = y + bias.to(y.dtype)
+        if residual is not None:
+            y = y + residual.to(y.dtype)
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        r, f = ctx.recipe, ctx.fnuz
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = (fp8_gemm_operand(dy, r, "grad", f) @ fp8_gemm_operand(weight.t(), r, "weight", f).T).to(x.dtype)
+        if ctx.needs_input_grad[1]:
+            dw = (fp8_gemm_operand(dy.t(), r, "grad", f) @ fp8_gemm_operand(x.t(), r, "act", f).T).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy.to(torch.float64 if dy.dtype == torch.float64 else torch.float32).sum(0).to(dy.dtype)
+        return dx, dw, db, dy if ctx.needs_input_grad[3] else None, None, None
+
+
+def linear_fp8(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+               residual: torch.Tensor | None = None, recipe: str = "rowwise", fnuz: bool = False) -> torch.Tensor:
+    """The FP8 linear on dequantized operands: in float64 for float64 inputs (the reference), otherwise
+    dequantized to fp32, multiplied in fp32 and rounded to x's dtype (torchao's "emulate" mode: the eager
+    baseline of the accuracy rule)."""
+    res = None if residual is None else residual.reshape(-1, weight.shape[0])
+    y = _Fp8LinearReference.apply(x.reshape(-1, x.shape[-1]), weight, bias, res, recipe, fnuz)
+    return y.view(*x.shape[:-1], weight.shape[0])
+
+
 # Vocabulary- and context-parallel pieces (wavefront.parallel): the kernels' contracts in plain PyTorch,
 # the cpu-reference fallback and the float64 path. Per-shard only: nothing here communicates.
 

@@ -146,6 +146,22 @@ def test_forward_paths_under_the_interpreter(tma, warp_specialize):
     assert torch.isfinite(lse2).all()
 
 
+def test_pipelined_forward_equals_the_one_loop_forward():
+    """The hand-pipelined key loop (QK^T of block j+1 before the softmax of block j; sm_90's second
+    candidate) computes the same products in the same order as the warp-specialized one loop: bit for bit,
+    on packed causal sequences with a padded head dim, and with lse2."""
+    cpu = runtime.get_arch("cpu")
+    cfg = dataclasses.replace(attention_config("fwd", 48, torch.bfloat16, cpu), BLOCK_M=16, BLOCK_N=16)
+    q, k, v = _qkv(1, 4, 2, 62, 48)
+    cu = torch.tensor([0, 37, 42, 62], dtype=torch.int32)
+    args = (q, k, v, True, 48 ** -0.5, cu, 37)
+    with recording() as launches:
+        piped = kernels.attention_fwd(*args, arch=cpu, config=dataclasses.replace(cfg, pipeline_qk=True), tma=True)
+    assert launches[0].constexprs["PIPELINE"] and not launches[0].constexprs["WARP_SPECIALIZE"]
+    one_loop = kernels.attention_fwd(*args, arch=cpu, config=dataclasses.replace(cfg, warp_specialize=True), tma=True)
+    assert torch.equal(piped[0], one_loop[0]) and torch.equal(piped[1], one_loop[1])
+
+
 @pytest.mark.parametrize(("d_split", "transposed"), [(1, True), (2, False), (4, True)])
 def test_backward_operand_layouts_under_the_interpreter(d_split, transposed):
     """The dK/dV and dQ accumulators split over programs by head-dim columns (sm_90/sm_100 at head_dim 256)

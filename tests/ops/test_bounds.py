@@ -16,6 +16,11 @@ from wavefront.ops import REGISTRY
 
 PAD = 257  # elements on each side; odd so padded views start unaligned as well
 SENTINEL = 7777.0
+SENTINEL_FP8 = 224.0  # 7777 overflows the FP8 formats (e4m3fnuz's max is 240); 224 is exact in all four
+
+
+def _sentinel(dtype: torch.dtype) -> float:
+    return SENTINEL_FP8 if dtype.itemsize == 1 else SENTINEL
 
 
 def _nan_padded(t: torch.Tensor) -> torch.Tensor:
@@ -40,7 +45,7 @@ class _CanaryAllocations:
             t = original(*args, **kwargs)
             if not t.is_floating_point() or t.numel() == 0 or t.device.type != "cpu":
                 return t
-            buf = torch.full((t.numel() + 2 * PAD,), SENTINEL, dtype=t.dtype)
+            buf = torch.full((t.numel() + 2 * PAD,), _sentinel(t.dtype), dtype=t.dtype)
             inside = buf[PAD:PAD + t.numel()].view(t.shape)
             if fill_inside is not None:
                 inside.fill_(fill_inside)
@@ -58,8 +63,8 @@ class _CanaryAllocations:
         self._mp.undo()
 
     def intact(self) -> bool:
-        return all(torch.equal(b[:PAD], torch.full_like(b[:PAD], SENTINEL))
-                   and torch.equal(b[-PAD:], torch.full_like(b[-PAD:], SENTINEL)) for b in self.buffers)
+        return all(torch.equal(b[:PAD], torch.full_like(b[:PAD], _sentinel(b.dtype)))
+                   and torch.equal(b[-PAD:], torch.full_like(b[-PAD:], _sentinel(b.dtype))) for b in self.buffers)
 
 
 MAX_ELEMENTS = 20_000  # wide-row cases add interpreter time, not new masks: their narrow siblings cover them

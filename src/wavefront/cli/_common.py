@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
-from wavefront.cli._output import console, err_console, fail
+from wavefront.cli._output import TEXT_MIN_WIDTH, FitTable, console, err_console, fail, table  # noqa: F401
 
 
 class DType(str, Enum):
@@ -136,60 +136,6 @@ class Bars:
 
     def phase(self, name: str) -> Callable[[int, int, str], None]:
         return lambda done, total, what="": self.update(name, done, total, what)
-
-
-#: The narrowest a wrapping text column gets before low-value columns are dropped instead.
-TEXT_MIN_WIDTH = 14
-
-
-class FitTable:
-    """A table that never cuts a number. Numeric columns never wrap or truncate; text columns fold (wrap
-    anywhere) down to TEXT_MIN_WIDTH; columns empty in every row ("", "-") are hidden; and if the table
-    still does not fit the terminal, the `droppable` columns go, in order (their values stay in --json)."""
-
-    def __init__(self, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *,
-                 numeric: Sequence[str] = (), droppable: Sequence[str] = ()):
-        self.title, self.headers, self.rows = title, list(headers), [list(map(str, r)) for r in rows]
-        self.numeric, self.droppable = set(numeric), list(droppable)
-        self.keep = [h for i, h in enumerate(headers)
-                     if not rows or any(str(r[i]).strip() not in ("", "-") for r in rows)]
-        self.dropped: list[str] = []
-
-    def build(self, keep: Sequence[str], narrowest: bool = False):
-        from rich import box
-        from rich.table import Table
-
-        out = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                    collapse_padding=True)
-        idx = [self.headers.index(h) for h in keep]
-        for h in keep:
-            num = h in self.numeric
-            out.add_column(h, justify="right" if num else "left", no_wrap=num, overflow="fold",
-                           min_width=None if num else TEXT_MIN_WIDTH,
-                           width=TEXT_MIN_WIDTH if narrowest and not num else None)
-        for r in self.rows:
-            out.add_row(*(r[i] for i in idx))
-        return out
-
-    def __rich_console__(self, console, options):
-        from rich.measure import Measurement
-
-        keep = list(self.keep)
-        unbounded = options.update(max_width=1 << 16)
-        for name in self.droppable:
-            # The narrowest layout: text columns at their minimum, numbers whole.
-            if Measurement.get(console, unbounded, self.build(keep, narrowest=True)).maximum <= options.max_width:
-                break
-            if name in keep:
-                keep.remove(name)
-                self.dropped.append(name)
-        yield self.build(keep)
-
-
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: Sequence[str] = (),
-          droppable: Sequence[str] = ()) -> FitTable:
-    """See :class:`FitTable`."""
-    return FitTable(title, headers, rows, numeric=numeric, droppable=droppable)
 
 
 def note(text: str) -> None:

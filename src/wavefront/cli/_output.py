@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,28 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def _encode(doc: dict) -> bytes:
+    """Indented JSON; msgspec's C encoder when installed (the ``trace`` extra: documents of thousands of trace
+    steps took seconds in the standard library's pure-Python indenting encoder). Both write non-finite floats
+    as null; objects msgspec cannot encode (numpy scalars) take the standard library's path."""
+    try:
+        import msgspec
+
+        return msgspec.json.format(msgspec.json.encode(doc), indent=2)
+    except (ImportError, TypeError):
+        return json.dumps(_clean(doc), indent=2, sort_keys=False).encode()
+
+
 def write_json(doc: dict, dest: str | Path) -> None:
     """Write `doc` as JSON to `dest` ("-" is stdout)."""
-    text = json.dumps(_clean(doc), indent=2, sort_keys=False)
+    text = _encode(doc) + b"\n"
     if str(dest) == "-":
-        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text)
+        sys.stdout.flush()
     else:
         Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        Path(dest).write_text(text + "\n")
+        Path(dest).write_bytes(text)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -44,3 +59,57 @@ def fail(message: str, code: int = 2) -> None:
     text = " ".join(str(message).split())
     err_console.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
+
+
+#: The narrowest a wrapping text column gets before low-value columns are dropped instead.
+TEXT_MIN_WIDTH = 14
+
+
+class FitTable:
+    """A table that never cuts a number. Numeric columns never wrap or truncate; text columns fold (wrap
+    anywhere) down to TEXT_MIN_WIDTH; columns empty in every row ("", "-") are hidden; and if the table
+    still does not fit the terminal, the `droppable` columns go, in order (their values stay in --json)."""
+
+    def __init__(self, title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *,
+                 numeric: Sequence[str] = (), droppable: Sequence[str] = ()):
+        self.title, self.headers, self.rows = title, list(headers), [list(map(str, r)) for r in rows]
+        self.numeric, self.droppable = set(numeric), list(droppable)
+        self.keep = [h for i, h in enumerate(headers)
+                     if not rows or any(str(r[i]).strip() not in ("", "-") for r in rows)]
+        self.dropped: list[str] = []
+
+    def build(self, keep: Sequence[str], narrowest: bool = False):
+        from rich import box
+        from rich.table import Table
+
+        out = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                    collapse_padding=True)
+        idx = [self.headers.index(h) for h in keep]
+        for h in keep:
+            num = h in self.numeric
+            out.add_column(h, justify="right" if num else "left", no_wrap=num, overflow="fold",
+                           min_width=None if num else TEXT_MIN_WIDTH,
+                           width=TEXT_MIN_WIDTH if narrowest and not num else None)
+        for r in self.rows:
+            out.add_row(*(r[i] for i in idx))
+        return out
+
+    def __rich_console__(self, console, options):
+        from rich.measure import Measurement
+
+        keep = list(self.keep)
+        unbounded = options.update(max_width=1 << 16)
+        for name in self.droppable:
+            # The narrowest layout: text columns at their minimum, numbers whole.
+            if Measurement.get(console, unbounded, self.build(keep, narrowest=True)).maximum <= options.max_width:
+                break
+            if name in keep:
+                keep.remove(name)
+                self.dropped.append(name)
+        yield self.build(keep)
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: Sequence[str] = (),
+          droppable: Sequence[str] = ()) -> FitTable:
+    """See :class:`FitTable`."""
+    return FitTable(title, headers, rows, numeric=numeric, droppable=droppable)

@@ -8,8 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from wavefront.cli._common import table
-from wavefront.cli._output import console, fail, write_json
+from wavefront.cli._output import console, fail, table, write_json
 
 
 def _opt(help_: str, *names: str, **kw): return typer.Option(*names, help=help_, **kw)

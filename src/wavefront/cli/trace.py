@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -161,28 +160,9 @@ def analyze_cmd(
 
             write_json({"schema": FIGURES_SCHEMA, "figures": figures(result)}, figures_out)
         if json_out:
-            _write_large_json(result.to_json(), json_out)
+            write_json(result.to_json(), json_out)
     except OSError as exc:
         _fail(f"cannot write the output: {exc}")
-
-
-def _write_large_json(doc: dict, dest: str) -> None:
-    """The analysis document (thousands of steps per rank) through msgspec's C encoder when installed (the
-    ``trace`` extra): the standard library's indenting encoder is pure Python and took seconds. Non-finite
-    floats become null either way."""
-    try:
-        import msgspec
-    except ImportError:
-        write_json(doc, dest)
-        return
-    text = msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
-    if dest == "-":
-        sys.stdout.flush()
-        sys.stdout.buffer.write(text)
-        sys.stdout.flush()
-    else:
-        Path(dest).parent.mkdir(parents=True, exist_ok=True)
-        Path(dest).write_bytes(text)
 
 
 @app.command("diff")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 from enum import Enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,9 +13,14 @@ from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
 
-Parallel, DType, Attn, TokenDType = (Enum(name, {k: k for k in values}, type=str) for name, values in (
-    ("Parallel", ("auto", "single", "ddp", "fsdp2")), ("DType", ("auto", "fp32", "bf16")), ("Attn", ("sdpa", "eager")),
-    ("TokenDType", ("uint16", "uint32"))))
+Parallel, DType, Attn, TokenDType, PPSchedule = (Enum(name, {k: k for k in values}, type=str) for name, values in (
+    ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
+    ("Attn", ("sdpa", "eager")), ("TokenDType", ("uint16", "uint32")),
+    ("PPSchedule", ("1f1b", "gpipe", "interleaved-1f1b", "interleaved-zb", "zbv"))))
+
+
+def _deg(text: str, low: int = 1):
+    return Annotated[int, typer.Option(min=low, help=text, rich_help_panel="Device mesh")]
 
 #: (label, Summary field, format, comparison key) per table row; peak memory is shown in MB.
 ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"), ("tokens/s per device",
@@ -64,23 +68,10 @@ def _notes(result) -> list[str]:
         lines += [f"{v.variant}: resumed after step {v.resumed_from_step}"] if v.resumed_from_step is not None else []
     lines += [f"loss curves: max |{name} - {result.variants[0].variant}| = {c['max_abs_loss_diff']:.3g}"
               for name, c in result.comparisons.items() if c.get("max_abs_loss_diff") is not None]
+    from wavefront.workbench.distributed.train.predict import describe
+    lines += [x for v in result.variants if v.summary for x in describe(v.variant, v.summary.prediction)]
     stored = f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"
     return lines + ([stored] if result.store else [])
-
-
-def check_json_dest(dest: str | None) -> None:
-    """Refuse an unwritable --json destination before the run (by opening it), not after it."""
-    if dest in (None, "-") or int(os.environ.get("RANK", "0")) != 0:
-        return
-    path, existed = Path(dest), Path(dest).exists()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.open("a").close()
-    except OSError as e:
-        why = "a file is in the path" if isinstance(e, FileExistsError | NotADirectoryError) else e.strerror or e
-        fail(f"--json: cannot write {escape(dest)!r}: {why}")
-    if not existed:
-        path.unlink()
 
 
 def train(
@@ -97,7 +88,13 @@ def train(
     warmup_steps: Annotated[int, typer.Option(min=0, help="First steps left out of the summary KPIs.")] = 1,
     lr: Annotated[float, typer.Option(help="AdamW learning rate (> 0).")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of the weights and the synthetic corpus.")] = 0,
-    parallel: Annotated[Parallel, typer.Option(help="auto: single for one process, else ddp.")] = Parallel.auto,
+    parallel: Annotated[Parallel, typer.Option(help="auto: single, ddp, or mesh given mesh options.")] = Parallel.auto,
+    tp: _deg("Tensor (+ sequence) parallel degree.") = 1, pp: _deg("Pipeline-parallel degree.") = 1,
+    cp: _deg("Context-parallel degree.") = 1, dp_shard: _deg("FSDP2 shard degree (0: the ranks left over).", 0) = 0,
+    dp_replicate: _deg("HSDP replicas of the shard group.") = 1, vpp: _deg("Pipeline stages per rank.") = 1,
+    pp_schedule: Annotated[PPSchedule, typer.Option(help="Pipeline schedule.", rich_help_panel="Device mesh")] = "1f1b",
+    plan: Annotated[str | None, typer.Option(help="The mesh of a `wavefront plan --json` file ('-': stdin).")] = None,
+    plan_rank: _deg("Which plan of --plan (0: the best).", 0) = 0,
     activation_checkpointing: Annotated[bool, typer.Option(help="Recompute each layer in backward.")] = False,
     dtype: Annotated[DType, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")] = DType.auto,
     attn_implementation: Annotated[Attn, typer.Option(help="Hugging Face attention implementation.")] = Attn.sdpa,
@@ -122,17 +119,19 @@ def train(
     inject_nan: Annotated[int | None, typer.Option(help="Testing aid: make the loss NaN at this step.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
-    """Train with torch.distributed (single, DDP, FSDP2) and report tokens/s, MFU/HFU, memory, step-time
-    split, $/step and energy/step; --compare runs variants back to back on the same data."""
-    check_json_dest(json_out)
+    """Train with torch.distributed (single, DDP, FSDP2, or a TP/PP/FSDP2 device mesh) and report tokens/s, MFU,
+    memory, step-time split, $/step, energy/step; --compare runs variants back to back on the same data."""
+    from wavefront.workbench.distributed.launch import relaunch_under_torchrun, replace_option, save_stdin
+    from wavefront.workbench.distributed.train.config import json_dest_problem
+    if int(os.environ.get("RANK", "0")) == 0 and (why := json_dest_problem(json_out)):
+        fail(escape(why))
+    plan = save_stdin(out, "plan.json") if plan == "-" else plan  # the ranks read the file, not stdin
+    argv = replace_option(sys.argv[1:], "--plan", plan) if plan else sys.argv[1:]
     if nproc_per_node is None:
-        _run(_config(dict(locals())), json_out)
-        return
-    from wavefront.workbench.distributed.launch import relaunch_under_torchrun
-
+        return _run(_config(dict(locals())), json_out)
     if "WORLD_SIZE" in os.environ:
         fail("--nproc-per-node launches torchrun itself; drop it when already running under torchrun")
-    code = relaunch_under_torchrun(sys.argv[1:], nproc_per_node, "--nproc-per-node")
+    code = relaunch_under_torchrun(argv, nproc_per_node, "--nproc-per-node")
     if code:
         fail(f"training failed (torchrun exit code {code}); the rank messages above say why", code)
 
@@ -156,6 +155,7 @@ def _config(o: dict):
             profile_steps=c.parse_step_range(o["profile_steps"]) if o["profile_steps"] else None,
             inject_failure=c.parse_rank_step(o["inject_failure"]) if o["inject_failure"] else None,
             out_dir=o["out"], store=o["store"] or None, timeout_s=o["timeout"])
+        cfg = c.apply_plan(cfg)
         cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))
     except c.ConfigError as e:
         if int(os.environ.get("RANK", "0")) == 0:

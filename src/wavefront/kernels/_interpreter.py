@@ -23,6 +23,15 @@ Two fixes to ``tl.dot``:
   numpy's BLAS sums in an order that depends on the operand shapes; the interpreter now runs the same
   FMA chain as the compiled kernel.
 
+FP8 casts (any conversion to or from ``tl.float8e4nv``, ``float8e5``, ``float8e4b8``, ``float8e5b16``):
+Triton 3.9's interpreter rounds ties away from even, mishandles fp8 subnormals, wraps out-of-range values
+into garbage (464 -> NaN, 1e4 -> 320 in e4m3) and decodes the FNUZ formats with the wrong bias (448 ->
+224). They go through PyTorch's ``torch.float8_*`` casts instead: round-to-nearest-even, correct
+subnormals and FNUZ encodings, which is what ``cvt.rn.satfinite`` (sm_89+) and ``v_cvt_pk_fp8_f32``
+(gfx942) compute for every in-range value. Out of range the hardware saturates (satfinite) where PyTorch
+may give inf or NaN; wavefront's kernels clamp to the format's max before every fp8 cast, so only in-range
+values reach it. The fp8 ``tl.dot`` widens through the same casts (the products are exact in fp32).
+
 Scope: :func:`gpu_rounding` installs the two replacements for the duration of one of wavefront's own
 launches (``wavefront.kernels._launch.launch`` wraps each interpreted launch in it) and restores Triton's
 originals afterwards, so any other kernel interpreted in the same process (a user's, Liger's) keeps the
@@ -70,8 +79,11 @@ def _replacements():
     from triton.runtime import interpreter
 
     original = interpreter._convert_float
+    fp8 = _fp8_dtypes()
 
     def convert_float(input, input_dtype, output_dtype, rounding_mode):
+        if input_dtype in fp8 or output_dtype in fp8:
+            return _torch_cast(input, input_dtype, output_dtype)
         if (output_dtype == tl.bfloat16 and input_dtype in (tl.float32, tl.float64)
                 and rounding_mode != ir.ROUNDING_MODE.RTZ):
             src = np.ascontiguousarray(input).view(np.float32 if input_dtype == tl.float32 else np.float64)
@@ -83,6 +95,35 @@ def _replacements():
         return original(input, input_dtype, output_dtype, rounding_mode)
 
     return convert_float, _gpu_faithful_dot(interpreter)
+
+
+@functools.cache
+def _fp8_dtypes() -> dict:
+    """Triton fp8 element type -> the torch dtype with the same encoding."""
+    import triton.language as tl
+
+    return {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2,
+            tl.float8e4b8: torch.float8_e4m3fnuz, tl.float8e5b16: torch.float8_e5m2fnuz}
+
+
+def _torch_dtype(tl_dtype) -> torch.dtype:
+    import triton.language as tl
+
+    table = {**_fp8_dtypes(), tl.float16: torch.float16, tl.bfloat16: torch.bfloat16, tl.float32: torch.float32,
+             tl.float64: torch.float64}
+    return table[tl_dtype]
+
+
+def _torch_cast(data, input_dtype, output_dtype):
+    """Convert raw element storage between float types with PyTorch's (round-to-nearest-even) casts; returns
+    the output's bits as the unsigned integer array the interpreter stores."""
+    src, dst = _torch_dtype(input_dtype), _torch_dtype(output_dtype)
+    raw = np.ascontiguousarray(data)
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    t = torch.from_numpy(raw.view(f"u{src.itemsize}").view(f"i{src.itemsize}") if src.itemsize > 1 else raw.view(
+        np.uint8)).view(src)
+    out = t.to(dst).view(bits[dst.itemsize]).numpy()
+    return out.view(f"u{dst.itemsize}")
 
 
 def _gpu_faithful_dot(interpreter):

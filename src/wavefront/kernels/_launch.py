@@ -206,3 +206,19 @@ def reset_caches() -> None:
     for reset in _CACHE_RESETS:
         reset()
 
+
+def _descriptor_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def ensure_descriptor_allocator(device: torch.device | None = None) -> None:
+    """Tensor descriptors made inside a kernel (TMA) need a little global scratch per program; Triton asks the
+    allocator set with ``triton.set_allocator``. Set ours on the first CUDA launch that needs it, unless the
+    application set one. Nothing to do under the interpreter or on another device."""
+    import triton
+    from triton.runtime import _allocation
+
+    if runtime.interpreting() or (device is not None and device.type != "cuda"):
+        return
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_descriptor_scratch)

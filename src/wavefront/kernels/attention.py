@@ -30,6 +30,11 @@ with two), so there every block goes through the masked step and blocks before t
 mask untouched (a compare, an or and a select per score). Programs past a packed sequence's end run
 empty loops instead of returning early, for the same reason; their stores fall outside the descriptor.
 sm_80 and AMD use pointer loads, as do tensors whose strides TMA cannot address (``_tma_ready``).
+``pipeline_qk`` (PIPELINE; sm_90's second candidate) instead issues the next block's QK^T before this
+block's softmax, without warp specialization (Triton 3.9's Hopper data partitioning aborts on that loop):
+the wgmma wait stays 0 in the PTX (Triton waits for every wgmma whose result a non-MMA op reads), but ptxas
+places the 66 exp2s of block j between the wgmma issues of block j+1 and that wait, where the default
+waits before its first exp2 (docs/kernels-attention-gemm.md has both instruction sequences).
 
 Backward, with dO given and delta_i = sum_d dO_id O_id (a preprocessing kernel, fp32):
 
@@ -46,6 +51,13 @@ diagonal. The dQ pass gives each program one BLOCK_M tile of queries, holds Q, d
 accumulator, and streams the K/V tiles up to the diagonal. P is recomputed in both passes (7 matmul
 passes in all against the 5 of the field's 2.5x-forward FLOP convention): the price of writing each
 gradient exactly once, instead of accumulating dQ with fp32 atomics whose order varies run to run.
+
+Non-deterministic backward (``deterministic=False``, ATOMIC_DQ): the dK/dV pass alone, where each
+program also forms its key tile's share of dQ, s dS K ([BLOCK_M, D] per query tile), and adds it to an
+fp32 [B, H, S, D] buffer with relaxed atomics; the launcher rounds that buffer to the input dtype. Five
+matmul passes instead of seven (no dQ kernel, no second recomputation of S and dP); the price is
+S / BLOCK_N fp32 atomic adds per dQ element (non-causal; about half causal), the fp32 buffer (zero fill,
+one read), and a summation order that varies run to run. dK and dV are bit for bit the deterministic ones.
 
 Operand layouts. A product that contracts over the sequence (P V forward; P^T dO, dS^T Q, dS K backward)
 reads its second operand along a dimension that is not contiguous in memory. On AMD, Triton then writes
@@ -86,7 +98,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
-from wavefront.kernels._launch import launch
+from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import xcd_remap
 from wavefront.kernels.attention_config import AttentionConfig, attention_config, has_tma, padded_head_dim
 from wavefront.kernels.matmul_config import num_xcds
@@ -238,6 +250,40 @@ def _fwd_blocks(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, s
 
 
 @triton.jit
+def _fwd_blocks_pipelined(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t, offs_m, offs_d, lo,
+                          hi, seqlen, qk_scale, mask_from, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                          BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
+                          WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr):
+    """The key loop software-pipelined by hand: S of block j+1 is issued before the softmax of block j, so the
+    matrix unit has work while the exp2s run. One loop with no prologue (a peeled QK^T made the loop need
+    255 registers): it starts one block early with S = -inf, an iteration that adds exactly nothing (the
+    m_safe guard keeps exp2(-inf - -inf) from making NaNs; for every later row m is finite and the guard a
+    no-op), and its last look-ahead tile (at hi: real keys or TMA zero-fill) goes unused. Every block passes
+    through the mask, as with warp specialization."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    qk = tl.full((q.shape[0], BLOCK_N), float("-inf"), tl.float32)
+    for start_n in tl.range(lo - BLOCK_N, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        offs_n = start_n + offs_n0
+        k_next = _kv_tile(k_src, start_n + BLOCK_N, offs_n + BLOCK_N, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D,
+                          True, USE_TMA)
+        qk_next = tl.dot(q, tl.trans(k_next), input_precision="ieee")
+        valid = _valid_keys(offs_m, offs_n, seqlen, IS_CAUSAL) | (start_n < mask_from)
+        x = tl.where(valid, qk, float("-inf")) * qk_scale
+        m_new = tl.maximum(m_i, tl.max(x, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(x - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v_start = tl.maximum(start_n, 0)
+        v = _v_tile(v_src, vt_base, v_start, v_start + offs_n0, stride_vs, stride_t, offs_d, seqlen, HEAD_DIM, BLOCK_D,
+                    True, USE_TMA, V_TRANSPOSED)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+        m_i = m_new
+        qk = qk_next
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
@@ -245,7 +291,7 @@ def _attn_fwd_kernel(
     n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr, PIPELINE: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
@@ -287,7 +333,11 @@ def _attn_fwd_kernel(
     full_end, hi = _key_bounds(start_m, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
     hi = tl.where(has_rows, hi, 0)
     full_end = tl.minimum(full_end, hi)
-    if WARP_SPECIALIZE:
+    if PIPELINE:
+        acc, l_i, m_i = _fwd_blocks_pipelined(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, stride_vs, stride_t,
+                                              offs_m, offs_d, 0, hi, seqlen, qk_scale, full_end, HEAD_DIM, BLOCK_D,
+                                              BLOCK_N, IS_CAUSAL, USE_TMA, WARP_SPECIALIZE, V_TRANSPOSED)
+    elif WARP_SPECIALIZE:
         # Triton's warp specialization partitions a kernel with one key loop and nothing else to schedule
         # (sm_90 gives up on, or fails to compile, a second loop; sm_100 spills with two): every block goes
         # through the masked step, where blocks before full_end pass the mask untouched.
@@ -352,10 +402,11 @@ def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, of
 
 
 @triton.jit
-def _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, delta_base, stride_qs, stride_dos,
-                 stride_t, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, HEAD_DIM: tl.constexpr,
-                 BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr,
-                 TRANSPOSED: tl.constexpr):
+def _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base, stride_qs,
+                 stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, sm_scale,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                 D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                 DQ_TRANSPOSED: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -379,19 +430,35 @@ def _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, del
         q_c = _contraction_operand(q, q_base, qt_base, offs_m, stride_qs, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
                                    D_SPLIT, TRANSPOSED)
         dk = tl.dot(ds_t.to(q.dtype), q_c, dk, input_precision="ieee")
+        if ATOMIC_DQ:
+            # The fifth product: this key tile's share of dQ = s dS K, added to the fp32 dQ buffer (its
+            # columns offs_do; relaxed order: the sums need atomicity, not ordering). DQ_TRANSPOSED forms
+            # dQ^T = K^T dS^T, so the head dim is the MMA's M: wgmma needs M >= 64, and BLOCK_M (the query
+            # rows) is 32 in sm_90's spill-free tile (the transposed form spills on sm_80, so it is not
+            # the only form).
+            if DQ_TRANSPOSED:
+                dq_t = tl.dot(tl.trans(k_dq), ds_t.to(k.dtype), input_precision="ieee") * sm_scale
+                dq_ptrs = dqa_base + offs_m[None, :].to(tl.int64) * stride_dqas + offs_do[:, None]
+                tl.atomic_add(dq_ptrs, dq_t, mask=(offs_m[None, :] < seqlen) & (offs_do[:, None] < HEAD_DIM),
+                              sem="relaxed")
+            else:
+                dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k_dq, input_precision="ieee") * sm_scale
+                dq_ptrs = dqa_base + offs_m[:, None].to(tl.int64) * stride_dqas + offs_do[None, :]
+                tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen) & (offs_do[None, :] < HEAD_DIM),
+                              sem="relaxed")
     return dk, dv
 
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
-    stride_lb, stride_lh, stride_tb, stride_th, stride_t,
+    stride_lb, stride_lh, stride_tb, stride_th, stride_t, stride_dqab, stride_dqah, stride_dqas,
     n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
-    TRANSPOSED: tl.constexpr,
+    TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
@@ -413,6 +480,12 @@ def _attn_bwd_dkdv_kernel(
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     v = _load_tile(_tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs), offs_n, stride_vs,
                    offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    # ATOMIC_DQ: the K columns of this program's dQ share (all of K unless D_SPLIT).
+    if ATOMIC_DQ and D_SPLIT > 1:
+        k_dq = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n,
+                          stride_ks, offs_do, seqlen, HEAD_DIM, BLOCK_D, True)
+    else:
+        k_dq = k
     dk = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
     # One loop over the query tiles from the causal diagonal on, mask applied throughout (a compare and a
@@ -427,6 +500,7 @@ def _attn_bwd_dkdv_kernel(
         # delta [B, H, S] has lse2's strides.
         lse_base = lse_ptr + b_mem * stride_lb + h * stride_lh + seq_start
         delta_base = delta_ptr + b_mem * stride_lb + h * stride_lh + seq_start
+        dqa_base = dqa_ptr + b_mem * stride_dqab + h * stride_dqah + seq_start * stride_dqas if ATOMIC_DQ else q_base
         # The transposed copies [B, H, head_dim, S] (TRANSPOSED only) share their strides.
         if TRANSPOSED:
             qt_base = qt_ptr + b_mem * stride_tb + h * stride_th + seq_start
@@ -434,9 +508,10 @@ def _attn_bwd_dkdv_kernel(
         else:
             qt_base = q_base
             dot_base = do_base
-        dk, dv = _dkdv_blocks(dk, dv, k, v, q_base, do_base, qt_base, dot_base, lse_base, delta_base, stride_qs,
-                              stride_dos, stride_t, offs_n, offs_d, offs_do, lo, seqlen, qk_scale, HEAD_DIM, BLOCK_D,
-                              BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED)
+        dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base,
+                              stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
+                              qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED,
+                              ATOMIC_DQ, DQ_TRANSPOSED)
     _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
                 offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
@@ -541,20 +616,6 @@ def _use_tma(arch: runtime.Arch, *tensors: torch.Tensor) -> bool:
     return (arch.family == "cpu" or has_tma(arch)) and _tma_ready(*tensors)
 
 
-def _descriptor_scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _ensure_descriptor_allocator(device: torch.device) -> None:
-    """Tensor descriptors made inside a kernel need a little global scratch per program; Triton asks the
-    allocator set with ``triton.set_allocator``. Set ours once, on the first CUDA launch that needs it,
-    unless the application set one."""
-    from triton.runtime import _allocation
-
-    if device.type == "cuda" and isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(_descriptor_scratch)
-
-
 def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
                   arch: runtime.Arch | None = None, config: AttentionConfig | None = None, tma: bool | None = None):
     """Returns (o, lse2): o like q, lse2 [B, H, S] fp32, the log-sum-exp in base 2 (natural: lse2 ln 2).
@@ -570,7 +631,7 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
     n_programs = n_m_blocks * n_batch * H
     use_tma = _use_tma(arch, q, k, v, o) if tma is None else tma
     if use_tma:
-        _ensure_descriptor_allocator(q.device)
+        ensure_descriptor_allocator(q.device)
     vt = _transposed(v) if cfg.transposed and not use_tma else None
     launch(
         _attn_fwd_kernel, (n_programs,),
@@ -584,7 +645,8 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
         qk_scale=scale * LOG2E,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                         IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
-                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None),
+                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None,
+                        PIPELINE=use_tma and cfg.pipeline_qk and not cfg.warp_specialize),
         options=cfg.options(arch),
     )
     return o, lse2
@@ -601,10 +663,20 @@ def _transposed_strides(t: torch.Tensor | None) -> dict:
     return {"stride_tb": t.stride(0), "stride_th": t.stride(1), "stride_t": t.stride(2)}
 
 
+def _dq_transposed(arch: runtime.Arch, cfg: AttentionConfig) -> bool:
+    """Atomic dQ: form the share as dQ^T = K^T dS^T where BLOCK_M (the query rows) is under wgmma's M of 64:
+    on sm_90/sm_100, and under the interpreter so the tests run this form (BLOCK_M 16 there)."""
+    return (has_tma(arch) or arch.family == "cpu") and cfg.BLOCK_M < 64
+
+
 def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
                   arch: runtime.Arch | None = None, dkdv_config: AttentionConfig | None = None,
-                  dq_config: AttentionConfig | None = None):
-    """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not)."""
+                  dq_config: AttentionConfig | None = None, deterministic: bool = True):
+    """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not).
+
+    deterministic=False: one pass of the dK/dV kernel that also adds each key tile's share of dQ to an fp32
+    buffer by atomics (5 products instead of 7; dQ's summation order varies run to run). dkdv_config then
+    defaults to the ``bwd_atomic`` entry and dq_config is unused."""
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
     H_kv = k.shape[1]
@@ -625,17 +697,18 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         options={"num_warps": 4, "num_stages": 1},
     )
 
-    dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
-    cfg = dkdv_config or attention_config("bwd_dkdv", D, q.dtype, arch)
+    cfg = dkdv_config or attention_config("bwd_dkdv" if deterministic else "bwd_atomic", D, q.dtype, arch)
     qt, dot = (_transposed(q), _transposed(do)) if cfg.transposed else (None, None)
+    # Atomic dQ accumulates in fp32 (zeros: every row's sum starts empty), strided like q where q is dense.
+    dq_acc = None if deterministic else torch.zeros_like(q, dtype=torch.float32)
     n_n_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_N)
     n_programs = n_n_blocks * n_batch * H_kv * cfg.d_split
     launch(
         _attn_bwd_dkdv_kernel, (n_programs,),
         q_ptr=q, k_ptr=k, v_ptr=v, do_ptr=do, lse_ptr=lse2, delta_ptr=delta, dk_ptr=dk, dv_ptr=dv,
-        cu_seqlens_ptr=cu_seqlens, qt_ptr=qt, dot_ptr=dot,
+        cu_seqlens_ptr=cu_seqlens, qt_ptr=qt, dot_ptr=dot, dqa_ptr=dq_acc,
         stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
         stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
         stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vs=v.stride(2),
@@ -643,12 +716,18 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         stride_dkb=dk.stride(0), stride_dkh=dk.stride(1), stride_dks=dk.stride(2),
         stride_dvb=dv.stride(0), stride_dvh=dv.stride(1), stride_dvs=dv.stride(2),
         stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(qt),
+        **({"stride_dqab": 0, "stride_dqah": 0, "stride_dqas": 0} if dq_acc is None else
+           {"stride_dqab": dq_acc.stride(0), "stride_dqah": dq_acc.stride(1), "stride_dqas": dq_acc.stride(2)}),
         n_kv_heads=H_kv, group_size=H // H_kv, seqlen=seqlen, n_n_blocks=n_n_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed),
+                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
+                        ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg)),
         options=cfg.options(arch),
     )
+    if dq_acc is not None:
+        return dq_acc.to(q.dtype), dk, dv
+    dq = torch.empty_like(q)
     cfg = dq_config or attention_config("bwd_dq", D, q.dtype, arch)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
     n_programs = n_m_blocks * n_batch * H * cfg.d_split

@@ -23,16 +23,21 @@ import torch
 from wavefront.kernels.matmul_config import matrix_launch_options
 from wavefront.runtime import Arch
 
-AttentionKernel = Literal["fwd", "bwd_dkdv", "bwd_dq"]
+AttentionKernel = Literal["fwd", "bwd_dkdv", "bwd_dq", "bwd_atomic"]
 
 
 @dataclass(frozen=True)
 class AttentionConfig:
     """One entry: BLOCK_M is the query tile and BLOCK_N the key tile in all three kernels.
 
+    Kernels: ``fwd``; ``bwd_dkdv`` and ``bwd_dq`` (the deterministic backward); ``bwd_atomic`` (the dK/dV
+    kernel forming dQ by atomics, ``deterministic=False``; a family without entries uses its ``bwd_dkdv``).
+
     warp_specialize: split the key loop into producer and consumer warps (``tl.range(...,
     warp_specialize=True)``); used with the TMA path only (sm_90, sm_100), where the forward then runs
     every key block in one loop (see kernels/attention.py).
+    pipeline_qk: forward only, TMA path without warp specialization: issue the next key block's QK^T before
+    this block's softmax (FA3's intra-warpgroup overlap written in the source; see kernels/attention.py).
     d_split: backward only: split the dK/dV (or dQ) accumulator's head-dim columns over this many programs,
     each recomputing the scores (head_dim 256: a full-width accumulator does not fit the registers with
     tiles wide enough for wgmma/tcgen05).
@@ -48,6 +53,7 @@ class AttentionConfig:
     matrix_instr_nonkdim: int = 0
     kpack: int = 1
     warp_specialize: bool = False
+    pipeline_qk: bool = False
     d_split: int = 1
     transposed: bool = False
 
@@ -132,11 +138,25 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         "fwd": {
             64: (_T(128, 128, 4, 2, "as d128 (128-key blocks)", warp_specialize=True),),
             128: (_T(128, 128, 4, 2, "128x128, 4 warps + warp specialization: 168 regs (setmaxnreg), 0 spill, "
-                                     "197 KiB smem; num_stages 3 needs 263 KiB (over 227)", warp_specialize=True),),
+                                     "197 KiB smem; num_stages 3 needs 263 KiB (over 227)", warp_specialize=True),
+                  _T(128, 128, 8, 2, "QK^T of block j+1 issued before the softmax of block j, no warp "
+                                     "specialization (Triton's data partitioning aborts on this loop): ptxas puts "
+                                     "the 66 exp2s between that wgmma's issue and its wait (still wait 0); 241 "
+                                     "regs, 0 spill, 161 KiB; untimed, so second", pipeline_qk=True)),
             256: (_T(64, 64, 4, 2, "d256: 64x64, 168 regs, 0 spill, 230 KiB smem (fits 227 KiB opt-in); "
                                    "128x128 needs 394 KiB", warp_specialize=True),),
         },
         **_TMA_BWD,
+        # deterministic=False: the dK/dV kernel also forms each [D, BLOCK_M] dQ^T share (32 more fp32 registers
+        # per thread at 64 queries, d128, 8 warps). The dK/dV tile 64x128 then spills 24 B (255 regs),
+        # 16 warps 424 B (128-register cap).
+        "bwd_atomic": {
+            64: (_T(64, 128, 8, 1, "d64: the dK/dV tile fits with the dQ share: 213 regs, 0 spill, wgmma N >= 32 "
+                                   "(32x128: 159 regs, N 16)"),),
+            128: (_T(32, 128, 8, 1, "32 queries x 128 keys: 242 regs, 0 spill, all five products wgmma (N 32-128; "
+                                    "the dQ share as dQ^T = K^T dS^T, M = head dim)"),),
+            256: (_T(64, 128, 8, 1, "d256, d_split 4 as dK/dV: 247 regs, 0 spill, wgmma N >= 32", d_split=4),),
+        },
     },
     "sm_100": {
         "fwd": {
@@ -147,6 +167,14 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
                      warp_specialize=True),),
         },
         **_TMA_BWD,
+        # deterministic=False (dQ share formed in the dK/dV kernel): the dK/dV tiles spill 0 B at d128 but
+        # 152 B at d256.
+        "bwd_atomic": {
+            64: (_T(64, 64, 8, 1, "as d128: 104 regs, 0 spill"),),
+            128: (_T(64, 64, 8, 1, "64x64: 166 regs, 0 spill, tcgen05 N 64 (64x128 also 0 spill at 255 regs)"),),
+            256: (_T(64, 64, 8, 1, "d256, d_split 2: 254 regs, 0 spill (64x128 d_split 4 spills 152 B)",
+                     d_split=2),),
+        },
     },
     "amd-cdna": {
         # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
@@ -241,7 +269,9 @@ def padded_head_dim(head_dim: int) -> int:
 def attention_candidates(kind: AttentionKernel, head_dim: int, dtype: torch.dtype, arch: Arch) -> list[AttentionConfig]:
     """The family's entries for this head dim, in order of preference (fp32: tiles halved)."""
     block_d = padded_head_dim(head_dim)
-    table = ATTENTION_TABLES[table_key(arch)][kind]
+    tables = ATTENTION_TABLES[table_key(arch)]
+    # A family without its own atomic-dQ entries runs that kernel with its dK/dV tiles.
+    table = tables[kind] if kind in tables or kind != "bwd_atomic" else tables["bwd_dkdv"]
     fitting = [d for d in sorted(table) if d >= block_d]
     if not fitting:
         raise ValueError(f"attention: head_dim {head_dim} is larger than the largest supported ({max(table)})")

@@ -64,7 +64,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
-from wavefront.kernels._launch import launch
+from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import grouped_tile
 from wavefront.kernels.grouped_config import GroupedPlan, grouped_plan, swiglu_bwd_config
 
@@ -343,22 +343,6 @@ def _swiglu_bwd_kernel(dy_ptr, z_ptr, dz_ptr, T, N_OUT, stride_dy, stride_z, str
 # int64 on x's device; T, N, K >= 1 (the op layer sends empty problems to the reference).
 
 
-_allocator_set = False
-
-
-def _ensure_tma_allocator() -> None:
-    """Device-side tensor descriptors live in a global scratch buffer that Triton asks the host to allocate."""
-    global _allocator_set
-    if _allocator_set or runtime.interpreting():
-        return
-
-    def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-        return torch.empty(size, device="cuda", dtype=torch.int8)
-
-    triton.set_allocator(alloc)
-    _allocator_set = True
-
-
 def _tma_ok(*tensors: torch.Tensor) -> bool:
     """Every operand qualifies for a tensor descriptor: unit last stride, 16-byte aligned base and rows (the
     weight, seen as one [E N, K] matrix, must be contiguous)."""
@@ -386,7 +370,7 @@ def _launch_gemm(a: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor, c
     max_tiles = max_m_tiles * triton.cdiv(n_out, cfg.BLOCK_N)
     programs = min(max_tiles, plan.programs) if plan.programs else 0
     if plan.use_tma:
-        _ensure_tma_allocator()
+        ensure_descriptor_allocator()
     e_pow2 = _e_pow2(E)
     table = torch.empty((e_pow2,), dtype=torch.int32, device=a.device)
     launch(_tile_table_kernel, (1,), offsets_ptr=offsets, table_ptr=table, T=T, E=E,
@@ -470,7 +454,7 @@ def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, 
         tiles = E * triton.cdiv(N, cfg.BLOCK_M) * triton.cdiv(K, cfg.BLOCK_N)
         programs = min(tiles, plan.programs) if plan.programs else 0
         if plan.use_tma:
-            _ensure_tma_allocator()
+            ensure_descriptor_allocator()
         launch(_grouped_dw_kernel, (programs or tiles,),
                a_ptr=a, b_ptr=b, offsets_ptr=offsets, c_ptr=dw, T=T, N=N, K=K, E=E,
                stride_a_row=a.stride(0), stride_a_tok=a.stride(1), stride_b_row=b.stride(0), stride_b_tok=b.stride(1),

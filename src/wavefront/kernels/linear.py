@@ -64,7 +64,7 @@ import triton.language as tl
 
 from wavefront import runtime
 from wavefront.kernels import linear_tma
-from wavefront.kernels._launch import launch
+from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import grouped_tile, xcd_remap
 from wavefront.kernels.linear_epilogue import activation_grad, apply_activation
 from wavefront.kernels.matmul_config import (
@@ -238,22 +238,6 @@ def _tma_layout(view: torch.Tensor) -> tuple[bool, int] | None:
     return None
 
 
-_allocator_set = False
-
-
-def _ensure_tma_allocator() -> None:
-    """Device-side tensor descriptors live in a global scratch buffer that Triton asks the host to allocate."""
-    global _allocator_set
-    if _allocator_set or runtime.interpreting():
-        return
-
-    def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-        return torch.empty(size, device="cuda", dtype=torch.int8)
-
-    triton.set_allocator(alloc)
-    _allocator_set = True
-
-
 def _tma_plan(M: int, N: int, K: int, dtype: torch.dtype, arch: runtime.Arch, config, kind: str, tma,
               layouts) -> TileConfig | None:
     """The TMA kernels' config, or None for the pointer kernels. tma None: TMA when the architecture, the table
@@ -277,7 +261,7 @@ def _tma_launch(kernel, cfg: TileConfig, device, splits: int | None, *, constexp
                 **named) -> torch.Tensor | None:
     """Launch a TMA kernel on a persistent grid of at most one program per SM. With split-K (forced `splits`
     or the table's rule) returns the fp32 partials [SPLIT_K, M_pad, N] it wrote, else None."""
-    _ensure_tma_allocator()
+    ensure_descriptor_allocator()
     M, N, K = named["M"], named["N"], named["K"]
     n_sms = runtime.sm_count(device)
     splits = splits or split_k(M, N, K, cfg, n_sms)

@@ -14,8 +14,10 @@ from wavefront.ops import glu as _glu
 from wavefront.ops import grouped_linear as _grouped_linear
 from wavefront.ops import linear as _linear
 from wavefront.ops import linear_cross_entropy as _linear_cross_entropy
+from wavefront.ops import linear_fp8 as _linear_fp8
 from wavefront.ops import moe as _moe
 from wavefront.ops import norm as _norm
+from wavefront.ops import quantize as _quantize
 from wavefront.ops import rope as _rope
 from wavefront.ops import softmax as _softmax
 from wavefront.ops._spec import Case, OpInputs, OpSpec, Tolerance
@@ -26,15 +28,17 @@ from wavefront.ops.glu import geglu, swiglu
 from wavefront.ops.grouped_linear import grouped_linear
 from wavefront.ops.linear import linear
 from wavefront.ops.linear_cross_entropy import linear_cross_entropy
+from wavefront.ops.linear_fp8 import linear_fp8
 from wavefront.ops.moe import moe_permute, moe_router, moe_unpermute
 from wavefront.ops.norm import add_rms_norm, layer_norm, rms_norm
+from wavefront.ops.quantize import quantize
 from wavefront.ops.rope import rope
 from wavefront.ops.softmax import softmax
 
 REGISTRY: dict[str, OpSpec] = {
     spec.name: spec
     for module in (_norm, _softmax, _cross_entropy, _linear_cross_entropy, _glu, _rope, _adamw, _attention, _linear,
-                   _moe, _grouped_linear)
+                   _moe, _grouped_linear, _quantize, _linear_fp8)
     for spec in module.SPECS
 }
 
@@ -49,4 +53,5 @@ def get_spec(name: str) -> OpSpec:
 
 __all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "adamw_step", "add_rms_norm", "attention",
            "cross_entropy", "geglu", "get_spec", "grouped_linear", "layer_norm", "linear", "linear_cross_entropy",
-           "moe_permute", "moe_router", "moe_unpermute", "rms_norm", "rope", "softmax", "swiglu"]
+           "linear_fp8", "moe_permute", "moe_router", "moe_unpermute", "quantize", "rms_norm", "rope", "softmax",
+           "swiglu"]

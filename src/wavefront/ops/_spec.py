@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import torch
 
+from wavefront.archs import Arch
+
 Mode = Literal["fwd", "bwd"]
 
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
@@ -98,6 +100,8 @@ class OpSpec:
     tolerance: Tolerance = Tolerance()
     has_backward: bool = True
     description: str = ""
+    # The GPU compile targets the op supports (inspect skips the others); None: every target.
+    targets: Callable[[Arch], bool] | None = None
 
     @property
     def eager_fn(self) -> Callable[..., Any]:

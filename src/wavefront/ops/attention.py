@@ -66,7 +66,8 @@ def _resolve_max_seqlen(cu_seqlens: Tensor, max_seqlen: int, total: int, *, on_d
 
 @torch.library.custom_op("wavefront::attention_fwd", mutates_args=())
 def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor | None, max_seqlen: int, causal: bool,
-                   scale: float) -> tuple[Tensor, Tensor]:
+                   scale: float, deterministic: bool = True) -> tuple[Tensor, Tensor]:
+    # deterministic only travels to the backward (setup_context); the forward is the same either way.
     from wavefront.kernels import attention as kernels
     from wavefront.kernels._launch import op_scope
 
@@ -77,31 +78,34 @@ def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor | None, m
 
 
 @_attention_fwd.register_fake
-def _(q, k, v, cu_seqlens, max_seqlen, causal, scale):
+def _(q, k, v, cu_seqlens, max_seqlen, causal, scale, deterministic=True):
     B, H, S, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, H, S), dtype=torch.float32)
 
 
 @torch.library.custom_op("wavefront::attention_bwd", mutates_args=())
 def _attention_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse2: Tensor, cu_seqlens: Tensor | None,
-                   max_seqlen: int, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+                   max_seqlen: int, causal: bool, scale: float, deterministic: bool = True
+                   ) -> tuple[Tensor, Tensor, Tensor]:
     from wavefront.kernels import attention as kernels
     from wavefront.kernels._launch import op_scope
 
     if cu_seqlens is not None:
         max_seqlen = _resolve_max_seqlen(cu_seqlens, max_seqlen, q.shape[2])
     with op_scope(OP):
-        return kernels.attention_bwd(do, q, k, v, o, lse2, causal, scale, cu_seqlens, max_seqlen)
+        return kernels.attention_bwd(do, q, k, v, o, lse2, causal, scale, cu_seqlens, max_seqlen,
+                                     deterministic=deterministic)
 
 
 @_attention_bwd.register_fake
-def _(do, q, k, v, o, lse2, cu_seqlens, max_seqlen, causal, scale):
+def _(do, q, k, v, o, lse2, cu_seqlens, max_seqlen, causal, scale, deterministic=True):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens, max_seqlen, causal, scale = inputs
+    q, k, v, cu_seqlens, max_seqlen, causal, scale, *rest = inputs
     o, lse2 = output
+    ctx.deterministic = rest[0] if rest else True
     ctx.save_for_backward(q, k, v, o, lse2, cu_seqlens)
     ctx.max_seqlen = max_seqlen
     ctx.causal = causal
@@ -112,14 +116,14 @@ def _backward(ctx, do, d_lse2):
     q, k, v, o, lse2, cu_seqlens = ctx.saved_tensors
     do = do if do.stride(-1) == 1 else do.contiguous()
     dq, dk, dv = torch.ops.wavefront.attention_bwd(do, q, k, v, o, lse2, cu_seqlens, ctx.max_seqlen, ctx.causal,
-                                                   ctx.scale)
-    return dq, dk, dv, None, None, None, None
+                                                   ctx.scale, ctx.deterministic)
+    return dq, dk, dv, None, None, None, None, None
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _check(q, k, v, causal, scale, cu_seqlens, max_seqlen) -> None:
+def _check(q, k, v, causal, scale, cu_seqlens, max_seqlen, deterministic=True) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(OP, name, t, dtypes=_FLOAT, ndim=4)
     check_same_dtype(OP, q=q, k=k, v=v)
@@ -141,8 +145,9 @@ def _check(q, k, v, causal, scale, cu_seqlens, max_seqlen) -> None:
     if Sk != S:
         raise ValueError(f"{OP}: 'q' and 'k'/'v' must have the same sequence length (self-attention), got {S} and "
                          f"{Sk}; is the layout [batch, heads, seq, head_dim]?")
-    if not isinstance(causal, bool):
-        raise TypeError(f"{OP}: argument 'causal' must be a bool, got {type(causal).__name__}")
+    for name, flag in (("causal", causal), ("deterministic", deterministic)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{OP}: argument '{name}' must be a bool, got {type(flag).__name__}")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)
                               or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"{OP}: 'scale' must be a positive finite number or None, got {scale!r}")
@@ -163,10 +168,14 @@ def _check(q, k, v, causal, scale, cu_seqlens, max_seqlen) -> None:
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: float | None = None,
-              cu_seqlens: Tensor | None = None, max_seqlen: int | None = None) -> Tensor:
+              cu_seqlens: Tensor | None = None, max_seqlen: int | None = None, deterministic: bool = True) -> Tensor:
     """softmax(q k^T * scale) v on [batch, heads, seq, head_dim]; see the module docstring for GQA and the
-    packed layout. scale defaults to 1/sqrt(head_dim). Output has q's dtype and shape."""
-    _check(q, k, v, causal, scale, cu_seqlens, max_seqlen)
+    packed layout. scale defaults to 1/sqrt(head_dim). Output has q's dtype and shape.
+
+    deterministic=False: the backward accumulates dQ with fp32 atomics in one pass with dK and dV (5 matrix
+    products instead of 7), so dQ may differ in its last bits from run to run; the default writes every
+    gradient exactly once."""
+    _check(q, k, v, causal, scale, cu_seqlens, max_seqlen, deterministic)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if q.numel() == 0 or q.dtype == torch.float64 or not runtime.uses_triton(q.device):
         return reference.attention(q, k, v, causal, scale, cu_seqlens, max_seqlen)
@@ -174,7 +183,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: f
     if cu_seqlens is not None:
         cu_seqlens = cu_seqlens.contiguous()  # the kernels read offsets b and b + 1 at unit stride
     out, _ = torch.ops.wavefront.attention_fwd(q, k, v, cu_seqlens, -1 if max_seqlen is None else max_seqlen,
-                                               causal, scale)
+                                               causal, scale, deterministic)
     return out
 
 

@@ -18,11 +18,12 @@ from torch import nn
 
 from wavefront.patching.apply import apply as _apply
 from wavefront.patching.apply import is_patched, patch_report, patched, revert
+from wavefront.patching.fp8 import Fp8Config
 from wavefront.patching.report import Absent, PatchError, PatchReport, Replacement, Unmatched
 from wavefront.patching.table import OPS, PATCHABLE
 
 
-def patch(model: nn.Module, *, strict: bool = True, **ops: bool) -> PatchReport:
+def patch(model: nn.Module, *, strict: bool = True, fp8: str | Fp8Config | None = None, **ops: bool) -> PatchReport:
     """Swap wavefront kernels into one Hugging Face causal-LM instance, in place.
 
     Each keyword of :data:`OPS` requests one op (defaults in :data:`PATCHABLE`): ``rms_norm``,
@@ -35,8 +36,12 @@ def patch(model: nn.Module, *, strict: bool = True, **ops: bool) -> PatchReport:
     could not be applied where the model's family has it (an unknown norm type, a missing kernel, an
     unsupported transformers version). Ops the family does not have (LayerNorm in Llama) are reported
     as absent and never raise. Unknown options and non-boolean values raise TypeError.
+
+    fp8: None (default), a recipe ("tensorwise", "rowwise", "blockwise", "mxfp8") or an :class:`Fp8Config`:
+    the model's ``torch.nn.Linear`` layers become :class:`wavefront.nn.Float8Linear` except those the
+    recipe keeps in high precision (the LM head by default; see :mod:`wavefront.patching.fp8`).
     """
-    return _apply(model, strict=strict, **ops)
+    return _apply(model, strict=strict, fp8=fp8, **ops)
 
 
 def unpatch(model: nn.Module) -> PatchReport:
@@ -44,5 +49,5 @@ def unpatch(model: nn.Module) -> PatchReport:
     return revert(model)
 
 
-__all__ = ["OPS", "PATCHABLE", "Absent", "PatchError", "PatchReport", "Replacement", "Unmatched", "is_patched",
-           "patch", "patch_report", "patched", "unpatch"]
+__all__ = ["OPS", "PATCHABLE", "Absent", "Fp8Config", "PatchError", "PatchReport", "Replacement", "Unmatched",
+           "is_patched", "patch", "patch_report", "patched", "unpatch"]

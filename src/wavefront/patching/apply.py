@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 from torch import nn
 
+from wavefront.patching.fp8 import apply_fp8, resolve
 from wavefront.patching.patcher import STATE_ATTR, Patcher, State
 from wavefront.patching.report import PatchError, PatchReport
 from wavefront.patching.rules import family_for, supported_model_types
@@ -55,13 +56,15 @@ def _check(model: nn.Module, options: dict) -> dict[str, bool]:
     return flags
 
 
-def apply(model: nn.Module, **options: bool) -> PatchReport:
+def apply(model: nn.Module, *, fp8=None, **options: bool) -> PatchReport:
     """Patch one Hugging Face causal-LM instance in place; see :func:`wavefront.patch`."""
+    fp8_cfg = resolve(fp8)
     flags = _check(model, options)
     model_type = model.config.model_type
     family = family_for(model_type)
-    requested = tuple(op for op in OPS if flags[op])
-    report = PatchReport(model_type, family.name if family else None, requested, _transformers_version())
+    requested = tuple(op for op in OPS if flags[op]) + (("fp8",) if fp8_cfg else ())
+    report = PatchReport(model_type, family.name if family else None, requested, _transformers_version(),
+                         fp8=fp8_cfg.recipe if fp8_cfg else None)
     p = Patcher(model, family, report)
     try:
         for row in PATCHABLE:
@@ -72,6 +75,8 @@ def apply(model: nn.Module, **options: bool) -> PatchReport:
                                       f"{', '.join(supported_model_types())} (see docs/patching.md to add a family)")
                 continue
             row.apply(p)
+        if fp8_cfg is not None:  # after the MLP swap: the fused MLPs hold the original Linear children
+            apply_fp8(p, fp8_cfg)
     except BaseException:
         p.undo()
         raise
@@ -104,9 +109,9 @@ def patch_report(model: nn.Module) -> PatchReport | None:
 
 
 @contextlib.contextmanager
-def patched(model: nn.Module, **options: bool) -> Iterator[PatchReport]:
+def patched(model: nn.Module, *, fp8=None, **options: bool) -> Iterator[PatchReport]:
     """``with wavefront.patching.patched(model) as report:`` patches on entry and unpatches on exit."""
-    report = apply(model, **options)
+    report = apply(model, fp8=fp8, **options)
     try:
         yield report
     finally:

@@ -49,6 +49,7 @@ class PatchReport:
     replacements: list[Replacement] = field(default_factory=list)
     unmatched: list[Unmatched] = field(default_factory=list)
     absent: list[Absent] = field(default_factory=list)
+    fp8: str | None = None  # the FP8 recipe of patch(fp8=...), None without FP8
 
     @property
     def ok(self) -> bool:
@@ -70,11 +71,13 @@ class PatchReport:
             "replacements": [asdict(r) for r in self.replacements],
             "unmatched": [asdict(u) for u in self.unmatched],
             "absent": [asdict(a) for a in self.absent],
+            "fp8": self.fp8,
         }
 
     def __str__(self) -> str:
         lines = [f"wavefront patch of a {self.model_type!r} model (rules: {self.family or 'none'}): "
-                 f"{len(self.replacements)} replacement(s), {len(self.unmatched)} unmatched"]
+                 f"{len(self.replacements)} replacement(s), {len(self.unmatched)} unmatched"
+                 + (f", FP8 recipe {self.fp8!r}" if self.fp8 else "")]
         for r in self.replacements:
             lines.append(f"  {r.op:<10} {r.path or '<model>'}: {r.old_type} -> {r.new_type} ({r.how})")
         for u in self.unmatched:

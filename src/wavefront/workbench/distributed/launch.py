@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 class LaunchError(RuntimeError):
@@ -72,6 +73,29 @@ def spawn(fn: Callable, request, nproc: int) -> None:
     except mp.ProcessExitedException as exc:
         if exc.exit_code not in (0, None):
             raise LaunchError(f"a rank exited with code {exc.exit_code}", exc.exit_code) from None
+
+
+def replace_option(argv: Sequence[str], option: str, value: str) -> list[str]:
+    """`argv` with the value of `option` (``--opt V`` or ``--opt=V``) replaced by `value`."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            out.append(value)
+            skip = False
+        elif arg == option:
+            out.append(arg)
+            skip = True
+        else:
+            out.append(f"{option}={value}" if arg.startswith(f"{option}=") else arg)
+    return out
+
+
+def save_stdin(out_dir: str, name: str) -> str:
+    """Standard input saved as `out_dir`/`name` (a document piped into a job whose ranks all need it)."""
+    path = Path(out_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(sys.stdin.read())
+    return str(path)
 
 
 def relaunch_under_torchrun(argv: Sequence[str], nproc: int, drop_option: str) -> int:

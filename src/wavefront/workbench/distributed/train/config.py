@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-PARALLEL_PLANS = ("auto", "single", "ddp", "fsdp2")
+PARALLEL_PLANS = ("auto", "single", "ddp", "fsdp2", "mesh")
 DTYPES = ("auto", "fp32", "bf16")
 #: What ``--compare`` can run side by side: Hugging Face's own PyTorch code ("baseline", or "eager" by the
 #: name users know it under), ``torch.compile`` of that model, Liger-Kernel's patch (when installed), and
@@ -56,14 +56,41 @@ class TrainConfig:
     timeout_s: float = 300.0  # collective timeout: a dead or stuck rank ends the job instead of hanging it
     inject_failure: tuple[int, int] | None = None  # (rank, step): that rank raises in its forward (tests)
     inject_nan: int | None = None  # step whose loss is made NaN on every rank (tests)
+    # The device mesh (parallel "mesh"; see mesh.py): degrees per dimension, dp_shard 0 = the ranks left over.
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    dp_shard: int = 0
+    dp_replicate: int = 1
+    vpp: int = 1
+    pp_schedule: str = "1f1b"
+    plan: str | None = None  # a `wavefront plan --json` file the degrees were read from (apply_plan)
+    plan_rank: int = 0
 
     def as_dict(self) -> dict:
         return json.loads(json.dumps(asdict(self)))
 
+    def uses_mesh_options(self) -> bool:
+        return self.plan is not None or self.dp_shard > 0 or any(
+            getattr(self, n) != 1 for n in ("tp", "pp", "cp", "dp_replicate", "vpp"))
+
     def resolve_parallel(self, world_size: int) -> str:
         if self.parallel == "auto":
+            if self.uses_mesh_options():
+                return "mesh"
             return "single" if world_size == 1 else "ddp"
         return self.parallel
+
+    def layout(self):
+        """The mesh layout of these options (unresolved: dp_shard may be 0)."""
+        from wavefront.workbench.distributed.train.mesh import Layout
+
+        source = f"plan {self.plan} rank {self.plan_rank}" if self.plan else "options"
+        return Layout(self.tp, self.pp, self.cp, self.dp_shard, self.dp_replicate, self.vpp, self.pp_schedule,
+                      source)
+
+    def grad_accum_mesh(self, dp: int) -> int:
+        return self.global_batch // (dp * self.micro_batch)
 
     def grad_accum(self, world_size: int) -> int:
         return self.global_batch // (world_size * self.micro_batch)
@@ -94,12 +121,17 @@ class TrainConfig:
         if self.parallel not in PARALLEL_PLANS:
             bad(f"--parallel must be one of {', '.join(PARALLEL_PLANS)}, got {self.parallel!r}")
         plan = self.resolve_parallel(world_size)
+        if plan != "mesh" and self.uses_mesh_options():
+            bad(f"--tp/--pp/--cp/--dp-shard/--dp-replicate/--vpp/--plan build a device mesh: use --parallel auto or "
+                f"mesh, not {plan}")
+        if plan == "mesh":
+            self._validate_mesh(world_size)
         if plan == "single" and world_size != 1:
             bad(f"--parallel single runs one process, but {world_size} were launched; use ddp or fsdp2")
         if plan in ("ddp", "fsdp2") and world_size < 2:
             bad(f"--parallel {plan} needs at least 2 processes; launch with torchrun --nproc_per_node=N "
                 f"(or wavefront train --nproc-per-node N), or use --parallel single")
-        if self.global_batch % (world_size * self.micro_batch):
+        if plan != "mesh" and self.global_batch % (world_size * self.micro_batch):
             bad(f"--global-batch {self.global_batch} is not divisible by world size x micro-batch = "
                 f"{world_size} x {self.micro_batch} = {world_size * self.micro_batch}")
         if self.dtype not in DTYPES:
@@ -157,6 +189,58 @@ class TrainConfig:
             max_pos = PRESETS[self.model].config.get("max_position_embeddings")
             if max_pos and self.seq_len > max_pos:
                 bad(f"--seq-len {self.seq_len} exceeds the model's max_position_embeddings {max_pos}")
+
+    def _validate_mesh(self, world_size: int) -> None:
+        from wavefront.workbench.distributed.train import mesh
+        from wavefront.workbench.distributed.train.presets import build_config
+
+        other = [v for v in self.variants if v in ("compile", "liger")]
+        if other and (self.tp > 1 or self.pp > 1):
+            raise ConfigError(f"--compare {','.join(other)} with --tp/--pp: only the baseline and wavefront variants "
+                              f"run on tensor- and pipeline-parallel meshes")
+        if self.pp > 1 and (self.checkpoint_every or self.resume):
+            raise ConfigError("--pp: checkpointing a pipeline's stages is not supported yet; drop --checkpoint-every "
+                              "and --resume")
+        if self.pp > 1 and self.attn_implementation != "sdpa":
+            raise ConfigError("--pp: pipeline stages pass no attention mask, so they need --attn-implementation sdpa "
+                              "(causal without a mask)")
+        mesh.validate(self.layout(), world_size, build_config(self.model), seq_len=self.seq_len,
+                      global_batch=self.global_batch, micro_batch=self.micro_batch)
+
+
+def apply_plan(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with the degrees and micro-batch of plan number ``cfg.plan_rank`` of the ``--plan`` file."""
+    from dataclasses import replace
+
+    from wavefront.workbench.distributed.train.mesh import read_plan
+
+    if cfg.plan is None:
+        return cfg
+    if cfg.plan_rank < 0:
+        raise ConfigError(f"--plan-rank must be >= 0, got {cfg.plan_rank}")
+    lay, micro, doc = read_plan(cfg.plan, cfg.plan_rank)
+    recompute = doc["plans"][cfg.plan_rank]["config"].get("recompute", "none")
+    # The harness recomputes whole layers or nothing: "full" maps onto activation checkpointing; the planner's
+    # finer policies (selective, op, every-other) run without recompute, which only costs memory.
+    return replace(cfg, tp=lay.tp, pp=lay.pp, cp=lay.cp, dp_shard=lay.dp_shard, dp_replicate=lay.dp_replicate,
+                   vpp=lay.vpp, pp_schedule=lay.pp_schedule, micro_batch=micro,
+                   activation_checkpointing=cfg.activation_checkpointing or recompute == "full")
+
+
+def json_dest_problem(dest: str | None) -> str | None:
+    """Why a --json destination cannot be written (checked before the run by opening it), or None."""
+    if dest in (None, "-"):
+        return None
+    path, existed = Path(dest), Path(dest).exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.open("a").close()
+    except OSError as e:
+        why = "a file is in the path" if isinstance(e, FileExistsError | NotADirectoryError) else e.strerror or e
+        return f"--json: cannot write {dest!r}: {why}"
+    if not existed:
+        path.unlink()
+    return None
 
 
 def _check_dir(option: str, root: Path, subdirs: list[Path]) -> None:

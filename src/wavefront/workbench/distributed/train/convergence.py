@@ -146,3 +146,27 @@ def run_convergence(preset: str, *, steps: int = 20, batch: int = 1, seq_len: in
         err_p = _max_abs(patched(input_ids=held_out).logits, logits_ref)
     result.checks.append(Agreement("eval logits", env, err_p, 2 * env + 4 * EPS32 * float(logits_ref.abs().max())))
     return result
+
+
+def loss_envelope(preset: str, *, steps: int, seq_len: int, global_batch: int, lr: float, seed: int = 0,
+                  n_perturbed: int = 2) -> list[float]:
+    """The rounding envelope of the harness's own run (same corpus, batches, AdamW): per step, the running
+    maximum over unpatched fp32 runs (one as built, `n_perturbed` moved by one ulp) of their loss distance
+    from a float64 run. Two fp32 runs that differ only by rounding (a different reduction order, e.g. split
+    over tensor-parallel ranks) lie within ``2 * envelope[t]`` of each other, plus a few ulps of the loss."""
+    from wavefront.workbench.distributed.train.data import Batches, synthetic_corpus
+    from wavefront.workbench.distributed.train.presets import build_model
+
+    base = build_model(preset, seed=seed, attn_implementation="sdpa")
+    corpus = synthetic_corpus(base.config.vocab_size, max(1 << 16, 2 * seq_len * global_batch), seed=seed)
+    batches = Batches(corpus, seq_len, global_batch)
+    loss_ref = _train(copy.deepcopy(base).to(torch.float64), batches, steps, lr, torch.float64)
+    runs = [copy.deepcopy(base) for _ in range(1 + n_perturbed)]
+    for i, m in enumerate(runs[1:]):
+        _nudge_one_ulp(m, seed + 1 + i)
+    losses = [_train(m, batches, steps, lr, torch.float32) for m in runs]
+    out, running = [], 0.0
+    for t, r in enumerate(loss_ref):
+        running = max(running, *(abs(run[t] - r) for run in losses))
+        out.append(running)
+    return out

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -53,6 +54,8 @@ from wavefront.workbench.distributed.train.kpi import (
     matmul_params,
     summarize,
 )
+from wavefront.workbench.distributed.train.mesh import Layout
+from wavefront.workbench.distributed.train.parallelize import finish_backward
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_NONFINITE, EXIT_INTERRUPTED = 1, 2, 3, 4
 
@@ -79,6 +82,9 @@ class VariantResult:
     resumed_from_step: int | None = None
     history_losses: list[float] = field(default_factory=list)  # losses of steps before a resume
     notes: list[str] = field(default_factory=list)  # what the reader must know (resume fallback, skips)
+    #: wavefront kernel launches per kernel in the first step's forward and backward on rank 0 (proof that the
+    #: patched kernels ran, e.g. on tensor-parallel shards, instead of falling back to eager code)
+    kernel_launches: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -115,6 +121,10 @@ class _Env:
     device: torch.device
     plan: str
     bf16: bool
+    layout: Layout | None = None  # resolved (parallel "mesh")
+    mesh: Any = None  # the DeviceMesh (parallel "mesh")
+    dp_rank: int = 0  # which slice of the global batch this rank reads
+    dp: int = 1  # data-parallel ranks (slices of the global batch)
 
 
 _STOP = threading.Event()
@@ -144,7 +154,15 @@ def _init(cfg: TrainConfig) -> _Env:
         else:
             dist.init_process_group(backend, timeout=timeout)
     bf16 = cfg.dtype == "bf16" or (cfg.dtype == "auto" and use_cuda)
-    return _Env(rank, world, local_rank, device, cfg.resolve_parallel(world), bf16)
+    env = _Env(rank, world, local_rank, device, cfg.resolve_parallel(world), bf16, dp_rank=rank, dp=world)
+    if env.plan == "mesh":
+        from wavefront.workbench.distributed.train import mesh as train_mesh
+
+        env.layout = cfg.layout().resolved(world)
+        env.mesh = train_mesh.build_mesh(env.layout, device.type)
+        coord = train_mesh.coordinates(env.mesh)
+        env.dp_rank, env.dp = coord["dp_replicate"] * env.layout.dp_shard + coord["dp_shard"], env.layout.dp
+    return env
 
 
 class _Clock:
@@ -170,6 +188,10 @@ def _decoder_layers(model) -> list[torch.nn.Module]:
 
 
 def _wrap(model, env: _Env):
+    if env.plan == "mesh":
+        from wavefront.workbench.distributed.train.parallelize import parallelize
+
+        return parallelize(model, env.mesh, env.layout, bf16=env.bf16)
     if env.plan == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -240,7 +262,18 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                                             "full" if cfg.activation_checkpointing else "none")
     model.to(env.device).train()
     inner = model
-    model = _wrap(model, env)
+    accum = cfg.global_batch // (env.dp * cfg.micro_batch)
+    pipe = par = None
+    if env.plan == "mesh" and env.layout.pp > 1:
+        from wavefront.workbench.distributed.train import pipeline
+
+        pipe, par = pipeline.build(model, env.mesh, env.layout, bf16=env.bf16, device=env.device, n_micro=accum,
+                                   n_items=accum * cfg.micro_batch * (cfg.seq_len - 1), patched=variant == "wavefront")
+        model = par.module
+    else:
+        model = _wrap(model, env)
+    if env.plan == "mesh" and pipe is None:
+        par, model = model, model.module
     if variant == "compile":
         inner.compile()  # nn.Module.compile: the same module object, its calls go through torch.compile
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, **({"fused": True} if env.device.type == "cuda"
@@ -270,7 +303,6 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             result.resumed_from_step = meta["step"]
             result.history_losses = list(meta.get("losses", []))
 
-    accum = cfg.grad_accum(env.world)
     tokens_per_step = cfg.global_batch * cfg.seq_len
     n_items = torch.tensor(accum * cfg.micro_batch * (cfg.seq_len - 1), device=env.device)
     memory = MemoryMeter(env.device)
@@ -285,36 +317,51 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 profiler = _start_profiler(env)
             if step == max(cfg.warmup_steps, start_step):
                 energy_start = energy.read()
-            fwd = bwd = comm = 0.0
+            fwd = bwd = comm = bubble = 0.0
             loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
-            for micro in range(accum):
-                ids = batches.micro_batch(step, env.rank, env.world, micro, cfg.micro_batch).to(env.device)
-                sync = micro == accum - 1
-                if env.plan == "fsdp2":
-                    model.set_requires_gradient_sync(sync)
-                no_sync = model.no_sync() if env.plan == "ddp" and not sync else contextlib.nullcontext()
-                with no_sync:
-                    t0 = clock.mark()
-                    with _autocast(env):
-                        loss = model(input_ids=ids, labels=ids, num_items_in_batch=n_items).loss
-                    loss = _inject(cfg, env, step, loss)
-                    t1 = clock.mark()
-                    tail.clear()
-                    loss.backward()
-                    t2 = clock.mark()
-                marks = (t0, t1, tail.get("mark", t2), t2)
-                if clock.cuda:
-                    torch.cuda.synchronize(env.device)
-                f, b_compute, b_tail = (clock.between(marks[0], marks[1]), clock.between(marks[1], marks[2]),
-                                        clock.between(marks[2], marks[3]))
-                fwd += f
-                if env.world > 1 and sync:
-                    bwd, comm = bwd + b_compute, comm + b_tail
-                else:
-                    bwd += b_compute + b_tail
-                loss_sum += loss.detach().double()
-            status = _all_reduce([float(loss_sum), float(not torch.isfinite(loss_sum)), float(_STOP.is_set())], env)
-            loss_avg = status[0] / env.world
+            counting = _count_launches(result.kernel_launches) if variant == "wavefront" and step == start_step \
+                else contextlib.nullcontext()
+            with counting:
+                if pipe is not None:
+                    ids = batches.micro_batch(step, env.dp_rank, env.dp, 0, accum * cfg.micro_batch).to(env.device)
+                    loss_sum, wall, fwd, bwd = pipe.step(ids)
+                    loss_sum = _inject(cfg, env, step, loss_sum)
+                    if bwd is None:  # zero-bubble schedules: backward and idle time cannot be told apart here
+                        bwd, bubble = wall - fwd, None
+                    else:
+                        comm = bubble = wall - fwd - bwd  # waiting for peers (the bubble) and the p2p transfers
+                for micro in range(accum if pipe is None else 0):
+                    ids = batches.micro_batch(step, env.dp_rank, env.dp, micro, cfg.micro_batch).to(env.device)
+                    sync = micro == accum - 1
+                    if env.plan == "fsdp2" or (par is not None and par.fsdp):
+                        model.set_requires_gradient_sync(sync)
+                    no_sync = model.no_sync() if env.plan == "ddp" and not sync else contextlib.nullcontext()
+                    with no_sync:
+                        t0 = clock.mark()
+                        with _autocast(env):
+                            loss = model(input_ids=ids, labels=ids, num_items_in_batch=n_items).loss
+                        loss = _inject(cfg, env, step, loss)
+                        t1 = clock.mark()
+                        tail.clear()
+                        loss.backward()
+                        t2 = clock.mark()
+                    marks = (t0, t1, tail.get("mark", t2), t2)
+                    if clock.cuda:
+                        torch.cuda.synchronize(env.device)
+                    f, b_compute, b_tail = (clock.between(marks[0], marks[1]), clock.between(marks[1], marks[2]),
+                                            clock.between(marks[2], marks[3]))
+                    fwd += f
+                    if env.world > 1 and sync:
+                        bwd, comm = bwd + b_compute, comm + b_tail
+                    else:
+                        bwd += b_compute + b_tail
+                    loss_sum += loss.detach().double()
+            if par is not None:
+                finish_backward(par, env.mesh, env.layout)
+            holds = float(pipe.has_last) if pipe is not None else 1.0
+            status = _all_reduce([float(loss_sum) * holds, float(not torch.isfinite(loss_sum)), float(_STOP.is_set()),
+                                  holds], env)
+            loss_avg = status[0] / status[3]
             if status[1] > 0:
                 raise TrainFailure(f"non-finite loss ({loss_avg}) at step {step} on {int(status[1])} rank(s); stopped "
                                    f"every rank before the optimizer step", EXIT_NONFINITE)
@@ -333,7 +380,9 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 return tps * fl / (env.world * peak.tflops * 1e12) if peak.tflops else None
 
             rec = StepRecord(step, loss_avg, step_s, fwd, bwd, comm, opt_s, tokens_per_step, tps, tps / env.world,
-                             util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled)
+                             util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled,
+                             bubble_s=_all_reduce([bubble], env, dist.ReduceOp.MAX)[0] if bubble is not None and pipe
+                             is not None else None)
             records.append(rec)
             if on_step is not None and env.rank == 0:
                 on_step(variant, rec, cfg.steps)
@@ -368,6 +417,17 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
         gc.collect()
         if env.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def _count_launches(counts: dict[str, int]):
+    """Count wavefront kernel launches by kernel name inside the block (into `counts`)."""
+    from wavefront.kernels._launch import recording
+
+    with recording() as launches:
+        yield
+    for launch in launches:
+        counts[launch.name] = counts.get(launch.name, 0) + 1
 
 
 def _inject(cfg: TrainConfig, env: _Env, step: int, loss: torch.Tensor) -> torch.Tensor:
@@ -414,7 +474,9 @@ def _provenance(env: _Env) -> dict:
     info = runtime.describe(env.device)
     return {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_sha": _git_sha(),
             "host": platform.node(), "backend": info["backend"], "device_name": info["device_name"],
-            "runtime": info, "world_size": env.world, "parallel": env.plan,
+            "runtime": info, "world_size": env.world,
+            "parallel": f"mesh {env.layout.label()}" if env.layout is not None else env.plan,
+            "layout": env.layout.as_dict() if env.layout is not None else None,
             "dtype": "bf16" if env.bf16 else "fp32", "torch_threads": torch.get_num_threads()}
 
 
@@ -437,6 +499,11 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
     run_id = _broadcast_str(run_id, env)
     prov = _provenance(env)
     peak, device_row = device_peak(env.device, cfg.gpu, cfg.peak_tflops, env.bf16)
+    measured_device = None
+    if env.plan == "mesh" and env.device.type == "cpu" and peak.tflops:
+        from wavefront.workbench.distributed.train import predict
+
+        measured_device = predict.measure(peak.tflops, env.device)
     results: list[VariantResult] = []
     for variant in run_order(cfg.variants):
         v = VariantResult(variant, "running")
@@ -449,6 +516,8 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
         try:
             _run_variant(cfg, env, variant, peak, device_row, out_dir, on_step, v.steps, v)
             v.status = "ok"
+            if measured_device is not None and v.summary is not None:
+                v.summary.prediction = _prediction(cfg, env, measured_device, v.summary)
         except TrainFailure as e:
             v.status = f"failed: {e}"
             if env.rank == 0:
@@ -469,6 +538,20 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
     comparisons = _compare_all(results)
     return TrainResult(run_id, cfg.as_dict(), prov, results, comparisons.get("wavefront"), str(out_dir), cfg.store,
                        comparisons)
+
+
+def _prediction(cfg: TrainConfig, env: _Env, device, summary: Summary) -> dict:
+    """The planner's step time for this very plan on this machine, and predicted vs measured."""
+    from wavefront.workbench.distributed.train import predict
+    from wavefront.workbench.distributed.train.presets import build_config
+
+    try:
+        pred = predict.predict(device, build_config(cfg.model), env.layout, world=env.world, seq_len=cfg.seq_len,
+                               global_batch=cfg.global_batch, micro_batch=cfg.micro_batch,
+                               recompute="full" if cfg.activation_checkpointing else "none")
+    except ValueError as e:  # a plan the planner's model refuses: the run's own KPIs stand
+        return {"ok": False, "reasons": [str(e)]}
+    return {**pred, "vs_measured": predict.compare(pred, summary)}
 
 
 def run_order(variants: tuple[str, ...]) -> list[str]:

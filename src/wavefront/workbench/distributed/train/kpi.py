@@ -51,6 +51,7 @@ class StepRecord:
     mfu: float | None
     hfu: float | None
     measured: bool  # counted in the summary (not warm-up, not profiled)
+    bubble_s: float | None = None  # pipeline idle time (part of comm_s): waiting for peers, p2p transfers
 
 
 @dataclass
@@ -87,6 +88,9 @@ class Summary:
     final_loss: float
     patch: dict | None = None
     notes: list[str] = field(default_factory=list)
+    bubble_s: float | None = None  # pipeline idle time per step (part of comm_s), where measured
+    #: the planner's prediction for the same plan on this machine, and predicted vs measured (predict.py)
+    prediction: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -289,7 +293,8 @@ def summarize(variant: str, records: list[StepRecord], *, peak: Peak, model_flop
         flops_per_token=model_flops, hw_flops_per_token=hw_flops, n_params=n_params,
         peak_mem_bytes=peak_mem_bytes, peak_mem_kind=peak_mem_kind, cost_per_step=cost, cost_per_mtok=cost_mtok,
         price_source=price_source, energy_per_step_j=energy, energy_kind=kind, final_loss=records[-1].loss,
-        notes=notes)
+        notes=notes, bubble_s=statistics.fmean(bubbles) if (bubbles := [r.bubble_s for r in measured
+                                                                         if r.bubble_s is not None]) else None)
 
 
 def compare(baseline: Summary, patched: Summary, base_losses: list[float], patched_losses: list[float]) -> dict:

@@ -1,0 +1,179 @@
+"""Scaled FP8 GEMM: C = dequant(A) dequant(B)^T (+ bias + residual), fp32 accumulation, one kernel for every
+recipe. The bias and the residual are added to the fp32 accumulator before the one rounding to C's dtype.
+
+Operands arrive quantized (kernels/quantize.py) along the reduction dim, contiguous, K innermost:
+A [M, K] and B [N, K] in an fp8 format, with fp32 scales s (x ~ q / s). Two ways to apply the scales:
+
+    epilogue (tensorwise, rowwise):  C[m, n] = (sum_k qa[m, k] qb[n, k]) / (sa[m] sb[n])
+                                     tensorwise passes the one scale with stride 0, so sa[m] = sa
+    in the K loop (block scales):    C[m, n] = sum_kb (sum_{k in kb} qa[m, k] qb[n, k]) / (sa[m, kb] sb[n // R, kb])
+                                     BLOCK_K = the scale group (128 for DeepSeek-V3's 1x128 / 128x128,
+                                     32 for MXFP8); R = B_GROUP_ROWS rows of B share a scale (128 for the
+                                     128x128 weight blocks, 1 for 1xG tiles); BLOCK_N divides R
+
+The per-block partial product is scaled and added to the fp32 accumulator once per K block, which is also
+the "promotion" DeepSeek-V3 describes: Hopper's FP8 wgmma accumulates in about 14 bits of mantissa, so a
+long K loop accumulated inside the MMA loses precision. The epilogue form asks Triton for the same
+promotion with ``max_num_imprecise_acc=BLOCK_K`` (on sm_90 Triton otherwise lets the MMA accumulate the
+whole K loop: its default is 2^30); other targets accumulate in fp32 and ignore it.
+
+Backward products use this kernel unchanged with other operands (ops/linear_fp8.py quantizes them along
+their reduction dims): dX = dY W: A = dY [M, N], B = W^T [K, N]; dW = dY^T X: A = dY^T [N, M], B = X^T [K, M].
+
+FLOPs 2 M N K. Bytes (minimum): M K + N K (fp8) + the scales + M N x out itemsize (+ N bias). At
+M = 8192, N = K = 4096 about 3300 FLOP/B: compute bound, tiles sized for the matrix units (wgmma with fp8
+operands needs both K-major, which this layout is; MFMA fp8 on gfx942 takes the FNUZ formats).
+Rows of A and B past M and N are masked on load (0, which adds nothing) and at the store. Row offsets are
+int64 before they multiply a stride.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from wavefront import runtime
+from wavefront.kernels._launch import launch
+from wavefront.kernels._program_order import grouped_tile
+from wavefront.runtime import Arch
+
+
+@dataclass(frozen=True)
+class Fp8GemmConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int
+    num_warps: int
+    num_stages: int
+    reason: str
+
+    def options(self, arch: Arch) -> dict:
+        return {"num_warps": min(self.num_warps, arch.max_num_warps), "num_stages": self.num_stages}
+
+
+# One table per family: the epilogue-scaled tile; block-scaled GEMMs keep BLOCK_M/BLOCK_N and set BLOCK_K
+# to the scale group (and BLOCK_N <= 128 so a weight block covers the whole tile).
+FP8_GEMM_TABLES: dict[str, Fp8GemmConfig] = {
+    "nvidia": Fp8GemmConfig(128, 128, 128, 8, 8, 3, "two warpgroups of m64n128k32 fp8 wgmma; 3 stages of "
+                                                   "(128 + 128) x 128 B = 96 KiB smem, under sm_90's 227 KiB"),
+    "amd-cdna": Fp8GemmConfig(128, 128, 128, 8, 8, 2, "gfx942 MFMA fp8 32x32x16; 2 LDS stages of 32 KiB fit 64 KiB"),
+    "amd-rdna": Fp8GemmConfig(64, 64, 128, 8, 4, 2, "no fp8 matrix unit on RDNA3: small tiles, converted dot"),
+    "cpu": Fp8GemmConfig(64, 64, 128, 1, 4, 1, "interpreter: its cost is per program and per op, not per element"),
+}
+
+
+def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arch: Arch) -> Fp8GemmConfig:
+    """Pure function of (shape, scale group along K: 0 for epilogue scaling, rows of B sharing a scale,
+    architecture)."""
+    base = FP8_GEMM_TABLES[arch.family]
+    block_k = group_k or base.BLOCK_K
+    block_n = min(base.BLOCK_N, 128)  # a 128x128 weight block must cover the tile's columns
+    reason = base.reason
+    if group_k and b_group_rows == 1 and arch.family != "cpu":
+        # Per-column scales (the dW product's 1xG x^T tiles): a second BLOCK_N-wide fp32 vector and the
+        # scaled partial product live across the loop; at 128 columns ptxas spilled 80 B (sm_90) and the
+        # AMD compiler 36 B (gfx942) at M, N, K = 8192, 4096, 14336. 64 columns: none.
+        block_n, reason = 64, "per-column block scales: 64 columns keep the loop in registers"
+    return Fp8GemmConfig(base.BLOCK_M, block_n, block_k, base.GROUP_M, base.num_warps, base.num_stages, reason)
+
+
+@dataclass(frozen=True)
+class Fp8Provider:
+    provider: str  # "wavefront" | "vendor"
+    reason: str
+
+
+def fp8_gemm_provider(scaling: str, arch: Arch, out_dtype: torch.dtype, M: int, N: int, K: int) -> Fp8Provider:
+    """Who runs one scaled product: torch._scaled_mm (cuBLASLt / hipBLASLt) where it computes the same
+    thing, else our kernel. The rule: the vendor library has the better-tuned FP8 GEMM and takes the
+    same scales (tensorwise scalars, rowwise vectors on sm_89+ with a bf16 output), and the epilogue
+    form fuses nothing the vendor's bias epilogue does not; block scales inside the K loop (DeepSeek-V3,
+    MXFP8 without sm_100's native scaled MMA) are ours. Not yet measured on a GPU: the rule is from what
+    each library supports, to be confirmed by ``wavefront bench`` on a device."""
+    aligned = M % 16 == 0 and N % 16 == 0 and K % 16 == 0
+    if arch.family == "nvidia" and int(arch.name.removeprefix("sm_")) >= 89 and aligned:
+        if scaling == "tensorwise":
+            return Fp8Provider("vendor", "cuBLASLt FP8 with per-tensor scales")
+        if scaling == "rowwise" and out_dtype == torch.bfloat16:
+            return Fp8Provider("vendor", "torch._scaled_mm rowwise (CUTLASS, sm_89+), bf16 output")
+    if arch.name in ("gfx942", "gfx950") and aligned and scaling == "tensorwise":
+        return Fp8Provider("vendor", "hipBLASLt FP8 with per-tensor scales")
+    return Fp8Provider("wavefront", "block or rowwise scales the vendor path does not take here")
+
+
+@triton.jit
+def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                     stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, BLOCKWISE: tl.constexpr,
+                     B_GROUP_ROWS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + cols[:, None] * stride_bn + offs_k[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_K)):
+        k_ok = offs_k[None, :] < K - kb * BLOCK_K
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok, other=0.0)
+        b = tl.load(b_ptrs, mask=col_ok[:, None] & k_ok, other=0.0)
+        if BLOCKWISE:
+            part = tl.dot(a, tl.trans(b))
+            sa = tl.load(sa_ptr + rows * stride_sam + kb * stride_sak, mask=row_ok, other=1.0)
+            sb = tl.load(sb_ptr + (cols // B_GROUP_ROWS) * stride_sbn + kb * stride_sbk, mask=col_ok, other=1.0)
+            acc += part * (tl.div_rn(tl.full((BLOCK_M,), 1.0, tl.float32), sa)[:, None]
+                           * tl.div_rn(tl.full((BLOCK_N,), 1.0, tl.float32), sb)[None, :])
+        else:
+            acc = tl.dot(a, tl.trans(b), acc, max_num_imprecise_acc=BLOCK_K)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    if not BLOCKWISE:
+        sa = tl.load(sa_ptr + rows * stride_sam, mask=row_ok, other=1.0)
+        sb = tl.load(sb_ptr + cols * stride_sbn, mask=col_ok, other=1.0)
+        acc = acc / (sa[:, None] * sb[None, :])
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RESIDUAL:
+        acc += tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=row_ok[:, None] & col_ok[None, :],
+                       other=0.0).to(tl.float32)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok[None, :])
+
+
+def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, bias: torch.Tensor | None,
+             out_dtype: torch.dtype, group_k: int, b_group_rows: int, arch: Arch | None = None,
+             residual: torch.Tensor | None = None) -> torch.Tensor:
+    """C [M, N] = dequant(qa) dequant(qb)^T + bias + residual (residual [M, N], unit column stride).
+
+    qa [M, K], qb [N, K]: fp8, unit stride along K. group_k 0: sa, sb are per-row vectors ([M, 1], [N, 1])
+    or 0-dim tensorwise scales, applied in the epilogue; group_k > 0: sa [M, cdiv(K, group_k)], sb
+    [cdiv(N, b_group_rows), cdiv(K, group_k)] applied per K block.
+    """
+    M, K = qa.shape
+    N = qb.shape[0]
+    c = torch.empty((M, N), dtype=out_dtype, device=qa.device)
+    arch = arch or runtime.arch(qa.device)
+    cfg = fp8_gemm_config(M, N, K, group_k, b_group_rows, arch)
+    if group_k:
+        stride_sam, stride_sak = sa.stride()
+        stride_sbn, stride_sbk = sb.stride()
+    else:
+        stride_sam = 0 if sa.dim() == 0 else sa.stride(0)
+        stride_sbn = 0 if sb.dim() == 0 else sb.stride(0)
+        stride_sak = stride_sbk = 0
+    grid = (triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N),)
+    launch(_fp8_gemm_kernel, grid, a_ptr=qa, b_ptr=qb, sa_ptr=sa, sb_ptr=sb, bias_ptr=bias, r_ptr=residual, c_ptr=c,
+           M=M, N=N, K=K, stride_am=qa.stride(0), stride_bn=qb.stride(0),
+           stride_rm=0 if residual is None else residual.stride(0), stride_cm=c.stride(0), stride_sam=stride_sam,
+           stride_sak=stride_sak, stride_sbn=stride_sbn, stride_sbk=stride_sbk,
+           constexprs=dict(BLOCKWISE=bool(group_k), B_GROUP_ROWS=max(b_group_rows, 1), HAS_BIAS=bias is not None,
+                           HAS_RESIDUAL=residual is not None,
+                           BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M),
+           options=cfg.options(arch))
+    return c

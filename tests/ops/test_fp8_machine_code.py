@@ -1,0 +1,137 @@
+"""Machine-code proof for the FP8 GEMM: compiled ahead of time at the launches the FP8 linear makes, the
+kernel must run on the targets' FP8 matrix instructions and spill nothing:
+
+    sm_90   QGMMA ... E4M3.E4M3 (wgmma with e4m3 operands; HGMMA is the 16-bit form)
+    sm_100  UTCQMMA (tcgen05.mma kind::f8f6f4)
+    gfx942  v_mfma_f32_*_fp8_fp8 (MFMA on the FNUZ e4m3 format, the only FP8 MI300's matrix units take)
+
+The quantize kernels (no matrix unit) must not spill either. Like test_matrix_instructions.py (whose
+compile and parse helpers this reuses), each target compiles in a subprocess without TRITON_INTERPRET:
+
+    python tests/ops/test_fp8_machine_code.py --targets sm_90,gfx942 [--kernels gemm_rowwise,...]
+
+All under ``-m slow`` (compiles take 10-20 s each on two cores): the rowwise GEMM on gfx942 alone, and
+every kernel on sm_90, sm_100 and gfx942.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TARGETS = ("sm_90", "sm_100", "gfx942")
+KERNELS = ("gemm_rowwise", "gemm_blockwise", "gemm_blockwise_dw", "quantize_rowwise", "quantize_block128x128")
+#: The FP8 matrix instruction of each target, as the disassembly spells it.
+EXPECTED = {"sm_90": r"QGMMA\.\S*E4M3\.E4M3", "sm_100": r"UTCQMMA", "gfx942": r"v_mfma_f32_\w+_fp8_fp8"}
+
+
+def _record(target: str):
+    import torch
+
+    from wavefront.kernels import linear_fp8, quantize
+    from wavefront.kernels._launch import recording
+    from wavefront.runtime import get_arch
+
+    arch = get_arch(target)
+    e4m3 = torch.float8_e4m3fnuz if target.startswith("gfx") else torch.float8_e4m3fn
+    M, N, K = 512, 384, 1024
+    x, w = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(N, K, dtype=torch.bfloat16)
+    qx, qw = torch.empty(M, K, dtype=e4m3), torch.empty(N, K, dtype=e4m3)
+    rec = {}
+    with recording(execute=False) as launches:
+        linear_fp8.fp8_gemm(qx, qw, torch.empty(M, 1), torch.empty(N, 1), None, torch.bfloat16, 0, 1, arch=arch)
+        rec["gemm_rowwise"] = launches[-1]
+        linear_fp8.fp8_gemm(qx, qw, torch.empty(M, K // 128), torch.empty(N // 128, K // 128), None, torch.bfloat16,
+                            128, 128, arch=arch)
+        rec["gemm_blockwise"] = launches[-1]
+        # The dW product: both operands 1x128 tiles along the reduction (tokens), per-column scales of B.
+        linear_fp8.fp8_gemm(qw, qx, torch.empty(N, K // 128), torch.empty(M, K // 128), None,
+                            torch.bfloat16, 128, 1, arch=arch)
+        rec["gemm_blockwise_dw"] = launches[-1]
+        quantize.quantize(x, e4m3, "rowwise", True, arch=arch)
+        rec["quantize_rowwise"] = launches[-1]
+        quantize.quantize(w, e4m3, "block128x128", False, arch=arch)
+        rec["quantize_block128x128"] = launches[-1]
+    return rec
+
+
+def compile_rows(targets, kernels) -> list[dict]:
+    import triton
+    from test_matrix_instructions import _analyse, _gpu_target, _source
+
+    rows = []
+    for target in targets:
+        launches = _record(target)
+        for name in kernels:
+            launch = launches[name]
+            compiled = triton.compile(_source(launch, target), target=_gpu_target(target),
+                                      options=dict(launch.options))
+            row = {"target": target, "kernel": name, **_analyse(target, compiled)}
+            code = compiled.asm.get("amdgcn") or _sass(compiled)
+            row["fp8_instructions"] = sorted(set(re.findall(EXPECTED[target], code)))
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def _sass(compiled) -> str:
+    import tempfile
+
+    import triton
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        return subprocess.run([tools / "cuobjdump", "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def _run(targets, kernels) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, __file__, "--targets", ",".join(targets), "--kernels", ",".join(kernels)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def _check(row) -> None:
+    from wavefront.runtime import get_arch
+
+    assert row["spill_bytes"] == 0, row
+    assert row["shared_bytes"] <= get_arch(row["target"]).shared_mem_per_block, row
+    if row["kernel"].startswith("gemm"):
+        assert row["fp8_instructions"], f"no FP8 matrix instruction ({EXPECTED[row['target']]}) in {row}"
+
+
+@pytest.mark.slow  # ~11 s of compiling: over the default suite's budget for FP8
+def test_fp8_gemm_uses_the_fp8_matrix_units_on_mi300():
+    """gfx942 alone (the FNUZ formats, the likeliest to regress): the quick check to run after a change to
+    the FP8 GEMM; test_every_fp8_kernel covers all three targets."""
+    rows = _run(["gfx942"], ["gemm_rowwise"])
+    assert len(rows) == 1
+    _check(rows[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_fp8_kernel(target):
+    for row in _run([target], KERNELS):
+        _check(row)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--kernels", default=",".join(KERNELS))
+    ns = parser.parse_args()
+    print(json.dumps(compile_rows(ns.targets.split(","), ns.kernels.split(","))))
