@@ -1,7 +1,14 @@
-"""Tensor- and context-parallel building blocks over torch.distributed: the vocabulary-parallel loss
-(:mod:`.vocab_parallel`) and ring attention (:mod:`.ring_attention`). Library functions: the caller owns the
-process groups; importing this package has no side effects."""
+"""Tensor-, context- and expert-parallel building blocks over torch.distributed: the vocabulary-parallel loss
+(:mod:`.vocab_parallel`), ring attention (:mod:`.ring_attention`) and expert parallelism
+(:mod:`.expert_parallel`). Library functions: the caller owns the process groups; importing this package has no
+side effects."""
 
+from wavefront.parallel.expert_parallel import (
+    ExpertParallelExperts,
+    all_to_all_rows,
+    expert_parallel,
+    expert_parameters,
+)
 from wavefront.parallel.ring_attention import (
     ring_attention,
     shard_sequence,
@@ -11,5 +18,6 @@ from wavefront.parallel.ring_attention import (
 )
 from wavefront.parallel.vocab_parallel import vocab_parallel_cross_entropy, vocab_parallel_linear_cross_entropy
 
-__all__ = ["ring_attention", "shard_sequence", "unshard_sequence", "vocab_parallel_cross_entropy",
-           "vocab_parallel_linear_cross_entropy", "zigzag_shard", "zigzag_unshard"]
+__all__ = ["ExpertParallelExperts", "all_to_all_rows", "expert_parallel", "expert_parameters", "ring_attention",
+           "shard_sequence", "unshard_sequence", "vocab_parallel_cross_entropy", "vocab_parallel_linear_cross_entropy",
+           "zigzag_shard", "zigzag_unshard"]
