@@ -244,11 +244,13 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     from wavefront.workbench.distributed.train.presets import build_model
 
     model = build_model(cfg.model, seed=cfg.seed, attn_implementation=cfg.attn_implementation)
+    fp8 = None
     if variant == "wavefront":
         try:
-            result.patch_report = wavefront.patch(model, **_patch_options(cfg)).as_dict()
+            result.patch_report = wavefront.patch(model, **_patch_options(cfg), fp8=cfg.fp8).as_dict()
         except wavefront.patching.PatchError as e:
             raise TrainFailure(str(e), EXIT_CONFIG) from None
+        fp8 = _fp8_setup(cfg, env, model, peak, device_row)
     elif variant == "liger":
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -409,6 +411,8 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             price_override=cfg.price_per_hour, energy_window_j=window, energy_kind=energy.kind,
             is_gpu=env.device.type == "cuda")
         result.summary.patch = result.patch_report
+        if variant == "wavefront" and fp8 is not None:
+            _fp8_summary(result.summary, fp8, model_flops, peak, env)
     finally:
         emb_hook.remove()
         if profiler is not None:
@@ -417,6 +421,29 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
         gc.collect()
         if env.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _fp8_setup(cfg: TrainConfig, env: _Env, model, peak: Peak, device_row):
+    """After the FP8 patch: the swapped layers' FLOPs and FP8 peak; bf16 parameters where FSDP2 does not cast."""
+    if cfg.fp8 is None:
+        return None
+    from wavefront.workbench.distributed.train import fp8 as train_fp8
+
+    flops, n_swapped = train_fp8.swapped_flops(model, cfg.fp8)
+    fp8_tflops, source = train_fp8.fp8_peak(device_row, cfg.peak_tflops)
+    cast = train_fp8.needs_bf16_params(env.plan, env.dp)
+    if cast:
+        train_fp8.cast_params_bf16(model)
+    return train_fp8.Fp8Flops(cfg.fp8, flops, n_swapped, fp8_tflops, source), cast
+
+
+def _fp8_summary(summary: Summary, fp8, model_flops: float, peak: Peak, env: _Env) -> None:
+    from wavefront.workbench.distributed.train import fp8 as train_fp8
+
+    flops, cast = fp8
+    summary.mfu_fp8 = train_fp8.mixed_mfu(summary.tokens_per_s, model_flops, flops, peak.tflops, env.world)
+    summary.fp8 = {**asdict(flops), "bf16_peak_tflops": peak.tflops, "params_cast_bf16": cast}
+    summary.notes += train_fp8.notes(flops, model_flops, cast)
 
 
 @contextlib.contextmanager
