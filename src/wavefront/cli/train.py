@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
 
-Parallel, DType, Attn, TokenDType, PPSchedule, Fp8 = (Enum(n, {k: k for k in values}, type=str) for n, values in (
+Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in values}, type=str) for n, values in (
     ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
     ("Attn", ("sdpa", "eager")), ("TokenDType", ("uint16", "uint32")), ("Fp8", ("rowwise", "tensorwise", "blockwise",
     "mxfp8")), ("PPSchedule", ("1f1b", "gpipe", "interleaved-1f1b", "interleaved-zb", "zbv"))))
@@ -119,8 +119,7 @@ def train(
     inject_nan: Annotated[int | None, typer.Option(help="Testing aid: make the loss NaN at this step.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
-    """Train with torch.distributed (single, DDP, FSDP2, or a TP/PP/FSDP2 device mesh) and report tokens/s, MFU,
-    memory, step-time split, $/step, energy/step; --compare runs variants back to back on the same data."""
+    """Train (single, DDP, FSDP2 or a TP/PP/FSDP2 mesh) and report tokens/s, MFU, memory, step split, $, energy."""
     from wavefront.workbench.distributed.launch import relaunch_under_torchrun, replace_option, save_stdin
     from wavefront.workbench.distributed.train.config import json_dest_problem
     if int(os.environ.get("RANK", "0")) == 0 and (why := json_dest_problem(json_out)):

@@ -412,7 +412,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             is_gpu=env.device.type == "cuda")
         result.summary.patch = result.patch_report
         if variant == "wavefront" and fp8 is not None:
-            _fp8_summary(result.summary, fp8, model_flops, peak, env)
+            result.notes += _fp8_summary(result.summary, fp8, model_flops, peak, env)
     finally:
         emb_hook.remove()
         if profiler is not None:
@@ -437,13 +437,13 @@ def _fp8_setup(cfg: TrainConfig, env: _Env, model, peak: Peak, device_row):
     return train_fp8.Fp8Flops(cfg.fp8, flops, n_swapped, fp8_tflops, source), cast
 
 
-def _fp8_summary(summary: Summary, fp8, model_flops: float, peak: Peak, env: _Env) -> None:
+def _fp8_summary(summary: Summary, fp8, model_flops: float, peak: Peak, env: _Env) -> list[str]:
     from wavefront.workbench.distributed.train import fp8 as train_fp8
 
     flops, cast = fp8
     summary.mfu_fp8 = train_fp8.mixed_mfu(summary.tokens_per_s, model_flops, flops, peak.tflops, env.world)
     summary.fp8 = {**asdict(flops), "bf16_peak_tflops": peak.tflops, "params_cast_bf16": cast}
-    summary.notes += train_fp8.notes(flops, model_flops, cast)
+    return train_fp8.notes(flops, model_flops, cast)
 
 
 @contextlib.contextmanager
