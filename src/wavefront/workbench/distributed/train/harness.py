@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
+from wavefront.workbench.distributed.train import context_parallel
 from wavefront.workbench.distributed.train import store as train_store
 from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
 from wavefront.workbench.distributed.train.kpi import (
@@ -125,6 +126,9 @@ class _Env:
     mesh: Any = None  # the DeviceMesh (parallel "mesh")
     dp_rank: int = 0  # which slice of the global batch this rank reads
     dp: int = 1  # data-parallel ranks (slices of the global batch)
+    cp_rank: int = 0  # which zig-zag shard of each sequence this rank holds (context_parallel.py)
+    cp: int = 1
+    cp_group: Any = None
 
 
 _STOP = threading.Event()
@@ -162,6 +166,8 @@ def _init(cfg: TrainConfig) -> _Env:
         env.mesh = train_mesh.build_mesh(env.layout, device.type)
         coord = train_mesh.coordinates(env.mesh)
         env.dp_rank, env.dp = coord["dp_replicate"] * env.layout.dp_shard + coord["dp_shard"], env.layout.dp
+        env.cp_rank, env.cp = coord["cp"], env.layout.cp
+        env.cp_group = env.mesh["cp"].get_group() if env.cp > 1 else None
     return env
 
 
@@ -251,6 +257,8 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
         except wavefront.patching.PatchError as e:
             raise TrainFailure(str(e), EXIT_CONFIG) from None
         fp8 = _fp8_setup(cfg, env, model, peak, device_row)
+    if env.cp > 1:
+        context_parallel.install(model, env.cp_group)
     elif variant == "liger":
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -341,7 +349,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                     with no_sync:
                         t0 = clock.mark()
                         with _autocast(env):
-                            loss = model(input_ids=ids, labels=ids, num_items_in_batch=n_items).loss
+                            loss = model(**context_parallel.inputs(ids, env.cp_rank, env.cp, n_items)).loss
                         loss = _inject(cfg, env, step, loss)
                         t1 = clock.mark()
                         tail.clear()
@@ -360,9 +368,13 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                     loss_sum += loss.detach().double()
             if par is not None:
                 finish_backward(par, env.mesh, env.layout)
-            holds = float(pipe.has_last) if pipe is not None else 1.0
-            status = _all_reduce([float(loss_sum) * holds, float(not torch.isfinite(loss_sum)), float(_STOP.is_set()),
-                                  holds], env)
+            if env.cp > 1:
+                context_parallel.reduce_grads(model, env.cp_group)
+            # the loss is the mean over data-parallel slices: pipeline ranks without the last stage hold none, the
+            # cp ranks of a slice hold parts that add up to it (each counted 1/cp)
+            holds = float(pipe.has_last) if pipe is not None else 1.0 / env.cp
+            status = _all_reduce([float(loss_sum) * (holds if pipe is not None else 1.0),
+                                  float(not torch.isfinite(loss_sum)), float(_STOP.is_set()), holds], env)
             loss_avg = status[0] / status[3]
             if status[1] > 0:
                 raise TrainFailure(f"non-finite loss ({loss_avg}) at step {step} on {int(status[1])} rank(s); stopped "
