@@ -212,9 +212,9 @@ class TrainConfig:
         from wavefront.workbench.distributed.train.presets import build_config
 
         other = [v for v in self.variants if v in ("compile", "liger")]
-        if other and (self.tp > 1 or self.pp > 1):
-            raise ConfigError(f"--compare {','.join(other)} with --tp/--pp: only the baseline and wavefront variants "
-                              f"run on tensor- and pipeline-parallel meshes")
+        if other and (self.tp > 1 or self.pp > 1 or self.cp > 1):
+            raise ConfigError(f"--compare {','.join(other)} with --tp/--pp/--cp: only the baseline and wavefront "
+                              f"variants run on tensor-, pipeline- and context-parallel meshes")
         if self.pp > 1 and (self.checkpoint_every or self.resume):
             raise ConfigError("--pp: checkpointing a pipeline's stages is not supported yet; drop --checkpoint-every "
                               "and --resume")
