@@ -13,10 +13,10 @@ from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
 
-Parallel, DType, Attn, TokenDType, PPSchedule = (Enum(name, {k: k for k in values}, type=str) for name, values in (
+Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in values}, type=str) for n, values in (
     ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
-    ("Attn", ("sdpa", "eager")), ("TokenDType", ("uint16", "uint32")),
-    ("PPSchedule", ("1f1b", "gpipe", "interleaved-1f1b", "interleaved-zb", "zbv"))))
+    ("Attn", ("sdpa", "eager")), ("TokenDType", ("uint16", "uint32")), ("Fp8", ("rowwise", "tensorwise", "blockwise",
+    "mxfp8")), ("PPSchedule", ("1f1b", "gpipe", "interleaved-1f1b", "interleaved-zb", "zbv"))))
 
 
 def _deg(text: str, low: int = 1):
@@ -25,9 +25,9 @@ def _deg(text: str, low: int = 1):
 #: (label, Summary field, format, comparison key) per table row; peak memory is shown in MB.
 ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"), ("tokens/s per device",
         "tokens_per_s_per_device", ".4g", None), ("step time mean (s)", "step_s_mean", ".4g", "step_s_ratio"),
-        ("  forward (s)", "fwd_s", ".3g", None),
-        ("  backward (s)", "bwd_s", ".3g", None), ("  exposed comm (s)", "comm_s", ".3g", None),
-        ("  optimizer (s)", "opt_s", ".3g", None), ("MFU", "mfu", ".3e", None), ("HFU", "hfu", ".3e", None),
+        ("  forward (s)", "fwd_s", ".3g", None), ("  backward (s)", "bwd_s", ".3g", None),
+        ("  exposed comm (s)", "comm_s", ".3g", None), ("  optimizer (s)", "opt_s", ".3g", None),
+        ("MFU", "mfu", ".3e", None), ("MFU (fp8 mixed peaks)", "mfu_fp8", ".3e", None), ("HFU", "hfu", ".3e", None),
         ("peak memory (MB)", "peak_mem_bytes", ".1f", "peak_mem_ratio"), ("$/step", "cost_per_step", ".3g", None),
         ("$/Mtok", "cost_per_mtok", ".3g", None), ("energy/step (J)", "energy_per_step_j", ".3g", None),
         ("final loss", "final_loss", ".5f", None))
@@ -39,7 +39,6 @@ def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
 
 def kpi_table(result):
     from rich.table import Table
-
     measured = [v for v in result.variants if v.summary]
     ref = measured[0].variant if measured else ""
     table = Table(title=f"wavefront train {result.run_id}: {result.config['model']}, {result.provenance['parallel']} "
@@ -98,6 +97,7 @@ def train(
     activation_checkpointing: Annotated[bool, typer.Option(help="Recompute each layer in backward.")] = False,
     dtype: Annotated[DType, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")] = DType.auto,
     attn_implementation: Annotated[Attn, typer.Option(help="Hugging Face attention implementation.")] = Attn.sdpa,
+    fp8: Annotated[Fp8 | None, typer.Option(help="FP8 recipe of the wavefront variant (needs bf16).")] = None,
     compare: Annotated[bool, typer.Option("--compare", help="Run several variants back to back on the same data "
                                                            "(default baseline,wavefront; see VARIANTS).")] = False,
     no_patch: Annotated[bool, typer.Option("--no-patch", help="Train the unpatched model only.")] = False,
@@ -119,8 +119,7 @@ def train(
     inject_nan: Annotated[int | None, typer.Option(help="Testing aid: make the loss NaN at this step.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
 ) -> None:
-    """Train with torch.distributed (single, DDP, FSDP2, or a TP/PP/FSDP2 device mesh) and report tokens/s, MFU,
-    memory, step-time split, $/step, energy/step; --compare runs variants back to back on the same data."""
+    """Train (single, DDP, FSDP2 or a TP/PP/FSDP2 mesh) and report tokens/s, MFU, memory, step split, $, energy."""
     from wavefront.workbench.distributed.launch import relaunch_under_torchrun, replace_option, save_stdin
     from wavefront.workbench.distributed.train.config import json_dest_problem
     if int(os.environ.get("RANK", "0")) == 0 and (why := json_dest_problem(json_out)):
@@ -192,7 +191,7 @@ def _run(cfg, json_out: str | None) -> None:
         for line in _notes(result):
             console.print(f"[dim]{escape(line)}[/]")
     if rank == 0 and json_out:
-            write_json(result.document(), json_out)
+        write_json(result.document(), json_out)
     harness.shutdown(failed=False)
 
 

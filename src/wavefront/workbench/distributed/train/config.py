@@ -66,6 +66,7 @@ class TrainConfig:
     pp_schedule: str = "1f1b"
     plan: str | None = None  # a `wavefront plan --json` file the degrees were read from (apply_plan)
     plan_rank: int = 0
+    fp8: str | None = None  # FP8 recipe of the wavefront variant (wavefront.patching.fp8.RECIPES); train/fp8.py
 
     def as_dict(self) -> dict:
         return json.loads(json.dumps(asdict(self)))
@@ -180,6 +181,8 @@ class TrainConfig:
             bad(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.inject_failure is not None and not 0 <= self.inject_failure[0] < world_size:
             bad(f"--inject-failure rank {self.inject_failure[0]} is outside the {world_size} launched ranks")
+        if self.fp8 is not None:
+            self._validate_fp8()
         from wavefront.patching.table import OPS
 
         unknown = set(self.patch_options) - set(OPS)
@@ -190,14 +193,28 @@ class TrainConfig:
             if max_pos and self.seq_len > max_pos:
                 bad(f"--seq-len {self.seq_len} exceeds the model's max_position_embeddings {max_pos}")
 
+    def _validate_fp8(self) -> None:
+        import torch
+
+        from wavefront.patching.fp8 import RECIPES
+
+        if self.fp8 not in RECIPES:
+            raise ConfigError(f"--fp8 must be one of {', '.join(RECIPES)}, got {self.fp8!r}")
+        if "wavefront" not in self.variants:
+            raise ConfigError("--fp8 patches the wavefront variant, which this run does not train (drop --no-patch, "
+                              "or add wavefront to --compare)")
+        if self.dtype == "fp32" or (self.dtype == "auto" and not torch.cuda.is_available()):
+            raise ConfigError("--fp8 needs bf16 compute (FP8 layers take bf16 weights and inputs): pass --dtype bf16"
+                              + (" (auto is fp32 on a CPU)" if self.dtype == "auto" else ""))
+
     def _validate_mesh(self, world_size: int) -> None:
         from wavefront.workbench.distributed.train import mesh
         from wavefront.workbench.distributed.train.presets import build_config
 
         other = [v for v in self.variants if v in ("compile", "liger")]
-        if other and (self.tp > 1 or self.pp > 1):
-            raise ConfigError(f"--compare {','.join(other)} with --tp/--pp: only the baseline and wavefront variants "
-                              f"run on tensor- and pipeline-parallel meshes")
+        if other and (self.tp > 1 or self.pp > 1 or self.cp > 1):
+            raise ConfigError(f"--compare {','.join(other)} with --tp/--pp/--cp: only the baseline and wavefront "
+                              f"variants run on tensor-, pipeline- and context-parallel meshes")
         if self.pp > 1 and (self.checkpoint_every or self.resume):
             raise ConfigError("--pp: checkpointing a pipeline's stages is not supported yet; drop --checkpoint-every "
                               "and --resume")

@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
+from wavefront.workbench.distributed.train import context_parallel
 from wavefront.workbench.distributed.train import store as train_store
 from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
 from wavefront.workbench.distributed.train.kpi import (
@@ -125,6 +126,9 @@ class _Env:
     mesh: Any = None  # the DeviceMesh (parallel "mesh")
     dp_rank: int = 0  # which slice of the global batch this rank reads
     dp: int = 1  # data-parallel ranks (slices of the global batch)
+    cp_rank: int = 0  # which zig-zag shard of each sequence this rank holds (context_parallel.py)
+    cp: int = 1
+    cp_group: Any = None
 
 
 _STOP = threading.Event()
@@ -162,6 +166,8 @@ def _init(cfg: TrainConfig) -> _Env:
         env.mesh = train_mesh.build_mesh(env.layout, device.type)
         coord = train_mesh.coordinates(env.mesh)
         env.dp_rank, env.dp = coord["dp_replicate"] * env.layout.dp_shard + coord["dp_shard"], env.layout.dp
+        env.cp_rank, env.cp = coord["cp"], env.layout.cp
+        env.cp_group = env.mesh["cp"].get_group() if env.cp > 1 else None
     return env
 
 
@@ -244,11 +250,15 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     from wavefront.workbench.distributed.train.presets import build_model
 
     model = build_model(cfg.model, seed=cfg.seed, attn_implementation=cfg.attn_implementation)
+    fp8 = None
     if variant == "wavefront":
         try:
-            result.patch_report = wavefront.patch(model, **_patch_options(cfg)).as_dict()
+            result.patch_report = wavefront.patch(model, **_patch_options(cfg), fp8=cfg.fp8).as_dict()
         except wavefront.patching.PatchError as e:
             raise TrainFailure(str(e), EXIT_CONFIG) from None
+        fp8 = _fp8_setup(cfg, env, model, peak, device_row)
+    if env.cp > 1:
+        context_parallel.install(model, env.cp_group)
     elif variant == "liger":
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -339,7 +349,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                     with no_sync:
                         t0 = clock.mark()
                         with _autocast(env):
-                            loss = model(input_ids=ids, labels=ids, num_items_in_batch=n_items).loss
+                            loss = model(**context_parallel.inputs(ids, env.cp_rank, env.cp, n_items)).loss
                         loss = _inject(cfg, env, step, loss)
                         t1 = clock.mark()
                         tail.clear()
@@ -358,9 +368,13 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                     loss_sum += loss.detach().double()
             if par is not None:
                 finish_backward(par, env.mesh, env.layout)
-            holds = float(pipe.has_last) if pipe is not None else 1.0
-            status = _all_reduce([float(loss_sum) * holds, float(not torch.isfinite(loss_sum)), float(_STOP.is_set()),
-                                  holds], env)
+            if env.cp > 1:
+                context_parallel.reduce_grads(model, env.cp_group)
+            # the loss is the mean over data-parallel slices: pipeline ranks without the last stage hold none, the
+            # cp ranks of a slice hold parts that add up to it (each counted 1/cp)
+            holds = float(pipe.has_last) if pipe is not None else 1.0 / env.cp
+            status = _all_reduce([float(loss_sum) * (holds if pipe is not None else 1.0),
+                                  float(not torch.isfinite(loss_sum)), float(_STOP.is_set()), holds], env)
             loss_avg = status[0] / status[3]
             if status[1] > 0:
                 raise TrainFailure(f"non-finite loss ({loss_avg}) at step {step} on {int(status[1])} rank(s); stopped "
@@ -409,6 +423,8 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             price_override=cfg.price_per_hour, energy_window_j=window, energy_kind=energy.kind,
             is_gpu=env.device.type == "cuda")
         result.summary.patch = result.patch_report
+        if variant == "wavefront" and fp8 is not None:
+            result.notes += _fp8_summary(result.summary, fp8, model_flops, peak, env)
     finally:
         emb_hook.remove()
         if profiler is not None:
@@ -417,6 +433,29 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
         gc.collect()
         if env.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _fp8_setup(cfg: TrainConfig, env: _Env, model, peak: Peak, device_row):
+    """After the FP8 patch: the swapped layers' FLOPs and FP8 peak; bf16 parameters where FSDP2 does not cast."""
+    if cfg.fp8 is None:
+        return None
+    from wavefront.workbench.distributed.train import fp8 as train_fp8
+
+    flops, n_swapped = train_fp8.swapped_flops(model, cfg.fp8)
+    fp8_tflops, source = train_fp8.fp8_peak(device_row, cfg.peak_tflops)
+    cast = train_fp8.needs_bf16_params(env.plan, env.dp)
+    if cast:
+        train_fp8.cast_params_bf16(model)
+    return train_fp8.Fp8Flops(cfg.fp8, flops, n_swapped, fp8_tflops, source), cast
+
+
+def _fp8_summary(summary: Summary, fp8, model_flops: float, peak: Peak, env: _Env) -> list[str]:
+    from wavefront.workbench.distributed.train import fp8 as train_fp8
+
+    flops, cast = fp8
+    summary.mfu_fp8 = train_fp8.mixed_mfu(summary.tokens_per_s, model_flops, flops, peak.tflops, env.world)
+    summary.fp8 = {**asdict(flops), "bf16_peak_tflops": peak.tflops, "params_cast_bf16": cast}
+    return train_fp8.notes(flops, model_flops, cast)
 
 
 @contextlib.contextmanager

@@ -91,6 +91,10 @@ class Summary:
     bubble_s: float | None = None  # pipeline idle time per step (part of comm_s), where measured
     #: the planner's prediction for the same plan on this machine, and predicted vs measured (predict.py)
     prediction: dict | None = None
+    #: --fp8: the swapped layers' FLOPs against the FP8 peak and the rest against the bf16 peak (train/fp8.py);
+    #: ``mfu`` stays every FLOP against the bf16 peak
+    mfu_fp8: float | None = None
+    fp8: dict | None = None  # recipe, FP8 FLOPs per token, layers swapped, both peaks and their sources
 
     def as_dict(self) -> dict:
         return asdict(self)

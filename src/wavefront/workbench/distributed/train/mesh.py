@@ -84,6 +84,9 @@ class Layout:
         return asdict(self) | {"world_size": self.world_size, "dp": self.dp, "label": self.label()}
 
 
+_CP_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")  # train/context_parallel.py FAMILIES
+
+
 def validate(layout: Layout, world_size: int, model_config, *, seq_len: int, global_batch: int,
              micro_batch: int) -> Layout:
     """The resolved layout, or ConfigError naming what does not fit (called on every rank before work)."""
@@ -98,8 +101,14 @@ def validate(layout: Layout, world_size: int, model_config, *, seq_len: int, glo
     if lay.world_size != world_size:
         shape = " x ".join(f"{k} {v}" for k, v in lay.degrees.items())
         raise ConfigError(f"the mesh {shape} = {lay.world_size} ranks, but {world_size} were launched")
-    if lay.cp > 1:
-        raise ConfigError("--cp > 1 needs ring attention (wavefront.parallel), which this harness does not run yet")
+    if lay.cp > 1 and (lay.pp > 1 or lay.tp > 1):
+        raise ConfigError("--cp > 1 runs with data parallelism only so far: drop --pp and --tp")
+    if lay.cp > 1 and getattr(model_config, "model_type", None) not in _CP_FAMILIES:
+        raise ConfigError(f"--cp > 1: ring attention is wired for the Llama-like families "
+                          f"({', '.join(_CP_FAMILIES)}), not {getattr(model_config, 'model_type', None)!r}")
+    if lay.cp > 1 and seq_len % (2 * lay.cp):
+        raise ConfigError(f"--seq-len {seq_len} is not divisible by 2 x cp = {2 * lay.cp} (the zig-zag layout "
+                          f"gives each cp rank two chunks)")
     if lay.vpp > 1 and lay.pp_schedule not in MULTI_STAGE:
         raise ConfigError(f"--vpp {lay.vpp} needs a multi-stage schedule ({', '.join(MULTI_STAGE)}), got "
                           f"--pp-schedule {lay.pp_schedule}")
