@@ -85,7 +85,7 @@ def install(model: torch.nn.Module, ep: int) -> EpState:
     group, replicas = _groups(ep, dist.get_world_size(), dist.get_rank())
     paths = expert_parallel(model, group)
     if not paths:
-        raise ConfigError("--ep: the model holds no wavefront MoE experts after patching (is the moe op patched?)")
+        raise RuntimeError("--ep: the model holds no wavefront MoE experts after patching")
     return EpState(ep, group, replicas, expert_parameters(model), paths)
 
 
