@@ -104,17 +104,23 @@ def test_moe_mfu_counts_active_parameters():
     assert active_matmul_params(build_model("tiny-llama"), 1000) == 1000
 
 
-def test_bad_ep_exits_2_before_work(tmp_path):
-    # WORLD_SIZE as torchrun sets it: the options are validated before a process group or a model exists
-    env = dict(os.environ, WORLD_SIZE="2", RANK="0")
-    src = str(Path(__file__).resolve().parents[3] / "src")
-    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    base = ["--model", "tiny-mixtral", "--store", ""]
-    run = subprocess.run([sys.executable, "-m", "wavefront", "train", *base, "--ep", "3"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2, run.stderr[-2000:]
-    assert "--ep 3 must divide the data-parallel world size 2" in run.stdout + run.stderr
-    assert "Traceback" not in run.stderr
+@pytest.mark.parametrize("args, message", [
+    (["--ep", "3"], "--ep 3 must divide the data-parallel world size 2"),
+    (["--ep", "2", "--model", "tiny-llama"], "--ep needs a mixture-of-experts model"),
+])
+def test_bad_ep_exits_2_before_work(tmp_path, monkeypatch, args, message):
+    from typer.testing import CliRunner
+
+    from wavefront.cli import build_app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it: validated before a process group or model exists
+    monkeypatch.setenv("RANK", "0")
+    r = CliRunner().invoke(build_app(), ["train", "--model", "tiny-mixtral", *args])
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.stderr.split())
+    assert text.startswith("error:") and message in text and "Traceback" not in r.output
+    assert not (tmp_path / "wavefront-results.sqlite").exists(), "nothing ran"
 
 
 @pytest.mark.parametrize("options, world, message", [
