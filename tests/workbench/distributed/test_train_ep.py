@@ -128,6 +128,7 @@ def test_bad_ep_exits_2_before_work(tmp_path, monkeypatch, args, message):
     (dict(ep=2, variants=("baseline",)), 2, "wavefront variant only"),
     (dict(ep=8, global_batch=8, micro_batch=1), 8, "number of experts per layer"),
     (dict(ep=2), 1, "ddp or fsdp2"),
+    (dict(ep=2, global_batch=8, micro_batch=1), 4, "below the data-parallel world size 4"),
     (dict(ep=2, patch_options={"moe": False}), 2, "keep moe in --patch-ops"),
     (dict(ep=2, checkpoint_dir="ck", checkpoint_every=1), 2, "checkpointing expert-parallel runs"),
 ])

@@ -377,7 +377,6 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 finish_backward(par, env.mesh, env.layout)
             if env.cp > 1:
                 context_parallel.reduce_grads(model, env.cp_group)
-            train_ep.reduce_grads(ep)
             counts = train_ep.step_counts(inner, env.device) if pipe is None else {}
             # the loss is the mean over data-parallel slices: pipeline ranks without the last stage hold none, the
             # cp ranks of a slice hold parts that add up to it (each counted 1/cp)
