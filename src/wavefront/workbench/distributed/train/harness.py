@@ -193,11 +193,14 @@ def _decoder_layers(model) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def _wrap(model, env: _Env):
+def _wrap(model, env: _Env, cfg: TrainConfig):
+    from wavefront.workbench.distributed.train import overlap
+
     if env.plan == "mesh":
         from wavefront.workbench.distributed.train.parallelize import parallelize
 
-        return parallelize(model, env.mesh, env.layout, bf16=env.bf16)
+        return parallelize(model, env.mesh, env.layout, bf16=env.bf16, prefetch=cfg.fsdp_prefetch,
+                           reshard_after_forward=overlap.parse_reshard(cfg.reshard_after_forward))
     if env.plan == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -209,9 +212,11 @@ def _wrap(model, env: _Env):
         mesh = init_device_mesh(env.device.type, (env.world,))
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if env.bf16 else \
             MixedPrecisionPolicy()
-        for layer in _decoder_layers(model):
-            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        layers = _decoder_layers(model)
+        for layer in layers:
+            fully_shard(layer, mesh=mesh, mp_policy=mp, **overlap.fsdp_kwargs(cfg.reshard_after_forward))
         fully_shard(model, mesh=mesh, mp_policy=mp)
+        overlap.set_prefetch(layers, cfg.fsdp_prefetch)
     return model
 
 
@@ -281,9 +286,13 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                                    n_items=accum * cfg.micro_batch * (cfg.seq_len - 1), patched=variant == "wavefront")
         model = par.module
     else:
-        model = _wrap(model, env)
+        model = _wrap(model, env, cfg)
     if env.plan == "mesh" and pipe is None:
         par, model = model, model.module
+    if variant == "compile" and cfg.async_tp:
+        from wavefront.workbench.distributed.train.overlap import enable_async_tp
+
+        enable_async_tp(env.mesh["tp"])
     if variant == "compile":
         inner.compile()  # nn.Module.compile: the same module object, its calls go through torch.compile
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, **({"fused": True} if env.device.type == "cuda"
