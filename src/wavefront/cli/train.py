@@ -1,5 +1,4 @@
-"""`wavefront train` (options, rendering, exit codes) over wavefront.workbench.distributed.train.harness:
-``--compare`` alone is baseline vs wavefront; ``--compare eager,compile,liger,wavefront`` runs those."""
+"""`wavefront train` (options, rendering, exit codes) over wavefront.workbench.distributed.train.harness."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
-from wavefront.workbench.distributed.train.overlap import HELP
+from wavefront.workbench.distributed.train.overlap import HELP, kpi_rows
 
 Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in values}, type=str) for n, values in (
     ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
@@ -48,10 +47,11 @@ def kpi_table(result):
     for name in [v.variant for v in measured] + [f"{n} / {ref}" for n in result.comparisons]:
         table.add_column(name, justify="right")
     for label, key, spec, ratio in ROWS:
-        scale = 1e-6 if key == "peak_mem_bytes" else 1.0
-        cells = [_fmt(getattr(v.summary, key), spec, scale=scale) for v in measured]
+        cells = [_fmt(getattr(v.summary, key), spec, scale=1e-6 if key == "peak_mem_bytes" else 1) for v in measured]
         cells += [_fmt(c.get(ratio) if ratio else None, ".3f", "") for c in result.comparisons.values()]
         table.add_row(label, *cells)
+    for label, cells in kpi_rows([v.summary for v in measured]):  # per mesh dimension, from --profile-steps
+        table.add_row(label, *cells, *[""] * len(result.comparisons))
     return table
 
 
@@ -70,8 +70,8 @@ def _notes(result) -> list[str]:
               for name, c in result.comparisons.items() if c.get("max_abs_loss_diff") is not None]
     from wavefront.workbench.distributed.train.predict import describe
     lines += [x for v in result.variants if v.summary for x in describe(v.variant, v.summary.prediction)]
-    stored = f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"
-    return lines + ([stored] if result.store else [])
+    return lines + ([f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"]
+                    if result.store else [])
 
 
 def train(

@@ -8,6 +8,7 @@ divide, a parallel plan that does not fit the number of processes, and so on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -75,10 +76,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         from wavefront.workbench.distributed.train.overlap import parse_reshard
 
-        try:  # the CLI passes "true" / "false" / "K"; a bad value stays for validate() to name
+        with contextlib.suppress(ValueError):  # the CLI passes "true"/"false"/"K"; validate() names a bad one
             object.__setattr__(self, "reshard_after_forward", parse_reshard(self.reshard_after_forward))
-        except ValueError:
-            pass
 
     def as_dict(self) -> dict:
         return json.loads(json.dumps(asdict(self)))

@@ -100,3 +100,106 @@ def enable_async_tp(tp_mesh) -> None:
 
     enable_symm_mem_for_group(tp_mesh.get_group().group_name)
     inductor_config._micro_pipeline_tp = True
+
+
+# ---- exposed communication per mesh dimension ---------------------------------------------------------------
+
+#: The mesh dimensions, in the order of the KPI table; "unattributed": collectives no dimension could be
+#: given to (a CPU trace carries no process group and two candidate dimensions were active).
+DIMS = ("tp", "dp_shard", "dp_replicate", "cp", "pp", "unattributed")
+SYNC_LABEL = "wavefront::harness_sync"  # the harness's own loss/timing all-reduces: no mesh dimension's cost
+
+
+def _dim_of_group(args: dict, pg_config: dict[str, str]) -> str | None:
+    """The mesh dimension of a collective's process group (pg_desc "mesh_tp", or its pg_name's description);
+    None for the default group (the harness's own reductions)."""
+    desc = args.get("pg_desc") or pg_config.get(str(args.get("pg_name")), "")
+    if desc.startswith("mesh_") and desc[5:] in DIMS:
+        return desc[5:]
+    return None if desc == "default_pg" else "unattributed"
+
+
+def _dim_of_cpu_op(name: str, in_fsdp: bool, degrees: dict[str, int]) -> str:
+    """Gloo traces name no process group: FSDP2's collectives (inside its FSDP:: ranges) are the data-parallel
+    ones (all-reduce: the replicas of HSDP where it can be told), point-to-point ones are cp's ring or pp's
+    stages, and the rest belong to the one other active dimension, when only one is."""
+    low = name.lower().replace("allreduce", "all_reduce")
+    if in_fsdp:
+        shard, replicate = degrees.get("dp_shard", 1) > 1, degrees.get("dp_replicate", 1) > 1
+        if "all_reduce" not in low or not replicate:
+            return "dp_shard" if shard else "dp_replicate"
+        # HSDP: c10d::allreduce_ is the replicas' reduction, but gloo also runs dp_shard's reduce-scatter as an
+        # all-reduce on its worker threads, which then names neither
+        return "dp_replicate" if not shard or low.startswith("c10d::") else "unattributed"
+    p2p = "send" in low or "recv" in low
+    candidates = [d for d in (("cp", "pp") if p2p else ("tp", "cp", "pp")) if degrees.get(d, 1) > 1]
+    return candidates[0] if len(candidates) == 1 else "unattributed"
+
+
+def comm_by_dim(path: str, degrees: dict[str, int], n_steps: int = 1) -> dict[str, dict[str, float]]:
+    """Per mesh dimension, seconds per step of communication (the union of its collectives' intervals) and
+    the part of it with no compute running (trace.breakdown's rule: exposed = |X_dim minus C|).
+
+    Device traces attribute each communication kernel by its process group (the profiler's collective
+    args); CPU (gloo) traces by the rules of :func:`_dim_of_cpu_op`. Dimensions without communication in
+    the trace are absent."""
+    import numpy as np
+
+    from wavefront.workbench.trace.breakdown import build_timeline, cpu_comm_rows
+    from wavefront.workbench.trace.classify import COMM, classify_device
+    from wavefront.workbench.trace.intervals import IntervalSet, subtract
+    from wavefront.workbench.trace.load import load_trace
+
+    trace = load_trace(path)
+    timeline = build_timeline(trace)
+    names = np.asarray(trace.names, dtype=object)
+    dims: np.ndarray
+    if len(trace.device):
+        dev = trace.device
+        rows = np.flatnonzero(classify_device(trace).cls == COMM)
+        pgs = {str(g.get("pg_name")): g.get("pg_desc", "") for g in
+               trace.meta.get("distributedInfo", {}).get("pg_config", [])}
+        dims = np.array([_dim_of_group(trace.kernel_comm_args.get(int(c), {}), pgs)
+                         for c in dev.correlation[rows]], dtype=object)
+        starts, ends = dev.ts_ns[rows], dev.end_ns[rows]
+    else:
+        cpu = trace.cpu
+        rows = np.flatnonzero(cpu_comm_rows(trace))
+        starts, ends, op_names = cpu.ts_ns[rows], cpu.end_ns[rows], names[cpu.name[rows]]
+
+        def inside(prefix: str) -> np.ndarray:  # any thread: gloo runs the work on its own threads
+            labels = np.array([str(n).startswith(prefix) for n in names], dtype=bool)[cpu.name]
+            return IntervalSet.union_of(cpu.ts_ns[labels], cpu.end_ns[labels]).contains(starts)
+
+        fsdp, sync = inside("FSDP::"), inside(SYNC_LABEL)
+        dims = np.array([None if s else _dim_of_cpu_op(str(n), f, degrees)
+                         for n, f, s in zip(op_names, fsdp, sync, strict=True)], dtype=object)
+    out = {}
+    for dim in DIMS:
+        sel = dims == dim
+        if not sel.any():
+            continue
+        comm = IntervalSet.union_of(starts[sel], ends[sel])
+        out[dim] = {"comm_s": comm.measure() / 1e9 / n_steps,
+                    "exposed_s": subtract(comm, timeline.compute).measure() / 1e9 / n_steps}
+    return out
+
+
+def kpi_rows(summaries: list) -> list[tuple[str, list[str]]]:
+    """KPI-table rows (label, one cell per summary): each dimension's communication and exposed part."""
+    seen = [d for d in DIMS if any(d in (s.comm_by_dim or {}) for s in summaries)]
+    rows = []
+    for dim in seen:
+        for key, what in (("comm_s", "comm"), ("exposed_s", "exposed")):
+            cells = [format(s.comm_by_dim[dim][key], ".3g") if dim in (s.comm_by_dim or {}) else "n/a"
+                     for s in summaries]
+            rows.append((f"  {dim} {what} (s, traced)", cells))
+    return rows
+
+
+def across_ranks(mine: dict[str, dict[str, float]], reduce_max) -> dict[str, dict[str, float]]:
+    """Every rank's split combined by ``reduce_max`` (an all-reduce MAX of a list of floats): the slowest
+    rank per dimension, which is what the step waits for. Absent dimensions travel as -1."""
+    flat = [mine.get(d, {}).get(k, -1.0) for d in DIMS for k in ("comm_s", "exposed_s")]
+    top = reduce_max(flat)
+    return {d: {"comm_s": top[2 * i], "exposed_s": top[2 * i + 1]} for i, d in enumerate(DIMS) if top[2 * i] >= 0}
