@@ -290,9 +290,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     if env.plan == "mesh" and pipe is None:
         par, model = model, model.module
     if variant == "compile" and cfg.async_tp:
-        from wavefront.workbench.distributed.train.overlap import enable_async_tp
-
-        enable_async_tp(env.mesh["tp"])
+        train_overlap.enable_async_tp(env.mesh["tp"])  # before compiling: inductor's pass reads the flag
     if variant == "compile":
         inner.compile()  # nn.Module.compile: the same module object, its calls go through torch.compile
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, **({"fused": True} if env.device.type == "cuda"

@@ -136,9 +136,29 @@ def _dim_of_cpu_op(name: str, in_fsdp: bool, degrees: dict[str, int]) -> str:
     return candidates[0] if len(candidates) == 1 else "unattributed"
 
 
+def _cpu_compute(trace, comm_rows):
+    """CPU operators that are not collectives and enclose none on their thread: an op that issued a blocking
+    collective (a DTensor-dispatched linear, FSDP's hooks) is waiting, not computing, while it runs."""
+    import numpy as np
+
+    from wavefront.workbench.trace.intervals import IntervalSet
+    from wavefront.workbench.trace.model import CAT_CPU_OP
+
+    cpu = trace.cpu
+    ops = cpu.cat == CAT_CPU_OP
+    ops[comm_rows] = False
+    for tid in np.unique(cpu.tid[comm_rows]):
+        starts = np.sort(cpu.ts_ns[comm_rows][cpu.tid[comm_rows] == tid])
+        mine = np.flatnonzero(ops & (cpu.tid == tid))
+        encloses = np.searchsorted(starts, cpu.end_ns[mine]) > np.searchsorted(starts, cpu.ts_ns[mine])
+        ops[mine[encloses]] = False
+    return IntervalSet.union_of(cpu.ts_ns[ops], cpu.end_ns[ops])
+
+
 def comm_by_dim(path: str, degrees: dict[str, int], n_steps: int = 1) -> dict[str, dict[str, float]]:
     """Per mesh dimension, seconds per step of communication (the union of its collectives' intervals) and
-    the part of it with no compute running (trace.breakdown's rule: exposed = |X_dim minus C|).
+    the part of it with no compute running (exposed = |X_dim minus C|; C as trace.breakdown takes it on a
+    device trace, and on a CPU trace less the operators that only wait on a collective: :func:`_cpu_compute`).
 
     Device traces attribute each communication kernel by its process group (the profiler's collective
     args); CPU (gloo) traces by the rules of :func:`_dim_of_cpu_op`. Dimensions without communication in
@@ -151,11 +171,10 @@ def comm_by_dim(path: str, degrees: dict[str, int], n_steps: int = 1) -> dict[st
     from wavefront.workbench.trace.load import load_trace
 
     trace = load_trace(path)
-    timeline = build_timeline(trace)
     names = np.asarray(trace.names, dtype=object)
     dims: np.ndarray
     if len(trace.device):
-        dev = trace.device
+        dev, compute = trace.device, build_timeline(trace).compute
         rows = np.flatnonzero(classify_device(trace).cls == COMM)
         pgs = {str(g.get("pg_name")): g.get("pg_desc", "") for g in
                trace.meta.get("distributedInfo", {}).get("pg_config", [])}
@@ -172,6 +191,7 @@ def comm_by_dim(path: str, degrees: dict[str, int], n_steps: int = 1) -> dict[st
             return IntervalSet.union_of(cpu.ts_ns[labels], cpu.end_ns[labels]).contains(starts)
 
         fsdp, sync = inside("FSDP::"), inside(SYNC_LABEL)
+        compute = _cpu_compute(trace, rows)
         dims = np.array([None if s else _dim_of_cpu_op(str(n), f, degrees)
                          for n, f, s in zip(op_names, fsdp, sync, strict=True)], dtype=object)
     out = {}
@@ -181,7 +201,7 @@ def comm_by_dim(path: str, degrees: dict[str, int], n_steps: int = 1) -> dict[st
             continue
         comm = IntervalSet.union_of(starts[sel], ends[sel])
         out[dim] = {"comm_s": comm.measure() / 1e9 / n_steps,
-                    "exposed_s": subtract(comm, timeline.compute).measure() / 1e9 / n_steps}
+                    "exposed_s": subtract(comm, compute).measure() / 1e9 / n_steps}
     return out
 
 
