@@ -1,5 +1,4 @@
-"""`wavefront train` (options, rendering, exit codes) over wavefront.workbench.distributed.train.harness:
-``--compare`` alone is baseline vs wavefront; ``--compare eager,compile,liger,wavefront`` runs those."""
+"""`wavefront train` (options, rendering, exit codes) over wavefront.workbench.distributed.train.harness."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
+from wavefront.workbench.distributed.train.overlap import HELP, kpi_rows
 
 Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in values}, type=str) for n, values in (
     ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
@@ -19,8 +19,8 @@ Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in val
     "mxfp8")), ("PPSchedule", ("1f1b", "gpipe", "interleaved-1f1b", "interleaved-zb", "zbv"))))
 
 
-def _deg(text: str, low: int = 1):
-    return Annotated[int, typer.Option(min=low, help=text, rich_help_panel="Device mesh")]
+def _deg(text: str, low: int = 1, typ: type = int, panel: str = "Device mesh"):
+    return Annotated[typ, typer.Option(min=low if typ is int else None, help=text, rich_help_panel=panel)]
 
 #: (label, Summary field, format, comparison key) per table row; peak memory is shown in MB.
 ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"), ("tokens/s per device",
@@ -47,10 +47,11 @@ def kpi_table(result):
     for name in [v.variant for v in measured] + [f"{n} / {ref}" for n in result.comparisons]:
         table.add_column(name, justify="right")
     for label, key, spec, ratio in ROWS:
-        scale = 1e-6 if key == "peak_mem_bytes" else 1.0
-        cells = [_fmt(getattr(v.summary, key), spec, scale=scale) for v in measured]
+        cells = [_fmt(getattr(v.summary, key), spec, scale=1e-6 if key == "peak_mem_bytes" else 1) for v in measured]
         cells += [_fmt(c.get(ratio) if ratio else None, ".3f", "") for c in result.comparisons.values()]
         table.add_row(label, *cells)
+    for label, cells in kpi_rows([v.summary for v in measured]):  # per mesh dimension, from --profile-steps
+        table.add_row(label, *cells, *[""] * len(result.comparisons))
     return table
 
 
@@ -69,8 +70,8 @@ def _notes(result) -> list[str]:
               for name, c in result.comparisons.items() if c.get("max_abs_loss_diff") is not None]
     from wavefront.workbench.distributed.train.predict import describe
     lines += [x for v in result.variants if v.summary for x in describe(v.variant, v.summary.prediction)]
-    stored = f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"
-    return lines + ([stored] if result.store else [])
+    return lines + ([f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"]
+                    if result.store else [])
 
 
 def train(
@@ -93,20 +94,20 @@ def train(
     dp_replicate: _deg("HSDP replicas of the shard group.") = 1, vpp: _deg("Pipeline stages per rank.") = 1,
     pp_schedule: Annotated[PPSchedule, typer.Option(help="Pipeline schedule.", rich_help_panel="Device mesh")] = "1f1b",
     plan: Annotated[str | None, typer.Option(help="The mesh of a `wavefront plan --json` file ('-': stdin).")] = None,
-    plan_rank: _deg("Which plan of --plan (0: the best).", 0) = 0, ep: _deg("Expert-parallel degree (MoE).") = 1,
+    plan_rank: _deg("Which plan of --plan (0: the best).", 0) = 0, fsdp_prefetch: _deg(HELP["fsdp_prefetch"], 0) = 0,
+    reshard_after_forward: _deg(HELP["reshard_after_forward"], typ=str) = "true",
+    async_tp: _deg(HELP["async_tp"], typ=bool) = False, ep: _deg("Expert-parallel degree (MoE models).") = 1,
     activation_checkpointing: Annotated[bool, typer.Option(help="Recompute each layer in backward.")] = False,
     dtype: Annotated[DType, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")] = DType.auto,
     attn_implementation: Annotated[Attn, typer.Option(help="Hugging Face attention implementation.")] = Attn.sdpa,
     fp8: Annotated[Fp8 | None, typer.Option(help="FP8 recipe of the wavefront variant (needs bf16).")] = None,
-    compare: Annotated[bool, typer.Option("--compare", help="Run several variants back to back on the same data "
-                                                           "(default baseline,wavefront; see VARIANTS).")] = False,
+    compare: Annotated[bool, typer.Option("--compare", help="Run variants back to back (baseline,wavefront).")] = False,
     no_patch: Annotated[bool, typer.Option("--no-patch", help="Train the unpatched model only.")] = False,
     patch_ops: Annotated[str | None, typer.Option(help="Comma-separated ops to patch, e.g. rms_norm,rope.")] = None,
     strict_patch: Annotated[bool, typer.Option("--strict-patch", help="Fail if an op cannot be patched.")] = False,
     checkpoint_dir: Annotated[str | None, typer.Option(help="Directory for DCP checkpoints.")] = None,
     checkpoint_every: Annotated[int, typer.Option(min=0, help="Save every N steps (and at the end).")] = 0,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest intact checkpoint (none: "
-                                                          "say so and start at step 0).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest intact checkpoint.")] = False,
     profile_steps: Annotated[str | None, typer.Option(help="Trace steps: STEP or FIRST-LAST.")] = None,
     out: Annotated[str, typer.Option(help="Directory for traces.")] = "runs/train",
     store: Annotated[str, typer.Option(help="Results store for the KPIs ('' to skip).")] = "wavefront-results.sqlite",

@@ -8,6 +8,7 @@ divide, a parallel plan that does not fit the number of processes, and so on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -68,6 +69,16 @@ class TrainConfig:
     plan_rank: int = 0
     ep: int = 1  # expert-parallel degree over the data-parallel ranks (MoE models; train/expert_parallel.py)
     fp8: str | None = None  # FP8 recipe of the wavefront variant (wavefront.patching.fp8.RECIPES); train/fp8.py
+    # Overlap (train/overlap.py): FSDP2 explicit prefetch depth and reshard_after_forward, async TP.
+    fsdp_prefetch: int = 0
+    reshard_after_forward: bool | int = True
+    async_tp: bool = False
+
+    def __post_init__(self) -> None:
+        from wavefront.workbench.distributed.train.overlap import parse_reshard
+
+        with contextlib.suppress(ValueError):  # the CLI passes "true"/"false"/"K"; validate() names a bad one
+            object.__setattr__(self, "reshard_after_forward", parse_reshard(self.reshard_after_forward))
 
     def as_dict(self) -> dict:
         return json.loads(json.dumps(asdict(self)))
@@ -186,6 +197,7 @@ class TrainConfig:
             bad(f"--inject-failure rank {self.inject_failure[0]} is outside the {world_size} launched ranks")
         if self.fp8 is not None:
             self._validate_fp8()
+        self._validate_overlap(world_size, plan)
         from wavefront.patching.table import OPS
 
         unknown = set(self.patch_options) - set(OPS)
@@ -221,12 +233,23 @@ class TrainConfig:
             raise ConfigError("--fp8 needs bf16 compute (FP8 layers take bf16 weights and inputs): pass --dtype bf16"
                               + (" (auto is fp32 on a CPU)" if self.dtype == "auto" else ""))
 
+    def _validate_overlap(self, world_size: int, plan: str) -> None:
+        import torch
+
+        from wavefront.workbench.distributed.train.overlap import problems
+
+        why = problems(fsdp_prefetch=self.fsdp_prefetch, reshard_after_forward=self.reshard_after_forward,
+                       async_tp=self.async_tp, plan=plan, variants=self.variants, cuda=torch.cuda.is_available(),
+                       layout=self.layout().resolved(world_size) if plan == "mesh" else None)
+        if why:
+            raise ConfigError("; ".join(why))
+
     def _validate_mesh(self, world_size: int) -> None:
         from wavefront.workbench.distributed.train import mesh
         from wavefront.workbench.distributed.train.presets import build_config
 
         other = [v for v in self.variants if v in ("compile", "liger")]
-        if other and (self.tp > 1 or self.pp > 1 or self.cp > 1):
+        if other and not (self.async_tp and other == ["compile"]) and (self.tp > 1 or self.pp > 1 or self.cp > 1):
             raise ConfigError(f"--compare {','.join(other)} with --tp/--pp/--cp: only the baseline and wavefront "
                               f"variants run on tensor-, pipeline- and context-parallel meshes")
         if self.pp > 1 and (self.checkpoint_every or self.resume):

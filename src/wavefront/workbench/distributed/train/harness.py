@@ -42,6 +42,7 @@ import torch.distributed as dist
 from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
 from wavefront.workbench.distributed.train import context_parallel
 from wavefront.workbench.distributed.train import expert_parallel as train_ep
+from wavefront.workbench.distributed.train import overlap as train_overlap
 from wavefront.workbench.distributed.train import store as train_store
 from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
 from wavefront.workbench.distributed.train.kpi import (
@@ -194,11 +195,12 @@ def _decoder_layers(model) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def _wrap(model, env: _Env, ep: train_ep.EpState | None = None):
+def _wrap(model, env: _Env, cfg: TrainConfig, ep: train_ep.EpState | None = None):
     if env.plan == "mesh":
         from wavefront.workbench.distributed.train.parallelize import parallelize
 
-        return parallelize(model, env.mesh, env.layout, bf16=env.bf16)
+        return parallelize(model, env.mesh, env.layout, bf16=env.bf16, prefetch=cfg.fsdp_prefetch,
+                           reshard_after_forward=train_overlap.parse_reshard(cfg.reshard_after_forward))
     if env.plan == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -212,10 +214,13 @@ def _wrap(model, env: _Env, ep: train_ep.EpState | None = None):
         mesh = init_device_mesh(env.device.type, (env.world,))
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if env.bf16 else \
             MixedPrecisionPolicy()
+        layers = _decoder_layers(model)
         ignored = {"ignored_params": ep.params} if ep is not None else {}
-        for layer in _decoder_layers(model):
-            fully_shard(layer, mesh=mesh, mp_policy=mp, **ignored)
+        for layer in layers:
+            fully_shard(layer, mesh=mesh, mp_policy=mp, **train_overlap.fsdp_kwargs(cfg.reshard_after_forward),
+                        **ignored)
         fully_shard(model, mesh=mesh, mp_policy=mp, **ignored)
+        train_overlap.set_prefetch(layers, cfg.fsdp_prefetch)
     return model
 
 
@@ -227,7 +232,8 @@ def _autocast(env: _Env):
 
 def _all_reduce(values: list[float], env: _Env, op=dist.ReduceOp.SUM) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=env.device)
-    dist.all_reduce(t, op=op)
+    with torch.profiler.record_function(train_overlap.SYNC_LABEL):  # kept out of the per-dimension comm split
+        dist.all_reduce(t, op=op)
     return t.tolist()
 
 
@@ -288,9 +294,11 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                                    n_items=accum * cfg.micro_batch * (cfg.seq_len - 1), patched=variant == "wavefront")
         model = par.module
     else:
-        model = _wrap(model, env, ep)
+        model = _wrap(model, env, cfg, ep)
     if env.plan == "mesh" and pipe is None:
         par, model = model, model.module
+    if variant == "compile" and cfg.async_tp:
+        train_overlap.enable_async_tp(env.mesh["tp"])  # before compiling: inductor's pass reads the flag
     if variant == "compile":
         inner.compile()  # nn.Module.compile: the same module object, its calls go through torch.compile
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, **({"fused": True} if env.device.type == "cuda"
@@ -435,6 +443,12 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             is_gpu=env.device.type == "cuda")
         result.summary.patch = result.patch_report
         train_ep.add_summary(result.summary, moe_counts, ep)
+        if cfg.profile_steps is not None and result.trace_paths and env.plan in ("mesh", "fsdp2"):
+            degrees = env.layout.degrees if env.layout is not None else {"dp_shard": env.world}
+            first, last = cfg.profile_steps
+            mine = train_overlap.comm_by_dim(result.trace_paths[-1], degrees, last - first + 1)
+            result.summary.comm_by_dim = train_overlap.across_ranks(mine, lambda v: _all_reduce(
+                v, env, dist.ReduceOp.MAX))
         if variant == "wavefront" and fp8 is not None:
             result.notes += _fp8_summary(result.summary, fp8, model_flops, peak, env)
     finally:

@@ -95,6 +95,8 @@ class Summary:
     #: --fp8: the swapped layers' FLOPs against the FP8 peak and the rest against the bf16 peak (train/fp8.py);
     #: ``mfu`` stays every FLOP against the bf16 peak
     mfu_fp8: float | None = None
+    #: communication per mesh dimension from the profiled step(s): {dim: {comm_s, exposed_s}} (train/overlap.py)
+    comm_by_dim: dict | None = None
     fp8: dict | None = None  # recipe, FP8 FLOPs per token, layers swapped, both peaks and their sources
     #: MoE: load imbalance (max / mean tokens per expert) over the measured steps, overall and per layer, the worst
     #: step's, and the tokens per expert (train/expert_parallel.py); MFU and HFU then count active parameters

@@ -39,9 +39,10 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def parallelize(model: nn.Module, mesh, layout: Layout, *, bf16: bool, layers: list[nn.Module] | None = None
-                ) -> Parallelized:
-    """TP/SP over ``mesh["tp"]`` when tp > 1, then FSDP2 per decoder layer and at the root when dp > 1."""
+def parallelize(model: nn.Module, mesh, layout: Layout, *, bf16: bool, layers: list[nn.Module] | None = None,
+                reshard_after_forward: bool | int = True, prefetch: int = 0) -> Parallelized:
+    """TP/SP over ``mesh["tp"]`` when tp > 1, then FSDP2 per decoder layer and at the root when dp > 1
+    (``reshard_after_forward`` and explicit ``prefetch`` of that many layers: overlap.py)."""
     out = Parallelized(model)
     if layout.tp > 1:
         out.partial_grads = tensor_parallel.apply(model, mesh["tp"])
@@ -51,9 +52,13 @@ def parallelize(model: nn.Module, mesh, layout: Layout, *, bf16: bool, layers: l
         dp_mesh = data_parallel_mesh(mesh, layout)
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else \
             MixedPrecisionPolicy()
-        for layer in layers if layers is not None else decoder_layers(model):
-            fully_shard(layer, mesh=dp_mesh, mp_policy=mp)
+        from wavefront.workbench.distributed.train.overlap import set_prefetch
+
+        layers = layers if layers is not None else decoder_layers(model)
+        for layer in layers:
+            fully_shard(layer, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
         fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+        set_prefetch(layers, prefetch)
         out.fsdp = True
     return out
 
