@@ -30,7 +30,7 @@ ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"), ("tok
         ("MFU", "mfu", ".3e", None), ("MFU (fp8 mixed peaks)", "mfu_fp8", ".3e", None), ("HFU", "hfu", ".3e", None),
         ("peak memory (MB)", "peak_mem_bytes", ".1f", "peak_mem_ratio"), ("$/step", "cost_per_step", ".3g", None),
         ("$/Mtok", "cost_per_mtok", ".3g", None), ("energy/step (J)", "energy_per_step_j", ".3g", None),
-        ("final loss", "final_loss", ".5f", None))
+        ("final loss", "final_loss", ".5f", None), ("MoE imbalance (max/mean)", "moe_imbalance", ".3f", None))
 
 
 def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
@@ -96,7 +96,7 @@ def train(
     plan: Annotated[str | None, typer.Option(help="The mesh of a `wavefront plan --json` file ('-': stdin).")] = None,
     plan_rank: _deg("Which plan of --plan (0: the best).", 0) = 0, fsdp_prefetch: _deg(HELP["fsdp_prefetch"], 0) = 0,
     reshard_after_forward: _deg(HELP["reshard_after_forward"], typ=str) = "true",
-    async_tp: _deg(HELP["async_tp"], typ=bool) = False,
+    async_tp: _deg(HELP["async_tp"], typ=bool) = False, ep: _deg("Expert-parallel degree (MoE models).") = 1,
     activation_checkpointing: Annotated[bool, typer.Option(help="Recompute each layer in backward.")] = False,
     dtype: Annotated[DType, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")] = DType.auto,
     attn_implementation: Annotated[Attn, typer.Option(help="Hugging Face attention implementation.")] = Attn.sdpa,

@@ -67,6 +67,7 @@ class TrainConfig:
     pp_schedule: str = "1f1b"
     plan: str | None = None  # a `wavefront plan --json` file the degrees were read from (apply_plan)
     plan_rank: int = 0
+    ep: int = 1  # expert-parallel degree over the data-parallel ranks (MoE models; train/expert_parallel.py)
     fp8: str | None = None  # FP8 recipe of the wavefront variant (wavefront.patching.fp8.RECIPES); train/fp8.py
     # Overlap (train/overlap.py): FSDP2 explicit prefetch depth and reshard_after_forward, async TP.
     fsdp_prefetch: int = 0
@@ -138,6 +139,8 @@ class TrainConfig:
                 f"mesh, not {plan}")
         if plan == "mesh":
             self._validate_mesh(world_size)
+        if self.ep != 1:
+            self._validate_ep(world_size, plan)
         if plan == "single" and world_size != 1:
             bad(f"--parallel single runs one process, but {world_size} were launched; use ddp or fsdp2")
         if plan in ("ddp", "fsdp2") and world_size < 2:
@@ -204,6 +207,17 @@ class TrainConfig:
             max_pos = PRESETS[self.model].config.get("max_position_embeddings")
             if max_pos and self.seq_len > max_pos:
                 bad(f"--seq-len {self.seq_len} exceeds the model's max_position_embeddings {max_pos}")
+
+    def _validate_ep(self, world_size: int, plan: str) -> None:
+        from wavefront.workbench.distributed.train import expert_parallel
+        from wavefront.workbench.distributed.train.presets import build_config
+
+        if self.checkpoint_every or self.resume:
+            raise ConfigError("--ep: checkpointing expert-parallel runs is not supported yet; drop --checkpoint-every "
+                              "and --resume")
+        if self.patch_options and not self.patch_options.get("moe"):
+            raise ConfigError("--ep splits the experts of the wavefront MoE patch: keep moe in --patch-ops")
+        expert_parallel.validate(self.ep, world_size, plan, self.variants, build_config(self.model))
 
     def _validate_fp8(self) -> None:
         import torch

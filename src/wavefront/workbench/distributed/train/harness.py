@@ -41,6 +41,7 @@ import torch.distributed as dist
 
 from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
 from wavefront.workbench.distributed.train import context_parallel
+from wavefront.workbench.distributed.train import expert_parallel as train_ep
 from wavefront.workbench.distributed.train import overlap as train_overlap
 from wavefront.workbench.distributed.train import store as train_store
 from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
@@ -194,7 +195,7 @@ def _decoder_layers(model) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def _wrap(model, env: _Env, cfg: TrainConfig):
+def _wrap(model, env: _Env, cfg: TrainConfig, ep: train_ep.EpState | None = None):
     if env.plan == "mesh":
         from wavefront.workbench.distributed.train.parallelize import parallelize
 
@@ -203,6 +204,8 @@ def _wrap(model, env: _Env, cfg: TrainConfig):
     if env.plan == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
+        if ep is not None:
+            train_ep.ddp_ignore(model, ep)
         return DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
     if env.plan == "fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
@@ -212,9 +215,11 @@ def _wrap(model, env: _Env, cfg: TrainConfig):
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if env.bf16 else \
             MixedPrecisionPolicy()
         layers = _decoder_layers(model)
+        ignored = {"ignored_params": ep.params} if ep is not None else {}
         for layer in layers:
-            fully_shard(layer, mesh=mesh, mp_policy=mp, **train_overlap.fsdp_kwargs(cfg.reshard_after_forward))
-        fully_shard(model, mesh=mesh, mp_policy=mp)
+            fully_shard(layer, mesh=mesh, mp_policy=mp, **train_overlap.fsdp_kwargs(cfg.reshard_after_forward),
+                        **ignored)
+        fully_shard(model, mesh=mesh, mp_policy=mp, **ignored)
         train_overlap.set_prefetch(layers, cfg.fsdp_prefetch)
     return model
 
@@ -273,9 +278,12 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     model.config.use_cache = False
     batches = _batches(cfg, model.config.vocab_size)
     n_params = sum(p.numel() for p in model.parameters())
-    model_flops, hw_flops = flops_per_token(model.config, cfg.seq_len, matmul_params(model),
+    model_flops, hw_flops = flops_per_token(model.config, cfg.seq_len,
+                                            train_ep.active_matmul_params(model, matmul_params(model)),
                                             "full" if cfg.activation_checkpointing else "none")
     model.to(env.device).train()
+    ep = train_ep.install(model, cfg.ep) if cfg.ep > 1 else None
+    moe_counts: list[dict] = []
     inner = model
     accum = cfg.global_batch // (env.dp * cfg.micro_batch)
     pipe = par = None
@@ -286,7 +294,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                                    n_items=accum * cfg.micro_batch * (cfg.seq_len - 1), patched=variant == "wavefront")
         model = par.module
     else:
-        model = _wrap(model, env, cfg)
+        model = _wrap(model, env, cfg, ep)
     if env.plan == "mesh" and pipe is None:
         par, model = model, model.module
     if variant == "compile" and cfg.async_tp:
@@ -377,6 +385,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 finish_backward(par, env.mesh, env.layout)
             if env.cp > 1:
                 context_parallel.reduce_grads(model, env.cp_group)
+            counts = train_ep.step_counts(inner, env.device) if pipe is None else {}
             # the loss is the mean over data-parallel slices: pipeline ranks without the last stage hold none, the
             # cp ranks of a slice hold parts that add up to it (each counted 1/cp)
             holds = float(pipe.has_last) if pipe is not None else 1.0 / env.cp
@@ -403,8 +412,11 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             rec = StepRecord(step, loss_avg, step_s, fwd, bwd, comm, opt_s, tokens_per_step, tps, tps / env.world,
                              util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled,
                              bubble_s=_all_reduce([bubble], env, dist.ReduceOp.MAX)[0] if bubble is not None and pipe
-                             is not None else None)
+                             is not None else None,
+                             moe_imbalance=(train_ep.imbalance(counts) or {}).get("overall"))
             records.append(rec)
+            if rec.measured:
+                moe_counts.append(counts)
             if on_step is not None and env.rank == 0:
                 on_step(variant, rec, cfg.steps)
             if profiler is not None and step == cfg.profile_steps[1]:
@@ -430,6 +442,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             price_override=cfg.price_per_hour, energy_window_j=window, energy_kind=energy.kind,
             is_gpu=env.device.type == "cuda")
         result.summary.patch = result.patch_report
+        train_ep.add_summary(result.summary, moe_counts, ep)
         if cfg.profile_steps is not None and result.trace_paths and env.plan in ("mesh", "fsdp2"):
             degrees = env.layout.degrees if env.layout is not None else {"dp_shard": env.world}
             first, last = cfg.profile_steps

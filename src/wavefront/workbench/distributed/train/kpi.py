@@ -52,6 +52,7 @@ class StepRecord:
     hfu: float | None
     measured: bool  # counted in the summary (not warm-up, not profiled)
     bubble_s: float | None = None  # pipeline idle time (part of comm_s): waiting for peers, p2p transfers
+    moe_imbalance: float | None = None  # MoE: max / mean tokens per expert, pooled over layers (expert_parallel.py)
 
 
 @dataclass
@@ -97,6 +98,10 @@ class Summary:
     #: communication per mesh dimension from the profiled step(s): {dim: {comm_s, exposed_s}} (train/overlap.py)
     comm_by_dim: dict | None = None
     fp8: dict | None = None  # recipe, FP8 FLOPs per token, layers swapped, both peaks and their sources
+    #: MoE: load imbalance (max / mean tokens per expert) over the measured steps, overall and per layer, the worst
+    #: step's, and the tokens per expert (train/expert_parallel.py); MFU and HFU then count active parameters
+    moe_imbalance: float | None = None
+    moe: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)

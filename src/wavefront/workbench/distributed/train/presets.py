@@ -6,6 +6,9 @@ interpreter on a CPU: 2 layers, hidden 32, 4 query heads over 2 KV heads, vocabu
 each family's distinguishing features (Gemma's offset norm and GeGLU, Gemma 2's logit softcaps and four
 norms per layer, Qwen3's q/k norms, Qwen2's q/k/v biases, Phi-3's fused gate/up and partial rotary).
 
+``tiny-mixtral`` and ``tiny-qwen3-moe`` are the MoE families (4 experts, top-2), kept out of
+``TINY_BY_FAMILY`` so the dense-family test matrices do not grow.
+
 Full-size presets carry the dimensions of the published ``config.json`` files named in their ``source``;
 weights are randomly initialized (throughput and memory do not depend on the values).
 """
@@ -48,6 +51,11 @@ PRESETS: dict[str, Preset] = {
         Preset("tiny-phi3", "phi3", {**_TINY, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                                                  "partial_rotary_factor": 0.5}},
                "local tiny config (fused gate/up, partial rotary)"),
+        Preset("tiny-mixtral", "mixtral", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2},
+               "local tiny config (MoE: 4 experts, top-2)"),
+        Preset("tiny-qwen3-moe", "qwen3_moe", {**_TINY, "num_experts": 4, "num_experts_per_tok": 2,
+                                               "moe_intermediate_size": 32, "decoder_sparse_step": 1},
+               "local tiny config (MoE: 4 experts, top-2, q/k norms)"),
         Preset("llama3.2-1b", "llama", {
             "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": True,
@@ -66,8 +74,13 @@ PRESETS: dict[str, Preset] = {
     )
 }
 
-#: The tiny preset of each patched family, keyed by family name.
-TINY_BY_FAMILY: dict[str, str] = {p.model_type: p.name for p in PRESETS.values() if p.name.startswith("tiny-")}
+#: Families whose MLPs are mixtures of experts (``wavefront train --ep``; train/expert_parallel.py).
+MOE_FAMILIES = ("mixtral", "qwen3_moe")
+#: The tiny preset of each patched dense family, keyed by family name (the MoE ones are in TINY_MOE).
+TINY_BY_FAMILY: dict[str, str] = {p.model_type: p.name for p in PRESETS.values()
+                                  if p.name.startswith("tiny-") and p.model_type not in MOE_FAMILIES}
+TINY_MOE: dict[str, str] = {p.model_type: p.name for p in PRESETS.values()
+                            if p.name.startswith("tiny-") and p.model_type in MOE_FAMILIES}
 
 
 def get_preset(name: str) -> Preset:

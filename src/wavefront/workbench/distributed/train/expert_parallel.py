@@ -1,0 +1,147 @@
+"""Expert parallelism in the training harness (``wavefront train --ep N``) and the MoE KPIs.
+
+EP runs over the data-parallel ranks: the ``ep`` ranks split every MoE layer's experts
+(``wavefront.parallel.expert_parallel``, rank r holds experts ``[r E/ep, (r+1) E/ep)``), while every rank
+still reads its own slice of the global batch. The expert parameters are kept out of the
+dense gradient reduction (DDP ignores them, FSDP2 gets them as ``ignored_params``). Their gradient on a rank
+already sums the tokens of its whole ep group; the library's default ``grad_scale = 1/ep`` turns that into
+the mean the averaged dense gradients use (each rank's loss is a mean over its tokens). For now ``ep``
+equals the data-parallel world size: ``ep`` smaller than it (groups of ``ep`` ranks, expert gradients then
+averaged over the ranks holding the same experts) is refused until it is tested.
+
+KPIs: tokens routed to each expert per step (summed over all ranks) give the load imbalance, max / mean over
+a layer's experts (1.0 = perfectly balanced), per layer and pooled over all layers. MFU of an MoE model
+counts *active* parameters: a token passes through ``top_k`` of ``E`` experts, so the expert matmul
+parameters count ``top_k / E`` of their size (:func:`active_matmul_params`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from wavefront.workbench.distributed.train.config import ConfigError
+
+
+def moe_shape(config) -> tuple[int, int] | None:
+    """(experts per layer, experts per token) of an MoE transformers config, None for a dense one."""
+    n_experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    top_k = getattr(config, "num_experts_per_tok", None)
+    return (int(n_experts), int(top_k)) if n_experts and top_k else None
+
+
+def validate(ep: int, world_size: int, plan: str, variants: tuple[str, ...], config) -> None:
+    """Raise ConfigError naming the problem; runs before any work."""
+    if ep < 1:
+        raise ConfigError(f"--ep must be >= 1, got {ep}")
+    if ep == 1:
+        return
+    if plan not in ("ddp", "fsdp2"):
+        raise ConfigError(f"--ep {ep} splits experts over the data-parallel ranks of --parallel ddp or fsdp2 (auto "
+                          f"with several processes), not {plan}")
+    if world_size % ep:
+        raise ConfigError(f"--ep {ep} must divide the data-parallel world size {world_size}")
+    if ep != world_size:
+        raise ConfigError(f"--ep {ep} below the data-parallel world size {world_size} (experts replicated over "
+                          f"several ep groups) is not supported yet; use --ep {world_size}")
+    shape = moe_shape(config)
+    if shape is None:
+        raise ConfigError(f"--ep needs a mixture-of-experts model (tiny-mixtral, tiny-qwen3-moe, ...), got "
+                          f"model type {config.model_type!r}")
+    if shape[0] % ep:
+        raise ConfigError(f"--ep {ep} must divide the number of experts per layer ({shape[0]})")
+    if variants != ("wavefront",):
+        raise ConfigError(f"--ep runs the wavefront variant only (its patch puts the experts into modules that "
+                          f"expert parallelism splits), got {','.join(variants)}")
+
+
+@dataclass
+class EpState:
+    ep: int
+    params: set = field(default_factory=set)  # this rank's expert Parameters
+    paths: list[str] = field(default_factory=list)
+
+
+def install(model: torch.nn.Module, ep: int) -> EpState:
+    """Split the experts of a patched MoE model over the data-parallel ranks (the default group), before
+    DDP / FSDP2 wrap it."""
+    from wavefront.parallel import expert_parallel, expert_parameters
+
+    paths = expert_parallel(model)
+    if not paths:
+        raise RuntimeError("--ep: the model holds no wavefront MoE experts after patching")
+    return EpState(ep, expert_parameters(model), paths)
+
+
+def ddp_ignore(model: torch.nn.Module, state: EpState) -> None:
+    """Tell DDP (before it wraps `model`) to leave the expert parameters out of its all-reduce."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = {id(p) for p in state.params}
+    names = [n for n, p in model.named_parameters() if id(p) in ids]
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
+
+
+def active_matmul_params(model: torch.nn.Module, n_matmul: int) -> int:
+    """Matmul parameters a token passes through: the expert weights (full, before any split) count
+    ``top_k / E`` of their size. `n_matmul` is :func:`kpi.matmul_params` of the same model."""
+    shape = moe_shape(model.config)
+    if shape is None:
+        return n_matmul
+    n_experts, top_k = shape
+    expert = sum(p.numel() for n, p in model.named_parameters() if ".experts." in f".{n}.")
+    return n_matmul - expert + expert * top_k // n_experts
+
+
+def step_counts(model: torch.nn.Module, device: torch.device) -> dict[str, list[int]]:
+    """Tokens routed to each (global) expert of each MoE layer during this step, summed over every rank;
+    resets the counters. Empty for a model without wavefront MoE modules (every rank must call it)."""
+    from wavefront.nn import tokens_per_expert
+
+    local = tokens_per_expert(model, reset=True)
+    if not local:
+        return {}
+    names = sorted(local)
+    flat = torch.tensor([c for n in names for c in local[n]], dtype=torch.float64, device=device)
+    dist.all_reduce(flat)
+    out, at = {}, 0
+    for n in names:
+        out[n] = [int(round(x)) for x in flat[at:at + len(local[n])].tolist()]
+        at += len(local[n])
+    return out
+
+
+def imbalance(counts: dict[str, list[int]]) -> dict | None:
+    """Load imbalance, max / mean tokens over a layer's experts: per layer, and pooled over all layers
+    (the busiest expert of any layer over the mean of all). None without counts or tokens."""
+    layers = {n: max(c) / (sum(c) / len(c)) for n, c in counts.items() if sum(c) > 0}
+    pooled = [x for c in counts.values() for x in c]
+    if not layers or not pooled:
+        return None
+    return {"overall": max(pooled) / (sum(pooled) / len(pooled)), "per_layer": layers}
+
+
+def summarize(per_step: list[dict[str, list[int]]]) -> dict | None:
+    """The run's figure: imbalance of the tokens summed over the given (measured) steps, and the worst step."""
+    steps = [s for s in per_step if s]
+    if not steps:
+        return None
+    total = {n: [sum(s[n][e] for s in steps) for e in range(len(steps[0][n]))] for n in steps[0]}
+    out = imbalance(total)
+    if out is None:
+        return None
+    worst = [imb["overall"] for imb in map(imbalance, steps) if imb is not None]
+    return {**out, "worst_step_overall": max(worst), "tokens_per_expert": total}
+
+
+def add_summary(summary, per_step: list[dict[str, list[int]]], state: EpState | None) -> None:
+    """Fill the Summary's MoE fields (nothing for a dense model) and say how MFU counts parameters."""
+    summary.moe = summarize(per_step)
+    if summary.moe is None:
+        return
+    summary.moe_imbalance = summary.moe["overall"]
+    summary.notes.append("MoE: MFU and HFU count active parameters (experts x top_k / E); imbalance = max / mean "
+                         "tokens per expert over the measured steps" + (f"; experts split over ep {state.ep}"
+                                                                          if state is not None else ""))
