@@ -26,6 +26,7 @@ from torch import nn
 import wavefront
 from wavefront.nn import Float8Linear
 from wavefront.patching import OPS, Fp8Config, PatchError
+from wavefront.workbench.distributed.train.convergence import train_losses
 
 FP8_ONLY = dict.fromkeys(OPS, False)  # every other op off: the FP8 swap alone
 PER_LAYER = 7  # q, k, v, o, gate, up, down
@@ -109,21 +110,7 @@ def test_checkpoint_of_the_patched_model_loads_unpatched(tiny):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Training.
-
-
-def _train(model, batches, steps: int, lr: float = 1e-2) -> list[float]:
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
-    losses = []
-    for step in range(steps):
-        ids = batches.micro_batch(step, 0, 1, 0, batches.global_batch)
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-    return losses
+# Training (the loop is convergence.train_losses, shared with the patching convergence proof).
 
 
 def _batches(model, seq_len: int, batch: int):
@@ -154,7 +141,7 @@ def test_fp8_kernels_train_like_the_torch_path(tiny, torch_path, monkeypatch):
     steps = 2
     kernels = copy.deepcopy(base)
     wavefront.patch(kernels, fp8="rowwise", **FP8_ONLY)
-    loss_kernels = _train(kernels, batches, steps)
+    loss_kernels = train_losses(kernels, batches, steps, 1e-2)
     torch_path()
     runs = []
     for seed in (None, 1, 2):
@@ -162,7 +149,7 @@ def test_fp8_kernels_train_like_the_torch_path(tiny, torch_path, monkeypatch):
         if seed is not None:
             _nudge_one_ulp(m, seed)
         wavefront.patch(m, fp8="rowwise", **FP8_ONLY)
-        runs.append(_train(m, batches, steps))
+        runs.append(train_losses(m, batches, steps, 1e-2))
     eps = torch.finfo(torch.bfloat16).eps
     running = 0.0
     for t in range(steps):
@@ -179,11 +166,11 @@ def test_fp8_trains_like_bf16(tiny, torch_path, family, recipe):
     steps = 100
     base = tiny(family).to(torch.bfloat16)
     batches = _batches(base, 16, 4)
-    bf16 = _train(copy.deepcopy(base), batches, steps)
+    bf16 = train_losses(copy.deepcopy(base), batches, steps, 1e-2)
     fp8_model = copy.deepcopy(base)
     wavefront.patch(fp8_model, fp8=recipe, **FP8_ONLY)
-    fp8 = _train(fp8_model, batches, steps)
-    seeds = [_train(tiny(family, seed=s).to(torch.bfloat16), batches, steps) for s in (1, 2)]
+    fp8 = train_losses(fp8_model, batches, steps, 1e-2)
+    seeds = [train_losses(tiny(family, seed=s).to(torch.bfloat16), batches, steps, 1e-2) for s in (1, 2)]
     running, worst = 0.0, 0.0
     for t in range(steps):
         running = max(running, *(abs(s[t] - bf16[t]) for s in seeds))

@@ -67,7 +67,8 @@ class ConvergenceResult:
         return d
 
 
-def _train(model, batches, steps: int, lr: float, dtype) -> list[float]:
+def train_losses(model, batches, steps: int, lr: float) -> list[float]:
+    """The loss of every step of plain AdamW training on `batches` (one micro-batch per step)."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
     losses = []
@@ -115,11 +116,11 @@ def run_convergence(preset: str, *, steps: int = 20, batch: int = 1, seq_len: in
 
     corpus = synthetic_corpus(base.config.vocab_size, 4096, seed=seed)
     batches = Batches(corpus, seq_len, batch)
-    loss_ref = _train(ref, batches, steps, lr, torch.float64)
+    loss_ref = train_losses(ref, batches, steps, lr)
     unpatched32 = [eager, *perturbed]
-    loss_runs = [_train(m, batches, steps, lr, torch.float32) for m in unpatched32]
+    loss_runs = [train_losses(m, batches, steps, lr) for m in unpatched32]
     loss_eager = loss_runs[0]
-    loss_patched = _train(patched, batches, steps, lr, torch.float32)
+    loss_patched = train_losses(patched, batches, steps, lr)
 
     result = ConvergenceResult(preset, steps, loss_ref, loss_eager, loss_patched, patch_report=report.as_dict())
     running = 0.0
@@ -160,11 +161,11 @@ def loss_envelope(preset: str, *, steps: int, seq_len: int, global_batch: int, l
     base = build_model(preset, seed=seed, attn_implementation="sdpa")
     corpus = synthetic_corpus(base.config.vocab_size, max(1 << 16, 2 * seq_len * global_batch), seed=seed)
     batches = Batches(corpus, seq_len, global_batch)
-    loss_ref = _train(copy.deepcopy(base).to(torch.float64), batches, steps, lr, torch.float64)
+    loss_ref = train_losses(copy.deepcopy(base).to(torch.float64), batches, steps, lr)
     runs = [copy.deepcopy(base) for _ in range(1 + n_perturbed)]
     for i, m in enumerate(runs[1:]):
         _nudge_one_ulp(m, seed + 1 + i)
-    losses = [_train(m, batches, steps, lr, torch.float32) for m in runs]
+    losses = [train_losses(m, batches, steps, lr) for m in runs]
     out, running = [], 0.0
     for t, r in enumerate(loss_ref):
         running = max(running, *(abs(run[t] - r) for run in losses))
