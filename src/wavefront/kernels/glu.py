@@ -91,11 +91,11 @@ def _glu_fwd_kernel(gate_ptr, up_ptr, y_ptr, q_ptr, q_scale_ptr, n_cols, stride_
     g = tl.load(gate_ptr + row * stride_gate_row + cols, mask=mask, other=0.0).to(ACC)
     u = tl.load(up_ptr + row * stride_up_row + cols, mask=mask, other=0.0).to(ACC)
     a = activation(g, ACT).to(OUT).to(ACC)
-    y = (a * u).to(OUT)
-    tl.store(y_ptr + row * stride_y_row + cols, y, mask=mask)
+    tl.store(y_ptr + row * stride_y_row + cols, (a * u).to(OUT), mask=mask)
     if QUANT_GROUP is not None:
+        # The rounded y, as stored (the same expression: one conversion after CSE).
         q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
-        quantize_block(y.to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N, FP8_MAX,
+        quantize_block((a * u).to(OUT).to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N, FP8_MAX,
                        Q_EPS, POW2)
 
 

@@ -153,11 +153,12 @@ def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr,
     tl.store(rstd_ptr + row, rstd)
     if not WEIGHT_FIRST:
         w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
-    y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT).to(OUT_DTYPE)
-    tl.store(y_ptr + row * stride_y_row + cols0, y, mask=mask)
+    y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+    tl.store(y_ptr + row * stride_y_row + cols0, y.to(OUT_DTYPE), mask=mask)
     if QUANT_GROUP is not None:
+        # The rounded y, as stored (the same expression: one conversion after CSE).
         q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
-        quantize_block(y.to(tl.float32), 0, cols0, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N, FP8_MAX, Q_EPS,
+        quantize_block(y.to(OUT_DTYPE).to(tl.float32), 0, cols0, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N, FP8_MAX, Q_EPS,
                        POW2)
 
 
@@ -243,13 +244,13 @@ def _norm_fwd_kernel(
                 x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
             xc = x if IS_RMS else x - run_mean
             w, b = _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
-            y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT).to(OUT_DTYPE)
-            tl.store(y_row + cols, y, mask=mask)
+            y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+            tl.store(y_row + cols, y.to(OUT_DTYPE), mask=mask)
             if QUANT_GROUP is not None:
                 if QUANT_GROUP == 0:
-                    q_amax = tl.maximum(q_amax, masked_amax(y.to(tl.float32), mask))
+                    q_amax = tl.maximum(q_amax, masked_amax(y.to(OUT_DTYPE).to(tl.float32), mask))
                 else:
-                    quantize_block(y.to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N,
+                    quantize_block(y.to(OUT_DTYPE).to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N,
                                    FP8_MAX, Q_EPS, POW2)
         if QUANT_GROUP == 0:  # rowwise (None, the option off, is not 0)
             # Pass 3 (rowwise, wide rows only): the program re-reads the y it stored, in the same layout.
