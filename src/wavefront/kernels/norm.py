@@ -63,6 +63,14 @@ L2) would need the dw/db partial of the whole row live across rows, i.e. a read-
 partial per row (+8n B), more than the 4n B the second read costs. So 10n B per row it is, and the
 single-pass widths stay where registers allow.
 
+FP8 epilogue (forward, QUANT_GROUP not None; kernels/_quantize_epilogue.py): the rounded y is also quantized
+to FP8 with a scale per row or per 1 x 128 / 1 x 32 segment, bit-identical to kernels/quantize.py on y, +1 B
+per element and 4 B per group written, in place of a quantize kernel that reads y again (2n B more for
+16-bit y). Single pass: the row is in registers, every scaling fits. Looped (wide rows): the segments
+quantize in pass 2 (BLOCK_N is a multiple of 128); a rowwise scale needs the row's amax, known only after
+pass 2, so rowwise adds a pass 3 re-reading the stored y (2n B, what the separate kernel would read).
+QUANT_GROUP None compiles to the kernel without the epilogue (same machine code, checked with inspect).
+
 Offsets: the row index is promoted to int64 before it multiplies a stride, so tensors with 2^31 or more
 elements address correctly.
 """
