@@ -192,3 +192,17 @@ def test_compiles_fullgraph(op):
         assert c.dtype == e.dtype and c.shape == e.shape
         assert torch.equal(c.view(torch.uint8) if c.dtype.itemsize == 1 else c,
                            e.view(torch.uint8) if e.dtype.itemsize == 1 else e)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "add_rms_norm", "swiglu"])
+def test_reference_path_without_triton(op, monkeypatch):
+    """CPU without the interpreter: the reference op, then ops.quantize of its output (same layout)."""
+    from wavefront import runtime
+
+    args, _ = _inputs(op, (3, 200), torch.bfloat16)
+    monkeypatch.setattr(runtime, "uses_triton", lambda device: False)
+    out = _fn(op)(*args, quantize="block1x128", fp8_dtype="e4m3fnuz")
+    k = _n_outputs(op)
+    q_ref, s_ref = reference.fp8_quantize(out[0], dtype="e4m3fnuz", scaling="block1x128")
+    assert len(out) == k + 2 and out[k].dtype == torch.float8_e4m3fnuz and out[k + 1].shape == (3, 2)
+    assert torch.equal(out[k].view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(out[k + 1], s_ref)
