@@ -206,3 +206,17 @@ def test_reference_path_without_triton(op, monkeypatch):
     q_ref, s_ref = reference.fp8_quantize(out[0], dtype="e4m3fnuz", scaling="block1x128")
     assert len(out) == k + 2 and out[k].dtype == torch.float8_e4m3fnuz and out[k + 1].shape == (3, 2)
     assert torch.equal(out[k].view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(out[k + 1], s_ref)
+
+
+def test_fused_bench_cases_skip_targets_without_fp8():
+    """Inspect plans the fused cases for FP8-capable targets only (no FP8 conversion on sm_80): no rows there,
+    not compile failures; the plain cases still run there."""
+    from wavefront.ops import REGISTRY
+    from wavefront.workbench.static.inspect import plan
+
+    spec = REGISTRY["swiglu"]
+    fused = [c for c in spec.bench_cases if "quantize" in c.options]
+    assert fused and all(c.targets is not None for c in fused)
+    assert plan([spec], ["sm_80"], torch.bfloat16, cases=lambda s: fused) == []
+    assert {p.case.name for p in plan([spec], ["sm_90"], torch.bfloat16, cases=lambda s: fused[:1])} == {fused[0].name}
+    assert plan([spec], ["sm_80"], torch.bfloat16, cases=lambda s: spec.bench_cases[:1])

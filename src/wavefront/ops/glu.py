@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.archs import compiles_fp8_e4m3
 from wavefront.ops._fused_quantize import (
     check_quantize,
     fake_fp8_out,
@@ -212,13 +213,14 @@ def _bench_cases(fp8: bool = False):
     # The down projection's FP8 operand: DeepSeek-V3's 1x128 tiles and MXFP8's 1x32 power-of-two blocks.
     base = cases[0]
     return cases + tuple(
-        Case(f"{base.name}_{suffix}", f"{base.reason}, FP8 {opts['quantize']} fused", base.dims, opts)
+        Case(f"{base.name}_{suffix}", f"{base.reason}, FP8 {opts['quantize']} fused", base.dims, opts,
+             targets=compiles_fp8_e4m3)
         for suffix, opts in (("fp8_block1x128", {"quantize": "block1x128"}),
                              ("fp8_mx", {"quantize": "block1x32", "pow2_scale": True})))
 
 
 _FP8_CASE = Case("fp8_block1x128", "FP8 1x128 quantization fused: y unchanged, a ragged last tile",
-                 {"n_rows": 4, "n_cols": 300}, {"quantize": "block1x128"})
+                 {"n_rows": 4, "n_cols": 300}, {"quantize": "block1x128"}, targets=compiles_fp8_e4m3)
 _swiglu_reference = registry_fns(reference.swiglu)[0]
 _swiglu_eager = registry_fns(reference.swiglu_eager)[1]
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.archs import compiles_fp8_e4m3
 from wavefront.kernels._heuristics import stat_dtype
 from wavefront.ops._fused_quantize import (
     check_quantize,
@@ -270,7 +271,8 @@ def _fp8_cases(op_cases: tuple[Case, ...], *variants: tuple[str, str, dict]) -> 
     """Copies of bench cases (by name) with the quantize option: (case name, suffix, options)."""
     by_name = {c.name: c for c in op_cases}
     return tuple(Case(f"{name}_{suffix}", f"{by_name[name].reason}, FP8 {opts['quantize']} fused",
-                      by_name[name].dims, {**by_name[name].options, **opts}) for name, suffix, opts in variants)
+                      by_name[name].dims, {**by_name[name].options, **opts}, targets=compiles_fp8_e4m3)
+                 for name, suffix, opts in variants)
 
 
 _FP8_BENCH = (
@@ -282,7 +284,7 @@ _FP8_BENCH = (
 
 
 def _fp8_case(name: str, reason: str, n_rows: int, n_cols: int, **options) -> Case:
-    return Case(name, reason, {"n_rows": n_rows, "n_cols": n_cols}, options)
+    return Case(name, reason, {"n_rows": n_rows, "n_cols": n_cols}, options, targets=compiles_fp8_e4m3)
 
 
 _rms_reference, _rms_eager = registry_fns(reference.rms_norm)
