@@ -280,16 +280,20 @@ def forward_prequantized(x2: Tensor, w: Quantized, bias: Tensor | None, residual
     return y.to(x2.dtype)
 
 
-def backward_prequantized(dy: Tensor, x2: Tensor, w_t: Quantized, weight_dtype: torch.dtype, recipe: str,
-                          fnuz: bool, provider: str, needs: tuple[bool, bool, bool]) -> tuple[Tensor | None, ...]:
+def backward_prequantized(dy: Tensor, x2: Tensor, w_t: Quantized | None, weight_shape: tuple[int, int],
+                          weight_dtype: torch.dtype, recipe: str, fnuz: bool, provider: str,
+                          needs: tuple[bool, bool, bool]) -> tuple[Tensor | None, ...]:
     """(dx, dw, db) of :func:`forward_prequantized`: dx = Qg(dy) w_t^T with w_t = W^T [K, N] given quantized
-    along N; dw = Qg(dy^T) Qa(x2^T)^T; db = sum of dy's rows; None where `needs` says no."""
+    along N (None when dx is not needed); dw = Qg(dy^T) Qa(x2^T)^T; db = sum of dy's rows; None where `needs`
+    says no."""
     needs_dx, needs_dw, needs_db = needs
-    N, K = w_t.data.shape[1], w_t.data.shape[0]
+    if needs_dx and w_t is None:
+        raise ValueError(f"{OP}: the dx product needs the weight's backward FP8 copy 'w_t'")
+    N, K = weight_shape
     if runtime.uses_triton(x2.device) and x2.dtype != torch.float64:
         placeholder = x2.new_empty((), dtype=weight_dtype).expand(N, K)  # dW's shape and dtype; never read
         dx, dw, db = torch.ops.wavefront.linear_fp8_bwd(dy, x2, placeholder, recipe, int(fnuz), needs_dx, needs_dw,
-                                                        needs_db, provider, *_rows(w_t))
+                                                        needs_db, provider, *(_rows(w_t) or (None, None)))
         return (dx if needs_dx else None, dw if needs_dw else None, db if needs_db else None)
     acc = torch.float64 if x2.dtype == torch.float64 else torch.float32
     dx = dw = db = None
