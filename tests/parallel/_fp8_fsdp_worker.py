@@ -20,14 +20,16 @@ from torch import nn
 from wavefront.nn import Float8Linear
 from wavefront.parallel.fp8_fsdp import Fp8GatheredWeight, Fp8ShardedWeight, enable_fp8_all_gather
 
-IN, HIDDEN, ROWS = 64, 256, 8  # HIDDEN: 128-row shards on 2 ranks (blockwise); K = 64 and 256
+IN, ROWS = 64, 8
+HIDDEN = {"blockwise": 256}  # 128-row shards of the up projection on 2 ranks; the down projection's 32 are not
 
 
 class Block(nn.Module):
     def __init__(self, recipe: str):
         super().__init__()
-        self.up = Float8Linear(IN, HIDDEN, bias=False, recipe=recipe)
-        self.down = Float8Linear(HIDDEN, IN, bias=True, recipe=recipe)
+        hidden = HIDDEN.get(recipe, 64)
+        self.up = Float8Linear(IN, hidden, bias=False, recipe=recipe)
+        self.down = Float8Linear(hidden, IN, bias=True, recipe=recipe)
 
     def forward(self, x):
         return x + self.down(torch.relu(self.up(x)))
@@ -113,8 +115,10 @@ def check(name: str, recipe: str, reshard: bool = True) -> dict:
 def main() -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
-    results = [check("rowwise", "rowwise"), check("tensorwise", "tensorwise"), check("blockwise", "blockwise"),
-               check("rowwise_keep", "rowwise", reshard=False)]
+    checks = {"rowwise": ("rowwise", True), "tensorwise": ("tensorwise", True), "blockwise": ("blockwise", True),
+              "rowwise_keep": ("rowwise", False)}
+    wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else list(checks)
+    results = [check(name, *checks[name]) for name in wanted]
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, results)
     if dist.get_rank() == 0:
