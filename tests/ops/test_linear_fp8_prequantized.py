@@ -92,3 +92,22 @@ def test_wrong_layouts_are_refused():
         ops.linear_fp8(x, w, weight_fp8=ops.Quantized(wq.data, wq.scale.view(-1), "rowwise"))
     with pytest.raises(ValueError, match=r"data of shape \(40, 64\)"):
         ops.linear_fp8(x, w, weight_fp8=_quantized(w[:20], "rowwise", "weight"))
+
+
+def test_prequantized_operands_compile_fullgraph():
+    """torch.compile(fullgraph=True) captures the Quantized operands (aot_eager: dynamo and the fake kernels,
+    as tests/ops/test_compile.py), forward and backward, bit-identical to eager."""
+    x, w, b, dy = _data()
+    qx, qw = _quantized(x, "rowwise", "act"), _quantized(w, "rowwise", "weight")
+
+    def fn(x, w, b, qx, qw):
+        return ops.linear_fp8(x, w, b, x_fp8=qx, weight_fp8=qw)
+
+    outs = []
+    for f in (fn, torch.compile(fn, backend="aot_eager", fullgraph=True)):
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = f(xs, ws, b, qx, qw)
+        y.backward(dy)
+        outs.append((y.detach(), xs.grad, ws.grad))
+    for a, c in zip(*outs, strict=True):
+        assert torch.equal(_bits(a), _bits(c))

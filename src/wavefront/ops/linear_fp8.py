@@ -207,15 +207,19 @@ def _check(x, weight, bias, residual, recipe, provider) -> None:
                          f"recipe={recipe!r}")
 
 
-def check_quantized(op: str, name: str, given, shape: tuple[int, ...], recipe: str, role: str, fnuz: bool) -> None:
-    """`given` is a :class:`Quantized` of `shape` in the layout ops.quantize returns for `role` in `recipe`."""
+def check_quantized(op: str, name: str, given, shape: tuple[int, ...], recipe: str, role: str,
+                    fnuz: bool | None) -> None:
+    """`given` is a :class:`Quantized` of `shape` in the layout ops.quantize returns for `role` in `recipe`
+    (fnuz None: the OCP or the FNUZ format, the device's default being resolved inside the op)."""
     from wavefront.ops.quantize import _scale_shape as scale_shape
 
-    fmt, scaling, _ = reference.fp8_recipe_operand(recipe, role, fnuz)
+    fmt, scaling, _ = reference.fp8_recipe_operand(recipe, role, bool(fnuz))
+    formats = {reference.FP8_FORMATS[fmt]} if fnuz is not None else {reference.FP8_FORMATS[fmt],
+                                                                      reference.FP8_FORMATS[fmt + "fnuz"]}
     want = f"a wavefront.ops.Quantized with {fmt} data of shape {shape} and {scaling} scales"
     if not isinstance(given, Quantized):
         raise TypeError(f"{op}: '{name}' must be {want}, got {type(given).__name__}")
-    if given.scaling != scaling or given.data.dtype != reference.FP8_FORMATS[fmt] or tuple(given.data.shape) != shape:
+    if given.scaling != scaling or given.data.dtype not in formats or tuple(given.data.shape) != shape:
         raise ValueError(f"{op}: '{name}' must be {want} (recipe={recipe!r}), got {given.data.dtype} data of shape "
                          f"{tuple(given.data.shape)} and {given.scaling} scales")
     if given.scale.dtype != torch.float32 or tuple(given.scale.shape) != scale_shape(shape, scaling):
@@ -240,12 +244,10 @@ def linear_fp8(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residua
     weight_fp8: x / weight already quantized for the forward (forward-only shortcuts; x and weight are still
     the autograd inputs, see the module docstring)."""
     _check(x, weight, bias, residual, recipe, provider)
-    if x_fp8 is not None or weight_fp8 is not None:
-        use_fnuz = default_fnuz(x.device) if fnuz is None else fnuz
-        if x_fp8 is not None:
-            check_quantized(OP, "x_fp8", x_fp8, tuple(x.shape), recipe, "act", use_fnuz)
-        if weight_fp8 is not None:
-            check_quantized(OP, "weight_fp8", weight_fp8, tuple(weight.shape), recipe, "weight", use_fnuz)
+    if x_fp8 is not None:
+        check_quantized(OP, "x_fp8", x_fp8, tuple(x.shape), recipe, "act", fnuz)
+    if weight_fp8 is not None:
+        check_quantized(OP, "weight_fp8", weight_fp8, tuple(weight.shape), recipe, "weight", fnuz)
     if (x.numel() == 0 or weight.numel() == 0 or x.dtype == torch.float64 or not runtime.uses_triton(x.device)):
         # CPU without the interpreter, fp64 or empty: the OCP formats unless fnuz says otherwise. The reference
         # quantizes x and weight itself: the same values the FP8 copies hold by their contract.
