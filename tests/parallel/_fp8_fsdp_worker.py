@@ -7,7 +7,8 @@ rank records whether the outputs, the input gradient and its local shards of the
 bit-identical, and the bytes handed to the collectives (FSDP2's all-gather and our scale collectives) in each
 run. "rowwise_keep" repeats rowwise with reshard_after_forward=False (no re-gather before backward: the dx
 product gathers its per-column copy from the local shard); "rowwise_recompute" with activation checkpointing
-(the forward recomputed in backward holds the per-column copy and gathers its per-row one from the shard).
+(the forward recomputed in backward holds the per-column copy and gathers its per-row one from the shard);
+"*_uneven": 65 hidden rows, shards of 33 and 32 (FSDP2 pads the last one; so does the FP8 all-gather input).
 Rank 0 writes the results as JSON to argv[1]."""
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ HIDDEN = {"blockwise": 256}  # 128-row shards of the up projection on 2 ranks; t
 
 
 class Block(nn.Module):
-    def __init__(self, recipe: str, recompute: bool = False):
+    def __init__(self, recipe: str, recompute: bool = False, hidden: int | None = None):
         super().__init__()
-        hidden = HIDDEN.get(recipe, 64)
+        hidden = hidden or HIDDEN.get(recipe, 64)
         self.up = Float8Linear(IN, hidden, bias=False, recipe=recipe)
         self.down = Float8Linear(hidden, IN, bias=True, recipe=recipe)
         self.recompute = recompute
@@ -74,12 +75,12 @@ class Counter:
             setattr(dist, name, fn)
 
 
-def _run(recipe: str, fp8_gather: bool, reshard: bool, recompute: bool) -> dict:
+def _run(recipe: str, fp8_gather: bool, reshard: bool, recompute: bool, hidden: int | None) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
-    model = nn.Sequential(Block(recipe, recompute), Block(recipe, recompute))
+    model = nn.Sequential(Block(recipe, recompute, hidden), Block(recipe, recompute, hidden))
     report = enable_fp8_all_gather(model, dist.get_world_size(), marked_only=False) if fp8_gather else None
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -110,9 +111,9 @@ def _same(a, b) -> bool:
                             b.view(torch.int16 if b.dtype == torch.bfloat16 else torch.int32)))
 
 
-def check(name: str, recipe: str, reshard: bool = True, recompute: bool = False) -> dict:
-    base = _run(recipe, False, reshard, recompute)
-    ours = _run(recipe, True, reshard, recompute)
+def check(name: str, recipe: str, reshard: bool = True, recompute: bool = False, hidden: int | None = None) -> dict:
+    base = _run(recipe, False, reshard, recompute, hidden)
+    ours = _run(recipe, True, reshard, recompute, hidden)
     return {"name": name, "y_equal": _same(ours["y"], base["y"]), "dx_equal": _same(ours["dx"], base["dx"]),
             "grads_equal": [_same(a, b) for a, b in zip(ours["grads"], base["grads"], strict=True)],
             "y2_equal": _same(ours["y2"], base["y2"]),
@@ -125,7 +126,8 @@ def main() -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     checks = {"rowwise": ("rowwise", True), "tensorwise": ("tensorwise", True), "blockwise": ("blockwise", True),
-              "rowwise_keep": ("rowwise", False), "rowwise_recompute": ("rowwise", True, True)}
+              "rowwise_keep": ("rowwise", False), "rowwise_recompute": ("rowwise", True, True),
+              "rowwise_uneven": ("rowwise", True, False, 65), "tensorwise_uneven": ("tensorwise", True, False, 65)}
     wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else list(checks)
     results = [check(name, *checks[name]) for name in wanted]
     gathered = [None] * dist.get_world_size()

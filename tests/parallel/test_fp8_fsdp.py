@@ -30,7 +30,7 @@ def checks(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def slow_checks(tmp_path_factory) -> dict:
     return by_name(run_worker_once("_fp8_fsdp_worker.py", tmp_path_factory, WORLD,
-                                   "blockwise,rowwise_keep,rowwise_recompute"))
+                                   "blockwise,rowwise_keep,rowwise_recompute,rowwise_uneven,tensorwise_uneven"))
 
 
 def _assert_bit_identical(per_rank: dict, n_wrapped: int) -> None:
@@ -63,7 +63,7 @@ def test_all_gather_moves_about_half_the_bytes(checks, recipe):
 
 
 @pytest.mark.slow
-def test_blockwise_no_reshard_and_recompute_are_bit_identical(slow_checks):
+def test_blockwise_no_reshard_recompute_and_uneven_shards_are_bit_identical(slow_checks):
     # blockwise: only the up projections (256 rows: 128-row shards) gather in FP8; the down ones (64) cannot
     _assert_bit_identical(slow_checks["blockwise"], n_wrapped=2)
     # reshard_after_forward=False: no re-gather; the dx product gathers its per-column copy from the shard
@@ -72,6 +72,9 @@ def test_blockwise_no_reshard_and_recompute_are_bit_identical(slow_checks):
     # per-row copy from the shard; the layer runs twice
     _assert_bit_identical(slow_checks["rowwise_recompute"], n_wrapped=4)
     assert all(len(r["seen"]) == 2 for r in slow_checks["rowwise_recompute"].values())
+    # 65 rows over 2 ranks: FSDP2 pads the second shard, the FP8 all-gather input is padded the same way
+    _assert_bit_identical(slow_checks["rowwise_uneven"], n_wrapped=4)
+    _assert_bit_identical(slow_checks["tensorwise_uneven"], n_wrapped=4)
 
 
 def _model(recipe="rowwise", n_out=64, fp8_all_gather=True):
