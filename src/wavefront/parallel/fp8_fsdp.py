@@ -115,12 +115,15 @@ def _quantize_shard(w: Tensor, recipe: str, fnuz: bool, axis: str, group) -> _Co
 
     fmt, scaling, pow2 = _weight_operand(recipe, fnuz)
     fmt_name = next(k for k, v in reference.FP8_FORMATS.items() if v == fmt)
+    if scaling == "tensorwise" or axis == "col":
+        mag = w.abs()
+        mag = torch.where(mag.isnan(), 0.0, mag)  # NaN-ignoring, like ops.quantize's amax
     if scaling == "tensorwise":
-        amax = _all_reduce_max(w.abs().amax().float(), group)
+        amax = _all_reduce_max(mag.amax().float(), group)
         q, s = _quantize_with_amax(w, amax, fmt, pow2)
         return _Copy(q, s, "row")
     if axis == "col":  # rowwise backward: per-column scales over the whole N
-        amax = _all_reduce_max(w.abs().amax(0).float(), group)
+        amax = _all_reduce_max(mag.amax(0).float(), group)
         q, s = _quantize_with_amax(w, amax[None, :], fmt, pow2)
         return _Copy(q, s.view(-1, 1), "col")
     q, s = ops.quantize(w, dtype=fmt_name, scaling=scaling, pow2_scale=pow2)  # shard-local scale groups
