@@ -11,19 +11,24 @@ Same math and contract as ``kernels/attention.py``'s forward: per (batch, head),
 
 Why a second kernel. Triton 3.9 waits for every wgmma whose result a non-MMA op reads (``wgmma.wait_group
 0`` after QK^T), so in the Triton kernel the softmax never runs beside a matrix product. Here the key loop
-is software-pipelined by hand (FlashAttention-3's intra-warpgroup overlap); iteration j, entering with S_j
-complete and P_{j-1} V_{j-1} in flight:
+is software-pipelined by hand; iteration j, entering with S_j complete and nothing in flight:
 
-    1. issue S_{j+1} = Q K_{j+1}^T (async)                  in flight: PV_{j-1}, S_{j+1}
-    2. softmax of block j (exp2 with the scale folded in)   runs beside both products
-    3. wait num_outstanding=1: PV_{j-1} done, rescale O by alpha
-    4. issue O += P_j V_j (async, P from registers)         in flight: S_{j+1}, PV_j
-    5. wait num_outstanding=1: S_{j+1} done; one block-wide barrier (both warpgroups are past the reads of
-       K stage j+1 and V stage j-1), then TMA refills those two stages
+    1. issue S_{j+1} = Q K_{j+1}^T (async)                   in flight: S_{j+1}
+    2. softmax of block j (exp2 with the scale folded in)    runs beside S_{j+1}
+    3. rescale O by alpha, issue O += P_j V_j (P from registers)   in flight: S_{j+1}, PV_j
+    4. wait num_outstanding=1: S_{j+1} done; one block-wide barrier (both warpgroups are past their reads
+       of K stage j+1), TMA refill of that stage, issued while PV_j runs
+    5. wait num_outstanding=0: PV_j done; barrier, TMA refill of V stage j
 
-so every wgmma wait inside the loop leaves one product in flight. The last key block is peeled: it is the
-only one that can need a mask (BLOCK_M == BLOCK_N, so a causal query tile has exactly one diagonal block,
-and a ragged sequence end falls in the last block), so the loop runs without a compare or a select.
+ptxas (Triton 3.9's, CUDA 13.4) lays the QK^T wgmmas of step 1 between the 66 exp2s of step 2 in the SASS.
+The schedule with no wait 0 in the loop (PV_j left in flight across the back edge, retired by step 4's wait
+of the next iteration, so O's rescale reads it after a wait of depth 1) compiles, but ptxas then serializes
+every wgmma of the kernel (C7514: "non wgmma instructions reading accumulator registers of a wgmma between
+start and end of the pipeline stage"): it does not follow wgmma groups across a loop's back edge, so a
+depth-1 wait whose retired group came from the previous iteration does not count as a wait for it
+(docs/kernels-attention-gemm.md). The last key block is peeled: it is the only one that can need a mask
+(BLOCK_M == BLOCK_N, so a causal query tile has exactly one diagonal block, and a ragged sequence end falls
+in the last block), so the loop runs without a compare or a select.
 
 Data movement: one TMA tensor descriptor per (batch, head) sequence for Q, K, V and O (bounds = the
 sequence: rows past it arrive as zeros and the O store is clipped). Q lands in shared memory once; K and V
