@@ -33,7 +33,7 @@ def _gluon_job(head_dim: int, causal: bool):
 def test_inspect_plans_the_variant_on_sm90_only():
     from wavefront.workbench.static.inspect import plan
 
-    planned = plan([REGISTRY["attention"]], ["sm_90", "sm_100", "sm_80"], torch.bfloat16,
+    planned = plan([REGISTRY["attention"]], ["sm_90", "sm_100"], torch.bfloat16,
                    cases=lambda spec: [_case(128, True), _case(64, False)])
     gluon = [p for p in planned if p.kernel == GLUON_KERNEL]
     assert {p.target for p in gluon} == {"sm_90"}
@@ -51,7 +51,7 @@ def test_variant_skips_head_dims_it_does_not_cover():
     assert not variant.covers(_case(256, True))
 
 
-@pytest.mark.parametrize("head_dim", [128, 64])
+@pytest.mark.parametrize("head_dim", [pytest.param(128, marks=pytest.mark.slow), 64])
 def test_compiles_for_sm90_with_tma_and_overlap(head_dim):
     from wavefront.workbench.static.inspect import compile_jobs
 
@@ -69,6 +69,13 @@ def test_compiles_for_sm90_with_tma_and_overlap(head_dim):
     assert "wgmma.wait_group.sync.aligned 1;" in res.asm["ptx"]
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in res.asm["sass"]
     assert res.shared_bytes <= 227 * 1024
+    # Ring safety: between each wgmma wait in the key loop and the next TMA load (the refill of a stage the
+    # two warpgroups just read) there is a block-wide bar.sync.
+    ptx = res.asm["ptx"]
+    loop = ptx[ptx.index("wgmma.wait_group.sync.aligned 1;"):]
+    for wait in ("wgmma.wait_group.sync.aligned 1;", "wgmma.wait_group.sync.aligned 0;"):
+        after = loop[loop.index(wait):]
+        assert "bar.sync" in after[:after.index("cp.async.bulk.tensor")], wait
 
 
 def test_refused_off_sm90(monkeypatch):

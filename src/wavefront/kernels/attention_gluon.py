@@ -203,12 +203,12 @@ def _attn_fwd_sm90_gluon(
         acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(j % NUM_STAGES), acc,
                             is_async=True)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_next,))  # S_{j+1}; P_j V_j stays in flight
-        # Both warpgroups are past their reads of K stage j+1 before one thread's TMA overwrites it; the
-        # refill is issued while P_j V_j runs.
-        gl.barrier()
+        # K stage j+1 is free (S_{j+1} done); its refill is issued while P_j V_j runs. Both warpgroups must be
+        # past their waits before one thread's TMA overwrites a stage: Triton's shared-memory barrier pass puts
+        # a bar.sync between each wait and the next mbarrier.expect (an explicit gl.barrier() here only added
+        # a third bar.sync per refill); tests/kernels/test_attention_gluon.py checks that it is there.
         _load_kv(k_desc, k_bars, k_smem, j + 1 + NUM_STAGES, j + 1 + NUM_STAGES < n_blocks, BLOCK_N, NUM_STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        gl.barrier()
         _load_kv(v_desc, v_bars, v_smem, j + NUM_STAGES, j + NUM_STAGES < n_blocks, BLOCK_N, NUM_STAGES)
 
     last = n_blocks - 1
