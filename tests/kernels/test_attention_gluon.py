@@ -120,3 +120,34 @@ def test_launch_matches_the_forward_contract():
     assert la.grid == (3 * 2 * 4,)
     assert la.constexprs["BLOCK_M"] == la.constexprs["BLOCK_N"] == 128
     assert la.options["num_warps"] == 8
+
+
+_SASS_STUB = "\n".join([
+    # The key loop 0x10..0x60: one HGMMA, a depth-1 wait, one barrier. The epilogue (0x70..0x90) holds two
+    # HGMMA and a wait 0. An mbarrier wait at 0x20 has its retry path after EXIT (0xb0..0xd0), which jumps
+    # back to 0x30: a backward branch whose span holds more HGMMA than the loop.
+    "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+    "        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24, gsb0 ;",
+    "        /*0020*/              @!P0 BRA 0xb0 ;",
+    "        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;",
+    "        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;",
+    "        /*0050*/                   MUFU.EX2 R2, R3 ;",
+    "        /*0060*/              @P1 BRA 0x10 ;",
+    "        /*0070*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;",
+    "        /*0080*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24, gsb0 ;",
+    "        /*0090*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;",
+    "        /*00a0*/                   EXIT ;",
+    "        /*00b0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4+0x28000], R0 ;",
+    "        /*00c0*/              @!P0 BRA 0xb0 ;",
+    "        /*00d0*/                   BRA 0x30 ;",
+    "        /*00e0*/                   BRA 0xe0 ;",
+])
+
+
+def test_retry_stub_after_exit_is_not_the_main_loop():
+    """The jump back from a slow path placed after EXIT spans the loop's tail, the epilogue and EXIT: not a
+    loop. The main loop is the real one (wait depth 1, one barrier), not that span."""
+    from wavefront.workbench.static.parse import parse_sass
+
+    code = parse_sass(_SASS_STUB)
+    assert (code.mma_wait_depth, code.loop_barriers) == (1, 1)

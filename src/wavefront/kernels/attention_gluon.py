@@ -280,6 +280,8 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, *, arch:
     B, H, S, D = q.shape
     o = torch.empty_like(q)
     lse2 = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
+    if q.numel() == 0:
+        return o, lse2
     n_m_blocks = triton.cdiv(S, BLOCK)
     ensure_descriptor_allocator(q.device)
     launch(
