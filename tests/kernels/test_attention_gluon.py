@@ -151,3 +151,14 @@ def test_retry_stub_after_exit_is_not_the_main_loop():
 
     code = parse_sass(_SASS_STUB)
     assert (code.mma_wait_depth, code.loop_barriers) == (1, 1)
+
+
+def test_inspect_skips_inputs_the_variant_refuses():
+    """fp32 (which ops.attention accepts for testing) is refused by the Gluon launcher: no row, no error."""
+    from wavefront.workbench.static.variants import VARIANTS, capture_variant
+
+    (variant,) = [v for v in VARIANTS if v.name == "gluon_sm90"]
+    with runtime.assume_target("sm_90", 132):
+        assert capture_variant(REGISTRY["attention"], _case(64, False), torch.float32, variant) == []
+        (la,) = capture_variant(REGISTRY["attention"], _case(64, False), torch.bfloat16, variant)
+    assert la.name == GLUON_KERNEL

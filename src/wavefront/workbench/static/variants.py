@@ -54,10 +54,14 @@ def variants_for(spec: OpSpec, target: str, case: Case) -> list[Variant]:
 
 
 def capture_variant(spec: OpSpec, case: Case, dtype: torch.dtype, variant: Variant) -> list[Launch]:
-    """The launches of `variant` on `spec`'s inputs for `case`, recorded without executing (cheap inputs)."""
+    """The launches of `variant` on `spec`'s inputs for `case`, recorded without executing (cheap inputs).
+    A variant whose launcher refuses the inputs (a ValueError: a dtype or layout it does not take) adds no row."""
     gen = torch.Generator().manual_seed(seed(spec.name, case.name, dtype))
     with _triton_path(), NoCompute():
         inputs = spec.make_inputs(case, dtype, torch.device("cpu"), gen)
         with recording(execute=False) as launches:
-            variant.run(inputs)
+            try:
+                variant.run(inputs)
+            except ValueError:
+                return []
     return launches
