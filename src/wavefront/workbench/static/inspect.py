@@ -40,6 +40,7 @@ from wavefront.workbench.static.aot import CompileJob, CompileResult, TensorProx
 from wavefront.workbench.static.capture import capture
 from wavefront.workbench.static.occupancy import occupancy
 from wavefront.workbench.static.parse import MachineCode
+from wavefront.workbench.static.variants import capture_variant, variants_for
 
 SCHEMA = "wavefront.inspect/1"
 #: Global accesses narrower than this (bits per thread) count as narrow: 128-bit is the widest vector
@@ -283,6 +284,14 @@ def plan(specs: Iterable[OpSpec], targets: Iterable[str], dtype: torch.dtype, ke
                         launches = [transform(la) for la in launches]
                     for label, la, job in _distinct_launches(launches, target, keep_asm):
                         planned.append(_Planned(spec, case, mode, label, target, la, job, specialization_key(job)))
+                for variant in variants_for(spec, target, case):
+                    with runtime.assume_target(target, n_sms):
+                        launches = capture_variant(spec, case, dtype, variant)
+                    if transform is not None:
+                        launches = [transform(la) for la in launches]
+                    for label, la, job in _distinct_launches(launches, target, keep_asm):
+                        planned.append(_Planned(spec, case, variant.mode, label, target, la, job,
+                                                specialization_key(job)))
     return planned
 
 
