@@ -109,6 +109,7 @@ from wavefront.kernels.matmul_config import num_xcds
 from wavefront.kernels.quantize import EPS, _abs_ignoring_nan, _scale_from_amax, _to_fp8
 
 LOG2E = 1.4426950408889634
+_FP8_EPS = tl.constexpr(EPS)  # the FP8 scale's amax floor, kernels/quantize.py's (a global read inside @jit)
 
 
 @triton.jit
@@ -328,13 +329,13 @@ def _store_fp8_groups(q8_ptr, s8_ptr, o, offs_m, offs_d, seqlen, token0, h, n_he
     base = (rows * n_heads + h)[:, None]
     row_ok = (offs_m < seqlen)[:, None]
     if GROUP == BLOCK_D:
-        scale = _scale_from_amax(tl.max(_abs_ignoring_nan(x), axis=1), FP8_MAX, EPS, POW2)
+        scale = _scale_from_amax(tl.max(_abs_ignoring_nan(x), axis=1), FP8_MAX, _FP8_EPS, POW2)
         q = _to_fp8(x, scale[:, None], q8_ptr.dtype.element_ty, FP8_MAX)
         tl.store(s8_ptr + base, scale[:, None], mask=row_ok)
     else:
         N_GROUPS: tl.constexpr = BLOCK_D // GROUP
         xg = tl.reshape(x, (x.shape[0], N_GROUPS, GROUP))
-        scale = _scale_from_amax(tl.max(_abs_ignoring_nan(xg), axis=2), FP8_MAX, EPS, POW2)
+        scale = _scale_from_amax(tl.max(_abs_ignoring_nan(xg), axis=2), FP8_MAX, _FP8_EPS, POW2)
         q = tl.reshape(_to_fp8(xg, scale[:, :, None], q8_ptr.dtype.element_ty, FP8_MAX), (x.shape[0], BLOCK_D))
         offs_g = tl.arange(0, N_GROUPS)
         tl.store(s8_ptr + base * (HEAD_DIM // GROUP) + offs_g[None, :], scale,

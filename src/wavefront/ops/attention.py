@@ -32,12 +32,13 @@ out keeps its gradient; out_fp8 and out_scale carry none (the backward reads out
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
-from wavefront.archs import compiles_fp8_e4m3
+from wavefront.archs import Arch, compiles_fp8_e4m3
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_choice, check_same_device, check_same_dtype, check_tensor
@@ -181,7 +182,7 @@ def _check_fp8_output(q, quantize, fp8_dtype, pow2_scale) -> None:
                          f"{' and every token' if quantize == 'tensorwise' else ''}, and the fused epilogue sees "
                          f"one head's head_dim values per program; use quantize='block1x128' or 'block1x32' "
                          f"(scale groups inside one head), or wavefront.ops.quantize on the output")
-    check_choice(OP, "quantize", quantize, (None, *FP8_OUT_GROUPS))
+    check_choice(OP, "quantize", quantize, tuple(FP8_OUT_GROUPS))
     check_choice(OP, "fp8_dtype", fp8_dtype, FORMATS)
     if not isinstance(pow2_scale, bool):
         raise TypeError(f"{OP}: argument 'pow2_scale' must be a bool, got {type(pow2_scale).__name__}")
@@ -354,11 +355,19 @@ def _eager(q, k, v, causal=False, scale=None, cu_seqlens=None, max_seqlen=None, 
     return out, *_quantize_output(out, quantize, fp8_dtype, pow2_scale, reference.fp8_quantize_eager)
 
 
+def _fp8_targets(options) -> Callable[[Arch], bool] | None:
+    """Where a case's FP8 output compiles: the FNUZ formats on MI300 (gfx942) only, the OCP formats wherever
+    Triton has FP8 (not sm_80); no restriction without the FP8 output."""
+    if not options.get("quantize"):
+        return None
+    if options.get("fp8_dtype", "e4m3").endswith("fnuz"):
+        return lambda arch: arch.name == "gfx942"
+    return compiles_fp8_e4m3
+
+
 def _case(name, reason, batch, heads, kv_heads, seq, head_dim, slow=False, layout="contiguous", **options):
-    # FP8 output: no FP8 on Ampere (sm_80 is not inspected for those cases).
     return Case(name, reason, {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq": seq,
-                               "head_dim": head_dim}, options, layout=layout, slow=slow,
-                targets=compiles_fp8_e4m3 if options.get("quantize") else None)
+                               "head_dim": head_dim}, options, layout=layout, slow=slow, targets=_fp8_targets(options))
 
 
 CASES = (
@@ -389,6 +398,7 @@ def _bench_case(model: str, seq: int, causal: bool, **fp8) -> Case:
     m = MODELS[model]
     batch = max(1, 16384 // seq)
     suffix = f"_fp8out_{fp8['quantize'].removeprefix('block')}" if fp8 else ""
+    suffix += "_fnuz" if fp8.get("fp8_dtype", "").endswith("fnuz") else ""
     return _case(f"{model}_s{seq}{'_causal' if causal else ''}{suffix}",
                  f"{m.n_heads} heads / {m.n_kv_heads} kv heads, head_dim {m.head_dim}, {batch} x {seq} tokens"
                  f"{', O also quantized to FP8 in the epilogue' if fp8 else ''}",
@@ -405,6 +415,7 @@ BENCH_CASES = (
     # The FP8 output for the FP8 o_proj: DeepSeek-V3's 1x128 activation tiles and MXFP8's 1x32 blocks.
     _bench_case("llama3-8b", 8192, True, quantize="block1x128"),
     _bench_case("llama3-8b", 8192, True, quantize="block1x32", pow2_scale=True),
+    _bench_case("llama3-8b", 8192, True, quantize="block1x128", fp8_dtype="e4m3fnuz"),  # MI300's format
 )
 
 SPECS = (
