@@ -255,9 +255,7 @@ def test_fused_traffic_is_the_plain_forward_plus_the_fp8_writes():
 
 if __name__ == "__main__":
     # The docs/fp8.md table: Llama-3-8B's attention (32 q heads, 8 k/v heads, head_dim 128), causal, 256 tokens.
-    import os
-
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    # TRITON_INTERPRET=1 python tests/ops/test_attention_fp8_output.py
     shape = dict(batch=1, heads=32, kv_heads=8, seq=256, head_dim=128)
     table = traffic_table(**shape, options=[("block1x128", False), ("block1x32", True)])
     plain = table["plain", None]

@@ -74,6 +74,15 @@ cache each step (one extra tile read per step, no extra matrix work); the accumu
 
 Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
 
+FP8 output (FP8_GROUP = G > 0; ops.attention's ``quantize=``): the epilogue also quantizes O for an FP8
+o_proj, whose input row is one token's H * D values. With x the O tile as stored (rounded to O's dtype),
+per row and G-column group: s = FP8_MAX / max(amax, EPS) (power of two with FP8_POW2), q = fp8_rne(clamp(
+x s, +-FP8_MAX)), kernels/quantize.py's helpers, so the bits equal ops.quantize of O's [B, S, H * D] view.
+G divides D (1 x 128 tiles at D = 128, 1 x 32 MX blocks), so a group never leaves the program's head; the
+rowwise and tensorwise scales need every head's amax and are refused by the op. Writes 1 + 4 / G bytes per
+element of O more, and saves the separate quantize pass's read of O (2 bytes per element in bf16). With
+FP8_GROUP = 0 the kernel compiles to the same machine code as without the option.
+
 Rounding: the scaled score x = c S' is rounded once and both m = max x and x - m use that value, so
 the largest entry of every row is exactly exp2(0) = 1 (a one-key row reproduces V exactly). lse stays in
 base 2: converting to natural log and back would add two fp32 roundings at |lse|, which reaches 20-100
