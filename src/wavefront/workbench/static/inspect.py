@@ -277,6 +277,8 @@ def plan(specs: Iterable[OpSpec], targets: Iterable[str], dtype: torch.dtype, ke
             if spec.targets is not None and not spec.targets(runtime.get_arch(target)):
                 continue  # the op does not support the target (FP8 on Ampere): no rows, not failures
             for case in (cases(spec) if cases else spec.bench_cases):
+                if case.targets is not None and not case.targets(runtime.get_arch(target)):
+                    continue
                 with runtime.assume_target(target, n_sms):
                     captured = capture(spec, case, dtype, execute=False, cheap=True)
                 for mode, launches in captured.launches.items():
