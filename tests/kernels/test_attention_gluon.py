@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import wavefront
 from wavefront import runtime
 from wavefront.kernels import attention_gluon
 from wavefront.kernels._launch import recording
@@ -87,6 +88,8 @@ def test_refused_off_sm90(monkeypatch):
     q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="sm_90"):
         attention_gluon.attention_fwd(q, q, q, True, 0.125)
+    with pytest.raises(RuntimeError, match=attention_gluon.ENV_FLAG):  # the public op routes through the flag
+        wavefront.ops.attention(q, q, q, causal=True)
     attention_gluon.check_target(runtime.get_arch("sm_90"))  # no error
     monkeypatch.setenv(attention_gluon.ENV_FLAG, "0")
     assert not attention_gluon.requested()

@@ -249,7 +249,7 @@ def requested() -> bool:
 def check_target(arch: runtime.Arch) -> None:
     """Refuse every target but sm_90, naming the flag (the kernel is Hopper-only: wgmma and TMA)."""
     if arch.name != TARGET:
-        raise RuntimeError(f"attention: the Gluon forward ({ENV_FLAG}=1 or impl='gluon') runs on {TARGET} (Hopper) "
+        raise RuntimeError(f"attention: the Gluon forward ({ENV_FLAG}=1) runs on {TARGET} (Hopper) "
                            f"only, but the target is {arch.name}; unset {ENV_FLAG} to use the default kernel")
 
 
