@@ -29,6 +29,8 @@ class Case:
     options: keyword arguments passed to the op and its reference (eps, causal, ...).
     layout: how make_inputs lays the tensors out ("contiguous", "strided", ...; op-specific).
     slow: kept out of the default test run (pytest -m slow runs it).
+    targets: the GPU compile targets this case supports, where narrower than its op's (an FP8 option on an op
+        that also runs on Ampere); inspect skips the others. None: the op's.
     """
 
     name: str
@@ -37,6 +39,7 @@ class Case:
     options: Mapping[str, Any] = field(default_factory=dict)
     layout: str = "contiguous"
     slow: bool = False
+    targets: Callable[[Arch], bool] | None = None
 
     @property
     def id(self) -> str:
