@@ -111,3 +111,15 @@ def test_prequantized_operands_compile_fullgraph():
         outs.append((y.detach(), xs.grad, ws.grad))
     for a, c in zip(*outs, strict=True):
         assert torch.equal(_bits(a), _bits(c))
+
+
+def test_attention_fp8_output_feeds_o_proj():
+    """ops.attention's FP8 epilogue output (quantize="block1x128") is o_proj's x in the blockwise recipe's
+    layout: passed as x_fp8 it gives the output of quantizing x in the op, bit for bit."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 8, 128, generator=gen).bfloat16() for _ in range(3))
+    out, out_fp8, out_scale = ops.attention(q, k, v, causal=True, quantize="block1x128")
+    x = out.transpose(1, 2).reshape(1, 8, 128)
+    w = (torch.randn(24, 128, generator=gen) / 11).bfloat16()
+    y = ops.linear_fp8(x, w, recipe="blockwise", x_fp8=ops.Quantized(out_fp8, out_scale, "block1x128"))
+    assert torch.equal(_bits(y), _bits(ops.linear_fp8(x, w, recipe="blockwise")))
