@@ -88,10 +88,10 @@ def cast_params_bf16(model: nn.Module) -> None:
 
 def all_gather_problem(cfg, world_size: int, plan: str) -> str | None:
     """Why ``--fp8-all-gather`` cannot run with these options (a one-line error), or None."""
-    from wavefront.parallel.fp8_fsdp import RECIPES as GATHERED
-
     if not cfg.fp8_all_gather:
         return None
+    from wavefront.parallel.fp8_fsdp import RECIPES as GATHERED
+
     if cfg.fp8 is None:
         return "--fp8-all-gather gathers the weights of the FP8 layers: pass --fp8 RECIPE too"
     if cfg.fp8 not in GATHERED:
