@@ -29,8 +29,8 @@ class Case:
     options: keyword arguments passed to the op and its reference (eps, causal, ...).
     layout: how make_inputs lays the tensors out ("contiguous", "strided", ...; op-specific).
     slow: kept out of the default test run (pytest -m slow runs it).
-    targets: the GPU compile targets this case needs, within the op's (an FP8 option on an op that has
-        none: not on Ampere); None: every target of the op. Inspect skips the others.
+    targets: the GPU compile targets this case supports, where narrower than its op's (an FP8 option on an op
+        that also runs on Ampere); inspect skips the others. None: the op's.
     """
 
     name: str

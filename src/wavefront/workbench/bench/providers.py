@@ -108,9 +108,11 @@ LIGER: dict[str, tuple[str, str, Callable[[Any], Callable[..., Any]]]] = {
 }
 
 
-def _no_varlen(cu_seqlens, who: str) -> None:
+def _no_varlen(cu_seqlens, who: str, fp8: dict | None = None) -> None:
     if cu_seqlens is not None:
         raise NotImplementedError(f"{who} is measured on the dense [batch, heads, seq, head_dim] cases only")
+    if fp8 and fp8.get("quantize") is not None:
+        raise NotImplementedError(f"{who} has no FP8 output (wavefront.ops.attention's quantize=)")
 
 
 def _sdpa(backend: str):
@@ -119,8 +121,8 @@ def _sdpa(backend: str):
 
         chosen = getattr(SDPBackend, backend)
 
-        def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None):
-            _no_varlen(cu_seqlens, f"SDPA's {backend} backend")
+        def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None, **fp8):
+            _no_varlen(cu_seqlens, f"SDPA's {backend} backend", fp8)
             with sdpa_kernel(chosen):
                 return torch.nn.functional.scaled_dot_product_attention(
                     q, k, v, is_causal=causal, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
@@ -134,8 +136,8 @@ def _flash_attn():
     except ImportError:
         return Unavailable("flash-attn is not installed")
 
-    def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None):
-        _no_varlen(cu_seqlens, "flash_attn_func")
+    def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None, **fp8):
+        _no_varlen(cu_seqlens, "flash_attn_func", fp8)
         # flash-attn takes [batch, seq, heads, head_dim]: transposed views, unit stride kept on head_dim.
         out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
                               softmax_scale=scale)

@@ -69,6 +69,7 @@ class TrainConfig:
     plan_rank: int = 0
     ep: int = 1  # expert-parallel degree over the data-parallel ranks (MoE models; train/expert_parallel.py)
     fp8: str | None = None  # FP8 recipe of the wavefront variant (wavefront.patching.fp8.RECIPES); train/fp8.py
+    fp8_all_gather: bool = False  # FSDP2 all-gathers the FP8 layers' weights in FP8 (train/fp8.py)
     # Overlap (train/overlap.py): FSDP2 explicit prefetch depth and reshard_after_forward, async TP.
     fsdp_prefetch: int = 0
     reshard_after_forward: bool | int = True
@@ -197,6 +198,10 @@ class TrainConfig:
             bad(f"--inject-failure rank {self.inject_failure[0]} is outside the {world_size} launched ranks")
         if self.fp8 is not None:
             self._validate_fp8()
+        from wavefront.workbench.distributed.train.fp8 import all_gather_problem
+
+        if why := all_gather_problem(self, world_size, plan):
+            bad(why)
         self._validate_overlap(world_size, plan)
         from wavefront.patching.table import OPS
 

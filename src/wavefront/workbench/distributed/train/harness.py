@@ -282,6 +282,10 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                                             train_ep.active_matmul_params(model, matmul_params(model)),
                                             "full" if cfg.activation_checkpointing else "none")
     model.to(env.device).train()
+    if fp8 is not None and cfg.fp8_all_gather:  # before fully_shard, after the move (train/fp8.py)
+        from wavefront.workbench.distributed.train.fp8 import enable_all_gather
+
+        result.notes += enable_all_gather(model, env.world if env.plan == "fsdp2" else env.layout.dp_shard)
     ep = train_ep.install(model, cfg.ep) if cfg.ep > 1 else None
     moe_counts: list[dict] = []
     inner = model
