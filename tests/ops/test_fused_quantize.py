@@ -220,3 +220,16 @@ def test_fused_bench_cases_skip_targets_without_fp8():
     assert plan([spec], ["sm_80"], torch.bfloat16, cases=lambda s: fused) == []
     assert {p.case.name for p in plan([spec], ["sm_90"], torch.bfloat16, cases=lambda s: fused[:1])} == {fused[0].name}
     assert plan([spec], ["sm_80"], torch.bfloat16, cases=lambda s: spec.bench_cases[:1])
+
+
+@pytest.mark.parametrize(("op", "recipe"), [("rms_norm", "rowwise"), ("rms_norm", "blockwise"),
+                                            ("swiglu", "mxfp8")])
+def test_linear_fp8_fed_the_fused_operand_is_bit_identical(op, recipe):
+    """The point of the option: linear_fp8 given the producer's (q, scale) as x_fp8 computes exactly what it
+    computes quantizing the producer's output itself, in each recipe's activation layout."""
+    fmt, scaling, pow2 = reference.fp8_recipe_operand(recipe, "act")
+    args, _ = _inputs(op, (4, 256), torch.bfloat16, seed=2)
+    y, q, scale = _fn(op)(*args, quantize=scaling, fp8_dtype=fmt, pow2_scale=pow2)
+    w = torch.randn(64, 256, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    fused = ops.linear_fp8(y, w, recipe=recipe, fnuz=False, x_fp8=ops.Quantized(q, scale, scaling))
+    assert torch.equal(fused, ops.linear_fp8(y, w, recipe=recipe, fnuz=False))
