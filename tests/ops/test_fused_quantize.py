@@ -233,3 +233,22 @@ def test_linear_fp8_fed_the_fused_operand_is_bit_identical(op, recipe):
     w = torch.randn(64, 256, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     fused = ops.linear_fp8(y, w, recipe=recipe, fnuz=False, x_fp8=ops.Quantized(q, scale, scaling))
     assert torch.equal(fused, ops.linear_fp8(y, w, recipe=recipe, fnuz=False))
+
+
+def test_liger_baselines_refuse_the_fused_cases():
+    """wavefront bench's Liger peers have no FP8 output: the fused cases are refused by name, the plain ones
+    still reach Liger's function."""
+    from wavefront.workbench.bench import providers
+
+    class Fake:
+        @staticmethod
+        def apply(*args):
+            return "called"
+
+    norm, glu = providers._liger_rms_norm(Fake), providers._liger_swiglu(Fake)
+    x = torch.ones(2, 8)
+    assert norm(x, x[0]) == "called" and glu(x, x) == "called"
+    with pytest.raises(NotImplementedError, match="no FP8 output"):
+        norm(x, x[0], quantize="rowwise")
+    with pytest.raises(NotImplementedError, match="no FP8 output"):
+        glu(x, x, quantize="block1x128", pow2_scale=True)
