@@ -110,6 +110,11 @@ class OpSpec:
     def eager_fn(self) -> Callable[..., Any]:
         return self.eager if self.eager is not None else self.reference
 
+    def supports(self, case: Case, arch: Arch) -> bool:
+        """Whether `case` of this op compiles for `arch` (the op's and the case's `targets`; None: every one)."""
+        return ((self.targets is None or self.targets(arch))
+                and (case.targets is None or case.targets(arch)))
+
 
 _SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 

@@ -274,11 +274,9 @@ def plan(specs: Iterable[OpSpec], targets: Iterable[str], dtype: torch.dtype, ke
     for target in targets:
         n_sms = gpu_for_target(target).sm_count
         for spec in specs:
-            if spec.targets is not None and not spec.targets(runtime.get_arch(target)):
-                continue  # the op does not support the target (FP8 on Ampere): no rows, not failures
             for case in (cases(spec) if cases else spec.bench_cases):
-                if case.targets is not None and not case.targets(runtime.get_arch(target)):
-                    continue
+                if not spec.supports(case, runtime.get_arch(target)):
+                    continue  # FP8 on Ampere, FNUZ off gfx942: no rows, not failures
                 with runtime.assume_target(target, n_sms):
                     captured = capture(spec, case, dtype, execute=False, cheap=True)
                 for mode, launches in captured.launches.items():
