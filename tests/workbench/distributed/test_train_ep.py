@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -67,6 +68,31 @@ def test_ep2_under_fsdp2_loss_matches_one_process(tmp_path):
     one = _train(tmp_path, *TINY, "--steps", "3", "--store", "", "--json", "one.json")
     assert one.returncode == 0, one.stderr[-3000:]
     _ep_parity(tmp_path, tmp_path / "one.json", 3, "--parallel", "fsdp2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plan", ["ddp", "fsdp2"])
+def test_ep2_on_four_ranks_matches_one_process(tmp_path, plan):
+    """--ep 2 below the world size 4: two ep groups ({0, 1}, {2, 3}) each split the experts, the ranks holding
+    the same experts ({0, 2}, {1, 3}) average their gradients. Two micro-batches per rank and step (gradient
+    accumulation before the expert all-reduce). Within the derived envelope of the one-process losses."""
+    from wavefront.workbench.distributed.train.convergence import loss_envelope
+
+    args = [*TINY, "--global-batch", "8", "--lr", "1e-2", "--steps", "3", "--store", ""]
+    one = _train(tmp_path, *args, "--json", "one.json")
+    assert one.returncode == 0, one.stderr[-3000:]
+    ep = _train(tmp_path, "--nproc-per-node", "4", "--ep", "2", "--parallel", plan, *args, "--json", "ep.json",
+                timeout=600)
+    assert ep.returncode == 0, ep.stderr[-3000:]
+    want, got = _variant(tmp_path / "one.json"), _variant(tmp_path / "ep.json")
+    envelope = loss_envelope("tiny-mixtral", steps=3, seq_len=8, global_batch=8, lr=1e-2)
+    eps = torch.finfo(torch.float32).eps
+    for t, (a, b, env) in enumerate(zip([s["loss"] for s in want["steps"]], [s["loss"] for s in got["steps"]],
+                                        envelope, strict=True)):
+        assert abs(a - b) <= 2 * env + 4 * eps * abs(a), (plan, t, a, b, env)
+    assert got["summary"]["moe"]["tokens_per_expert"] == want["summary"]["moe"]["tokens_per_expert"]
+    assert "experts split over ep 2" in " ".join(got["summary"]["notes"])
+    assert json.loads((tmp_path / "ep.json").read_text())["provenance"]["world_size"] == 4
 
 
 def test_moe_kpis_in_table_json_and_store(one_process):
@@ -128,7 +154,8 @@ def test_bad_ep_exits_2_before_work(tmp_path, monkeypatch, args, message):
     (dict(ep=2, variants=("baseline",)), 2, "wavefront variant only"),
     (dict(ep=8, global_batch=8, micro_batch=1), 8, "number of experts per layer"),
     (dict(ep=2), 1, "ddp or fsdp2"),
-    (dict(ep=2, global_batch=8, micro_batch=1), 4, "below the data-parallel world size 4"),
+    (dict(ep=3, global_batch=6, micro_batch=1), 6, r"--ep 3 must divide the number of experts per layer \(4\)"),
+    (dict(ep=4, global_batch=6, micro_batch=1), 6, "--ep 4 must divide the data-parallel world size 6"),
     (dict(ep=2, patch_options={"moe": False}), 2, "keep moe in --patch-ops"),
     (dict(ep=2, checkpoint_dir="ck", checkpoint_every=1), 2, "checkpointing expert-parallel runs"),
 ])
@@ -137,6 +164,13 @@ def test_bad_ep_configs_are_refused(options, world, message):
 
     with pytest.raises(ConfigError, match=message):
         TrainConfig(store=None, **{"model": "tiny-mixtral", **options}).validate(world)
+
+
+@pytest.mark.parametrize("ep, world", [(2, 4), (2, 8), (4, 8)])
+def test_ep_below_the_world_size_is_accepted(ep, world):
+    from wavefront.workbench.distributed.train.config import TrainConfig
+
+    TrainConfig(store=None, model="tiny-mixtral", ep=ep, global_batch=world, micro_batch=1).validate(world)
 
 
 def test_imbalance_of_counts():

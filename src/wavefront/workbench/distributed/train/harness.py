@@ -215,7 +215,7 @@ def _wrap(model, env: _Env, cfg: TrainConfig, ep: train_ep.EpState | None = None
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if env.bf16 else \
             MixedPrecisionPolicy()
         layers = _decoder_layers(model)
-        ignored = {"ignored_params": ep.params} if ep is not None else {}
+        ignored = {"ignored_params": set(ep.params)} if ep is not None else {}
         for layer in layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp, **train_overlap.fsdp_kwargs(cfg.reshard_after_forward),
                         **ignored)
@@ -385,6 +385,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 finish_backward(par, env.mesh, env.layout)
             if env.cp > 1:
                 context_parallel.reduce_grads(model, env.cp_group)
+            train_ep.reduce_grads(ep)
             counts = train_ep.step_counts(inner, env.device) if pipe is None else {}
             # the loss is the mean over data-parallel slices: pipeline ranks without the last stage hold none, the
             # cp ranks of a slice hold parts that add up to it (each counted 1/cp)
