@@ -69,6 +69,8 @@ class EpState:
     # in one order everywhere (a set iterates in id() order, which differs between processes)
     params: list = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    # state-dict key of every expert weight (model order) -> its ExpertParallelExperts module
+    weights: dict = field(default_factory=dict)
 
 
 def _groups(ep: int, world: int, rank: int):
@@ -95,7 +97,8 @@ def install(model: torch.nn.Module, ep: int) -> EpState:
     if not paths:
         raise RuntimeError("--ep: the model holds no wavefront MoE experts after patching")
     mine = {id(p) for p in expert_parameters(model)}
-    return EpState(ep, group, replicas, [p for p in model.parameters() if id(p) in mine], paths)
+    weights = {f"{path}.{name}": model.get_submodule(path) for path in paths for name in ("gate_up_proj", "down_proj")}
+    return EpState(ep, group, replicas, [p for p in model.parameters() if id(p) in mine], paths, weights)
 
 
 def reduce_grads(state: EpState | None) -> None:
@@ -114,6 +117,49 @@ def reduce_grads(state: EpState | None) -> None:
     for g in grads:
         g.copy_(flat[at:at + g.numel()].view_as(g))
         at += g.numel()
+
+
+def full_optim_state(optim_sd: dict, state: EpState | None, gather: bool = True) -> dict:
+    """Checkpointing: `optim_sd` (what ``get_state_dict`` returns) with the expert weights' optimizer states
+    (AdamW's exp_avg, exp_avg_sq) as full (E, ...) tensors, like the weights in the model state dict, so that
+    DCP stores one copy per key and a run resumes with any --ep. gather: all-gathered over the ep group (saving;
+    collective, the same order on every rank); else uninitialized (a buffer to load into). The optimizer's
+    own state is left alone (its per-parameter dicts are shared with `optim_sd`, so they are copied)."""
+    if state is None:
+        return optim_sd
+    out = {**optim_sd, "state": dict(optim_sd["state"])}
+    for key, module in state.weights.items():
+        if key not in out["state"]:
+            continue
+        entry = out["state"][key] = dict(out["state"][key])
+        for name in sorted(entry):
+            local = entry[name]
+            if not isinstance(local, torch.Tensor) or local.dim() != 3:
+                continue  # the step count (a scalar) is the same on every rank
+            if not gather:
+                entry[name] = local.new_empty((module.num_experts, *local.shape[1:]))
+                continue
+            parts = [torch.empty_like(local) for _ in range(module.ep_size)]
+            dist.all_gather(parts, local.contiguous(), group=module.group)
+            entry[name] = torch.cat(parts, 0)
+    return out
+
+
+def local_optim_state(optim_sd: dict, state: EpState | None) -> dict:
+    """Resuming: `optim_sd` with the full (E, ...) optimizer states of the expert weights cut to this rank's
+    slice (the inverse of :func:`full_optim_state`)."""
+    if state is None:
+        return optim_sd
+    out = {**optim_sd, "state": dict(optim_sd["state"])}
+    for key, module in state.weights.items():
+        if key not in out["state"]:
+            continue
+        lo, hi = module.local_range
+        entry = out["state"][key] = dict(out["state"][key])
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.dim() == 3 and value.shape[0] == module.num_experts:
+                entry[name] = value[lo:hi]
+    return out
 
 
 def ddp_ignore(model: torch.nn.Module, state: EpState) -> None:

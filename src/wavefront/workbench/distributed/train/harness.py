@@ -323,7 +323,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 if meta.get(key) != getattr(cfg, key):
                     raise TrainFailure(f"--resume: the checkpoint was written with {key}={meta.get(key)!r}, this "
                                        f"run has {getattr(cfg, key)!r}", EXIT_CONFIG)
-            train_checkpoint.load(meta, model, opt)
+            train_checkpoint.load(meta, model, opt, ep)
             start_step = meta["step"] + 1
             result.resumed_from_step = meta["step"]
             result.history_losses = list(meta.get("losses", []))
@@ -428,7 +428,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 train_checkpoint.save(_ckpt_dir(cfg, variant), step, model, opt, {
                     "losses": result.history_losses + [r.loss for r in records], "global_batch": cfg.global_batch,
                     "seq_len": cfg.seq_len, "model": cfg.model, "world_size": env.world, "parallel": env.plan,
-                    "variant": variant})
+                    "variant": variant}, ep)
             if status[2] > 0 and not last:
                 saved = "checkpoint saved; rerun with --resume" if cfg.checkpoint_every else "no --checkpoint-dir"
                 raise TrainFailure(f"interrupted (SIGTERM) after step {step}; {saved}", EXIT_INTERRUPTED)
