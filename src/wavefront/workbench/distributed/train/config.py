@@ -217,9 +217,6 @@ class TrainConfig:
         from wavefront.workbench.distributed.train import expert_parallel
         from wavefront.workbench.distributed.train.presets import build_config
 
-        if self.checkpoint_every or self.resume:
-            raise ConfigError("--ep: checkpointing expert-parallel runs is not supported yet; drop --checkpoint-every "
-                              "and --resume")
         if self.patch_options and not self.patch_options.get("moe"):
             raise ConfigError("--ep splits the experts of the wavefront MoE patch: keep moe in --patch-ops")
         expert_parallel.validate(self.ep, world_size, plan, self.variants, build_config(self.model))

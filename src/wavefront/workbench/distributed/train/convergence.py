@@ -161,7 +161,10 @@ def loss_envelope(preset: str, *, steps: int, seq_len: int, global_batch: int, l
     base = build_model(preset, seed=seed, attn_implementation="sdpa")
     corpus = synthetic_corpus(base.config.vocab_size, max(1 << 16, 2 * seq_len * global_batch), seed=seed)
     batches = Batches(corpus, seq_len, global_batch)
-    loss_ref = train_losses(copy.deepcopy(base).to(torch.float64), batches, steps, lr)
+    ref = copy.deepcopy(base).to(torch.float64)
+    if hasattr(ref.config, "_experts_implementation"):  # MoE experts: torch._grouped_mm has no float64
+        ref.config._experts_implementation = "eager"
+    loss_ref = train_losses(ref, batches, steps, lr)
     runs = [copy.deepcopy(base) for _ in range(1 + n_perturbed)]
     for i, m in enumerate(runs[1:]):
         _nudge_one_ulp(m, seed + 1 + i)
