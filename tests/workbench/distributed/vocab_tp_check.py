@@ -10,7 +10,8 @@ vocab_parallel_linear_cross_entropy), against one process. Rank 0 prints one JSO
   forward and backward, TP2 and one process (DTensors counted by their local shard);
 - ``head_local_shape``: rank 0's rows of the LM head weight.
 
-Run as ``python vocab_tp_check.py MODEL_DIR STEPS`` (a script: spawned ranks import it as main)."""
+Run as ``python vocab_tp_check.py MODEL_DIR STEPS VARIANTS`` (VARIANTS: "baseline,wavefront" or one of them; a
+script: spawned ranks import it as their main module)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def _train(model, batches, steps: int, partial=None, mesh=None):
     return losses, grads, max_bytes
 
 
-def main(model_dir: str, steps: int) -> None:
+def main(model_dir: str, steps: int, variants: list[str]) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     import wavefront
@@ -91,7 +92,7 @@ def main(model_dir: str, steps: int) -> None:
     batches = Batches(corpus, SEQ_LEN, GLOBAL_BATCH)
     _, g64, _ = _train(copy.deepcopy(base).double(), batches, 1)
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
-    for variant in ("baseline", "wavefront"):
+    for variant in variants:
         single = copy.deepcopy(base)
         if variant == "wavefront":
             wavefront.patch(single)
@@ -110,14 +111,15 @@ def main(model_dir: str, steps: int) -> None:
             print(json.dumps({"variant": variant, "losses": losses, "single": one_losses, "grads": rows,
                               "max_bytes": max_bytes, "single_max_bytes": one_max, "tied": tied,
                               "head_local_shape": list(head.to_local().shape), "head_type": type(tp.lm_head).__name__,
-                              "tokens": SEQ_LEN * GLOBAL_BATCH, "vocab": base.config.vocab_size}), flush=True)
+                              "tokens": SEQ_LEN * GLOBAL_BATCH, "vocab": base.config.vocab_size,
+                              "run": {"seq_len": SEQ_LEN, "global_batch": GLOBAL_BATCH, "lr": LR}}), flush=True)
     dist.barrier()
 
 
-def _rank(local_rank: int, port: int, model_dir: str, steps: int) -> None:
+def _rank(local_rank: int, port: int, model_dir: str, steps: int, variants: str) -> None:
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
                        "WORLD_SIZE": "2", "LOCAL_RANK": str(local_rank)})
-    main(model_dir, steps)
+    main(model_dir, steps, variants.split(","))
 
 
 if __name__ == "__main__":
@@ -125,4 +127,4 @@ if __name__ == "__main__":
 
     from wavefront.workbench.distributed.launch import free_port
 
-    mp.spawn(_rank, args=(free_port(), sys.argv[1], int(sys.argv[2])), nprocs=2, join=True)
+    mp.spawn(_rank, args=(free_port(), sys.argv[1], int(sys.argv[2]), sys.argv[3]), nprocs=2, join=True)
