@@ -158,14 +158,16 @@ def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     return _divided(loss, call)
 
 
-def vocab_parallel_logits_loss(logits: torch.Tensor, call: _LossCall, group) -> torch.Tensor:
+def vocab_parallel_logits_loss(logits: torch.Tensor, call: _LossCall, group,
+                               softcap: float | None = None) -> torch.Tensor:
     """The causal-LM loss from this rank's vocabulary shard of the logits [..., V / P] (upcast to fp32 as
-    transformers' ForCausalLMLoss does)."""
+    transformers' ForCausalLMLoss does; `softcap`: the model's final-logit softcapping, which the model would
+    apply to the logits after the head)."""
     from wavefront.parallel import vocab_parallel_cross_entropy
 
     rows = logits.reshape(-1, logits.shape[-1]).float()
     target = _targets(call, rows.shape[0], logits.device)
-    loss = vocab_parallel_cross_entropy(rows, target, group, ignore_index=call.ignore_index,
+    loss = vocab_parallel_cross_entropy(rows, target, group, ignore_index=call.ignore_index, softcap=softcap,
                                         reduction=_reduction(call))
     return _divided(loss, call)
 
@@ -175,15 +177,16 @@ class _ShardedLogitsLoss:
     call with labels, the loss from the local logits (returned local); otherwise the whole logits. Holds the
     ``_call`` the model's hooks hand over, like :class:`FusedLossHead`."""
 
-    def __init__(self):
+    def __init__(self, softcap: float | None):
         self._call: _LossCall | None = None
+        self.softcap = softcap
 
     def __call__(self, module, args, out):
         local, group = vocab_shard(out, "logits", dim=out.ndim - 1)
         call = self._call
         if call is None:
             return out.full_tensor()
-        call.loss = vocab_parallel_logits_loss(local, call, group)
+        call.loss = vocab_parallel_logits_loss(local, call, group, self.softcap)
         return local
 
 
@@ -199,7 +202,8 @@ def vocab_parallel_head(model: nn.Module, head_name: str) -> None:
     if not isinstance(head, nn.Linear):
         raise TypeError(f"vocab_parallel_head: '{head_name}' must be a torch.nn.Linear or a wavefront "
                         f"FusedLossHead, got {type(head).__name__}")
-    carrier = _ShardedLogitsLoss()
+    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    carrier = _ShardedLogitsLoss(float(softcap) if softcap else None)
     head.register_forward_hook(carrier)
     model.register_forward_pre_hook(_TakeLabels(carrier), with_kwargs=True)
     model.register_forward_hook(_PutLoss(carrier), with_kwargs=True)

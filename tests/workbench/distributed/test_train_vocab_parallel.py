@@ -103,3 +103,27 @@ def test_tied_heads_run_under_tp_and_are_refused_under_pp(tmp_path):
     with pytest.raises(ConfigError, match=r"--tp 2: the model's vocabulary \(129\) is not divisible by 2"):
         validate(Layout(tp=2), 2, build_config("tiny-llama", vocab_size=129), seq_len=8, global_batch=2,
                  micro_batch=1)
+
+
+@pytest.mark.slow
+def test_tied_head_through_the_cli_on_tp2_x_fsdp2(tmp_path):
+    """`wavefront train --tp 2 --dp-shard 2` (4 processes) on a tied tiny Qwen3, patched and unpatched: the
+    sharded tied table under FSDP2 trains like one process."""
+    model = _model_dir(tmp_path, "tiny-qwen3", tie_word_embeddings=True)
+    args = ["-m", "wavefront", "train", "--model", model, "--compare", "baseline,wavefront", "--steps", "2",
+            "--seq-len", "8", "--global-batch", "2", "--warmup-steps", "0", "--lr", "1e-2", "--timeout", "300",
+            "--store", ""]
+    docs = {}
+    for name, extra in (("single", ["--micro-batch", "2"]),
+                        ("mesh", ["--nproc-per-node", "4", "--tp", "2", "--dp-shard", "2", "--micro-batch", "1"])):
+        r = subprocess.run([sys.executable, *args, *extra, "--json", f"{name}.json"], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, r.stderr[-3000:]
+        doc = json.loads((tmp_path / f"{name}.json").read_text())
+        docs[name] = {v["variant"]: [s["loss"] for s in v["steps"]] for v in doc["variants"]}
+    from wavefront.workbench.distributed.train.convergence import loss_envelope
+
+    envelope = loss_envelope(model, steps=2, seq_len=8, global_batch=2, lr=1e-2)
+    for variant, ref in docs["single"].items():
+        for t, (a, b, env) in enumerate(zip(ref, docs["mesh"][variant], envelope, strict=True)):
+            assert abs(a - b) <= 2 * env + 4 * EPS32 * abs(a), (variant, t, a, b, env)
