@@ -6,9 +6,9 @@ embedding table.
 Each case trains a tiny model (vocabulary 512, 64 tokens a step, so the logits are the largest tensor of a
 step) TP2 on gloo next to one process: the losses agree step by step within the derived envelope
 (``convergence.loss_envelope``: twice the spread of rounding-perturbed fp32 runs around float64, plus 4 ulps),
-the first step's gradients pass the accuracy rule against float64, and the largest tensor any op returns on a
-rank during forward and backward is the shard's logits [tokens, vocab / 2]: one process's largest is the whole
-[tokens, vocab]."""
+the first step's gradients and eval-mode logits (gathered whole, no labels) pass the accuracy rule against
+float64, and the largest tensor any op returns on a rank during forward and backward is the shard's logits
+[tokens, vocab / 2]: one process's largest is the whole [tokens, vocab]."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ def _check(tmp_path: Path, preset: str, steps: int, variants: str, **overrides) 
         for name, g in d["grads"].items():
             assert g["err"] <= 2 * g["eager"] + 4 * EPS32 * g["scale"], (what, name, g)
         tokens, vocab = d["tokens"], d["vocab"]
+        ev = d["eval_logits"]
+        assert ev["shape"] == [2, tokens // 2, vocab], "eval without labels returns the whole logits"
+        assert ev["err"] <= 2 * ev["eager"] + 4 * EPS32 * ev["scale"], (what, ev)
         assert d["head_local_shape"] == [vocab // 2, 32], "rank 0 holds half the head's rows"
         assert d["tied"] == bool(overrides.get("tie_word_embeddings")), "a tied head shares the embedding table"
         shard_logits = tokens * (vocab // 2) * 4

@@ -8,7 +8,9 @@ vocab_parallel_linear_cross_entropy), against one process. Rank 0 prints one JSO
   rule's yardstick);
 - ``max_bytes`` / ``single_max_bytes``: the largest tensor any op returned on rank 0 during the first step's
   forward and backward, TP2 and one process (DTensors counted by their local shard);
-- ``head_local_shape``: rank 0's rows of the LM head weight.
+- ``head_local_shape``: rank 0's rows of the LM head weight;
+- ``eval_logits``: eval-mode logits without labels on a held-out batch before training (the head gathers them
+  whole), their error against float64 and eager fp32's.
 
 Run as ``python vocab_tp_check.py MODEL_DIR STEPS VARIANTS`` (VARIANTS: "baseline,wavefront" or one of them; a
 script: spawned ranks import it as their main module)."""
@@ -52,6 +54,13 @@ def _full(g):
     return (g.full_tensor() if hasattr(g, "full_tensor") else g).double()
 
 
+def _eval_logits(model, ids):
+    """Eval mode, no labels: the whole logits (a vocabulary-parallel head all-gathers them), in float64."""
+    model.eval()
+    with torch.no_grad():
+        return model(input_ids=ids).logits.double()
+
+
 def _train(model, batches, steps: int, partial=None, mesh=None):
     """(losses, first step's gradients, largest tensor of the first step) of AdamW training."""
     from wavefront.workbench.distributed.train import tensor_parallel
@@ -91,6 +100,9 @@ def main(model_dir: str, steps: int, variants: list[str]) -> None:
     corpus = synthetic_corpus(base.config.vocab_size, max(1 << 16, 2 * SEQ_LEN * GLOBAL_BATCH), seed=0)
     batches = Batches(corpus, SEQ_LEN, GLOBAL_BATCH)
     _, g64, _ = _train(copy.deepcopy(base).double(), batches, 1)
+    held_out = torch.stack([batches.sample(10_000 + i) for i in range(GLOBAL_BATCH)])
+    logits64 = _eval_logits(copy.deepcopy(base).double(), held_out)
+    eager_err = float((_eval_logits(copy.deepcopy(base), held_out) - logits64).abs().max())
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
     for variant in variants:
         single = copy.deepcopy(base)
@@ -102,6 +114,9 @@ def main(model_dir: str, steps: int, variants: list[str]) -> None:
         if variant == "wavefront":
             wavefront.patch(tp)
         partial = tensor_parallel.apply(tp, mesh)
+        logits = _eval_logits(tp, held_out)
+        eval_logits = {"shape": list(logits.shape), "err": float((logits - logits64).abs().max()), "eager": eager_err,
+                       "scale": float(logits64.abs().max())}
         head = tp.lm_head.weight
         tied = head is tp.model.embed_tokens.weight
         losses, g_tp, max_bytes = _train(tp, batches, steps, partial, mesh)
@@ -109,7 +124,8 @@ def main(model_dir: str, steps: int, variants: list[str]) -> None:
                     "scale": float(g64[n].abs().max())} for n in g_tp}
         if dist.get_rank() == 0:
             print(json.dumps({"variant": variant, "losses": losses, "single": one_losses, "grads": rows,
-                              "max_bytes": max_bytes, "single_max_bytes": one_max, "tied": tied,
+                              "eval_logits": eval_logits, "max_bytes": max_bytes, "single_max_bytes": one_max,
+                              "tied": tied,
                               "head_local_shape": list(head.to_local().shape), "head_type": type(tp.lm_head).__name__,
                               "tokens": SEQ_LEN * GLOBAL_BATCH, "vocab": base.config.vocab_size,
                               "run": {"seq_len": SEQ_LEN, "global_batch": GLOBAL_BATCH, "lr": LR}}), flush=True)
