@@ -1,0 +1,100 @@
+"""Context parallelism combined with the other mesh dimensions, and the 3-D mesh.
+
+- cp x tp: one forward/backward on a cp 2 x tp 2 mesh (cp_check.py) passes the accuracy rule against
+  float64 for every gradient, and the norms and the attention see the layouts the docstring of
+  train/context_parallel.py promises (sequence-parallel norms on S / (cp tp) tokens, the attention on the
+  whole zig-zag shard of S / cp tokens and tp's share of the heads);
+- loss parity of ``wavefront train`` with one process (``convergence.loss_envelope``): CP2 x TP2 and CP2 x
+  FSDP2 (4 processes each), CP2 x PP2, and PP2 x TP2 x FSDP2 (8 processes, the 3-D mesh) — slow tests: each
+  runs well over 30 s of interpreted kernels on a CPU;
+- validation before any work."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_train_mesh import EPS32, _assert_parity, _env, _losses, _train
+
+pytest.importorskip("transformers")
+
+
+def test_cp2_x_tp2_gradients_pass_the_accuracy_rule_and_the_layouts_nest():
+    worker = Path(__file__).with_name("cp_check.py")
+    r = subprocess.run([sys.executable, str(worker)], env=_env(), capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    # batch 2, sequence 8: each cp rank holds 4 tokens (two zig-zag chunks of 2); sequence parallelism splits
+    # them over tp (2 tokens, hidden 32) and the attention sees the 4 tokens with 2 of the 4 query heads
+    # (head dim 8: 16 columns).
+    assert doc["seen"] == {"norm": [[2, 2, 32]], "attn_out": [[2, 4, 16]]}
+    norms = [n for n in doc["grads"] if "norm" in n]
+    assert sorted(doc["partial"]) == sorted(norms), "the norms' gradients are summed over tp, then cp"
+    for name, g in {**doc["grads"], "loss": doc["loss"]}.items():
+        assert g["err"] <= 2 * g["eager"] + 4 * EPS32 * g["scale"], (name, g)
+
+
+@pytest.mark.parametrize(("world", "kw", "message"), [
+    (4, {"cp": 2, "tp": 2, "seq_len": 6}, "--seq-len 6 is not divisible by 2 x cp = 4"),
+    (8, {"cp": 4, "tp": 2, "seq_len": 12}, "--seq-len 12 is not divisible by 2 x cp = 8"),
+    (4, {"cp": 2, "tp": 2, "model": "tiny-gemma"}, "Llama-like families"),
+    (8, {"cp": 2, "tp": 4}, "--tp 4: the model's KV heads (2) is not divisible by 4"),
+])
+def test_bad_cp_mesh_layouts_are_refused_naming_the_numbers(world, kw, message):
+    from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TrainConfig(**{"seq_len": 16, "global_batch": 4, "micro_batch": 1, "store": None, **kw}).validate(world)
+
+
+def test_good_cp_mesh_layouts_resolve():
+    from wavefront.workbench.distributed.train.config import TrainConfig
+
+    # zig-zag needs S % 2 cp, sequence parallelism S / cp % tp: 8 tokens fit cp 2 x tp 2 (2 per norm shard)
+    TrainConfig(seq_len=8, global_batch=2, micro_batch=1, store=None, cp=2, tp=2).validate(4)
+    TrainConfig(seq_len=8, global_batch=2, micro_batch=1, store=None, cp=2, dp_shard=2).validate(4)
+
+
+# ---- loss parity on gloo -----------------------------------------------------------------------------------
+
+
+def _cp_parity(tmp_path: Path, steps: int, variants: str, layouts: list[tuple[int, list[str]]], *,
+               global_batch: int = 2) -> dict[str, dict]:
+    from wavefront.workbench.distributed.train.convergence import loss_envelope
+
+    args = ["--model", "tiny-llama", "--compare", variants, "--steps", str(steps), "--seq-len", "8",
+            "--global-batch", str(global_batch), "--warmup-steps", "0", "--lr", "1e-2", "--timeout", "300"]
+    timeout = 900 if steps < 5 else 3600  # the 20-step runs interpret every kernel on a shared CPU
+    ref = _losses(_train(tmp_path, *args, "--micro-batch", str(global_batch), name="single.json", timeout=timeout))
+    envelope = loss_envelope("tiny-llama", steps=steps, seq_len=8, global_batch=global_batch, lr=1e-2)
+    docs = {}
+    for nproc, mesh_args in layouts:
+        what = " ".join(mesh_args)
+        doc = _train(tmp_path, *args, "--nproc-per-node", str(nproc), *mesh_args,
+                     name=f"{what.replace(' ', '_').replace('-', '')}.json", timeout=timeout)
+        assert doc["provenance"]["layout"]["world_size"] == nproc
+        for variant, losses in _losses(doc).items():
+            _assert_parity(ref[variant], losses, envelope, f"tiny-llama {what} {variant}")
+        docs[what] = doc
+    return docs
+
+
+@pytest.mark.slow
+def test_cp2_x_tp2_and_cp2_x_fsdp2_loss_parity_20_steps(tmp_path):
+    docs = _cp_parity(tmp_path, 20, "baseline,wavefront", [
+        (4, ["--cp", "2", "--tp", "2", "--micro-batch", "1"]),
+        (4, ["--cp", "2", "--dp-shard", "2", "--micro-batch", "1"])])
+    assert docs["--cp 2 --tp 2 --micro-batch 1"]["provenance"]["layout"]["cp"] == 2
+
+
+@pytest.mark.slow
+def test_3d_mesh_pp2_x_tp2_x_fsdp2_loss_parity_20_steps(tmp_path):
+    """8 processes: two pipeline stages (one layer each), each a tp 2 x dp_shard 2 mesh."""
+    docs = _cp_parity(tmp_path, 20, "baseline,wavefront",
+                      [(8, ["--pp", "2", "--tp", "2", "--dp-shard", "2", "--micro-batch", "1"])], global_batch=4)
+    layout = next(iter(docs.values()))["provenance"]["layout"]
+    assert (layout["pp"], layout["tp"], layout["dp_shard"]) == (2, 2, 2)
