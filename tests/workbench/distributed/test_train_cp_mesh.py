@@ -4,9 +4,9 @@
   float64 for every gradient, and the norms and the attention see the layouts the docstring of
   train/context_parallel.py promises (sequence-parallel norms on S / (cp tp) tokens, the attention on the
   whole zig-zag shard of S / cp tokens and tp's share of the heads);
-- loss parity of ``wavefront train`` with one process (``convergence.loss_envelope``): CP2 x TP2 and CP2 x
-  FSDP2 (4 processes each), CP2 x PP2, and PP2 x TP2 x FSDP2 (8 processes, the 3-D mesh) — slow tests: each
-  runs well over 30 s of interpreted kernels on a CPU;
+- loss parity of ``wavefront train`` with one process (``convergence.loss_envelope``): CP2 x TP2 and
+  CP2 x FSDP2 (4 processes each), CP2 x PP2 (cp inside each pipeline stage), and PP2 x TP2 x FSDP2 (8
+  processes, the 3-D mesh); slow tests: each runs well over 30 s of interpreted kernels on a CPU;
 - validation before any work."""
 
 from __future__ import annotations
@@ -57,6 +57,31 @@ def test_good_cp_mesh_layouts_resolve():
     # zig-zag needs S % 2 cp, sequence parallelism S / cp % tp: 8 tokens fit cp 2 x tp 2 (2 per norm shard)
     TrainConfig(seq_len=8, global_batch=2, micro_batch=1, store=None, cp=2, tp=2).validate(4)
     TrainConfig(seq_len=8, global_batch=2, micro_batch=1, store=None, cp=2, dp_shard=2).validate(4)
+    TrainConfig(seq_len=8, global_batch=4, micro_batch=1, store=None, cp=2, pp=2, tp=2).validate(8)
+
+
+def test_pipeline_stages_hold_the_cp_shard_positions_and_shifted_targets():
+    import torch
+
+    from wavefront.workbench.distributed.train import context_parallel
+    from wavefront.workbench.distributed.train.mesh import Layout
+    from wavefront.workbench.distributed.train.pipeline import cut
+    from wavefront.workbench.distributed.train.presets import build_model
+
+    model = build_model("tiny-llama", seed=0)
+    ids = torch.arange(16).reshape(2, 8)
+    tokens, targets = context_parallel.pipeline_inputs(ids, 1, 2)
+    # cp rank 1 of 2 holds chunks 1 and 2 of 4: positions 2, 3, 4, 5; the targets are the next tokens
+    assert tokens.tolist() == [[2, 3, 4, 5], [10, 11, 12, 13]]
+    assert targets.tolist() == [[3, 4, 5, 6], [11, 12, 13, 14]]
+    _, last_targets = context_parallel.pipeline_inputs(ids, 0, 2)
+    assert last_targets[:, -1].tolist() == [-100, -100], "no next token after the sequence's end"
+    assert context_parallel.pipeline_inputs(ids, 0, 1) == (ids, None)
+    for pp_rank in (0, 1):
+        [(_, stage)] = cut(model, Layout(pp=2, cp=2), pp_rank, cp=(1, 2))
+        assert stage._positions(4, ids.device).tolist() == [[2, 3, 4, 5]]
+    [(_, stage)] = cut(model, Layout(pp=2), 0)
+    assert stage._positions(8, ids.device).tolist() == [list(range(8))]
 
 
 # ---- loss parity on gloo -----------------------------------------------------------------------------------
@@ -89,6 +114,12 @@ def test_cp2_x_tp2_and_cp2_x_fsdp2_loss_parity_20_steps(tmp_path):
         (4, ["--cp", "2", "--tp", "2", "--micro-batch", "1"]),
         (4, ["--cp", "2", "--dp-shard", "2", "--micro-batch", "1"])])
     assert docs["--cp 2 --tp 2 --micro-batch 1"]["provenance"]["layout"]["cp"] == 2
+
+
+@pytest.mark.slow
+def test_cp2_x_pp2_loss_parity_20_steps(tmp_path):
+    _cp_parity(tmp_path, 20, "baseline,wavefront", [(4, ["--cp", "2", "--pp", "2", "--micro-batch", "1"])],
+               global_batch=4)
 
 
 @pytest.mark.slow
