@@ -1,7 +1,7 @@
 """Context parallelism combined with the other mesh dimensions, and the 3-D mesh.
 
-- cp x tp: one forward/backward on a cp 2 x tp 2 mesh (cp_check.py) passes the accuracy rule against
-  float64 for every gradient, and the norms and the attention see the layouts the docstring of
+- cp x tp: one float64 forward/backward on a cp 2 x tp 2 mesh (cp_check.py) gives one process's loss and
+  gradients to rounding level, and the norms and the attention see the layouts the docstring of
   train/context_parallel.py promises (sequence-parallel norms on S / (cp tp) tokens, the attention on the
   whole zig-zag shard of S / cp tokens and tp's share of the heads);
 - loss parity of ``wavefront train`` with one process (``convergence.loss_envelope``): CP2 x TP2 and
@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_train_mesh import EPS32, _assert_parity, _env, _losses, _train
+from test_train_mesh import _assert_parity, _env, _losses, _train
 
 pytest.importorskip("transformers")
 
 
-def test_cp2_x_tp2_gradients_pass_the_accuracy_rule_and_the_layouts_nest():
+def test_cp2_x_tp2_gradients_match_one_process_and_the_layouts_nest():
     worker = Path(__file__).with_name("cp_check.py")
     r = subprocess.run([sys.executable, str(worker)], env=_env(), capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -34,8 +34,9 @@ def test_cp2_x_tp2_gradients_pass_the_accuracy_rule_and_the_layouts_nest():
     assert doc["seen"] == {"norm": [[2, 2, 32]], "attn_out": [[2, 4, 16]]}
     norms = [n for n in doc["grads"] if "norm" in n]
     assert sorted(doc["partial"]) == sorted(norms), "the norms' gradients are summed over tp, then cp"
+    # float64 on both sides: only the order of the sums differs (ring merge, tp reduce-scatters, cp sums)
     for name, g in {**doc["grads"], "loss": doc["loss"]}.items():
-        assert g["err"] <= 2 * g["eager"] + 4 * EPS32 * g["scale"], (name, g)
+        assert g["err"] <= 1e-12 * max(1.0, g["scale"]), (name, g)
 
 
 @pytest.mark.parametrize(("world", "kw", "message"), [
