@@ -35,6 +35,15 @@ def test_two_ranks_match_unsharded_attention(two_ranks, name):
     _assert_rule(two_ranks[name], 2)
 
 
+@pytest.mark.parametrize("name", [n for n in NAMES if not n.startswith("f64")])
+def test_two_ranks_within_twice_eager_without_the_ulp_floor(two_ranks, name):
+    """The rule's one-ulp floor is not what passes the ring: delta (the backward's sum_d dO O) comes from the
+    fp32 merged output, not from the output rounded to bf16 (with the rounded one, bf16 zig-zag causal GQA's
+    dK error is 2.7x eager's)."""
+    for rank, r in two_ranks[name].items():
+        assert r["ours_err"] <= 2 * r["eager_err"], (rank, r)
+
+
 @pytest.mark.slow
 def test_four_ranks_match_unsharded_attention(tmp_path):
     checks = by_name(run_worker("_ring_worker.py", tmp_path, 4))

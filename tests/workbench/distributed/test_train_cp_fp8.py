@@ -100,14 +100,13 @@ def test_cp2_loss_matches_one_process_20_steps(tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(cp=2, tp=2), "drop --pp and --tp"),
     (dict(cp=2, seq_len=6), "not divisible by 2 x cp"),
     (dict(cp=2, model="tiny-gemma"), "Llama-like families"),
 ])
 def test_bad_cp_layouts_are_refused(options, message):
     from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
 
-    world = 4 if options.get("tp") else 2
+    world = 2
     with pytest.raises(ConfigError, match=message):
         TrainConfig(store=None, **options).validate(world)
 

@@ -76,7 +76,6 @@ def _validate(world: int, model: str = "tiny-llama", **kw):
     (2, {"pp": 2, "global_batch": 1}, "1 micro-batch(es) per step cannot fill 2 stages"),
     (2, {"pp": 2, "vpp": 2}, "--vpp 2 needs a multi-stage schedule"),
     (2, {"tp": 2, "parallel": "ddp"}, "build a device mesh: use --parallel auto or mesh, not ddp"),
-    (4, {"cp": 2, "pp": 2}, "--cp > 1 runs with data parallelism only so far: drop --pp and --tp"),
     (2, {"tp": 2, "variants": ("baseline", "compile")}, "--compare compile with --tp/--pp"),
     (2, {"pp": 2, "checkpoint_every": 1, "checkpoint_dir": "ck"}, "--pp: checkpointing a pipeline's stages"),
 ])

@@ -16,7 +16,20 @@ balanced). What follows the layout:
   replicated parameters are summed over the cp group after the last micro-batch.
 
 Llama-like families only (llama, qwen2, qwen3, mistral without a sliding window): they take
-``position_ids`` and call the attention interface; pipeline and tensor parallelism with cp are refused.
+``position_ids`` and call the attention interface.
+
+With the other mesh dimensions (``pp, dp_replicate, dp_shard, cp, tp``, the cp group spans ranks with the same
+tp and pp coordinates):
+
+- tensor parallelism: the zig-zag shard of S / cp tokens is what tensor parallelism sees as "the sequence";
+  its sequence-parallel norms hold S / (cp tp) contiguous tokens of it (the norms and the MLP are per
+  token, so any split is right), the attention's input is all-gathered over tp back to the whole shard, and
+  ring attention runs over the cp group on this tp rank's heads (H / tp query heads over H_kv / tp KV heads).
+  Validation asks S divisible by 2 cp (two chunks per cp rank) and by cp tp (the shard splits evenly over
+  tp). The norms' gradients are summed over tp (tensor_parallel.py), then every gradient over cp;
+- pipeline parallelism: every stage holds the shard of its cp rank (pipeline.py);
+- FSDP2 shards over the data-parallel dimensions only; the cp sum of the gradients runs after FSDP2's
+  reduce-scatter, on each rank's shard (the cp peers of a rank hold the same shard coordinates).
 """
 
 from __future__ import annotations
@@ -59,17 +72,33 @@ def install(model: nn.Module, group) -> None:
     model.set_attn_implementation(IMPLEMENTATION)
 
 
-def inputs(ids: torch.Tensor, rank: int, cp: int, n_items: torch.Tensor) -> dict:
-    """The model's keyword arguments for this rank's zig-zag shard of the micro-batch `ids` [B, S]."""
+def shard(ids: torch.Tensor, rank: int, cp: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens, global positions, next-token targets) of this rank's zig-zag shard of `ids` [B, S]; the
+    targets are shifted on the whole sequence first (-100 after its last token), then sharded."""
     from wavefront.parallel import shard_sequence
 
-    if cp == 1:
-        return {"input_ids": ids, "labels": ids, "num_items_in_batch": n_items}
     shifted = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
     positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
     local, pos, targets = (shard_sequence(t, rank, cp, 1) for t in (ids, positions, shifted))
+    return local, pos, targets
+
+
+def inputs(ids: torch.Tensor, rank: int, cp: int, n_items: torch.Tensor) -> dict:
+    """The model's keyword arguments for this rank's zig-zag shard of the micro-batch `ids` [B, S]."""
+    if cp == 1:
+        return {"input_ids": ids, "labels": ids, "num_items_in_batch": n_items}
+    local, pos, targets = shard(ids, rank, cp)
     return {"input_ids": local, "position_ids": pos, "labels": targets, "shift_labels": targets,
             "num_items_in_batch": n_items}
+
+
+def pipeline_inputs(ids: torch.Tensor, rank: int, cp: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(first stage's tokens, last stage's targets) of a pipeline step: the shard and its shifted targets
+    (the stages compute the positions themselves, pipeline.py); `ids` and None (the loss shifts) when cp is 1."""
+    if cp == 1:
+        return ids, None
+    local, _, targets = shard(ids, rank, cp)
+    return local, targets
 
 
 def reduce_grads(model: nn.Module, group) -> None:

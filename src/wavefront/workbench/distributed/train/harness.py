@@ -353,7 +353,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             with counting:
                 if pipe is not None:
                     ids = batches.micro_batch(step, env.dp_rank, env.dp, 0, accum * cfg.micro_batch).to(env.device)
-                    loss_sum, wall, fwd, bwd = pipe.step(ids)
+                    loss_sum, wall, fwd, bwd = pipe.step(*context_parallel.pipeline_inputs(ids, env.cp_rank, env.cp))
                     loss_sum = _inject(cfg, env, step, loss_sum)
                     if bwd is None:  # zero-bubble schedules: backward and idle time cannot be told apart here
                         bwd, bubble = wall - fwd, None
@@ -393,9 +393,9 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             counts = train_ep.step_counts(inner, env.device) if pipe is None else {}
             # the loss is the mean over data-parallel slices: pipeline ranks without the last stage hold none, the
             # cp ranks of a slice hold parts that add up to it (each counted 1/cp)
-            holds = float(pipe.has_last) if pipe is not None else 1.0 / env.cp
-            status = _all_reduce([float(loss_sum) * (holds if pipe is not None else 1.0),
-                                  float(not torch.isfinite(loss_sum)), float(_STOP.is_set()), holds], env)
+            weight = float(pipe.has_last) if pipe is not None else 1.0
+            status = _all_reduce([float(loss_sum) * weight, float(not torch.isfinite(loss_sum)), float(_STOP.is_set()),
+                                  weight / env.cp], env)
             loss_avg = status[0] / status[3]
             if status[1] > 0:
                 raise TrainFailure(f"non-finite loss ({loss_avg}) at step {step} on {int(status[1])} rank(s); stopped "

@@ -101,8 +101,6 @@ def validate(layout: Layout, world_size: int, model_config, *, seq_len: int, glo
     if lay.world_size != world_size:
         shape = " x ".join(f"{k} {v}" for k, v in lay.degrees.items())
         raise ConfigError(f"the mesh {shape} = {lay.world_size} ranks, but {world_size} were launched")
-    if lay.cp > 1 and (lay.pp > 1 or lay.tp > 1):
-        raise ConfigError("--cp > 1 runs with data parallelism only so far: drop --pp and --tp")
     if lay.cp > 1 and getattr(model_config, "model_type", None) not in _CP_FAMILIES:
         raise ConfigError(f"--cp > 1: ring attention is wired for the Llama-like families "
                           f"({', '.join(_CP_FAMILIES)}), not {getattr(model_config, 'model_type', None)!r}")

@@ -13,6 +13,11 @@ embeddings from the rotary table, a causal mask left to the sdpa/wavefront atten
 cross-entropy over next-token targets divided by the tokens of the whole step on this data-parallel rank,
 so gradients equal the one-process mean; with wavefront patched, the loss uses ``wavefront.ops.cross_entropy``.
 With tensor parallelism, stage boundaries carry the local sequence shard (plain tensors on the wire).
+With context parallelism (cp inside each stage, train/context_parallel.py) every stage holds the zig-zag
+shard of its cp rank: the first stage embeds the shard's tokens, every stage rotates with the shard's global
+positions, the attention is the ring over the cp group (the same group for every stage of a pipeline rank),
+and the last stage's loss takes the targets shifted on the whole sequence, then sharded (-100 after the
+sequence's last token), so the cp ranks' losses add up to the unsharded one.
 
 Bubble: the schedule's wall time minus the time this rank spends in its stages' forward and backward
 (module hooks), i.e. waiting for peers and point-to-point transfers, the pipeline's idle time.
@@ -57,7 +62,8 @@ class Stage(nn.Module):
     """Part of a ``*ForCausalLM``: ``model.embed_tokens`` (first), ``model.layers.<i>`` (a ModuleDict keyed
     by the original index), ``model.norm`` and ``lm_head`` (last), ``model.rotary_emb``."""
 
-    def __init__(self, whole: nn.Module, layers: range, first: bool, last: bool, tp_mesh=None):
+    def __init__(self, whole: nn.Module, layers: range, first: bool, last: bool, tp_mesh=None,
+                 cp: tuple[int, int] = (0, 1)):
         super().__init__()
         self.config = whole.config
         base = whole.model
@@ -70,6 +76,7 @@ class Stage(nn.Module):
             self.model.norm = base.norm
             self.lm_head = whole.lm_head
         self.first, self.last, self.tp_mesh = first, last, tp_mesh
+        self.cp_rank, self.cp = cp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.first:
@@ -80,7 +87,7 @@ class Stage(nn.Module):
             h = DTensor.from_local(x, self.tp_mesh, (Shard(1),), run_check=False)
         else:
             h = x
-        position_ids = torch.arange(h.shape[1], device=x.device).unsqueeze(0)
+        position_ids = self._positions(h.shape[1], x.device)
         cos_sin = self.model.rotary_emb(h if not hasattr(h, "to_local") else h.to_local(), position_ids)
         for layer in self.model.layers.values():
             h = layer(h, attention_mask=None, position_ids=position_ids, position_embeddings=cos_sin)
@@ -88,14 +95,24 @@ class Stage(nn.Module):
             return self.lm_head(self.model.norm(h))
         return h.to_local() if hasattr(h, "to_local") else h
 
+    def _positions(self, n_local: int, device) -> torch.Tensor:
+        """[1, n_local]: the global positions of this rank's tokens (its zig-zag shard under cp)."""
+        positions = torch.arange(n_local * self.cp, device=device)
+        if self.cp > 1:
+            from wavefront.parallel import shard_sequence
 
-def cut(whole: nn.Module, layout: Layout, pp_rank: int, tp_mesh=None) -> list[tuple[int, Stage]]:
+            positions = shard_sequence(positions, self.cp_rank, self.cp, 0)
+        return positions.unsqueeze(0)
+
+
+def cut(whole: nn.Module, layout: Layout, pp_rank: int, tp_mesh=None,
+        cp: tuple[int, int] = (0, 1)) -> list[tuple[int, Stage]]:
     """(stage index, stage module) of the stages this pipeline rank runs."""
     if not hasattr(whole, "model") or not hasattr(whole.model, "layers"):
         raise ValueError(f"pipeline cutting expects a *ForCausalLM with model.layers, got {type(whole).__name__}")
     ranges = split_layers(len(whole.model.layers), layout.n_stages)
     last = layout.n_stages - 1
-    return [(s, Stage(whole, ranges[s], s == 0, s == last, tp_mesh)) for s in stages_of_rank(pp_rank, layout)]
+    return [(s, Stage(whole, ranges[s], s == 0, s == last, tp_mesh, cp)) for s in stages_of_rank(pp_rank, layout)]
 
 
 @dataclass
@@ -121,12 +138,16 @@ class BusyClock:
             setattr(self, into, getattr(self, into) + time.perf_counter() - self._starts.pop())
 
 
-def causal_lm_loss(n_items: int, patched: bool):
-    """loss_fn(logits, ids) for the last stage: summed next-token cross-entropy / n_items."""
+def causal_lm_loss(n_items: int, patched: bool, shifted: bool = False):
+    """loss_fn(logits, ids) for the last stage: summed next-token cross-entropy / n_items; `shifted`: the
+    target is already the next token of each position (-100 where there is none: context parallelism)."""
 
     def loss_fn(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        pred = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
-        target = ids[:, 1:].reshape(-1)
+        if shifted:
+            pred, target = logits.reshape(-1, logits.shape[-1]).float(), ids.reshape(-1)
+        else:
+            pred = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
+            target = ids[:, 1:].reshape(-1)
         if patched:
             from wavefront import ops
 
@@ -157,14 +178,17 @@ class Pipeline:
         self.has_first = any(s.is_first for s in self.pipe_stages)
         self.has_last = any(s.is_last for s in self.pipe_stages)
 
-    def step(self, ids: torch.Tensor) -> tuple[torch.Tensor, float, float, float | None]:
+    def step(self, ids: torch.Tensor, target: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, float, float, float | None]:
         """(summed loss on the last stage's rank else 0, wall, forward busy, backward busy seconds or None
-        when the schedule splits backward so module hooks cannot time it)."""
+        when the schedule splits backward so module hooks cannot time it). `target`: the loss's targets
+        (default `ids`: the loss shifts them)."""
         losses: list[torch.Tensor] = []
         self.clock.fwd_s = self.clock.bwd_s = 0.0
         t0 = time.perf_counter()
         args = (ids,) if self.has_first else ()
-        self.schedule.step(*args, target=ids if self.has_last else None, losses=losses)
+        target = ids if target is None else target
+        self.schedule.step(*args, target=target if self.has_last else None, losses=losses)
         wall = time.perf_counter() - t0
         loss = torch.stack([x.detach() for x in losses]).sum() if losses else torch.zeros((), device=ids.device)
         fwd = min(self.clock.fwd_s, wall)
@@ -179,11 +203,12 @@ def build(whole: nn.Module, mesh, layout: Layout, *, bf16: bool, device, n_micro
     from wavefront.workbench.distributed.train.parallelize import Parallelized, parallelize
 
     tp_mesh = mesh["tp"] if layout.tp > 1 else None
-    stages = cut(whole, layout, mesh["pp"].get_local_rank(), tp_mesh)
+    stages = cut(whole, layout, mesh["pp"].get_local_rank(), tp_mesh, (mesh["cp"].get_local_rank(), layout.cp))
     pars = [parallelize(m, mesh, layout, bf16=bf16, layers=list(m.model.layers.values())) for _, m in stages]
     holder = nn.ModuleList([m for _, m in stages])
     names = [f"{i}.{n}" for i, par in enumerate(pars) for n in par.partial_grads]
-    pipe = Pipeline(stages, layout, mesh["pp"].get_group(), device, n_micro, causal_lm_loss(n_items, patched))
+    pipe = Pipeline(stages, layout, mesh["pp"].get_group(), device, n_micro,
+                    causal_lm_loss(n_items, patched, shifted=layout.cp > 1))
     return pipe, Parallelized(holder, names, any(p.fsdp for p in pars))
 
 
