@@ -204,6 +204,23 @@ def test_lse_is_the_log_sum_exp():
     torch.testing.assert_close(lse2.double(), want.double(), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_fp32_grads_are_the_gradients_before_their_rounding(deterministic):
+    # Ring attention sums per-block partial gradients: fp32_grads hands them over unrounded. Rounded to
+    # bf16 they must be bit-identical to the default bf16 gradients (same kernels, only the store differs).
+    import wavefront.ops.attention  # noqa: F401
+
+    q, k, v = _qkv(1, 4, 2, 40, 64)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(q.dtype)
+    o, lse2 = torch.ops.wavefront.attention_fwd(q, k, v, None, -1, True, 0.125)
+    g16 = torch.ops.wavefront.attention_bwd(do, q, k, v, o, lse2, None, -1, True, 0.125, deterministic)
+    g32 = torch.ops.wavefront.attention_bwd(do, q, k, v, o, lse2, None, -1, True, 0.125, deterministic, True)
+    for a, b in zip(g16, g32, strict=True):
+        assert a.dtype == torch.bfloat16 and b.dtype == torch.float32
+        assert torch.equal(b.to(torch.bfloat16), a)
+        assert not torch.equal(b, a.float())  # really unrounded
+
+
 def test_launches_record_config_and_program_order():
     q, k, v = _qkv(2, 4, 2, 70, 64)
     with recording(execute=False) as launches:

@@ -796,8 +796,11 @@ def _dq_transposed(arch: runtime.Arch, cfg: AttentionConfig) -> bool:
 
 def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
                   arch: runtime.Arch | None = None, dkdv_config: AttentionConfig | None = None,
-                  dq_config: AttentionConfig | None = None, deterministic: bool = True):
-    """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not).
+                  dq_config: AttentionConfig | None = None, deterministic: bool = True,
+                  grad_dtype: torch.dtype | None = None):
+    """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not), in
+    `grad_dtype` (default: the inputs' dtype; torch.float32 keeps partial gradients unrounded for a caller
+    that sums several, e.g. ring attention: the kernels store in the output buffer's dtype).
 
     deterministic=False: one pass of the dK/dV kernel that also adds each key tile's share of dQ to an fp32
     buffer by atomics (5 products instead of 7; dQ's summation order varies run to run). dkdv_config then
@@ -822,8 +825,8 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         options={"num_warps": 4, "num_stages": 1},
     )
 
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
+    dk = torch.empty_like(k, dtype=grad_dtype)
+    dv = torch.empty_like(v, dtype=grad_dtype)
     cfg = dkdv_config or attention_config("bwd_dkdv" if deterministic else "bwd_atomic", D, q.dtype, arch)
     qt, dot = (_transposed(q), _transposed(do)) if cfg.transposed else (None, None)
     # Atomic dQ accumulates in fp32 (zeros: every row's sum starts empty), strided like q where q is dense.
@@ -852,8 +855,8 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         options=cfg.options(arch),
     )
     if dq_acc is not None:
-        return dq_acc.to(q.dtype), dk, dv
-    dq = torch.empty_like(q)
+        return dq_acc.to(grad_dtype or q.dtype), dk, dv
+    dq = torch.empty_like(q, dtype=grad_dtype)
     cfg = dq_config or attention_config("bwd_dq", D, q.dtype, arch)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
     n_programs = n_m_blocks * n_batch * H * cfg.d_split

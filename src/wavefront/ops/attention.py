@@ -128,8 +128,9 @@ def _(q, k, v, cu_seqlens, max_seqlen, causal, scale, deterministic, scaling, fp
 
 @torch.library.custom_op("wavefront::attention_bwd", mutates_args=())
 def _attention_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse2: Tensor, cu_seqlens: Tensor | None,
-                   max_seqlen: int, causal: bool, scale: float, deterministic: bool = True
-                   ) -> tuple[Tensor, Tensor, Tensor]:
+                   max_seqlen: int, causal: bool, scale: float, deterministic: bool = True,
+                   fp32_grads: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """fp32_grads: dq, dk, dv in float32 whatever the inputs' dtype (partials a caller sums: ring attention)."""
     from wavefront.kernels import attention as kernels
     from wavefront.kernels._launch import op_scope
 
@@ -137,12 +138,13 @@ def _attention_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse2:
         max_seqlen = _resolve_max_seqlen(cu_seqlens, max_seqlen, q.shape[2])
     with op_scope(OP):
         return kernels.attention_bwd(do, q, k, v, o, lse2, causal, scale, cu_seqlens, max_seqlen,
-                                     deterministic=deterministic)
+                                     deterministic=deterministic, grad_dtype=torch.float32 if fp32_grads else None)
 
 
 @_attention_bwd.register_fake
-def _(do, q, k, v, o, lse2, cu_seqlens, max_seqlen, causal, scale, deterministic=True):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _(do, q, k, v, o, lse2, cu_seqlens, max_seqlen, causal, scale, deterministic=True, fp32_grads=False):
+    dtype = torch.float32 if fp32_grads else None
+    return torch.empty_like(q, dtype=dtype), torch.empty_like(k, dtype=dtype), torch.empty_like(v, dtype=dtype)
 
 
 def _setup_context(ctx, inputs, output):

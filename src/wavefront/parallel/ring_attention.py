@@ -44,11 +44,10 @@ the row, so dQ and dK inherit delta's error, and the merged O carries the roundi
 (written in the input dtype by the forward kernel) on top of the final one. With bf16 inputs, 2 ranks,
 zig-zag, causal, GQA (tests/parallel/_ring_worker.py), the error against float64 relative to eager bf16's
 goes from 2.69x to 1.50x for dK and from 1.83x to 1.24x for dQ (dV does not depend on delta: 1.08x both
-ways). The price: O saved in fp32 (4 bytes per element instead of 2 for 16-bit inputs). What remains is
-each block's dQ, dK, dV rounded to the input dtype by the attention backward before the fp32 sums; with
-gradients written in fp32 by the kernel (the launcher allocates them in the input dtype today; the kernels
-store whatever dtype their output pointers have) the same case measures 1.05x (dQ) and 1.04x (dK), the
-unsharded kernel's own ratios.
+ways). The price: O saved in fp32 (4 bytes per element instead of 2 for 16-bit inputs). Each block's dQ,
+dK, dV are also written in fp32 by the attention backward (`fp32_grads=True`), so nothing is rounded before
+the fp32 sums: 1.05x (dQ), 1.04x (dK), the unsharded kernel's own ratios (from 1.24x and 1.50x with the
+block gradients in the input dtype).
 
 GQA: k, v may have fewer heads (dividing q's); the blocks take them as they are and the attention backward
 sums dK, dV over each group.
@@ -143,7 +142,7 @@ def _block_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse2: Ten
     if _uses_kernels(q):
         import wavefront.ops.attention  # noqa: F401
 
-        return torch.ops.wavefront.attention_bwd(do, q, k, v, o, lse2, None, -1, causal, scale)
+        return torch.ops.wavefront.attention_bwd(do, q, k, v, o, lse2, None, -1, causal, scale, True, True)
     return reference.attention_block_bwd(do, q, k, v, o, lse2, causal, scale)
 
 
