@@ -167,3 +167,37 @@ def test_train_config_recompute_flag_and_plans(tmp_path):
         "none", "none", "op", "every-other", "full"]
     assert planned("full", recompute="op") == "op"
     assert planned("op", activation_checkpointing=True) == "full"
+
+
+@pytest.mark.slow
+def test_pp2_1f1b_micro_batches_in_flight_match_the_planner():
+    """PP2 1F1B over 2 gloo ranks, 4 micro-batches (pp_inflight.py): the first stage holds min(pp, m) = 2
+    micro-batches in flight and the last 1, as planner.memory counts them; in bytes, the step's peak is that
+    many micro-batches' activations plus a backward transient of less than one more."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from wavefront.workbench.planner import PlanConfig, Training, make_cluster
+    from wavefront.workbench.planner.memory import memory_breakdown
+
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    worker = Path(__file__).with_name("pp_inflight.py")
+    r = subprocess.run([sys.executable, str(worker)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ranks = {d["rank"]: d for d in (json.loads(line) for line in r.stdout.splitlines() if line.startswith("{"))}
+    n_micro = ranks[0]["n_micro"]
+    spec = ModelSpec(ModelDims("tiny-llama-wide", H, F, 4, A, KV, D, V, S), kernels="eager")
+    training = Training(global_batch_tokens=n_micro * 2 * S, seq_len=S)
+    mem = memory_breakdown(spec, PlanConfig(pp=2, dp=1, micro_batch=2), training, make_cluster("2xh100"))
+    assert (mem.stage, mem.inflight_micro_batches) == ("first", 2)
+    for rank, planned in ((0, mem.inflight_micro_batches), (1, 1)):
+        d = ranks[rank]
+        held = d["peak_bytes"] / d["per_micro_batch_bytes"]
+        print(f"\nPP2 1F1B, {n_micro} micro-batches, rank {rank}: {d['inflight_counted']} in flight (planner "
+              f"{planned}); peak {d['peak_bytes']} B = {held:.2f} x one micro-batch's {d['per_micro_batch_bytes']} B")
+        assert d["inflight_counted"] == planned
+        assert planned <= held < planned + 1
