@@ -36,13 +36,16 @@ POLICIES = ("none", "full", "op", "every-other")
 _CACHE: dict = {}
 
 
-def _model(n_layers: int, policy: str):
+def _model(n_layers: int, policy: str, patch: bool = False):
+    import wavefront
     from wavefront.workbench.distributed.train import recompute
     from wavefront.workbench.distributed.train.presets import build_model
 
     model = build_model("tiny-llama", seed=0, attn_implementation="sdpa", num_hidden_layers=n_layers, hidden_size=H,
                         intermediate_size=F, num_attention_heads=A, num_key_value_heads=KV, head_dim=D,
                         vocab_size=V).to(torch.bfloat16)
+    if patch:  # fused norms, SwiGLU, RoPE and flash attention: the planner's kernels="fused" formula
+        wavefront.patch(model, loss=False)
     model.config.use_cache = False
     n = recompute.apply(model, policy)
     assert n == {"none": 0, "full": n_layers, "op": n_layers, "every-other": (n_layers + 1) // 2}[policy]
@@ -53,14 +56,14 @@ def _ids() -> torch.Tensor:
     return torch.randint(0, V, (B, S), generator=torch.Generator().manual_seed(1))
 
 
-def _measure(n_layers: int, policy: str) -> tuple[int, int, torch.Tensor, dict]:
+def _measure(n_layers: int, policy: str, patch: bool = False) -> tuple[int, int, torch.Tensor, dict]:
     """(bytes live after forward, peak bytes over forward + backward, loss, gradients) of one training
     step, the gradients allocated (zeros) before it, so the peak is activations and backward temporaries."""
     from wavefront.workbench.bench.live_bytes import LiveBytesMeter
 
-    key = (n_layers, policy)
+    key = (n_layers, policy, patch)
     if key not in _CACHE:
-        model, ids = _model(n_layers, policy), _ids()
+        model, ids = _model(n_layers, policy, patch), _ids()
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
         with LiveBytesMeter() as meter:
@@ -96,6 +99,20 @@ def test_retained_bytes_per_layer_match_the_planner_per_policy(policy):
         assert predicted == 2 * S * B * H
     if policy == "every-other":  # half the layers keep everything, half their input
         assert predicted == 0.5 * (_predicted("none") + 2 * S * B * H)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
+def test_wavefront_patched_retained_bytes_per_layer_match_the_fused_formula(policy):
+    """The patched model (wavefront's fused kernels, its attention op saved by the op policy) against the
+    kernels="fused" formula; outside it, the fused norms' float32 rstd (the same 8 B per token per layer)."""
+    r2, r4 = _measure(2, policy, patch=True)[0], _measure(4, policy, patch=True)[0]
+    spec = ModelSpec(_spec().dims)
+    measured = (r4 - r2) / 2
+    predicted = layer_activation_bytes(spec, seq_len=S, micro_batch=B, tp=1, sp=False, recompute=policy)
+    print(f"\npatched, --recompute {policy}: retained per layer {measured:.0f} B, planner {predicted:.0f} B "
+          f"({measured / predicted - 1:+.2%})")
+    assert measured - predicted == OUTSIDE[policy]
 
 
 def test_backward_transient_against_the_planners_recompute_working_set():
