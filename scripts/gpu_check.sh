@@ -10,6 +10,8 @@
 #   5. a training step of an 8B-shaped Llama: eager HF, torch.compile, Liger's patch, wavefront, same data
 #      (skipped with a note if the train verb rejects the --compare list)          -> .train.json
 #   6. the dashboard and the results document                                           -> .html, .results.json
+#   7. sm_90 only: the Gluon attention forward (kernels/attention_gluon.py, never run before) against the
+#      default kernel and SDPA: accuracy (float64 reference) and time (limit GLUON_LIMIT_S)  -> .gluon.json
 #
 #   OUT=/some/dir scripts/gpu_check.sh            # on the GPU machine
 #   OUT=/tmp/x scripts/gpu_check.sh --dry-run     # anywhere: print the plan, write provenance, run nothing
@@ -27,10 +29,11 @@ PEERS_BUDGET_S=${PEERS_BUDGET_S:-80}
 BENCH_BUDGET_S=${BENCH_BUDGET_S:-60}
 TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-120}
 TRAIN_MODEL=${TRAIN_MODEL:-llama3-8b}
+GLUON_LIMIT_S=${GLUON_LIMIT_S:-45}
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $arg (expected --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -144,8 +147,55 @@ if [[ $train_rc == 2 ]]; then
   train_rc=0
 fi
 
+say "Gluon attention forward on sm_90 vs the default kernel and SDPA (limit ${GLUON_LIMIT_S} s)"
+step timeout "$GLUON_LIMIT_S" "$PY" - "$stem.gluon.json" <<'EOF'
+import json, sys
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+from wavefront import reference
+from wavefront.kernels import attention as default_kernel, attention_gluon
+from wavefront.ops._spec import Tolerance
+cap = torch.cuda.get_device_capability()
+if cap != (9, 0):
+    print(f"gluon: skipped, the device is sm_{cap[0]}{cap[1]}, not sm_90")
+    raise SystemExit(0)
+doc, gen = {"accuracy": [], "timing": []}, torch.Generator("cuda").manual_seed(0)
+def qkv(b, h, hk, s, d):
+    mk = lambda *shape: torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+    return mk(b, h, s, d), mk(b, hk, s, d), mk(b, hk, s, d)
+for d in (64, 128):  # the accuracy rule (ops._spec.Tolerance): vs float64, <= 2 x eager's error (SDPA math) + 1 ulp
+    for causal in (False, True):
+        q, k, v = qkv(1, 4, 2, 1000, d)
+        ref = reference.attention(q.double(), k.double(), v.double(), causal, d ** -0.5)
+        eager = reference.attention_sdpa_math(q, k, v, causal, d ** -0.5)
+        o, lse2 = attention_gluon.attention_fwd(q, k, v, causal, d ** -0.5)
+        o_def, lse2_def = default_kernel.attention_fwd(q, k, v, causal, d ** -0.5)
+        err = lambda x: (x.double() - ref).abs().max().item()
+        row = {"head_dim": d, "causal": causal, "err_gluon": err(o), "err_default": err(o_def), "err_eager": err(eager),
+               "lse2_max_diff_vs_default": (lse2 - lse2_def).abs().max().item()}
+        row["bound"] = Tolerance().bound(row["err_eager"], ref.abs().max().item(), q.dtype)
+        row["pass"] = row["err_gluon"] <= row["bound"]
+        doc["accuracy"].append(row); print(row)
+for d in (64, 128):
+    for causal in (False, True):
+        q, k, v = qkv(2, 32, 8, 4096, d)
+        flops = 4 * 2 * 32 * 4096 * 4096 * d / (2 if causal else 1)
+        kv = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
+        for name, fn in (("gluon", lambda: attention_gluon.attention_fwd(q, k, v, causal, d ** -0.5)),
+                         ("default", lambda: default_kernel.attention_fwd(q, k, v, causal, d ** -0.5)),
+                         ("sdpa", lambda: F.scaled_dot_product_attention(q, *kv, is_causal=causal))):
+            ms = do_bench(fn, warmup=25, rep=100)
+            row = {"impl": name, "head_dim": d, "causal": causal, "shape_b_h_hkv_s": [2, 32, 8, 4096], "ms": ms,
+                   "tflops": flops / ms / 1e9}
+            doc["timing"].append(row); print(row)
+json.dump(doc, open(sys.argv[1], "w"), indent=1)
+print("gluon: accuracy", "PASS" if all(r["pass"] for r in doc["accuracy"]) else "FAIL")
+EOF
+gluon_rc=$?
+
 step "$PY" -m wavefront report --store "$stem.sqlite" --out "$stem.html" --export-json "$stem.results.json"
 
-say "done: tests exit $test_rc, peers exit $peers_rc, bench exit $bench_rc, train exit $train_rc; files:"
+say "done: tests exit $test_rc, peers exit $peers_rc, bench exit $bench_rc, train exit $train_rc, gluon exit $gluon_rc; files:"
 ls -la "$OUT" | tee -a "$LOG"
-[[ $test_rc == 0 && $peers_rc == 0 && $bench_rc == 0 && $train_rc == 0 ]]
+[[ $test_rc == 0 && $peers_rc == 0 && $bench_rc == 0 && $train_rc == 0 && $gluon_rc == 0 ]]

@@ -171,8 +171,8 @@ def _train(model, batches, rank: int | None, world: int, fsdp: bool = False, exp
                 if p.grad is not None and p not in experts:
                     dist.all_reduce(p.grad)
                     p.grad /= world
-        if expert_dp is not None:
-            for p in experts:
+        if expert_dp is not None:  # model order, the same on every rank (a set iterates in id() order)
+            for p in (p for p in model.parameters() if p in experts):
                 dist.all_reduce(p.grad, group=expert_dp)
                 p.grad /= dist.get_world_size(expert_dp)
         opt.step()

@@ -74,6 +74,15 @@ cache each step (one extra tile read per step, no extra matrix work); the accumu
 
 Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
 
+FP8 output (FP8_GROUP = G > 0; ops.attention's ``quantize=``): the epilogue also quantizes O for an FP8
+o_proj, whose input row is one token's H * D values. With x the O tile as stored (rounded to O's dtype),
+per row and G-column group: s = FP8_MAX / max(amax, EPS) (power of two with FP8_POW2), q = fp8_rne(clamp(
+x s, +-FP8_MAX)), kernels/quantize.py's helpers, so the bits equal ops.quantize of O's [B, S, H * D] view.
+G divides D (1 x 128 tiles at D = 128, 1 x 32 MX blocks), so a group never leaves the program's head; the
+rowwise and tensorwise scales need every head's amax and are refused by the op. Writes 1 + 4 / G bytes per
+element of O more, and saves the separate quantize pass's read of O (2 bytes per element in bf16). With
+FP8_GROUP = 0 the kernel compiles to the same machine code as without the option.
+
 Rounding: the scaled score x = c S' is rounded once and both m = max x and x - m use that value, so
 the largest entry of every row is exactly exp2(0) = 1 (a one-key row reproduces V exactly). lse stays in
 base 2: converting to natural log and back would add two fp32 roundings at |lse|, which reaches 20-100
@@ -106,8 +115,10 @@ from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import xcd_remap
 from wavefront.kernels.attention_config import AttentionConfig, attention_config, has_tma, padded_head_dim
 from wavefront.kernels.matmul_config import num_xcds
+from wavefront.kernels.quantize import EPS, _abs_ignoring_nan, _scale_from_amax, _to_fp8
 
 LOG2E = 1.4426950408889634
+_FP8_EPS = tl.constexpr(EPS)  # the FP8 scale's amax floor, kernels/quantize.py's (a global read inside @jit)
 
 
 @triton.jit
@@ -315,14 +326,42 @@ def _fwd_blocks_pipelined(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, st
 
 
 @triton.jit
+def _store_fp8_groups(q8_ptr, s8_ptr, o, offs_m, offs_d, seqlen, token0, h, n_heads, HEAD_DIM: tl.constexpr,
+                      BLOCK_D: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr, POW2: tl.constexpr):
+    """FP8 copy of one program's O tile (already rounded to O's dtype) with one scale per GROUP columns of a
+    row, written where ops.quantize puts it for the [tokens, heads * head_dim] view of O: element (t, h, d) at
+    (t * n_heads + h) * HEAD_DIM + d, its scale at (t * n_heads + h) * (HEAD_DIM // GROUP) + d // GROUP.
+    The groups never cross a head (GROUP divides HEAD_DIM), so this program owns each group whole. Padded
+    head-dim columns hold zeros (V reads them as zero) and are not stored."""
+    x = o.to(tl.float32)
+    rows = token0 + offs_m.to(tl.int64)
+    base = (rows * n_heads + h)[:, None]
+    row_ok = (offs_m < seqlen)[:, None]
+    if GROUP == BLOCK_D:
+        scale = _scale_from_amax(tl.max(_abs_ignoring_nan(x), axis=1), FP8_MAX, _FP8_EPS, POW2)
+        q = _to_fp8(x, scale[:, None], q8_ptr.dtype.element_ty, FP8_MAX)
+        tl.store(s8_ptr + base, scale[:, None], mask=row_ok)
+    else:
+        N_GROUPS: tl.constexpr = BLOCK_D // GROUP
+        xg = tl.reshape(x, (x.shape[0], N_GROUPS, GROUP))
+        scale = _scale_from_amax(tl.max(_abs_ignoring_nan(xg), axis=2), FP8_MAX, _FP8_EPS, POW2)
+        q = tl.reshape(_to_fp8(xg, scale[:, :, None], q8_ptr.dtype.element_ty, FP8_MAX), (x.shape[0], BLOCK_D))
+        offs_g = tl.arange(0, N_GROUPS)
+        tl.store(s8_ptr + base * (HEAD_DIM // GROUP) + offs_g[None, :], scale,
+                 mask=row_ok & (offs_g[None, :] < HEAD_DIM // GROUP))
+    tl.store(q8_ptr + base * HEAD_DIM + offs_d[None, :], q, mask=row_ok & (offs_d[None, :] < HEAD_DIM))
+
+
+@triton.jit
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_tb, stride_th, stride_t,
-    n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale,
+    n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, q8_ptr, s8_ptr,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr, PIPELINE: tl.constexpr, D_CHUNK: tl.constexpr,
+    FP8_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, FP8_POW2: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
@@ -398,6 +437,11 @@ def _attn_fwd_kernel(
         _store_tile(o_base, offs_m, stride_os, offs_d, seqlen, out, HEAD_DIM)
     tl.store(lse_ptr + b_mem * stride_lb + h64 * stride_lh + seq_start + offs_m, m_i + tl.math.log2(l_i),
              mask=offs_m < seqlen)
+    if FP8_GROUP > 0:
+        # The FP8 copy is quantized from O as stored (rounded to its dtype), as ops.quantize(O) would see it.
+        # Dense rows: token b * seqlen + m; packed: seq_start + m (b_mem is 0).
+        _store_fp8_groups(q8_ptr, s8_ptr, out.to(o_ptr.dtype.element_ty), offs_m, offs_d, seqlen,
+                          b_mem * seqlen + seq_start, h64, n_heads, HEAD_DIM, BLOCK_D, FP8_GROUP, FP8_MAX, FP8_POW2)
 
 
 @triton.jit
@@ -680,16 +724,24 @@ def _use_tma(arch: runtime.Arch, *tensors: torch.Tensor) -> bool:
 
 
 def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
-                  arch: runtime.Arch | None = None, config: AttentionConfig | None = None, tma: bool | None = None):
+                  arch: runtime.Arch | None = None, config: AttentionConfig | None = None, tma: bool | None = None,
+                  fp8_dtype: torch.dtype | None = None, fp8_group: int = 0, fp8_pow2: bool = False):
     """Returns (o, lse2): o like q, lse2 [B, H, S] fp32, the log-sum-exp in base 2 (natural: lse2 ln 2).
 
-    tma: force the tensor-descriptor path on or off (default: :func:`_use_tma`)."""
+    tma: force the tensor-descriptor path on or off (default: :func:`_use_tma`).
+    fp8_dtype: also quantize O in the epilogue, one scale per fp8_group (dividing D) columns of each row:
+    returns (o, lse2, o_fp8 [B, S, H * D], o_scale [B, S, H * D / fp8_group] fp32), the layout of
+    ``ops.quantize(o.transpose(1, 2).reshape(B, S, H * D), scaling=f"block1x{fp8_group}")``."""
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
     cfg = config or attention_config("fwd", D, q.dtype, arch)
     block_d = padded_head_dim(D)
     o = torch.empty_like(q)
     lse2 = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
+    o8 = s8 = None
+    if fp8_dtype is not None:
+        o8 = torch.empty((B, S, H * D), dtype=fp8_dtype, device=q.device)
+        s8 = torch.empty((B, S, H * D // fp8_group), dtype=torch.float32, device=q.device)
     n_batch, seqlen, longest = _layout(q, cu_seqlens, max_seqlen)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
     n_programs = n_m_blocks * n_batch * H
@@ -706,15 +758,18 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
         stride_ob=o.stride(0), stride_oh=o.stride(1), stride_os=o.stride(2),
         stride_lb=lse2.stride(0), stride_lh=lse2.stride(1), **_transposed_strides(vt),
         n_heads=H, group_size=H // k.shape[1], seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
-        qk_scale=scale * LOG2E,
+        qk_scale=scale * LOG2E, q8_ptr=o8, s8_ptr=s8,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                         IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
                         USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None,
                         PIPELINE=use_tma and cfg.pipeline_qk and not cfg.warp_specialize,
-                        D_CHUNK=block_d if use_tma else _d_chunk(cfg, block_d)),
+                        D_CHUNK=block_d if use_tma else _d_chunk(cfg, block_d),
+                        FP8_GROUP=fp8_group if o8 is not None else 0,
+                        FP8_MAX=float(torch.finfo(fp8_dtype).max) if o8 is not None else 0.0,
+                        FP8_POW2=bool(fp8_pow2)),
         options=cfg.options(arch),
     )
-    return o, lse2
+    return (o, lse2) if o8 is None else (o, lse2, o8, s8)
 
 
 def _d_chunk(cfg: AttentionConfig, block_d: int) -> int:

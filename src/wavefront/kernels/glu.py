@@ -13,6 +13,13 @@ Backward, recomputing the activation instead of saving it (saved: gate and up, t
 Traffic per element, 16-bit: forward reads gate and up and writes y: 6 B for ~6 FLOP (silu; ~12 for
 gelu); backward reads gate, up, dy and writes dgate, dup: 10 B. Memory bound everywhere (intensity ~1).
 
+FP8 epilogue (QUANT_GROUP 128 or 32, kernels/_quantize_epilogue.py): the forward also writes y's FP8
+quantization with 1 x 128 or 1 x 32 scales, +1 B per element and 4 B per group, in place of a quantize
+kernel that reads y again (6 + 1 B per element instead of 6 + 2 + 1). A program owns one BLOCK_N-column
+block of a row (BLOCK_N a power of two >= 128, or the whole row), so its blocks hold whole scale groups.
+Rowwise scales would need the amax of rows wider than a block (the ffn widths are 3-7 blocks): a
+cross-program reduction and a second pass over y, no cheaper than the separate quantize, so not fused.
+
 Vector width: each thread owns ``VECS_PER_THREAD`` whole 16-byte vectors (8 bf16 / 4 fp32 values) of a
 row, so loads and stores are 128-bit (``ld.global.v4`` on NVIDIA, ``global_load_dwordx4`` on AMD) when
 the row stride is a multiple of 8 elements. Rows are addressed with an int64 row index times the row
@@ -31,6 +38,7 @@ from wavefront import runtime
 from wavefront.kernels._heuristics import acc_dtype, next_pow2, warps_for
 from wavefront.kernels._launch import launch
 from wavefront.kernels._math import activation, activation_and_grad
+from wavefront.kernels._quantize_epilogue import alloc_fp8_out, fp8_constexprs, fp8_row_ptrs, quantize_block
 from wavefront.runtime import Arch
 
 
@@ -72,16 +80,23 @@ def glu_config(n_cols: int, dtype: torch.dtype, arch: Arch) -> GluConfig:
 
 
 @triton.jit
-def _glu_fwd_kernel(gate_ptr, up_ptr, y_ptr, n_cols, stride_gate_row, stride_up_row, stride_y_row,
-                    ACT: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+def _glu_fwd_kernel(gate_ptr, up_ptr, y_ptr, q_ptr, q_scale_ptr, n_cols, stride_gate_row, stride_up_row,
+                    stride_y_row, ACT: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+                    QUANT_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, Q_EPS: tl.constexpr, POW2: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    start = tl.program_id(1) * BLOCK_N
+    cols = start + tl.arange(0, BLOCK_N)
     mask = cols < n_cols
     OUT = y_ptr.dtype.element_ty
     g = tl.load(gate_ptr + row * stride_gate_row + cols, mask=mask, other=0.0).to(ACC)
     u = tl.load(up_ptr + row * stride_up_row + cols, mask=mask, other=0.0).to(ACC)
     a = activation(g, ACT).to(OUT).to(ACC)
     tl.store(y_ptr + row * stride_y_row + cols, (a * u).to(OUT), mask=mask)
+    if QUANT_GROUP is not None:
+        # The rounded y, as stored (the same expression: one conversion after CSE).
+        q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
+        quantize_block((a * u).to(OUT).to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N, FP8_MAX,
+                       Q_EPS, POW2)
 
 
 @triton.jit
@@ -100,18 +115,24 @@ def _glu_bwd_kernel(dy_ptr, gate_ptr, up_ptr, dgate_ptr, dup_ptr, n_cols, stride
     tl.store(dgate_ptr + row * stride_dgate_row + cols, (dy * u * da).to(OUT), mask=mask)
 
 
-def glu_fwd(gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Tensor:
-    """gate, up: [n_rows, n_cols] with unit column stride (any row strides)."""
+def glu_fwd(gate: torch.Tensor, up: torch.Tensor, act: int,
+            quant: tuple[torch.dtype, str, bool] | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """gate, up: [n_rows, n_cols] with unit column stride (any row strides). Returns y, or with quant = (fp8
+    dtype, "block1x128" | "block1x32", pow2 scale) (y, q, q_scale) as kernels.quantize.quantize(y) returns them."""
     n_rows, n_cols = gate.shape
     y = torch.empty((n_rows, n_cols), dtype=gate.dtype, device=gate.device)
+    if quant is not None and quant[1] not in ("block1x128", "block1x32"):
+        raise ValueError(f"glu_fwd: the FP8 epilogue takes 1 x G blocks, got scaling {quant[1]!r}")
+    q, q_scale = alloc_fp8_out(quant, n_rows, n_cols, gate.device)
     if y.numel() == 0:
-        return y
+        return y if quant is None else (y, q, q_scale)
     cfg = glu_config(n_cols, gate.dtype, runtime.arch(gate.device))
     launch(_glu_fwd_kernel, (n_rows, triton.cdiv(n_cols, cfg.BLOCK_N)),
-           gate_ptr=gate, up_ptr=up, y_ptr=y, n_cols=n_cols, stride_gate_row=gate.stride(0),
-           stride_up_row=up.stride(0), stride_y_row=y.stride(0),
-           constexprs=dict(ACT=act, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(gate.dtype)), options=cfg.options())
-    return y
+           gate_ptr=gate, up_ptr=up, y_ptr=y, q_ptr=q, q_scale_ptr=q_scale, n_cols=n_cols,
+           stride_gate_row=gate.stride(0), stride_up_row=up.stride(0), stride_y_row=y.stride(0),
+           constexprs=dict(ACT=act, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(gate.dtype), **fp8_constexprs(quant)),
+           options=cfg.options())
+    return y if quant is None else (y, q, q_scale)
 
 
 def glu_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, act: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -87,8 +87,12 @@ def moe_router_config(n_experts: int, dtype: torch.dtype, arch: Arch) -> RouterC
 
 
 @triton.jit
-def _scores(logits_ptr, rows, cols, n_tokens, n_experts, stride_logits_row, SIGMOID: tl.constexpr,
-            ACC: tl.constexpr):
+def _row_tile(logits_ptr, pid, n_tokens, n_experts, stride_logits_row, SIGMOID: tl.constexpr, BLOCK_T: tl.constexpr,
+              BLOCK_E: tl.constexpr, ACC: tl.constexpr):
+    """Program `pid`'s (BLOCK_T, BLOCK_E) tile of logits and the scores both directions derive from it: the
+    forward selects on them, the backward recomputes them instead of saving (T, E) probabilities."""
+    rows = pid * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_E)
     row_ok = rows < n_tokens
     col_ok = cols < n_experts
     mask = row_ok[:, None] & col_ok[None, :]
@@ -109,7 +113,7 @@ def _scores(logits_ptr, rows, cols, n_tokens, n_experts, stride_logits_row, SIGM
         s = p
         ssum = tl.sum(p, axis=1)
         q = p
-    return lg, p, s, q, ssum, lse, mask
+    return rows, cols, row_ok, col_ok, mask, lg, p, s, q, ssum, lse
 
 
 @triton.jit
@@ -119,12 +123,8 @@ def _moe_router_fwd_kernel(logits_ptr, bias_ptr, weights_ptr, indices_ptr, count
                            NORMALIZE: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_T: tl.constexpr,
                            BLOCK_E: tl.constexpr, ACC: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_T + tl.arange(0, BLOCK_T)
-    cols = tl.arange(0, BLOCK_E)
-    row_ok = rows < n_tokens
-    col_ok = cols < n_experts
-    lg, p, s, q, ssum, lse, mask = _scores(logits_ptr, rows, cols, n_tokens, n_experts, stride_logits_row,
-                                           SIGMOID, ACC)
+    rows, cols, row_ok, col_ok, mask, lg, p, s, q, ssum, lse = _row_tile(
+        logits_ptr, pid, n_tokens, n_experts, stride_logits_row, SIGMOID, BLOCK_T, BLOCK_E, ACC)
     if TOPK_FIRST:
         key = lg
     else:
@@ -174,12 +174,8 @@ def _moe_router_bwd_kernel(logits_ptr, indices_ptr, weights_ptr, dweights_ptr, d
                            NORMALIZE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
                            ACC: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_T + tl.arange(0, BLOCK_T)
-    cols = tl.arange(0, BLOCK_E)
-    row_ok = rows < n_tokens
-    col_ok = cols < n_experts
-    lg, p, s, q, ssum, lse, mask = _scores(logits_ptr, rows, cols, n_tokens, n_experts, stride_logits_row,
-                                           SIGMOID, ACC)
+    rows, cols, row_ok, col_ok, mask, lg, p, s, q, ssum, lse = _row_tile(
+        logits_ptr, pid, n_tokens, n_experts, stride_logits_row, SIGMOID, BLOCK_T, BLOCK_E, ACC)
     rows64 = rows.to(tl.int64)
     g = tl.zeros((BLOCK_T, BLOCK_E), dtype=ACC)
     wmat = tl.zeros((BLOCK_T, BLOCK_E), dtype=ACC)

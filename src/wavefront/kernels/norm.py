@@ -63,6 +63,14 @@ L2) would need the dw/db partial of the whole row live across rows, i.e. a read-
 partial per row (+8n B), more than the 4n B the second read costs. So 10n B per row it is, and the
 single-pass widths stay where registers allow.
 
+FP8 epilogue (forward, QUANT_GROUP not None; kernels/_quantize_epilogue.py): the rounded y is also quantized
+to FP8 with a scale per row or per 1 x 128 / 1 x 32 segment, bit-identical to kernels/quantize.py on y, +1 B
+per element and 4 B per group written, in place of a quantize kernel that reads y again (2n B more for
+16-bit y). Single pass: the row is in registers, every scaling fits. Looped (wide rows): the segments
+quantize in pass 2 (BLOCK_N is a multiple of 128); a rowwise scale needs the row's amax, known only after
+pass 2, so rowwise adds a pass 3 re-reading the stored y (2n B, what the separate kernel would read).
+QUANT_GROUP None compiles to the kernel without the epilogue (same machine code, checked with inspect).
+
 Offsets: the row index is promoted to int64 before it multiplies a stride, so tensors with 2^31 or more
 elements address correctly.
 """
@@ -76,6 +84,15 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
+from wavefront.kernels._quantize_epilogue import (
+    alloc_fp8_out,
+    fp8_constexprs,
+    fp8_row_ptrs,
+    masked_amax,
+    quantize_block,
+    store_fp8,
+)
+from wavefront.kernels.quantize import _scale_from_amax
 from wavefront.kernels.row_config import row_config
 
 
@@ -116,12 +133,15 @@ def _rstd(var, eps, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, row, w, b, cols0, mask,
-                  n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
+def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, q_ptr, q_scale_ptr, row, w,
+                  b, cols0, mask, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
                   IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  CAST_BEFORE_WEIGHT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, ACC: tl.constexpr):
-    """One row held in registers: read once, statistics, normalized output. Without WEIGHT_FIRST, w and b
-    are loaded here, after the reductions (w, b given are placeholders)."""
+                  CAST_BEFORE_WEIGHT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, ACC: tl.constexpr,
+                  BLOCK_N: tl.constexpr, QUANT_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, Q_EPS: tl.constexpr,
+                  POW2: tl.constexpr):
+    """One row held in registers: read once, statistics, normalized output (and its FP8 quantization with
+    QUANT_GROUP). Without WEIGHT_FIRST, w and b are loaded here, after the reductions (w, b given are
+    placeholders)."""
     OUT_DTYPE = y_ptr.dtype.element_ty
     x = tl.load(x_ptr + row * stride_x_row + cols0, mask=mask, other=0.0).to(ACC)
     if HAS_RESIDUAL:
@@ -143,16 +163,22 @@ def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr,
         w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
     y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
     tl.store(y_ptr + row * stride_y_row + cols0, y.to(OUT_DTYPE), mask=mask)
+    if QUANT_GROUP is not None:
+        # The rounded y, as stored (the same expression: one conversion after CSE).
+        q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
+        quantize_block(y.to(OUT_DTYPE).to(tl.float32), 0, cols0, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N, FP8_MAX, Q_EPS,
+                       POW2)
 
 
 @triton.jit
 def _norm_fwd_kernel(
-    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
     eps, offset,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
     WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    QUANT_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, Q_EPS: tl.constexpr, POW2: tl.constexpr,
 ):
     OUT_DTYPE = y_ptr.dtype.element_ty
     cols0 = tl.arange(0, BLOCK_N)
@@ -168,10 +194,10 @@ def _norm_fwd_kernel(
         for i in range(ROWS_PER_PROGRAM):
             row = first + i
             if row < n_rows:
-                _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, row, w, b, cols0,
-                              mask, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps,
-                              offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, WEIGHT_FIRST,
-                              ACC)
+                _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, q_ptr, q_scale_ptr,
+                              row, w, b, cols0, mask, n_cols, stride_x_row, stride_res_row, stride_y_row,
+                              stride_res_out_row, eps, offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS,
+                              CAST_BEFORE_WEIGHT, WEIGHT_FIRST, ACC, BLOCK_N, QUANT_GROUP, FP8_MAX, Q_EPS, POW2)
     else:
         row = tl.program_id(0).to(tl.int64)
         x_row = x_ptr + row * stride_x_row
@@ -212,7 +238,11 @@ def _norm_fwd_kernel(
         tl.store(rstd_ptr + row, rstd)
         if not IS_RMS:
             tl.store(mean_ptr + row, run_mean)
-        # Pass 2: normalize. The add variant re-reads its own rounded sum.
+        # Pass 2: normalize. The add variant re-reads its own rounded sum. FP8 blocks quantize here; a
+        # rowwise scale needs the row's amax first, so rowwise takes a pass 3 over the stored y.
+        if QUANT_GROUP is not None:
+            q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
+            q_amax = tl.zeros((), dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + cols0
             mask = cols < n_cols
@@ -224,6 +254,21 @@ def _norm_fwd_kernel(
             w, b = _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
             y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
             tl.store(y_row + cols, y.to(OUT_DTYPE), mask=mask)
+            if QUANT_GROUP is not None:
+                if QUANT_GROUP == 0:
+                    q_amax = tl.maximum(q_amax, masked_amax(y.to(OUT_DTYPE).to(tl.float32), mask))
+                else:
+                    quantize_block(y.to(OUT_DTYPE).to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N,
+                                   FP8_MAX, Q_EPS, POW2)
+        if QUANT_GROUP == 0:  # rowwise (None, the option off, is not 0)
+            # Pass 3 (rowwise, wide rows only): the program re-reads the y it stored, in the same layout.
+            scale = _scale_from_amax(q_amax, FP8_MAX, Q_EPS, POW2)
+            tl.store(s_row, scale)
+            for start in range(0, n_cols, BLOCK_N):
+                cols = start + cols0
+                mask = cols < n_cols
+                y = tl.load(y_row + cols, mask=mask, other=0.0).to(tl.float32)
+                store_fp8(y, scale, q_row + cols, mask, FP8_MAX)
 
 
 @triton.jit
@@ -382,10 +427,13 @@ def _persistent_grid(n_rows: int, device) -> tuple[int, int]:
 
 
 def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-             residual: torch.Tensor | None, eps: float, offset: float, is_rms: bool, cast_before_weight: bool):
-    """x, residual: [n_rows, n_cols] with unit column stride. Returns (y, new_residual, mean, rstd).
+             residual: torch.Tensor | None, eps: float, offset: float, is_rms: bool, cast_before_weight: bool,
+             quant: tuple[torch.dtype, str, bool] | None = None):
+    """x, residual: [n_rows, n_cols] with unit column stride. Returns (y, new_residual, mean, rstd, q, q_scale).
 
-    new_residual is None without a residual; mean is None for RMSNorm.
+    new_residual is None without a residual; mean is None for RMSNorm. quant = (fp8 dtype, scaling, pow2
+    scale) quantizes y in the same pass (kernels/_quantize_epilogue.py): q [n_rows, n_cols] and its fp32
+    scales, as kernels.quantize.quantize(y, ...) returns them; both None without quant.
     """
     n_rows, n_cols = x.shape
     cfg = row_config(n_cols, x.dtype, runtime.arch(x.device), multi_row=True)
@@ -394,22 +442,23 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     rstd = torch.empty(n_rows, dtype=stat, device=x.device)
     mean = None if is_rms else torch.empty(n_rows, dtype=stat, device=x.device)
     res_out = None if residual is None else torch.empty_like(y)
+    q, q_scale = alloc_fp8_out(quant, n_rows, n_cols, x.device)
     if n_rows == 0:
-        return y, res_out, mean, rstd
+        return y, res_out, mean, rstd, q, q_scale
     launch(
         _norm_fwd_kernel, (triton.cdiv(n_rows, cfg.rows_per_program),),
         x_ptr=x, res_ptr=residual, w_ptr=weight, b_ptr=bias, y_ptr=y, res_out_ptr=res_out, mean_ptr=mean,
-        rstd_ptr=rstd, n_rows=n_rows, n_cols=n_cols, stride_x_row=x.stride(0),
+        rstd_ptr=rstd, q_ptr=q, q_scale_ptr=q_scale, n_rows=n_rows, n_cols=n_cols, stride_x_row=x.stride(0),
         stride_res_row=residual.stride(0) if residual is not None else 0, stride_y_row=y.stride(0),
         stride_res_out_row=res_out.stride(0) if res_out is not None else 0, eps=eps, offset=offset,
         constexprs=dict(IS_RMS=is_rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                         HAS_BIAS=bias is not None, CAST_BEFORE_WEIGHT=cast_before_weight,
                         SINGLE_PASS=cfg.single_pass, ROWS_PER_PROGRAM=cfg.rows_per_program,
                         WEIGHT_FIRST=cfg.weight_first, BLOCK_N=cfg.BLOCK_N,
-                        ACC=acc_dtype(x.dtype)),
+                        ACC=acc_dtype(x.dtype), **fp8_constexprs(quant)),
         options=cfg.options(),
     )
-    return y, res_out, mean, rstd
+    return y, res_out, mean, rstd, q, q_scale
 
 
 def norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has_bias: bool,

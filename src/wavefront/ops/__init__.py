@@ -28,7 +28,7 @@ from wavefront.ops.glu import geglu, swiglu
 from wavefront.ops.grouped_linear import grouped_linear
 from wavefront.ops.linear import linear
 from wavefront.ops.linear_cross_entropy import linear_cross_entropy
-from wavefront.ops.linear_fp8 import linear_fp8
+from wavefront.ops.linear_fp8 import Quantized, linear_fp8
 from wavefront.ops.moe import moe_permute, moe_router, moe_unpermute
 from wavefront.ops.norm import add_rms_norm, layer_norm, rms_norm
 from wavefront.ops.quantize import quantize
@@ -51,7 +51,7 @@ def get_spec(name: str) -> OpSpec:
         raise ValueError(f"unknown op {name!r}; registered ops: {', '.join(sorted(REGISTRY))}") from None
 
 
-__all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Tolerance", "adamw_step", "add_rms_norm", "attention",
-           "cross_entropy", "geglu", "get_spec", "grouped_linear", "layer_norm", "linear", "linear_cross_entropy",
-           "linear_fp8", "moe_permute", "moe_router", "moe_unpermute", "quantize", "rms_norm", "rope", "softmax",
-           "swiglu"]
+__all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Quantized", "Tolerance", "adamw_step", "add_rms_norm",
+           "attention", "cross_entropy", "geglu", "get_spec", "grouped_linear", "layer_norm", "linear",
+           "linear_cross_entropy", "linear_fp8", "moe_permute", "moe_router", "moe_unpermute", "quantize", "rms_norm",
+           "rope", "softmax", "swiglu"]

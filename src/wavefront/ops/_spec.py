@@ -29,6 +29,8 @@ class Case:
     options: keyword arguments passed to the op and its reference (eps, causal, ...).
     layout: how make_inputs lays the tensors out ("contiguous", "strided", ...; op-specific).
     slow: kept out of the default test run (pytest -m slow runs it).
+    targets: the GPU compile targets this case supports, where narrower than its op's (an FP8 option on an op
+        that also runs on Ampere); inspect skips the others. None: the op's.
     """
 
     name: str
@@ -37,6 +39,7 @@ class Case:
     options: Mapping[str, Any] = field(default_factory=dict)
     layout: str = "contiguous"
     slow: bool = False
+    targets: Callable[[Arch], bool] | None = None
 
     @property
     def id(self) -> str:
@@ -106,6 +109,11 @@ class OpSpec:
     @property
     def eager_fn(self) -> Callable[..., Any]:
         return self.eager if self.eager is not None else self.reference
+
+    def supports(self, case: Case, arch: Arch) -> bool:
+        """Whether `case` of this op compiles for `arch` (the op's and the case's `targets`; None: every one)."""
+        return ((self.targets is None or self.targets(arch))
+                and (case.targets is None or case.targets(arch)))
 
 
 _SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}

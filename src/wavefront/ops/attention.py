@@ -17,24 +17,39 @@ the packed length, no sequence longer than max_seqlen) and a violation raises th
 ``torch._assert_async`` (asynchronous device assert; no host sync, so the step stays graph-capturable).
 Without max_seqlen, or on the CPU where it is free, cu_seqlens is read on the host (one small copy per
 call, inside the custom op so torch.compile sees no data-dependent Python) and errors are ValueErrors.
+
+FP8 output (``quantize="block1x128" | "block1x32"``, ``fp8_dtype``, ``pow2_scale``: the names of
+``ops.quantize``): the forward's epilogue also writes O in FP8 for the FP8 o_proj, and the op returns
+``(out, out_fp8, out_scale)``, bit for bit ``ops.quantize(out.transpose(1, 2).reshape(B, S, H * D),
+dtype=fp8_dtype, scaling=quantize, pow2_scale=pow2_scale)``: out_fp8 [B, S, H * D], out_scale
+[B, S, H * D / G] fp32, quantized from O as rounded to its dtype. A scale group (1 x 128, DeepSeek-V3's
+activation tiles; 1 x 32, MXFP8's blocks, with pow2_scale=True for E8M0 scales) must not cross a head
+(head_dim % G == 0): one program holds one head's D values of a token. "rowwise" and "tensorwise" need
+the amax over every head of a token (or of the whole output), which no single program sees: refused.
+out keeps its gradient; out_fp8 and out_scale carry none (the backward reads out, unchanged).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.archs import Arch, compiles_fp8_e4m3
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
-from wavefront.ops._validate import check_same_device, check_same_dtype, check_tensor
+from wavefront.ops._validate import check_choice, check_same_device, check_same_dtype, check_tensor
+from wavefront.ops.quantize import FORMATS, check_fp8_target
 from wavefront.shapes import MODELS
 
 OP = "attention"
 MAX_HEAD_DIM = 256
 _FLOAT = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+#: FP8 output scalings the epilogue computes: scale group (columns) of each, within one head.
+FP8_OUT_GROUPS = {"block1x128": 128, "block1x32": 32}
 
 
 def _resolve_max_seqlen(cu_seqlens: Tensor, max_seqlen: int, total: int, *, on_device: bool | None = None) -> int:
@@ -69,11 +84,14 @@ def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor | None, m
                    scale: float, deterministic: bool = True) -> tuple[Tensor, Tensor]:
     # deterministic only travels to the backward (setup_context); the forward is the same either way.
     from wavefront.kernels import attention as kernels
+    from wavefront.kernels import attention_gluon
     from wavefront.kernels._launch import op_scope
 
     if cu_seqlens is not None:
         max_seqlen = _resolve_max_seqlen(cu_seqlens, max_seqlen, q.shape[2])
     with op_scope(OP):
+        if attention_gluon.requested():  # opt-in, sm_90 only: compiled and inspected, not yet run on a GPU
+            return attention_gluon.attention_fwd(q, k, v, causal, scale, cu_seqlens)
         return kernels.attention_fwd(q, k, v, causal, scale, cu_seqlens, max_seqlen)
 
 
@@ -81,6 +99,31 @@ def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor | None, m
 def _(q, k, v, cu_seqlens, max_seqlen, causal, scale, deterministic=True):
     B, H, S, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, H, S), dtype=torch.float32)
+
+
+@torch.library.custom_op("wavefront::attention_fwd_fp8", mutates_args=())
+def _attention_fwd_fp8(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor | None, max_seqlen: int, causal: bool,
+                       scale: float, deterministic: bool, scaling: str, fp8_dtype: str,
+                       pow2_scale: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """attention_fwd plus the FP8 copy of O and its scales (see the module docstring)."""
+    from wavefront.kernels import attention as kernels
+    from wavefront.kernels._launch import op_scope
+
+    check_fp8_target(OP, q.device)  # in the op body: torch.compile does not trace runtime.arch
+    if cu_seqlens is not None:
+        max_seqlen = _resolve_max_seqlen(cu_seqlens, max_seqlen, q.shape[2])
+    with op_scope(OP):
+        return kernels.attention_fwd(q, k, v, causal, scale, cu_seqlens, max_seqlen,
+                                     fp8_dtype=reference.FP8_FORMATS[fp8_dtype], fp8_group=FP8_OUT_GROUPS[scaling],
+                                     fp8_pow2=pow2_scale)
+
+
+@_attention_fwd_fp8.register_fake
+def _(q, k, v, cu_seqlens, max_seqlen, causal, scale, deterministic, scaling, fp8_dtype, pow2_scale):
+    B, H, S, D = q.shape
+    return (torch.empty_like(q), q.new_empty((B, H, S), dtype=torch.float32),
+            q.new_empty((B, S, H * D), dtype=reference.FP8_FORMATS[fp8_dtype]),
+            q.new_empty((B, S, H * D // FP8_OUT_GROUPS[scaling]), dtype=torch.float32))
 
 
 @torch.library.custom_op("wavefront::attention_bwd", mutates_args=())
@@ -123,7 +166,40 @@ def _backward(ctx, do, d_lse2):
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _check(q, k, v, causal, scale, cu_seqlens, max_seqlen, deterministic=True) -> None:
+def _setup_context_fp8(ctx, inputs, output):
+    o, lse2, o_fp8, o_scale = output
+    ctx.mark_non_differentiable(o_fp8, o_scale)  # the FP8 copy is an inference of O: no gradient through it
+    _setup_context(ctx, inputs[:8], (o, lse2))
+
+
+def _backward_fp8(ctx, do, d_lse2, d_fp8, d_scale):
+    return *_backward(ctx, do, d_lse2), None, None, None
+
+
+_attention_fwd_fp8.register_autograd(_backward_fp8, setup_context=_setup_context_fp8)
+
+
+def _check_fp8_output(q, quantize, fp8_dtype, pow2_scale) -> None:
+    if quantize in ("rowwise", "tensorwise"):
+        raise ValueError(f"{OP}: quantize={quantize!r} needs the amax over every head of a token"
+                         f"{' and every token' if quantize == 'tensorwise' else ''}, and the fused epilogue sees "
+                         f"one head's head_dim values per program; use quantize='block1x128' or 'block1x32' "
+                         f"(scale groups inside one head), or wavefront.ops.quantize on the output")
+    check_choice(OP, "quantize", quantize, tuple(FP8_OUT_GROUPS))
+    check_choice(OP, "fp8_dtype", fp8_dtype, FORMATS)
+    if not isinstance(pow2_scale, bool):
+        raise TypeError(f"{OP}: argument 'pow2_scale' must be a bool, got {type(pow2_scale).__name__}")
+    group, head_dim = FP8_OUT_GROUPS[quantize], q.shape[-1]
+    if head_dim % group:
+        raise ValueError(f"{OP}: quantize={quantize!r} needs head_dim divisible by {group} (a scale group must not "
+                         f"cross a head), got head_dim {head_dim}")
+    if q.dtype == torch.float64:
+        raise TypeError(f"{OP}: quantize needs q/k/v of dtype float32, bfloat16 or float16 (as "
+                        "wavefront.ops.quantize), got float64")
+
+
+def _check(q, k, v, causal, scale, cu_seqlens, max_seqlen, deterministic=True, quantize=None, fp8_dtype="e4m3",
+           pow2_scale=False) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(OP, name, t, dtypes=_FLOAT, ndim=4)
     check_same_dtype(OP, q=q, k=k, v=v)
@@ -151,6 +227,8 @@ def _check(q, k, v, causal, scale, cu_seqlens, max_seqlen, deterministic=True) -
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)
                               or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"{OP}: 'scale' must be a positive finite number or None, got {scale!r}")
+    if quantize is not None:
+        _check_fp8_output(q, quantize, fp8_dtype, pow2_scale)
     if cu_seqlens is None:
         if max_seqlen is not None:
             raise ValueError(f"{OP}: 'max_seqlen' is only meaningful with 'cu_seqlens'")
@@ -168,23 +246,41 @@ def _check(q, k, v, causal, scale, cu_seqlens, max_seqlen, deterministic=True) -
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: float | None = None,
-              cu_seqlens: Tensor | None = None, max_seqlen: int | None = None, deterministic: bool = True) -> Tensor:
+              cu_seqlens: Tensor | None = None, max_seqlen: int | None = None, deterministic: bool = True,
+              quantize: str | None = None, fp8_dtype: str = "e4m3",
+              pow2_scale: bool = False) -> Tensor | tuple[Tensor, Tensor, Tensor]:
     """softmax(q k^T * scale) v on [batch, heads, seq, head_dim]; see the module docstring for GQA and the
     packed layout. scale defaults to 1/sqrt(head_dim). Output has q's dtype and shape.
 
     deterministic=False: the backward accumulates dQ with fp32 atomics in one pass with dK and dV (5 matrix
     products instead of 7), so dQ may differ in its last bits from run to run; the default writes every
-    gradient exactly once."""
-    _check(q, k, v, causal, scale, cu_seqlens, max_seqlen, deterministic)
+    gradient exactly once.
+
+    quantize: "block1x128" or "block1x32" returns (out, out_fp8, out_scale), O also quantized in the
+    forward's epilogue exactly as ops.quantize would quantize it (module docstring)."""
+    _check(q, k, v, causal, scale, cu_seqlens, max_seqlen, deterministic, quantize, fp8_dtype, pow2_scale)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if q.numel() == 0 or q.dtype == torch.float64 or not runtime.uses_triton(q.device):
-        return reference.attention(q, k, v, causal, scale, cu_seqlens, max_seqlen)
+        out = reference.attention(q, k, v, causal, scale, cu_seqlens, max_seqlen)
+        return out if quantize is None else (out, *_quantize_output(out, quantize, fp8_dtype, pow2_scale))
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if cu_seqlens is not None:
         cu_seqlens = cu_seqlens.contiguous()  # the kernels read offsets b and b + 1 at unit stride
-    out, _ = torch.ops.wavefront.attention_fwd(q, k, v, cu_seqlens, -1 if max_seqlen is None else max_seqlen,
-                                               causal, scale, deterministic)
+    max_seqlen = -1 if max_seqlen is None else max_seqlen
+    if quantize is not None:
+        out, _, out_fp8, out_scale = torch.ops.wavefront.attention_fwd_fp8(
+            q, k, v, cu_seqlens, max_seqlen, causal, scale, deterministic, quantize, fp8_dtype, pow2_scale)
+        return out, out_fp8, out_scale
+    out, _ = torch.ops.wavefront.attention_fwd(q, k, v, cu_seqlens, max_seqlen, causal, scale, deterministic)
     return out
+
+
+def _quantize_output(out: Tensor, scaling: str, fp8_dtype: str, pow2_scale: bool,
+                     quantize=reference.fp8_quantize) -> tuple[Tensor, Tensor]:
+    """The unfused form of the FP8 output: `quantize` (the reference's, or eager's) on O's [B, S, H * D] view."""
+    B, H, S, D = out.shape
+    return quantize(out.detach().transpose(1, 2).reshape(B, S, H * D), dtype=fp8_dtype, scaling=scaling,
+                    pow2_scale=pow2_scale)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -235,15 +331,46 @@ def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
     q_like = d["heads"] * tokens * d["head_dim"] * itemsize(dtype)
     kv_like = d["kv_heads"] * tokens * d["head_dim"] * itemsize(dtype)
     lse = 4 * d["heads"] * tokens
-    # fwd: read q, k, v; write o and lse. bwd: read q, k, v, o, dO, lse; write dq, dk, dv.
+    # fwd: read q, k, v; write o and lse (and the FP8 copy of o, one byte per element, and its fp32 scales).
+    # bwd: read q, k, v, o, dO, lse; write dq, dk, dv.
     if mode == "fwd":
-        return 2 * q_like + 2 * kv_like + lse
+        fp8 = 0
+        if case.options.get("quantize"):
+            elems = d["heads"] * tokens * d["head_dim"]
+            fp8 = elems + 4 * elems // FP8_OUT_GROUPS[case.options["quantize"]]
+        return 2 * q_like + 2 * kv_like + lse + fp8
     return 4 * q_like + 4 * kv_like + lse
+
+
+def _reference(q, k, v, causal=False, scale=None, cu_seqlens=None, max_seqlen=None, *, quantize=None, **fp8):
+    """reference.attention. With quantize the registry's accuracy rule judges O (and the gradients) only:
+    the FP8 copy is a function of O as rounded to q's dtype, which a float64 reference does not have; its
+    bit-identity to ops.quantize is tests/ops/test_attention_fp8_output.py's."""
+    return reference.attention(q, k, v, causal, scale, cu_seqlens, max_seqlen)
+
+
+def _eager(q, k, v, causal=False, scale=None, cu_seqlens=None, max_seqlen=None, *, quantize=None,
+           fp8_dtype="e4m3", pow2_scale=False):
+    """PyTorch's math SDPA, then (quantize) the unfused FP8 casts a user writes on its [B, S, H * D] view."""
+    out = reference.attention_sdpa_math(q, k, v, causal, scale, cu_seqlens, max_seqlen)
+    if quantize is None:
+        return out
+    return out, *_quantize_output(out, quantize, fp8_dtype, pow2_scale, reference.fp8_quantize_eager)
+
+
+def _fp8_targets(options) -> Callable[[Arch], bool] | None:
+    """Where a case's FP8 output compiles: the FNUZ formats on MI300 (gfx942) only, the OCP formats wherever
+    Triton has FP8 (not sm_80); no restriction without the FP8 output."""
+    if not options.get("quantize"):
+        return None
+    if options.get("fp8_dtype", "e4m3").endswith("fnuz"):
+        return lambda arch: arch.name == "gfx942"
+    return compiles_fp8_e4m3
 
 
 def _case(name, reason, batch, heads, kv_heads, seq, head_dim, slow=False, layout="contiguous", **options):
     return Case(name, reason, {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq": seq,
-                               "head_dim": head_dim}, options, layout=layout, slow=slow)
+                               "head_dim": head_dim}, options, layout=layout, slow=slow, targets=_fp8_targets(options))
 
 
 CASES = (
@@ -262,18 +389,23 @@ CASES = (
           seqlens=(20, 0, 1, 33)),
     _case("bshd_layout", "q/k/v as transposed views of [batch, seq, heads, dim] (Hugging Face)", 2, 2, 2, 33, 64,
           layout="bshd", causal=True),
+    _case("fp8out_mx", "FP8 output in the epilogue: 1x32 groups, power-of-two scales, GQA, causal, ragged", 1, 4,
+          2, 40, 64, causal=True, quantize="block1x32", pow2_scale=True),
     _case("d256", "head_dim 256 (Gemma 2)", 1, 2, 1, 64, 256, slow=True, causal=True),
     _case("long_causal", "512 tokens: many tiles per row", 1, 2, 1, 512, 64, slow=True, causal=True),
     _case("long_d128", "384 tokens at head_dim 128, non-causal", 1, 2, 2, 384, 128, slow=True),
 )
 
 
-def _bench_case(model: str, seq: int, causal: bool) -> Case:
+def _bench_case(model: str, seq: int, causal: bool, **fp8) -> Case:
     m = MODELS[model]
     batch = max(1, 16384 // seq)
-    return _case(f"{model}_s{seq}{'_causal' if causal else ''}",
-                 f"{m.n_heads} heads / {m.n_kv_heads} kv heads, head_dim {m.head_dim}, {batch} x {seq} tokens",
-                 batch, m.n_heads, m.n_kv_heads, seq, m.head_dim, causal=causal)
+    suffix = f"_fp8out_{fp8['quantize'].removeprefix('block')}" if fp8 else ""
+    suffix += "_fnuz" if fp8.get("fp8_dtype", "").endswith("fnuz") else ""
+    return _case(f"{model}_s{seq}{'_causal' if causal else ''}{suffix}",
+                 f"{m.n_heads} heads / {m.n_kv_heads} kv heads, head_dim {m.head_dim}, {batch} x {seq} tokens"
+                 f"{', O also quantized to FP8 in the epilogue' if fp8 else ''}",
+                 batch, m.n_heads, m.n_kv_heads, seq, m.head_dim, causal=causal, **fp8)
 
 
 BENCH_CASES = (
@@ -283,14 +415,18 @@ BENCH_CASES = (
     _bench_case("qwen2.5-7b", 4096, True),
     _bench_case("gemma2-9b", 8192, True),
     _bench_case("gpt3-175b", 2048, True),
+    # The FP8 output for the FP8 o_proj: DeepSeek-V3's 1x128 activation tiles and MXFP8's 1x32 blocks.
+    _bench_case("llama3-8b", 8192, True, quantize="block1x128"),
+    _bench_case("llama3-8b", 8192, True, quantize="block1x32", pow2_scale=True),
+    _bench_case("llama3-8b", 8192, True, quantize="block1x128", fp8_dtype="e4m3fnuz"),  # MI300's format
 )
 
 SPECS = (
     OpSpec(
         name=OP,
         fn=attention,
-        reference=reference.attention,
-        eager=reference.attention_sdpa_math,
+        reference=_reference,
+        eager=_eager,
         make_inputs=_inputs,
         cases=CASES,
         bench_cases=BENCH_CASES,

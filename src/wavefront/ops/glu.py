@@ -1,5 +1,10 @@
 """SwiGLU and GeGLU: validation, custom ops with fake kernels, autograd (saves the inputs, recomputes the
-activation in the backward), registry entries."""
+activation in the backward), registry entries.
+
+``quantize="block1x128" | "block1x32"`` (with ``fp8_dtype``, ``pow2_scale``) runs ``wavefront::glu_fwd_fp8``: the
+same kernel also writes the output's FP8 quantization, bit-identical to ``ops.quantize`` of the output
+(ops/_fused_quantize.py); its autograd is the plain op's, the FP8 outputs marked non-differentiable.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,15 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.archs import compiles_fp8_e4m3
+from wavefront.ops._fused_quantize import (
+    check_quantize,
+    fake_fp8_out,
+    fp8_out_bytes,
+    quant_spec,
+    registry_fns,
+    shape_fp8_out,
+)
 from wavefront.ops._rows import bench_row_cases, numel, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import (
@@ -21,6 +35,11 @@ from wavefront.ops._validate import (
 # Activation codes shared with kernels/_math.py (kept here so importing the op does not import Triton).
 ACTS = {"silu": 0, "gelu_tanh": 1, "gelu_none": 2}
 APPROXIMATIONS = ("tanh", "none")
+#: The FP8 scalings fused here: a program owns a power-of-two block of a row (kernels/glu.py).
+FP8_SCALINGS = ("block1x128", "block1x32")
+_WHY_NOT_ROWWISE = {"rowwise": "each program owns a block of up to 4096 columns of a row, so a row's scale "
+                               "needs a cross-program amax and a second pass over the output, the same bytes as "
+                               "the separate ops.quantize(out, scaling='rowwise'); use that, or 'block1x128'"}
 
 
 @torch.library.custom_op("wavefront::glu_fwd", mutates_args=())
@@ -66,30 +85,89 @@ def _backward(ctx, dy):
 _glu_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _run(op: str, gate: Tensor, up: Tensor, act: int, ref) -> Tensor:
+@torch.library.custom_op("wavefront::glu_fwd_fp8", mutates_args=())
+def _glu_fwd_fp8(gate: Tensor, up: Tensor, act: int, quantize: str, fp8_dtype: str,
+                 pow2_scale: bool) -> tuple[Tensor, Tensor, Tensor]:
+    from wavefront.kernels import glu as kernels
+    from wavefront.kernels._launch import op_scope
+    from wavefront.ops.quantize import check_fp8_target
+
+    op = "swiglu" if act == 0 else "geglu"
+    check_fp8_target(op, gate.device)  # in the op body: torch.compile does not trace runtime.arch
+    with op_scope(op):
+        return kernels.glu_fwd(gate, up, act, quant_spec(fp8_dtype, quantize, pow2_scale))
+
+
+@_glu_fwd_fp8.register_fake
+def _(gate, up, act, quantize, fp8_dtype, pow2_scale):
+    return (gate.new_empty(gate.shape), *fake_fp8_out(gate, quantize, fp8_dtype))
+
+
+def _setup_context_fp8(ctx, inputs, output):
+    _setup_context(ctx, inputs[:3], output[0])
+    ctx.mark_non_differentiable(output[1], output[2])  # the FP8 copy of y carries no gradient
+
+
+def _backward_fp8(ctx, dy, d_q, d_scale):
+    return (*_backward(ctx, dy), None, None, None)
+
+
+_glu_fwd_fp8.register_autograd(_backward_fp8, setup_context=_setup_context_fp8)
+
+
+def _run(op: str, gate: Tensor, up: Tensor, act: int, ref, quantize: str | None = None, fp8_dtype: str = "e4m3",
+         pow2_scale: bool = False):
     check_tensor(op, "gate", gate)
     check_tensor(op, "up", up)
     check_shape(op, "up", up, tuple(gate.shape), "the shape of 'gate'")
     check_same_dtype(op, gate=gate, up=up)
     check_same_device(op, gate=gate, up=up)
+    check_quantize(op, quantize, fp8_dtype, gate, FP8_SCALINGS, _WHY_NOT_ROWWISE)
     if gate.numel() == 0 or not runtime.uses_triton(gate.device):
-        return ref()
-    return torch.ops.wavefront.glu_fwd(as_rows(gate), as_rows(up), act).view(gate.shape)
+        if quantize is None:
+            return ref()
+        from wavefront.ops.quantize import quantize as quantize_op
+
+        y = ref()
+        return (y, *quantize_op(y, dtype=fp8_dtype, scaling=quantize, pow2_scale=pow2_scale))
+    if quantize is None:
+        return torch.ops.wavefront.glu_fwd(as_rows(gate), as_rows(up), act).view(gate.shape)
+    y, q, q_scale = torch.ops.wavefront.glu_fwd_fp8(as_rows(gate), as_rows(up), act, quantize, fp8_dtype,
+                                                     bool(pow2_scale))
+    return (y.view(gate.shape), *shape_fp8_out(q, q_scale, tuple(gate.shape), quantize))
 
 
-def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+_QUANTIZE_DOC = """
+    quantize="block1x128" | "block1x32" (ops.quantize's scalings; "block1x32" with pow2_scale=True is MXFP8)
+    returns ``(y, q, scale)``: y's FP8 quantization computed in the same pass, bit-identical to
+    ``ops.quantize(y, dtype=fp8_dtype, scaling=quantize, pow2_scale=pow2_scale)`` (same layout), the down
+    projection's FP8 operand without a second read of y. y is unchanged; q and scale carry no gradient
+    (they are a function of the forward value) and the backward is unchanged. "rowwise", "tensorwise" and
+    "block128x128" are refused (the error says why).
+"""
+
+
+def swiglu(gate: Tensor, up: Tensor, *, quantize: str | None = None, fp8_dtype: str = "e4m3",
+           pow2_scale: bool = False) -> Tensor | tuple[Tensor, Tensor, Tensor]:
     """``silu(gate) * up`` with Hugging Face's rounding (silu rounded to the dtype, then the product).
 
     gate and up may be column slices of one fused projection output (no copy); the backward recomputes
     silu from the saved inputs.
     """
-    return _run("swiglu", gate, up, ACTS["silu"], lambda: reference.swiglu(gate, up))
+    return _run("swiglu", gate, up, ACTS["silu"], lambda: reference.swiglu(gate, up), quantize, fp8_dtype,
+                pow2_scale)
 
 
-def geglu(gate: Tensor, up: Tensor, approximate: str = "tanh") -> Tensor:
+def geglu(gate: Tensor, up: Tensor, approximate: str = "tanh", *, quantize: str | None = None,
+          fp8_dtype: str = "e4m3", pow2_scale: bool = False) -> Tensor | tuple[Tensor, Tensor, Tensor]:
     """``gelu(gate, approximate) * up`` (Gemma's MLP uses the tanh form) with Hugging Face's rounding."""
     check_choice("geglu", "approximate", approximate, APPROXIMATIONS)
-    return _run("geglu", gate, up, ACTS[f"gelu_{approximate}"], lambda: reference.geglu(gate, up, approximate))
+    return _run("geglu", gate, up, ACTS[f"gelu_{approximate}"], lambda: reference.geglu(gate, up, approximate),
+                quantize, fp8_dtype, pow2_scale)
+
+
+for _fn in (swiglu, geglu):
+    _fn.__doc__ += _QUANTIZE_DOC
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -110,8 +188,8 @@ def _inputs(case: Case, dtype, device, gen) -> OpInputs:
 
 
 def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
-    # fwd: read gate and up, write y. bwd: read dy, gate and up, write dgate and dup.
-    return (3 if mode == "fwd" else 5) * numel(case) * itemsize(dtype)
+    # fwd: read gate and up, write y (and q, scales). bwd: read dy, gate and up, write dgate and dup.
+    return (3 if mode == "fwd" else 5) * numel(case) * itemsize(dtype) + fp8_out_bytes(case, mode)
 
 
 _EXTRA = (
@@ -125,24 +203,39 @@ _EXTRA = (
 )
 
 
-def _bench_cases():
+def _bench_cases(fp8: bool = False):
     from wavefront.shapes import MODELS
 
     widths = {f"{m}_ffn": MODELS[m].ffn_hidden for m in ("llama3-8b", "llama3-70b", "qwen2.5-7b", "gemma2-9b")}
-    return bench_row_cases(widths)
+    cases = bench_row_cases(widths)
+    if not fp8:
+        return cases
+    # The down projection's FP8 operand: DeepSeek-V3's 1x128 tiles and MXFP8's 1x32 power-of-two blocks.
+    base = cases[0]
+    return cases + tuple(
+        Case(f"{base.name}_{suffix}", f"{base.reason}, FP8 {opts['quantize']} fused", base.dims, opts,
+             targets=compiles_fp8_e4m3)
+        for suffix, opts in (("fp8_block1x128", {"quantize": "block1x128"}),
+                             ("fp8_mx", {"quantize": "block1x32", "pow2_scale": True})))
+
+
+_FP8_CASE = Case("fp8_block1x128", "FP8 1x128 quantization fused: y unchanged, a ragged last tile",
+                 {"n_rows": 4, "n_cols": 300}, {"quantize": "block1x128"}, targets=compiles_fp8_e4m3)
+_swiglu_reference = registry_fns(reference.swiglu)[0]
+_swiglu_eager = registry_fns(reference.swiglu_eager)[1]
 
 
 SPECS = (
     OpSpec(
         name="swiglu",
         fn=swiglu,
-        reference=reference.swiglu,
-        eager=reference.swiglu_eager,
+        reference=_swiglu_reference,
+        eager=_swiglu_eager,
         make_inputs=_inputs,
         # Elementwise: wide rows only add blocks, so the row regimes stop at one multi-block case.
         cases=row_cases(include=("one_row", "npow2", "width_one", "rows_pow2", "batched", "strided", "transposed"),
-                        extra=_EXTRA),
-        bench_cases=_bench_cases(),
+                        extra=(*_EXTRA, _FP8_CASE)),
+        bench_cases=_bench_cases(fp8=True),
         # silu: exp2, add, divide, multiply; times up. bwd adds the derivative's 4 and two products.
         flops=lambda c, mode: (5 if mode == "fwd" else 11) * numel(c),
         min_bytes=_bytes,

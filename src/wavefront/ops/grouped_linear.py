@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.ops._linear_autograd import input_grads, save_operands, saved_operands
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_same_dtype, check_tensor
@@ -70,21 +71,17 @@ def _(dy, x, weight, offsets, z, swiglu, needs_dx, needs_dw):
 def _setup_context(ctx, inputs, output):
     x, weight, offsets, swiglu, save_z = inputs
     _, z = output
-    ctx.save_for_backward(x, weight, offsets, z)
-    ctx.swiglu = swiglu
+    save_operands(ctx, x, weight, offsets, z, swiglu=swiglu)
 
 
 def _backward(ctx, dy, dz_unused):
-    x, weight, offsets, z = ctx.saved_tensors
+    x, weight, offsets, z = saved_operands(ctx, OP, ctx.swiglu, "the saved pre-activation")
     needs_x, needs_w = ctx.needs_input_grad[:2]
-    if ctx.swiglu and z.numel() == 0:
-        raise RuntimeError(f"{OP}: backward needs the saved pre-activation, which was not saved because no input "
-                           "required a gradient when the forward ran")
     dx = dw = None
     if needs_x or needs_w:
         dx, dw = torch.ops.wavefront.grouped_linear_bwd(dy.contiguous(), x, weight, offsets, z, ctx.swiglu,
                                                         needs_x, needs_w)
-    return dx if needs_x else None, dw if needs_w else None, None, None, None
+    return input_grads(ctx, dx, dw)
 
 
 _grouped_linear_fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.ops._linear_autograd import input_grads, save_operands, saved_operands
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_same_device, check_same_dtype, check_tensor
@@ -127,26 +128,18 @@ def _(dy, x, weight, g, needs_dx, needs_dw, has_bias, provider):
 def _setup_context(ctx, inputs, output):
     x, weight, bias, residual, activation, save_grad, provider = inputs
     _, g = output
-    ctx.save_for_backward(x, weight, g)
-    ctx.activation = activation
-    ctx.has_bias = bias is not None
-    ctx.has_residual = residual is not None
-    ctx.provider = provider
+    save_operands(ctx, x, weight, g, activation=activation, has_bias=bias is not None, provider=provider)
 
 
 def _backward(ctx, dy, dg_unused):
-    x, weight, g = ctx.saved_tensors
-    needs_x, needs_w, needs_b, needs_r = ctx.needs_input_grad[:4]
-    if ctx.activation and g.numel() == 0:
-        raise RuntimeError(f"{OP}: backward needs the activation's saved derivative, which was not saved because "
-                           "no input required a gradient when the forward ran")
+    x, weight, g = saved_operands(ctx, OP, bool(ctx.activation), "the activation's saved derivative")
+    needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
     dy = as_rows(dy)
     dx = dw = db = None
     if needs_x or needs_w or needs_b:
         dx, dw, db = torch.ops.wavefront.linear_bwd(dy, x, weight, g if ctx.activation else None, needs_x,
                                                     needs_w, ctx.has_bias and needs_b, ctx.provider)
-    return (dx if needs_x else None, dw if needs_w else None, db if ctx.has_bias and needs_b else None,
-            dy if needs_r else None, None, None, None)
+    return input_grads(ctx, dx, dw, db, dy)
 
 
 _linear_fwd.register_autograd(_backward, setup_context=_setup_context)

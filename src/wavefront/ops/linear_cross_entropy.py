@@ -48,6 +48,8 @@ gradient; FSDP2's hooks reduce-scatter it like any other parameter gradient.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
@@ -98,6 +100,24 @@ def slice_columns(n_tokens: int, vocab: int, itemsize: int, free_bytes: int | No
         budget = min(budget, free_bytes // FREE_MEMORY_DIVISOR)
     fit = budget // max(1, n_tokens * itemsize) // SLICE_ALIGN * SLICE_ALIGN
     return min(vocab, max(SLICE_ALIGN, fit))
+
+
+def logits_chunks(hidden: Tensor, weight: Tensor, bias: Tensor | None, chunk: int) -> Iterator[tuple[int, int, Tensor]]:
+    """``(start, end, logits)`` for each chunk of `chunk` rows of hidden [N, H]: ``logits = hidden[start:end] @
+    weight^T (+ bias)`` [end - start, V], written into one [min(chunk, N), V] buffer reused by every chunk (so a
+    chunk's logits are valid until the next one is drawn; the caller may overwrite them, e.g. with their
+    gradient). The buffer is freed when the iteration ends and the caller drops its last chunk. Shared by
+    :func:`linear_cross_entropy` and ``wavefront.parallel.vocab_parallel_linear_cross_entropy``."""
+    n_tokens = hidden.shape[0]
+    buf = torch.empty((min(chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
+    for start in range(0, n_tokens, chunk):
+        end = min(start + chunk, n_tokens)
+        logits = buf[: end - start]
+        if bias is None:
+            torch.mm(hidden[start:end], weight.t(), out=logits)
+        else:
+            torch.addmm(bias, hidden[start:end], weight.t(), out=logits)
+        yield start, end, logits
 
 
 def _dw_dtype(weight: Tensor) -> torch.dtype:
@@ -156,16 +176,10 @@ def _chunked(hidden, weight, target, bias, class_weight, options, chunk, scale, 
     dh = torch.empty_like(hidden) if need_dh else None
     dw = torch.zeros(weight.shape, dtype=_acc_dtype(weight.dtype), device=weight.device) if chunk_dw else None
     db = torch.zeros(vocab, dtype=_stat(hidden.dtype), device=hidden.device) if need_db else None
-    buf = torch.empty((min(chunk, n_tokens), vocab), dtype=hidden.dtype, device=hidden.device)
     losses, stats = [], []
-    for start in range(0, n_tokens, chunk):
-        end = min(start + chunk, n_tokens)
+    logits = None
+    for start, end, logits in logits_chunks(hidden, weight, bias, chunk):
         h = hidden[start:end]
-        logits = buf[: end - start]
-        if bias is None:
-            torch.mm(h, weight.t(), out=logits)
-        else:
-            torch.addmm(bias, h, weight.t(), out=logits)
         row_scale = scale if scale.dim() == 0 else scale[start:end]
         chunk_stats = None if stats_in is None else stats_in[start:end]
         loss_c, stats_c = _rows_ce(logits, target[start:end], class_weight, options, stats=chunk_stats,
@@ -181,7 +195,7 @@ def _chunked(hidden, weight, target, bias, class_weight, options, chunk, scale, 
     loss_rows = torch.cat(losses) if stats_in is None else None
     stats_all = torch.cat(stats) if stats_in is None else stats_in
     if slices:
-        del buf, logits  # the chunk buffer is not needed by the slices, which bring their own
+        del logits  # the chunk buffer is not needed by the slices, which bring their own
         dw = _dweight_slices(hidden, weight, target, bias, class_weight, options, stats_all, scale)
     return loss_rows, stats_all, dh, dw, db
 

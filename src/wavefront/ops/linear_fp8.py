@@ -20,9 +20,24 @@ own reduction dim, which differs from the forward's for rowwise and block scales
 ``kernels.linear_fp8.fp8_gemm_provider``: torch._scaled_mm where it computes the same product), "wavefront"
 or "vendor" (tensorwise and rowwise only). fp64 inputs, empty problems and CPU runs without the
 interpreter use ``reference.linear_fp8``.
+
+Pre-quantized operands (``x_fp8=``, ``weight_fp8=``: a :class:`Quantized`, exported as
+``wavefront.ops.Quantized``): an operand already quantized for the forward product, e.g. by the norm or the
+activation that produced it, or gathered in FP8 by FSDP2 (wavefront.parallel.fp8_fsdp). Its ``data`` and
+``scale`` are exactly what ``ops.quantize`` returns for that operand in the recipe (format, scaling and
+power-of-two rounding of ``reference.fp8_recipe_operand(recipe, "act" | "weight")``); the forward then skips
+quantizing that operand, and the output is bit-identical to letting the op quantize it. The rule for the
+backward: a pre-quantized operand is a forward-only shortcut. ``x`` and ``weight`` are still passed in high
+precision: they are the autograd inputs (gradients flow to them) and the backward quantizes them along its
+own reduction dims (dx needs W^T scaled per column of W for the rowwise and MXFP8 recipes, dW needs x^T
+scaled per column of x), which the forward's FP8 copy cannot give. The FSDP2 path, where no rank holds the
+whole high-precision weight, passes the backward's FP8 copy too (:func:`forward_prequantized`,
+:func:`backward_prequantized`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -41,28 +56,43 @@ PROVIDERS = ("auto", "wavefront", "vendor")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
-def _quantized(t: Tensor, recipe: str, role: str, fnuz: bool) -> tuple[Tensor, Tensor, str]:
+@dataclass(frozen=True)
+class Quantized:
+    """An FP8 operand quantized ahead of time: ``data`` (an FP8 tensor of the operand's shape) and ``scale``
+    (fp32, ``x ~ data / scale``) in exactly the layout ``ops.quantize(x, dtype=..., scaling=scaling)`` returns."""
+
+    data: Tensor
+    scale: Tensor
+    scaling: str
+
+
+def _quantized(t: Tensor, recipe: str, role: str, fnuz: bool,
+               given: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, str]:
+    fmt, scaling, pow2 = reference.fp8_recipe_operand(recipe, role, fnuz)
+    if given is not None:
+        return given[0], given[1], scaling
     from wavefront.kernels import quantize as kq
 
-    fmt, scaling, pow2 = reference.fp8_recipe_operand(recipe, role, fnuz)
     q, s = kq.quantize(t, reference.FP8_FORMATS[fmt], scaling, pow2)
     return q, s, scaling
 
 
-def _product(a: Tensor, b: Tensor, roles: tuple[str, str], recipe: str, fnuz: bool, bias: Tensor | None,
-             out_dtype: torch.dtype, provider: str, residual: Tensor | None = None) -> Tensor:
-    """dequant(Q(a)) dequant(Q(b))^T + bias + residual for a [M, R], b [N, R] quantized along R."""
+def _product(a: Tensor | None, b: Tensor | None, roles: tuple[str, str], recipe: str, fnuz: bool,
+             bias: Tensor | None, out_dtype: torch.dtype, provider: str, residual: Tensor | None = None,
+             given_a: tuple[Tensor, Tensor] | None = None, given_b: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """dequant(Q(a)) dequant(Q(b))^T + bias + residual for a [M, R], b [N, R] quantized along R; given_a /
+    given_b: the (q, s) of an operand quantized ahead of time (its high-precision tensor is then unused)."""
     from wavefront.kernels import linear_fp8 as kernels
 
-    qa, sa, a_scaling = _quantized(a, recipe, roles[0], fnuz)
-    qb, sb, b_scaling = _quantized(b, recipe, roles[1], fnuz)
+    qa, sa, a_scaling = _quantized(a, recipe, roles[0], fnuz, given_a)
+    qb, sb, b_scaling = _quantized(b, recipe, roles[1], fnuz, given_b)
     M, N, K = qa.shape[0], qb.shape[0], qa.shape[1]
     who = provider
     if provider == "auto":
         who = kernels.fp8_gemm_provider(a_scaling, runtime.arch(a.device), out_dtype, M, N, K).provider
     if who == "vendor" and a_scaling in ("tensorwise", "rowwise"):
         # _scaled_mm takes dequantization scales (x = q * scale) and a column-major second operand.
-        inv_a = sa.reciprocal()
+        inv_a = sa.reciprocal() if sa.dim() == 0 else sa.reciprocal().view(M, 1)
         inv_b = sb.reciprocal() if sb.dim() == 0 else sb.reciprocal().view(1, N)
         y = torch._scaled_mm(qa, qb.t(), scale_a=inv_a, scale_b=inv_b, bias=bias, out_dtype=out_dtype)
         return y if residual is None else y + residual
@@ -77,30 +107,37 @@ def _resolve_fnuz(fnuz: int, device) -> bool:
     return default_fnuz(device) if fnuz < 0 else bool(fnuz)
 
 
+def _pair(q: Tensor | None, s: Tensor | None) -> tuple[Tensor, Tensor] | None:
+    return None if q is None or s is None else (q, s)
+
+
 @torch.library.custom_op("wavefront::linear_fp8_fwd", mutates_args=())
 def _linear_fp8_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None, recipe: str, fnuz: int,
-                    provider: str) -> Tensor:
+                    provider: str, x_q: Tensor | None = None, x_s: Tensor | None = None, w_q: Tensor | None = None,
+                    w_s: Tensor | None = None) -> Tensor:
     from wavefront.kernels._launch import op_scope
 
     check_fp8_target(OP, x.device)  # in the op body: torch.compile does not trace runtime.arch
     with op_scope(OP):
         return _product(x, weight, ("act", "weight"), recipe, _resolve_fnuz(fnuz, x.device), bias, x.dtype, provider,
-                        residual)
+                        residual, _pair(x_q, x_s), _pair(w_q, w_s))
 
 
 @_linear_fp8_fwd.register_fake
-def _(x, weight, bias, residual, recipe, fnuz, provider):
+def _(x, weight, bias, residual, recipe, fnuz, provider, x_q=None, x_s=None, w_q=None, w_s=None):
     return x.new_empty((x.shape[0], weight.shape[0]))
 
 
 @torch.library.custom_op("wavefront::linear_fp8_bwd", mutates_args=())
 def _linear_fp8_bwd(dy: Tensor, x: Tensor, weight: Tensor, recipe: str, fnuz: int, needs_dx: bool, needs_dw: bool,
-                    needs_db: bool, provider: str) -> tuple[Tensor, Tensor, Tensor]:
+                    needs_db: bool, provider: str, wt_q: Tensor | None = None,
+                    wt_s: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     from wavefront.kernels._launch import op_scope
 
     fnuz = _resolve_fnuz(fnuz, x.device)
     with op_scope(OP):
-        dx = _product(dy, weight.t(), ("grad", "weight"), recipe, fnuz, None, x.dtype, provider) if needs_dx else None
+        dx = (_product(dy, weight.t(), ("grad", "weight"), recipe, fnuz, None, x.dtype, provider,
+                       given_b=_pair(wt_q, wt_s)) if needs_dx else None)
         dw = (_product(dy.t(), x.t(), ("grad", "act"), recipe, fnuz, None, weight.dtype, provider)
               if needs_dw else None)
     db = dy.float().sum(0).to(weight.dtype) if needs_db else None
@@ -110,14 +147,14 @@ def _linear_fp8_bwd(dy: Tensor, x: Tensor, weight: Tensor, recipe: str, fnuz: in
 
 
 @_linear_fp8_bwd.register_fake
-def _(dy, x, weight, recipe, fnuz, needs_dx, needs_dw, needs_db, provider):
+def _(dy, x, weight, recipe, fnuz, needs_dx, needs_dw, needs_db, provider, wt_q=None, wt_s=None):
     return (torch.empty_like(x) if needs_dx else x.new_empty(0),
             weight.new_empty(weight.shape) if needs_dw else x.new_empty(0),
             weight.new_empty(weight.shape[0]) if needs_db else x.new_empty(0))
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual, recipe, fnuz, provider = inputs
+    x, weight, bias, residual, recipe, fnuz, provider = inputs[:7]  # the FP8 copies are the forward's only
     ctx.save_for_backward(x, weight)
     ctx.recipe, ctx.fnuz, ctx.provider, ctx.has_bias = recipe, fnuz, provider, bias is not None
     ctx.has_residual = residual is not None
@@ -132,7 +169,7 @@ def _backward(ctx, dy):
         dx, dw, db = torch.ops.wavefront.linear_fp8_bwd(as_rows(dy), x, weight, ctx.recipe, ctx.fnuz, needs_x,
                                                         needs_w, needs_b, ctx.provider)
     return (dx if needs_x else None, dw if needs_w else None, db if needs_b else None,
-            dy if needs_r and ctx.has_residual else None, None, None, None)
+            dy if needs_r and ctx.has_residual else None, None, None, None, None, None, None, None)
 
 
 _linear_fp8_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -170,19 +207,107 @@ def _check(x, weight, bias, residual, recipe, provider) -> None:
                          f"recipe={recipe!r}")
 
 
+def check_quantized(op: str, name: str, given, shape: tuple[int, ...], recipe: str, role: str,
+                    fnuz: bool | None) -> None:
+    """`given` is a :class:`Quantized` of `shape` in the layout ops.quantize returns for `role` in `recipe`
+    (fnuz None: the OCP or the FNUZ format, the device's default being resolved inside the op)."""
+    from wavefront.ops.quantize import _scale_shape as scale_shape
+
+    fmt, scaling, _ = reference.fp8_recipe_operand(recipe, role, bool(fnuz))
+    formats = {reference.FP8_FORMATS[fmt]} if fnuz is not None else {reference.FP8_FORMATS[fmt],
+                                                                      reference.FP8_FORMATS[fmt + "fnuz"]}
+    want = f"a wavefront.ops.Quantized with {fmt} data of shape {shape} and {scaling} scales"
+    if not isinstance(given, Quantized):
+        raise TypeError(f"{op}: '{name}' must be {want}, got {type(given).__name__}")
+    if given.scaling != scaling or given.data.dtype not in formats or tuple(given.data.shape) != shape:
+        raise ValueError(f"{op}: '{name}' must be {want} (recipe={recipe!r}), got {given.data.dtype} data of shape "
+                         f"{tuple(given.data.shape)} and {given.scaling} scales")
+    if given.scale.dtype != torch.float32 or tuple(given.scale.shape) != scale_shape(shape, scaling):
+        raise ValueError(f"{op}: '{name}.scale' must be float32 of shape {scale_shape(shape, scaling)} (what "
+                         f"ops.quantize returns), got {given.scale.dtype} {tuple(given.scale.shape)}")
+
+
+def _rows(given: Quantized | None) -> tuple[Tensor, Tensor] | None:
+    """A pre-quantized operand as the 2-D (q, s) the GEMM takes."""
+    if given is None:
+        return None
+    q = as_rows(given.data)
+    s = given.scale if given.scale.dim() < 2 else given.scale.reshape(-1, given.scale.shape[-1])
+    return q, s
+
+
 def linear_fp8(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, residual: Tensor | None = None,
-               recipe: str = "rowwise", fnuz: bool | None = None, provider: str = "auto") -> Tensor:
+               recipe: str = "rowwise", fnuz: bool | None = None, provider: str = "auto",
+               x_fp8: Quantized | None = None, weight_fp8: Quantized | None = None) -> Tensor:
     """``x @ weight.T + bias + residual`` computed in FP8 per `recipe` (see module docstring); output in x's
-    dtype. The bias and the residual are added in the GEMM's fp32 epilogue (not quantized)."""
+    dtype. The bias and the residual are added in the GEMM's fp32 epilogue (not quantized). x_fp8 /
+    weight_fp8: x / weight already quantized for the forward (forward-only shortcuts; x and weight are still
+    the autograd inputs, see the module docstring)."""
     _check(x, weight, bias, residual, recipe, provider)
+    if x_fp8 is not None:
+        check_quantized(OP, "x_fp8", x_fp8, tuple(x.shape), recipe, "act", fnuz)
+    if weight_fp8 is not None:
+        check_quantized(OP, "weight_fp8", weight_fp8, tuple(weight.shape), recipe, "weight", fnuz)
     if (x.numel() == 0 or weight.numel() == 0 or x.dtype == torch.float64 or not runtime.uses_triton(x.device)):
-        # CPU without the interpreter, fp64 or empty: the OCP formats unless fnuz says otherwise.
+        # CPU without the interpreter, fp64 or empty: the OCP formats unless fnuz says otherwise. The reference
+        # quantizes x and weight itself: the same values the FP8 copies hold by their contract.
         return reference.linear_fp8(x, weight, bias, residual=residual, recipe=recipe, fnuz=bool(fnuz))
     bias = bias if bias is None or bias.stride(0) == 1 else bias.contiguous()
     res = None if residual is None else as_rows(residual)
+    xq, wq = _rows(x_fp8), _rows(weight_fp8)
     y = torch.ops.wavefront.linear_fp8_fwd(as_rows(x), weight, bias, res, recipe, -1 if fnuz is None else int(fnuz),
-                                           provider)
+                                           provider, *(xq or (None, None)), *(wq or (None, None)))
     return y.view(*x.shape[:-1], weight.shape[0])
+
+
+# The FSDP2 FP8 all-gather path (wavefront.parallel.fp8_fsdp): no high-precision weight exists, the forward
+# takes the gathered FP8 copy and the backward the copy its dx product needs (W^T quantized along N). x is
+# 2-D here. Without Triton (CPU without the interpreter) the products are the reference's: the dequantized
+# operands multiplied in fp32, like reference.linear_fp8.
+
+
+def forward_prequantized(x2: Tensor, w: Quantized, bias: Tensor | None, residual: Tensor | None, recipe: str,
+                         fnuz: bool, provider: str) -> Tensor:
+    """y [M, N] = Qa(x2) w^T + bias + residual, the weight given quantized (no autograd)."""
+    N = w.data.shape[0]
+    if runtime.uses_triton(x2.device) and x2.dtype != torch.float64:
+        placeholder = x2.new_empty(()).expand(N, x2.shape[1])  # unread: the weight is given quantized
+        return torch.ops.wavefront.linear_fp8_fwd(x2, placeholder, bias, residual, recipe, int(fnuz), provider, None,
+                                                  None, *_rows(w))
+    acc = torch.float64 if x2.dtype == torch.float64 else torch.float32
+    y = reference.fp8_gemm_operand(x2, recipe, "act", fnuz) @ reference.fp8_dequantize(w.data, w.scale, w.scaling,
+                                                                                        acc).T
+    y = y if bias is None else y + bias.to(acc)
+    y = y if residual is None else y + residual.to(acc)
+    return y.to(x2.dtype)
+
+
+def backward_prequantized(dy: Tensor, x2: Tensor, w_t: Quantized | None, weight_shape: tuple[int, int],
+                          weight_dtype: torch.dtype, recipe: str, fnuz: bool, provider: str,
+                          needs: tuple[bool, bool, bool]) -> tuple[Tensor | None, ...]:
+    """(dx, dw, db) of :func:`forward_prequantized`: dx = Qg(dy) w_t^T with w_t = W^T [K, N] given quantized
+    along N (None when dx is not needed); dw = Qg(dy^T) Qa(x2^T)^T; db = sum of dy's rows; None where `needs`
+    says no."""
+    needs_dx, needs_dw, needs_db = needs
+    if needs_dx and w_t is None:
+        raise ValueError(f"{OP}: the dx product needs the weight's backward FP8 copy 'w_t'")
+    N, K = weight_shape
+    if runtime.uses_triton(x2.device) and x2.dtype != torch.float64:
+        placeholder = x2.new_empty((), dtype=weight_dtype).expand(N, K)  # dW's shape and dtype; never read
+        dx, dw, db = torch.ops.wavefront.linear_fp8_bwd(dy, x2, placeholder, recipe, int(fnuz), needs_dx, needs_dw,
+                                                        needs_db, provider, *(_rows(w_t) or (None, None)))
+        return (dx if needs_dx else None, dw if needs_dw else None, db if needs_db else None)
+    acc = torch.float64 if x2.dtype == torch.float64 else torch.float32
+    dx = dw = db = None
+    if needs_dx:
+        dx = (reference.fp8_gemm_operand(dy, recipe, "grad", fnuz)
+              @ reference.fp8_dequantize(w_t.data, w_t.scale, w_t.scaling, acc).T).to(x2.dtype)
+    if needs_dw:
+        dw = (reference.fp8_gemm_operand(dy.t(), recipe, "grad", fnuz)
+              @ reference.fp8_gemm_operand(x2.t(), recipe, "act", fnuz).T).to(weight_dtype)
+    if needs_db:
+        db = dy.to(acc).sum(0).to(dy.dtype)
+    return dx, dw, db
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -221,5 +221,7 @@ def expert_parallel(model: nn.Module, group=None, *, grad_scale: float | None = 
 
 def expert_parameters(model: nn.Module) -> set[nn.Parameter]:
     """The expert-parallel Parameters of `model` (each rank's own slices): keep them out of the data-parallel
-    gradient reduction of the dense part, e.g. ``fully_shard(module, ignored_params=expert_parameters(model))``."""
+    gradient reduction of the dense part, e.g. ``fully_shard(module, ignored_params=expert_parameters(model))``.
+    A set: iterate it in id() order, which differs between processes, and collectives over its members
+    mismatch across ranks; reduce their gradients in model order instead (``model.parameters()`` filtered)."""
     return {p for m in model.modules() if isinstance(m, ExpertParallelExperts) for p in (m.gate_up_proj, m.down_proj)}

@@ -22,7 +22,8 @@ collective. The loss is replicated, so every rank's autograd sees the same per-r
 
 vocab_parallel_linear_cross_entropy (hidden [N, H], weight shard [V_r, H]) never holds the shard's
 [N, V_r] logits either: the forward runs chunks of C rows (logits_c = hidden_c weight_r^T into one reused
-[C, V_r] buffer, then the statistics kernel), all-reduces the statistics of all rows once, and the backward
+[C, V_r] buffer, then the statistics kernel; the chunk iterator is the unsharded op's,
+ops.linear_cross_entropy.logits_chunks), all-reduces the statistics of all rows once, and the backward
 recomputes each chunk's logits, overwrites them with their gradient (the CE backward above, in place) and
 accumulates
 
@@ -46,7 +47,7 @@ from torch import Tensor
 from wavefront import reference, runtime
 from wavefront.ops._validate import as_rows, check_same_device, check_same_dtype, check_shape, check_tensor
 from wavefront.ops.cross_entropy import check_loss_options, check_target
-from wavefront.ops.linear_cross_entropy import chunk_tokens
+from wavefront.ops.linear_cross_entropy import chunk_tokens, logits_chunks
 
 __all__ = ["vocab_parallel_cross_entropy", "vocab_parallel_linear_cross_entropy"]
 
@@ -188,23 +189,14 @@ def vocab_parallel_cross_entropy(logits: Tensor, target: Tensor, group: dist.Pro
     return out.view(target.shape) if reduction == "none" else out
 
 
-def _linear(h: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
-    if bias is None:
-        return torch.mm(h, weight.t(), out=out)
-    return torch.addmm(bias, h, weight.t(), out=out)
-
-
 class _VocabParallelLCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, target, bias, class_weight, options, chunk, col_offset, n_classes, group):
         n_tokens = hidden.shape[0]
         local = torch.empty((n_tokens, 4), dtype=_stat(hidden.dtype), device=hidden.device)
-        buf = torch.empty((min(chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
-        for start in range(0, n_tokens, chunk):
-            end = min(start + chunk, n_tokens)
-            logits = _linear(hidden[start:end], weight, bias, buf[: end - start])
+        for start, end, logits in logits_chunks(hidden, weight, bias, chunk):
             local[start:end] = _shard_stats(logits, target[start:end], class_weight, options, col_offset, n_classes)
-        del buf
+        del logits  # the chunk buffer, before the collectives
         loss, stats = _global_loss(local, target, class_weight, options, n_classes, group)
         ctx.save_for_backward(hidden, weight, target, bias, class_weight, stats)
         ctx.args = (options, chunk, col_offset, n_classes, group)
@@ -216,7 +208,6 @@ class _VocabParallelLCE(torch.autograd.Function):
         hidden, weight, target, bias, class_weight, stats = ctx.saved_tensors
         options, chunk, col_offset, n_classes, group = ctx.args
         need_dh, need_dw, _, need_db = ctx.needs_input_grad[:4]
-        n_tokens = hidden.shape[0]
         acc = _stat(hidden.dtype)
         dloss = dloss.to(acc).contiguous()
         # dhidden is a partial sum over this rank's classes: kept in fp32 until the all-reduce has added the
@@ -224,11 +215,9 @@ class _VocabParallelLCE(torch.autograd.Function):
         dh = torch.empty(hidden.shape, dtype=acc, device=hidden.device) if need_dh else None
         dw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_dw else None
         db = torch.zeros(weight.shape[0], dtype=acc, device=weight.device) if need_db else None
-        buf = torch.empty((min(chunk, n_tokens), weight.shape[0]), dtype=hidden.dtype, device=hidden.device)
-        for start in range(0, n_tokens, chunk):
-            end = min(start + chunk, n_tokens)
+        g = None
+        for start, end, g in logits_chunks(hidden, weight, bias, chunk):
             h = hidden[start:end]
-            g = _linear(h, weight, bias, buf[: end - start])
             _shard_grad_(g, target[start:end], class_weight, options, stats[start:end], dloss[start:end],
                          col_offset, n_classes, g)
             if need_dh:
@@ -240,7 +229,7 @@ class _VocabParallelLCE(torch.autograd.Function):
                     dw.add_(torch.mm(g.t(), h))
             if need_db:
                 db.add_(g.sum(0, dtype=acc))
-        del buf
+        del g  # the chunk buffer, before the all-reduce
         if need_dh:
             dist.all_reduce(dh, op=dist.ReduceOp.SUM, group=group)
         return (dh.to(hidden.dtype) if need_dh else None, dw.to(weight.dtype) if need_dw else None, None,

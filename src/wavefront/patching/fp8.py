@@ -20,6 +20,9 @@ Which layers stay in the model's dtype, and why (docs/fp8.md cites the sources):
   attention *operator* (softmax(QK^T)V) in bf16, which wavefront never runs in FP8; the projections are
   FP8 in every published recipe, so this is an opt-in for ablations.
 
+``fp8_all_gather=True`` marks the swapped layers for FSDP2's FP8 weight all-gather: call
+``wavefront.parallel.enable_fp8_all_gather(model, shard_degree)`` before ``fully_shard`` (docs/fp8.md).
+
 Each swap reuses the layer's Parameters (state_dict unchanged, optimizer state kept), is listed in the
 report (op "fp8"), and is undone by ``wavefront.unpatch`` like every other swap. Layers kept in high
 precision are listed in the report's "absent" entries.
@@ -47,6 +50,7 @@ class Fp8Config:
     keep_attention: bool = False
     fnuz: bool | None = None  # None: FNUZ formats on gfx942 (MI300), OCP elsewhere
     provider: str = "auto"
+    fp8_all_gather: bool = False  # mark the layers for FSDP2's FP8 weight all-gather (wavefront.parallel.fp8_fsdp)
 
     def __post_init__(self):
         if self.recipe not in RECIPES:
@@ -89,7 +93,8 @@ def apply_fp8(p: Patcher, cfg: Fp8Config) -> None:
             kept.append(path)
             continue
         p.swap_module("fp8", path, Float8Linear.from_linear(lin, recipe=cfg.recipe, fnuz=cfg.fnuz,
-                                                            provider=cfg.provider))
+                                                            provider=cfg.provider,
+                                                            fp8_all_gather=cfg.fp8_all_gather))
         swapped += 1
     if kept:
         p.absent("fp8", f"kept in high precision by the {cfg.recipe} recipe's options: {', '.join(kept)}")

@@ -22,6 +22,20 @@ The instance-scoped route, no copy of the model's forward:
 4. A forward hook puts the loss into the output (``output.loss``) and sets ``output.logits`` to None.
 
 In eval mode, or without labels, nothing changes: full logits, transformers' own loss.
+
+Vocabulary-parallel heads (tensor parallelism, ``wavefront train --tp``): when the head's weight is a DTensor
+sharded by vocabulary rows (``Shard(0)`` over one mesh dimension) and the head is marked
+(:func:`vocab_parallel_head`), the loss is computed from this rank's rows and never from the whole logits:
+
+- a :class:`FusedLossHead` (patched model) calls ``wavefront.parallel.vocab_parallel_linear_cross_entropy``
+  on the local weight shard (chunked: not even the shard's [tokens x vocab / P] logits exist);
+- a plain Linear (unpatched model) whose output is a DTensor sharded on the vocabulary (DTensor's
+  ``ColwiseParallel`` with ``use_local_output=False``) gets a forward hook that computes
+  ``wavefront.parallel.vocab_parallel_cross_entropy`` on the local [tokens x vocab / P] logits (upcast to
+  fp32, as transformers' loss does), and the same pre-hook/hook pair on the model takes the labels in and
+  puts the loss out.
+
+Outside a training call with labels both return the whole logits (all-gathered), as an unsharded head would.
 """
 
 from __future__ import annotations
@@ -57,12 +71,17 @@ class FusedLossHead(nn.Module):
         self.softcap = softcap
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self._call: _LossCall | None = None
+        #: the weight is sharded by vocabulary rows over a process group (:func:`vocab_parallel_head`)
+        self.vocab_parallel = False
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         call = self._call
         if call is None:
+            if self.vocab_parallel:
+                return _gathered_logits(hidden, self.weight, self.bias)
             return F.linear(hidden, self.weight, self.bias)
-        call.loss = fused_causal_lm_loss(hidden, self.weight, self.bias, call, self.softcap)
+        call.loss = fused_causal_lm_loss(hidden, self.weight, self.bias, call, self.softcap,
+                                         vocab_parallel=self.vocab_parallel)
         return hidden.new_empty(*hidden.shape[:-1], 0)
 
     def extra_repr(self) -> str:
@@ -77,29 +96,124 @@ def shifted_targets(labels: torch.Tensor | None, shift_labels: torch.Tensor | No
     return shift_labels.reshape(-1)
 
 
-def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, call: _LossCall,
-                         softcap: float | None) -> torch.Tensor:
-    from wavefront import ops
-
-    target = shifted_targets(call.labels, call.shift_labels, call.ignore_index).to(hidden.device)
-    flat = hidden.reshape(-1, hidden.shape[-1])
-    if target.numel() != flat.shape[0]:
-        raise ValueError(f"wavefront fused loss: {target.numel()} targets for {flat.shape[0]} positions; labels "
+def _targets(call: _LossCall, n_positions: int, device: torch.device) -> torch.Tensor:
+    target = shifted_targets(call.labels, call.shift_labels, call.ignore_index).to(device)
+    if target.numel() != n_positions:
+        raise ValueError(f"wavefront fused loss: {target.numel()} targets for {n_positions} positions; labels "
                          f"must have the shape of input_ids")
+    return target
+
+
+def _reduction(call: _LossCall) -> str:
+    return "mean" if call.num_items_in_batch is None else "sum"
+
+
+def _divided(loss: torch.Tensor, call: _LossCall) -> torch.Tensor:
     n = call.num_items_in_batch
-    reduction = "mean" if n is None else "sum"
-    loss = ops.linear_cross_entropy(flat, weight, target, bias=bias, ignore_index=call.ignore_index,
-                                    softcap=softcap, reduction=reduction)
     if n is not None:
         loss = loss / (n.to(loss.device) if torch.is_tensor(n) else n)
     return loss
+
+
+def vocab_shard(t: torch.Tensor, what: str, dim: int = 0):
+    """(local tensor, process group) of `t`, a DTensor sharded on `dim` over a one-dimensional mesh."""
+    from torch.distributed.tensor import DTensor
+
+    def sharded_on_dim(p) -> bool:
+        return p.is_shard() and p.dim % t.ndim == dim % t.ndim
+
+    if not isinstance(t, DTensor) or t.device_mesh.ndim != 1 or not sharded_on_dim(t.placements[0]):
+        placements = tuple(t.placements) if isinstance(t, DTensor) else "a plain tensor"
+        raise ValueError(f"wavefront vocabulary-parallel loss: the LM head's {what} must be a DTensor sharded by "
+                         f"vocabulary (Shard({dim})) over one mesh dimension, got {placements}")
+    return t.to_local(), t.device_mesh.get_group()
+
+
+def _gathered_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The whole logits of a vocabulary-sharded head (eval, no labels): local logits, all-gathered."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    w, _ = vocab_shard(weight, "weight")
+    local = F.linear(hidden, w, None if bias is None else vocab_shard(bias, "bias")[0])
+    return DTensor.from_local(local, weight.device_mesh, (Shard(-1),), run_check=False).full_tensor()
+
+
+def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, call: _LossCall,
+                         softcap: float | None, *, vocab_parallel: bool = False) -> torch.Tensor:
+    """The causal-LM loss of `hidden` through the head (weight, bias) without the logits; `vocab_parallel`:
+    the head is this rank's vocabulary rows (a DTensor, see the module docstring)."""
+    from wavefront import ops
+
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    target = _targets(call, flat.shape[0], hidden.device)
+    kw = dict(bias=bias, ignore_index=call.ignore_index, softcap=softcap, reduction=_reduction(call))
+    if vocab_parallel:
+        from wavefront.parallel import vocab_parallel_linear_cross_entropy
+
+        w, group = vocab_shard(weight, "weight")
+        kw["bias"] = None if bias is None else vocab_shard(bias, "bias")[0]
+        loss = vocab_parallel_linear_cross_entropy(flat, w, target, group, **kw)
+    else:
+        loss = ops.linear_cross_entropy(flat, weight, target, **kw)
+    return _divided(loss, call)
+
+
+def vocab_parallel_logits_loss(logits: torch.Tensor, call: _LossCall, group,
+                               softcap: float | None = None) -> torch.Tensor:
+    """The causal-LM loss from this rank's vocabulary shard of the logits [..., V / P] (upcast to fp32 as
+    transformers' ForCausalLMLoss does; `softcap`: the model's final-logit softcapping, which the model would
+    apply to the logits after the head)."""
+    from wavefront.parallel import vocab_parallel_cross_entropy
+
+    rows = logits.reshape(-1, logits.shape[-1]).float()
+    target = _targets(call, rows.shape[0], logits.device)
+    loss = vocab_parallel_cross_entropy(rows, target, group, ignore_index=call.ignore_index, softcap=softcap,
+                                        reduction=_reduction(call))
+    return _divided(loss, call)
+
+
+class _ShardedLogitsLoss:
+    """Forward hook on a Linear LM head whose output is a DTensor sharded on the vocabulary: inside a training
+    call with labels, the loss from the local logits (returned local); otherwise the whole logits. Holds the
+    ``_call`` the model's hooks hand over, like :class:`FusedLossHead`."""
+
+    def __init__(self, softcap: float | None):
+        self._call: _LossCall | None = None
+        self.softcap = softcap
+
+    def __call__(self, module, args, out):
+        local, group = vocab_shard(out, "logits", dim=out.ndim - 1)
+        call = self._call
+        if call is None:
+            return out.full_tensor()
+        call.loss = vocab_parallel_logits_loss(local, call, group, self.softcap)
+        return local
+
+
+def vocab_parallel_head(model: nn.Module, head_name: str) -> None:
+    """Compute `model`'s training loss from its vocabulary-sharded LM head `head_name` (module docstring): a
+    :class:`FusedLossHead` is switched to the vocabulary-parallel fused loss; a Linear whose output is a
+    vocabulary-sharded DTensor gets the logits hook and the model the labels hooks. Not reversible (the
+    head's weight is already a shard)."""
+    head = model.get_submodule(head_name)
+    if isinstance(head, FusedLossHead):
+        head.vocab_parallel = True
+        return
+    if not isinstance(head, nn.Linear):
+        raise TypeError(f"vocab_parallel_head: '{head_name}' must be a torch.nn.Linear or a wavefront "
+                        f"FusedLossHead, got {type(head).__name__}")
+    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    carrier = _ShardedLogitsLoss(float(softcap) if softcap else None)
+    head.register_forward_hook(carrier)
+    model.register_forward_pre_hook(_TakeLabels(carrier), with_kwargs=True)
+    model.register_forward_hook(_PutLoss(carrier), with_kwargs=True)
 
 
 class _TakeLabels:
     """Forward pre-hook on the model: in training with labels, hand the labels to the head and call the
     model's forward without them. A class (not a closure) so that a patched model deep-copies and pickles."""
 
-    def __init__(self, head: FusedLossHead):
+    def __init__(self, head: FusedLossHead | _ShardedLogitsLoss):
         self.head = head
 
     def __call__(self, module, args, kwargs):
@@ -126,7 +240,7 @@ class _TakeLabels:
 class _PutLoss:
     """Forward hook on the model: the fused loss into ``output.loss``, ``output.logits`` None."""
 
-    def __init__(self, head: FusedLossHead):
+    def __init__(self, head: FusedLossHead | _ShardedLogitsLoss):
         self.head = head
 
     def __call__(self, module, args, kwargs, output):

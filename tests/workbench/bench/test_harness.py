@@ -29,6 +29,18 @@ def test_plan_covers_registry_modes_and_filters():
                                              "rms_norm/npow2/fwd_bwd/fp32"]
 
 
+def test_plan_on_a_gpu_keeps_only_the_cases_that_compile_for_it():
+    from wavefront import runtime
+
+    everywhere = plan(BenchConfig(ops=("quantize", "rms_norm", "linear_fp8")))
+    a100 = plan(BenchConfig(ops=("quantize", "rms_norm", "linear_fp8")), runtime.get_arch("sm_80"))
+    h100 = plan(BenchConfig(ops=("quantize", "rms_norm", "linear_fp8")), runtime.get_arch("sm_90"))
+    assert {i.spec.name for i in a100} == {"rms_norm"}  # no FP8 op on Ampere
+    assert any("fp8" in i.case.name for i in everywhere if i.spec.name == "rms_norm")
+    assert not any("fp8" in i.case.name for i in a100)  # the fused-FP8 norm cases neither
+    assert any(i.spec.name == "linear_fp8" for i in h100) and not any("fnuz" in i.case.name for i in h100)
+
+
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="mode must be one of"):
         BenchConfig(modes=("sideways",))

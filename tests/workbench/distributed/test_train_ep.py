@@ -1,5 +1,7 @@
 """`wavefront train --ep` and the MoE KPIs. Two gloo ranks splitting tiny Mixtral's experts (EP2 over the
-data-parallel ranks, experts out of the DDP all-reduce) train to the one-process losses; the one-process run
+data-parallel ranks, experts out of the DDP all-reduce) train to the one-process losses, and their checkpoint
+resumes in one process (slow: resumed EP2 repeats an uninterrupted EP2 run; 4 ranks with --ep 2, two ep groups
+whose expert gradients are averaged, match one process within the derived envelope); the one-process run
 reports the load imbalance (max / mean tokens per expert) per step, per layer and overall, from token counts
 that add up to every routed (token, slot) pair; MFU counts active parameters; bad --ep values stop before any
 work with exit code 2."""
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -57,9 +60,51 @@ def _ep_parity(tmp_path: Path, one: Path, steps: int, *extra: str) -> None:
     assert "experts split over ep 2" in " ".join(got["summary"]["notes"])
 
 
-def test_ep2_loss_matches_one_process(one_process, tmp_path):
-    tmp, _ = one_process
-    _ep_parity(tmp_path, tmp / "one.json", 2)
+@pytest.fixture(scope="module")
+def ep_two(one_process, tmp_path_factory) -> Path:
+    """The EP2 run of the parity test, checkpointing after every step (DCP; expert weights and their AdamW
+    states stored full, (E, ...))."""
+    tmp = tmp_path_factory.mktemp("ep_two")
+    _ep_parity(tmp, one_process[0] / "one.json", 2, "--checkpoint-dir", "ck", "--checkpoint-every", "1")
+    return tmp
+
+
+def test_ep2_loss_matches_one_process(ep_two):
+    assert _variant(ep_two / "ep.json")["resumed_from_step"] is None
+
+
+def test_ep2_checkpoint_resumes_in_one_process(ep_two, one_process, tmp_path):
+    """The EP2 checkpoint after step 0 continues in one process without EP: the full expert weights and
+    optimizer states load into the unsplit experts (a slice kept per rank, or one rank's states written for
+    all, would fail to load or change step 1), and step 1 matches the uninterrupted one-process run."""
+    import shutil
+
+    shutil.copytree(ep_two / "ck", tmp_path / "ck")
+    (tmp_path / "ck" / "wavefront" / "latest").write_text("step_000000")
+    run = _train(tmp_path, *TINY, "--steps", "2", "--store", "", "--checkpoint-dir", "ck", "--resume", "--json",
+                 "resumed.json")
+    assert run.returncode == 0, run.stderr[-3000:]
+    got, want = _variant(tmp_path / "resumed.json"), _variant(one_process[0] / "one.json")
+    assert got["resumed_from_step"] == 0 and [s["step"] for s in got["steps"]] == [1]
+    assert got["history_losses"] == [_variant(ep_two / "ep.json")["steps"][0]["loss"]]
+    assert got["steps"][0]["loss"] == pytest.approx(want["steps"][1]["loss"], rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_ep2_resume_repeats_the_uninterrupted_run(tmp_path):
+    """EP2 stopped after 2 steps and resumed with EP2 gives the third step of an uninterrupted EP2 run exactly
+    (each rank's experts get back their own AdamW states)."""
+    args = ["--nproc-per-node", "2", "--ep", "2", *TINY, "--store", ""]
+    full = _train(tmp_path, *args, "--steps", "3", "--json", "full.json")
+    assert full.returncode == 0, full.stderr[-3000:]
+    for steps, extra in (("2", []), ("3", ["--resume"])):
+        run = _train(tmp_path, *args, "--steps", steps, "--checkpoint-dir", "ck", "--checkpoint-every", "1", *extra,
+                     "--json", "part.json")
+        assert run.returncode == 0, run.stderr[-3000:]
+    got = _variant(tmp_path / "part.json")
+    assert got["resumed_from_step"] == 1
+    assert got["history_losses"] + [s["loss"] for s in got["steps"]] == \
+        [s["loss"] for s in _variant(tmp_path / "full.json")["steps"]]
 
 
 @pytest.mark.slow
@@ -67,6 +112,31 @@ def test_ep2_under_fsdp2_loss_matches_one_process(tmp_path):
     one = _train(tmp_path, *TINY, "--steps", "3", "--store", "", "--json", "one.json")
     assert one.returncode == 0, one.stderr[-3000:]
     _ep_parity(tmp_path, tmp_path / "one.json", 3, "--parallel", "fsdp2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plan", ["ddp", "fsdp2"])
+def test_ep2_on_four_ranks_matches_one_process(tmp_path, plan):
+    """--ep 2 below the world size 4: two ep groups ({0, 1}, {2, 3}) each split the experts, the ranks holding
+    the same experts ({0, 2}, {1, 3}) average their gradients. Two micro-batches per rank and step (gradient
+    accumulation before the expert all-reduce). Within the derived envelope of the one-process losses."""
+    from wavefront.workbench.distributed.train.convergence import loss_envelope
+
+    args = [*TINY, "--global-batch", "8", "--lr", "1e-2", "--steps", "3", "--store", ""]
+    one = _train(tmp_path, *args, "--json", "one.json", timeout=900)  # 24 sequences through the interpreter
+    assert one.returncode == 0, one.stderr[-3000:]
+    ep = _train(tmp_path, "--nproc-per-node", "4", "--ep", "2", "--parallel", plan, *args, "--json", "ep.json",
+                timeout=900)
+    assert ep.returncode == 0, ep.stderr[-3000:]
+    want, got = _variant(tmp_path / "one.json"), _variant(tmp_path / "ep.json")
+    envelope = loss_envelope("tiny-mixtral", steps=3, seq_len=8, global_batch=8, lr=1e-2)
+    eps = torch.finfo(torch.float32).eps
+    for t, (a, b, env) in enumerate(zip([s["loss"] for s in want["steps"]], [s["loss"] for s in got["steps"]],
+                                        envelope, strict=True)):
+        assert abs(a - b) <= 2 * env + 4 * eps * abs(a), (plan, t, a, b, env)
+    assert got["summary"]["moe"]["tokens_per_expert"] == want["summary"]["moe"]["tokens_per_expert"]
+    assert "experts split over ep 2" in " ".join(got["summary"]["notes"])
+    assert json.loads((tmp_path / "ep.json").read_text())["provenance"]["world_size"] == 4
 
 
 def test_moe_kpis_in_table_json_and_store(one_process):
@@ -128,15 +198,24 @@ def test_bad_ep_exits_2_before_work(tmp_path, monkeypatch, args, message):
     (dict(ep=2, variants=("baseline",)), 2, "wavefront variant only"),
     (dict(ep=8, global_batch=8, micro_batch=1), 8, "number of experts per layer"),
     (dict(ep=2), 1, "ddp or fsdp2"),
-    (dict(ep=2, global_batch=8, micro_batch=1), 4, "below the data-parallel world size 4"),
+    (dict(ep=3, global_batch=6, micro_batch=1), 6, r"--ep 3 must divide the number of experts per layer \(4\)"),
+    (dict(ep=4, global_batch=6, micro_batch=1), 6, "--ep 4 must divide the data-parallel world size 6"),
     (dict(ep=2, patch_options={"moe": False}), 2, "keep moe in --patch-ops"),
-    (dict(ep=2, checkpoint_dir="ck", checkpoint_every=1), 2, "checkpointing expert-parallel runs"),
 ])
 def test_bad_ep_configs_are_refused(options, world, message):
     from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
 
     with pytest.raises(ConfigError, match=message):
         TrainConfig(store=None, **{"model": "tiny-mixtral", **options}).validate(world)
+
+
+@pytest.mark.parametrize("ep, world, extra", [(2, 4, {}), (2, 8, {}), (4, 8, {}),
+                                               (2, 2, {"checkpoint_dir": "ck", "checkpoint_every": 1})])
+def test_ep_below_the_world_size_and_checkpointing_are_accepted(tmp_path, ep, world, extra):
+    from wavefront.workbench.distributed.train.config import TrainConfig
+
+    extra = {k: str(tmp_path / v) if k == "checkpoint_dir" else v for k, v in extra.items()}
+    TrainConfig(store=None, model="tiny-mixtral", ep=ep, global_batch=world, micro_batch=1, **extra).validate(world)
 
 
 def test_imbalance_of_counts():

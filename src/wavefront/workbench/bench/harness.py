@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from wavefront import runtime
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import dtype_name
 from wavefront.workbench.bench import timer as T
@@ -79,14 +80,17 @@ class BenchItem:
         return f"{self.spec.name}/{self.case.name}/{self.mode}/{dtype_name(self.dtype)}"
 
 
-def plan(config: BenchConfig) -> list[BenchItem]:
-    """Every (op, case, mode, dtype) the config asks for, in registry order."""
+def plan(config: BenchConfig, arch: runtime.Arch | None = None) -> list[BenchItem]:
+    """Every (op, case, mode, dtype) the config asks for, in registry order; on a GPU (`arch`) only the cases
+    that compile for it (no FP8 case on an A100)."""
     items = []
     for name in config.ops or tuple(REGISTRY):
         spec = REGISTRY[name]
         cases = spec.bench_cases if config.case_set == "bench" else [c for c in spec.cases if not c.slow]
         if config.case_names:
             cases = [c for c in cases if c.name in config.case_names]
+        if arch is not None:
+            cases = [c for c in cases if spec.supports(c, arch)]
         for case in cases:
             for mode in (m for m in config.modes if m in modes_for(spec)):
                 for dtype in config.dtypes:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from wavefront import runtime
 from wavefront.ops import REGISTRY
 from wavefront.workbench.static.jobs import DTYPES, RequestError, check_ops, check_targets, torch_dtype
 
@@ -247,7 +248,7 @@ def plan(request: BenchRequest) -> BenchPlan:
                             dtypes=tuple(torch_dtype(d) for d in request.dtype) or (torch.bfloat16,),
                             case_set="bench" if on_gpu else "small", case_names=request.case or None,
                             reps=request.reps, warmup=request.warmup, budget_s=request.budget_s)
-        items = H.plan(cfg)
+        items = H.plan(cfg, runtime.arch(device) if on_gpu else None)
     checks = _checks(request, device)
     if request.case and not checks and not items:
         raise RequestError("case", f"{', '.join(request.case)} names no correctness case of the selected ops "

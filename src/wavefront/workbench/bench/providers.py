@@ -47,8 +47,14 @@ class Unavailable:
     reason: str
 
 
+def _no_fp8_output(fp8: dict, who: str) -> None:
+    if fp8.get("quantize") is not None:
+        raise NotImplementedError(f"{who} has no FP8 output (wavefront's quantize= option)")
+
+
 def _liger_rms_norm(fn):
-    def call(x, w, eps=1e-6, offset=0.0, cast="llama"):
+    def call(x, w, eps=1e-6, offset=0.0, cast="llama", **fp8):
+        _no_fp8_output(fp8, "Liger's RMSNorm")
         # in_place=False: the in-place variant overwrites the upstream gradient, which a timed backward
         # replayed with retain_graph=True must read again.
         return fn.apply(x, w, eps, offset, cast, False)
@@ -56,13 +62,15 @@ def _liger_rms_norm(fn):
 
 
 def _liger_add_rms_norm(fn):
-    def call(x, residual, w, eps=1e-6, offset=0.0, cast="llama"):
+    def call(x, residual, w, eps=1e-6, offset=0.0, cast="llama", **fp8):
+        _no_fp8_output(fp8, "Liger's RMSNorm")
         return fn.apply(x, residual, w, eps, offset, cast, False)
     return call
 
 
 def _liger_layer_norm(fn):
-    def call(x, w=None, b=None, eps=1e-5):
+    def call(x, w=None, b=None, eps=1e-5, **fp8):
+        _no_fp8_output(fp8, "Liger's LayerNorm")
         if w is None or b is None:
             raise NotImplementedError("Liger's LayerNorm needs both weight and bias")
         return fn.apply(x, w, b, eps)
@@ -74,11 +82,15 @@ def _liger_softmax(fn):
 
 
 def _liger_swiglu(fn):
-    return lambda gate, up: fn.apply(gate, up)
+    def call(gate, up, **fp8):
+        _no_fp8_output(fp8, "Liger's SwiGLU")
+        return fn.apply(gate, up)
+    return call
 
 
 def _liger_geglu(fn):
-    def call(gate, up, approximate="tanh"):
+    def call(gate, up, approximate="tanh", **fp8):
+        _no_fp8_output(fp8, "Liger's GEGLU")
         if approximate != "tanh":
             raise NotImplementedError("Liger's GEGLU implements the tanh approximation only")
         return fn.apply(gate, up)
@@ -108,9 +120,11 @@ LIGER: dict[str, tuple[str, str, Callable[[Any], Callable[..., Any]]]] = {
 }
 
 
-def _no_varlen(cu_seqlens, who: str) -> None:
+def _no_varlen(cu_seqlens, who: str, fp8: dict | None = None) -> None:
     if cu_seqlens is not None:
         raise NotImplementedError(f"{who} is measured on the dense [batch, heads, seq, head_dim] cases only")
+    if fp8 and fp8.get("quantize") is not None:
+        raise NotImplementedError(f"{who} has no FP8 output (wavefront.ops.attention's quantize=)")
 
 
 def _sdpa(backend: str):
@@ -119,8 +133,8 @@ def _sdpa(backend: str):
 
         chosen = getattr(SDPBackend, backend)
 
-        def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None):
-            _no_varlen(cu_seqlens, f"SDPA's {backend} backend")
+        def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None, **fp8):
+            _no_varlen(cu_seqlens, f"SDPA's {backend} backend", fp8)
             with sdpa_kernel(chosen):
                 return torch.nn.functional.scaled_dot_product_attention(
                     q, k, v, is_causal=causal, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
@@ -134,8 +148,8 @@ def _flash_attn():
     except ImportError:
         return Unavailable("flash-attn is not installed")
 
-    def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None):
-        _no_varlen(cu_seqlens, "flash_attn_func")
+    def call(q, k, v, *, causal=False, scale=None, cu_seqlens=None, max_seqlen=None, **fp8):
+        _no_varlen(cu_seqlens, "flash_attn_func", fp8)
         # flash-attn takes [batch, seq, heads, head_dim]: transposed views, unit stride kept on head_dim.
         out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
                               softmax_scale=scale)

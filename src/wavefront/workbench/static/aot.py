@@ -167,13 +167,24 @@ def _run_tool(tool: str, *args: str) -> str:
     return out.stdout
 
 
+def _source_class(fn):
+    """Triton's AST source for a ``@triton.jit`` kernel, Gluon's for a ``@gluon.jit`` one (``triton.compile``
+    takes either; a Gluon kernel's IR starts with explicit layouts)."""
+    from triton.compiler import ASTSource
+
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource
+    return ASTSource
+
+
 def compile_job(job: CompileJob) -> CompileResult:
     """Compile and read one job; errors are returned, not raised (a kernel that stops compiling is a finding)."""
     t0 = time.perf_counter()
     result = CompileResult(ok=False, target=job.target, kernel=job.qualname.split(".")[-1])
     try:
         import triton
-        from triton.compiler import ASTSource
 
         from wavefront.runtime import get_arch
 
@@ -184,7 +195,7 @@ def compile_job(job: CompileJob) -> CompileResult:
         result.signature = {k: str(v) for k, v in signature.items()}
         result.divisible_args = [fn.arg_names[path[0]] for path, a in attrs.items()
                                  if any(x[0] == "tt.divisibility" for x in a)]
-        src = ASTSource(fn, signature, constexprs, attrs)
+        src = _source_class(fn)(fn, signature, constexprs, attrs)
         if job.frontend_only:
             ttir = frontend_ir(src, target, options)
             result.uses_dot = "tt.dot" in ttir
@@ -193,7 +204,9 @@ def compile_job(job: CompileJob) -> CompileResult:
             result.ok = True
             return result
         kernel = triton.compile(src, target=target, options=options)
-        result.uses_dot = "tt.dot" in kernel.asm["ttir"]
+        # A Gluon kernel starts at TTGIR (no TTIR), where its products are ttng.warp_group_dot / tc_gen5_mma.
+        front = kernel.asm["ttir"] if "ttir" in kernel.asm else kernel.asm["ttgir"]
+        result.uses_dot = any(op in front for op in ("tt.dot", "warp_group_dot", "tc_gen5_mma"))
         md = kernel.metadata
         result.num_warps = int(md.num_warps)
         result.threads_per_block = result.num_warps * get_arch(job.target).warp_size

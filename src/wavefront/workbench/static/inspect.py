@@ -40,6 +40,7 @@ from wavefront.workbench.static.aot import CompileJob, CompileResult, TensorProx
 from wavefront.workbench.static.capture import capture
 from wavefront.workbench.static.occupancy import occupancy
 from wavefront.workbench.static.parse import MachineCode
+from wavefront.workbench.static.variants import capture_variant, variants_for
 
 SCHEMA = "wavefront.inspect/1"
 #: Global accesses narrower than this (bits per thread) count as narrow: 128-bit is the widest vector
@@ -273,9 +274,9 @@ def plan(specs: Iterable[OpSpec], targets: Iterable[str], dtype: torch.dtype, ke
     for target in targets:
         n_sms = gpu_for_target(target).sm_count
         for spec in specs:
-            if spec.targets is not None and not spec.targets(runtime.get_arch(target)):
-                continue  # the op does not support the target (FP8 on Ampere): no rows, not failures
             for case in (cases(spec) if cases else spec.bench_cases):
+                if not spec.supports(case, runtime.get_arch(target)):
+                    continue  # FP8 on Ampere, FNUZ off gfx942: no rows, not failures
                 with runtime.assume_target(target, n_sms):
                     captured = capture(spec, case, dtype, execute=False, cheap=True)
                 for mode, launches in captured.launches.items():
@@ -283,6 +284,14 @@ def plan(specs: Iterable[OpSpec], targets: Iterable[str], dtype: torch.dtype, ke
                         launches = [transform(la) for la in launches]
                     for label, la, job in _distinct_launches(launches, target, keep_asm):
                         planned.append(_Planned(spec, case, mode, label, target, la, job, specialization_key(job)))
+                for variant in variants_for(spec, target, case):
+                    with runtime.assume_target(target, n_sms):
+                        launches = capture_variant(spec, case, dtype, variant)
+                    if transform is not None:
+                        launches = [transform(la) for la in launches]
+                    for label, la, job in _distinct_launches(launches, target, keep_asm):
+                        planned.append(_Planned(spec, case, variant.mode, label, target, la, job,
+                                                specialization_key(job)))
     return planned
 
 

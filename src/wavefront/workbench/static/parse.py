@@ -14,8 +14,10 @@ The **main loop** of a kernel is found on the machine code itself (SASS or AMDGC
 (a branch to an instruction at or before it) closes a loop whose body is the instructions from the target
 to the branch. Among the loops whose body holds at least one matrix instruction, the innermost ones (no
 other such loop inside) are candidates, and the main loop is the candidate with the most matrix
-instructions (the first in program order on a tie). A kernel without matrix instructions in a loop has no
-main loop, and the per-iteration fields (``mma_wait_depth``, ``loop_barriers``) are None.
+instructions (the first in program order on a tie). On NVIDIA a backward branch whose span holds the
+kernel's ``EXIT`` closes no loop: it is the jump back from a slow path ptxas placed after the exit (an
+mbarrier wait's retry). A kernel without matrix instructions in a loop has no main loop, and the
+per-iteration fields (``mma_wait_depth``, ``loop_barriers``) are None.
 """
 
 from __future__ import annotations
@@ -260,6 +262,11 @@ def parse_sass(text: str, code: MachineCode | None = None) -> MachineCode:
             hits = _SASS_BRANCH_TARGET.findall(rest)
             if hits and int(hits[-1], 16) in address:
                 branches.append((i, address[int(hits[-1], 16)]))
+
+    # ptxas moves slow paths (an mbarrier wait's retry loop) past the kernel's EXIT and jumps back into the
+    # body from there: such a backward branch closes no loop, and its span (most of the kernel) is not one.
+    exits = [i for i, op in enumerate(ops) if op.split(".")[0] == "EXIT"]
+    branches = [(b, t) for b, t in branches if not (t <= b and any(t <= e <= b for e in exits))]
 
     def is_matrix(i: int) -> bool:
         return bool(_NV_MATRIX.match(ops[i].split(".")[0]))

@@ -33,14 +33,18 @@ def _name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def save(ckpt_dir: str | Path, step: int, model, optimizer, meta: dict) -> Path:
-    """Save after `step` completed (resume starts at step + 1). Collective: every rank calls it."""
+def save(ckpt_dir: str | Path, step: int, model, optimizer, meta: dict, ep=None) -> Path:
+    """Save after `step` completed (resume starts at step + 1). Collective: every rank calls it. ep: the
+    run's expert-parallel state (expert weights and their optimizer states are stored full, (E, ...))."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from wavefront.workbench.distributed.train.expert_parallel import full_optim_state
 
     root = Path(ckpt_dir)
     path = root / _name(step)
     model_sd, optim_sd = get_state_dict(model, optimizer)
+    optim_sd = full_optim_state(optim_sd, ep)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
     dist.barrier()
     if dist.get_rank() == 0:
@@ -108,12 +112,15 @@ def resume_point(ckpt_dir: str | Path) -> ResumePoint:
     return ResumePoint(None, f"--resume: no checkpoint under {root} yet; starting at step 0")
 
 
-def load(meta: dict, model, optimizer) -> None:
+def load(meta: dict, model, optimizer, ep=None) -> None:
     """Load a checkpoint found by :func:`resume_point` into the (already wrapped) model and optimizer."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    from wavefront.workbench.distributed.train.expert_parallel import full_optim_state, local_optim_state
+
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {"model": model_sd, "optim": optim_sd}
+    state = {"model": model_sd, "optim": full_optim_state(optim_sd, ep, gather=False)}
     dcp.load(state, checkpoint_id=meta["path"])
+    state["optim"] = local_optim_state(state["optim"], ep)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])

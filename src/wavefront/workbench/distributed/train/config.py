@@ -70,6 +70,7 @@ class TrainConfig:
     plan_rank: int = 0
     ep: int = 1  # expert-parallel degree over the data-parallel ranks (MoE models; train/expert_parallel.py)
     fp8: str | None = None  # FP8 recipe of the wavefront variant (wavefront.patching.fp8.RECIPES); train/fp8.py
+    fp8_all_gather: bool = False  # FSDP2 all-gathers the FP8 layers' weights in FP8 (train/fp8.py)
     # Overlap (train/overlap.py): FSDP2 explicit prefetch depth and reshard_after_forward, async TP.
     fsdp_prefetch: int = 0
     reshard_after_forward: bool | int = True
@@ -209,6 +210,10 @@ class TrainConfig:
             bad(f"--inject-failure rank {self.inject_failure[0]} is outside the {world_size} launched ranks")
         if self.fp8 is not None:
             self._validate_fp8()
+        from wavefront.workbench.distributed.train.fp8 import all_gather_problem
+
+        if why := all_gather_problem(self, world_size, plan):
+            bad(why)
         self._validate_overlap(world_size, plan)
         from wavefront.patching.table import OPS
 
@@ -224,9 +229,6 @@ class TrainConfig:
         from wavefront.workbench.distributed.train import expert_parallel
         from wavefront.workbench.distributed.train.presets import build_config
 
-        if self.checkpoint_every or self.resume:
-            raise ConfigError("--ep: checkpointing expert-parallel runs is not supported yet; drop --checkpoint-every "
-                              "and --resume")
         if self.patch_options and not self.patch_options.get("moe"):
             raise ConfigError("--ep splits the experts of the wavefront MoE patch: keep moe in --patch-ops")
         expert_parallel.validate(self.ep, world_size, plan, self.variants, build_config(self.model))

@@ -74,12 +74,29 @@ def train_losses(model, batches, steps: int, lr: float) -> list[float]:
     losses = []
     for step in range(steps):
         ids = batches.micro_batch(step, 0, 1, 0, batches.global_batch)
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = _float64_loss(model, ids) if _is_float64(model) else model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.detach().to(torch.float64)))
     return losses
+
+
+def _is_float64(model) -> bool:
+    return next(model.parameters()).dtype == torch.float64
+
+
+def _float64_loss(model, ids: torch.Tensor) -> torch.Tensor:
+    """The causal-LM loss of a float64 model computed in float64. transformers' loss casts the logits to
+    float32 first (`logits.float()`), which would make a "float64" reference an fp32 one at the loss: the
+    same mean next-token cross-entropy as its `labels=` path, without that cast."""
+    out = model(input_ids=ids)
+    logits = out.logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+    aux = getattr(out, "aux_loss", None)  # MoE models add the router's load-balancing loss on the labels path
+    if aux is not None:
+        loss = loss + model.config.router_aux_loss_coef * aux
+    return loss
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -161,7 +178,10 @@ def loss_envelope(preset: str, *, steps: int, seq_len: int, global_batch: int, l
     base = build_model(preset, seed=seed, attn_implementation="sdpa")
     corpus = synthetic_corpus(base.config.vocab_size, max(1 << 16, 2 * seq_len * global_batch), seed=seed)
     batches = Batches(corpus, seq_len, global_batch)
-    loss_ref = train_losses(copy.deepcopy(base).to(torch.float64), batches, steps, lr)
+    ref = copy.deepcopy(base).to(torch.float64)
+    if hasattr(ref.config, "_experts_implementation"):  # MoE experts: torch._grouped_mm has no float64
+        ref.config._experts_implementation = "eager"
+    loss_ref = train_losses(ref, batches, steps, lr)
     runs = [copy.deepcopy(base) for _ in range(1 + n_perturbed)]
     for i, m in enumerate(runs[1:]):
         _nudge_one_ulp(m, seed + 1 + i)

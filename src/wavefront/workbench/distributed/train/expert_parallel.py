@@ -1,13 +1,19 @@
 """Expert parallelism in the training harness (``wavefront train --ep N``) and the MoE KPIs.
 
-EP runs over the data-parallel ranks: the ``ep`` ranks split every MoE layer's experts
-(``wavefront.parallel.expert_parallel``, rank r holds experts ``[r E/ep, (r+1) E/ep)``), while every rank
-still reads its own slice of the global batch. The expert parameters are kept out of the
-dense gradient reduction (DDP ignores them, FSDP2 gets them as ``ignored_params``). Their gradient on a rank
-already sums the tokens of its whole ep group; the library's default ``grad_scale = 1/ep`` turns that into
-the mean the averaged dense gradients use (each rank's loss is a mean over its tokens). For now ``ep``
-equals the data-parallel world size: ``ep`` smaller than it (groups of ``ep`` ranks, expert gradients then
-averaged over the ranks holding the same experts) is refused until it is tested.
+EP runs over the data-parallel ranks: consecutive groups of ``ep`` ranks (ranks ``[g ep, (g+1) ep)`` form ep
+group g) each split every MoE layer's experts (``wavefront.parallel.expert_parallel``, rank r of a group holds
+experts ``[r E/ep, (r+1) E/ep)``), while every rank still reads its own slice of the global batch. The expert
+parameters are kept out of the dense gradient reduction (DDP ignores them, FSDP2 gets them as
+``ignored_params``). Their gradient on a rank already sums the tokens of its whole ep group; the library's
+default ``grad_scale = 1/ep`` turns that into the mean the averaged dense gradients use (each rank's loss is a
+mean over its tokens). When ``ep`` is smaller than the data-parallel world, the ranks holding the same experts
+(the same position in every ep group: ``r, r + ep, ...``) average the expert gradients after the last
+micro-batch (:func:`reduce_grads`), so every parameter ends up averaged over all ranks.
+
+Every rank creates every group (``new_group`` is collective), and the expert parameters are kept in model
+order: a 4-rank ``--ep 2`` run once died in gloo ("Received data size doesn't match expected size") because
+the expert gradients were all-reduced in the iteration order of a Python set, which follows object ids and so
+differs between processes: one rank reduced a ``gate_up_proj`` gradient while its peer reduced a ``down_proj``.
 
 KPIs: tokens routed to each expert per step (summed over all ranks) give the load imbalance, max / mean over
 a layer's experts (1.0 = perfectly balanced), per layer and pooled over all layers. MFU of an MoE model
@@ -43,9 +49,6 @@ def validate(ep: int, world_size: int, plan: str, variants: tuple[str, ...], con
                           f"with several processes), not {plan}")
     if world_size % ep:
         raise ConfigError(f"--ep {ep} must divide the data-parallel world size {world_size}")
-    if ep != world_size:
-        raise ConfigError(f"--ep {ep} below the data-parallel world size {world_size} (experts replicated over "
-                          f"several ep groups) is not supported yet; use --ep {world_size}")
     shape = moe_shape(config)
     if shape is None:
         raise ConfigError(f"--ep needs a mixture-of-experts model (tiny-mixtral, tiny-qwen3-moe, ...), got "
@@ -60,19 +63,103 @@ def validate(ep: int, world_size: int, plan: str, variants: tuple[str, ...], con
 @dataclass
 class EpState:
     ep: int
-    params: set = field(default_factory=set)  # this rank's expert Parameters
+    group: object  # this rank's ep group
+    replicas: object | None  # the ranks holding the same experts (None when ep == world)
+    # this rank's expert Parameters in model order, the same on every rank: collectives over them must be issued
+    # in one order everywhere (a set iterates in id() order, which differs between processes)
+    params: list = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    # state-dict key of every expert weight (model order) -> its ExpertParallelExperts module
+    weights: dict = field(default_factory=dict)
+
+
+def _groups(ep: int, world: int, rank: int):
+    """Every rank creates every group (new_group is collective); returns this rank's two."""
+    mine = replicas = None
+    for start in range(0, world, ep):
+        g = dist.new_group(list(range(start, start + ep)))
+        if start <= rank < start + ep:
+            mine = g
+    if ep < world:
+        for offset in range(ep):
+            g = dist.new_group(list(range(offset, world, ep)))
+            if rank % ep == offset:
+                replicas = g
+    return mine, replicas
 
 
 def install(model: torch.nn.Module, ep: int) -> EpState:
-    """Split the experts of a patched MoE model over the data-parallel ranks (the default group), before
-    DDP / FSDP2 wrap it."""
+    """Split the experts of a patched MoE model over this rank's ep group, before DDP / FSDP2 wrap it."""
     from wavefront.parallel import expert_parallel, expert_parameters
 
-    paths = expert_parallel(model)
+    group, replicas = _groups(ep, dist.get_world_size(), dist.get_rank())
+    paths = expert_parallel(model, group)
     if not paths:
         raise RuntimeError("--ep: the model holds no wavefront MoE experts after patching")
-    return EpState(ep, expert_parameters(model), paths)
+    mine = {id(p) for p in expert_parameters(model)}
+    weights = {f"{path}.{name}": model.get_submodule(path) for path in paths for name in ("gate_up_proj", "down_proj")}
+    return EpState(ep, group, replicas, [p for p in model.parameters() if id(p) in mine], paths, weights)
+
+
+def reduce_grads(state: EpState | None) -> None:
+    """Average the expert gradients over the ranks that hold the same experts (after the last micro-batch): one
+    all-reduce of all of them, flattened in model order (the same on every rank of the group)."""
+    if state is None or state.replicas is None:
+        return
+    for p in state.params:  # every rank must send the same sizes, also one whose experts got no gradient
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in state.params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=state.replicas)
+    flat.div_(dist.get_world_size(state.replicas))
+    at = 0
+    for g in grads:
+        g.copy_(flat[at:at + g.numel()].view_as(g))
+        at += g.numel()
+
+
+def full_optim_state(optim_sd: dict, state: EpState | None, gather: bool = True) -> dict:
+    """Checkpointing: `optim_sd` (what ``get_state_dict`` returns) with the expert weights' optimizer states
+    (AdamW's exp_avg, exp_avg_sq) as full (E, ...) tensors, like the weights in the model state dict, so that
+    DCP stores one copy per key and a run resumes with any --ep. gather: all-gathered over the ep group (saving;
+    collective, the same order on every rank); else uninitialized (a buffer to load into). The optimizer's
+    own state is left alone (its per-parameter dicts are shared with `optim_sd`, so they are copied)."""
+    if state is None:
+        return optim_sd
+    out = {**optim_sd, "state": dict(optim_sd["state"])}
+    for key, module in state.weights.items():
+        if key not in out["state"]:
+            continue
+        entry = out["state"][key] = dict(out["state"][key])
+        for name in sorted(entry):
+            local = entry[name]
+            if not isinstance(local, torch.Tensor) or local.dim() != 3:
+                continue  # the step count (a scalar) is the same on every rank
+            if not gather:
+                entry[name] = local.new_empty((module.num_experts, *local.shape[1:]))
+                continue
+            parts = [torch.empty_like(local) for _ in range(module.ep_size)]
+            dist.all_gather(parts, local.contiguous(), group=module.group)
+            entry[name] = torch.cat(parts, 0)
+    return out
+
+
+def local_optim_state(optim_sd: dict, state: EpState | None) -> dict:
+    """Resuming: `optim_sd` with the full (E, ...) optimizer states of the expert weights cut to this rank's
+    slice (the inverse of :func:`full_optim_state`)."""
+    if state is None:
+        return optim_sd
+    out = {**optim_sd, "state": dict(optim_sd["state"])}
+    for key, module in state.weights.items():
+        if key not in out["state"]:
+            continue
+        lo, hi = module.local_range
+        entry = out["state"][key] = dict(out["state"][key])
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.dim() == 3 and value.shape[0] == module.num_experts:
+                entry[name] = value[lo:hi]
+    return out
 
 
 def ddp_ignore(model: torch.nn.Module, state: EpState) -> None:

@@ -20,6 +20,13 @@ MFU with FP8 layers has two honest denominators, both reported and labelled:
 F_fp8 per token = 6 x (weights of the swapped layers): 2 per weight forward, 4 backward (dx and dW), the
 convention of the model FLOPs (PaLM 6N). A peak measured on a CPU has no FP8 counterpart: ``mfu_fp8`` is
 None there unless ``--gpu`` names a device-table row (then both peaks are the row's).
+
+``--fp8-all-gather``: FSDP2 all-gathers the FP8 weights (``wavefront.parallel.fp8_fsdp``: each rank quantizes
+its shard, half the bytes of bf16), wrapped after the patch and the move to the device, before fully_shard.
+FSDP2 only: ``--parallel fsdp2`` or a mesh whose only sharding is dp_shard > 1 (no TP/PP/HSDP, whose
+parameters are DTensors over other mesh dimensions first); no EP; no checkpoints (the wrapped sharded weights
+are not a DCP-tested layout yet); ``--reshard-after-forward`` true or false (an int re-gathers on a smaller
+mesh, which torch's FSDP2 does not offer to all-gather extensions).
 """
 
 from __future__ import annotations
@@ -77,6 +84,44 @@ def needs_bf16_params(plan: str, dp: int) -> bool:
 
 def cast_params_bf16(model: nn.Module) -> None:
     model.to(torch.bfloat16)
+
+
+def all_gather_problem(cfg, world_size: int, plan: str) -> str | None:
+    """Why ``--fp8-all-gather`` cannot run with these options (a one-line error), or None."""
+    if not cfg.fp8_all_gather:
+        return None
+    from wavefront.parallel.fp8_fsdp import RECIPES as GATHERED
+
+    if cfg.fp8 is None:
+        return "--fp8-all-gather gathers the weights of the FP8 layers: pass --fp8 RECIPE too"
+    if cfg.fp8 not in GATHERED:
+        return f"--fp8-all-gather: recipe {cfg.fp8} has no FP8 all-gather (supported: {', '.join(GATHERED)})"
+    if plan == "mesh":
+        layout = cfg.layout().resolved(world_size)
+        if layout.tp > 1 or layout.pp > 1 or layout.dp_replicate > 1 or layout.dp_shard < 2:
+            return ("--fp8-all-gather needs FSDP2 sharding only (--dp-shard >= 2, or --parallel fsdp2), not "
+                    "TP, PP or HSDP replicas")
+    elif plan != "fsdp2":
+        return f"--fp8-all-gather is an FSDP2 option: use --parallel fsdp2 or --dp-shard N, not {plan}"
+    if cfg.ep > 1:
+        return "--fp8-all-gather with --ep is not supported"
+    if cfg.checkpoint_dir:
+        return "--fp8-all-gather: checkpoints of FP8-gathered weights are not supported yet; drop --checkpoint-dir"
+    if not isinstance(cfg.reshard_after_forward, bool):
+        return ("--fp8-all-gather: --reshard-after-forward must be true or false (FSDP2 has no all-gather extension "
+                "for a smaller re-gather mesh)")
+    return None
+
+
+def enable_all_gather(model: nn.Module, shard_degree: int) -> list[str]:
+    """Wrap the model's Float8Linear weights for the FP8 all-gather; the run's notes on what was wrapped."""
+    from wavefront.parallel.fp8_fsdp import enable_fp8_all_gather
+
+    report = enable_fp8_all_gather(model, shard_degree, marked_only=False)
+    lines = [f"fp8 all-gather: {len(report.wrapped)} weights gathered in FP8 over {shard_degree} FSDP2 ranks (half "
+             f"the bytes of bf16, plus the scales)"]
+    lines += [f"fp8 all-gather: {name} gathered in bf16: {why}" for name, why in report.skipped.items()]
+    return lines
 
 
 def notes(fp8: Fp8Flops, model_flops: float, cast: bool) -> list[str]:

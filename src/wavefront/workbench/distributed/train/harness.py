@@ -215,7 +215,7 @@ def _wrap(model, env: _Env, cfg: TrainConfig, ep: train_ep.EpState | None = None
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if env.bf16 else \
             MixedPrecisionPolicy()
         layers = _decoder_layers(model)
-        ignored = {"ignored_params": ep.params} if ep is not None else {}
+        ignored = {"ignored_params": set(ep.params)} if ep is not None else {}
         for layer in layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp, **train_overlap.fsdp_kwargs(cfg.reshard_after_forward),
                         **ignored)
@@ -280,6 +280,10 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     model_flops, hw_flops = train_recompute.flops_per_token(
         model.config, cfg.seq_len, train_ep.active_matmul_params(model, matmul_params(model)), cfg.recompute_policy)
     model.to(env.device).train()
+    if fp8 is not None and cfg.fp8_all_gather:  # before fully_shard, after the move (train/fp8.py)
+        from wavefront.workbench.distributed.train.fp8 import enable_all_gather
+
+        result.notes += enable_all_gather(model, env.world if env.plan == "fsdp2" else env.layout.dp_shard)
     ep = train_ep.install(model, cfg.ep) if cfg.ep > 1 else None
     moe_counts: list[dict] = []
     inner = model
@@ -321,7 +325,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 if meta.get(key) != getattr(cfg, key):
                     raise TrainFailure(f"--resume: the checkpoint was written with {key}={meta.get(key)!r}, this "
                                        f"run has {getattr(cfg, key)!r}", EXIT_CONFIG)
-            train_checkpoint.load(meta, model, opt)
+            train_checkpoint.load(meta, model, opt, ep)
             start_step = meta["step"] + 1
             result.resumed_from_step = meta["step"]
             result.history_losses = list(meta.get("losses", []))
@@ -383,6 +387,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 finish_backward(par, env.mesh, env.layout)
             if env.cp > 1:
                 context_parallel.reduce_grads(model, env.cp_group)
+            train_ep.reduce_grads(ep)
             counts = train_ep.step_counts(inner, env.device) if pipe is None else {}
             # the loss is the mean over data-parallel slices: pipeline ranks without the last stage hold none, the
             # cp ranks of a slice hold parts that add up to it (each counted 1/cp)
@@ -425,7 +430,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 train_checkpoint.save(_ckpt_dir(cfg, variant), step, model, opt, {
                     "losses": result.history_losses + [r.loss for r in records], "global_batch": cfg.global_batch,
                     "seq_len": cfg.seq_len, "model": cfg.model, "world_size": env.world, "parallel": env.plan,
-                    "variant": variant})
+                    "variant": variant}, ep)
             if status[2] > 0 and not last:
                 saved = "checkpoint saved; rerun with --resume" if cfg.checkpoint_every else "no --checkpoint-dir"
                 raise TrainFailure(f"interrupted (SIGTERM) after step {step}; {saved}", EXIT_INTERRUPTED)

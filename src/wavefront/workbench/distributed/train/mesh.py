@@ -136,8 +136,9 @@ def _check_model(lay: Layout, c, seq_len: int) -> None:
     if lay.n_stages > c.num_hidden_layers:
         raise ConfigError(f"--pp {lay.pp} x --vpp {lay.vpp} = {lay.n_stages} stages, but the model has only "
                           f"{c.num_hidden_layers} layers")
-    if (lay.tp > 1 or lay.pp > 1) and getattr(c, "tie_word_embeddings", False):
-        raise ConfigError("--tp/--pp: the model ties its embedding and LM head weights; untied models only for now")
+    if lay.pp > 1 and getattr(c, "tie_word_embeddings", False):  # (tp shards the tied table once: tensor_parallel.py)
+        raise ConfigError("--pp: the model ties its embedding and LM head weights (first and last stage); untied "
+                          "models only for now")
 
 
 def _check_batch(lay: Layout, global_batch: int, micro_batch: int) -> None:

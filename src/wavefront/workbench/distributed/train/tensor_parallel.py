@@ -11,9 +11,18 @@ Llama plan), with ``S`` the sequence and ``T`` the tensor-parallel degree:
   column-wise with local outputs, so RoPE, attention (H/T query heads over KV/T KV heads: GQA keeps its
   group size) and SwiGLU run on plain local tensors; ``o_proj``/``down_proj`` are row-wise with the output
   reduce-scattered back onto the sequence;
-- the final norm's output is all-gathered and the LM head is replicated: every tensor-parallel rank
-  computes the same full loss (the vocabulary-parallel loss is the next step), so the head's gradient is
-  the same on every rank and needs no reduction.
+- ``lm_head``: vocabulary-parallel (Megatron's parallel output layer): its weight is sharded by vocabulary
+  rows (a DTensor ``Shard(0)``, V/T rows per rank) and the loss is computed from this rank's rows only, with
+  Megatron's cross-entropy statistics (local max and sum of exponentials, all-reduced): no rank ever holds the
+  whole [tokens x V] logits. Patched, :class:`~wavefront.patching.loss.FusedLossHead` runs
+  ``vocab_parallel_linear_cross_entropy`` on the local weight shard (chunked: not even the shard's logits
+  exist whole); unpatched, the Linear is ``ColwiseParallel`` with local [tokens x V/T] logits and
+  ``vocab_parallel_cross_entropy`` (patching/loss.py ``vocab_parallel_head``). The final norm's output is
+  all-gathered over the sequence first (every rank scores every token against its classes, as Megatron's
+  output layer and torchtitan's ``loss_parallel`` do); the loss all-reduces the hidden states' gradient (each
+  rank's part covers its classes) and each rank keeps its sequence slice of it. A tied head
+  (``tie_word_embeddings``) shares the embedding's table, already sharded by the same vocabulary rows.
+  Pipeline stages (pipeline.py) keep a replicated head: their loss function receives whole logits.
 
 The norm weights stay plain tensors, the same on every tensor-parallel rank (same seed); each rank's
 gradient covers only its tokens (sequence-parallel norms) or its heads (Qwen3's q/k norms), so
@@ -73,6 +82,8 @@ def _style(kind: str):
         return RowwiseParallel(output_layouts=Shard(1), use_local_output=False)
     if kind == "embed":
         return RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False)
+    if kind == "head":
+        return ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1), use_local_output=False)
     raise ValueError(kind)
 
 
@@ -104,9 +115,17 @@ def apply(model: nn.Module, tp_mesh) -> list[str]:
     for prefix in layers:
         plan.update(layer_plan(prefix))
     base = _base_prefix(model)
-    if base is not None and hasattr(model.get_submodule(base.rstrip(".")) if base else model, "embed_tokens"):
-        plan[f"{base}embed_tokens"] = _style("embed")
+    embed = f"{base}embed_tokens" if base is not None and _has(model, f"{base}embed_tokens") else None
+    if embed is not None:
+        plan[embed] = _style("embed")
+    head = _vocab_head(model)
+    tied = head is not None and embed is not None and \
+        model.get_submodule(head).weight is model.get_submodule(embed).weight
+    if head is not None and type(model.get_submodule(head)) is nn.Linear:
+        plan[head] = _style("head")
     parallelize_module(model, tp_mesh, plan)
+    if head is not None:
+        _shard_head(model, head, embed if tied else None, tp_mesh)
     for path in _norm_paths(model):
         SequenceParallelNorm()._apply(model.get_submodule(path), tp_mesh)
     if base is not None and _has(model, f"{base}norm"):
@@ -116,6 +135,34 @@ def apply(model: nn.Module, tp_mesh) -> list[str]:
             _localize_heads(m, tp_mesh.size())
     return [name for name, p in model.named_parameters() if "norm" in name.rsplit(".", 2)[-2]
             and not _is_dtensor(p)]
+
+
+def _vocab_head(model: nn.Module) -> str | None:
+    """The LM head to shard by vocabulary: ``lm_head`` of a Hugging Face ``*ForCausalLM`` (whose forward takes
+    the labels); None for anything else (a pipeline stage keeps its head replicated)."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel) or not _has(model, "lm_head"):
+        return None
+    return "lm_head"
+
+
+def _shard_head(model: nn.Module, head: str, tied_to: str | None, tp_mesh) -> None:
+    """Shard the LM head's rows over `tp_mesh` (Shard(0), as ColwiseParallel does for a Linear) and route the
+    training loss through the vocabulary-parallel one. A tied head takes the embedding's sharded table."""
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    from wavefront.patching.loss import vocab_parallel_head
+
+    module = model.get_submodule(head)
+    if tied_to is not None:  # the same [V, H] table: re-tie after parallelize_module gave each its own copy
+        module.weight = model.get_submodule(tied_to).weight
+    for name in ("weight", "bias"):  # a FusedLossHead's (a Linear's are DTensors already: ColwiseParallel)
+        p = getattr(module, name, None)
+        if p is not None and not isinstance(p, DTensor):
+            setattr(module, name, nn.Parameter(distribute_tensor(p.data, tp_mesh, [Shard(0)]),
+                                               requires_grad=p.requires_grad))
+    vocab_parallel_head(model, head)
 
 
 def _base_prefix(model: nn.Module) -> str | None:
