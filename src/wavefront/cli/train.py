@@ -19,7 +19,7 @@ Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in val
     "mxfp8")), ("PPSchedule", ("1f1b", "gpipe", "interleaved-1f1b", "interleaved-zb", "zbv"))))
 
 
-def _deg(text: str, low: int = 1, typ: type = int, panel: str = "Device mesh"):
+def _deg(text: str, low: int = 1, typ: type = int, panel: str | None = "Device mesh"):
     return Annotated[typ, typer.Option(min=low if typ is int else None, help=text, rich_help_panel=panel)]
 
 #: (label, Summary field, format, comparison key) per table row; peak memory is shown in MB.
@@ -77,8 +77,7 @@ def _notes(result) -> list[str]:
 def train(
     variants: Annotated[str | None, typer.Argument(help="With --compare: comma-separated variants among "
                                                         "baseline|eager, compile, liger, wavefront.")] = None,
-    model: Annotated[str, typer.Option(help="Preset (tiny-llama, llama3.2-1b, ...) or a local directory with "
-                                            "config.json.")] = "tiny-llama",
+    model: _deg("Preset (tiny-llama, ...) or a directory with config.json.", typ=str, panel=None) = "tiny-llama",
     data: Annotated[str, typer.Option(help="'synthetic', or a local .txt / .npy / .bin token file.")] = "synthetic",
     token_dtype: Annotated[TokenDType, typer.Option(help="Token width of a .bin file.")] = TokenDType.uint16,
     global_batch: Annotated[int, typer.Option(min=1, help="Sequences per optimizer step over all ranks.")] = 8,
@@ -96,7 +95,8 @@ def train(
     plan_rank: _deg("Which plan of --plan (0: the best).", 0) = 0, fsdp_prefetch: _deg(HELP["fsdp_prefetch"], 0) = 0,
     reshard_after_forward: _deg(HELP["reshard_after_forward"], typ=str) = "true",
     async_tp: _deg(HELP["async_tp"], typ=bool) = False, ep: _deg("Expert-parallel degree (MoE models).") = 1,
-    activation_checkpointing: Annotated[bool, typer.Option(help="Recompute each layer in backward.")] = False,
+    recompute: _deg("Recompute: none, full, op (save matmul outputs), every-other.", typ=str, panel=None) = "none",
+    activation_checkpointing: _deg("The same as --recompute full.", typ=bool, panel=None) = False,
     dtype: Annotated[DType, typer.Option(help="auto: bf16 autocast on GPU, fp32 on CPU.")] = DType.auto,
     attn_implementation: Annotated[Attn, typer.Option(help="Hugging Face attention implementation.")] = Attn.sdpa,
     fp8: Annotated[Fp8 | None, typer.Option(help="FP8 recipe of the wavefront variant (needs bf16).")] = None,
@@ -171,14 +171,13 @@ def _run(cfg, json_out: str | None) -> None:
 
     rank = int(os.environ.get("RANK", "0"))
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err_console,
-                        disable=rank != 0, transient=False)
+                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err_console, disable=rank != 0)
     tasks: dict[str, int] = {}
 
-    def on_step(variant, rec, total) -> None:
-        task = tasks.setdefault(variant, progress.add_task(variant, total=total, info="")) if variant not in tasks \
-            else tasks[variant]
-        progress.update(task, completed=rec.step + 1, info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
+    def on_step(name, rec, total) -> None:
+        if name not in tasks:
+            tasks[name] = progress.add_task(name, total=total, info="")
+        progress.update(tasks[name], completed=rec.step + 1, info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
 
     try:
         with progress:

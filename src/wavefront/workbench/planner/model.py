@@ -134,7 +134,7 @@ class ModelSpec:
     @cached_property
     def expert_params(self) -> int:
         """Weights of one routed expert (a gated MLP of width expert_ffn)."""
-        return 0 if self.moe is None else 3 * self.dims.hidden * self.moe.expert_ffn
+        return 0 if self.moe is None else self.moe.experts_params(self.dims.hidden, 1)
 
     @cached_property
     def moe_layer_dense_params(self) -> int:
@@ -142,7 +142,7 @@ class ModelSpec:
         if self.moe is None:
             return 0
         h = self.dims.hidden
-        return self.attn_params + h * self.moe.n_experts + self.moe.n_shared * self.expert_params + 2 * h
+        return self.attn_params + h * self.moe.n_experts + self.moe.experts_params(h, self.moe.n_shared) + 2 * h
 
     @property
     def embedding_params(self) -> int:
@@ -167,7 +167,7 @@ class ModelSpec:
         n_dense = dims.n_layers - self.n_moe_layers
         routed = 0
         if self.moe is not None:
-            routed = (self.moe.top_k if active else self.moe.n_experts) * self.expert_params
+            routed = self.moe.experts_params(h, self.moe.top_k if active else self.moe.n_experts)
         return (n_dense * self.layer_params + self.n_moe_layers * (self.moe_layer_dense_params + routed)
                 + self.embedding_params + head + h)
 
@@ -251,7 +251,7 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
     a = float(model.dims.n_heads)
     moe_rows = 0.0
     if routed_rows > 0 and model.moe is not None:
-        f = float(model.moe.n_shared * model.moe.expert_ffn)
+        f = float(model.moe.shared_ffn)
         fe, h = float(model.moe.expert_ffn), float(model.dims.hidden)
         router = 4.0 * s * b / sp_div * model.moe.n_experts
         per_row = (2.0 * h + 4.0 * fe + 2.0 * h) if recompute == "op" else (

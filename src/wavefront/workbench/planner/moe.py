@@ -48,6 +48,16 @@ class MoE:
         if self.expert_ffn < 1 or self.n_shared < 0 or self.first_dense < 0:
             raise ValueError("MoE expert_ffn must be >= 1, n_shared and first_dense >= 0")
 
+    def experts_params(self, hidden: int, n: int) -> int:
+        """Weights of `n` experts, routed or shared alike: each a gated MLP of width expert_ffn (gate and up
+        h -> f_e, down f_e -> h: 3 h f_e)."""
+        return n * 3 * hidden * self.expert_ffn
+
+    @property
+    def shared_ffn(self) -> int:
+        """Width of the shared experts taken together, one dense gated MLP (0 without them)."""
+        return self.n_shared * self.expert_ffn
+
     def as_dict(self) -> dict:
         return asdict(self)
 

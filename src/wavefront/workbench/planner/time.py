@@ -206,7 +206,7 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     ffn = None
     if moe_layer:
         assert model.moe is not None
-        ffn = model.moe.n_shared * model.moe.expert_ffn
+        ffn = model.moe.shared_ffn
     tokens = int(cfg.micro_batch * training.seq_len // cfg.cp)
     fp8 = training.precision == "fp8"
     stack = eff.stack_factor(training.stack)

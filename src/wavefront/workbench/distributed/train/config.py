@@ -39,7 +39,8 @@ class TrainConfig:
     lr: float = 1e-3
     seed: int = 0
     parallel: str = "auto"
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = False  # the old flag: the same as recompute "full"
+    recompute: str = "none"  # activation recompute policy (train/recompute.py POLICIES)
     dtype: str = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
     attn_implementation: str = "sdpa"
     variants: tuple[str, ...] = ("wavefront",)  # ("baseline", "wavefront") with --compare; see VARIANTS
@@ -87,6 +88,11 @@ class TrainConfig:
     def uses_mesh_options(self) -> bool:
         return self.plan is not None or self.dp_shard > 0 or any(
             getattr(self, n) != 1 for n in ("tp", "pp", "cp", "dp_replicate", "vpp"))
+
+    @property
+    def recompute_policy(self) -> str:
+        """The recompute policy this run applies (--activation-checkpointing is --recompute full)."""
+        return "full" if self.activation_checkpointing else self.recompute
 
     def resolve_parallel(self, world_size: int) -> str:
         if self.parallel == "auto":
@@ -152,6 +158,12 @@ class TrainConfig:
                 f"{world_size} x {self.micro_batch} = {world_size * self.micro_batch}")
         if self.dtype not in DTYPES:
             bad(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        from wavefront.workbench.distributed.train.recompute import POLICIES
+
+        if self.recompute not in POLICIES:
+            bad(f"--recompute must be one of {', '.join(POLICIES)}, got {self.recompute!r}")
+        if self.activation_checkpointing and self.recompute not in ("none", "full"):
+            bad(f"--activation-checkpointing is --recompute full; it contradicts --recompute {self.recompute}")
         if self.attn_implementation not in ("sdpa", "eager"):
             bad(f"--attn-implementation must be sdpa or eager, got {self.attn_implementation!r}")
         if not self.variants or any(v not in VARIANTS for v in self.variants):
@@ -275,12 +287,13 @@ def apply_plan(cfg: TrainConfig) -> TrainConfig:
     if cfg.plan_rank < 0:
         raise ConfigError(f"--plan-rank must be >= 0, got {cfg.plan_rank}")
     lay, micro, doc = read_plan(cfg.plan, cfg.plan_rank)
-    recompute = doc["plans"][cfg.plan_rank]["config"].get("recompute", "none")
-    # The harness recomputes whole layers or nothing: "full" maps onto activation checkpointing; the planner's
-    # finer policies (selective, op, every-other) run without recompute, which only costs memory.
+    from wavefront.workbench.distributed.train.recompute import from_plan
+
+    planned = from_plan(doc["plans"][cfg.plan_rank]["config"].get("recompute", "none"))
+    # the plan's policy unless the command line asked for one (selective runs as none: recompute.from_plan)
+    chosen = cfg.recompute if cfg.recompute != "none" or cfg.activation_checkpointing else planned
     return replace(cfg, tp=lay.tp, pp=lay.pp, cp=lay.cp, dp_shard=lay.dp_shard, dp_replicate=lay.dp_replicate,
-                   vpp=lay.vpp, pp_schedule=lay.pp_schedule, micro_batch=micro,
-                   activation_checkpointing=cfg.activation_checkpointing or recompute == "full")
+                   vpp=lay.vpp, pp_schedule=lay.pp_schedule, micro_batch=micro, recompute=chosen)
 
 
 def json_dest_problem(dest: str | None) -> str | None:

@@ -43,6 +43,7 @@ from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
 from wavefront.workbench.distributed.train import context_parallel
 from wavefront.workbench.distributed.train import expert_parallel as train_ep
 from wavefront.workbench.distributed.train import overlap as train_overlap
+from wavefront.workbench.distributed.train import recompute as train_recompute
 from wavefront.workbench.distributed.train import store as train_store
 from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
 from wavefront.workbench.distributed.train.kpi import (
@@ -53,7 +54,6 @@ from wavefront.workbench.distributed.train.kpi import (
     Summary,
     compare,
     device_peak,
-    flops_per_token,
     matmul_params,
     summarize,
 )
@@ -273,14 +273,12 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
         _apply_liger_kernel_to_instance(model=model)
-    if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    train_recompute.apply(model, cfg.recompute_policy)
     model.config.use_cache = False
     batches = _batches(cfg, model.config.vocab_size)
     n_params = sum(p.numel() for p in model.parameters())
-    model_flops, hw_flops = flops_per_token(model.config, cfg.seq_len,
-                                            train_ep.active_matmul_params(model, matmul_params(model)),
-                                            "full" if cfg.activation_checkpointing else "none")
+    model_flops, hw_flops = train_recompute.flops_per_token(
+        model.config, cfg.seq_len, train_ep.active_matmul_params(model, matmul_params(model)), cfg.recompute_policy)
     model.to(env.device).train()
     if fp8 is not None and cfg.fp8_all_gather:  # before fully_shard, after the move (train/fp8.py)
         from wavefront.workbench.distributed.train.fp8 import enable_all_gather
@@ -618,7 +616,7 @@ def _prediction(cfg: TrainConfig, env: _Env, device, summary: Summary) -> dict:
     try:
         pred = predict.predict(device, build_config(cfg.model), env.layout, world=env.world, seq_len=cfg.seq_len,
                                global_batch=cfg.global_batch, micro_batch=cfg.micro_batch,
-                               recompute="full" if cfg.activation_checkpointing else "none")
+                               recompute=cfg.recompute_policy)
     except ValueError as e:  # a plan the planner's model refuses: the run's own KPIs stand
         return {"ok": False, "reasons": [str(e)]}
     return {**pred, "vs_measured": predict.compare(pred, summary)}
