@@ -192,3 +192,18 @@ def test_inference_mode_skips_the_hand_off():
     with torch.inference_mode():
         assert torch.equal(block(x), expected)
     assert block.handoff._copy is None
+
+
+@pytest.mark.slow
+def test_activation_checkpointing_recomputes_with_the_hand_off(tiny):
+    base = tiny("llama", num_hidden_layers=1).to(torch.bfloat16)
+    ids = torch.randint(0, base.config.vocab_size, (1, 4), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for fused in (True, False):
+        model = copy.deepcopy(base)
+        model.gradient_checkpointing_enable()
+        model.train()
+        wavefront.patch(model, fp8=Fp8Config("rowwise", fused_producers=fused))
+        runs.append(_run(model, ids)[:2])
+    (loss1, grads1), (loss0, grads0) = runs
+    assert torch.equal(loss1, loss0) and all(torch.equal(grads1[k], grads0[k]) for k in grads0)

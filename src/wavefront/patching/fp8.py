@@ -148,6 +148,10 @@ def link_producers(p: Patcher, cfg: Fp8Config) -> None:
         p.absent("fp8", "fused producers: none under tensorwise (its one scale needs the whole tensor's amax "
                         "before any element is quantized: a second pass over the output)")
         return
+    if not p.family.fp8_producers:
+        p.absent("fp8", f"fused producers: the {p.family.name} rules name none (Family.fp8_producers); each FP8 "
+                        f"linear quantizes its own input")
+        return
     scaling = Fp8HandOff(cfg.recipe, cfg.fnuz, ()).scaling
     not_fused: dict[str, list[str]] = {}
     modules = dict(p.modules())
