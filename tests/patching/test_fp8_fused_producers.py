@@ -143,6 +143,16 @@ def test_the_copy_goes_to_its_consumers_once_then_is_dropped():
     assert torch.equal(block(x), _plain(block.a, y) + _plain(block.b, y))
 
 
+def test_float8linear_takes_an_explicit_copy_bit_identically():
+    block = _Block("mxfp8")
+    y = torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(7))
+    q, s = wavefront.ops.quantize(y, dtype="e4m3", scaling="block1x32", pow2_scale=True)
+    given = wavefront.ops.Quantized(q, s, "block1x32")
+    assert torch.equal(block.a(y, x_fp8=given), _plain(block.a, y))
+    with pytest.raises(ValueError, match="x_fp8"):
+        block.a(y, x_fp8=wavefront.ops.Quantized(q, s, "rowwise"))
+
+
 def test_a_stale_copy_is_never_used():
     block = _Block()
     y = block.norm(_x())
