@@ -46,8 +46,8 @@ class Fp8HandOff:
     """A producer's FP8 copy of its latest output, for the Float8Linear layers that read that output.
 
     The producer asks :meth:`options` for the ``quantize=`` keywords of its op (the recipe's activation
-    layout: ``reference.fp8_recipe_operand(recipe, "act")``), runs the op once, and :meth:`put` s the output
-    with its ``(q, scale)``. A consumer's :meth:`take` returns the copy only when
+    layout: ``reference.fp8_recipe_operand(recipe, "act")``), runs the op once, and hands the output with its
+    ``(q, scale)`` to :meth:`put`. A consumer's :meth:`take` returns the copy only when
 
     - the consumer runs the hand-off's recipe and format (another recipe sees nothing);
     - its input is the output itself or a contiguous view of it with the copy's shape (same storage, same
