@@ -13,6 +13,10 @@ error instead of silently computing something else: no explicit attention mask (
 attention only; packed sequences through ``cu_seq_lens_q``/``max_length_q``, the keywords transformers
 passes to its flash-attention path), no dropout, no soft-capping, no sliding window, and query and key of
 the same length (training and prefill; decoding with a KV cache is left to the model's own attention).
+
+In an FP8 model (``patch(fp8=..., attention=True)``) the attention module may carry an ``fp8_handoff``
+(wavefront.nn.fp8.Fp8HandOff): the forward's epilogue then also writes the output in FP8 (1x128 or 1x32
+groups, which stay inside a head) for the FP8 o_proj.
 """
 
 from __future__ import annotations
@@ -57,6 +61,17 @@ def hf_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tens
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal) and query.shape[2] > 1
     cu_seqlens = kwargs.get("cu_seq_lens_q")
     max_len = kwargs.get("max_length_q")
-    out = ops.attention(query, key, value, causal=causal, scale=scaling, cu_seqlens=cu_seqlens,
-                        max_seqlen=int(max_len) if max_len is not None and cu_seqlens is not None else None)
-    return out.transpose(1, 2).contiguous(), None
+    kw = {"causal": causal, "scale": scaling, "cu_seqlens": cu_seqlens,
+          "max_seqlen": int(max_len) if max_len is not None and cu_seqlens is not None else None}
+    handoff = getattr(module, "fp8_handoff", None)
+    group = _GROUP.get(handoff.scaling) if handoff is not None else None
+    if group and query.shape[-1] % group == 0 and handoff.active(query):
+        out, q8, scale = ops.attention(query, key, value, **kw, **handoff.options(query.device))
+        out = out.transpose(1, 2).contiguous()  # o_proj reads it as [batch, seq, heads * head_dim]: q8's shape
+        handoff.put(out, q8, scale)
+        return out, None
+    return ops.attention(query, key, value, **kw).transpose(1, 2).contiguous(), None
+
+
+#: The output's FP8 scale group per scaling: one program holds one head, so a group must stay inside it.
+_GROUP = {"block1x128": 128, "block1x32": 32}

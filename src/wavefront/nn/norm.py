@@ -2,6 +2,10 @@
 
 State dict keys match torch.nn.RMSNorm / Hugging Face ``LlamaRMSNorm`` (``weight``) and torch.nn.LayerNorm
 (``weight``, ``bias``), so checkpoints load either way.
+
+A norm patched into an FP8 model may carry an :class:`~wavefront.nn.fp8.Fp8HandOff` (``fp8_handoff``): its
+forward then also returns nothing more, but emits the FP8 copy of its output for the Float8Linear layers it
+feeds from the same kernel pass (the op's ``quantize=`` option), so they skip quantizing it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ class RMSNorm(nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        handoff = getattr(self, "fp8_handoff", None)
+        if handoff is not None and handoff.active(x):
+            y, q, scale = ops.rms_norm(x, self.weight, self.eps, self.offset, cast=self.cast,
+                                       **handoff.options(x.device))
+            handoff.put(y, q, scale)
+            return y
         return ops.rms_norm(x, self.weight, self.eps, self.offset, cast=self.cast)
 
     def extra_repr(self) -> str:
@@ -60,6 +70,11 @@ class LayerNorm(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        handoff = getattr(self, "fp8_handoff", None)
+        if handoff is not None and handoff.active(x):
+            y, q, scale = ops.layer_norm(x, self.weight, self.bias, self.eps, **handoff.options(x.device))
+            handoff.put(y, q, scale)
+            return y
         return ops.layer_norm(x, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:

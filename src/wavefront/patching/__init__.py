@@ -19,7 +19,7 @@ from torch import nn
 from wavefront.patching.apply import apply as _apply
 from wavefront.patching.apply import is_patched, patch_report, patched, revert
 from wavefront.patching.fp8 import Fp8Config
-from wavefront.patching.report import Absent, PatchError, PatchReport, Replacement, Unmatched
+from wavefront.patching.report import Absent, HandOff, PatchError, PatchReport, Replacement, Unmatched
 from wavefront.patching.table import OPS, PATCHABLE
 
 
@@ -49,5 +49,5 @@ def unpatch(model: nn.Module) -> PatchReport:
     return revert(model)
 
 
-__all__ = ["OPS", "PATCHABLE", "Absent", "Fp8Config", "PatchError", "PatchReport", "Replacement", "Unmatched",
-           "is_patched", "patch", "patch_report", "patched", "unpatch"]
+__all__ = ["OPS", "PATCHABLE", "Absent", "Fp8Config", "HandOff", "PatchError", "PatchReport", "Replacement",
+           "Unmatched", "is_patched", "patch", "patch_report", "patched", "unpatch"]

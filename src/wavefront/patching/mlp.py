@@ -3,6 +3,8 @@ GeGLU), one fused pass instead of three elementwise kernels and two stored inter
 
 The replacement modules hold the original Linear children under their original names, so state_dict
 keys (``gate_proj``/``up_proj``/``down_proj``, or Phi-3's ``gate_up_proj``/``down_proj``) do not change.
+In an FP8 model (``patch(fp8=...)``) the MLP may carry an ``fp8_handoff`` (wavefront.nn.fp8.Fp8HandOff):
+the activation then also emits the down projection's FP8 input from its own kernel pass.
 """
 
 from __future__ import annotations
@@ -23,10 +25,16 @@ ACTIVATIONS: dict[str, tuple[str, dict]] = {
 }
 
 
-def _gated(kernel: str, options: dict, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+def _gated(module: nn.Module, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     from wavefront import ops
 
-    return getattr(ops, kernel)(gate, up, **options)
+    fn = getattr(ops, module.kernel)
+    handoff = getattr(module, "fp8_handoff", None)
+    if handoff is not None and handoff.active(gate):
+        h, q, scale = fn(gate, up, **module.options, **handoff.options(gate.device))
+        handoff.put(h, q, scale)
+        return h
+    return fn(gate, up, **module.options)
 
 
 class GatedMLP(nn.Module):
@@ -38,7 +46,7 @@ class GatedMLP(nn.Module):
         self.kernel, self.options = kernel, dict(options)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(_gated(self.kernel, self.options, self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(_gated(self, self.gate_proj(x), self.up_proj(x)))
 
     def extra_repr(self) -> str:
         return f"kernel={self.kernel}, options={self.options}"
@@ -54,7 +62,7 @@ class FusedGateUpMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(_gated(self.kernel, self.options, gate, up))
+        return self.down_proj(_gated(self, gate, up))
 
     def extra_repr(self) -> str:
         return f"kernel={self.kernel}, options={self.options}"

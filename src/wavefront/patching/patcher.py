@@ -72,6 +72,19 @@ class Hooks:
 
 
 @dataclass
+class SetAttr:
+    """The module at `path` was given the attribute `name` (an FP8 hand-off link); undo deletes it."""
+
+    path: str
+    name: str
+
+    def undo(self, model: nn.Module) -> None:
+        module = model.get_submodule(self.path)
+        if self.name in module.__dict__:
+            delattr(module, self.name)
+
+
+@dataclass
 class State:
     """The patch of one model instance: its report and the changes to undo, in order."""
 
@@ -122,6 +135,11 @@ class Patcher:
         self.replaced.add(id(obj))
         self.changes.append(ClassSwap(path, old_cls))
         self.report.replacements.append(Replacement(op, path, qualname(old_cls), qualname(new_cls), "class swap"))
+
+    def set_attr(self, path: str, name: str, value) -> None:
+        """Give the module at `path` a plain attribute, recorded (undo deletes it)."""
+        object.__setattr__(self.model.get_submodule(path), name, value)
+        self.changes.append(SetAttr(path, name))
 
     def record(self, change) -> None:
         """Record a change made by the applier itself (an object with ``undo(model)``)."""

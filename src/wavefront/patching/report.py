@@ -40,6 +40,15 @@ class Absent:
     reason: str
 
 
+@dataclass(frozen=True)
+class HandOff:
+    """An FP8 patch's fused producer: `producer` quantizes its output for `consumers` in its own kernel pass."""
+
+    producer: str  # module path
+    consumers: tuple[str, ...]  # Float8Linear paths
+    scaling: str  # the activation scaling the copy carries
+
+
 @dataclass
 class PatchReport:
     model_type: str
@@ -50,6 +59,7 @@ class PatchReport:
     unmatched: list[Unmatched] = field(default_factory=list)
     absent: list[Absent] = field(default_factory=list)
     fp8: str | None = None  # the FP8 recipe of patch(fp8=...), None without FP8
+    handoffs: list[HandOff] = field(default_factory=list)  # fused FP8 producers (Fp8Config.fused_producers)
 
     @property
     def ok(self) -> bool:
@@ -72,6 +82,7 @@ class PatchReport:
             "unmatched": [asdict(u) for u in self.unmatched],
             "absent": [asdict(a) for a in self.absent],
             "fp8": self.fp8,
+            "fp8_handoffs": [asdict(h) for h in self.handoffs],
         }
 
     def __str__(self) -> str:
@@ -80,6 +91,8 @@ class PatchReport:
                  + (f", FP8 recipe {self.fp8!r}" if self.fp8 else "")]
         for r in self.replacements:
             lines.append(f"  {r.op:<10} {r.path or '<model>'}: {r.old_type} -> {r.new_type} ({r.how})")
+        for h in self.handoffs:
+            lines.append(f"  fp8 fused  {h.producer} -> {', '.join(h.consumers)} ({h.scaling})")
         for u in self.unmatched:
             where = f" at {u.path}" if u.path else ""
             lines.append(f"  UNMATCHED {u.op}{where}: {u.reason}")

@@ -93,6 +93,27 @@ class MoERule:
 
 
 @dataclass(frozen=True)
+class Fp8ProducerRule:
+    """In an FP8 patch, the module at ``producer`` (relative to a decoder layer ``...layers.N``) emits the FP8
+    copy of its output for the Float8Linear layers at ``consumers`` (same base). kind: "norm" (a wavefront
+    RMSNorm/LayerNorm: every scaling of the recipes), "gated" (the patched gated MLP: 1x128 and 1x32 only)
+    or "attention" (the wavefront attention function, attention=True: 1x128 and 1x32 only)."""
+
+    producer: str
+    consumers: tuple[str, ...]
+    kind: str
+
+
+#: Llama's decoder layer: each linear input is the output of a norm, the gated activation or attention.
+LLAMA_FP8_PRODUCERS = (
+    Fp8ProducerRule("input_layernorm", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "norm"),
+    Fp8ProducerRule("self_attn", ("self_attn.o_proj",), "attention"),
+    Fp8ProducerRule("post_attention_layernorm", ("mlp.gate_proj", "mlp.up_proj"), "norm"),
+    Fp8ProducerRule("mlp", ("mlp.down_proj",), "gated"),
+)
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     model_types: tuple[str, ...]  # config.model_type values these rules cover
@@ -103,3 +124,4 @@ class Family:
     attention: AttentionRule | None = None
     moe: MoERule | None = None
     has_layer_norm: bool = False  # LayerNorm modules are matched by type (torch.nn.LayerNorm) in any family
+    fp8_producers: tuple[Fp8ProducerRule, ...] = ()  # fused FP8 hand-offs of patch(fp8=...)

@@ -10,6 +10,7 @@ logit softcap) have their own file.
 from __future__ import annotations
 
 from wavefront.patching.rule_types import (
+    LLAMA_FP8_PRODUCERS,
     AttentionRule,
     CausalLMLossRule,
     Family,
@@ -29,6 +30,7 @@ def llama_like(model_type: str, prefix: str, *, attention_unsupported: str | Non
         rope=RopeRule((f"{prefix}Attention",)),
         loss=CausalLMLossRule((f"{prefix}ForCausalLM",)),
         attention=AttentionRule((f"{prefix}Attention",), unsupported=attention_unsupported),
+        fp8_producers=LLAMA_FP8_PRODUCERS,
     )
 
 
