@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 TARGETS = ("sm_90", "sm_100", "gfx942")
-KERNELS = ("gemm_rowwise", "gemm_blockwise", "gemm_blockwise_dw", "quantize_rowwise", "quantize_block128x128")
+KERNELS = ("gemm_rowwise", "gemm_blockwise", "gemm_blockwise_dw", "gemm_mxfp8", "quantize_rowwise",
+           "quantize_block128x128")
 #: The FP8 matrix instruction of each target, as the disassembly spells it.
 EXPECTED = {"sm_90": r"QGMMA\.\S*E4M3\.E4M3", "sm_100": r"UTCQMMA", "gfx942": r"v_mfma_f32_\w+_fp8_fp8"}
 
@@ -55,6 +56,10 @@ def _record(target: str):
         linear_fp8.fp8_gemm(qw, qx, torch.empty(N, K // 128), torch.empty(M, K // 128), None,
                             torch.bfloat16, 128, 1, arch=arch)
         rec["gemm_blockwise_dw"] = launches[-1]
+        # MXFP8 (1x32 groups, power-of-two scales): tl.dot_scaled on sm_100, the per-block kernel elsewhere.
+        linear_fp8.fp8_gemm(qx, qw, torch.empty(M, K // 32), torch.empty(N, K // 32), None, torch.bfloat16, 32, 1,
+                            arch=arch)
+        rec["gemm_mxfp8"] = launches[-1]
         quantize.quantize(x, e4m3, "rowwise", True, arch=arch)
         rec["quantize_rowwise"] = launches[-1]
         quantize.quantize(w, e4m3, "block128x128", False, arch=arch)
