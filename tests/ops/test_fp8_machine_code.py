@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 TARGETS = ("sm_90", "sm_100", "gfx942")
-KERNELS = ("gemm_rowwise", "gemm_blockwise", "gemm_blockwise_dw", "gemm_mxfp8", "quantize_rowwise",
+MXFP8 = ("gemm_mxfp8", "gemm_mxfp8_epilogue", "gemm_mxfp8_ragged")
+KERNELS = ("gemm_rowwise", "gemm_blockwise", "gemm_blockwise_dw", *MXFP8, "quantize_rowwise",
            "quantize_block128x128")
 #: The FP8 matrix instruction of each target, as the disassembly spells it.
 EXPECTED = {"sm_90": r"QGMMA\.\S*E4M3\.E4M3", "sm_100": r"UTCQMMA", "gfx942": r"v_mfma_f32_\w+_fp8_fp8"}
@@ -65,6 +66,14 @@ def _record(target: str):
         linear_fp8.fp8_gemm(qx, qw, torch.empty(M, K // 32), torch.empty(N, K // 32), None, torch.bfloat16, 32, 1,
                             arch=arch)
         rec["gemm_mxfp8"] = launches[-1]
+        linear_fp8.fp8_gemm(qx, qw, torch.empty(M, K // 32), torch.empty(N, K // 32), torch.empty(N, dtype=x.dtype),
+                            torch.bfloat16, 32, 1, arch=arch, residual=torch.empty(M, N, dtype=x.dtype))
+        rec["gemm_mxfp8_epilogue"] = launches[-1]  # bias + residual: 4 warps spilled here on sm_100
+        # The dW product at a ragged token count: rows not 16-byte aligned (no 128-bit async copies).
+        Kr = 1000
+        linear_fp8.fp8_gemm(torch.empty(N, Kr, dtype=e4m3), torch.empty(M, Kr, dtype=e4m3), torch.empty(N, 32),
+                            torch.empty(M, 32), None, torch.bfloat16, 32, 1, arch=arch)
+        rec["gemm_mxfp8_ragged"] = launches[-1]
         quantize.quantize(x, e4m3, "rowwise", True, arch=arch)
         rec["quantize_rowwise"] = launches[-1]
         quantize.quantize(w, e4m3, "block128x128", False, arch=arch)
@@ -126,7 +135,7 @@ def _check(row) -> None:
     assert row["shared_bytes"] <= get_arch(row["target"]).shared_mem_per_block, row
     if row["kernel"].startswith("gemm"):
         assert row["fp8_instructions"], f"no FP8 matrix instruction ({EXPECTED[row['target']]}) in {row}"
-    if row["kernel"] == "gemm_mxfp8" and row["target"] == "sm_100":
+    if row["kernel"].startswith("gemm_mxfp8") and row["target"] == "sm_100":
         # native MXFP8: the scales are applied by the MMA itself, every MMA is the block-scaled one
         assert row["kernel_fn"] == "_mx_gemm_kernel", row
         assert row["mx_block_scale_ptx"], row
@@ -144,11 +153,12 @@ def test_fp8_gemm_uses_the_fp8_matrix_units_on_mi300():
     _check(rows[0])
 
 
-@pytest.mark.slow  # one compile, ~25 s
+@pytest.mark.slow  # three compiles, ~40 s on two cores
 def test_mxfp8_gemm_uses_the_block_scaled_mma_on_sm100():
-    """The native MXFP8 path: tl.dot_scaled lowers to tcgen05's block-scaled MMA with zero spills."""
-    rows = _run(["sm_100"], ["gemm_mxfp8"])
-    assert len(rows) == 1
+    """The native MXFP8 path: tl.dot_scaled lowers to tcgen05's block-scaled MMA with zero spills (plain, with
+    the bias + residual epilogue, and with rows not 16-byte aligned)."""
+    rows = _run(["sm_100"], list(MXFP8))
+    assert len(rows) == len(MXFP8)
     _check(rows[0])
 
 

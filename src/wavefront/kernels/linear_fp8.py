@@ -37,6 +37,7 @@ int64 before they multiply a stride.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -77,10 +78,12 @@ FP8_GEMM_TABLES: dict[str, Fp8GemmConfig] = {
 #: Targets whose matrix units apply MX (E8M0, 1x32) block scales natively, by ``Arch.name``: there the MXFP8
 #: products run ``_mx_gemm_kernel`` (tl.dot_scaled). Everything else runs the per-block kernel.
 MX_NATIVE_CONFIGS: dict[str, Fp8GemmConfig] = {
-    "sm_100": Fp8GemmConfig(128, 128, 128, 8, 4, 3, "tcgen05.mma kind::mxf8f6f4.block_scale (UTCQMMA): scales "
-                                                    "applied by the MMA, 4 E8M0 groups per 128-wide K step; one "
-                                                    "warpgroup issues, the fp32 accumulator lives in tensor memory; "
-                                                    "3 stages of (128 + 128) x 128 B = 96 KiB smem"),
+    "sm_100": Fp8GemmConfig(128, 128, 128, 8, 8, 3, "tcgen05.mma kind::mxf8f6f4.block_scale (UTCQMMA): scales "
+                                                    "applied by the MMA, 4 E8M0 groups per 128-wide K step; 3 "
+                                                    "stages of (128 + 128) x 128 B = 96 KiB smem; 8 warps: the "
+                                                    "128x128 fp32 accumulator leaves tensor memory at 64 registers "
+                                                    "a thread (4 warps: 128, and the residual epilogue spilled "
+                                                    "368 B)"),
 }
 
 
@@ -97,7 +100,13 @@ def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arc
     """Pure function of (shape, scale group along K: 0 for epilogue scaling, rows of B sharing a scale,
     architecture, whether the MX scales go to the matrix unit: see :func:`mx_native`)."""
     if native_mx:
-        return MX_NATIVE_CONFIGS[arch.name]
+        cfg = MX_NATIVE_CONFIGS[arch.name]
+        if K % 16:
+            # Rows not 16-byte aligned (K is the operands' row stride): no 128-bit async copies, the tiles are
+            # staged through registers; at BLOCK_K = 128 ptxas spilled 16-2072 B (K = 1000), at 64 none.
+            cfg = dataclasses.replace(cfg, BLOCK_K=64, reason=cfg.reason + "; K % 16 != 0: BLOCK_K 64 (no spills "
+                                                                           "with unaligned rows)")
+        return cfg
     base = FP8_GEMM_TABLES[arch.family]
     block_k = group_k or base.BLOCK_K
     block_n = min(base.BLOCK_N, 128)  # a 128x128 weight block must cover the tile's columns
