@@ -104,8 +104,8 @@ def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arc
         if K % 16:
             # Rows not 16-byte aligned (K is the operands' row stride): no 128-bit async copies, the tiles are
             # staged through registers; at BLOCK_K = 128 ptxas spilled 16-2072 B (K = 1000), at 64 none.
-            cfg = dataclasses.replace(cfg, BLOCK_K=64, reason=cfg.reason + "; K % 16 != 0: BLOCK_K 64 (no spills "
-                                                                           "with unaligned rows)")
+            cfg = dataclasses.replace(cfg, BLOCK_K=min(cfg.BLOCK_K, 64),
+                                      reason=cfg.reason + "; K % 16 != 0: BLOCK_K 64 (no spills with unaligned rows)")
         return cfg
     base = FP8_GEMM_TABLES[arch.family]
     block_k = group_k or base.BLOCK_K
