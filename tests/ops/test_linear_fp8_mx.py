@@ -66,6 +66,30 @@ def test_native_mx_is_bit_identical_to_the_per_block_kernel(monkeypatch, M, N, K
     assert torch.equal(native, per_block)
 
 
+def test_op_forward_and_backward_bit_identical_to_the_per_block_path(monkeypatch):
+    """The whole op (y, dx, dW, db, d residual) with sm_100 assumed, the native kernel at BLOCK_K = 32,
+    against sm_90's per-block kernel: the three products' operands and scale layouts are wired right."""
+    tiles = dataclasses.replace(kernels.MX_NATIVE_CONFIGS["sm_100"], BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+    monkeypatch.setitem(kernels.MX_NATIVE_CONFIGS, "sm_100", tiles)
+    gen = torch.Generator().manual_seed(3)
+    x0 = torch.randn(2, 20, 96, generator=gen).bfloat16()
+    w0 = (torch.randn(48, 96, generator=gen) * 0.1).bfloat16()
+    b0 = torch.randn(48, generator=gen).bfloat16()
+    r0 = torch.randn(2, 20, 48, generator=gen).bfloat16()
+    dy = torch.randn(2, 20, 48, generator=gen).bfloat16()
+    outs = {}
+    for target in ("sm_100", "sm_90"):
+        x, w, b, r = (t.clone().requires_grad_() for t in (x0, w0, b0, r0))
+        with runtime.assume_target(target, 100), recording() as launches:
+            y = ops.linear_fp8(x, w, b, residual=r, recipe="mxfp8")
+            y.backward(dy)
+        gemms = [la.name for la in launches if "gemm" in la.name]
+        assert gemms == ["_mx_gemm_kernel" if target == "sm_100" else "_fp8_gemm_kernel"] * 3
+        outs[target] = (y, x.grad, w.grad, b.grad, r.grad)
+    for native, per_block in zip(outs["sm_100"], outs["sm_90"], strict=True):
+        assert torch.equal(native, per_block)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_native_mx_passes_the_accuracy_rule_on_sm100(dtype):
     """The registry's mxfp8 case, forward and both gradients, at sm_100's own tiles (BLOCK_K = 128)."""
