@@ -25,7 +25,7 @@ multiply-add. The kernel reads the same fp32 scales (s = 2^k, x ~ q / s) and con
 of its dequantization factor 2^-k, which is 127 - k = 254 - (the biased exponent field of s): exact, no
 extra pass. Other targets (sm_90 has no MX MMA; gfx942 none either) keep the per-block kernel.
 
-Backward products use this kernel unchanged with other operands (ops/linear_fp8.py quantizes them along
+Backward products use these kernels unchanged with other operands (ops/linear_fp8.py quantizes them along
 their reduction dims): dX = dY W: A = dY [M, N], B = W^T [K, N]; dW = dY^T X: A = dY^T [N, M], B = X^T [K, M].
 
 FLOPs 2 M N K. Bytes (minimum): M K + N K (fp8) + the scales + M N x out itemsize (+ N bias). At
