@@ -2,7 +2,9 @@
 kernel must run on the targets' FP8 matrix instructions and spill nothing:
 
     sm_90   QGMMA ... E4M3.E4M3 (wgmma with e4m3 operands; HGMMA is the 16-bit form)
-    sm_100  UTCQMMA (tcgen05.mma kind::f8f6f4)
+    sm_100  UTCQMMA (tcgen05.mma kind::f8f6f4); the MXFP8 GEMM (tl.dot_scaled) must be the block-scaled form,
+            PTX tcgen05.mma ... kind::mxf8f6f4.block_scale, whose UTCQMMA takes the two scale operands from
+            tensor memory (three tmem[] operands; the unscaled form has two), and no other MMA
     gfx942  v_mfma_f32_*_fp8_fp8 (MFMA on the FNUZ e4m3 format, the only FP8 MI300's matrix units take)
 
 The quantize kernels (no matrix unit) must not spill either. Like test_matrix_instructions.py (whose
@@ -27,9 +29,14 @@ from pathlib import Path
 import pytest
 
 TARGETS = ("sm_90", "sm_100", "gfx942")
-KERNELS = ("gemm_rowwise", "gemm_blockwise", "gemm_blockwise_dw", "quantize_rowwise", "quantize_block128x128")
+MXFP8 = ("gemm_mxfp8", "gemm_mxfp8_epilogue", "gemm_mxfp8_ragged")
+KERNELS = ("gemm_rowwise", "gemm_blockwise", "gemm_blockwise_dw", *MXFP8, "quantize_rowwise",
+           "quantize_block128x128")
 #: The FP8 matrix instruction of each target, as the disassembly spells it.
 EXPECTED = {"sm_90": r"QGMMA\.\S*E4M3\.E4M3", "sm_100": r"UTCQMMA", "gfx942": r"v_mfma_f32_\w+_fp8_fp8"}
+#: sm_100's block-scaled MMA: in PTX, and in SASS as UTCQMMA with scale operands in tensor memory.
+MX_PTX = r"tcgen05\.mma\.\S*kind::mxf8f6f4\.block_scale\S*"
+MX_SASS = r"UTCQMMA\S*\s+gdesc\[\w+\],\s*gdesc\[\w+\],\s*tmem\[\w+\],\s*tmem\[\w+\],\s*idesc\[\w+\],\s*tmem\[\w+\]"
 
 
 def _record(target: str):
@@ -55,6 +62,18 @@ def _record(target: str):
         linear_fp8.fp8_gemm(qw, qx, torch.empty(N, K // 128), torch.empty(M, K // 128), None,
                             torch.bfloat16, 128, 1, arch=arch)
         rec["gemm_blockwise_dw"] = launches[-1]
+        # MXFP8 (1x32 groups, power-of-two scales): tl.dot_scaled on sm_100, the per-block kernel elsewhere.
+        linear_fp8.fp8_gemm(qx, qw, torch.empty(M, K // 32), torch.empty(N, K // 32), None, torch.bfloat16, 32, 1,
+                            arch=arch)
+        rec["gemm_mxfp8"] = launches[-1]
+        linear_fp8.fp8_gemm(qx, qw, torch.empty(M, K // 32), torch.empty(N, K // 32), torch.empty(N, dtype=x.dtype),
+                            torch.bfloat16, 32, 1, arch=arch, residual=torch.empty(M, N, dtype=x.dtype))
+        rec["gemm_mxfp8_epilogue"] = launches[-1]  # bias + residual: 4 warps spilled here on sm_100
+        # The dW product at a ragged token count: rows not 16-byte aligned (no 128-bit async copies).
+        Kr = 1000
+        linear_fp8.fp8_gemm(torch.empty(N, Kr, dtype=e4m3), torch.empty(M, Kr, dtype=e4m3), torch.empty(N, 32),
+                            torch.empty(M, 32), None, torch.bfloat16, 32, 1, arch=arch)
+        rec["gemm_mxfp8_ragged"] = launches[-1]
         quantize.quantize(x, e4m3, "rowwise", True, arch=arch)
         rec["quantize_rowwise"] = launches[-1]
         quantize.quantize(w, e4m3, "block128x128", False, arch=arch)
@@ -76,6 +95,11 @@ def compile_rows(targets, kernels) -> list[dict]:
             row = {"target": target, "kernel": name, **_analyse(target, compiled)}
             code = compiled.asm.get("amdgcn") or _sass(compiled)
             row["fp8_instructions"] = sorted(set(re.findall(EXPECTED[target], code)))
+            row["kernel_fn"] = launch.name
+            if target.startswith("sm_"):
+                row["mx_block_scale_ptx"] = sorted(set(re.findall(MX_PTX, compiled.asm["ptx"])))
+                row["mma_count"] = len(re.findall(r"\bUTCQMMA\b|\bQGMMA\b", code))
+                row["mx_block_scale_sass"] = len(re.findall(MX_SASS, code))
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
@@ -111,6 +135,13 @@ def _check(row) -> None:
     assert row["shared_bytes"] <= get_arch(row["target"]).shared_mem_per_block, row
     if row["kernel"].startswith("gemm"):
         assert row["fp8_instructions"], f"no FP8 matrix instruction ({EXPECTED[row['target']]}) in {row}"
+    if row["kernel"].startswith("gemm_mxfp8") and row["target"] == "sm_100":
+        # native MXFP8: the scales are applied by the MMA itself, every MMA is the block-scaled one
+        assert row["kernel_fn"] == "_mx_gemm_kernel", row
+        assert row["mx_block_scale_ptx"], row
+        assert row["mma_count"] > 0 and row["mx_block_scale_sass"] == row["mma_count"], row
+    elif row["target"].startswith("sm_"):
+        assert not row["mx_block_scale_ptx"], row  # sm_90 has no MX MMA: the per-block kernel
 
 
 @pytest.mark.slow  # ~11 s of compiling: over the default suite's budget for FP8
@@ -119,6 +150,15 @@ def test_fp8_gemm_uses_the_fp8_matrix_units_on_mi300():
     the FP8 GEMM; test_every_fp8_kernel covers all three targets."""
     rows = _run(["gfx942"], ["gemm_rowwise"])
     assert len(rows) == 1
+    _check(rows[0])
+
+
+@pytest.mark.slow  # three compiles, ~40 s on two cores
+def test_mxfp8_gemm_uses_the_block_scaled_mma_on_sm100():
+    """The native MXFP8 path: tl.dot_scaled lowers to tcgen05's block-scaled MMA with zero spills (plain, with
+    the bias + residual epilogue, and with rows not 16-byte aligned)."""
+    rows = _run(["sm_100"], list(MXFP8))
+    assert len(rows) == len(MXFP8)
     _check(rows[0])
 
 

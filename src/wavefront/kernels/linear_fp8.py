@@ -17,7 +17,15 @@ long K loop accumulated inside the MMA loses precision. The epilogue form asks T
 promotion with ``max_num_imprecise_acc=BLOCK_K`` (on sm_90 Triton otherwise lets the MMA accumulate the
 whole K loop: its default is 2^30); other targets accumulate in fp32 and ignore it.
 
-Backward products use this kernel unchanged with other operands (ops/linear_fp8.py quantizes them along
+Native MX on sm_100 (``_mx_gemm_kernel``): B200's tcgen05 MMA takes E8M0 block scales itself
+(``tcgen05.mma ... kind::mxf8f6f4.block_scale``, SASS ``UTCQMMA`` with scale operands in tensor memory), so
+the MXFP8 products (1x32 groups, power-of-two scales on both operands) go to ``tl.dot_scaled`` there: the
+scales are applied inside the MMA, BLOCK_K spans several groups, and the CUDA cores do no per-block
+multiply-add. The kernel reads the same fp32 scales (s = 2^k, x ~ q / s) and converts each to the E8M0 byte
+of its dequantization factor 2^-k, which is 127 - k = 254 - (the biased exponent field of s): exact, no
+extra pass. Other targets (sm_90 has no MX MMA; gfx942 none either) keep the per-block kernel.
+
+Backward products use these kernels unchanged with other operands (ops/linear_fp8.py quantizes them along
 their reduction dims): dX = dY W: A = dY [M, N], B = W^T [K, N]; dW = dY^T X: A = dY^T [N, M], B = X^T [K, M].
 
 FLOPs 2 M N K. Bytes (minimum): M K + N K (fp8) + the scales + M N x out itemsize (+ N bias). At
@@ -29,6 +37,7 @@ int64 before they multiply a stride.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -66,9 +75,38 @@ FP8_GEMM_TABLES: dict[str, Fp8GemmConfig] = {
 }
 
 
-def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arch: Arch) -> Fp8GemmConfig:
+#: Targets whose matrix units apply MX (E8M0, 1x32) block scales natively, by ``Arch.name``: there the MXFP8
+#: products run ``_mx_gemm_kernel`` (tl.dot_scaled). Everything else runs the per-block kernel.
+MX_NATIVE_CONFIGS: dict[str, Fp8GemmConfig] = {
+    "sm_100": Fp8GemmConfig(128, 128, 128, 8, 8, 3, "tcgen05.mma kind::mxf8f6f4.block_scale (UTCQMMA): scales "
+                                                    "applied by the MMA, 4 E8M0 groups per 128-wide K step; 3 "
+                                                    "stages of (128 + 128) x 128 B = 96 KiB smem; 8 warps: the "
+                                                    "128x128 fp32 accumulator leaves tensor memory at 64 registers "
+                                                    "a thread (4 warps: 128, and the residual epilogue spilled "
+                                                    "368 B)"),
+}
+
+
+def mx_native(arch: Arch, group_k: int, b_group_rows: int, a_dtype: torch.dtype, b_dtype: torch.dtype) -> bool:
+    """True when a block-scaled product runs on the matrix unit's own MX scaling: the target has it, both
+    operands are 1x32 groups (MXFP8's; their scales are powers of two by the recipe) and OCP formats."""
+    ocp = (torch.float8_e4m3fn, torch.float8_e5m2)
+    return (arch.name in MX_NATIVE_CONFIGS and group_k == 32 and b_group_rows == 1 and a_dtype in ocp
+            and b_dtype in ocp)
+
+
+def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arch: Arch,
+                    native_mx: bool = False) -> Fp8GemmConfig:
     """Pure function of (shape, scale group along K: 0 for epilogue scaling, rows of B sharing a scale,
-    architecture)."""
+    architecture, whether the MX scales go to the matrix unit: see :func:`mx_native`)."""
+    if native_mx:
+        cfg = MX_NATIVE_CONFIGS[arch.name]
+        if K % 16:
+            # Rows not 16-byte aligned (K is the operands' row stride): no 128-bit async copies, the tiles are
+            # staged through registers; at BLOCK_K = 128 ptxas spilled 16-2072 B (K = 1000), at 64 none.
+            cfg = dataclasses.replace(cfg, BLOCK_K=min(cfg.BLOCK_K, 64),
+                                      reason=cfg.reason + "; K % 16 != 0: BLOCK_K 64 (no spills with unaligned rows)")
+        return cfg
     base = FP8_GEMM_TABLES[arch.family]
     block_k = group_k or base.BLOCK_K
     block_n = min(base.BLOCK_N, 128)  # a 128x128 weight block must cover the tile's columns
@@ -146,6 +184,56 @@ def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N,
              mask=row_ok[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def _e8m0_of_inverse(s):
+    """E8M0 byte of 1/s for a power-of-two fp32 scale s = 2^k (127 - k); 1.0 (masked groups) gives 127."""
+    return (254 - ((s.to(tl.int32, bitcast=True) >> 23) & 0xFF)).to(tl.uint8)
+
+
+@triton.jit
+def _mx_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                    stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, A_FORMAT: tl.constexpr,
+                    B_FORMAT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # MXFP8 on the matrix unit's own block scaling: sa [M, cdiv(K, 32)], sb [N, cdiv(K, 32)] fp32 powers of
+    # two, converted to E8M0 bytes per K step; tl.dot_scaled's rhs is [K, N] with its scales [N, K / 32].
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_g = tl.arange(0, BLOCK_K // 32)
+    groups = tl.cdiv(K, 32)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + cols[:, None] * stride_bn + offs_k[None, :]
+    sa_ptrs = sa_ptr + rows[:, None] * stride_sam + offs_g[None, :] * stride_sak
+    sb_ptrs = sb_ptr + cols[:, None] * stride_sbn + offs_g[None, :] * stride_sbk
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_K)):
+        k_ok = offs_k[None, :] < K - kb * BLOCK_K
+        g_ok = offs_g[None, :] < groups - kb * (BLOCK_K // 32)
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok, other=0.0)
+        b = tl.load(b_ptrs, mask=col_ok[:, None] & k_ok, other=0.0)
+        sa = _e8m0_of_inverse(tl.load(sa_ptrs, mask=row_ok[:, None] & g_ok, other=1.0))
+        sb = _e8m0_of_inverse(tl.load(sb_ptrs, mask=col_ok[:, None] & g_ok, other=1.0))
+        acc = tl.dot_scaled(a, sa, A_FORMAT, tl.trans(b), sb, B_FORMAT, acc)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+        sa_ptrs += (BLOCK_K // 32) * stride_sak
+        sb_ptrs += (BLOCK_K // 32) * stride_sbk
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RESIDUAL:
+        acc += tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=row_ok[:, None] & col_ok[None, :],
+                       other=0.0).to(tl.float32)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok[None, :])
+
+
+_MX_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+
+
 def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, bias: torch.Tensor | None,
              out_dtype: torch.dtype, group_k: int, b_group_rows: int, arch: Arch | None = None,
              residual: torch.Tensor | None = None) -> torch.Tensor:
@@ -159,7 +247,8 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     N = qb.shape[0]
     c = torch.empty((M, N), dtype=out_dtype, device=qa.device)
     arch = arch or runtime.arch(qa.device)
-    cfg = fp8_gemm_config(M, N, K, group_k, b_group_rows, arch)
+    native = mx_native(arch, group_k, b_group_rows, qa.dtype, qb.dtype)
+    cfg = fp8_gemm_config(M, N, K, group_k, b_group_rows, arch, native)
     if group_k:
         stride_sam, stride_sak = sa.stride()
         stride_sbn, stride_sbk = sb.stride()
@@ -168,12 +257,18 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
         stride_sbn = 0 if sb.dim() == 0 else sb.stride(0)
         stride_sak = stride_sbk = 0
     grid = (triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N),)
-    launch(_fp8_gemm_kernel, grid, a_ptr=qa, b_ptr=qb, sa_ptr=sa, sb_ptr=sb, bias_ptr=bias, r_ptr=residual, c_ptr=c,
-           M=M, N=N, K=K, stride_am=qa.stride(0), stride_bn=qb.stride(0),
-           stride_rm=0 if residual is None else residual.stride(0), stride_cm=c.stride(0), stride_sam=stride_sam,
-           stride_sak=stride_sak, stride_sbn=stride_sbn, stride_sbk=stride_sbk,
-           constexprs=dict(BLOCKWISE=bool(group_k), B_GROUP_ROWS=max(b_group_rows, 1), HAS_BIAS=bias is not None,
-                           HAS_RESIDUAL=residual is not None,
-                           BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M),
+    common = dict(a_ptr=qa, b_ptr=qb, sa_ptr=sa, sb_ptr=sb, bias_ptr=bias, r_ptr=residual, c_ptr=c, M=M, N=N, K=K,
+                  stride_am=qa.stride(0), stride_bn=qb.stride(0),
+                  stride_rm=0 if residual is None else residual.stride(0), stride_cm=c.stride(0),
+                  stride_sam=stride_sam, stride_sak=stride_sak, stride_sbn=stride_sbn, stride_sbk=stride_sbk)
+    tiles = dict(HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, BLOCK_M=cfg.BLOCK_M,
+                 BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M)
+    if native:
+        launch(_mx_gemm_kernel, grid, **common,
+               constexprs=dict(A_FORMAT=_MX_FORMATS[qa.dtype], B_FORMAT=_MX_FORMATS[qb.dtype], **tiles),
+               options=cfg.options(arch))
+        return c
+    launch(_fp8_gemm_kernel, grid, **common,
+           constexprs=dict(BLOCKWISE=bool(group_k), B_GROUP_ROWS=max(b_group_rows, 1), **tiles),
            options=cfg.options(arch))
     return c

@@ -373,6 +373,8 @@ def _bench_cases() -> tuple[Case, ...]:
               m.hidden),
         _case("llama3-8b_down_blockwise", f"MLP down projection at {tokens} tokens, DeepSeek-V3 blocks", tokens,
               m.hidden, m.ffn_hidden, recipe="blockwise"),
+        _case("llama3-8b_down_mxfp8", f"MLP down projection at {tokens} tokens, MXFP8 (tl.dot_scaled on sm_100)",
+              tokens, m.hidden, m.ffn_hidden, recipe="mxfp8"),
         _case("llama3-8b_qkv_tensorwise", f"fused QKV at {tokens} tokens, tensorwise", tokens,
               m.hidden + 2 * m.n_kv_heads * m.head_dim, m.hidden, recipe="tensorwise"),
     )
