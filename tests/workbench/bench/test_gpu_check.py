@@ -43,7 +43,9 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert f"--export-json {stem}.results.json" in log
     # Every step that runs has a time limit, and the limits add up to less than 8 minutes.
     limits = [int(line.split("timeout ")[1].split()[0]) for line in log.splitlines() if line.startswith("+ timeout")]
-    assert len(limits) == 4 and sum(limits) < 8 * 60 - 30
+    assert len(limits) == 5 and sum(limits) < 8 * 60 - 30
+    gluon = next(line for line in log.splitlines() if line.startswith("+ timeout") and "gluon.json" in line)
+    assert f"{stem}.gluon.json" in gluon  # the opt-in Gluon attention forward, checked and timed on sm_90
     meta = json.loads(metas[0].read_text())
     assert meta["dry_run"] is True and meta["torch"] and meta["runtime"]["backend"]
     assert "flash_attn" in meta and "liger_kernel" in meta
