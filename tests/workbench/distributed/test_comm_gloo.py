@@ -71,6 +71,7 @@ def test_comm_two_ranks_under_torchrun(tmp_path):
     assert link.source.startswith("calibrated") and link.busbw_gbps == fit.busbw_gbps
 
 
+@pytest.mark.slow  # 24 s; test_comm_two_ranks_under_torchrun keeps the launcher path in the default suite
 def test_comm_four_ranks_group_sizes(tmp_path):
     out = _run([sys.executable, "-m", "wavefront", "comm", "--nproc", "4", "--op", "all_reduce", "--op", "all_gather",
                 "--op", "reduce_scatter", "--op", "all_to_all", "--mode", "out-of-place", "--min-bytes", "256",

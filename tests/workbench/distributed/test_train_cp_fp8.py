@@ -88,6 +88,7 @@ def _cp_parity(tmp_path: Path, steps: int) -> dict:
     return json.loads((tmp_path / "cp.json").read_text())
 
 
+@pytest.mark.slow  # 37 s; CP's layouts stay in the default suite: test_train_cp_mesh's cp 2 x tp 2 check
 def test_cp2_loss_matches_one_process(tmp_path):
     """Two steps: the second step's loss checks the gradients summed over the cp group too."""
     doc = _cp_parity(tmp_path, steps=2)

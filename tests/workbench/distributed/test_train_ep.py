@@ -73,6 +73,7 @@ def test_ep2_loss_matches_one_process(ep_two):
     assert _variant(ep_two / "ep.json")["resumed_from_step"] is None
 
 
+@pytest.mark.slow  # 25 s; the EP resume is also checked step-exact by the slow uninterrupted-run comparison
 def test_ep2_checkpoint_resumes_in_one_process(ep_two, one_process, tmp_path):
     """The EP2 checkpoint after step 0 continues in one process without EP: the full expert weights and
     optimizer states load into the unsplit experts (a slice kept per rank, or one rank's states written for
