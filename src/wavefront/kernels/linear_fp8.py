@@ -144,6 +144,19 @@ def fp8_gemm_provider(scaling: str, arch: Arch, out_dtype: torch.dtype, M: int, 
 
 
 @triton.jit
+def _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm, stride_cm,
+              HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """Both FP8 GEMMs' fp32 epilogue: + bias, + residual, rounded to the output's dtype and stored."""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_RESIDUAL:
+        acc += tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=row_ok[:, None] & col_ok[None, :],
+                       other=0.0).to(tl.float32)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
 def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
                      stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, BLOCKWISE: tl.constexpr,
                      B_GROUP_ROWS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -175,13 +188,7 @@ def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N,
         sa = tl.load(sa_ptr + rows * stride_sam, mask=row_ok, other=1.0)
         sb = tl.load(sb_ptr + cols * stride_sbn, mask=col_ok, other=1.0)
         acc = acc / (sa[:, None] * sb[None, :])
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_RESIDUAL:
-        acc += tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=row_ok[:, None] & col_ok[None, :],
-                       other=0.0).to(tl.float32)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & col_ok[None, :])
+    _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm, stride_cm, HAS_BIAS, HAS_RESIDUAL)
 
 
 @triton.jit
@@ -222,13 +229,7 @@ def _mx_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, 
         b_ptrs += BLOCK_K
         sa_ptrs += (BLOCK_K // 32) * stride_sak
         sb_ptrs += (BLOCK_K // 32) * stride_sbk
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_RESIDUAL:
-        acc += tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=row_ok[:, None] & col_ok[None, :],
-                       other=0.0).to(tl.float32)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & col_ok[None, :])
+    _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm, stride_cm, HAS_BIAS, HAS_RESIDUAL)
 
 
 _MX_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
