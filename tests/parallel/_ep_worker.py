@@ -16,12 +16,12 @@ Rank 0 writes the results as JSON to argv[1]."""
 from __future__ import annotations
 
 import copy
-import json
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from _torchrun import report  # this folder is on sys.path: torchrun runs the worker as a script
 
 import wavefront
 from wavefront.nn import MoE
@@ -289,12 +289,7 @@ def main() -> None:
         results += _train_checks(rank, world)
     if "mesh" in wanted:
         results += _train_checks(rank, world, mesh_2d=True)
-    gathered = [None] * world
-    dist.all_gather_object(gathered, results)
-    if rank == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump({"world": world, "ranks": gathered}, f)
-    dist.destroy_process_group()
+    report(results, sys.argv[1])
 
 
 if __name__ == "__main__":

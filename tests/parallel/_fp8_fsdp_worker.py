@@ -13,12 +13,12 @@ Rank 0 writes the results as JSON to argv[1]."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.utils.checkpoint
+from _torchrun import report  # this folder is on sys.path: torchrun runs the worker as a script
 from torch import nn
 
 from wavefront.nn import Float8Linear
@@ -130,12 +130,7 @@ def main() -> None:
               "rowwise_uneven": ("rowwise", True, False, 65), "tensorwise_uneven": ("tensorwise", True, False, 65)}
     wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else list(checks)
     results = [check(name, *checks[name]) for name in wanted]
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, results)
-    if dist.get_rank() == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump({"world": dist.get_world_size(), "ranks": gathered}, f)
-    dist.destroy_process_group()
+    report(results, sys.argv[1])
 
 
 if __name__ == "__main__":

@@ -5,12 +5,12 @@ check the ring's bookkeeping to rounding level; float32/bfloat16 cases run wavef
 
 from __future__ import annotations
 
-import json
 import sys
 import zlib
 
 import torch
 import torch.distributed as dist
+from _torchrun import report  # this folder is on sys.path: torchrun runs the worker as a script
 
 from wavefront import reference
 from wavefront.ops._spec import Tolerance
@@ -87,12 +87,7 @@ def main() -> None:
         # Two context-parallel groups of 2 ({0, 1}, {2, 3}): ring neighbours are group ranks mapped to global.
         groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
         results += _checks([SUBGROUP_CASE], groups[rank // 2], rank % 2, 2)
-    gathered = [None] * world
-    dist.all_gather_object(gathered, results)
-    if rank == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump({"world": world, "ranks": gathered}, f)
-    dist.destroy_process_group()
+    report(results, sys.argv[1])
 
 
 if __name__ == "__main__":

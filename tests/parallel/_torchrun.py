@@ -15,6 +15,19 @@ HERE = Path(__file__).resolve().parent
 SRC = str(HERE.parents[1] / "src")
 
 
+def report(results: list, path: str) -> None:
+    """Worker side, the last step of every worker's main: every rank's checks to rank 0, written as the JSON
+    `run_worker` reads, then the process group is torn down."""
+    import torch.distributed as dist
+
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, results)
+    if dist.get_rank() == 0:
+        with open(path, "w") as f:
+            json.dump({"world": dist.get_world_size(), "ranks": gathered}, f)
+    dist.destroy_process_group()
+
+
 def run_worker(script: str, tmp: Path, world: int, *args: str, timeout: int = 600) -> dict:
     """torchrun `script` on `world` processes; rank 0's result, with every rank's checks under "ranks"."""
     env = dict(os.environ)
