@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from wavefront import reference
 from wavefront.ops._spec import Tolerance
 from wavefront.parallel import vocab_parallel_cross_entropy, vocab_parallel_linear_cross_entropy
+from wavefront.workbench.bench.live_bytes import LargestTensorMeter
 
 
 def _err(ours: torch.Tensor, ref: torch.Tensor) -> float:
@@ -38,21 +39,6 @@ def _gather_cols(t: torch.Tensor, dim: int) -> torch.Tensor:
 def _targets(n: int, vocab: int, gen, ignore_frac: float) -> torch.Tensor:
     t = torch.randint(0, vocab, (n,), generator=gen)
     return torch.where(torch.rand(n, generator=gen) < ignore_frac, torch.full_like(t, -100), t)
-
-
-class MaxTensor(TorchDispatchMode):
-    """The largest tensor (bytes) any op returns while active, the Triton interpreter's copies included."""
-
-    def __init__(self):
-        super().__init__()
-        self.max_bytes = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.max_bytes = max(self.max_bytes, t.numel() * t.element_size())
-        return out
 
 
 class Collectives(TorchDispatchMode):
@@ -196,13 +182,13 @@ def memory_checks(rank: int, world: int) -> list[dict]:
     v_r = vocab // world
     target = _targets(n, vocab, gen, 0.1)
     shard = torch.randn(n, v_r, generator=gen).requires_grad_()
-    with MaxTensor() as meter:
+    with LargestTensorMeter() as meter:
         vocab_parallel_cross_entropy(shard, target, None, label_smoothing=0.1, z_loss=1e-3).backward()
     out = [{"name": "memory/ce", "max_bytes": meter.max_bytes, "shard_bytes": n * v_r * 4, "full_bytes": n * vocab * 4}]
     hidden = torch.randn(n, hid, generator=gen).requires_grad_()
     w_shard = torch.randn(v_r, hid, generator=gen).requires_grad_()
     chunk = 8
-    with MaxTensor() as meter:
+    with LargestTensorMeter() as meter:
         vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None, chunk_size=chunk).backward()
     out.append({"name": "memory/lce", "max_bytes": meter.max_bytes, "chunk_bytes": chunk * v_r * 4,
                 "largest_input_bytes": max(n * hid, v_r * hid) * 4, "shard_bytes": n * v_r * 4,

@@ -144,6 +144,16 @@ def fp8_gemm_provider(scaling: str, arch: Arch, out_dtype: torch.dtype, M: int, 
 
 
 @triton.jit
+def _tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Both FP8 GEMMs' output tile: this program's rows of A and C, its columns of C (rows of B), in grouped
+    order, int64 before they multiply a stride, and their bounds masks."""
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rows, cols, rows < M, cols < N
+
+
+@triton.jit
 def _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm, stride_cm,
               HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     """Both FP8 GEMMs' fp32 epilogue: + bias, + residual, rounded to the output's dtype and stored."""
@@ -161,11 +171,7 @@ def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N,
                      stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, BLOCKWISE: tl.constexpr,
                      B_GROUP_ROWS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < M
-    col_ok = cols < N
+    rows, cols, row_ok, col_ok = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :]
     b_ptrs = b_ptr + cols[:, None] * stride_bn + offs_k[None, :]
@@ -204,11 +210,7 @@ def _mx_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, 
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     # MXFP8 on the matrix unit's own block scaling: sa [M, cdiv(K, 32)], sb [N, cdiv(K, 32)] fp32 powers of
     # two, converted to E8M0 bytes per K step; tl.dot_scaled's rhs is [K, N] with its scales [N, K / 32].
-    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < M
-    col_ok = cols < N
+    rows, cols, row_ok, col_ok = _tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_k = tl.arange(0, BLOCK_K)
     offs_g = tl.arange(0, BLOCK_K // 32)
     groups = tl.cdiv(K, 32)

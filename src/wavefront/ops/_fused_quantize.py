@@ -1,5 +1,5 @@
 """The ``quantize=`` option of the ops that produce linear inputs (the norms, the gated activations):
-validation, the fake shapes, the reference, and the reasons some scalings are refused.
+validation, the fake shapes, the autograd, the reference, and the reasons some scalings are refused.
 
 ``quantize`` takes ops.quantize's scaling names, ``fp8_dtype`` and ``pow2_scale`` its ``dtype`` and
 ``pow2_scale``; the op then also returns ``(q, scale)`` in exactly the layout ``ops.quantize(out,
@@ -15,6 +15,7 @@ from torch import Tensor
 from wavefront import reference
 from wavefront.ops._validate import check_choice
 from wavefront.ops.quantize import FORMATS, SCALINGS, _scale_shape
+from wavefront.ops.quantize import quantize as quantize_op
 
 #: Scalings a row-producing kernel can fuse: the scale groups lie inside one program's row or row block.
 ROW_SCALINGS = ("rowwise", "block1x128", "block1x32")
@@ -61,6 +62,29 @@ def shape_fp8_out(q2: Tensor, s2: Tensor, shape: tuple[int, ...], quantize: str)
     if len(shape) == 1:
         return q2.view(-1), s2.view(-1)
     return q2.view(shape), s2.view(_scale_shape(shape, quantize))
+
+
+def register_fp8_autograd(fp8_op, setup_context, backward) -> None:
+    """The autograd of a producer's FP8 custom op, whose inputs are the plain op's then (quantize, fp8_dtype,
+    pow2_scale) and whose outputs are the plain op's then (q, scale): the plain op's `setup_context` and
+    `backward`; q and scale carry no gradient (a function of the forward value), nor do the three options."""
+
+    def setup(ctx, inputs, output):
+        plain = output[:-2]
+        setup_context(ctx, inputs[:-3], plain[0] if len(plain) == 1 else plain)
+        ctx.mark_non_differentiable(*output[-2:])
+
+    def fp8_backward(ctx, *grads):
+        return (*backward(ctx, *grads[:-2]), None, None, None)
+
+    fp8_op.register_autograd(fp8_backward, setup_context=setup)
+
+
+def with_quantized(out: Tensor | tuple, quantize: str, fp8_dtype: str, pow2_scale: bool) -> tuple:
+    """The reference path's result (CPU without the interpreter, empty input): the op's output(s) `out`, then
+    ops.quantize of the first, as the fused kernel returns them."""
+    outs = out if isinstance(out, tuple) else (out,)
+    return (*outs, *quantize_op(outs[0], dtype=fp8_dtype, scaling=quantize, pow2_scale=pow2_scale))
 
 
 def reference_fp8_out(y: Tensor, quantize: str, fp8_dtype: str, pow2_scale: bool) -> tuple[Tensor, Tensor]:

@@ -18,8 +18,10 @@ from wavefront.ops._fused_quantize import (
     fake_fp8_out,
     fp8_out_bytes,
     quant_spec,
+    register_fp8_autograd,
     registry_fns,
     shape_fp8_out,
+    with_quantized,
 )
 from wavefront.ops._rows import bench_row_cases, numel, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
@@ -103,16 +105,7 @@ def _(gate, up, act, quantize, fp8_dtype, pow2_scale):
     return (gate.new_empty(gate.shape), *fake_fp8_out(gate, quantize, fp8_dtype))
 
 
-def _setup_context_fp8(ctx, inputs, output):
-    _setup_context(ctx, inputs[:3], output[0])
-    ctx.mark_non_differentiable(output[1], output[2])  # the FP8 copy of y carries no gradient
-
-
-def _backward_fp8(ctx, dy, d_q, d_scale):
-    return (*_backward(ctx, dy), None, None, None)
-
-
-_glu_fwd_fp8.register_autograd(_backward_fp8, setup_context=_setup_context_fp8)
+register_fp8_autograd(_glu_fwd_fp8, _setup_context, _backward)
 
 
 def _run(op: str, gate: Tensor, up: Tensor, act: int, ref, quantize: str | None = None, fp8_dtype: str = "e4m3",
@@ -124,12 +117,7 @@ def _run(op: str, gate: Tensor, up: Tensor, act: int, ref, quantize: str | None 
     check_same_device(op, gate=gate, up=up)
     check_quantize(op, quantize, fp8_dtype, gate, FP8_SCALINGS, _WHY_NOT_ROWWISE)
     if gate.numel() == 0 or not runtime.uses_triton(gate.device):
-        if quantize is None:
-            return ref()
-        from wavefront.ops.quantize import quantize as quantize_op
-
-        y = ref()
-        return (y, *quantize_op(y, dtype=fp8_dtype, scaling=quantize, pow2_scale=pow2_scale))
+        return ref() if quantize is None else with_quantized(ref(), quantize, fp8_dtype, pow2_scale)
     if quantize is None:
         return torch.ops.wavefront.glu_fwd(as_rows(gate), as_rows(up), act).view(gate.shape)
     y, q, q_scale = torch.ops.wavefront.glu_fwd_fp8(as_rows(gate), as_rows(up), act, quantize, fp8_dtype,

@@ -26,8 +26,10 @@ from wavefront.ops._fused_quantize import (
     fake_fp8_out,
     fp8_out_bytes,
     quant_spec,
+    register_fp8_autograd,
     registry_fns,
     shape_fp8_out,
+    with_quantized,
 )
 from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
@@ -134,16 +136,7 @@ def _(x, weight, bias, residual, eps, offset, is_rms, cast_before_weight, quanti
             *fake_fp8_out(x, quantize, fp8_dtype))
 
 
-def _setup_context_fp8(ctx, inputs, output):
-    _setup_context(ctx, inputs[:8], output[:4])
-    ctx.mark_non_differentiable(output[4], output[5])  # the FP8 copy of y carries no gradient
-
-
-def _backward_fp8(ctx, dy, d_res_out, d_mean, d_rstd, d_q, d_scale):
-    return (*_backward(ctx, dy, d_res_out, d_mean, d_rstd), None, None, None)
-
-
-_norm_fwd_fp8.register_autograd(_backward_fp8, setup_context=_setup_context_fp8)
+register_fp8_autograd(_norm_fwd_fp8, _setup_context, _backward)
 
 
 def _check_norm_args(op: str, x, weight, bias=None, residual=None) -> None:
@@ -173,15 +166,6 @@ def _run_norm(x: Tensor, weight, bias, residual, eps, offset, is_rms, cast_befor
             *shape_fp8_out(q, q_scale, tuple(x.shape), quant[0]))
 
 
-def _reference_fp8(out: Tensor | tuple, quant: tuple[str, str, bool]) -> tuple:
-    """The reference path (CPU without the interpreter, empty x) with the FP8 outputs of ops.quantize."""
-    from wavefront.ops.quantize import quantize as quantize_op
-
-    outs = out if isinstance(out, tuple) else (out,)
-    quantize, fp8_dtype, pow2_scale = quant
-    return (*outs, *quantize_op(outs[0], dtype=fp8_dtype, scaling=quantize, pow2_scale=pow2_scale))
-
-
 _QUANTIZE_DOC = """
     quantize="rowwise" | "block1x128" | "block1x32" (ops.quantize's scalings; "block1x32" with pow2_scale=True is
     MXFP8) also returns the output's FP8 quantization ``(q, scale)``, computed in the same pass and
@@ -208,7 +192,7 @@ def rms_norm(x: Tensor, weight: Tensor | None, eps: float = 1e-6, offset: float 
     quant = None if quantize is None else (quantize, fp8_dtype, bool(pow2_scale))
     if x.numel() == 0 or not runtime.uses_triton(x.device):
         out = reference.rms_norm(x, weight, eps, offset, cast)
-        return out if quant is None else _reference_fp8(out, quant)
+        return out if quant is None else with_quantized(out, *quant)
     out = _run_norm(x, weight, None, None, eps, offset, True, cast == "llama", quant)
     return out[0] if quant is None else (out[0], *out[2:])
 
@@ -225,7 +209,7 @@ def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float 
     quant = None if quantize is None else (quantize, fp8_dtype, bool(pow2_scale))
     if x.numel() == 0 or not runtime.uses_triton(x.device):
         out = reference.add_rms_norm(x, residual, weight, eps, offset, cast)
-        return out if quant is None else _reference_fp8(out, quant)
+        return out if quant is None else with_quantized(out, *quant)
     return _run_norm(x, weight, None, residual, eps, offset, True, cast == "llama", quant)
 
 
@@ -239,7 +223,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     quant = None if quantize is None else (quantize, fp8_dtype, bool(pow2_scale))
     if x.numel() == 0 or not runtime.uses_triton(x.device):
         out = reference.layer_norm(x, weight, bias, eps)
-        return out if quant is None else _reference_fp8(out, quant)
+        return out if quant is None else with_quantized(out, *quant)
     out = _run_norm(x, weight, bias, None, eps, 0.0, False, False, quant)
     return out[0] if quant is None else (out[0], *out[2:])
 

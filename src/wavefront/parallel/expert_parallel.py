@@ -136,6 +136,21 @@ class ExpertParallelExperts(MoEExperts):
         """[first, last + 1) of the global expert ids this rank holds."""
         return self.ep_rank * self.num_local_experts, (self.ep_rank + 1) * self.num_local_experts
 
+    def gather_full(self, local: Tensor) -> Tensor:
+        """The full (E, ...) tensor of a per-expert local one (E/P, ...): an expert weight or one of its
+        optimizer states, all-gathered over the group (collective)."""
+        local = local.detach().contiguous()
+        parts = [torch.empty_like(local) for _ in range(self.ep_size)]
+        dist.all_gather(parts, local, group=self.group)
+        return torch.cat(parts, 0)
+
+    def local_slice(self, value: Tensor) -> Tensor:
+        """This rank's rows of a full (E, ...) per-expert tensor (E, 2I, H or E, H, I); anything else as it is."""
+        if value.dim() == 3 and value.shape[0] == self.num_experts != self.num_local_experts:
+            lo, hi = self.local_range
+            return value[lo:hi]
+        return value
+
     def reset_parameters(self) -> None:
         if self.gate_up_proj.device.type != "meta":
             super().reset_parameters()
@@ -181,23 +196,17 @@ def _gather_full_experts(module: ExpertParallelExperts, state_dict: dict, prefix
     """state_dict hook: the full (E, ...) expert weights, all-gathered over the group (collective)."""
     for name in _WEIGHTS:
         key = prefix + name
-        if key not in state_dict:
-            continue
-        local = state_dict[key].detach().contiguous()
-        parts = [torch.empty_like(local) for _ in range(module.ep_size)]
-        dist.all_gather(parts, local, group=module.group)
-        state_dict[key] = torch.cat(parts, 0)
+        if key in state_dict:
+            state_dict[key] = module.gather_full(state_dict[key])
 
 
 def _take_local_slice(module: ExpertParallelExperts, state_dict: dict, prefix: str, local_metadata, strict,
                       missing_keys, unexpected_keys, error_msgs) -> None:
     """load_state_dict pre-hook: full (E, ...) weights are sliced to this rank's experts; local ones pass."""
-    lo, hi = module.local_range
     for name in _WEIGHTS:
         key = prefix + name
-        value = state_dict.get(key)
-        if value is not None and value.dim() == 3 and value.shape[0] == module.num_experts != module.num_local_experts:
-            state_dict[key] = value[lo:hi]
+        if key in state_dict:
+            state_dict[key] = module.local_slice(state_dict[key])
 
 
 def expert_parallel(model: nn.Module, group=None, *, grad_scale: float | None = None) -> list[str]:

@@ -130,6 +130,27 @@ def _quantize_shard(w: Tensor, recipe: str, fnuz: bool, axis: str, group) -> _Co
     return _Copy(q, _all_gather_rows(s, group), "row")
 
 
+def _shard_copy(hp: Tensor, dtype: torch.dtype, n_rows: int, recipe: str, fnuz: bool, axis: str, group) -> _Copy:
+    """The FP8 copy of a local shard `hp` of an [n_rows, K] weight: cast to `dtype` (the value FSDP2 would gather),
+    zero-padded to FSDP2's padded shard size (the all-gather input), quantized for `axis`."""
+    world = dist.get_world_size(group)
+    padded = -(-n_rows // world)
+    w = hp.to(dtype)
+    if w.shape[0] < padded:  # FSDP2 pads the last shards
+        w = torch.cat([w, w.new_zeros((padded - w.shape[0], *w.shape[1:]))])
+    return _quantize_shard(w, recipe, fnuz, axis, group)
+
+
+def _unpadded_scales(scale: Tensor, scaling: str, axis: str, n_rows: int) -> Tensor:
+    """The whole weight's scales from a gathered copy's: per-row groups of the padded rows cut to the weight's
+    n_rows (128-row blocks: to its blocks); per-column and tensorwise scales are whole already."""
+    if scaling == "block128x128" and axis == "row":
+        return scale[: -(-n_rows // _BLOCK_ROWS)]
+    if scaling == "rowwise" and axis == "row":
+        return scale[:n_rows]
+    return scale
+
+
 class Fp8ShardedWeight(torch.Tensor, PrequantizedWeight):
     """A Float8Linear's high-precision weight (whole, or its FSDP2 shard) whose FSDP2 all-gather moves FP8."""
 
@@ -183,27 +204,22 @@ class Fp8ShardedWeight(torch.Tensor, PrequantizedWeight):
         world = mesh.size()
         n_rows = outer_size[0]
         padded = -(-n_rows // world)
-        w = self._hp.to(mp_policy.param_dtype or self._hp.dtype)
-        if w.shape[0] < padded:  # FSDP2 pads the last shards: the all-gather input is the padded shard
-            w = torch.cat([w, w.new_zeros((padded - w.shape[0], *w.shape[1:]))])
+        dtype = mp_policy.param_dtype or self._hp.dtype
         _, scaling, _ = _weight_operand(self.recipe, self.fnuz)
         if scaling == "block128x128" and padded % _BLOCK_ROWS and world > 1:
             raise ValueError(f"FP8 all-gather (blockwise): weight {tuple(outer_size)} over {world} ranks gives shards "
                              f"of {padded} rows, not whole 128-row blocks; enable_fp8_all_gather(shard_degree={world})"
                              f" leaves such weights in high precision")
         axis = "col" if scaling == "rowwise" and _in_backward() else "row"
-        copy = _quantize_shard(w, self.recipe, self.fnuz, axis, group)
-        return (copy.q.view(torch.uint8),), (copy.scale, copy.axis, n_rows, group, w.dtype)
+        copy = _shard_copy(self._hp, dtype, n_rows, self.recipe, self.fnuz, axis, group)
+        return (copy.q.view(torch.uint8),), (copy.scale, copy.axis, n_rows, group, dtype)
 
     def fsdp_post_all_gather(self, all_gather_outputs, metadata, param_dtype, *, out=None):
         (raw,) = all_gather_outputs
         scale, axis, n_rows, group, dtype = metadata
         fmt, scaling, _ = _weight_operand(self.recipe, self.fnuz)
         q = raw.view(fmt)[:n_rows]
-        if scaling == "block128x128" and axis == "row":
-            scale = scale[: -(-n_rows // _BLOCK_ROWS)]
-        elif scaling == "rowwise" and axis == "row":
-            scale = scale[:n_rows]
+        scale = _unpadded_scales(scale, scaling, axis, n_rows)
         if out is not None:
             out._set_copy(scale, axis, self, group)
             return None
@@ -276,15 +292,9 @@ class Fp8GatheredWeight(torch.Tensor, PrequantizedWeight):
             # The copy gathered is the other one (no re-gather before backward, or a recomputed forward):
             # gather this one from the local shard, the same values FSDP2's re-gather would give.
             n_rows = self.shape[0]
-            shard = st.shard
-            world = dist.get_world_size(st.group)
-            w = shard._hp.to(self.dtype)
-            padded = -(-n_rows // world)
-            if w.shape[0] < padded:
-                w = torch.cat([w, w.new_zeros((padded - w.shape[0], *w.shape[1:]))])
-            copy = _quantize_shard(w, self.recipe, self.fnuz, axis, st.group)
+            copy = _shard_copy(st.shard._hp, self.dtype, n_rows, self.recipe, self.fnuz, axis, st.group)
             q = _all_gather_rows(copy.q, st.group)[:n_rows]
-            scale = copy.scale[:n_rows] if axis == "row" else copy.scale
+            scale = _unpadded_scales(copy.scale, scaling, axis, n_rows)
         if axis == "row":
             return Quantized(q, scale, scaling)
         if scaling == "rowwise":

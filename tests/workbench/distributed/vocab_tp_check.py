@@ -26,28 +26,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 SEQ_LEN, GLOBAL_BATCH, LR = 32, 2, 1e-2
-
-
-class MaxTensor(TorchDispatchMode):
-    """The largest tensor (bytes) any op returns while active; a DTensor counts its local shard."""
-
-    def __init__(self):
-        super().__init__()
-        self.max_bytes = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        from torch.distributed.tensor import DTensor
-
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, DTensor):
-                t = t._local_tensor
-            if isinstance(t, torch.Tensor):
-                self.max_bytes = max(self.max_bytes, t.numel() * t.element_size())
-        return out
 
 
 def _full(g):
@@ -63,6 +43,7 @@ def _eval_logits(model, ids):
 
 def _train(model, batches, steps: int, partial=None, mesh=None):
     """(losses, first step's gradients, largest tensor of the first step) of AdamW training."""
+    from wavefront.workbench.bench.live_bytes import LargestTensorMeter
     from wavefront.workbench.distributed.train import tensor_parallel
 
     model.train()
@@ -70,7 +51,7 @@ def _train(model, batches, steps: int, partial=None, mesh=None):
     losses, grads, max_bytes = [], {}, 0
     for step in range(steps):
         ids = batches.micro_batch(step, 0, 1, 0, GLOBAL_BATCH)
-        measure = MaxTensor() if step == 0 else None
+        measure = LargestTensorMeter() if step == 0 else None
         with measure if measure is not None else torch.enable_grad():
             loss = model(input_ids=ids, labels=ids).loss
             loss.backward()

@@ -15,6 +15,10 @@ What is not counted: storages that existed before the region (inputs; views of t
 is not a torch tensor (Triton interpreter scratch, allocator caching). A storage is counted once however
 many views of it exist.
 
+``LargestTensorMeter`` answers a narrower question: the largest single tensor any op returns in the region
+(a DTensor counts its local shard), whatever is live beside it; e.g. "no op materializes more than one rank's
+shard of the logits".
+
 The Triton interpreter leaves reference cycles that keep a launch's tensor arguments alive until the
 garbage collector runs (a compiled launch holds no references); ``collect_after_wavefront_ops`` (on by
 default) runs the collector after each wavefront op so that artifact does not inflate the peak.
@@ -106,6 +110,26 @@ class LiveBytesMeter(TorchDispatchMode):
         else:
             out = func(*args, **kwargs)
         self._count_outputs(out, str(func))
+        return out
+
+
+class LargestTensorMeter(TorchDispatchMode):
+    """``with LargestTensorMeter() as meter: ...`` then ``meter.max_bytes``: the bytes of the largest tensor any op
+    returned while active (the Triton interpreter's copies included; a DTensor counts its local shard)."""
+
+    def __init__(self):
+        super().__init__()
+        self.max_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.distributed.tensor import DTensor
+
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, DTensor):
+                t = t._local_tensor
+            if isinstance(t, torch.Tensor):
+                self.max_bytes = max(self.max_bytes, t.numel() * t.element_size())
         return out
 
 

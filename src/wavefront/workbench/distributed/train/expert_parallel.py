@@ -119,47 +119,41 @@ def reduce_grads(state: EpState | None) -> None:
         at += g.numel()
 
 
-def full_optim_state(optim_sd: dict, state: EpState | None, gather: bool = True) -> dict:
-    """Checkpointing: `optim_sd` (what ``get_state_dict`` returns) with the expert weights' optimizer states
-    (AdamW's exp_avg, exp_avg_sq) as full (E, ...) tensors, like the weights in the model state dict, so that
-    DCP stores one copy per key and a run resumes with any --ep. gather: all-gathered over the ep group (saving;
-    collective, the same order on every rank); else uninitialized (a buffer to load into). The optimizer's
-    own state is left alone (its per-parameter dicts are shared with `optim_sd`, so they are copied)."""
+def _map_expert_states(optim_sd: dict, state: EpState | None, fn) -> dict:
+    """`optim_sd` with fn(module, value) applied to every optimizer state of every expert weight, in model order
+    and state-name order (the same on every rank: fn may be collective). The per-parameter dicts are copied, so
+    the optimizer's own state is left alone."""
     if state is None:
         return optim_sd
     out = {**optim_sd, "state": dict(optim_sd["state"])}
     for key, module in state.weights.items():
-        if key not in out["state"]:
-            continue
-        entry = out["state"][key] = dict(out["state"][key])
-        for name in sorted(entry):
-            local = entry[name]
-            if not isinstance(local, torch.Tensor) or local.dim() != 3:
-                continue  # the step count (a scalar) is the same on every rank
-            if not gather:
-                entry[name] = local.new_empty((module.num_experts, *local.shape[1:]))
-                continue
-            parts = [torch.empty_like(local) for _ in range(module.ep_size)]
-            dist.all_gather(parts, local.contiguous(), group=module.group)
-            entry[name] = torch.cat(parts, 0)
+        if key in out["state"]:
+            entry = out["state"][key] = dict(out["state"][key])
+            for name in sorted(entry):
+                entry[name] = fn(module, entry[name])
     return out
+
+
+def full_optim_state(optim_sd: dict, state: EpState | None, gather: bool = True) -> dict:
+    """Checkpointing: `optim_sd` (what ``get_state_dict`` returns) with the expert weights' optimizer states
+    (AdamW's exp_avg, exp_avg_sq) as full (E, ...) tensors, like the weights in the model state dict, so that
+    DCP stores one copy per key and a run resumes with any --ep. gather: all-gathered over the ep group (saving;
+    collective, the same order on every rank); else uninitialized (a buffer to load into)."""
+    def full(module, local):
+        if not isinstance(local, torch.Tensor) or local.dim() != 3:
+            return local  # the step count (a scalar) is the same on every rank
+        return module.gather_full(local) if gather else local.new_empty((module.num_experts, *local.shape[1:]))
+
+    return _map_expert_states(optim_sd, state, full)
 
 
 def local_optim_state(optim_sd: dict, state: EpState | None) -> dict:
     """Resuming: `optim_sd` with the full (E, ...) optimizer states of the expert weights cut to this rank's
     slice (the inverse of :func:`full_optim_state`)."""
-    if state is None:
-        return optim_sd
-    out = {**optim_sd, "state": dict(optim_sd["state"])}
-    for key, module in state.weights.items():
-        if key not in out["state"]:
-            continue
-        lo, hi = module.local_range
-        entry = out["state"][key] = dict(out["state"][key])
-        for name, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.dim() == 3 and value.shape[0] == module.num_experts:
-                entry[name] = value[lo:hi]
-    return out
+    def local(module, value):
+        return module.local_slice(value) if isinstance(value, torch.Tensor) else value
+
+    return _map_expert_states(optim_sd, state, local)
 
 
 def ddp_ignore(model: torch.nn.Module, state: EpState) -> None:
