@@ -49,7 +49,8 @@ def _render(result) -> None:
               f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
     console.print(f"[bold]{result.model.name}[/]: {result.model.total_params / 1e9:.1f}B params{active}; batch "
                   f"{result.training.global_batch_tokens:,} tokens ({result.training.global_batch_seqs} x "
-                  f"{result.training.seq_len}), {result.training.precision}, {result.training.stack} stack")
+                  f"{result.training.seq_len}), {result.training.precision}, {result.training.stack} stack, "
+                  f"{result.training.attention_kernel} attention")
     if shown:
         console.print(_table(f"{len(result.ranked):,} feasible plans, best {len(shown)} by {result.rank_by}",
                              "#|plan|step s|tok/s/GPU|MFU|GB",
@@ -129,6 +130,8 @@ def plan(  # one line per option; the job is built in _main
     fsdp_gather: Annotated[Literal["micro-batch", "no-reshard", "step"], _opt("When ZeRO-3 gathers.")] = "micro-batch",
     offload_optimizer: Annotated[B, _opt("Optimizer states on the host (CPU offload).")] = False,
     cp_comm: Annotated[Literal["ring", "all-gather"], _opt("How context parallelism moves K and V.")] = "ring",
+    attention_kernel: Annotated[Literal["fa2", "cudnn", "fa3"],
+                                _opt("Attention kernel class; cudnn: Transformer Engine on Hopper.")] = "fa2",
     no_dp_overlap: Annotated[B, _opt("Gradient reduction after the backward.", "--no-dp-overlap")] = False,
     tp_overlap: Annotated[float, _opt("Fraction of TP communication hidden (0: none).", **Frac)] = 0.5,
     ep: Annotated[I, _opt("MoE: pin the expert-parallel degree (same as --fix ep=N).", **Pos)] = None,
@@ -172,6 +175,7 @@ def _main(a: dict) -> None:
     same = ("model", "gpus_per_node", "nics_per_node", "nic_gbits", "intra_gbps", "inter_gbps", "intra_latency_us",
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
+            "attention_kernel",
             "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top",
             "moe_imbalance", "ep_overlap")
     fixed = _parse_fixed(a["fix"])
