@@ -47,9 +47,10 @@ def _render(result) -> None:
     moe = result.model.moe
     active = (f" ({result.model.active_params / 1e9:.1f}B active: {moe.n_experts} experts, top-{moe.top_k}"
               f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
+    tr = result.training
     console.print(f"[bold]{result.model.name}[/]: {result.model.total_params / 1e9:.1f}B params{active}; batch "
-                  f"{result.training.global_batch_tokens:,} tokens ({result.training.global_batch_seqs} x "
-                  f"{result.training.seq_len}), {result.training.precision}, {result.training.stack} stack")
+                  f"{tr.global_batch_tokens:,} tokens ({tr.global_batch_seqs} x {tr.seq_len}), {tr.precision}, "
+                  f"{tr.stack} stack, {tr.attention_kernel} attention")
     if shown:
         console.print(_table(f"{len(result.ranked):,} feasible plans, best {len(shown)} by {result.rank_by}",
                              "#|plan|step s|tok/s/GPU|MFU|GB",
@@ -129,6 +130,7 @@ def plan(  # one line per option; the job is built in _main
     fsdp_gather: Annotated[Literal["micro-batch", "no-reshard", "step"], _opt("When ZeRO-3 gathers.")] = "micro-batch",
     offload_optimizer: Annotated[B, _opt("Optimizer states on the host (CPU offload).")] = False,
     cp_comm: Annotated[Literal["ring", "all-gather"], _opt("How context parallelism moves K and V.")] = "ring",
+    attention_kernel: Annotated[Literal["fa2", "cudnn", "fa3"], _opt("Attention kernel; cudnn: TE on Hopper.")] = "fa2",
     no_dp_overlap: Annotated[B, _opt("Gradient reduction after the backward.", "--no-dp-overlap")] = False,
     tp_overlap: Annotated[float, _opt("Fraction of TP communication hidden (0: none).", **Frac)] = 0.5,
     ep: Annotated[I, _opt("MoE: pin the expert-parallel degree (same as --fix ep=N).", **Pos)] = None,
@@ -173,7 +175,7 @@ def _main(a: dict) -> None:
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
             "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top",
-            "moe_imbalance", "ep_overlap")
+            "moe_imbalance", "ep_overlap", "attention_kernel")
     fixed = _parse_fixed(a["fix"])
     if a["ep"] is not None and fixed.setdefault("ep", a["ep"]) != a["ep"]:
         fail(f"--ep {a['ep']} contradicts --fix ep={fixed['ep']}")
@@ -181,8 +183,7 @@ def _main(a: dict) -> None:
         custom=custom, head_dim=a["head_dim"] if custom is None else None, gpus=tuple(a["gpus"] or ["8xh100"]),
         hierarchical=not a["flat_collectives"], calibrations=tuple(a["calibration"] or ()),
         micro_batch_sizes=tuple(a["micro_batch"] or (1, 2, 4, 8)), grad_bytes=int(a["grad_bytes"]),
-        dp_overlap=not a["no_dp_overlap"], price_per_gpu_hour=a["price"], fixed=fixed,
-        **{k: a[k] for k in same})
+        dp_overlap=not a["no_dp_overlap"], price_per_gpu_hour=a["price"], fixed=fixed, **{k: a[k] for k in same})
     try:
         result = run_plan(request)
     except ValueError as exc:

@@ -74,6 +74,7 @@ class PlanRequest:
     fsdp_gather: str = "micro-batch"
     offload_optimizer: bool = False
     cp_comm: str = "ring"
+    attention_kernel: str = "fa2"
     moe_imbalance: float = 1.0
     ep_overlap: float = 0.0
     dp_overlap: bool = True
@@ -148,7 +149,8 @@ class PlanRequest:
                         grad_bytes=self.grad_bytes, micro_batch_sizes=tuple(self.micro_batch_sizes),
                         train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, tp_overlap=self.tp_overlap,
                         stack=self.stack, fsdp_gather=self.fsdp_gather, offload_optimizer=self.offload_optimizer,
-                        cp_comm=self.cp_comm, moe_imbalance=self.moe_imbalance, ep_overlap=self.ep_overlap)
+                        cp_comm=self.cp_comm, moe_imbalance=self.moe_imbalance, ep_overlap=self.ep_overlap,
+                        attention_kernel=self.attention_kernel)
 
     def efficiency(self, cluster: Cluster) -> Efficiency | None:
         """The constants for `cluster`: None (the calibrated defaults of its GPU), the command line's
@@ -162,7 +164,8 @@ class PlanRequest:
         if self.gemm_eff is None and self.attn_eff is None and self.hbm_eff is None:
             return base
         return replace(base, gemm=self.gemm_eff or base.gemm, attention=self.attn_eff or base.attention,
-                       hbm=self.hbm_eff or base.hbm, source=f"{base.source}; command line overrides")
+                       hbm=self.hbm_eff or base.hbm, attention_as_is=base.attention_as_is or self.attn_eff is not None,
+                       source=f"{base.source}; command line overrides")
 
     def kernel_calibration(self, cluster: Cluster) -> KernelCalibration:
         if not self.calibrate:

@@ -59,8 +59,9 @@ class KernelCalibration:
         """`base` with the measured constants in place of the published ones."""
         measured = {k: round(min(v, 1.0), 4) for k in ("gemm", "attention", "hbm")
                     if (v := getattr(self, k)) is not None and v > 0}
-        return replace(base, **measured, source=f"{base.source}; {', '.join(measured)} measured in {self.path} "
-                                                f"run {self.run_id} on {self.device_name}")
+        return replace(base, **measured, attention_as_is=base.attention_as_is or "attention" in measured,
+                       source=f"{base.source}; {', '.join(measured)} measured in {self.path} "
+                              f"run {self.run_id} on {self.device_name}")
 
     def sources(self, base: Efficiency) -> dict[str, str]:
         """Which constant came from where: the store (with the number of cases) or the published fit."""

@@ -22,6 +22,15 @@ matmuls), at Efficiency.attention x the sequence and head-dim curves below of th
   paper's fwd+bwd curves (Dao 2023, arXiv:2307.08691, Fig. 4-6, A100 d128 causal) rise from about 0.55 of
   their 16K value at 512 tokens to 0.9 at 4K; the causal blocks on the diagonal and the per-block fixed
   work are what a short sequence cannot amortise;
+- the kernel (Training.attention_kernel): Efficiency.attention is the FlashAttention-2 class (flash-attn
+  2, PyTorch SDPA's flash backend); on Hopper (sm_90) the cuDNN fused attention that Transformer Engine
+  prefers there (NeMo's memory-optimization docs, NVIDIA/NeMo#9188) and FlashAttention-3 run the same
+  FLOPs ATTENTION_KERNEL_SPEEDUP times faster. From the FlashAttention-3 paper's H100 SXM5 bf16 figures
+  at head dim 128, 8K tokens (Fig. 5, causal forward: FA2 333, cuDNN 529, FA3 602 TFLOP/s; Fig. 6,
+  backward: FA2 318, cuDNN 518, FA3 559), forward + backward (the backward 2.5x the forward's FLOPs):
+  (1/333 + 2.5/318) / (1/529 + 2.5/518) = 1.62 for cuDNN and 1.77 for FA3 (1.60-1.62 and 1.75-1.78 from
+  2K to 16K). Off Hopper the factor is 1: FA3 is Hopper-only, and no published cuDNN-vs-FA2 figure for
+  Ampere or Blackwell is used here;
 - head dim: d / (d + 32) normalised to 1 at d = 128 (d64 ~ 0.83x of d128, d256 ~ 1.11x: FA2 paper Fig. 4-6
   and FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608) Fig. 5, where d64 reaches about 0.8x of
   d128 and d256 about 1.1x).
@@ -52,6 +61,14 @@ HEAD_DIM_KNEE = 32.0
 FP8_CAST_BYTES_PER_ACT = 4.0
 FP8_CAST_BYTES_PER_WEIGHT = 4.0
 FP8_FUSED_CAST_BYTES_PER_ACT = 1.0
+#: Attention kernels (Training.attention_kernel) and their fwd+bwd speed on Hopper over FlashAttention-2
+#: (module docstring: FlashAttention-3 paper, Figs. 5-6, H100 SXM5, d128, 8K tokens).
+ATTENTION_KERNEL_SPEEDUP = {"fa2": 1.0, "cudnn": 1.62, "fa3": 1.77}
+
+
+def attention_kernel_speedup(kernel: str, gpu: GPU) -> float:
+    """How much faster than the FlashAttention-2 class `kernel` runs attention on `gpu` (1 off Hopper)."""
+    return ATTENTION_KERNEL_SPEEDUP[kernel] if gpu.arch == "sm_90" else 1.0
 
 
 def gemm_tile(gpu: GPU) -> tuple[int, int]:

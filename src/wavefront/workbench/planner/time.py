@@ -65,6 +65,7 @@ from wavefront.workbench.planner.kernels import (
     FP8_CAST_BYTES_PER_WEIGHT,
     FP8_FUSED_CAST_BYTES_PER_ACT,
     attention_curve,
+    attention_kernel_speedup,
     gemm_s,
     grouped_linear_fwd_bwd_s,
     linear_fwd_bwd_s,
@@ -233,7 +234,8 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
         chunk = training.seq_len / (2 * cfg.cp) if ring else training.seq_len
         curve = attention_curve(chunk, model.dims.head_dim)
         n_kernels = cfg.cp if ring else 1
-        attn = 0.5 * attn_flops / (bf16_peak * eff.attention * stack * curve) + n_kernels * kernel_s
+        speed = 1.0 if eff.attention_as_is else attention_kernel_speedup(training.attention_kernel, gpu)
+        attn = 0.5 * attn_flops / (bf16_peak * eff.attention * stack * curve * speed) + n_kernels * kernel_s
         attn_bwd = 2.5 * (attn - n_kernels * kernel_s) + n_kernels * kernel_s
         if ring:
             q_elems = tokens * model.q_dim / cfg.tp

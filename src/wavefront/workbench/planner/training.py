@@ -20,6 +20,9 @@ FSDP_GATHER = ("micro-batch", "no-reshard", "step")
 #: Engine's default cp_comm_type "p2p", Megatron-LM, torchtitan) or "all-gather" (gather K and V, then one
 #: attention of the local queries over them: Llama 3, Dubey et al. 2024, Sec. 3.3.2; TE "all_gather").
 CP_COMM = ("ring", "all-gather")
+#: Attention kernel classes (kernels.ATTENTION_KERNEL_SPEEDUP): "fa2" (flash-attn 2, PyTorch SDPA's flash
+#: backend; what Efficiency.attention is fitted as), "cudnn" (Transformer Engine's default on Hopper), "fa3".
+ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
 
 #: Bytes per parameter kept by each optimizer: (fp32 master copy, optimizer states). AdamW keeps an fp32
 #: master weight and two fp32 moments (the 12 of ZeRO's 2 + 2 + 12 = 16 bytes per parameter, Rajbhandari
@@ -44,6 +47,8 @@ class Efficiency:
         shape terms already explain small models).
     fp8_gemm: fp8 GEMMs reach gemm x fp8_gemm of the fp8 peak, fitted.
     fsdp_stack: multiplier on gemm and attention for Training.stack = "fsdp", fitted per GPU family.
+    attention_as_is: `attention` is what the run's own kernel reaches (measured with --calibrate, or given
+        with --attn-eff), so Training.attention_kernel's class factor does not apply on top of it.
     Materialised attention (attention="materialized") runs its matmuls at `gemm` and streams the
     scores and softmax at `hbm`.
     """
@@ -54,6 +59,7 @@ class Efficiency:
     kernel_us: float = 4.0
     fp8_gemm: float = 0.75
     fsdp_stack: float = 1.0
+    attention_as_is: bool = False
     source: str = "defaults (training.py: Efficiency)"
 
     def __post_init__(self) -> None:
@@ -81,12 +87,12 @@ class Efficiency:
 #: docs/planner.md lists the held-out errors). Per GPU family: gemm (largest-GEMM fraction of the dense
 #: peak), attention (flash fwd+bwd fraction of the bf16 peak at 16K tokens, d128), fsdp_stack (the PyTorch
 #: FSDP stacks' multiplier on both). Shared: kernel_us (fixed cost per kernel), fp8_gemm (fp8 GEMM fraction
-#: of the fp8 peak relative to gemm). Eight constants over 72 calibration runs (the 3 added with NeMo 25.02
-#: left all eight unchanged at three digits).
-FITTED_SHARED = {"kernel_us": 0.003, "fp8_gemm": 0.935}
+#: of the fp8 peak relative to gemm). Eight constants over 72 calibration runs, refitted when the attention
+#: kernel class (Training.attention_kernel: Transformer Engine's cuDNN attention on Hopper) was added.
+FITTED_SHARED = {"kernel_us": 0.003, "fp8_gemm": 0.894}
 FITTED_FAMILY = {
     "a100": {"gemm": 0.706, "attention": 0.344, "fsdp_stack": 0.948},
-    "h100": {"gemm": 0.692, "attention": 0.208, "fsdp_stack": 0.799},
+    "h100": {"gemm": 0.690, "attention": 0.208, "fsdp_stack": 0.801},
 }
 #: Device-table GPU -> the family whose fitted constants it uses, and why.
 CALIBRATED: dict[str, tuple[str, str]] = {
@@ -97,8 +103,7 @@ CALIBRATED: dict[str, tuple[str, str]] = {
     "h100-pcie": ("h100", "H100 family constants (GH100 at PCIe clocks: the lower peak is in the device table)"),
     "h100-nvl": ("h100", "H100 family constants (GH100 at NVL clocks: the lower peak is in the device table)"),
     "gb200": ("h100", "H100 family fractions transferred, not fitted: no GB200 run in the calibration split"),
-    "b200": ("h100", "H100 family fractions, fitted with the H100 runs: two B200 calibration runs (NeMo 25.02) "
-                     "did not move them"),
+    "b200": ("h100", "H100 family fractions, fitted with the H100 runs (two B200 calibration runs: NeMo 25.02)"),
 }
 
 
@@ -143,6 +148,8 @@ class Training:
     offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
         CPU (time.PCIE_GBPS, time.CPU_ADAM_PARAMS_PER_S).
     cp_comm: how context parallelism moves K and V (CP_COMM).
+    attention_kernel: the flash-attention kernel class (ATTENTION_KERNELS): "fa2" by default; the Megatron
+        stacks with Transformer Engine run "cudnn" on Hopper; only Hopper prices them differently.
     moe_imbalance: tokens of the busiest expert over the mean (MoE; 1.0 = perfectly balanced, as the
         force-balanced benchmark tables run). The busiest EP rank's grouped GEMMs, activations and
         all-to-all bytes scale by it: the step waits for that rank.
@@ -172,8 +179,11 @@ class Training:
     cp_comm: str = "ring"
     moe_imbalance: float = 1.0
     ep_overlap: float = 0.0
+    attention_kernel: str = "fa2"
 
     def __post_init__(self) -> None:
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if self.moe_imbalance < 1.0:
             raise ValueError(f"moe_imbalance must be >= 1 (busiest expert over the mean), got {self.moe_imbalance}")
         if not 0.0 <= self.ep_overlap <= 1.0:
