@@ -39,6 +39,7 @@ from torch import Tensor
 
 from wavefront import reference, runtime
 from wavefront.archs import Arch, compiles_fp8_e4m3
+from wavefront.ops._fused_quantize import register_fp8_autograd
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_choice, check_same_device, check_same_dtype, check_tensor
@@ -168,17 +169,8 @@ def _backward(ctx, do, d_lse2):
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _setup_context_fp8(ctx, inputs, output):
-    o, lse2, o_fp8, o_scale = output
-    ctx.mark_non_differentiable(o_fp8, o_scale)  # the FP8 copy is an inference of O: no gradient through it
-    _setup_context(ctx, inputs[:8], (o, lse2))
-
-
-def _backward_fp8(ctx, do, d_lse2, d_fp8, d_scale):
-    return *_backward(ctx, do, d_lse2), None, None, None
-
-
-_attention_fwd_fp8.register_autograd(_backward_fp8, setup_context=_setup_context_fp8)
+# the FP8 copy of O is an inference of O: no gradient through it, nor through the three options
+register_fp8_autograd(_attention_fwd_fp8, _setup_context, _backward)
 
 
 def _check_fp8_output(q, quantize, fp8_dtype, pow2_scale) -> None:
