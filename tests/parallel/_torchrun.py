@@ -20,9 +20,11 @@ SRC = str(HERE.parents[1] / "src")
 def process_group(out: str):
     """Worker side, around the whole of every worker's main: the gloo default group for the body, then its
     teardown, also when the body raises. Leaving normally (every rank got here) means a barrier first; after an
-    exception a peer may be gone, so no barrier. Each rank then records the c10d threads still alive after
-    destroy_process_group in `teardown_path(out, rank)` for run_worker to assert on (none: nothing keeps a group,
-    and no backend thread is left for the interpreter's own shutdown to tear down)."""
+    exception a peer may be gone, so no barrier. At interpreter exit (atexit: the worker's locals, a subgroup
+    among them, are gone by then) each rank records the c10d threads still alive in `teardown_path(out, rank)`
+    for run_worker to assert on: none, so no backend thread is left for Python's own shutdown."""
+    import atexit
+
     import torch.distributed as dist
 
     from wavefront.workbench.distributed import launch
@@ -34,8 +36,9 @@ def process_group(out: str):
         yield rank, dist.get_world_size()
         ok = True
     finally:
-        left = launch.destroy_process_group(barrier=ok)
-        teardown_path(out, rank).write_text(json.dumps({"rank": rank, "c10d_threads_after_destroy": left}))
+        launch.destroy_process_group(barrier=ok)
+        atexit.register(lambda: teardown_path(out, rank).write_text(json.dumps(
+            {"rank": rank, "c10d_threads_at_exit": launch.c10d_threads()})))
 
 
 def teardown_path(out: str | Path, rank: int) -> Path:
@@ -79,10 +82,11 @@ def run_worker(script: str, tmp: Path, world: int, *args: str, timeout: int = 60
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     doc = json.loads(out_file.read_text())
     assert doc["world"] == world and len(doc["ranks"]) == world
-    # Every rank tore its groups down: no backend thread left for interpreter shutdown (which is where a rank
-    # used to die with "terminate called without an active exception" after all its checks passed).
+    # Every rank tore its groups down: no backend thread left for interpreter shutdown (where a gloo thread still
+    # dropping a finished collective's tensors used to abort a rank with "terminate called without an active
+    # exception" after all its checks passed).
     done = teardowns(out_file, world)
-    assert all(d.get("c10d_threads_after_destroy") == [] for d in done), done
+    assert all(d.get("c10d_threads_at_exit") == [] for d in done), done
     return doc
 
 
