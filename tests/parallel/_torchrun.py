@@ -36,9 +36,20 @@ def process_group(out: str):
         yield rank, dist.get_world_size()
         ok = True
     finally:
-        launch.destroy_process_group(barrier=ok)
-        atexit.register(lambda: teardown_path(out, rank).write_text(json.dumps(
-            {"rank": rank, "c10d_threads_at_exit": launch.c10d_threads()})))
+        left = launch.destroy_process_group(barrier=ok)
+        atexit.register(_record_teardown, out, rank, left)
+
+
+def _record_teardown(out: str, rank: int, after_destroy: list[str]) -> None:
+    """atexit: garbage the worker's own frames left in cycles is collected while Python is alive (not in its
+    final collection), then what still runs is recorded."""
+    import gc
+
+    from wavefront.workbench.distributed import launch
+
+    gc.collect()
+    teardown_path(out, rank).write_text(json.dumps({"rank": rank, "c10d_threads_after_destroy": after_destroy,
+                                                    "c10d_threads_at_exit": launch.c10d_threads()}))
 
 
 def teardown_path(out: str | Path, rank: int) -> Path:

@@ -72,7 +72,14 @@ def c10d_threads() -> list[str]:
 
 def destroy_process_group(*, barrier: bool) -> list[str]:
     """Destroy every process group; first a barrier when every rank got here (after a failure a peer may be gone:
-    pass barrier=False). Returns :func:`c10d_threads` afterwards: empty unless something still holds a group."""
+    pass barrier=False). Returns :func:`c10d_threads` afterwards: empty unless something still holds a group.
+
+    torch's destroy_process_group shuts the groups down and forgets them, but a group object still referenced
+    elsewhere lives on with its backend threads, and a gloo worker thread that drops a finished collective's
+    tensors after the interpreter began finalizing aborts the process ("terminate called without an active
+    exception"). Freed here instead, each group's destructor joins its threads while Python is fully alive."""
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -81,7 +88,26 @@ def destroy_process_group(*, barrier: bool) -> list[str]:
                 dist.barrier()
         finally:
             dist.destroy_process_group()
+            # Models and their FSDP2 state form reference cycles (module -> hook -> FSDPParam -> mesh info ->
+            # group) that only the cyclic collector frees: now, rather than in the interpreter's final collection.
+            gc.collect()
+            _drop_mesh_groups()
     return c10d_threads()
+
+
+def _drop_mesh_groups() -> None:
+    """Empty the group registry of every DeviceMesh still alive. A mesh used by DTensor/FSDP2 outlives its model
+    (torch keeps it referenced from outside Python's view) and holds its groups in ``_pg_registry``; after
+    destroy_process_group those entries name destroyed groups, and dropping them frees the groups now."""
+    import gc
+
+    device_mesh = sys.modules.get("torch.distributed.device_mesh")
+    mesh_type = getattr(device_mesh, "DeviceMesh", None)
+    if mesh_type is None:  # no mesh was ever made in this process
+        return
+    for obj in gc.get_objects():
+        if issubclass(type(obj), mesh_type) and isinstance(getattr(obj, "_pg_registry", None), dict):
+            obj._pg_registry.clear()
 
 
 def init_process_group(backend: str):
