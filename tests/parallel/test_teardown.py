@@ -7,7 +7,9 @@ default gloo group alive past destroy_process_group. Its worker thread may then 
 collective's work object when Python finalizes; dropping that work's tensor takes the GIL, CPython ends the
 thread with pthread_exit, the forced unwind meets a noexcept destructor, and the rank dies with "terminate
 called without an active exception" after every check passed. launch.import_world_defaults() imports the
-module first; `_torchrun.process_group` and `launch.destroy_process_group` record the threads left."""
+module first; launch.destroy_process_group also collects the model <-> FSDP2 hook cycles and empties the group
+registries of DeviceMesh objects that outlive them (both hold groups), and reports the threads left;
+`_torchrun.process_group` records them per rank for run_worker to assert on."""
 
 from __future__ import annotations
 
