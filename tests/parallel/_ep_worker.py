@@ -21,7 +21,7 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from _torchrun import report  # this folder is on sys.path: torchrun runs the worker as a script
+from _torchrun import process_group, report  # this folder is on sys.path: torchrun runs the worker as a script
 
 import wavefront
 from wavefront.nn import MoE
@@ -278,18 +278,17 @@ def _train_checks(rank: int, world: int, mesh_2d: bool = False) -> list[dict]:
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
-    wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else ["layer", "train"] if world == 2 else ["mesh"]
-    results = []
-    if "layer" in wanted:
-        results += _layer_checks(rank, world)
-    if "train" in wanted:
-        results += _train_checks(rank, world)
-    if "mesh" in wanted:
-        results += _train_checks(rank, world, mesh_2d=True)
-    report(results, sys.argv[1])
+    with process_group(sys.argv[1]) as (rank, world):
+        wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else ["layer", "train"] if world == 2 else ["mesh"]
+        results = []
+        if "layer" in wanted:
+            results += _layer_checks(rank, world)
+        if "train" in wanted:
+            results += _train_checks(rank, world)
+        if "mesh" in wanted:
+            results += _train_checks(rank, world, mesh_2d=True)
+        report(results, sys.argv[1])
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.utils.checkpoint
-from _torchrun import report  # this folder is on sys.path: torchrun runs the worker as a script
+from _torchrun import process_group, report  # this folder is on sys.path: torchrun runs the worker as a script
 from torch import nn
 
 from wavefront.nn import Float8Linear
@@ -123,14 +123,13 @@ def check(name: str, recipe: str, reshard: bool = True, recompute: bool = False,
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
     torch.set_num_threads(1)
     checks = {"rowwise": ("rowwise", True), "tensorwise": ("tensorwise", True), "blockwise": ("blockwise", True),
               "rowwise_keep": ("rowwise", False), "rowwise_recompute": ("rowwise", True, True),
               "rowwise_uneven": ("rowwise", True, False, 65), "tensorwise_uneven": ("tensorwise", True, False, 65)}
     wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else list(checks)
-    results = [check(name, *checks[name]) for name in wanted]
-    report(results, sys.argv[1])
+    with process_group(sys.argv[1]):
+        report([check(name, *checks[name]) for name in wanted], sys.argv[1])
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import zlib
 
 import torch
 import torch.distributed as dist
-from _torchrun import report  # this folder is on sys.path: torchrun runs the worker as a script
+from _torchrun import process_group, report  # this folder is on sys.path: torchrun runs the worker as a script
 
 from wavefront import reference
 from wavefront.ops._spec import Tolerance
@@ -78,16 +78,15 @@ def _checks(cases, group, rank: int, world: int) -> list[dict]:
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     wanted = sys.argv[2].split(",") if len(sys.argv) > 2 else None
-    results = _checks([c for c in CASES if not wanted or any(c[0].startswith(w) for w in wanted)], None, rank,
-                      world)
-    if world == 4:
-        # Two context-parallel groups of 2 ({0, 1}, {2, 3}): ring neighbours are group ranks mapped to global.
-        groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-        results += _checks([SUBGROUP_CASE], groups[rank // 2], rank % 2, 2)
-    report(results, sys.argv[1])
+    with process_group(sys.argv[1]) as (rank, world):
+        results = _checks([c for c in CASES if not wanted or any(c[0].startswith(w) for w in wanted)], None, rank,
+                          world)
+        if world == 4:
+            # Two context-parallel groups of 2 ({0, 1}, {2, 3}): ring neighbours are group ranks mapped to global.
+            groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+            results += _checks([SUBGROUP_CASE], groups[rank // 2], rank % 2, 2)
+        report(results, sys.argv[1])
 
 
 if __name__ == "__main__":

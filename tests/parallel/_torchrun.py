@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,9 +16,49 @@ HERE = Path(__file__).resolve().parent
 SRC = str(HERE.parents[1] / "src")
 
 
+@contextlib.contextmanager
+def process_group(out: str):
+    """Worker side, around the whole of every worker's main: the gloo default group for the body, then its
+    teardown, also when the body raises. Leaving normally (every rank got here) means a barrier first; after an
+    exception a peer may be gone, so no barrier. At interpreter exit (atexit: the worker's locals, a subgroup
+    among them, are gone by then) each rank records the c10d threads still alive in `teardown_path(out, rank)`
+    for run_worker to assert on: none, so no backend thread is left for Python's own shutdown."""
+    import atexit
+
+    import torch.distributed as dist
+
+    from wavefront.workbench.distributed import launch
+
+    launch.import_world_defaults()  # before init: see launch.WORLD_DEFAULT_MODULES
+    dist.init_process_group("gloo")
+    rank, ok = dist.get_rank(), False
+    try:
+        yield rank, dist.get_world_size()
+        ok = True
+    finally:
+        left = launch.destroy_process_group(barrier=ok)
+        atexit.register(_record_teardown, out, rank, left)
+
+
+def _record_teardown(out: str, rank: int, after_destroy: list[str]) -> None:
+    """atexit: garbage the worker's own frames left in cycles is collected while Python is alive (not in its
+    final collection), then what still runs is recorded."""
+    import gc
+
+    from wavefront.workbench.distributed import launch
+
+    gc.collect()
+    teardown_path(out, rank).write_text(json.dumps({"rank": rank, "c10d_threads_after_destroy": after_destroy,
+                                                    "c10d_threads_at_exit": launch.c10d_threads()}))
+
+
+def teardown_path(out: str | Path, rank: int) -> Path:
+    return Path(out).with_name(f"teardown.{rank}.json")
+
+
 def report(results: list, path: str) -> None:
-    """Worker side, the last step of every worker's main: every rank's checks to rank 0, written as the JSON
-    `run_worker` reads, then the process group is torn down."""
+    """Worker side, the last step inside `process_group`: every rank's checks to rank 0, written as the JSON
+    `run_worker` reads."""
     import torch.distributed as dist
 
     gathered = [None] * dist.get_world_size()
@@ -25,7 +66,15 @@ def report(results: list, path: str) -> None:
     if dist.get_rank() == 0:
         with open(path, "w") as f:
             json.dump({"world": dist.get_world_size(), "ranks": gathered}, f)
-    dist.destroy_process_group()
+
+
+def teardowns(out: Path, world: int) -> list[dict]:
+    """Every rank's teardown record (`process_group`); a rank that wrote none is reported as such."""
+    docs = []
+    for rank in range(world):
+        path = teardown_path(out, rank)
+        docs.append(json.loads(path.read_text()) if path.is_file() else {"rank": rank, "missing": str(path)})
+    return docs
 
 
 def run_worker(script: str, tmp: Path, world: int, *args: str, timeout: int = 600) -> dict:
@@ -44,6 +93,11 @@ def run_worker(script: str, tmp: Path, world: int, *args: str, timeout: int = 60
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     doc = json.loads(out_file.read_text())
     assert doc["world"] == world and len(doc["ranks"]) == world
+    # Every rank tore its groups down: no backend thread left for interpreter shutdown (where a gloo thread still
+    # dropping a finished collective's tensors used to abort a rank with "terminate called without an active
+    # exception" after all its checks passed).
+    done = teardowns(out_file, world)
+    assert all(d.get("c10d_threads_at_exit") == [] for d in done), done
     return doc
 
 

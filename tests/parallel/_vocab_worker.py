@@ -11,6 +11,7 @@ import zlib
 
 import torch
 import torch.distributed as dist
+from _torchrun import process_group  # this folder is on sys.path: torchrun runs the worker as a script
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from wavefront import reference
@@ -223,25 +224,23 @@ def error_checks(world: int) -> list[dict]:
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     which = sys.argv[2].split(",") if len(sys.argv) > 2 else ["ce", "lce", "memory"]
-    results = []
-    for dtype in (torch.float32, torch.bfloat16):
-        if "ce" in which:
-            results += ce_checks(rank, world, dtype)
-        if "lce" in which:
-            results += lce_checks(rank, world, dtype)
-    if "memory" in which:
-        results += memory_checks(rank, world)
-        results += error_checks(world)
-        results += collective_checks(world)
-    gathered = [None] * world
-    dist.all_gather_object(gathered, results)
-    if rank == 0:
-        with open(sys.argv[1], "w") as f:
-            json.dump({"world": world, "ranks": gathered, "interpret": os.environ.get("TRITON_INTERPRET")}, f)
-    dist.destroy_process_group()
+    with process_group(sys.argv[1]) as (rank, world):
+        results = []
+        for dtype in (torch.float32, torch.bfloat16):
+            if "ce" in which:
+                results += ce_checks(rank, world, dtype)
+            if "lce" in which:
+                results += lce_checks(rank, world, dtype)
+        if "memory" in which:
+            results += memory_checks(rank, world)
+            results += error_checks(world)
+            results += collective_checks(world)
+        gathered = [None] * world
+        dist.all_gather_object(gathered, results)
+        if rank == 0:
+            with open(sys.argv[1], "w") as f:
+                json.dump({"world": world, "ranks": gathered, "interpret": os.environ.get("TRITON_INTERPRET")}, f)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,88 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: torch.distributed modules whose function signatures default to ``group=group.WORLD``, a value read once, when the
+#: module is first imported. Imported after init_process_group (torch._dynamo, FSDP and torch.distributed._shard
+#: import torch.distributed.nn lazily, e.g. on the first torch.library custom op call), those defaults hold the
+#: default process group for the rest of the process: destroy_process_group then only shuts it down, and the
+#: gloo backend, with its worker and TCP-loop threads, lives on until the interpreter's last garbage collection
+#: destroys it in the middle of Python's own teardown. Imported before, the defaults are None.
+WORLD_DEFAULT_MODULES = ("torch.distributed.nn",)
+
+#: Name prefixes of the threads a c10d backend runs (gloo's work loop and TCP loop, NCCL's watchdog), as
+#: /proc/self/task/*/comm shows them.
+C10D_THREAD_PREFIXES = ("pt_gloo", "gloo_", "pt_nccl", "pt_tcpstore")
+
+
+def import_world_defaults() -> None:
+    """Import :data:`WORLD_DEFAULT_MODULES` now; call it before init_process_group."""
+    import importlib
+
+    for name in WORLD_DEFAULT_MODULES:
+        importlib.import_module(name)
+
+
+def c10d_threads() -> list[str]:
+    """Names of this process's threads that belong to a c10d backend (Linux /proc; [] elsewhere)."""
+    names = []
+    tasks = Path("/proc/self/task")
+    for task in sorted(tasks.iterdir()) if tasks.is_dir() else ():
+        try:
+            name = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended while we looked
+            continue
+        if name.startswith(C10D_THREAD_PREFIXES):
+            names.append(name)
+    return names
+
+
+def destroy_process_group(*, barrier: bool) -> list[str]:
+    """Destroy every process group; first a barrier when every rank got here (after a failure a peer may be gone:
+    pass barrier=False). Returns :func:`c10d_threads` afterwards: empty unless something still holds a group.
+
+    torch's destroy_process_group shuts the groups down and forgets them, but a group object still referenced
+    elsewhere lives on with its backend threads, and a gloo worker thread that drops a finished collective's
+    tensors after the interpreter began finalizing aborts the process ("terminate called without an active
+    exception"). Freed here instead, each group's destructor joins its threads while Python is fully alive."""
+    import gc
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        try:
+            if barrier:
+                dist.barrier()
+        finally:
+            dist.destroy_process_group()
+            # Models and their FSDP2 state form reference cycles (module -> hook -> FSDPParam -> mesh info ->
+            # group) that only the cyclic collector frees: now, rather than in the interpreter's final collection.
+            gc.collect()
+            _drop_mesh_groups()
+    return c10d_threads()
+
+
+def _drop_mesh_groups() -> None:
+    """Empty the group registry of every DeviceMesh still alive. A mesh used by DTensor/FSDP2 outlives its model
+    (torch keeps it referenced from outside Python's view) and holds its groups in ``_pg_registry``; after
+    destroy_process_group those entries name destroyed groups, and dropping them frees the groups now."""
+    import gc
+
+    device_mesh = sys.modules.get("torch.distributed.device_mesh")
+    mesh_type = getattr(device_mesh, "DeviceMesh", None)
+    if mesh_type is None:  # no mesh was ever made in this process
+        return
+    for obj in gc.get_objects():
+        if issubclass(type(obj), mesh_type) and isinstance(getattr(obj, "_pg_registry", None), dict):
+            obj._pg_registry.clear()
+
+
 def init_process_group(backend: str):
     """Initialise the default process group from the environment; returns this rank's device.
     backend: "auto" (nccl with GPUs, else gloo), "nccl" or "gloo"."""
     import torch
     import torch.distributed as dist
+
+    import_world_defaults()
 
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"

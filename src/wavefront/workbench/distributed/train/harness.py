@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from wavefront.workbench.distributed import launch as dist_launch
 from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
 from wavefront.workbench.distributed.train import context_parallel
 from wavefront.workbench.distributed.train import expert_parallel as train_ep
@@ -153,6 +154,7 @@ def _init(cfg: TrainConfig) -> _Env:
     if use_cuda:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
+        dist_launch.import_world_defaults()  # else the default group outlives destroy_process_group (launch.py)
         backend = "nccl" if use_cuda else "gloo"
         timeout = timedelta(seconds=cfg.timeout_s)
         if world == 1 and "MASTER_ADDR" not in os.environ:
@@ -456,6 +458,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             result.notes += _fp8_summary(result.summary, fp8, model_flops, peak, env)
     finally:
         emb_hook.remove()
+        memory.stop()  # joins the CPU sampler thread, also when a step failed (stopping twice is harmless)
         if profiler is not None:
             result.trace_paths.append(_stop_profiler(profiler, out_dir, variant, env))
         del model, opt, inner
@@ -655,7 +658,8 @@ def _broadcast_str(text: str, env: _Env) -> str:
 
 
 def shutdown(failed: bool) -> None:
-    """Tear down the process group after success; after a failure peers may be gone, so do not wait on them."""
+    """Tear down the process groups after success (every rank got here: a barrier, then destroy); after a failure
+    peers may be gone, so do not wait on them (the caller leaves with os._exit)."""
     if dist.is_initialized() and not failed:
         with contextlib.suppress(Exception):
-            dist.destroy_process_group()
+            dist_launch.destroy_process_group(barrier=True)
