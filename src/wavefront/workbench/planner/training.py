@@ -111,8 +111,11 @@ CALIBRATED: dict[str, tuple[str, str]] = {
 def _for_gpu(gpu_key: str) -> Efficiency:
     if gpu_key in CALIBRATED:
         family, source = CALIBRATED[gpu_key]
-        return Efficiency(**FITTED_FAMILY[family], **FITTED_SHARED, source=source)
-    return Efficiency(**FITTED_SHARED, source=f"defaults: no published run calibrates {gpu_key}")
+        fam = FITTED_FAMILY[family]
+        return Efficiency(gemm=fam["gemm"], attention=fam["attention"], fsdp_stack=fam["fsdp_stack"],
+                          kernel_us=FITTED_SHARED["kernel_us"], fp8_gemm=FITTED_SHARED["fp8_gemm"], source=source)
+    return Efficiency(kernel_us=FITTED_SHARED["kernel_us"], fp8_gemm=FITTED_SHARED["fp8_gemm"],
+                      source=f"defaults: no published run calibrates {gpu_key}")
 
 
 #: Default fraction of the TP/SP all-gathers and reduce-scatters hidden behind the GEMMs. Today's stacks
