@@ -35,10 +35,10 @@ values reach it. The fp8 ``tl.dot`` widens through the same casts (the products 
 Speed: Triton 3.9's interpreter re-patches the language (``_patch_lang``: an ``inspect.getmembers`` walk of
 ``tl``, ``tl.tensor`` and ``tl.math``) on every call of a ``@triton.jit`` helper inside a kernel, once per
 call, so a GEMM's per-tile helpers pay it per tile: about a quarter of the interpreter's time on the MoE
-training tests. Within one grid run the language stays patched until the run ends, so a helper's second
-patch finds nothing left to replace and only re-creates equivalent wrappers; it is skipped (each helper
-still patches on its first call of the run, and the kernel's own patch and its restore at the end of the
-run are untouched).
+training tests. Within one grid run the language stays patched until the run ends, so a helper whose
+language modules (``tl``, ``tl.core``: what Triton's patch looks for in its globals) were already patched
+in the run finds nothing left to replace and would only re-create equivalent wrappers; its patch is
+skipped (the kernel's own patch and its restore at the end of the run are untouched).
 
 Scope: :func:`gpu_rounding` installs these replacements for the duration of one of wavefront's own
 launches (``wavefront.kernels._launch.launch`` wraps each interpreted launch in it) and restores Triton's
@@ -108,19 +108,23 @@ def _replacements():
 
 
 def _patch_once_per_run(original_patch, original_call):
-    """(_patch_lang, GridExecutor.__call__) wrapping the given ones: the language patched once per jit
-    function and grid run (see "Speed" above). Each grid run gets a fresh record, so the kernel's own patch
-    (the first call of its run) always happens and is restored by Triton at the end of the run."""
+    """(_patch_lang, GridExecutor.__call__) wrapping the given ones: each language module (``tl``,
+    ``tl.core``) patched once per grid run (see "Speed" above). Each grid run gets a fresh record, so the
+    kernel's own patch (the first call of its run) always happens and is restored by Triton at the end of
+    the run; a function that sees no language module goes to Triton's patch (and its error)."""
+    import triton.language as tl
     from triton.runtime import interpreter
 
-    patched: list[set] = []  # one record per active grid run (innermost last)
+    patched: list[set[int]] = []  # per active grid run (innermost last): ids of the patched language modules
 
     def patch_lang(fn):
-        if patched and fn in patched[-1]:
-            return interpreter._LangPatchScope()  # nothing changed, nothing to restore
+        # the modules Triton's _patch_lang patches for fn: tl and tl.core where fn's globals hold them
+        langs = {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+        if patched and langs and langs <= patched[-1]:
+            return interpreter._LangPatchScope()  # nothing left to replace, nothing to restore
         scope = original_patch(fn)
         if patched:
-            patched[-1].add(fn)
+            patched[-1] |= langs
         return scope
 
     def grid_call(self, *args, **kwargs):
