@@ -6,7 +6,7 @@ float64 the ring runs on the reference blocks: what is checked is the bookkeepin
 misplaced token, position or gradient sum shows far above rounding), quickly; the kernels' fp32 numerics
 are the slow loss-parity tests' and tests/parallel's.
 
-Run as ``python cp_check.py`` (a script: spawned ranks import it as their main module)."""
+Run as ``python cp_check.py`` (a script: its ranks fork from it once it has imported what they need)."""
 
 from __future__ import annotations
 

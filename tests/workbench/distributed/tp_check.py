@@ -3,7 +3,7 @@ wavefront patched in; prints one JSON line from rank 0 with each gradient's erro
 single-process run, the error of eager PyTorch in float32 (the accuracy rule's yardstick), and the
 wavefront kernel launches on rank 0 next to those of one process.
 
-Run as ``python tp_check.py MODEL`` (a script: spawned ranks import it as their main module)."""
+Run as ``python tp_check.py MODEL`` (a script: its ranks fork from it once it has imported what they need)."""
 
 from __future__ import annotations
 
