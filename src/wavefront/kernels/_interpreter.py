@@ -32,7 +32,15 @@ subnormals and FNUZ encodings, which is what ``cvt.rn.satfinite`` (sm_89+) and `
 may give inf or NaN; wavefront's kernels clamp to the format's max before every fp8 cast, so only in-range
 values reach it. The fp8 ``tl.dot`` widens through the same casts (the products are exact in fp32).
 
-Scope: :func:`gpu_rounding` installs the two replacements for the duration of one of wavefront's own
+Speed: Triton 3.9's interpreter re-patches the language (``_patch_lang``: an ``inspect.getmembers`` walk of
+``tl``, ``tl.tensor`` and ``tl.math``) on every call of a ``@triton.jit`` helper inside a kernel, once per
+call, so a GEMM's per-tile helpers pay it per tile: about a quarter of the interpreter's time on the MoE
+training tests. Within one grid run the language stays patched until the run ends, so a helper whose
+language modules (``tl``, ``tl.core``: what Triton's patch looks for in its globals) were already patched
+in the run finds nothing left to replace and would only re-create equivalent wrappers; its patch is
+skipped (the kernel's own patch and its restore at the end of the run are untouched).
+
+Scope: :func:`gpu_rounding` installs these replacements for the duration of one of wavefront's own
 launches (``wavefront.kernels._launch.launch`` wraps each interpreted launch in it) and restores Triton's
 originals afterwards, so any other kernel interpreted in the same process (a user's, Liger's) keeps the
 interpreter's own behaviour. Nested use is fine (the outermost scope restores).
@@ -57,18 +65,20 @@ def gpu_rounding() -> Iterator[None]:
     from triton.runtime import interpreter
 
     convert_float, create_dot = _replacements()
-    builder = interpreter.InterpreterBuilder
+    builder, grid = interpreter.InterpreterBuilder, interpreter.GridExecutor
     if _DEPTH == 0:
-        saved = (interpreter._convert_float, builder.create_dot)
+        saved = (interpreter._convert_float, builder.create_dot, interpreter._patch_lang, grid.__call__)
         interpreter._convert_float = convert_float
         builder.create_dot = create_dot
+        # around the current ones: a tool may have wrapped the grid run (workbench/static/traffic.py)
+        interpreter._patch_lang, grid.__call__ = _patch_once_per_run(interpreter._patch_lang, grid.__call__)
     _DEPTH += 1
     try:
         yield
     finally:
         _DEPTH -= 1
         if _DEPTH == 0:
-            interpreter._convert_float, builder.create_dot = saved
+            interpreter._convert_float, builder.create_dot, interpreter._patch_lang, grid.__call__ = saved
 
 
 @functools.cache
@@ -95,6 +105,36 @@ def _replacements():
         return original(input, input_dtype, output_dtype, rounding_mode)
 
     return convert_float, _gpu_faithful_dot(interpreter)
+
+
+def _patch_once_per_run(original_patch, original_call):
+    """(_patch_lang, GridExecutor.__call__) wrapping the given ones: each language module (``tl``,
+    ``tl.core``) patched once per grid run (see "Speed" above). Each grid run gets a fresh record, so the
+    kernel's own patch (the first call of its run) always happens and is restored by Triton at the end of
+    the run; a function that sees no language module goes to Triton's patch (and its error)."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    patched: list[set[int]] = []  # per active grid run (innermost last): ids of the patched language modules
+
+    def patch_lang(fn):
+        # the modules Triton's _patch_lang patches for fn: tl and tl.core where fn's globals hold them
+        langs = {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+        if patched and langs and langs <= patched[-1]:
+            return interpreter._LangPatchScope()  # nothing left to replace, nothing to restore
+        scope = original_patch(fn)
+        if patched:
+            patched[-1] |= langs
+        return scope
+
+    def grid_call(self, *args, **kwargs):
+        patched.append(set())
+        try:
+            return original_call(self, *args, **kwargs)
+        finally:
+            patched.pop()
+
+    return patch_lang, grid_call
 
 
 @functools.cache

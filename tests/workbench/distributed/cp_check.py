@@ -6,7 +6,7 @@ float64 the ring runs on the reference blocks: what is checked is the bookkeepin
 misplaced token, position or gradient sum shows far above rounding), quickly; the kernels' fp32 numerics
 are the slow loss-parity tests' and tests/parallel's.
 
-Run as ``python cp_check.py`` (a script: spawned ranks import it as their main module)."""
+Run as ``python cp_check.py`` (a script: its ranks fork from it once it has imported what they need)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,12 @@ def _rank(local_rank: int, port: int) -> None:
 
 if __name__ == "__main__":
     import torch.multiprocessing as mp
+    import transformers.models.llama.modeling_llama  # noqa: F401
 
     from wavefront.workbench.distributed.launch import free_port
+    from wavefront.workbench.distributed.train import context_parallel, tensor_parallel  # noqa: F401
 
-    mp.spawn(_rank, args=(free_port(),), nprocs=CP * TP, join=True)
+    # The ranks fork from this process after the modules they need are imported here once (torch, transformers'
+    # Llama, wavefront's parallel code): spawned ranks would each import them again, several CPU seconds per
+    # rank. Nothing has computed yet, so no thread pool exists to fork.
+    mp.start_processes(_rank, args=(free_port(),), nprocs=CP * TP, join=True, start_method="fork")

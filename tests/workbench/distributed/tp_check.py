@@ -3,7 +3,7 @@ wavefront patched in; prints one JSON line from rank 0 with each gradient's erro
 single-process run, the error of eager PyTorch in float32 (the accuracy rule's yardstick), and the
 wavefront kernel launches on rank 0 next to those of one process.
 
-Run as ``python tp_check.py MODEL`` (a script: spawned ranks import it as their main module)."""
+Run as ``python tp_check.py MODEL`` (a script: its ranks fork from it once it has imported what they need)."""
 
 from __future__ import annotations
 
@@ -71,9 +71,27 @@ def _rank(local_rank: int, port: int, model_name: str) -> None:
     main(model_name)
 
 
+def _preload(model_name: str) -> None:
+    """Import here what the ranks import (the model's transformers module, wavefront's kernels and parallel
+    code), so the forked ranks start with it instead of each importing it again (several CPU seconds per
+    rank). Nothing is computed: no thread pool exists to fork."""
+    import importlib
+    import pkgutil
+
+    import wavefront.kernels
+    from wavefront.workbench.distributed.train import tensor_parallel  # noqa: F401
+    from wavefront.workbench.distributed.train.presets import PRESETS
+
+    family = PRESETS[model_name].model_type
+    importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    for module in pkgutil.iter_modules(wavefront.kernels.__path__):
+        importlib.import_module(f"wavefront.kernels.{module.name}")
+
+
 if __name__ == "__main__":
     import torch.multiprocessing as mp
 
     from wavefront.workbench.distributed.launch import free_port
 
-    mp.spawn(_rank, args=(free_port(), sys.argv[1]), nprocs=2, join=True)
+    _preload(sys.argv[1])
+    mp.start_processes(_rank, args=(free_port(), sys.argv[1]), nprocs=2, join=True, start_method="fork")

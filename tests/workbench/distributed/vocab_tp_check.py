@@ -13,7 +13,7 @@ vocab_parallel_linear_cross_entropy), against one process. Rank 0 prints one JSO
   whole), their error against float64 and eager fp32's.
 
 Run as ``python vocab_tp_check.py MODEL_DIR STEPS VARIANTS`` (VARIANTS: "baseline,wavefront" or one of them; a
-script: spawned ranks import it as their main module)."""
+script: its ranks fork from it once it has imported what they need)."""
 
 from __future__ import annotations
 
@@ -119,9 +119,28 @@ def _rank(local_rank: int, port: int, model_dir: str, steps: int, variants: str)
     main(model_dir, steps, variants.split(","))
 
 
+def _preload(model_dir: str) -> None:
+    """Import here what the ranks import (the model's transformers module, wavefront's kernels, data and
+    parallel code), so the forked ranks start with it instead of each importing it again (several CPU seconds
+    per rank). Nothing is computed: no thread pool exists to fork."""
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    import wavefront.kernels
+    from wavefront.workbench.distributed.train import data, tensor_parallel  # noqa: F401
+
+    family = json.loads((Path(model_dir) / "config.json").read_text())["model_type"]
+    importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    for module in pkgutil.iter_modules(wavefront.kernels.__path__):
+        importlib.import_module(f"wavefront.kernels.{module.name}")
+
+
 if __name__ == "__main__":
     import torch.multiprocessing as mp
 
     from wavefront.workbench.distributed.launch import free_port
 
-    mp.spawn(_rank, args=(free_port(), sys.argv[1], int(sys.argv[2]), sys.argv[3]), nprocs=2, join=True)
+    _preload(sys.argv[1])
+    mp.start_processes(_rank, args=(free_port(), sys.argv[1], int(sys.argv[2]), sys.argv[3]), nprocs=2, join=True,
+                       start_method="fork")
