@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 
 import torch
 import torch.distributed as dist
@@ -82,20 +81,9 @@ def main() -> None:
     dist.barrier()
 
 
-def _rank(local_rank: int, port: int) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
-                       "WORLD_SIZE": str(CP * TP), "LOCAL_RANK": str(local_rank)})
-    main()
-
-
 if __name__ == "__main__":
-    import torch.multiprocessing as mp
-    import transformers.models.llama.modeling_llama  # noqa: F401
+    from wavefront.workbench.distributed.launch import spawn
 
-    from wavefront.workbench.distributed.launch import free_port
-    from wavefront.workbench.distributed.train import context_parallel, tensor_parallel  # noqa: F401
-
-    # The ranks fork from this process after the modules they need are imported here once (torch, transformers'
-    # Llama, wavefront's parallel code): spawned ranks would each import them again, several CPU seconds per
-    # rank. Nothing has computed yet, so no thread pool exists to fork.
-    mp.start_processes(_rank, args=(free_port(),), nprocs=CP * TP, join=True, start_method="fork")
+    spawn(lambda _: main(), None, CP * TP, preload=("transformers.models.llama.modeling_llama",
+                                                   "wavefront.workbench.distributed.train.context_parallel",
+                                                   "wavefront.workbench.distributed.train.tensor_parallel"))

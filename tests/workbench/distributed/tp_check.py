@@ -65,33 +65,10 @@ def main(model_name: str) -> None:
     dist.barrier()
 
 
-def _rank(local_rank: int, port: int, model_name: str) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
-                       "WORLD_SIZE": "2", "LOCAL_RANK": str(local_rank)})
-    main(model_name)
-
-
-def _preload(model_name: str) -> None:
-    """Import here what the ranks import (the model's transformers module, wavefront's kernels and parallel
-    code), so the forked ranks start with it instead of each importing it again (several CPU seconds per
-    rank). Nothing is computed: no thread pool exists to fork."""
-    import importlib
-    import pkgutil
-
-    import wavefront.kernels
-    from wavefront.workbench.distributed.train import tensor_parallel  # noqa: F401
+if __name__ == "__main__":
+    from wavefront.workbench.distributed.launch import spawn
     from wavefront.workbench.distributed.train.presets import PRESETS
 
-    family = PRESETS[model_name].model_type
-    importlib.import_module(f"transformers.models.{family}.modeling_{family}")
-    for module in pkgutil.iter_modules(wavefront.kernels.__path__):
-        importlib.import_module(f"wavefront.kernels.{module.name}")
-
-
-if __name__ == "__main__":
-    import torch.multiprocessing as mp
-
-    from wavefront.workbench.distributed.launch import free_port
-
-    _preload(sys.argv[1])
-    mp.start_processes(_rank, args=(free_port(), sys.argv[1]), nprocs=2, join=True, start_method="fork")
+    family = PRESETS[sys.argv[1]].model_type
+    spawn(main, sys.argv[1], 2, preload=(f"transformers.models.{family}.modeling_{family}", "wavefront.kernels.*",
+                                         "wavefront.workbench.distributed.train.tensor_parallel"))

@@ -113,34 +113,13 @@ def main(model_dir: str, steps: int, variants: list[str]) -> None:
     dist.barrier()
 
 
-def _rank(local_rank: int, port: int, model_dir: str, steps: int, variants: str) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
-                       "WORLD_SIZE": "2", "LOCAL_RANK": str(local_rank)})
-    main(model_dir, steps, variants.split(","))
-
-
-def _preload(model_dir: str) -> None:
-    """Import here what the ranks import (the model's transformers module, wavefront's kernels, data and
-    parallel code), so the forked ranks start with it instead of each importing it again (several CPU seconds
-    per rank). Nothing is computed: no thread pool exists to fork."""
-    import importlib
-    import pkgutil
+if __name__ == "__main__":
     from pathlib import Path
 
-    import wavefront.kernels
-    from wavefront.workbench.distributed.train import data, tensor_parallel  # noqa: F401
+    from wavefront.workbench.distributed.launch import spawn
 
-    family = json.loads((Path(model_dir) / "config.json").read_text())["model_type"]
-    importlib.import_module(f"transformers.models.{family}.modeling_{family}")
-    for module in pkgutil.iter_modules(wavefront.kernels.__path__):
-        importlib.import_module(f"wavefront.kernels.{module.name}")
-
-
-if __name__ == "__main__":
-    import torch.multiprocessing as mp
-
-    from wavefront.workbench.distributed.launch import free_port
-
-    _preload(sys.argv[1])
-    mp.start_processes(_rank, args=(free_port(), sys.argv[1], int(sys.argv[2]), sys.argv[3]), nprocs=2, join=True,
-                       start_method="fork")
+    family = json.loads((Path(sys.argv[1]) / "config.json").read_text())["model_type"]
+    spawn(lambda a: main(a[0], a[1], a[2].split(",")), (sys.argv[1], int(sys.argv[2]), sys.argv[3]), 2,
+          preload=(f"transformers.models.{family}.modeling_{family}", "wavefront.kernels.*",
+                   "wavefront.workbench.distributed.train.data",
+                   "wavefront.workbench.distributed.train.tensor_parallel"))

@@ -6,13 +6,13 @@
 - in bytes: the peak live bytes of one measured step (live-bytes meter, gradients allocated by a first
   step), over the bytes one micro-batch's forward leaves on this stage.
 
-Prints one JSON line per rank. Run as ``python pp_inflight.py`` (spawned ranks import it as their main module).
+Prints one JSON line per rank. Run as ``python pp_inflight.py`` (its ranks fork from it once it has imported
+what they need).
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import torch
 import torch.distributed as dist
@@ -72,15 +72,8 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-def _rank(local_rank: int, port: int) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(local_rank),
-                       "LOCAL_RANK": str(local_rank), "WORLD_SIZE": "2"})
-    main()
-
-
 if __name__ == "__main__":
-    import torch.multiprocessing as mp
+    from wavefront.workbench.distributed.launch import spawn
 
-    from wavefront.workbench.distributed.launch import free_port
-
-    mp.spawn(_rank, args=(free_port(),), nprocs=2, join=True)
+    spawn(lambda _: main(), None, 2, preload=("wavefront.workbench.distributed.train.pipeline",
+                                              "wavefront.workbench.distributed.train.presets"))
