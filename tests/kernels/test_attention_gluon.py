@@ -70,13 +70,45 @@ def test_compiles_for_sm90_with_tma_and_overlap(head_dim):
     assert "wgmma.wait_group.sync.aligned 1;" in res.asm["ptx"]
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in res.asm["sass"]
     assert res.shared_bytes <= 227 * 1024
-    # Ring safety: between each wgmma wait in the key loop and the next TMA load (the refill of a stage the
-    # two warpgroups just read) there is a block-wide bar.sync.
+    # Ring safety: between each wgmma wait and the next TMA load (the refill of a stage the two warpgroups
+    # just read: the prologue's after S_0, the loop's two) there is a block-wide bar.sync. The pipeline model
+    # (workbench/static/pipeline_models.py) assumes exactly these barriers.
     ptx = res.asm["ptx"]
-    loop = ptx[ptx.index("wgmma.wait_group.sync.aligned 1;"):]
-    for wait in ("wgmma.wait_group.sync.aligned 1;", "wgmma.wait_group.sync.aligned 0;"):
-        after = loop[loop.index(wait):]
-        assert "bar.sync" in after[:after.index("cp.async.bulk.tensor")], wait
+    waits = [i for i in range(len(ptx)) if ptx.startswith("wgmma.wait_group.sync.aligned", i)]
+    refills = 0
+    for w in waits:
+        after = ptx[w:]
+        load = after.find("cp.async.bulk.tensor.2d.shared::cta.global")
+        next_wait = after.find("wgmma.wait_group", 1)
+        if load < 0 or 0 <= next_wait < load:
+            continue
+        refills += 1
+        assert "bar.sync" in after[:load], ptx[w:w + 40]
+    assert refills == 3
+    # The model's copies, in program order, are the machine code's: before the key loop Q, the ring's first
+    # fill and the refill after S_0; inside it one K and one V refill.
+    from wavefront.workbench.static.parse import sass_tma_loads_by_loop
+
+    assert sass_tma_loads_by_loop(res.asm["sass"]) == (*_model_copies(attention_gluon.NUM_STAGES[head_dim]), 0)
+
+
+def _model_copies(num_stages: int) -> tuple[int, int]:
+    """TMA copies the pipeline model issues before the key loop and in one iteration of it (a long sequence)."""
+    from wavefront.workbench.static.pipeline_check import Pipeline
+    from wavefront.workbench.static.pipeline_models import gluon_attention_fwd
+
+    where: list[str] = []
+
+    class Counting(Pipeline):
+        def issue(self, ring, stage, block, pred=True, *, at):
+            if pred:
+                where.append(at)
+            super().issue(ring, stage, block, pred, at=at)
+
+    p = Counting(2)
+    gluon_attention_fwd(p, seqlen=16 * attention_gluon.BLOCK, m_block=0, causal=False, num_stages=num_stages)
+    assert not p.violations
+    return where.count("prologue"), where.count("loop j=0")
 
 
 def test_refused_off_sm90(monkeypatch):

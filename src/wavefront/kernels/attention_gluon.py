@@ -102,18 +102,54 @@ def _rescale(acc, alpha, o_layout: gl.constexpr):
     return acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
 
 
+# The schedule. Every decision of the key loop's pipeline (how many key blocks, which block a copy brings,
+# which ring stage it lands in, which mbarrier phase a wait is for) is one of these integer functions. The
+# kernel calls them; the pipeline model (workbench/static/pipeline_models.py) runs their Python bodies
+# (`.fn`) on ints over every sequence length, head_dim, ring depth and causal flag and checks the protocol
+# (workbench/static/pipeline_check.py), so a change here is checked before any GPU sees it.
+
+
 @gluon.jit
-def _load_kv(desc, bars, smem, block, pred, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """TMA of key/value block `block` into ring stage block % NUM_STAGES, signalling that stage's mbarrier."""
-    stage = block % NUM_STAGES
+def _n_key_blocks(m_block, seqlen, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    """Key blocks [0, n) that query tile m_block reads: up to its diagonal when causal."""
+    hi = seqlen
+    if IS_CAUSAL:
+        hi = min((m_block + 1) * BLOCK_M, seqlen)
+    return (hi + BLOCK_N - 1) // BLOCK_N
+
+
+@gluon.jit
+def _kv_stage(block, NUM_STAGES: gl.constexpr):
+    """The ring stage that key/value block `block` lands in."""
+    return block % NUM_STAGES
+
+
+@gluon.jit
+def _kv_phase(block, NUM_STAGES: gl.constexpr):
+    """The mbarrier phase parity to wait for before reading `block`: its stage's barrier completes once per
+    copy, and `block` is that stage's use block // NUM_STAGES (phases 0, 1, 2, ... by parity 0, 1, 0, ...)."""
+    return (block // NUM_STAGES) & 1
+
+
+@gluon.jit
+def _kv_refill(freed, NUM_STAGES: gl.constexpr):
+    """The block that refills the stage block `freed` held, once the wgmma reading `freed` has retired."""
+    return freed + NUM_STAGES
+
+
+@gluon.jit
+def _load_kv(desc, bars, smem, block, n_blocks, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """TMA of key/value block `block` into its ring stage, signalling that stage's mbarrier; nothing past the
+    last key block the tile reads."""
+    stage = _kv_stage(block, NUM_STAGES)
+    pred = block < n_blocks
     mbarrier.expect(bars.index(stage), desc.block_type.nbytes, pred=pred)
     tma.async_load(desc, [block * BLOCK_N, 0], bars.index(stage), smem.index(stage), pred=pred)
 
 
 @gluon.jit
 def _wait_kv(bars, block, NUM_STAGES: gl.constexpr):
-    # The stage's barrier completes once per use: use u = block // NUM_STAGES waits for phase parity u & 1.
-    mbarrier.wait(bars.index(block % NUM_STAGES), (block // NUM_STAGES) & 1)
+    mbarrier.wait(bars.index(_kv_stage(block, NUM_STAGES)), _kv_phase(block, NUM_STAGES))
 
 
 @gluon.jit
@@ -168,17 +204,13 @@ def _attn_fwd_sm90_gluon(
     fence_async_shared()
 
     # Key blocks: [0, n_blocks); only the last one can need a mask (see the module docstring).
-    if IS_CAUSAL:
-        hi = gl.minimum(start_m + BLOCK_M, seqlen)
-    else:
-        hi = seqlen
-    n_blocks = gl.cdiv(hi, BLOCK_N)
+    n_blocks = _n_key_blocks(m_block, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_load(q_desc, [start_m, 0], q_bar, q_smem)
-    for i in gl.static_range(NUM_STAGES):
-        _load_kv(k_desc, k_bars, k_smem, i, i < n_blocks, BLOCK_N, NUM_STAGES)
-        _load_kv(v_desc, v_bars, v_smem, i, i < n_blocks, BLOCK_N, NUM_STAGES)
+    for i in gl.static_range(NUM_STAGES):  # the ring's first fill: blocks 0 .. NUM_STAGES-1
+        _load_kv(k_desc, k_bars, k_smem, i, n_blocks, BLOCK_N, NUM_STAGES)
+        _load_kv(v_desc, v_bars, v_smem, i, n_blocks, BLOCK_N, NUM_STAGES)
 
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_layout)
@@ -189,34 +221,38 @@ def _attn_fwd_sm90_gluon(
     # S_0: nothing to overlap yet.
     mbarrier.wait(q_bar, 0)
     _wait_kv(k_bars, 0, NUM_STAGES)
-    s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma(q_smem, k_smem.index(_kv_stage(0, NUM_STAGES)).permute((1, 0)), s_zero, use_acc=False,
+                      is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    # K stage of block 0 is free (S_0 done): refill it now, as the loop refills K_{j+1}'s stage after S_{j+1}
+    # (without this copy key block NUM_STAGES is never loaded and the loop's wait on it never returns).
+    _load_kv(k_desc, k_bars, k_smem, _kv_refill(0, NUM_STAGES), n_blocks, BLOCK_N, NUM_STAGES)
 
     for j in range(0, n_blocks - 1):
         _wait_kv(k_bars, j + 1, NUM_STAGES)
-        s_next = warpgroup_mma(q_smem, k_smem.index((j + 1) % NUM_STAGES).permute((1, 0)), s_zero, use_acc=False,
-                               is_async=True)
+        s_next = warpgroup_mma(q_smem, k_smem.index(_kv_stage(j + 1, NUM_STAGES)).permute((1, 0)), s_zero,
+                               use_acc=False, is_async=True)
         p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, j * BLOCK_N, seqlen, s_layout, BLOCK_N,
                                            False, IS_CAUSAL)
         acc = _rescale(acc, alpha, o_layout)
         _wait_kv(v_bars, j, NUM_STAGES)
-        acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(j % NUM_STAGES), acc,
+        acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(_kv_stage(j, NUM_STAGES)), acc,
                             is_async=True)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_next,))  # S_{j+1}; P_j V_j stays in flight
         # K stage j+1 is free (S_{j+1} done); its refill is issued while P_j V_j runs. Both warpgroups must be
         # past their waits before one thread's TMA overwrites a stage: Triton's shared-memory barrier pass puts
         # a bar.sync between each wait and the next mbarrier.expect (an explicit gl.barrier() here only added
         # a third bar.sync per refill); tests/kernels/test_attention_gluon.py checks that it is there.
-        _load_kv(k_desc, k_bars, k_smem, j + 1 + NUM_STAGES, j + 1 + NUM_STAGES < n_blocks, BLOCK_N, NUM_STAGES)
+        _load_kv(k_desc, k_bars, k_smem, _kv_refill(j + 1, NUM_STAGES), n_blocks, BLOCK_N, NUM_STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        _load_kv(v_desc, v_bars, v_smem, j + NUM_STAGES, j + NUM_STAGES < n_blocks, BLOCK_N, NUM_STAGES)
+        _load_kv(v_desc, v_bars, v_smem, _kv_refill(j, NUM_STAGES), n_blocks, BLOCK_N, NUM_STAGES)
 
     last = n_blocks - 1
     p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, offs_m, last * BLOCK_N, seqlen, s_layout, BLOCK_N, True,
                                        IS_CAUSAL)
     acc = _rescale(acc, alpha, o_layout)
     _wait_kv(v_bars, last, NUM_STAGES)
-    acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(last % NUM_STAGES), acc,
+    acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(_kv_stage(last, NUM_STAGES)), acc,
                         is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 

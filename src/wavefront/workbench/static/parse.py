@@ -223,17 +223,8 @@ def parse_sass(text: str, code: MachineCode | None = None) -> MachineCode:
     main loop from SASS."""
     code = code or MachineCode(regs=0)
     loads, stores, matrix = Counter(code.load_widths), Counter(code.store_widths), Counter(code.matrix_ops)
-    ops: list[str] = []
-    operands: list[str] = []
-    address: dict[int, int] = {}
-    for line in text.splitlines():
-        m = _SASS_LINE.match(line)
-        if not m:
-            continue
-        address[int(m[1], 16)] = len(ops)
-        opcode = m[2]
-        ops.append(opcode)
-        operands.append(m[3].split("/*")[0])  # drop the trailing /* encoding */ comment
+    ops, operands, address = _sass_listing(text)
+    for opcode in ops:
         base = opcode.split(".")[0]
         if base in ("LDG", "LDGSTS"):
             loads[_sass_width(opcode)] += 1
@@ -256,6 +247,16 @@ def parse_sass(text: str, code: MachineCode | None = None) -> MachineCode:
     code.n_instructions = len(ops)
     code.min_mma_n = _min_n(code.matrix_ops)
 
+    loop = _sass_main_loop(ops, operands, address)
+    if loop is not None:
+        code.loop_barriers = loop.barriers
+        has_wgmma = any(ops[i].split(".")[0].endswith("GMMA") for i in range(loop.first, loop.last + 1))
+        code.mma_wait_depth = loop.wait_depth if has_wgmma else None
+    return code
+
+
+def _sass_main_loop(ops: list[str], operands: list[str], address: dict[int, int]) -> LoopStats | None:
+    """The main loop of a SASS listing (opcodes, operands, address -> index)."""
     branches = []
     for i, (op, rest) in enumerate(zip(ops, operands, strict=True)):
         if op.split(".")[0] == "BRA":
@@ -277,12 +278,32 @@ def parse_sass(text: str, code: MachineCode | None = None) -> MachineCode:
         m = _SASS_WGMMA_WAIT.search(operands[i])
         return int(m[1], 0) if m else None
 
-    loop = main_loop(ops, branches, is_matrix, lambda i: _sass_is_barrier(ops[i]), wait_depth)
-    if loop is not None:
-        code.loop_barriers = loop.barriers
-        has_wgmma = any(ops[i].split(".")[0].endswith("GMMA") for i in range(loop.first, loop.last + 1))
-        code.mma_wait_depth = loop.wait_depth if has_wgmma else None
-    return code
+    return main_loop(ops, branches, is_matrix, lambda i: _sass_is_barrier(ops[i]), wait_depth)
+
+
+def sass_tma_loads_by_loop(text: str) -> tuple[int, int, int]:
+    """TMA loads (UTMALDG) before the main loop, inside it and after it, in program order: what a hand-made
+    pipeline's model says the prologue and each iteration issue (slow paths placed after EXIT count as after)."""
+    ops, operands, address = _sass_listing(text)
+    loop = _sass_main_loop(ops, operands, address)
+    loads = [i for i, op in enumerate(ops) if op.split(".")[0] == "UTMALDG"]
+    if loop is None:
+        return len(loads), 0, 0
+    return (sum(i < loop.first for i in loads), sum(loop.first <= i <= loop.last for i in loads),
+            sum(i > loop.last for i in loads))
+
+
+def _sass_listing(text: str) -> tuple[list[str], list[str], dict[int, int]]:
+    ops: list[str] = []
+    operands: list[str] = []
+    address: dict[int, int] = {}
+    for line in text.splitlines():
+        m = _SASS_LINE.match(line)
+        if m:
+            address[int(m[1], 16)] = len(ops)
+            ops.append(m[2])
+            operands.append(m[3].split("/*")[0])  # drop the trailing /* encoding */ comment
+    return ops, operands, address
 
 
 _PTX_MEM = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st)\.global((?:\.[\w:]+)*)\s")
