@@ -236,7 +236,8 @@ def _record_death(path: Path, proc: subprocess.Popen, share: Sequence[str], time
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wavefront.workbench.bench.smoke", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m wavefront.workbench.bench.smoke",
+                                     description="One small call of every registered op against the reference.")
     parser.add_argument("ops", nargs="*", help="registered op names (default: every op)")
     parser.add_argument("--results", required=True, type=Path, help="the JSON-lines results file (appended to)")
     parser.add_argument("--json", type=Path, help="write the summary document here")
