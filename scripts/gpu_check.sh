@@ -2,16 +2,25 @@
 # One call on a lent GPU (NVIDIA or ROCm), under 8 minutes, everything under $OUT as bench_<device>_<yyyymmdd>.*
 # for committing under benchmarks/results/:
 #   1. provenance (device, driver, versions, git sha)                                  -> .meta.json
-#   2. the test suite on the GPU (limit TEST_LIMIT_S)
-#   3. peers: attention forward/backward against F.scaled_dot_product_attention's flash and cuDNN backends and
+#   2. smoke: one small call of every registered op, forward and backward, against the float64 reference, each
+#      op under its own limit in worker processes that a hang cannot stall (workbench/bench/smoke.py); names a
+#      failing, hanging or crashing op within seconds (limit SMOKE_LIMIT_S)              -> .smoke.jsonl, .smoke.json
+#   3. the test suite on the GPU (limit TEST_LIMIT_S)
+#   4. peers: attention forward/backward against F.scaled_dot_product_attention's flash and cuDNN backends and
 #      flash-attn (if installed); linear's provider choice (wavefront = the auto rule) against the vendor BLAS
 #      (torch.mm / addmm) and eager, at the bench shapes                                -> .sqlite, .peers.json
-#   4. every other op against eager, torch.compile and Liger-Kernel (budget BENCH_BUDGET_S) -> .sqlite, .json
-#   5. a training step of an 8B-shaped Llama: eager HF, torch.compile, Liger's patch, wavefront, same data
+#   5. every other op against eager, torch.compile and Liger-Kernel (budget BENCH_BUDGET_S) -> .sqlite, .json
+#   6. a training step of an 8B-shaped Llama: eager HF, torch.compile, Liger's patch, wavefront, same data
 #      (skipped with a note if the train verb rejects the --compare list)          -> .train.json
-#   6. the dashboard and the results document                                           -> .html, .results.json
-#   7. sm_90 only: the Gluon attention forward (kernels/attention_gluon.py, never run before) against the
-#      default kernel and SDPA: accuracy (float64 reference) and time (limit GLUON_LIMIT_S)  -> .gluon.json
+#   7. sm_90 only, after the smoke step: the Gluon attention forward (kernels/attention_gluon.py, never run
+#      before) against the default kernel and SDPA: accuracy (float64 reference) at 1, 3 and 9 key blocks
+#      (GLUON_SEQS; the first two below and past its 2-stage ring, the last a long partial sequence), then time
+#      (limit GLUON_LIMIT_S)                                              -> .gluon.jsonl (row by row), .gluon.json
+#   8. the dashboard and the results document                                           -> .html, .results.json
+#
+# Every step has a time limit and appends its outcome to .steps.jsonl before the next starts (its own files
+# are written as it goes where the tool allows: the smoke and Gluon rows line by line, the bench store per
+# record); the summary table prints at the end however the script ends (a failed or timed-out step, a kill).
 #
 #   OUT=/some/dir scripts/gpu_check.sh            # on the GPU machine
 #   OUT=/tmp/x scripts/gpu_check.sh --dry-run     # anywhere: print the plan, write provenance, run nothing
@@ -22,18 +31,25 @@
 # script ends in time even when one step hangs; a step that fails does not stop the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/gpu_check_steps.sh
+source scripts/gpu_check_steps.sh
 
 DRY=0
-TEST_LIMIT_S=${TEST_LIMIT_S:-60}
-PEERS_BUDGET_S=${PEERS_BUDGET_S:-80}
-BENCH_BUDGET_S=${BENCH_BUDGET_S:-35}
-TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-120}
+SMOKE_LIMIT_S=${SMOKE_LIMIT_S:-60}  # the whole smoke step; its workers stop starting ops 8 s before
+SMOKE_OP_TIMEOUT_S=${SMOKE_OP_TIMEOUT_S:-25}  # one op, forward and backward, its kernels' compile included
+SMOKE_JOBS=${SMOKE_JOBS:-6}
+TEST_LIMIT_S=${TEST_LIMIT_S:-35}
+PEERS_BUDGET_S=${PEERS_BUDGET_S:-55}
+BENCH_BUDGET_S=${BENCH_BUDGET_S:-30}
+TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-90}
 TRAIN_MODEL=${TRAIN_MODEL:-llama3-8b}
 GLUON_LIMIT_S=${GLUON_LIMIT_S:-40}
+GLUON_SEQS=${GLUON_SEQS:-"128 384 1124"}  # 1, 3 and 9 key blocks of 128
+REPORT_LIMIT_S=${REPORT_LIMIT_S:-30}
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $arg (expected --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -64,12 +80,7 @@ LOG="$stem.log"
 : > "$LOG"
 
 say() { echo "== $*" | tee -a "$LOG"; }
-step() {  # run a command (or only show it on --dry-run), teeing into the log; returns its exit code
-  echo "+ $*" | tee -a "$LOG"
-  [[ $DRY == 1 ]] && return 0
-  "$@" 2>&1 | tee -a "$LOG"
-  return "${PIPESTATUS[0]}"
-}
+steps_init "$stem.steps.jsonl" "$LOG" "$DRY"
 
 say "provenance -> $stem.meta.json"
 "$PY" - "$stem.meta.json" "$DRY" "$stem.ops" <<'EOF' 2>&1 | tee -a "$LOG"
@@ -102,9 +113,15 @@ for dist in ("liger-kernel", "flash-attn"):
         meta[dist.replace("-", "_")] = None
 json.dump(meta, open(sys.argv[1], "w"), indent=2)
 print(json.dumps(meta, indent=2))
-from wavefront.ops import REGISTRY  # the ops of step 4 (attention and linear are step 3's)
+from wavefront.ops import REGISTRY  # the ops of step 5 (attention and linear are step 4's)
 open(sys.argv[3], "w").write(" ".join(f"--op {n}" for n in REGISTRY if n not in ("attention", "linear")))
 EOF
+
+say "smoke: every op once, forward and backward, vs the reference (limit ${SMOKE_LIMIT_S} s, ${SMOKE_OP_TIMEOUT_S} s per op)"
+run_step smoke "$SMOKE_LIMIT_S" "$PY" -m wavefront.workbench.bench.smoke --results "$stem.smoke.jsonl" \
+  --json "$stem.smoke.json" --device cuda --timeout-s "$SMOKE_OP_TIMEOUT_S" --budget-s $((SMOKE_LIMIT_S - 8)) \
+  --jobs "$SMOKE_JOBS"
+[[ -f "$stem.smoke.json" ]] && STEP_NOTES+=("smoke: $(tr -d '\n' < "$stem.smoke.json" | grep -o '"counts": {[^}]*}')")
 
 say "optional peers: Liger-Kernel, flash-attn"
 for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn"; do
@@ -112,43 +129,38 @@ for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn"; do
   if "$PY" -c "import $module" >/dev/null 2>&1; then
     echo "$dist already installed" | tee -a "$LOG"
   elif compgen -G ".whl/*.whl" >/dev/null; then
-    step "$PY" -m pip install -q --no-index --find-links .whl "$dist" || echo "$dist: no wheel in .whl/" | tee -a "$LOG"
+    run_step "pip-$module" 20 "$PY" -m pip install -q --no-index --find-links .whl "$dist" \
+      || echo "$dist: no wheel in .whl/" | tee -a "$LOG"
   else
     echo "$dist is not installed and .whl/ carries no wheels: its column will say unavailable" | tee -a "$LOG"
   fi
 done
 
 say "tests on the GPU (limit ${TEST_LIMIT_S} s)"
-step timeout "$TEST_LIMIT_S" "$PY" -m pytest -q -x -p no:cacheprovider -n 0 tests/ops
-test_rc=$?
+run_step tests "$TEST_LIMIT_S" "$PY" -m pytest -q -x -p no:cacheprovider -n 0 tests/ops
 
 say "peers: attention vs SDPA (flash, cuDNN) and flash-attn; linear's provider rule vs the vendor BLAS (budget ${PEERS_BUDGET_S} s)"
-step timeout $((PEERS_BUDGET_S + 60)) "$PY" -m wavefront bench --op attention --op linear --skip-correctness \
+run_step peers $((PEERS_BUDGET_S + 55)) "$PY" -m wavefront bench --op attention --op linear --skip-correctness \
   --provider wavefront --provider eager --provider vendor --provider sdpa_flash --provider sdpa_cudnn \
   --provider flash_attn --budget-s "$PEERS_BUDGET_S" --store "$stem.sqlite" --no-report --json "$stem.peers.json" \
   --label "gpu_check peers $(date -u +%F)"
-peers_rc=$?
 
 say "bench: every other op (timing budget ${BENCH_BUDGET_S} s)"
 others=$(cat "$stem.ops")
 # shellcheck disable=SC2086  # one word per --op flag
-step timeout $((BENCH_BUDGET_S + 50)) "$PY" -m wavefront bench $others --provider wavefront --provider eager \
+run_step bench $((BENCH_BUDGET_S + 50)) "$PY" -m wavefront bench $others --provider wavefront --provider eager \
   --provider torch_compile --provider liger --budget-s "$BENCH_BUDGET_S" --store "$stem.sqlite" --no-report \
   --json "$stem.json" --label "gpu_check $(date -u +%F)"
-bench_rc=$?
 
 say "training step, ${TRAIN_MODEL}-shaped Llama: eager, compile, liger, wavefront (limit ${TRAIN_LIMIT_S} s)"
-step timeout "$TRAIN_LIMIT_S" "$PY" -m wavefront train --compare eager,compile,liger,wavefront --model "$TRAIN_MODEL" \
-  --seq-len 2048 --global-batch 1 --micro-batch 1 --steps 4 --warmup-steps 2 --activation-checkpointing \
+# exit 2: the verb rejected the --compare list / --model (not available in this checkout): recorded as skipped
+SKIP_RC=2 run_step train "$TRAIN_LIMIT_S" "$PY" -m wavefront train --compare eager,compile,liger,wavefront \
+  --model "$TRAIN_MODEL" --seq-len 2048 --global-batch 1 --micro-batch 1 --steps 4 --warmup-steps 2 --activation-checkpointing \
   --store "$stem.sqlite" --json "$stem.train.json"
-train_rc=$?
-if [[ $train_rc == 2 ]]; then
-  echo "train: the verb rejected the --compare list / --model (not available in this checkout): skipped" | tee -a "$LOG"
-  train_rc=0
-fi
 
-say "Gluon attention forward on sm_90 vs the default kernel and SDPA (limit ${GLUON_LIMIT_S} s)"
-step timeout "$GLUON_LIMIT_S" "$PY" - "$stem.gluon.json" <<'EOF'
+say "Gluon attention forward on sm_90 vs the default kernel and SDPA, sequences $GLUON_SEQS (limit ${GLUON_LIMIT_S} s)"
+# shellcheck disable=SC2086  # one argument per sequence length
+run_step gluon "$GLUON_LIMIT_S" "$PY" - "$stem.gluon.json" $GLUON_SEQS <<'EOF'
 import json, sys
 import torch
 import torch.nn.functional as F
@@ -161,22 +173,31 @@ if cap != (9, 0):
     print(f"gluon: skipped, the device is sm_{cap[0]}{cap[1]}, not sm_90")
     raise SystemExit(0)
 doc, gen = {"accuracy": [], "timing": []}, torch.Generator("cuda").manual_seed(0)
+rows = open(sys.argv[1].removesuffix(".json") + ".jsonl", "a")  # row by row: a hang leaves the rows before it
+def keep(kind, row):
+    doc[kind].append(row); print(row, flush=True)
+    rows.write(json.dumps({"kind": kind, **row}) + "\n"); rows.flush()
 def qkv(b, h, hk, s, d):
     mk = lambda *shape: torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
     return mk(b, h, s, d), mk(b, hk, s, d), mk(b, hk, s, d)
-for d in (64, 128):  # the accuracy rule (ops._spec.Tolerance): vs float64, <= 2 x eager's error (SDPA math) + 1 ulp
-    for causal in (False, True):
-        q, k, v = qkv(1, 4, 2, 1000, d)
+# Shortest first: a hang in the key loop shows as the first missing row (1 block, 3 blocks: past the 2-stage
+# ring at d128, 9 blocks), each synchronized before the next. The accuracy rule (ops._spec.Tolerance): vs
+# float64, <= 2 x eager's error (SDPA math) + 1 ulp.
+for s in sorted(int(a) for a in sys.argv[2:]):
+    for d, causal in ((64, False), (64, True), (128, False), (128, True)):
+        q, k, v = qkv(1, 4, 2, s, d)
         ref = reference.attention(q.double(), k.double(), v.double(), causal, d ** -0.5)
         eager = reference.attention_sdpa_math(q, k, v, causal, d ** -0.5)
         o, lse2 = attention_gluon.attention_fwd(q, k, v, causal, d ** -0.5)
+        torch.cuda.synchronize()
         o_def, lse2_def = default_kernel.attention_fwd(q, k, v, causal, d ** -0.5)
         err = lambda x: (x.double() - ref).abs().max().item()
-        row = {"head_dim": d, "causal": causal, "err_gluon": err(o), "err_default": err(o_def), "err_eager": err(eager),
+        row = {"seq": s, "key_blocks": -(-s // 128), "head_dim": d, "causal": causal, "err_gluon": err(o),
+               "err_default": err(o_def), "err_eager": err(eager),
                "lse2_max_diff_vs_default": (lse2 - lse2_def).abs().max().item()}
         row["bound"] = Tolerance().bound(row["err_eager"], ref.abs().max().item(), q.dtype)
         row["pass"] = row["err_gluon"] <= row["bound"]
-        doc["accuracy"].append(row); print(row)
+        keep("accuracy", row)
 for d in (64, 128):
     for causal in (False, True):
         q, k, v = qkv(2, 32, 8, 4096, d)
@@ -188,14 +209,15 @@ for d in (64, 128):
             ms = do_bench(fn, warmup=25, rep=100)
             row = {"impl": name, "head_dim": d, "causal": causal, "shape_b_h_hkv_s": [2, 32, 8, 4096], "ms": ms,
                    "tflops": flops / ms / 1e9}
-            doc["timing"].append(row); print(row)
+            keep("timing", row)
 json.dump(doc, open(sys.argv[1], "w"), indent=1)
 print("gluon: accuracy", "PASS" if all(r["pass"] for r in doc["accuracy"]) else "FAIL")
 EOF
-gluon_rc=$?
 
-step "$PY" -m wavefront report --store "$stem.sqlite" --out "$stem.html" --export-json "$stem.results.json"
+say "dashboard and results document (limit ${REPORT_LIMIT_S} s)"
+run_step report "$REPORT_LIMIT_S" "$PY" -m wavefront report --store "$stem.sqlite" --out "$stem.html" \
+  --export-json "$stem.results.json"
 
-say "done: tests exit $test_rc, peers exit $peers_rc, bench exit $bench_rc, train exit $train_rc, gluon exit $gluon_rc; files:"
+say "files:"
 ls -la "$OUT" | tee -a "$LOG"
-[[ $test_rc == 0 && $peers_rc == 0 && $bench_rc == 0 && $train_rc == 0 && $gluon_rc == 0 ]]
+steps_ok  # the exit status; the summary table prints on exit (steps_summary, trap EXIT)

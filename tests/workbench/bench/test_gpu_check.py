@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +32,7 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     peers = next(line for line in log.splitlines() if "--op attention --op linear" in line)
     for provider in ("wavefront", "eager", "vendor", "sdpa_flash", "sdpa_cudnn", "flash_attn"):
         assert f"--provider {provider} " in peers
-    assert f"--budget-s 80 --store {stem}.sqlite --no-report --json {stem}.peers.json" in peers
+    assert f"--budget-s 55 --store {stem}.sqlite --no-report --json {stem}.peers.json" in peers
     # Every other registered op in the general bench, each exactly once; attention and linear not again.
     from wavefront.ops import REGISTRY
 
@@ -41,11 +44,32 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert "--compare eager,compile,liger,wavefront --model llama3-8b" in train and f"{stem}.train.json" in train
     _assert_verb_parses(train.split("-m wavefront ", 1)[1])
     assert f"--export-json {stem}.results.json" in log
-    # Every step that runs has a time limit, and the limits add up to less than 8 minutes.
-    limits = [int(line.split("timeout ")[1].split()[0]) for line in log.splitlines() if line.startswith("+ timeout")]
-    assert len(limits) == 5 and sum(limits) < 8 * 60 - 30
-    gluon = next(line for line in log.splitlines() if line.startswith("+ timeout") and "gluon.json" in line)
+    # Every step that runs has a time limit, and the limits add up to less than 8 minutes with 30 s to spare
+    # for what runs outside a step (provenance).
+    commands = [line for line in log.splitlines() if line.startswith("+ ")]
+    assert all(line.startswith("+ timeout -k 5 ") for line in commands)
+    limits = [int(line.split()[4]) for line in commands]
+    assert len(limits) == 7 and sum(limits) < 8 * 60 - 30
+    # The smoke step comes first, under a minute, every op with its own limit.
+    smoke = commands[0]
+    assert "-m wavefront.workbench.bench.smoke" in smoke and limits[0] <= 60
+    from wavefront.workbench.bench.smoke import build_parser
+
+    args = build_parser().parse_args(shlex.split(smoke.split("wavefront.workbench.bench.smoke", 1)[1]))
+    assert args.ops == [] and args.device == "cuda" and args.json == Path(f"{stem}.smoke.json")
+    assert 0 < args.timeout_s < args.budget_s < limits[0] and args.jobs > 1
+    gluon_at = next(i for i, line in enumerate(commands) if "gluon.json" in line)
+    gluon = commands[gluon_at]
     assert f"{stem}.gluon.json" in gluon  # the opt-in Gluon attention forward, checked and timed on sm_90
+    assert gluon_at > 0 and limits[gluon_at] >= 30
+    # It runs at least 8 key blocks (the old schedule hung past 2), and a short sequence first.
+    seqs = [int(a) for a in gluon.split(".gluon.json", 1)[1].split()]
+    assert max(-(-s // 128) for s in seqs) >= 8 and min(seqs) <= 128 and seqs == sorted(seqs)
+    # Each step's record, and the summary table at the end.
+    records = [json.loads(line) for line in Path(f"{stem}.steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == ["smoke", "tests", "peers", "bench", "train", "gluon", "report"]
+    assert {r["status"] for r in records} == {"planned"}
+    assert "== summary" in proc.stdout and log.rstrip().endswith(f"report     planned      0       0      {limits[-1]}")
     meta = json.loads(metas[0].read_text())
     assert meta["dry_run"] is True and meta["torch"] and meta["runtime"]["backend"]
     assert "flash_attn" in meta and "liger_kernel" in meta
@@ -74,3 +98,44 @@ def _assert_verb_parses(command_line: str) -> None:
     command = group.get_command(ctx, verb)
     assert command is not None, verb
     command.make_context(verb, args)  # raises click.UsageError / BadParameter on any unknown or bad option
+
+
+_STEPS = """
+source scripts/gpu_check_steps.sh
+steps_init "$OUT/steps.jsonl" "$OUT/log" 0
+run_step fast 20 echo hi
+run_step cut 1 bash -c "echo partial > $OUT/partial.txt; sleep 60"
+run_step bad 20 false
+SKIP_RC=2 run_step optional 20 bash -c "exit 2"
+echo started > "$OUT/marker"
+run_step long 60 sleep 60
+echo never
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash, timeout")
+def test_steps_keep_partial_results_and_the_summary_prints_after_failures_and_a_kill(tmp_path):
+    """The script's step runner with planted steps: one that runs past its limit after writing a file, one
+    that fails, one skipped, then the script itself ended (SIGTERM) during a long step. Every outcome is on
+    disk, the file the cut step wrote survives, and the summary table prints within seconds of the kill."""
+    proc = subprocess.Popen(["bash", "-c", _STEPS], cwd=ROOT, env=dict(os.environ, OUT=str(tmp_path)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "marker").exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10  # the long step did not hold the summary back
+    assert proc.returncode == 143 and "never" not in out
+    assert (tmp_path / "partial.txt").read_text() == "partial\n"
+    records = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["status"], r["rc"]) for r in records] == [
+        ("fast", "ok", 0), ("cut", "timeout", 124), ("bad", "failed", 1), ("optional", "skipped", 0),
+        ("long", "killed", 143)]
+    table = out[out.index("== summary"):]
+    for step, status in (("fast", "ok"), ("cut", "timeout"), ("bad", "failed"), ("long", "killed")):
+        assert any(line.split()[:2] == [step, status] for line in table.splitlines()), (step, table)
+    assert "== summary" in (tmp_path / "log").read_text()

@@ -235,7 +235,7 @@ def _record_death(path: Path, proc: subprocess.Popen, share: Sequence[str], time
                    "detail": f"the worker process ended with exit code {proc.returncode} during this op"})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m wavefront.workbench.bench.smoke",
                                      description="One small call of every registered op against the reference.")
     parser.add_argument("ops", nargs="*", help="registered op names (default: every op)")
@@ -246,7 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=55.0, help="limit for all ops together")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes at a time")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from wavefront.ops import REGISTRY
 
     unknown = [o for o in args.ops if o not in REGISTRY]
