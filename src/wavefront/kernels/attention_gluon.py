@@ -17,8 +17,12 @@ is software-pipelined by hand; iteration j, entering with S_j complete and nothi
     2. softmax of block j (exp2 with the scale folded in)    runs beside S_{j+1}
     3. rescale O by alpha, issue O += P_j V_j (P from registers)   in flight: S_{j+1}, PV_j
     4. wait num_outstanding=1: S_{j+1} done; one block-wide barrier (both warpgroups are past their reads
-       of K stage j+1), TMA refill of that stage, issued while PV_j runs
-    5. wait num_outstanding=0: PV_j done; barrier, TMA refill of V stage j
+       of K_{j+1}'s stage), TMA refill of that stage with K_{j+1+NUM_STAGES}, issued while PV_j runs
+    5. wait num_outstanding=0: PV_j done; barrier, TMA refill of V_j's stage with V_{j+NUM_STAGES}
+
+Before the loop: Q and the ring's first fill (K/V blocks 0..NUM_STAGES-1), S_0 with a wait 0, then K_0's
+stage refilled with K_{NUM_STAGES} (the refill rule of step 4 for S_0; without it that block is never
+loaded and the loop's wait on it never returns, which is how the first version of this kernel hung).
 
 ptxas (Triton 3.9's, CUDA 13.4) lays the QK^T wgmmas of step 1 between the 66 exp2s of step 2 in the SASS.
 The schedule with no wait 0 in the loop (PV_j left in flight across the back edge, retired by step 4's wait
@@ -33,7 +37,10 @@ in the last block), so the loop runs without a compare or a select.
 Data movement: one TMA tensor descriptor per (batch, head) sequence for Q, K, V and O (bounds = the
 sequence: rows past it arrive as zeros and the O store is clipped). Q lands in shared memory once; K and V
 stream through rings of NUM_STAGES buffers, each buffer with its own mbarrier (expect-tx bytes, phase
-parity per use). O goes out through Q's buffer (Q is dead after the last QK^T) by a TMA store.
+parity per use). O goes out through Q's buffer (Q is dead after the last QK^T) by a TMA store. The ring
+protocol (every wait satisfied by exactly one copy of the right phase, no stage refilled while a wgmma may
+read it, every copy consumed) is checked on an executable model built from this file's schedule helpers
+(workbench/static/pipeline_models.py), over every sequence length, ring depth and causal flag.
 
 Tiles: BLOCK_M = BLOCK_N = 128, 8 warps (two warpgroups of 64 query rows; wgmma m64nNk16 with N = 128 for
 QK^T and N = head_dim for PV). Shared memory at head_dim 128: Q 32 KiB + 2 x (K 32 + V 32) KiB = 160 KiB.
