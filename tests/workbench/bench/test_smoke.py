@@ -157,6 +157,16 @@ def test_real_ops_and_a_planted_hang_under_the_interpreter(tmp_path):
     assert [r["status"] for r in summary.records] == ["pass", "fail", "timeout", "pass"]
 
 
+def test_a_worker_that_cannot_start_is_reported_once(tmp_path):
+    path = tmp_path / "smoke.jsonl"
+    t0 = time.monotonic()
+    summary = smoke.run_smoke(path, ["a", "b"], device="cpu", timeout_s=1.0, budget_s=60.0,
+                              command=_command(tmp_path, "raise SystemExit(7)"))
+    assert time.monotonic() - t0 < 20 and summary.workers == 1
+    assert [r["status"] for r in summary.records] == ["error", "error"]
+    assert "[7]" in summary.records[0]["detail"]
+
+
 def test_a_line_cut_short_is_skipped(tmp_path):
     path = tmp_path / "smoke.jsonl"
     path.write_text(json.dumps({"op": "a", "status": "pass"}) + "\n" + '{"op": "b", "sta')

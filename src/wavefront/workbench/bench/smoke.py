@@ -219,6 +219,11 @@ def run_smoke(path: Path, ops: Sequence[str] | None = None, *, device: str = "cu
                 proc.kill()
                 proc.wait()
             _record_death(path, proc, share, timeout_s)
+        if len(final_status(read_records(path))) == len(done):  # no worker got anywhere: do not start more
+            codes = sorted({proc.returncode for proc, _ in procs})
+            for op in pending:
+                _append(path, {"op": op, "status": "error", "detail": f"the worker process exited with code(s) "
+                                                                      f"{codes} before running any op"})
     return summarize(path, ops, time.monotonic() - t0, workers)
 
 
