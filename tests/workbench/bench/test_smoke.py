@@ -41,8 +41,8 @@ _WORKER = textwrap.dedent("""
     specs = {"softmax": softmax, "softmax_again": replace(softmax, name="softmax_again"),
              "bad": replace(softmax, name="bad", fn=lambda x, **kw: softmax.fn(x, **kw) * 1.5),
              "hang": replace(softmax, name="hang", fn=hang), "crash": replace(softmax, name="crash", fn=crash)}
-    path, timeout_s, *ops = sys.argv[1:]
-    smoke.run_worker(Path(path), ops, "cpu", float(timeout_s), specs=specs)
+    path, device, timeout_s, *ops = sys.argv[1:]
+    smoke.run_worker(Path(path), ops, device, float(timeout_s), specs=specs)
 """)
 
 
@@ -81,10 +81,12 @@ _FAKE_WORKER = textwrap.dedent("""
             time.sleep(3600)
         if name == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
+        if name.startswith("fault"):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return {"op": name, "status": "fail" if name == "bad" else "pass", "wall_s": 0.01}
 
-    path, timeout_s, *ops = sys.argv[1:]
-    smoke.run_worker(Path(path), ops, "cpu", float(timeout_s), specs={o: o for o in ops}, check=check)
+    path, device, timeout_s, *ops = sys.argv[1:]
+    smoke.run_worker(Path(path), ops, device, float(timeout_s), specs={o: o for o in ops}, check=check)
 """)
 
 
@@ -93,7 +95,7 @@ def _command(tmp_path: Path, script: str, timeout_override: str | None = None):
     worker.write_text(script)
 
     def command(path, ops, device, timeout_s):
-        return [sys.executable, str(worker), str(path), timeout_override or str(timeout_s), *ops]
+        return [sys.executable, str(worker), str(path), device, timeout_override or str(timeout_s), *ops]
 
     return command
 
@@ -119,6 +121,17 @@ def test_hang_and_crash_are_named_and_the_run_goes_on(tmp_path):
     assert len([r for r in lines if r["status"] != "started"]) == len(ops)
     table = summary.table()
     assert "slow_hang" in table and "timeout" in table and "2 pass" in table
+
+
+def test_on_a_device_an_error_ends_the_worker_and_the_next_op_gets_a_fresh_one(tmp_path):
+    path = tmp_path / "smoke.jsonl"
+    summary = smoke.run_smoke(path, ["a", "fault", "b"], device="cuda", timeout_s=5.0, budget_s=60.0,
+                              command=_command(tmp_path, _FAKE_WORKER))
+    assert [r["status"] for r in summary.records] == ["pass", "error", "pass"] and summary.workers == 2
+    assert "illegal memory access" in summary.records[1]["detail"]
+    cpu = smoke.run_smoke(tmp_path / "cpu.jsonl", ["a", "fault", "b"], device="cpu", timeout_s=5.0, budget_s=60.0,
+                          command=_command(tmp_path, _FAKE_WORKER))
+    assert [r["status"] for r in cpu.records] == ["pass", "error", "pass"] and cpu.workers == 1
 
 
 def test_parallel_workers_share_the_file(tmp_path):

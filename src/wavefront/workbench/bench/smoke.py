@@ -12,7 +12,9 @@ the device), and ``faulthandler``'s C-level timer a few seconds later (it needs 
 call that holds it). The driver (:func:`run_smoke`) starts workers until every op has a final line or the
 total budget is spent; a worker that died without writing one (a crash, the C timer, the driver's own
 backstop) gets a line from the driver naming the op it had started. Each restart skips the ops already
-done and the ones that hung. The file is the partial result at every moment; :func:`summarize` reads it.
+done and the ones that hung. On a GPU a worker also ends after an op's error: a device fault leaves the
+process's context unusable, and the next op deserves a clean one. The file is the partial result at every
+moment; :func:`summarize` reads it.
 
 Statuses: ``pass``; ``fail`` (an output or gradient past the accuracy bound, ``ops._spec.Tolerance``);
 ``error`` (an exception, e.g. an illegal address); ``timeout``; ``crashed`` (the process died, e.g. a
@@ -41,6 +43,7 @@ if TYPE_CHECKING:  # a worker whose checks are planted (tests) starts without im
 
 FINAL = ("pass", "fail", "error", "timeout", "crashed")
 WATCHDOG_EXIT = 3  # the exit code of a worker its Python watchdog ended
+RESTART_EXIT = 4  # a worker that ends itself after an op's error on a device (see run_worker)
 _C_GRACE_S = 5.0  # faulthandler's timer fires this long after the Python watchdog should have
 
 
@@ -143,6 +146,10 @@ def run_worker(path: Path, ops: Sequence[str], device: str, timeout_s: float,
         finished.set()
         faulthandler.cancel_dump_traceback_later()
         _append(path, record)
+        if record["status"] == "error" and device != "cpu":
+            # A device fault (illegal address, device-side assert) poisons the process's context: every later
+            # op would fail the same way. The driver goes on in a fresh worker.
+            os._exit(RESTART_EXIT)
 
 
 @dataclass(frozen=True)
