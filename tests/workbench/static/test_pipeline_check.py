@@ -222,3 +222,15 @@ def test_mutations_of_the_shipped_schedule_are_rejected():
         gluon_attention_fwd(pipeline, **params)
         v = pipeline.violations[0]
         assert (v.kind, v.ring, v.stage, v.block, v.at) == ("refill-while-read", "k", 0, 2, first_at), str(v)
+
+
+def test_the_static_gate_runs_every_model(monkeypatch):
+    from wavefront.workbench.static import gate, pipeline_models
+
+    half = gate.check_pipelines(gate.HalfResult("static"))
+    assert half.passed and half.compared > 2000 and "_attn_fwd_sm90_gluon" in half.notes[0]
+    old = pipeline_models.KernelModel("old_gluon", _old_gluon_attention_fwd, attention_grid, 2)
+    monkeypatch.setattr(pipeline_models, "MODELS", (old,))
+    (finding,) = gate.check_pipelines(gate.HalfResult("static")).findings
+    assert finding.rule == "pipeline" and finding.subject == "old_gluon"
+    assert "wait-never-satisfied" in finding.message and "k[0] block" in finding.message

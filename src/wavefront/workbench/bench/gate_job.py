@@ -103,7 +103,7 @@ def _static_half(request: GateRequest, path: Path, on_progress: ProgressFn) -> g
         g.write_baseline(g.static_snapshot(inspect_doc, traffic_doc), path)
         n = len(inspect_doc["rows"]) + len(traffic_doc["rows"])
         return g.HalfResult("static", notes=[f"baseline rewritten: {path} ({n} rows)"], compared=0)
-    return g.static_half(inspect_doc, traffic_doc, base)
+    return g.check_pipelines(g.static_half(inspect_doc, traffic_doc, base))
 
 
 def _open(ref: str, store: str, argument: str):

@@ -48,7 +48,8 @@ class Finding:
     half: str
     subject: str  # "op/mode/case/kernel@target" or "op/mode/case"
     rule: str  # "compile", "missing", "spills", "load-width", "store-width", "registers", "occupancy",
-    #            "matrix", "tma", "setmaxnreg", "mma-wait", "mma-n", "loop-barriers", "narrow-lds", "bytes"
+    #            "matrix", "tma", "setmaxnreg", "mma-wait", "mma-n", "loop-barriers", "narrow-lds", "bytes",
+    #            "pipeline" (a hand-made pipeline's model breaks a rule: pipeline_check.py)
     message: str
 
     def line(self) -> str:
@@ -242,6 +243,24 @@ def static_half(inspect_doc: dict, traffic_doc: dict, baseline: dict) -> HalfRes
 
 # ---------------------------------------------------------------------------------------------------
 # Perf half: timings and peak memory of a stored run against a baseline run (workbench/bench/regress.py).
+
+
+def check_pipelines(result: HalfResult) -> HalfResult:
+    """Add the hand-made pipelines' model checks (workbench/static/pipeline_models.py) to a half: one finding
+    per kernel whose model breaks a rule anywhere on its grid (the first failing configuration named)."""
+    from wavefront.workbench.static.pipeline_models import MODELS
+
+    for km in MODELS:
+        report = km.check()
+        result.compared += report.runs
+        if report.failures:
+            first = report.failures[0]
+            result.findings.append(Finding(result.name, km.kernel, "pipeline",
+                                           f"{len(report.failures)} of {report.runs} modeled programs break the "
+                                           f"pipeline rules; first {first.params}: {first.violations[0]}"))
+        else:
+            result.notes.append(f"pipeline model {km.kernel}: {report.runs} programs, every rule holds")
+    return result
 
 
 def is_static_baseline(path: str | Path) -> bool:
