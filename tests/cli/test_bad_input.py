@@ -33,8 +33,8 @@ def _files(tmp: Path) -> None:
 
 
 CASES = [
-    (("bench", "--store", "adir"), "--store: adir is a directory"),
-    (("bench", "--report", "adir"), "--report: adir is a directory"),
+    (("bench", "--store", "adir"), "--store: 'adir' is a directory"),
+    (("bench", "--report", "adir"), "--report: 'adir' is a directory"),
     (("bench", "--doc", "absent.json"), "--doc: no such file: absent.json"),
     (("bench", "--case", "no_such_case"), "--case: no case named 'no_such_case'"),
     (("bench", "--mode", "up"), "'up' is not one of 'fwd', 'bwd', 'fwd_bwd'"),
