@@ -13,12 +13,12 @@ from enum import Enum
 from typing import Annotated
 
 import typer
-from typer.core import TyperCommand, TyperGroup
 
-from wavefront.cli._help import print_help
+from wavefront.cli._help import VerbCommand, VerbGroup, command  # noqa: F401
 from wavefront.cli._output import (  # noqa: F401
     TEXT_MIN_WIDTH,
     FitTable,
+    JsonOut,
     check_output,
     console,
     err_console,
@@ -61,7 +61,6 @@ class Device(str, Enum):
 #: The GPU compile targets of `wavefront inspect` (runtime.DEFAULT_TARGETS).
 ALL_TARGETS = "sm_80,sm_90,sm_100,gfx90a,gfx942,gfx1100"
 
-JsonOut = Annotated[str | None, output_option("--json", help="Write the result document to this file ('-': stdout).")]
 OpsOption = Annotated[list[str] | None, typer.Option("--op", help="Only this registered op (repeatable).")]
 TargetsOption = Annotated[str, typer.Option(help="Comma-separated compile targets.")]
 
@@ -69,66 +68,6 @@ TargetsOption = Annotated[str, typer.Option(help="Comma-separated compile target
 def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
     """Enum options as the plain strings the library requests take."""
     return tuple(i.value for i in items or ())
-
-
-#: click's UsageError as this typer uses it (typer >= 0.26 ships its own copy of click): the base of a bad
-#: choice, a value out of range, a missing option, an unknown option or command.
-_UsageError = typer.BadParameter.__mro__[1]
-
-
-def _usage_error(exc) -> None:
-    """One line on stderr, exit 2: a bad value named by its option, like every other bad input; the rest
-    with where to read the usage. ``no_args_is_help`` raises one too, after printing the help: it goes on."""
-    if type(exc).__name__ == "NoArgsIsHelpError":
-        raise exc
-    ctx, param, text = getattr(exc, "ctx", None), getattr(exc, "param", None), getattr(exc, "message", "")
-    if isinstance(exc, typer.BadParameter) and param is not None and text:  # not a missing one: no message
-        fail(f"{param.opts[0] if param.opts else param.name}: {text.replace('Value error, ', '')}")
-    fail(exc.format_message() + (f" (usage: {ctx.command_path} --help)" if ctx is not None else ""))
-
-
-class VerbCommand(TyperCommand):
-    """A command whose usage errors (a bad choice, a value out of range, a missing or unknown option) print
-    one line on stderr and exit 2, like every other bad input, instead of typer's usage panel."""
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except _UsageError as exc:
-            _usage_error(exc)
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except _UsageError as exc:  # typer converts and checks values when it invokes the command
-            _usage_error(exc)
-
-    def format_help(self, ctx, formatter) -> None:
-        print_help(self, ctx)
-
-
-class VerbGroup(TyperGroup):
-    """``wavefront``, ``wavefront trace``: an unknown command or option, a command's usage error: one line."""
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except _UsageError as exc:
-            _usage_error(exc)
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except _UsageError as exc:
-            _usage_error(exc)
-
-    def format_help(self, ctx, formatter) -> None:
-        print_help(self, ctx)
-
-
-def command(app: typer.Typer, name: str) -> Callable:
-    """``app.command(name)`` with one-line usage errors and plain help."""
-    return app.command(name, cls=VerbCommand)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""``--help`` of every verb, laid out so that nothing is cut at any terminal width.
+"""The verbs' usage: ``--help`` laid out so that nothing is cut at any terminal width, and usage errors as
+the project's one line (:class:`VerbCommand`, :class:`VerbGroup`).
 
 Typer's help table measures its columns with rich's generic algorithm: short of width, it cuts option names
 and choice lists mid-word (``--attention-kern…``, ``ve`` / ``ndor``) and prints ``<bool>`` after every flag.
@@ -11,13 +12,17 @@ from __future__ import annotations
 
 import inspect
 from collections import defaultdict
+from collections.abc import Callable
 
+import typer
 from rich.console import Console
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperArgument, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+
+from wavefront.cli._output import fail
 
 
 def _paragraphs(doc: str | None) -> list[str]:
@@ -73,3 +78,63 @@ def print_help(command, ctx) -> None:
         subs = [(name, command.get_command(ctx, name)) for name in command.list_commands(ctx)]
         _panel(console, "Commands", [(Text(name, style="bold cyan"), Text((_paragraphs(sub.help) or [""])[0]))
                                      for name, sub in subs if sub is not None and not sub.hidden])
+
+
+#: click's UsageError as this typer uses it (typer >= 0.26 ships its own copy of click): the base of a bad
+#: choice, a value out of range, a missing option, an unknown option or command.
+_UsageError = typer.BadParameter.__mro__[1]
+
+
+def _usage_error(exc) -> None:
+    """One line on stderr, exit 2: a bad value named by its option, like every other bad input; the rest
+    with where to read the usage. ``no_args_is_help`` raises one too, after printing the help: it goes on."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        raise exc
+    ctx, param, text = getattr(exc, "ctx", None), getattr(exc, "param", None), getattr(exc, "message", "")
+    if isinstance(exc, typer.BadParameter) and param is not None and text:  # not a missing one: no message
+        fail(f"{param.opts[0] if param.opts else param.name}: {text.replace('Value error, ', '')}")
+    fail(exc.format_message() + (f" (usage: {ctx.command_path} --help)" if ctx is not None else ""))
+
+
+class VerbCommand(TyperCommand):
+    """A command whose usage errors (a bad choice, a value out of range, a missing or unknown option) print
+    one line on stderr and exit 2, like every other bad input, instead of typer's usage panel."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _UsageError as exc:
+            _usage_error(exc)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _UsageError as exc:  # typer converts and checks values when it invokes the command
+            _usage_error(exc)
+
+    def format_help(self, ctx, formatter) -> None:
+        print_help(self, ctx)
+
+
+class VerbGroup(TyperGroup):
+    """``wavefront``, ``wavefront trace``: an unknown command or option, a command's usage error: one line."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _UsageError as exc:
+            _usage_error(exc)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _UsageError as exc:
+            _usage_error(exc)
+
+    def format_help(self, ctx, formatter) -> None:
+        print_help(self, ctx)
+
+
+def command(app: typer.Typer, name: str) -> Callable:
+    """``app.command(name)`` with one-line usage errors and plain help."""
+    return app.command(name, cls=VerbCommand)

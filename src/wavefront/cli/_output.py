@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -159,3 +159,6 @@ def check_output(ctx: typer.Context, param: typer.CallbackParam, value):
 def output_option(*names: str, help: str) -> typer.models.OptionInfo:  # noqa: A002 - typer's own keyword
     """``typer.Option`` for a file the command writes (see :func:`check_output`)."""
     return typer.Option(*names, help=help, callback=check_output)
+
+
+JsonOut = Annotated[str | None, output_option("--json", help="Write the result document to this file ('-': stdout).")]

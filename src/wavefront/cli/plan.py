@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from wavefront.cli._common import JsonOut, command, console, fail, table, write_json
+from wavefront.cli._help import command
+from wavefront.cli._output import JsonOut, console, fail, table, write_json
 
 
 def _opt(help_: str, *names: str, **kw): return typer.Option(*names, help=help_, **kw)
@@ -43,8 +44,7 @@ def _table(title: str, columns: str, rows: list[list[str]]):
 
 def _render(result) -> None:
     shown = result.shown()
-    multi = len(result.clusters) > 1
-    moe = result.model.moe
+    multi, moe = len(result.clusters) > 1, result.model.moe
     active = (f" ({result.model.active_params / 1e9:.1f}B active: {moe.n_experts} experts, top-{moe.top_k}"
               f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
     tr = result.training

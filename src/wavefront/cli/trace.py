@@ -13,8 +13,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from wavefront.cli._common import JsonOut, VerbGroup, command, output_option
-from wavefront.cli._output import console, err_console, write_json
+from wavefront.cli._help import VerbGroup, command
+from wavefront.cli._output import JsonOut, console, err_console, output_option, write_json
 
 app = typer.Typer(name="trace", no_args_is_help=True, add_completion=False, cls=VerbGroup,
                   help="Analyze torch.profiler (Kineto) and jax.profiler traces: breakdown, kernels, launches, ranks.")
