@@ -91,24 +91,6 @@ def test_gate_refuses_an_interrupted_run(tmp_path, monkeypatch):
     assert ok.exit_code == 0, ok.output
 
 
-def _command_paths() -> list[tuple[str, ...]]:
-    """Every command and group of `wavefront`, as argv prefixes: () is the root."""
-    import typer
-
-    from wavefront.cli import build_app
-
-    out: list[tuple[str, ...]] = []
-
-    def walk(cmd, path: tuple[str, ...]) -> None:
-        out.append(path)
-        for name, sub in getattr(cmd, "commands", {}).items():
-            walk(sub, (*path, name))
-
-    walk(typer.main.get_command(build_app()), ())
-    return out
-
-
-COMMANDS = _command_paths()
 # typer/click's own errors, one of each kind on several verbs: a number out of range, a bad choice, an unknown
 # command, a missing argument or option value
 TYPER_CASES = [
@@ -143,12 +125,6 @@ def _one_line(r) -> str:
 @pytest.mark.parametrize(("args", "message"), TYPER_CASES, ids=[" ".join(a) for a, _ in TYPER_CASES])
 def test_typer_errors_are_one_line(tmp_path, monkeypatch, args, message):
     assert message in _one_line(invoke(*args, cwd=tmp_path, monkeypatch=monkeypatch))
-
-
-@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "wavefront" for p in COMMANDS])
-def test_unknown_option_is_one_line_on_every_command(tmp_path, monkeypatch, path):
-    line = _one_line(invoke(*path, "--no-such-option", cwd=tmp_path, monkeypatch=monkeypatch))
-    assert "No such option: --no-such-option" in line and f"{' '.join(('wavefront', *path))} --help" in line
 
 
 # Output paths: every file a verb writes is checked before the job runs: a path into a missing directory, a

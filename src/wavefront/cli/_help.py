@@ -96,9 +96,9 @@ def _usage_error(exc) -> None:
     fail(exc.format_message() + (f" (usage: {ctx.command_path} --help)" if ctx is not None else ""))
 
 
-class VerbCommand(TyperCommand):
-    """A command whose usage errors (a bad choice, a value out of range, a missing or unknown option) print
-    one line on stderr and exit 2, like every other bad input, instead of typer's usage panel."""
+class _Usage:
+    """Usage errors (a bad choice, a value out of range, a missing or unknown option or command) as one line on
+    stderr and exit 2, like every other bad input, instead of typer's usage panel; help by :func:`print_help`."""
 
     def make_context(self, info_name, args, parent=None, **extra):
         try:
@@ -116,23 +116,12 @@ class VerbCommand(TyperCommand):
         print_help(self, ctx)
 
 
-class VerbGroup(TyperGroup):
-    """``wavefront``, ``wavefront trace``: an unknown command or option, a command's usage error: one line."""
+class VerbCommand(_Usage, TyperCommand):
+    """A verb (``wavefront plan``, ``wavefront trace analyze``)."""
 
-    def make_context(self, info_name, args, parent=None, **extra):
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except _UsageError as exc:
-            _usage_error(exc)
 
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except _UsageError as exc:
-            _usage_error(exc)
-
-    def format_help(self, ctx, formatter) -> None:
-        print_help(self, ctx)
+class VerbGroup(_Usage, TyperGroup):
+    """A group of verbs (``wavefront``, ``wavefront trace``): an unknown command too is one line."""
 
 
 def command(app: typer.Typer, name: str) -> Callable:
