@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -149,6 +150,8 @@ def check_output(ctx: typer.Context, param: typer.CallbackParam, value):
     lost (or a directory created without asking). A default value is the project's own layout: not checked."""
     source = ctx.get_parameter_source(param.name or "")
     if value is None or (source is not None and source.name.startswith("DEFAULT")):
+        return value
+    if os.environ.get("RANK", "0") != "0":  # the other ranks of a launch: rank 0 checks (and writes) alone
         return value
     why = output_problem(str(value))
     if why:
