@@ -33,8 +33,8 @@ def _files(tmp: Path) -> None:
 
 
 CASES = [
-    (("bench", "--store", "adir"), "--store: adir is a directory"),
-    (("bench", "--report", "adir"), "--report: adir is a directory"),
+    (("bench", "--store", "adir"), "--store: 'adir' is a directory"),
+    (("bench", "--report", "adir"), "--report: 'adir' is a directory"),
     (("bench", "--doc", "absent.json"), "--doc: no such file: absent.json"),
     (("bench", "--case", "no_such_case"), "--case: no case named 'no_such_case'"),
     (("bench", "--mode", "up"), "'up' is not one of 'fwd', 'bwd', 'fwd_bwd'"),
@@ -89,3 +89,94 @@ def test_gate_refuses_an_interrupted_run(tmp_path, monkeypatch):
     ok = invoke("gate", "--baseline", "s.sqlite:1", "--store", "s.sqlite", "--current", "2", cwd=tmp_path,
                 monkeypatch=monkeypatch)
     assert ok.exit_code == 0, ok.output
+
+
+# typer/click's own errors, one of each kind on several verbs: a number out of range, a bad choice, an unknown
+# command, a missing argument or option value
+TYPER_CASES = [
+    (("plan", "--top", "-1"), "--top"),
+    (("plan", "--precision", "fp4"), "--precision: 'fp4' is not one of"),
+    (("comm", "--iters", "0"), "--iters"),
+    (("comm", "--mode", "sideways"), "--mode: 'sideways' is not one of"),
+    (("overlap", "--steps", "0"), "--steps"),
+    (("overlap", "--backend", "mpi"), "--backend: 'mpi' is not one of"),
+    (("train", "--steps", "0"), "--steps"),
+    (("train", "--parallel", "zero"), "--parallel: 'zero' is not one of"),
+    (("trace", "analyze", "x.json", "--top", "0"), "--top"),
+    (("trace", "analyze", "x.json", "--align", "up"), "--align: 'up' is not one of 'auto', 'ends', 'none'"),
+    (("trace", "diff", "a", "b", "--alpha", "2"), "--alpha"),
+    (("trace", "analyze"), "Missing argument 'traces'"),
+    (("trace", "diff", "a"), "Missing argument 'b'"),
+    (("trace", "frobnicate"), "No such command 'frobnicate'"),
+    (("frobnicate",), "No such command 'frobnicate'"),
+    (("report", "--title"), "--title"),
+    (("inspect", "--workers", "x"), "--workers"),
+]
+
+
+def _one_line(r) -> str:
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Usage:" not in r.output and "╭" not in r.output and "Traceback" not in r.output, r.output
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "message"), TYPER_CASES, ids=[" ".join(a) for a, _ in TYPER_CASES])
+def test_typer_errors_are_one_line(tmp_path, monkeypatch, args, message):
+    assert message in _one_line(invoke(*args, cwd=tmp_path, monkeypatch=monkeypatch))
+
+
+# Output paths: every file a verb writes is checked before the job runs: a path into a missing directory, a
+# directory, a path through a file is one line naming the option (exit 2), the directory is not created and
+# nothing runs; a results store to read is never made out of an empty file.
+# each verb with the arguments it needs to get as far as its options
+JSON_VERBS = [("bench",), ("compare",), ("report",), ("bisect", "--good", "a", "--bad", "b"), ("comm",), ("overlap",),
+              ("plan",), ("train",), ("inspect",), ("traffic",), ("roofline",), ("gate",),
+              ("trace", "analyze", "t.json"), ("trace", "diff", "a.json", "b.json")]
+OTHER_OUTPUTS = [("bench", "--store"), ("bench", "--report"), ("train", "--store"), ("report", "--out"),
+                 ("report", "--export-json"), ("report", "--export-csv"), ("trace", "analyze", "t.json", "--figures"),
+                 ("trace", "analyze", "t.json", "--annotate"), ("gate", "--markdown"), ("comm", "--calibration")]
+
+
+@pytest.mark.parametrize("args", JSON_VERBS + OTHER_OUTPUTS, ids=lambda a: " ".join(a))
+def test_missing_directory_is_one_line_before_any_work(tmp_path, monkeypatch, args):
+    if args[-1].startswith("--"):
+        option, args = args[-1], args[:-1]
+    else:
+        option = "--json"
+    line = _one_line(invoke(*args, option, "missing/out.file", cwd=tmp_path, monkeypatch=monkeypatch))
+    assert f"{option}: cannot write 'missing/out.file': the directory 'missing' does not exist" in line
+    assert not (tmp_path / "missing").exists()
+    assert not (tmp_path / "wavefront-results.sqlite").exists(), "nothing ran"
+
+
+@pytest.mark.parametrize(("target", "message"), [("adir", "'adir' is a directory; give a file name"),
+                                                 ("afile/out.json", "a file is in the path ('afile')")])
+def test_plan_json_into_a_directory_or_through_a_file(tmp_path, monkeypatch, target, message):
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    line = _one_line(invoke("plan", "--model", "llama3-8b", "--json", target, cwd=tmp_path, monkeypatch=monkeypatch))
+    assert f"--json: {message}" in line or f"--json: cannot write {target!r}: {message}" in line
+
+
+def test_plan_json_to_an_unwritable_path(tmp_path, monkeypatch):
+    line = _one_line(invoke("plan", "--model", "llama3-8b", "--json", "/proc/wavefront-plan.json", cwd=tmp_path,
+                            monkeypatch=monkeypatch))
+    assert "--json: cannot write '/proc/wavefront-plan.json'" in line
+
+
+def test_plan_json_into_an_existing_directory_works(tmp_path, monkeypatch):
+    (tmp_path / "out").mkdir()
+    r = invoke("plan", "--model", "llama3-8b", "--gpus", "8xh100", "--top", "1", "--json", "out/plan.json",
+               cwd=tmp_path, monkeypatch=monkeypatch)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "plan.json").stat().st_size > 0
+
+
+def test_report_refuses_an_empty_file_as_store(tmp_path, monkeypatch):
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    line = _one_line(invoke("report", "--store", "empty.sqlite", "--out", "r.html", cwd=tmp_path,
+                            monkeypatch=monkeypatch))
+    assert "--store: empty.sqlite is an empty file, not a wavefront results store" in line
+    assert (tmp_path / "empty.sqlite").stat().st_size == 0 and not (tmp_path / "r.html").exists()

@@ -45,7 +45,9 @@ def _configure_backend() -> None:
 
 
 def build_app() -> typer.Typer:
-    app = typer.Typer(name="wavefront", no_args_is_help=True, add_completion=False,
+    from wavefront.cli._common import VerbGroup
+
+    app = typer.Typer(name="wavefront", no_args_is_help=True, add_completion=False, cls=VerbGroup,
                       help="Fused Triton kernels for transformer training, and the workbench that proves them.")
 
     @app.callback()

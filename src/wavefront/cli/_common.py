@@ -13,9 +13,20 @@ from enum import Enum
 from typing import Annotated
 
 import typer
-from typer.core import TyperCommand
 
-from wavefront.cli._output import TEXT_MIN_WIDTH, FitTable, console, err_console, fail, table  # noqa: F401
+from wavefront.cli._help import VerbCommand, VerbGroup, command  # noqa: F401
+from wavefront.cli._output import (  # noqa: F401
+    TEXT_MIN_WIDTH,
+    FitTable,
+    JsonOut,
+    check_output,
+    console,
+    err_console,
+    fail,
+    output_option,
+    table,
+    write_json,
+)
 
 
 class DType(str, Enum):
@@ -50,7 +61,6 @@ class Device(str, Enum):
 #: The GPU compile targets of `wavefront inspect` (runtime.DEFAULT_TARGETS).
 ALL_TARGETS = "sm_80,sm_90,sm_100,gfx90a,gfx942,gfx1100"
 
-JsonOut = Annotated[str | None, typer.Option("--json", help="Write the result document to this file ('-': stdout).")]
 OpsOption = Annotated[list[str] | None, typer.Option("--op", help="Only this registered op (repeatable).")]
 TargetsOption = Annotated[str, typer.Option(help="Comma-separated compile targets.")]
 
@@ -58,33 +68,6 @@ TargetsOption = Annotated[str, typer.Option(help="Comma-separated compile target
 def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
     """Enum options as the plain strings the library requests take."""
     return tuple(i.value for i in items or ())
-
-
-#: click's UsageError as this typer uses it (typer >= 0.26 ships its own copy of click): the base of a bad
-#: choice, a value out of range, a missing option and an unknown option.
-_UsageError = typer.BadParameter.__mro__[1]
-
-
-class VerbCommand(TyperCommand):
-    """A command whose usage errors (a bad choice, a value out of range, a missing option) print one line
-    on stderr and exit 2, like every other bad input, instead of typer's usage panel."""
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except _UsageError as exc:
-            fail(exc.format_message().replace("Value error, ", ""))
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except _UsageError as exc:  # typer converts and checks values when it invokes the command
-            fail(exc.format_message().replace("Value error, ", ""))
-
-
-def command(app: typer.Typer, name: str) -> Callable:
-    """``app.command(name)`` with one-line usage errors."""
-    return app.command(name, cls=VerbCommand)
 
 
 @contextlib.contextmanager

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 
 console = Console()
@@ -39,21 +41,48 @@ def _encode(doc: dict) -> bytes:
 
 
 def write_json(doc: dict, dest: str | Path) -> None:
-    """Write `doc` as JSON to `dest` ("-" is stdout)."""
+    """Write `doc` as JSON to `dest` ("-" is stdout). A destination that cannot be written is one line on
+    stderr and exit 2 (the verbs check it before the job too: :func:`output_problem`)."""
     text = _encode(doc) + b"\n"
     if str(dest) == "-":
         sys.stdout.flush()
         sys.stdout.buffer.write(text)
         sys.stdout.flush()
-    else:
-        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        return
+    try:
         Path(dest).write_bytes(text)
+    except OSError as exc:
+        fail(f"cannot write {dest}: {exc.strerror or exc}")
+
+
+def output_problem(dest: str | Path) -> str | None:
+    """Why a file the command would write at `dest` cannot be written, or None; checked before the job runs.
+    A missing directory is an error, never created: a typo in a path should not cost a whole run. An
+    existing file is opened for appending (nothing written); a new one is created and removed again."""
+    if str(dest) in ("", "-"):
+        return None
+    path = Path(dest)
+    if path.is_dir():
+        return f"{str(dest)!r} is a directory; give a file name"
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        return f"cannot write {str(dest)!r}: a file is in the path ({str(parent)!r})"
+    if parent != path.parent:
+        return f"cannot write {str(dest)!r}: the directory {str(path.parent)!r} does not exist (create it first)"
+    existed = path.exists()
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        return f"cannot write {str(dest)!r}: {exc.strerror or exc}"
+    if not existed:
+        path.unlink(missing_ok=True)
+    return None
 
 
 def fail(message: str, code: int = 2) -> None:
     """Print one clear line on stderr (never wrapped at the terminal width) and exit non-zero (no stack
     trace)."""
-    import typer
     from rich.markup import escape
 
     text = " ".join(str(message).split())
@@ -113,3 +142,26 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, 
           droppable: Sequence[str] = ()) -> FitTable:
     """See :class:`FitTable`."""
     return FitTable(title, headers, rows, numeric=numeric, droppable=droppable)
+
+
+def check_output(ctx: typer.Context, param: typer.CallbackParam, value):
+    """Option callback for a file the command writes: checked before the job runs (:func:`output_problem`),
+    so a path into a missing directory or a directory is one line, exit 2, not a finished job whose result is
+    lost (or a directory created without asking). A default value is the project's own layout: not checked."""
+    source = ctx.get_parameter_source(param.name or "")
+    if value is None or (source is not None and source.name.startswith("DEFAULT")):
+        return value
+    if os.environ.get("RANK", "0") != "0":  # the other ranks of a launch: rank 0 checks (and writes) alone
+        return value
+    why = output_problem(str(value))
+    if why:
+        raise typer.BadParameter(why)
+    return value
+
+
+def output_option(*names: str, help: str) -> typer.models.OptionInfo:  # noqa: A002 - typer's own keyword
+    """``typer.Option`` for a file the command writes (see :func:`check_output`)."""
+    return typer.Option(*names, help=help, callback=check_output)
+
+
+JsonOut = Annotated[str | None, output_option("--json", help="Write the result document to this file ('-': stdout).")]

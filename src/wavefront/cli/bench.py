@@ -18,6 +18,7 @@ from wavefront.cli._common import (
     Provider,
     command,
     note,
+    output_option,
     request_errors,
     table,
     values,
@@ -46,9 +47,9 @@ BudgetOpt = Annotated[float | None, typer.Option("--budget-s", min=0.001, help="
 CpuTimingOpt = Annotated[bool, typer.Option("--cpu-timing", help="On CPU, also time the small cases (labelled: "
                                                                  "not performance figures).")]
 SkipOpt = Annotated[bool, typer.Option("--skip-correctness", help="Time only.")]
-StoreOpt = Annotated[str, typer.Option(help="Results store (SQLite file).")]
+StoreOpt = Annotated[str, output_option("--store", help="Results store (SQLite file).")]
 NoStoreOpt = Annotated[bool, typer.Option("--no-store", help="Keep nothing (the report reads a temporary store).")]
-ReportOpt = Annotated[str, typer.Option(help="Where to write the HTML dashboard.")]
+ReportOpt = Annotated[str, output_option("--report", help="Where to write the HTML dashboard.")]
 NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Do not write the dashboard.")]
 DocOpt = Annotated[list[str] | None, typer.Option("--doc", help="A JSON document to tabulate in the report "
                                                                 "(wavefront inspect/traffic --json; repeatable).")]

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from wavefront.cli._common import JsonOut, command, output_option
 from wavefront.cli._output import console, err_console, fail, write_json
 
 Collective = Enum("Collective", {k: k for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
@@ -107,10 +108,11 @@ def comm(
     iters: Annotated[int, typer.Option(min=1, help="Operations per timed block.")] = 10,
     repeats: Annotated[int, typer.Option(min=1, help="Timed blocks per case (median reported).")] = 3,
     backend: Annotated[Backend, typer.Option(help="auto: nccl with GPUs, else gloo.")] = Backend.auto,
-    calibration: Annotated[str | None, typer.Option(help="Where to store the alpha-beta fit for `wavefront plan "
-                                                         "--calibration` ('' to skip).")] = "comm-calibration.json",
+    calibration: Annotated[str | None, output_option("--calibration", help="Where to store the alpha-beta fit "
+                                                     "for `wavefront plan --calibration` ('' to skip).")]
+    = "comm-calibration.json",
     nproc: Annotated[int | None, typer.Option(min=1, help="Start N local ranks here instead of torchrun.")] = None,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """Benchmark collectives (time, algbw, busbw with nccl-tests conventions), check every result, fit
     t = alpha + factor*S/busbw per collective and group size, and store the fit for the planner."""
@@ -179,7 +181,7 @@ def overlap(
     steps: Annotated[int, typer.Option(min=1, help="Timed rounds (medians reported).")] = 7,
     backend: Annotated[Backend, typer.Option(help="auto: nccl with GPUs, else gloo.")] = Backend.auto,
     nproc: Annotated[int | None, typer.Option(min=1, help="Start N local ranks here instead of torchrun.")] = None,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """Measure exposed communication and overlap efficiency of a collective running beside compute, and
     the effect of DDP's bucket cap on exposed gradient all-reduce, measured and predicted."""
@@ -194,5 +196,5 @@ def overlap(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("comm")(comm)
-    app.command("overlap")(overlap)
+    command(app, "comm")(comm)
+    command(app, "overlap")(overlap)

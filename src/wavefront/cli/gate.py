@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from wavefront.cli._common import ALL_TARGETS, Bars, JsonOut, TargetsOption, command, request_errors
+from wavefront.cli._common import ALL_TARGETS, Bars, JsonOut, TargetsOption, command, output_option, request_errors
 from wavefront.cli._output import console, err_console, write_json
 
 
@@ -35,7 +35,8 @@ def gate_cmd(
         "wavefront-results.sqlite"),
     threshold: Annotated[float, typer.Option(min=0.0, help="Perf half: slowdown that fails a case (beyond its "
                                                            "noise band too).")] = 0.05,
-    markdown: Annotated[Path | None, typer.Option(help="Write the perf half's markdown summary here.")] = None,
+    markdown: Annotated[Path | None, output_option("--markdown", help="Write the perf half's markdown summary "
+                                                                      "here.")] = None,
     update: Annotated[bool, typer.Option("--update", help="Rewrite the static baseline from the present state "
                                                           "(deliberately accepting every change).")] = False,
     targets: TargetsOption = ALL_TARGETS,

@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from wavefront.cli._output import console, fail, table, write_json
+from wavefront.cli._help import command
+from wavefront.cli._output import JsonOut, console, fail, table, write_json
 
 
 def _opt(help_: str, *names: str, **kw): return typer.Option(*names, help=help_, **kw)
@@ -43,8 +44,7 @@ def _table(title: str, columns: str, rows: list[list[str]]):
 
 def _render(result) -> None:
     shown = result.shown()
-    multi = len(result.clusters) > 1
-    moe = result.model.moe
+    multi, moe = len(result.clusters) > 1, result.model.moe
     active = (f" ({result.model.active_params / 1e9:.1f}B active: {moe.n_experts} experts, top-{moe.top_k}"
               f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
     tr = result.training
@@ -155,7 +155,7 @@ def plan(  # one line per option; the job is built in _main
     gated: Annotated[B, _opt("Custom model: gated (SwiGLU) MLP.")] = True,
     tied: Annotated[B, _opt("Custom model: tied embeddings.")] = False,
     validate: Annotated[L, _opt("Reproduce a published table instead (repeatable).", "--validate")] = None,
-    json_out: Annotated[S, _opt("Write the result document ('-': stdout).", "--json")] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """Rank every parallel plan of a model on a cluster, with memory and time breakdowns and KPIs."""
     _main(dict(locals()))
@@ -197,4 +197,4 @@ def _main(a: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan")(plan)
+    command(app, "plan")(plan)

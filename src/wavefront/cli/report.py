@@ -6,11 +6,12 @@ from typing import Annotated
 
 import typer
 
+from wavefront.cli._common import JsonOut, command, output_option
 from wavefront.cli._output import console, fail, write_json
 
 Store = Annotated[str, typer.Option(help="Results store (SQLite) to read; it must exist.")]
 NoStore = Annotated[bool, typer.Option("--no-store", help="Read no store: the modeled charts and documents.")]
-Out = Annotated[str, typer.Option("--out", "-o", help="HTML file to write.")]
+Out = Annotated[str, output_option("--out", "-o", help="HTML file to write.")]
 Doc = Annotated[
     list[str] | None,
     typer.Option(
@@ -24,9 +25,8 @@ Device = Annotated[
     list[str] | None, typer.Option("--device", help="Device-table rows in the roofline (repeatable; default all).")
 ]
 Title = Annotated[str, typer.Option(help="Page title.")]
-ExportJson = Annotated[str | None, typer.Option("--export-json", help="Also export the store's runs as JSON.")]
-ExportCsv = Annotated[str | None, typer.Option("--export-csv", help="Also export measurements as CSV.")]
-JsonOut = Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")]
+ExportJson = Annotated[str | None, output_option("--export-json", help="Also export the store's runs as JSON.")]
+ExportCsv = Annotated[str | None, output_option("--export-csv", help="Also export measurements as CSV.")]
 
 
 def report(
@@ -87,4 +87,4 @@ def report(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("report")(report)
+    command(app, "report")(report)

@@ -13,13 +13,12 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from wavefront.cli._output import console, err_console, write_json
+from wavefront.cli._help import VerbGroup, command
+from wavefront.cli._output import JsonOut, console, err_console, output_option, write_json
 
-app = typer.Typer(name="trace", no_args_is_help=True, add_completion=False,
+app = typer.Typer(name="trace", no_args_is_help=True, add_completion=False, cls=VerbGroup,
                   help="Analyze torch.profiler (Kineto) and jax.profiler traces: breakdown, kernels, launches, ranks.")
-
 TRACE_SUFFIXES = (".json", ".json.gz")
-JsonOut = Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")]
 
 
 class Align(str, Enum):
@@ -122,7 +121,7 @@ def render(blocks) -> None:
             console.print(fit_table(b.table, console.width))
 
 
-@app.command("analyze")
+@command(app, "analyze")
 def analyze_cmd(
     traces: Annotated[list[str], typer.Argument(help="Trace files (.json / .json.gz), one per rank, or directories.")],
     device: Annotated[str | None, typer.Option(help="Device-table row for the roofline (h100, mi300x, ...); "
@@ -133,9 +132,9 @@ def analyze_cmd(
     workers: Annotated[int | None, typer.Option(min=1, help="Processes (default: the CPUs available).")] = None,
     hta_compatible: Annotated[bool, typer.Option("--hta-compatible", help="Also report HTA 0.5.0's temporal "
                                                  "breakdown and overlap, by its definitions.")] = False,
-    figures_out: Annotated[str | None, typer.Option("--figures", help="Write dashboard figure specs (JSON).")] = None,
-    annotate_out: Annotated[str | None, typer.Option("--annotate", help="Write a copy of the (single) trace with "
-                                                     "the analysis as extra tracks, for Perfetto.")] = None,
+    figures_out: Annotated[str | None, output_option("--figures", help="Write dashboard figure specs (JSON).")] = None,
+    annotate_out: Annotated[str | None, output_option("--annotate", help="Write a copy of the (single) trace with "
+                                                      "the analysis as extra tracks, for Perfetto.")] = None,
     json_out: JsonOut = None,
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and
@@ -165,7 +164,7 @@ def analyze_cmd(
         _fail(f"cannot write the output: {exc}")
 
 
-@app.command("diff")
+@command(app, "diff")
 def diff_cmd(
     a: Annotated[str, typer.Argument(help="Baseline: a trace file or a directory of rank traces.")],
     b: Annotated[str, typer.Argument(help="Candidate: a trace file or a directory of rank traces.")],

@@ -10,13 +10,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from wavefront.cli._output import console, err_console, fail, write_json
+from wavefront.cli._common import JsonOut, command, console, err_console, fail, output_option, write_json
 from wavefront.workbench.distributed.train.overlap import HELP, kpi_rows
 
 Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in values}, type=str) for n, values in (
     ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
     ("Attn", ("sdpa", "eager")), ("TokenDType", ("uint16", "uint32")), ("Fp8", ("rowwise", "tensorwise", "blockwise",
     "mxfp8")), ("PPSchedule", ("1f1b", "gpipe", "interleaved-1f1b", "interleaved-zb", "zbv"))))
+Store = Annotated[str, output_option("--store", help="Results store for the KPIs ('' to skip).")]
 
 
 def _deg(text: str, low: int = 1, typ: type = int, panel: str | None = "Device mesh"):
@@ -110,7 +111,7 @@ def train(
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest intact checkpoint.")] = False,
     profile_steps: Annotated[str | None, typer.Option(help="Trace steps: STEP or FIRST-LAST.")] = None,
     out: Annotated[str, typer.Option(help="Directory for traces.")] = "runs/train",
-    store: Annotated[str, typer.Option(help="Results store for the KPIs ('' to skip).")] = "wavefront-results.sqlite",
+    store: Store = "wavefront-results.sqlite",
     gpu: Annotated[str | None, typer.Option(help="Device-table key (h100, mi300x, ...) overriding detection.")] = None,
     peak_tflops: Annotated[float | None, typer.Option(help="Dense peak TFLOP/s per device for MFU.")] = None,
     price_per_hour: Annotated[float | None, typer.Option(help="$ per device-hour.")] = None,
@@ -118,7 +119,7 @@ def train(
     nproc_per_node: Annotated[int | None, typer.Option(min=1, help="Launch torchrun with N processes.")] = None,
     inject_failure: Annotated[str | None, typer.Option(help="Testing aid: RANK:STEP raises on that rank.")] = None,
     inject_nan: Annotated[int | None, typer.Option(help="Testing aid: make the loss NaN at this step.")] = None,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the result document ('-': stdout).")] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """Train (single, DDP, FSDP2 or a TP/PP/FSDP2 mesh) and report tokens/s, MFU, memory, step split, $, energy."""
     from wavefront.workbench.distributed.launch import relaunch_under_torchrun, replace_option, save_stdin
@@ -196,4 +197,4 @@ def _run(cfg, json_out: str | None) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(train)
+    command(app, "train")(train)

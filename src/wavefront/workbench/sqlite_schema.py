@@ -160,13 +160,15 @@ def connect(path: str | Path, *, create: bool = True, what: str = "results store
 
     The connection begins ``IMMEDIATE`` transactions (``with con:`` takes the write lock at once) and waits
     up to :data:`BUSY_TIMEOUT_S` for another writer. Raises :class:`SchemaError` with a one-line message
-    for a missing file (``create=False``), a directory, a file that is not ours or is too new.
+    for a missing or empty file (``create=False``), a directory, a file that is not ours or is too new.
     """
     path = Path(path)
     if path.is_dir():
         raise SchemaError(
             f"{path} is a directory: give the path of a {what} file (e.g. {path / 'wavefront-results.sqlite'})"
         )
+    if not create and path.is_file() and path.stat().st_size == 0:  # SQLite would take it as an empty database
+        raise SchemaError(f"{path} is an empty file, not a wavefront {what}")
     if not path.exists():
         if not create:
             raise SchemaError(f"no {what} at {path}")

@@ -165,7 +165,7 @@ def test_plan_verb_json_and_breakdowns(tmp_path):
     (["--model", "llama3-8b", "--calibration", "missing.json"], "does not exist"),
     (["--layers", "2"], "give --model PRESET"),
     (["--model", "llama3-8b", "--kernels", "triton"], "'triton' is not one of 'fused'"),
-    (["--model", "llama3-8b", "--seq-len", "0"], "Invalid value for '--seq-len'"),
+    (["--model", "llama3-8b", "--seq-len", "0"], "error: --seq-len: "),
     (["--model", "missing/config.json"], "--model: missing/config.json does not exist"),
     (["--validate", "nope.json"], "does not exist"),
 ])

@@ -30,7 +30,7 @@ def test_analyze_json_and_figures(tmp_path):
     res = _run("analyze", p, "--json", "-", "--figures", tmp_path / "fig.json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["schema"] == "wavefront.trace.analyze/1"
+    assert doc["schema"] == "wavefront.trace.analyze/2"
     step = doc["ranks"][0]["steps"][0]
     parts = ["compute_us", "comm_overlapped_us", "comm_exposed_us", "memory_us", "idle_host_bound_us",
              "idle_other_us"]

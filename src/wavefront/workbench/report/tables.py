@@ -34,6 +34,7 @@ TABLE_SCHEMAS = (
     "wavefront.comm/1",
     "wavefront.overlap/1",
     "wavefront.trace.analyze/1",
+    "wavefront.trace.analyze/2",
     "wavefront.trace.diff/1",
     "wavefront.gate/1",
     "wavefront.compare/1",

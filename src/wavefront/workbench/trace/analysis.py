@@ -1,5 +1,5 @@
 """One call from trace files to every analysis: :func:`analyze` returns a :class:`TraceAnalysis`
-(dataclasses) whose ``to_json()`` is the ``wavefront.trace.analyze/1`` document (:data:`SCHEMA`).
+(dataclasses) whose ``to_json()`` is the ``wavefront.trace.analyze/2`` document (:data:`SCHEMA`).
 
 Each file is parsed once. Ranks are analyzed in parallel processes (``workers``, default: the CPUs this
 process may use), each returning its :class:`RankAnalysis`; a single large uncompressed file is read in
@@ -39,7 +39,7 @@ from wavefront.workbench.trace.multirank import (
     multirank,
 )
 
-SCHEMA = "wavefront.trace.analyze/1"
+SCHEMA = "wavefront.trace.analyze/2"  # 2: every time also in exact integer nanoseconds (*_ns)
 _BACKEND_PREFIXES = ("gloo:", "nccl:", "rccl:", "mpi:", "ucc:")
 
 
@@ -65,9 +65,8 @@ class RankAnalysis:
 
     def totals(self) -> dict:
         """Breakdown categories summed over steps, and the step total."""
-        out = {f"{c}_us": sum(s.ns(c) for s in self.steps) / 1e3 for c in CATEGORIES}
-        out["step_us"] = sum(s.dur_ns for s in self.steps) / 1e3
-        return out
+        ns = {c: sum(s.ns(c) for s in self.steps) for c in CATEGORIES} | {"step": sum(s.dur_ns for s in self.steps)}
+        return {f"{k}_us": v / 1000 for k, v in ns.items()} | {f"{k}_ns": v for k, v in ns.items()}
 
     def as_dict(self) -> dict:
         return {"path": self.path, "rank": self.rank, "world_size": self.world_size, "host": self.host,
@@ -93,7 +92,7 @@ class TraceAnalysis:
                 "multirank": self.multirank.as_dict() if self.multirank else None}
 
     def to_json(self) -> dict:
-        """The ``wavefront.trace.analyze/1`` document (docs/json/trace.md)."""
+        """The ``wavefront.trace.analyze/2`` document (docs/json/trace.md)."""
         return self.as_dict() | {"inputs": self.inputs, "analysis_wall_s": self.wall_s, "annotation": self.annotation}
 
 

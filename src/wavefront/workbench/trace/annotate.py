@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from wavefront.workbench.trace.breakdown import CATEGORIES, build_timeline, find_steps
+from wavefront.workbench.trace.clock import ns_to_us_text
 from wavefront.workbench.trace.intervals import IntervalSet, Segments, gaps, union
 from wavefront.workbench.trace.load import load_trace
 from wavefront.workbench.trace.model import Trace
@@ -19,9 +20,12 @@ PID = "wavefront analysis"
 TRACKS = ("steps", "comm exposed", "comm hidden by compute", "idle: host-bound", "idle: other")
 
 
-def _events(track: str, name: str, s: IntervalSet, args: dict | None = None) -> list[dict]:
-    return [{"ph": "X", "cat": "wavefront", "name": name, "pid": PID, "tid": track, "ts": a / 1e3,
-             "dur": (b - a) / 1e3, **({"args": args} if args else {})}
+def _events(track: str, name: str, s: IntervalSet, args: dict | None = None) -> list[str]:
+    """The events' JSON texts, times written as exact decimal microseconds (a float would move them by up
+    to 128 ns at Unix-epoch clocks)."""
+    head = json.dumps({"ph": "X", "cat": "wavefront", "name": name, "pid": PID, "tid": track})[:-1]
+    tail = f', "args": {json.dumps(args)}}}' if args else "}"
+    return [f'{head}, "ts": {ns_to_us_text(a)}, "dur": {ns_to_us_text(b - a)}{tail}'
             for a, b in zip(s.starts.tolist(), s.ends.tolist(), strict=True)]
 
 
@@ -45,13 +49,15 @@ def load_annotated(src: str | Path, dst: str | Path) -> tuple[Trace, dict]:
         trace = load_trace(src, raw_sink=sink)
     timeline = build_timeline(trace)
     steps, _ = find_steps(trace)
-    added: list[dict] = [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PID}}]
-    added += [{"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t, "args": {"sort_index": i}}
+    added = [json.dumps({"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PID}})]
+    added += [json.dumps({"ph": "M", "name": "thread_sort_index", "pid": PID, "tid": t, "args": {"sort_index": i}})
               for i, t in enumerate(TRACKS)]
     for step in steps:
         b = timeline.breakdown(step)
         added += _events("steps", f"step {step.step if step.step is not None else 'all'}",
-                         IntervalSet.union_of([step.start_ns], [step.end_ns]), {f"{c}_us": b.us(c) for c in CATEGORIES})
+                         IntervalSet.union_of([step.start_ns], [step.end_ns]),
+                         {**{f"{c}_us": b.ns(c) / 1000 for c in CATEGORIES},
+                          **{f"{c}_ns": b.ns(c) for c in CATEGORIES}})
     if steps:
         lo, hi = min(s.start_ns for s in steps), max(s.end_ns for s in steps)
         seg = Segments.of([timeline.compute.clip(lo, hi), timeline.comm.clip(lo, hi)], lo, hi)
@@ -70,7 +76,7 @@ def load_annotated(src: str | Path, dst: str | Path) -> tuple[Trace, dict]:
         for line in events_in:
             out.write(line)
         for i, e in enumerate(added):
-            out.write(("," if n_copied or i else "") + json.dumps(e) + "\n")
+            out.write(("," if n_copied or i else "") + e + "\n")
         out.write("]\n}\n")
     tmp.unlink()
     return trace, {"path": str(dst), "copied": n_copied, "added": len(added), "complete": trace.complete}

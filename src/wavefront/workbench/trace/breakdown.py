@@ -63,7 +63,7 @@ class Step:
 
     @property
     def start_us(self) -> float:
-        return self.start_ns / 1e3
+        return self.start_ns / 1000  # int / int: the nearest float (/ 1e3 would round the int first)
 
     @property
     def dur_us(self) -> float:
@@ -112,10 +112,12 @@ class StepBreakdown:
         return sum(self.ns(c) for c in CATEGORIES)
 
     def as_dict(self) -> dict:
-        return {"step": self.step, "domain": self.domain, "start_us": self.start_ns / 1e3, "dur_us": self.dur_us,
-                **{f"{c}_us": self.us(c) for c in CATEGORIES},
-                "compute_busy_us": self.compute_busy_ns / 1e3, "comm_busy_us": self.comm_busy_ns / 1e3,
-                "idle_us": self.idle_ns / 1e3}
+        """Every time twice: ``<name>_us`` (float microseconds, the nearest float: at Unix-epoch clocks a
+        start is within 125 ns) and ``<name>_ns`` (exact integer nanoseconds)."""
+        ns = {"start": self.start_ns, "dur": self.dur_ns, **{c: self.ns(c) for c in CATEGORIES},
+              "compute_busy": self.compute_busy_ns, "comm_busy": self.comm_busy_ns, "idle": self.idle_ns}
+        return {"step": self.step, "domain": self.domain, **{f"{k}_us": int(v) / 1000 for k, v in ns.items()},
+                **{f"{k}_ns": int(v) for k, v in ns.items()}}
 
 
 @dataclass

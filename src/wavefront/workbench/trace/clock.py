@@ -49,6 +49,14 @@ def us_text_to_ns(text: str | bytes) -> int:
     return ns
 
 
+def ns_to_us_text(ns: int) -> str:
+    """Integer nanoseconds as the exact decimal text of microseconds (three decimals): what a trace writes,
+    readable back to the same nanosecond at any magnitude (a float would round at Unix-epoch clocks)."""
+    ns = int(ns)
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+
+
 def value_to_ns(value) -> int:
     """A decoded ``ts``/``dur``: an int (whole microseconds), a decimal text, or a float (exact only
     where the float is; used for hand-built events)."""

@@ -27,12 +27,16 @@ from wavefront.workbench.trace.model import Trace
 
 
 def hta_equivalent(trace: Trace, classes: DeviceClasses | None = None, *, hta_rounding: bool = True) -> dict:
-    """HTA's per-rank temporal breakdown and overlap, in microseconds and percent."""
+    """HTA's per-rank temporal breakdown and overlap, in microseconds (``*_us``), exact integer nanoseconds
+    (``*_ns``) and percent. ValueError when HTA's definitions do not apply (no launch records)."""
     if len(trace.device) == 0:
         raise ValueError("hta_equivalent needs a trace with device events")
     classes = classes if classes is not None else classify_device(trace)
     dev, rt = trace.device, trace.runtime
     keep = classes.runtime_row >= 0
+    if not np.any(keep):  # a jax.profiler trace: XLA ops, no runtime launch calls
+        raise ValueError("HTA keeps only device events whose launching runtime call is in the trace, and this "
+                         "trace records no launch (jax.profiler traces never do)")
     steps, _ = find_steps(trace)
     if len(steps) >= 2:
         last_start = max(s.start_ns for s in steps)
@@ -40,9 +44,9 @@ def hta_equivalent(trace: Trace, classes: DeviceClasses | None = None, *, hta_ro
     if hta_rounding:
         start = -(-dev.ts_ns // 1000)  # ceil
         end = dev.end_ns // 1000
-        scale = 1.0
+        unit_ns = 1000  # the sets below are in whole microseconds
     else:
-        start, end, scale = dev.ts_ns, dev.end_ns, 1e3
+        start, end, unit_ns = dev.ts_ns, dev.end_ns, 1
     start, end, cls = start[keep], end[keep], classes.cls[keep]
     if len(start) == 0:
         raise ValueError("no device event is launched before the last ProfilerStep")
@@ -53,6 +57,7 @@ def hta_equivalent(trace: Trace, classes: DeviceClasses | None = None, *, hta_ro
     idle = span - union(every).measure()
     compute_t = compute.measure()
     comm_t = comm.measure()
-    return {"kernel_time_us": span / scale, "idle_time_us": idle / scale, "compute_time_us": compute_t / scale,
-            "non_compute_time_us": (span - idle - compute_t) / scale,
+    ns = {"kernel_time": span * unit_ns, "idle_time": idle * unit_ns, "compute_time": compute_t * unit_ns,
+          "non_compute_time": (span - idle - compute_t) * unit_ns}
+    return {**{f"{k}_us": v / 1000 for k, v in ns.items()}, **{f"{k}_ns": v for k, v in ns.items()},
             "comp_comm_overlap_pctg": 100.0 * intersect(comm, compute).measure() / comm_t if comm_t else None}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wavefront.workbench.trace.clock import ns_to_us_text
 from wavefront.workbench.trace.model import (
     CAT_CPU_OP,
     CAT_USER_ANNOTATION,
@@ -148,17 +149,23 @@ def finish(parts: Parts, path: Path, meta: dict, warnings: list[str], complete: 
         else:
             order = np.argsort(ts, kind="stable")
             out = {k: v[order] for k, v in table.items()}
-        if "dur_ns" in out:
-            out["dur_ns"] = np.maximum(out["dur_ns"], 0)
         return Columns(out)
 
-    t = parts.tables
+    t = dict(parts.tables)
+    negative = _drop_negative_durations(t, parts.names)
+    if negative:
+        parts.n_malformed += negative[0]
     device, runtime, cpu, flow = cols(t["dev"]), cols(t["rt"]), cols(t["cpu"]), cols(t["flow"])
     _link_flows(device, flow)
     device.cols.pop("pid")
     device.cols.pop("tid")
-    if parts.n_malformed:
-        warnings.append(f"{parts.n_malformed} malformed event(s) skipped")
+    if negative:
+        n, name, ts, dur = negative
+        warnings.append(f"{path}: {n} event(s) with a negative duration skipped, the first {name!r} at ts "
+                        f"{ns_to_us_text(ts)} us with dur {ns_to_us_text(dur)} us: the profiler's clock or the "
+                        "file's writer is broken, and steps or kernels among them are missing from the analysis")
+    if parts.n_malformed > (negative[0] if negative else 0):
+        warnings.append(f"{parts.n_malformed - (negative[0] if negative else 0)} malformed event(s) skipped")
     meta = dict(meta)
     meta["n_flow_links"] = len(flow) + parts.n_flows_skipped
     meta["thread_labels"] = parts.meta_events
@@ -166,6 +173,28 @@ def finish(parts: Parts, path: Path, meta: dict, warnings: list[str], complete: 
                  op_comm_args=parts.op_comm, kernel_comm_args=parts.kernel_comm, n_sync_events=parts.n_sync,
                  n_events=parts.n_events, n_malformed=parts.n_malformed, meta=meta, warnings=warnings,
                  complete=complete, bytes_read=nbytes)
+
+
+def _drop_negative_durations(tables: dict[str, dict[str, np.ndarray]],
+                             names: list[str]) -> tuple[int, str, int, int] | None:
+    """Remove the events whose ``dur`` is negative (in place); their count and the earliest of them (name,
+    ts_ns, dur_ns), or None when there is none. Such an event has no meaning: counting it as zero long
+    would report zero-length steps and kernels without a word."""
+    count, first = 0, None
+    for key in ("dev", "rt", "cpu"):
+        table = tables[key]
+        bad = table["dur_ns"] < 0
+        if not np.any(bad):
+            continue
+        rows = np.flatnonzero(bad)
+        count += len(rows)
+        row = int(rows[np.argmin(table["ts_ns"][rows])])
+        candidate = (int(table["ts_ns"][row]), names[int(table["name"][row])], int(table["dur_ns"][row]))
+        first = candidate if first is None or candidate[0] < first[0] else first
+        tables[key] = {k: v[~bad] for k, v in table.items()}
+    if first is None:
+        return None
+    return count, first[1], first[0], first[2]
 
 
 def _link_flows(device: Columns, flow: Columns) -> None:

@@ -36,6 +36,12 @@ class KernelStats:
     p90_us: float
     max_us: float
     share: float  # of the summed duration of all rows
+    # the same in nanoseconds: total and max exact integers; mean, median, p90 statistics of integers
+    total_ns: int = 0
+    mean_ns: float = 0.0
+    median_ns: float = 0.0
+    p90_ns: float = 0.0
+    max_ns: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -57,6 +63,7 @@ class RooflinePoint:
     attainable_tflops: float | None
     pct_of_roof: float | None
     bound: str | None  # "memory" | "compute"
+    median_ns: float = 0.0  # median_us in nanoseconds (the median of integer-nanosecond call times)
 
     def as_dict(self) -> dict:
         return asdict(self) | {"kernels": list(self.kernels)}
@@ -93,26 +100,29 @@ def top_level_cpu_ops(trace: Trace) -> np.ndarray:
     return np.sort(order[keep])
 
 
-def _stats_table(labels: list[str], cls_of: dict[str, str], keys: np.ndarray, durs: np.ndarray,
+def _stats_table(labels: list[str], cls_of: dict[str, str], keys: np.ndarray, durs_ns: np.ndarray,
                  top: int) -> list[KernelStats]:
-    """Per label (``keys`` index ``labels``), count and duration statistics of the ``top`` by total."""
+    """Per label (``keys`` index ``labels``), count and duration statistics (from integer nanoseconds) of
+    the ``top`` by total."""
     if len(keys) == 0:
         return []
     keys = np.asarray(keys, dtype=np.int64)
-    totals = np.bincount(keys, weights=durs, minlength=len(labels))
+    durs_ns = np.asarray(durs_ns, dtype=np.int64)
+    totals = np.bincount(keys, weights=durs_ns, minlength=len(labels))
     counts = np.bincount(keys, minlength=len(labels))
     present = np.flatnonzero(counts)
-    grand = float(totals.sum()) or 1.0
+    grand = int(durs_ns.sum()) or 1
     order = present[np.argsort(-totals[present], kind="stable")[:top]]
     sort_idx = np.argsort(keys, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(counts)])
     rows = []
     for g in order.tolist():
-        d = durs[sort_idx[bounds[g]:bounds[g + 1]]]
+        d = durs_ns[sort_idx[bounds[g]:bounds[g + 1]]]
         label = labels[g]
-        rows.append(KernelStats(label, cls_of.get(label, "compute"), int(len(d)), float(d.sum()), float(d.mean()),
-                                float(np.median(d)), float(np.percentile(d, 90)), float(d.max()),
-                                float(d.sum()) / grand))
+        total, peak = int(d.sum()), int(d.max())
+        mean, median, p90 = float(d.mean()), float(np.median(d)), float(np.percentile(d, 90))
+        rows.append(KernelStats(label, cls_of.get(label, "compute"), int(len(d)), total / 1000, mean / 1e3,
+                                median / 1e3, p90 / 1e3, peak / 1000, total / grand, total, mean, median, p90, peak))
     return rows
 
 
@@ -122,7 +132,7 @@ def kernel_table(trace: Trace, classes: DeviceClasses | None, top: int = 20) -> 
         names = trace.cpu.name[rows]
         labels = trace.names
         cpu_cls = {trace.names[i]: "cpu-op" for i in np.unique(names).tolist()}
-        durs = trace.cpu.dur_ns[rows] / 1e3
+        durs = trace.cpu.dur_ns[rows]
         table = _stats_table(labels, cpu_cls, names, durs, top)
         fam_labels, fam_ids = _family_ids(trace.names, names)
         cls_fam = {f: "cpu-op" for f in fam_labels}
@@ -137,7 +147,7 @@ def kernel_table(trace: Trace, classes: DeviceClasses | None, top: int = 20) -> 
                                                               strict=True)}
     fam_labels, fam_ids = _family_ids(trace.names, dev.name)
     fam_cls = {family(n): c for n, c in cls_of.items()}
-    durs = dev.dur_ns / 1e3
+    durs = dev.dur_ns
     return KernelReport("device", _stats_table(trace.names, cls_of, dev.name, durs, top),
                         _stats_table(fam_labels, fam_cls, fam_ids, durs, top))
 
@@ -205,7 +215,7 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
     op_rows = classes.op_row[sel]
     # One instance per launching op call (its kernels' times summed), grouped by (op name, shapes).
     uniq_ops, inv = np.unique(op_rows, return_inverse=True)
-    inst_dur = np.bincount(inv, weights=dev.dur_ns[sel] / 1e3)
+    inst_dur = np.bincount(inv, weights=dev.dur_ns[sel])  # ns, exact below 2**53
     inst_key = cpu.name[uniq_ops].astype(np.int64) * (len(trace.shapes) + 1) + cpu.shape[uniq_ops]
     keys, group_of_inst = np.unique(inst_key, return_inverse=True)
     n_names = len(trace.names)
@@ -222,7 +232,8 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
         groups[(name, json.dumps(shapes.dims), cost.dtype)] = {"cost": cost, "durs": durs, "kernels": kernels}
     points = []
     for (name, shapes_text, dtype), grp in groups.items():
-        cost, med = grp["cost"], float(np.median(grp["durs"]))
+        cost, med_ns = grp["cost"], float(np.median(grp["durs"]))
+        med = med_ns / 1e3
         if med <= 0:
             continue
         achieved_tflops = cost.flops / med / 1e6
@@ -240,6 +251,6 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
                 pct = 100.0 * achieved_tflops / attainable
         points.append(RooflinePoint(name, shapes_text, dtype, tuple(sorted(grp["kernels"])), len(grp["durs"]), med,
                                     cost.flops, cost.bytes_moved, cost.intensity, achieved_tflops, achieved_tbps,
-                                    attainable, pct, bound))
+                                    attainable, pct, bound, med_ns))
     points.sort(key=lambda p: -p.median_us * p.count)
     return points[:top], gpu.key if gpu else None, notes

@@ -41,6 +41,9 @@ class Distribution:
         p50, p90, p99 = np.percentile(values, [50, 90, 99]).tolist()
         return Distribution(len(values), float(values.mean()), p50, p90, p99, float(values.max()))
 
+    def divided(self, by: float) -> Distribution:
+        return Distribution(self.n, self.mean / by, self.p50 / by, self.p90 / by, self.p99 / by, self.max / by)
+
 
 @dataclass(frozen=True)
 class StepLaunch:
@@ -49,6 +52,8 @@ class StepLaunch:
     n_launch_calls: int
     sync_cpu_us: float
     launch_fraction: float  # launch_cpu_us / step duration
+    launch_cpu_ns: int = 0  # launch_cpu_us and sync_cpu_us in exact nanoseconds
+    sync_cpu_ns: int = 0
 
 
 @dataclass
@@ -65,6 +70,8 @@ class LaunchStats:
     short_time_fraction: float
     unlinked_device_events: int  # device events whose launch call is not in the trace
     per_step: list[StepLaunch] = field(default_factory=list)
+    delay_ns: Distribution | None = None  # delay_us and op_delay_us from the integer nanoseconds
+    op_delay_ns: Distribution | None = None
 
     def as_dict(self) -> dict:
         # per_step holds thousands of flat records: read their fields directly (asdict deep-copies each)
@@ -81,13 +88,13 @@ def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_
     first_start = np.full(len(rt), never, dtype=np.int64)
     np.minimum.at(first_start, rows, dev.ts_ns[linked])
     launched = first_start != never
-    delay_us = (first_start[launched] - rt.ts_ns[launched]) / 1e3
+    delay_ns = Distribution.of(first_start[launched] - rt.ts_ns[launched])
 
     by_op = classes.op_row >= 0
     op_first = np.full(len(trace.cpu), never, dtype=np.int64)
     np.minimum.at(op_first, classes.op_row[by_op], dev.ts_ns[by_op])
     op_launched = op_first != never
-    op_delay_us = (op_first[op_launched] - trace.cpu.ts_ns[op_launched]) / 1e3
+    op_delay_ns = Distribution.of(op_first[op_launched] - trace.cpu.ts_ns[op_launched])
 
     api_names = np.array(trace.names, dtype=object)
     by_api: dict[str, int] = {}
@@ -115,12 +122,11 @@ def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_
     hi = np.searchsorted(rt.ts_ns, [s.end_ns for s in steps], side="left")
     per_step = []
     for s, a, b in zip(steps, lo.tolist(), hi.tolist(), strict=True):
-        launch_cpu = float(launch_ns[b] - launch_ns[a]) / 1e3
-        per_step.append(StepLaunch(s.step, launch_cpu, int(n_launch[b] - n_launch[a]),
-                                   float(sync_ns[b] - sync_ns[a]) / 1e3,
-                                   launch_cpu / s.dur_us if s.dur_ns > 0 else float("nan")))
-    return LaunchStats(Distribution.of(delay_us), Distribution.of(op_delay_us), by_api, n_graph, graph_kernels,
+        launch_cpu, sync_cpu = int(launch_ns[b] - launch_ns[a]), int(sync_ns[b] - sync_ns[a])
+        per_step.append(StepLaunch(s.step, launch_cpu / 1000, int(n_launch[b] - n_launch[a]), sync_cpu / 1000,
+                                   launch_cpu / s.dur_ns if s.dur_ns > 0 else float("nan"), launch_cpu, sync_cpu))
+    return LaunchStats(delay_ns.divided(1000), op_delay_ns.divided(1000), by_api, n_graph, graph_kernels,
                        short_us, n_k, int(short.sum()),
                        float(short.mean()) if n_k else float("nan"),
                        float(k_dur[short].sum() / k_dur.sum()) if n_k and k_dur.sum() > 0 else float("nan"),
-                       int(np.sum(~linked)), per_step)
+                       int(np.sum(~linked)), per_step, delay_ns, op_delay_ns)

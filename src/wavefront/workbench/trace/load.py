@@ -298,7 +298,8 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
         trace = _load_streaming(path, progress, raw_sink)
     if trace.n_events == trace.n_malformed:
         what = "holds no events" if trace.n_events == 0 else f"holds no usable event ({trace.n_events:,} malformed)"
-        raise TraceLoadError(f"{path}: the trace {what}")
+        why = "".join(f"; {w}" for w in trace.warnings if "negative duration" in w)
+        raise TraceLoadError(f"{path}: the trace {what}{why}")
     return trace
 
 

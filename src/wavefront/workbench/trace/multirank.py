@@ -86,6 +86,8 @@ class StepSkew:
     skew_us: float  # slowest minus fastest step time
     slowest_rank: int
     fastest_rank: int
+    dur_ns_by_rank: dict[int, int] = field(default_factory=dict)  # the same in exact nanoseconds
+    skew_ns: int = 0
 
 
 @dataclass
@@ -101,14 +103,23 @@ class MultiRankReport:
     wait_total_us: dict[int, float]
     last_arrivals: dict[int, int]  # rank -> how many matched collectives it entered last
     warnings: list[str] = field(default_factory=list)
+    # the times above in exact nanoseconds (the residual is a median: a half nanosecond at most)
+    clock_offset_ns: dict[int, int] = field(default_factory=dict)
+    alignment_residual_ns: float | None = None
+    wait_ns: dict[int, dict] = field(default_factory=dict)
+    wait_total_ns: dict[int, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         d = asdict(replace(self, steps=[]))
         names = [f.name for f in fields(StepSkew)]  # thousands of flat records: asdict would deep-copy each
-        d["steps"] = [{n: getattr(s, n) for n in names} | {"dur_us_by_rank": {str(k): v for k, v in
-                                                                              s.dur_us_by_rank.items()}}
+        d["steps"] = [{n: getattr(s, n) for n in names}
+                      | {"dur_us_by_rank": {str(k): v for k, v in s.dur_us_by_rank.items()},
+                         "dur_ns_by_rank": {str(k): v for k, v in s.dur_ns_by_rank.items()}}
                       for s in self.steps]
-        d["wait_us"] = {str(r): {str(k): v for k, v in w.items()} for r, w in self.wait_us.items()}
+        for key in ("wait_us", "wait_ns"):
+            d[key] = {str(r): {str(k): v for k, v in w.items()} for r, w in getattr(self, key).items()}
+        for key in ("clock_offset_us", "clock_offset_ns", "wait_total_us", "wait_total_ns", "last_arrivals"):
+            d[key] = {str(r): v for r, v in getattr(self, key).items()}
         return d
 
 
@@ -200,8 +211,8 @@ def _step_skews(ranks: list[RankSteps], warnings: list[str]) -> list[StepSkew]:
         by_rank = {r: durs[r][step] for r in durs}
         slow = max(by_rank, key=lambda k: by_rank[k])
         fast = min(by_rank, key=lambda k: by_rank[k])
-        skews.append(StepSkew(step, {r: v / 1e3 for r, v in by_rank.items()}, (by_rank[slow] - by_rank[fast]) / 1e3,
-                              slow, fast))
+        skews.append(StepSkew(step, {r: v / 1000 for r, v in by_rank.items()}, (by_rank[slow] - by_rank[fast]) / 1000,
+                              slow, fast, dict(by_rank), by_rank[slow] - by_rank[fast]))
     return skews
 
 
@@ -224,6 +235,11 @@ def _step_finder(steps: list[tuple[int | None, int, int]]):
         return "outside steps" if first is None else steps[first][0]
 
     return find
+
+
+def _whole(ns: float) -> float | int:
+    """A median of integers: an int when whole (a half nanosecond otherwise)."""
+    return int(ns) if ns.is_integer() else ns
 
 
 def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
@@ -265,8 +281,10 @@ def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
         for r, (s, _) in inst.items():
             step = step_of[r](s)
             wait_ns[r][step] = wait_ns[r].get(step, 0) + (latest - aligned[r])
-    wait_us = {r: {k: v / 1e3 for k, v in w.items()} for r, w in wait_ns.items()}
-    totals = {r: sum(w.values()) / 1e3 for r, w in wait_ns.items()}
-    return MultiRankReport(ids, method, {r: v / 1e3 for r, v in offsets.items()},
+    wait_us = {r: {k: v / 1000 for k, v in w.items()} for r, w in wait_ns.items()}
+    totals = {r: sum(w.values()) for r, w in wait_ns.items()}
+    return MultiRankReport(ids, method, {r: v / 1000 for r, v in offsets.items()},
                            None if residual_ns is None else residual_ns / 1e3, matching, len(matched), skews, wait_us,
-                           totals, last, warnings)
+                           {r: v / 1000 for r, v in totals.items()}, last, warnings, dict(offsets),
+                           None if residual_ns is None else _whole(residual_ns),
+                           wait_ns, totals)

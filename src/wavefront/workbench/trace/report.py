@@ -64,8 +64,10 @@ def _step_rows(t: Table, steps: list, row) -> None:
 
 
 def rank_title(r: RankAnalysis) -> str:
+    """Rank, file, host (left out when the trace does not name it: jax.profiler traces), device, domain."""
     who = f"rank {r.rank}" if r.rank is not None else "trace"
-    return f"{who}  {Path(r.path).name}  host={r.host}  device={r.device_name or 'none'}  domain={r.domain}"
+    host = f"  host={r.host}" if r.host else ""
+    return f"{who}  {Path(r.path).name}{host}  device={r.device_name or 'none'}  domain={r.domain}"
 
 
 def breakdown_table(r: RankAnalysis) -> Table:
