@@ -151,7 +151,8 @@ def test_dashboard_renders_in_chromium(browser, store_path, inspect_doc, traffic
         )
     assert sum(t.startswith("roofline on") for t in titles) == 1  # one roofline, not one per device
     roof = _chart_id(browser, "roofline on")
-    _select(browser, roof, "NVIDIA H100 SXM")
+    if not with_runs:  # the fixture runs targeted the H100: the roofline opens on it, no selection needed
+        _select(browser, roof, "NVIDIA H100 SXM")
     title = browser.execute_script(f"return document.querySelector('#{roof} .gtitle').textContent")
     assert title == (
         "roofline on NVIDIA H100 SXM (modeled + measured, bf16)"
@@ -173,6 +174,15 @@ def test_dashboard_renders_in_chromium(browser, store_path, inspect_doc, traffic
         )
         assert "traffic: bytes moved by wavefront, the minimum, and eager PyTorch" in titles
         assert any(t.startswith("fused linear + cross-entropy") for t in titles)
+    # The page opens on its verdict: the headline is whole in the first screen, above every section.
+    browser.execute_script("window.scrollTo(0, 0)")
+    box = browser.execute_script(
+        "var r=document.getElementById('headline').getBoundingClientRect();"
+        "return [r.top, r.bottom, window.innerHeight, document.querySelector('h2').getBoundingClientRect().top]"
+    )
+    assert 0 <= box[0] < box[1] <= box[2] and box[1] <= box[3], box
+    text = browser.execute_script("return document.getElementById('headline').innerText")
+    assert ("1/2 correctness cases pass" in text) == with_runs and "changed" in text
     severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert severe == []
     ARTIFACTS.mkdir(exist_ok=True)
