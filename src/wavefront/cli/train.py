@@ -206,21 +206,14 @@ def _config(o: dict):
 
 
 def _run(cfg, json_out: str | None) -> None:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich import progress as rp
 
     from wavefront.workbench.distributed.train import harness
 
     rank = int(os.environ.get("RANK", "0"))
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("eta"),
-                        TimeRemainingColumn(), console=err_console, disable=rank != 0)
+    progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                           rp.TextColumn("{task.fields[info]}"), rp.TimeElapsedColumn(), rp.TextColumn("eta"),
+                           rp.TimeRemainingColumn(), console=err_console, disable=rank != 0)
     tasks: dict[str, int] = {}
     if rank == 0 and len(cfg.variants) > 1:
         err_console.print(f"{len(cfg.variants)} variants x {cfg.steps} steps; a time estimate follows each variant's "
