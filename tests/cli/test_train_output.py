@@ -13,6 +13,7 @@ from rich.console import Console
 
 from wavefront.cli import train as cli_train
 from wavefront.cli.train import ROWS
+from wavefront.workbench.distributed.train.readout import estimate_line
 
 pytest.importorskip("transformers")
 
@@ -77,11 +78,11 @@ def test_cpu_compare_leads_with_the_loss_agreement(tmp_path, monkeypatch):
     assert out.startswith("loss agreement, wavefront vs baseline: max |loss difference| 2.38e-07 over 3 steps")
     assert "loss curves:" not in r.stdout  # no longer a footnote
     err = " ".join(r.stderr.split())
-    assert "2 variants x 3 steps; a time estimate follows each variant's first step" in err
+    assert "2 variants x 3 steps; an estimate follows each first step" in err
     assert "wavefront: step 1 took 25 s; estimate for its other 2 steps: about 49 s" in err
     assert "baseline: step 1 took 1 s; estimate for its other 2 steps: about 2 s (then wavefront)" in err
 
 
 def test_estimate_line_units():
-    assert cli_train.estimate_line("wavefront", 24.65, 10, ("baseline", "wavefront")) == (
+    assert estimate_line("wavefront", 24.65, 10, ("baseline", "wavefront")) == (
         "wavefront: step 1 took 25 s; estimate for its other 9 steps: about 3.7 min")

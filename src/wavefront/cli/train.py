@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
 from wavefront.workbench.distributed.train.overlap import HELP, kpi_rows
+from wavefront.workbench.distributed.train.readout import TIMING_RATIOS, estimate_line, loss_agreement, notes, on_cpu
 
 Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in values}, type=str) for n, values in (
     ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
@@ -37,33 +38,11 @@ def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
     return none if value is None else format(value * scale, spec)
 
 
-#: The ratio rows that compare wall times: on a CPU (the Triton interpreter) they say nothing about speed.
-TIMING_RATIOS = ("tokens_per_s_ratio", "step_s_ratio")
-
-
-def on_cpu(result) -> bool:
-    return str(result.provenance.get("backend", "")).startswith("cpu")
-
-
-def loss_agreement(result) -> list[str]:
-    """Each variant's loss curve against the first's: on a CPU the result that means something, so it leads."""
-    ref = next((v for v in result.variants if v.summary), None)
-    lines = []
-    for name, c in result.comparisons.items():
-        if c.get("max_abs_loss_diff") is None or ref is None:
-            continue
-        other = next(v for v in result.variants if v.variant == name)
-        n = min(len(ref.steps), len(other.steps))
-        lines.append(f"loss agreement, {name} vs {ref.variant}: max |loss difference| {c['max_abs_loss_diff']:.3g} "
-                     f"over {n} steps; final loss {other.summary.final_loss:.5f} vs {ref.summary.final_loss:.5f}")
-    return lines
-
-
 def kpi_table(result):
     from rich.table import Table
     measured = [v for v in result.variants if v.summary]
     ref = measured[0].variant if measured else ""
-    cpu = on_cpu(result)
+    cpu = on_cpu(result.provenance)
     table = Table(title=f"wavefront train {result.run_id}: {result.config['model']}, {result.provenance['parallel']} "
                         f"x{result.provenance['world_size']}, {result.provenance['device_name']}"
                         + (" (CPU: times are correctness runs, not performance)" if cpu else ""))
@@ -81,38 +60,6 @@ def kpi_table(result):
     for label, cells in kpi_rows([v.summary for v in measured]):  # per mesh dimension, from --profile-steps
         table.add_row(label, *cells, *[""] * len(result.comparisons))
     return table
-
-
-def _notes(result) -> list[str]:
-    s = next((v.summary for v in result.variants if v.summary), None)
-    lines = [f"peak: {s.peak.source}", f"memory: {s.peak_mem_kind}; price: {s.price_source}; energy: "
-                                       f"{s.energy_kind}", *s.notes] if s else []
-    for v in result.variants:
-        lines += v.notes + [f"trace: {path}" for path in v.trace_paths]
-        if v.patch_report:
-            counts = ", ".join(f"{k} x{n}" for k, n in v.patch_report["counts"].items()) or "nothing"
-            lines += [f"patched: {counts}", *(f"  not patched: {u['op']}: {u['reason']}"
-                                              for u in v.patch_report["unmatched"])]
-        lines += [f"{v.variant}: resumed after step {v.resumed_from_step}"] if v.resumed_from_step is not None else []
-    if not on_cpu(result):  # on a CPU the loss agreement leads, above the table
-        lines += loss_agreement(result)
-    from wavefront.workbench.distributed.train.predict import describe
-    lines += [x for v in result.variants if v.summary for x in describe(v.variant, v.summary.prediction)]
-    return lines + ([f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"]
-                    if result.store else [])
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-
-
-def estimate_line(variant: str, first_step_s: float, steps: int, variants: tuple[str, ...]) -> str:
-    """After a variant's first step: how long its remaining steps should take, from that step's wall time (an
-    estimate: the first step also pays one-off costs, the rest may be faster)."""
-    left = variants[variants.index(variant) + 1:] if variant in variants else ()
-    text = (f"{variant}: step 1 took {_duration(first_step_s)}; estimate for its other {steps - 1} steps: about "
-            f"{_duration(first_step_s * (steps - 1))}")
-    return text + (f" (then {', '.join(left)})" if left else "")
 
 
 def train(
@@ -216,15 +163,13 @@ def _run(cfg, json_out: str | None) -> None:
                            rp.TimeRemainingColumn(), console=err_console, disable=rank != 0)
     tasks: dict[str, int] = {}
     if rank == 0 and len(cfg.variants) > 1:
-        err_console.print(f"{len(cfg.variants)} variants x {cfg.steps} steps; a time estimate follows each variant's "
-                          "first step", highlight=False)
+        err_console.print(f"{len(cfg.variants)} variants x {cfg.steps} steps; an estimate follows each first step")
 
     def on_step(name, rec, total) -> None:
         if name not in tasks:
             tasks[name] = progress.add_task(name, total=total, info="")
         if rec.step == 0 and rank == 0:
-            progress.console.print(estimate_line(name, rec.step_s, total, tuple(harness.run_order(cfg.variants))),
-                                   highlight=False)
+            progress.console.print(estimate_line(name, rec.step_s, total, tuple(harness.run_order(cfg.variants))))
         progress.update(tasks[name], completed=rec.step + 1, info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
 
     try:
@@ -235,11 +180,10 @@ def _run(cfg, json_out: str | None) -> None:
         sys.stdout.flush(), sys.stderr.flush(), harness.shutdown(failed=True)
         os._exit(e.exit_code)  # a failed peer may have left collectives pending: do not wait on them
     if rank == 0 and json_out != "-":
-        if on_cpu(result):  # the one CPU-meaningful result first; the times are the interpreter's
-            for line in loss_agreement(result):
-                console.print(f"[bold]{escape(line)}[/]", highlight=False)
+        for line in loss_agreement(result) if on_cpu(result.provenance) else []:  # on a CPU, what means something
+            console.print(f"[bold]{escape(line)}[/]", highlight=False)
         console.print(kpi_table(result))
-        for line in _notes(result):
+        for line in notes(result):
             console.print(f"[dim]{escape(line)}[/]")
     if rank == 0 and json_out:
         write_json(result.document(), json_out)
