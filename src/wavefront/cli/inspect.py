@@ -22,153 +22,38 @@ from wavefront.cli._common import (
     request_errors,
     table,
 )
-from wavefront.cli._output import console, write_json
-
-_LIMITER = {"registers": "regs", "shared": "smem", "warps": "max", "blocks": "blocks", "none": "",
-            "does-not-fit": "no fit"}
-
-
-def _bits(b: int | None) -> str:
-    return str(b) if b else "-"
-
-
-def _regs(r) -> str:
-    return str(r.regs) if r.sgprs is None else f"{r.regs}v {r.sgprs}s" + (f" {r.agprs}a" if r.agprs else "")
-
-
-def _kernel_name(name: str) -> str:
-    """A kernel's name without the noise every one of them carries: the leading underscore, "_kernel"."""
-    base, _, again = name.partition("#")
-    base = base.lstrip("_").removesuffix("_kernel")
-    return base + (f"#{again}" if again else "")
-
-
-def _kib(b: int) -> str:
-    return "0" if not b else f"{b / 1024:.0f}K" if b >= 1024 else f"{b}B"
-
-
-def _opt_int(x: int | None) -> str:
-    return "-" if x is None else str(x)
-
-
-class OneLineTable:
-    """Rows that never wrap: every figure whole, the name column (the first) cut with an ellipsis to the space
-    left, and when even a 16-character name does not fit, the `droppable` columns go, in order (--json keeps
-    everything). Rows whose other cells are all empty are headings (an op and mode) over their kernels."""
-
-    NAME_MIN = 16
-
-    def __init__(self, title: str, headers: list[str], rows: list[list[str]], droppable: list[str]):
-        self.title, self.headers, self.rows, self.droppable = title, headers, rows, droppable
-        self.dropped: list[str] = []
-
-    def __rich_console__(self, console, options):
-        from rich.table import Table
-        from rich.text import Text
-
-        def width(cell: str) -> int:
-            return Text.from_markup(cell).cell_len
-
-        keep = list(range(len(self.headers)))
-        widths = [max([width(self.headers[i]), *(width(r[i]) for r in self.rows if len(r) > 1)]) for i in keep]
-        for name in [None, *self.droppable]:
-            if name is not None:
-                keep.remove(self.headers.index(name))
-                self.dropped.append(name)
-            # One space between columns.
-            if options.max_width - sum(widths[i] + 1 for i in keep[1:]) >= self.NAME_MIN:
-                break
-        name_w = max(self.NAME_MIN, min(widths[0], options.max_width - sum(widths[i] + 1 for i in keep[1:])))
-
-        def part(rows: list[list[str]], header: bool) -> Table:
-            # Every part has the same column widths, so the parts line up as one table.
-            out = Table(box=None, show_header=header, header_style="bold underline", show_edge=False,
-                        pad_edge=False, padding=(0, 0, 0, 1))  # one space before every column but the first
-            for i in keep:
-                out.add_column(self.headers[i], justify="left" if i == 0 else "right", no_wrap=True,
-                               overflow="ellipsis", width=name_w if i == 0 else widths[i])
-            for r in rows:
-                out.add_row(*(r[i] for i in keep))
-            return out
-
-        yield Text(self.title, overflow="fold")
-        yield part([], True)
-        chunk: list[list[str]] = []
-        for r in [*self.rows, ["(end)"]]:
-            if len(r) > 1:
-                chunk.append(r)
-                continue
-            if chunk:  # a heading row ends the rows before it
-                yield part(chunk, False)
-                chunk = []
-            if r != ["(end)"]:
-                yield Text(r[0], style="bold", overflow="ellipsis", no_wrap=True)
-
-
-#: What "-" means in each column of the inspect tables.
-INSPECT_LEGEND = ("-: none in the machine code (ld/st: no plain global load/store, e.g. TMA moves the data; mma: no "
-                  "matrix instruction; wait: no wgmma main loop). occ: resident warps per SM (NVIDIA) or waves per "
-                  "SIMD (AMD) as a share of the most, and what limits it; ld/st: widest global load/store in bits "
-                  "(yellow: under 128); tma: TMA/bulk-copy instructions; nreg: setmaxnreg (warp specialization); "
-                  "wait: smallest wgmma wait depth in the main loop (0: serialized).")
-
-
-def _design(r) -> list[str]:
-    return [str(r.tma_ops) if r.tma_ops else "-", str(r.setmaxnreg) if r.setmaxnreg else "-",
-            _opt_int(r.mma_wait_depth)]
+from wavefront.cli._output import OneLineTable, console, write_json
 
 
 def _narrow(bits: int) -> str:
-    return _bits(bits) if bits >= 128 or not bits else f"[yellow]{bits}[/]"
+    return str(bits) if bits >= 128 else f"[yellow]{bits}[/]" if bits else "-"
 
 
 def inspect_table(report, all_rows: bool = False) -> OneLineTable:
-    """The terminal view of an inspect report, one line per row. Default: one row per kernel x target over
-    all of an op's cases, each figure its worst case (most registers, spills and shared memory, least
-    occupancy, narrowest access), under a heading per op and mode; `all_rows`: one row per case."""
-    groups: dict[tuple, list] = {}
-    for r in report.rows:
-        key = (r.op, r.mode) + ((r.case,) if all_rows else ()) + (_kernel_name(r.kernel), r.target)
-        groups.setdefault(key, []).append(r)
+    """One line per kernel x target, its worst case over the op's cases (`all_rows`: per case), under a heading
+    per op and mode (and case). Kernels that failed to compile are listed under the table."""
+    from wavefront.workbench.static.inspect import summarize
+
     rows: list[list[str]] = []
-    heading = None
-    for key, rs in groups.items():
-        if key[:-2] != heading:
-            heading = key[:-2]
-            rows.append([" ".join(heading)])
-        failed = [r for r in rs if not r.ok]
-        ok = [r for r in rs if r.ok]
-        name = "  " + key[-2]
-        if not ok:
-            rows.append([name, key[-1], str(len(rs)), *["-"] * 10, f"[red]FAILED: {escape(str(failed[0].error))}[/]"])
-            continue
-        warps = sorted({r.num_warps for r in ok})
-        worst_regs = max(ok, key=lambda r: r.regs)
-        spill = max(r.spill_bytes for r in ok)
-        occ = min(ok, key=lambda r: r.occupancy)
-        ld, st = min(r.widest_load_bits for r in ok), min(r.widest_store_bits for r in ok)
-        depths = [r.mma_wait_depth for r in ok if r.mma_wait_depth is not None]
-        design = _design(ok[0]) if all_rows else [str(max(r.tma_ops for r in ok) or "-"),
-                                                  str(max(r.setmaxnreg for r in ok) or "-"),
-                                                  _opt_int(min(depths) if depths else None)]
-        families = sorted({f for r in ok for f in r.matrix_families})
-        rows.append([name, key[-1], str(len(rs)), "-".join(map(str, dict.fromkeys([warps[0], warps[-1]]))),
-                     _regs(worst_regs) if all_rows else str(worst_regs.regs), f"[red]{spill}[/]" if spill else "0",
-                     _kib(max(r.shared_bytes for r in ok)),
-                     f"{occ.occupancy:.0%} {_LIMITER.get(occ.occupancy_limiter, occ.occupancy_limiter)}".strip(),
-                     f"{_narrow(ld)}/{_narrow(st)}", ",".join(families) or "-", *design,
-                     f"[red]{len(failed)} failed[/]" if failed else ""])
-    headers = ["op mode / kernel", "target", "cases", "warps", "regs", "spill", "smem", "occ", "ld/st", "mma",
-               "tma", "nreg", "wait", "note"]
-    if all_rows:
-        rows = [r[:2] + r[3:] if len(r) > 1 else r for r in rows]
-        headers.remove("cases")
-    if not any(len(r) > 1 and r[-1] for r in rows):
-        rows = [r[:-1] if len(r) > 1 else r for r in rows]
-        headers = headers[:-1]
-    title = (f"compiled kernels at bench shapes ({report.dtype})" if all_rows else
-             f"compiled kernels at bench shapes ({report.dtype}), worst case per kernel (--all: every case)")
-    return OneLineTable(title, headers, rows, droppable=[h for h in ("cases", "warps", "smem") if h in headers])
+    for k in (k for k in summarize(report, all_rows) if k.ok):
+        if (heading := " ".join(x for x in (k.op, k.mode, k.case) if x)) not in (r[0] for r in rows if len(r) == 1):
+            rows.append([heading])  # summarize() keeps each op, mode (and case) together
+        warps, regs, occ = sorted({r.num_warps for r in k.ok}), k.worst("regs"), k.worst("occupancy", most=False)
+        spill, smem = k.worst("spill_bytes").spill_bytes, k.worst("shared_bytes").shared_bytes
+        rows.append(["  " + k.kernel, k.target, *([] if all_rows else [str(len(k.ok))]),
+                     "-".join(map(str, dict.fromkeys([warps[0], warps[-1]]))),
+                     regs.regs_text if all_rows else str(regs.regs), f"[red]{spill}[/]" if spill else "0",
+                     f"{smem / 1024:.0f}K" if smem >= 1024 else f"{smem}B" if smem else "0", occ.occupancy_text,
+                     f"{_narrow(k.worst('widest_load_bits', False).widest_load_bits)}/"
+                     f"{_narrow(k.worst('widest_store_bits', False).widest_store_bits)}",
+                     ",".join(sorted({f for r in k.ok for f in r.matrix_families})) or "-",
+                     str(k.worst("tma_ops").tma_ops or "-"), str(k.worst("setmaxnreg").setmaxnreg or "-"),
+                     "-" if k.wait_depth is None else str(k.wait_depth)])
+    headers = ["op mode / kernel", "target", "cases", "warps", "regs", "spill", "smem", "occ", "ld/st", "mma", "tma",
+               "nreg", "wait"]
+    what = "every case" if all_rows else "worst case of each (--all: every case)"
+    return OneLineTable(f"kernels compiled at bench shapes ({report.dtype}): {what}",
+                        [h for h in headers if not (all_rows and h == "cases")], rows, ["cases", "warps", "smem"])
 
 
 def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
@@ -191,12 +76,12 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
                                   asm_dir=str(asm) if asm else None, workers=workers)
         report = jobs.inspect(req, bars.phase("compile"))
     if show:
-        view = inspect_table(report, all_rows)
-        console.print(view)
-        console.print(f"[dim]{INSPECT_LEGEND}[/]", highlight=False)
-        if view.dropped:
-            console.print(f"[dim]not shown at this width: {', '.join(view.dropped)} (--json has every field)[/]",
-                          highlight=False)
+        from wavefront.workbench.static.inspect import LEGEND
+
+        console.print(inspect_table(report, all_rows))
+        console.print(f"[dim]{LEGEND}[/]", highlight=False)
+        for r in report.failed:
+            console.print(f"[red]failed to compile:[/] {escape(r.key)}: {escape(str(r.error))}", highlight=False)
         n_spill = sum(r.spills for r in report.rows)
         console.print(f"{len(report.rows)} kernel x target x case rows, {len(report.failed)} failed to compile, "
                       f"{n_spill} with spills", highlight=False)
