@@ -13,7 +13,7 @@ from rich.console import Console
 
 from wavefront.cli import train as cli_train
 from wavefront.cli.train import ROWS
-from wavefront.workbench.distributed.train.readout import estimate_line
+from wavefront.workbench.distributed.train.readout import estimate_line, estimate_step
 
 pytest.importorskip("transformers")
 
@@ -78,11 +78,13 @@ def test_cpu_compare_leads_with_the_loss_agreement(tmp_path, monkeypatch):
     assert out.startswith("loss agreement, wavefront vs baseline: max |loss difference| 2.38e-07 over 3 steps")
     assert "loss curves:" not in r.stdout  # no longer a footnote
     err = " ".join(r.stderr.split())
-    assert "2 variants x 3 steps; an estimate follows each first step" in err
-    assert "wavefront: step 1 took 25 s; estimate for its other 2 steps: about 49 s" in err
-    assert "baseline: step 1 took 1 s; estimate for its other 2 steps: about 2 s (then wavefront)" in err
+    assert "2 variants x 3 steps; an estimate follows each one's step 2" in err
+    assert "wavefront: step 2 took 25 s; estimate for its other 1 step: about 25 s" in err
+    assert "baseline: step 2 took 1 s; estimate for its other 1 step: about 1 s (then wavefront)" in err
 
 
 def test_estimate_line_units():
-    assert estimate_line("wavefront", 24.65, 10, ("baseline", "wavefront")) == (
-        "wavefront: step 1 took 25 s; estimate for its other 9 steps: about 3.7 min")
+    # Step 2 (the first also pays one-off costs); a 2-step run estimates after its first.
+    assert [estimate_step(n) for n in (1, 2, 3, 10)] == [None, 0, 1, 1]
+    assert estimate_line("wavefront", 1, 24.65, 10, ("baseline", "wavefront")) == (
+        "wavefront: step 2 took 25 s; estimate for its other 8 steps: about 3.3 min")

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from wavefront.cli._output import console, err_console, fail, write_json
 from wavefront.workbench.distributed.train.overlap import HELP, kpi_rows
-from wavefront.workbench.distributed.train.readout import TIMING_RATIOS, estimate_line, loss_agreement, notes, on_cpu
+from wavefront.workbench.distributed.train.readout import TIMING_RATIOS, loss_agreement, notes, on_cpu
 
 Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in values}, type=str) for n, values in (
     ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
@@ -155,21 +155,21 @@ def _config(o: dict):
 def _run(cfg, json_out: str | None) -> None:
     from rich import progress as rp
 
-    from wavefront.workbench.distributed.train import harness
+    from wavefront.workbench.distributed.train import harness, readout
 
-    rank = int(os.environ.get("RANK", "0"))
+    rank, order = int(os.environ.get("RANK", "0")), tuple(harness.run_order(cfg.variants))
     progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
                            rp.TextColumn("{task.fields[info]}"), rp.TimeElapsedColumn(), rp.TextColumn("eta"),
                            rp.TimeRemainingColumn(), console=err_console, disable=rank != 0)
     tasks: dict[str, int] = {}
     if rank == 0 and len(cfg.variants) > 1:
-        err_console.print(f"{len(cfg.variants)} variants x {cfg.steps} steps; an estimate follows each first step")
+        err_console.print(f"{len(cfg.variants)} variants x {cfg.steps} steps; an estimate follows each one's step 2")
 
     def on_step(name, rec, total) -> None:
         if name not in tasks:
             tasks[name] = progress.add_task(name, total=total, info="")
-        if rec.step == 0 and rank == 0:
-            progress.console.print(estimate_line(name, rec.step_s, total, tuple(harness.run_order(cfg.variants))))
+        if rec.step == readout.estimate_step(total) and rank == 0:
+            progress.console.print(readout.estimate_line(name, rec.step, rec.step_s, total, order))
         progress.update(tasks[name], completed=rec.step + 1, info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
 
     try:

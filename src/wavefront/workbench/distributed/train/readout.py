@@ -30,12 +30,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def estimate_line(variant: str, first_step_s: float, steps: int, order: tuple[str, ...]) -> str:
-    """After a variant's first step: how long its other steps should take, from that step's wall time. An
-    estimate: the first step also pays one-off costs, so the rest may be faster. `order`: the run order."""
+def estimate_step(steps: int) -> int | None:
+    """After which step (0-based) to print the estimate: the second (the first also pays one-off costs: the
+    interpreter's first calls, compilation), or the first of a 2-step run; None for one step."""
+    return None if steps < 2 else min(1, steps - 2)
+
+
+def estimate_line(variant: str, step: int, step_s: float, steps: int, order: tuple[str, ...]) -> str:
+    """How long `variant`'s remaining steps should take, from step `step`'s wall time: an estimate. `order`: the
+    variants' run order (the ones still to come are named)."""
     left = order[order.index(variant) + 1:] if variant in order else ()
-    text = (f"{variant}: step 1 took {_duration(first_step_s)}; estimate for its other {steps - 1} steps: about "
-            f"{_duration(first_step_s * (steps - 1))}")
+    n = steps - step - 1
+    text = (f"{variant}: step {step + 1} took {_duration(step_s)}; estimate for its other {n} step{'s' * (n != 1)}: "
+            f"about {_duration(step_s * n)}")
     return text + (f" (then {', '.join(left)})" if left else "")
 
 
