@@ -2,6 +2,8 @@
 # Install wavefront and every verb of its workbench into the current Python environment.
 #   scripts/install.sh            the kernels and the workbench (wavefront[workbench])
 #   scripts/install.sh --dev      plus the tests and checks (pytest, ruff, mypy, import-linter, transformers)
+#                                 and, for the dashboard's browser tests, headless Chromium and its driver
+#                                 (Debian packages chromium and chromium-driver, installed when run as root)
 #   scripts/install.sh --plan     print what would be installed, install nothing
 #
 # Without a GPU the install is CPU-only by construction: torch comes from PyTorch's CPU wheel index when
@@ -77,6 +79,26 @@ else
 fi
 
 step "wavefront[$extras]: the kernels, the workbench$([[ $extras == *dev* ]] && echo ', tests and checks')"
+# The dashboard's browser tests need headless Chromium and chromedriver (WAVEFRONT_CHROMIUM: the browser to use).
+browser_for_tests() {
+  local chromium=${WAVEFRONT_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
+  if [[ -n "$chromium" && -x "$chromium" ]] && command -v chromedriver >/dev/null 2>&1; then
+    step "browser tests: headless Chromium at $chromium"
+  elif command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+    if (( plan_only == 1 )); then
+      step "browser tests: would install chromium and chromium-driver (apt-get)"
+    else
+      step "browser tests: installing chromium and chromium-driver (apt-get)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    fi
+  else
+    step "browser tests: no headless Chromium here (they will be skipped); to run them, install chromium and" \
+         "chromium-driver (Debian: sudo apt-get install chromium chromium-driver) or set WAVEFRONT_CHROMIUM"
+  fi
+}
+if [[ $extras == *dev* ]]; then
+  browser_for_tests
+fi
 if (( plan_only == 1 )); then
   step "plan only: nothing installed"
   exit 0

@@ -27,7 +27,10 @@ def test_bench_json_document_for_one_op(tmp_path):
     first = doc["results"][0]
     assert first["op"] == "softmax" and first["dtype"] == "bf16" and first["passed"] is True
     assert {c["mode"] for c in first["checks"]} == {"fwd", "bwd"}
-    assert "correctness vs float64 reference" in proc.stdout and "1/1 passed" in proc.stdout
+    summary = " ".join(proc.stdout.split())
+    assert "correctness: 1/1 correct against the float64 reference" in summary
+    assert doc["findings"]["inspect"].startswith("2 kernel x target x case rows compiled for gfx942: 0 failed")
+    assert f"inspect: {doc['findings']['inspect']}" in summary and f"traffic: {doc['findings']['traffic']}" in summary
     assert "quick CPU sweep" in proc.stderr and "roughly" in proc.stderr, "says up front what runs"
     docs = {name: json.loads(Path(path if Path(path).is_absolute() else tmp_path / path).read_text())
             for name, path in doc["documents"].items()}

@@ -79,33 +79,46 @@ def _timing_summary(measurements, on_gpu: bool) -> None:
     ok = [m for m in measurements if m.ok]
     bad = [m for m in measurements if not m.ok]
     console.print(f"timing: {len(ok)} measured, {len(bad)} not ({', '.join(sorted({m.status for m in bad})) or '-'})"
-                  + ("" if on_gpu else f"; {CPU_LABEL}"), soft_wrap=True)
+                  + ("" if on_gpu else f"; {CPU_LABEL}"), highlight=False)
     errors = [m for m in bad if m.status == "error"]
     if errors:
         console.print(table("timing errors", ["item", "why"],
                             [[f"{m.op}/{m.case}/{m.mode}/{m.provider}", escape(m.reason)] for m in errors]))
 
 
-def _summary(result) -> None:
+def summary_lines(result) -> list[str]:
+    """The end of a run: what it found, one line per section, then where the details are."""
     p, rt = result.plan, result.runtime
+    lines = []
+    if result.results:
+        n = len(result.results)
+        lines.append(f"correctness: {n - len(result.failures)}/{n} correct against the float64 reference, forward "
+                     f"and backward ({rt['backend']}, {rt['arch']})")
+    for name, text in result.findings.items():
+        lines.append(f"{name}: {text}")
+    bounds = [pt.bound for pt in p.modeled]
+    lines.append(f"roofline (modeled on {p.gpu.name}): {len(bounds)} points, {bounds.count('memory')} memory-bound, "
+                 f"{bounds.count('compute')} compute-bound")
+    return lines
+
+
+def _summary(result) -> None:
+    p = result.plan
     if result.failures:
         console.print(_failures_table(result.failures))
-    if result.results:
-        console.print(f"correctness vs float64 reference on {rt['backend']} ({rt['arch']}): "
-                      f"{len(result.results) - len(result.failures)}/{len(result.results)} passed", soft_wrap=True)
-    console.print(f"modeled roofline on {p.gpu.name}: {len(p.modeled)} points (dashboard, --json)", soft_wrap=True)
+    for line in summary_lines(result):
+        console.print(line, highlight=False)  # wrapped at word boundaries, never mid-word
     if result.run.measurements:
         _timing_summary(result.run.measurements, p.device == "cuda")
-    for name, path in result.documents.items():
-        console.print(f"{name}: -> {path}", soft_wrap=True)
     for name, why in result.skipped.items():
-        err_console.print(f"[yellow]{name} skipped:[/] {why}", soft_wrap=True, highlight=False)
+        err_console.print(f"[yellow]{name} skipped:[/] {escape(why)}", highlight=False)
     if p.device == "cpu":
         note("CPU interpreter: wall times are correctness runs, not performance figures.")
-    console.print(f"run {result.run_id} stored in {result.store}" if result.store else "nothing stored (--no-store)",
-                  soft_wrap=True)
-    if result.report:
-        console.print(f"dashboard: {result.report}", soft_wrap=True)
+    where = [f"dashboard {result.report}"] if result.report else []
+    where.append(f"run {result.run_id} in {result.store}" if result.store else "nothing stored (--no-store)")
+    if result.documents:
+        where.append("documents " + ", ".join(result.documents.values()))
+    console.print("details: " + "; ".join(where), highlight=False)
 
 
 def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = None, dtype: DTypeOpt = None,
@@ -135,7 +148,7 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
         bench_plan = job.plan(request)
         if show:
             for line in bench_plan.describe():
-                err_console.print(line, soft_wrap=True, highlight=False)
+                err_console.print(line, highlight=False)  # wrapped at word boundaries, never mid-word
         try:
             with Bars(show) as bars:
                 result = job.run(request, bars.update, bench_plan)

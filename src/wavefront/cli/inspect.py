@@ -22,38 +22,38 @@ from wavefront.cli._common import (
     request_errors,
     table,
 )
-from wavefront.cli._output import console, write_json
-
-_LIMITER = {"registers": "regs", "shared": "smem", "warps": "max", "blocks": "blocks", "none": "",
-            "does-not-fit": "no fit"}
+from wavefront.cli._output import OneLineTable, console, write_json
 
 
-def _bits(b: int | None) -> str:
-    return str(b) if b else "-"
+def _narrow(bits: int) -> str:
+    return str(bits) if bits >= 128 else f"[yellow]{bits}[/]" if bits else "-"
 
 
-def _regs(r) -> str:
-    return str(r.regs) if r.sgprs is None else f"{r.regs}v {r.sgprs}s" + (f" {r.agprs}a" if r.agprs else "")
+def inspect_table(report, all_rows: bool = False) -> OneLineTable:
+    """One line per kernel x target, its worst case over the op's cases (`all_rows`: per case), under a heading
+    per op and mode (and case). Kernels that failed to compile are listed under the table."""
+    from wavefront.workbench.static.inspect import summarize
 
-
-def inspect_table(report):
-    """One line per kernel x target; the kernel column wraps, the figures never do."""
-    rows = []
-    for r in report.rows:
-        name = f"{r.op} {r.mode} {r.case} {r.kernel}"
-        if not r.ok:
-            rows.append([name, r.target, "-", "-", "-", "-", "-", "-", "-", f"[red]FAILED: {escape(str(r.error))}[/]"])
-            continue
-        spill = f"[red]{r.spill_bytes}[/]" if r.spills else "0"
-        ld = _bits(r.widest_load_bits) if r.widest_load_bits >= 128 else f"[yellow]{_bits(r.widest_load_bits)}[/]"
-        st = _bits(r.widest_store_bits) if r.widest_store_bits >= 128 else f"[yellow]{_bits(r.widest_store_bits)}[/]"
-        occ = f"{r.occupancy:.0%} {_LIMITER.get(r.occupancy_limiter, r.occupancy_limiter)}".strip()
-        rows.append([name, r.target, str(r.num_warps), _regs(r), spill, str(r.shared_bytes), occ, ld, st,
-                     ",".join(r.matrix_families) or "-"])
-    return table(f"compiled kernels at bench shapes ({report.dtype})", ["kernel", "target", "warps", "regs", "spill B",
-                                                            "smem B", "occ", "ld", "st", "matrix"], rows,
-                 numeric=["target", "warps", "regs", "spill B", "smem B", "occ", "ld", "st"],
-                 droppable=["warps", "smem B"])
+    rows: list[list[str]] = []
+    for k in (k for k in summarize(report, all_rows) if k.ok):
+        if (heading := " ".join(x for x in (k.op, k.mode, k.case) if x)) not in (r[0] for r in rows if len(r) == 1):
+            rows.append([heading])  # summarize() keeps each op, mode (and case) together
+        warps, regs, occ = sorted({r.num_warps for r in k.ok}), k.worst("regs"), k.worst("occupancy", most=False)
+        spill, smem = k.worst("spill_bytes").spill_bytes, k.worst("shared_bytes").shared_bytes
+        rows.append(["  " + k.kernel, k.target, *([] if all_rows else [str(len(k.ok))]),
+                     "-".join(map(str, dict.fromkeys([warps[0], warps[-1]]))),
+                     regs.regs_text if all_rows else str(regs.regs), f"[red]{spill}[/]" if spill else "0",
+                     f"{smem / 1024:.0f}K" if smem >= 1024 else f"{smem}B" if smem else "0", occ.occupancy_text,
+                     f"{_narrow(k.worst('widest_load_bits', False).widest_load_bits)}/"
+                     f"{_narrow(k.worst('widest_store_bits', False).widest_store_bits)}",
+                     ",".join(sorted({f for r in k.ok for f in r.matrix_families})) or "-",
+                     str(k.worst("tma_ops").tma_ops or "-"), str(k.worst("setmaxnreg").setmaxnreg or "-"),
+                     "-" if k.wait_depth is None else str(k.wait_depth)])
+    headers = ["op mode / kernel", "target", "cases", "warps", "regs", "spill", "smem", "occ", "ld/st", "mma", "tma",
+               "nreg", "wait"]
+    what = "every case" if all_rows else "worst case of each (--all: every case)"
+    return OneLineTable(f"kernels compiled at bench shapes ({report.dtype}): {what}",
+                        [h for h in headers if not (all_rows and h == "cases")], rows, ["cases", "warps", "smem"])
 
 
 def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
@@ -62,9 +62,12 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
                                                                        "here.")] = None,
                 workers: Annotated[int | None, typer.Option(min=1, help="Compile worker processes (default: CPU "
                                                                         "count, <= 8).")] = None,
+                all_rows: Annotated[bool, typer.Option("--all", help="One terminal row per case (default: one per "
+                                                                     "kernel x target, its worst case).")] = False,
                 json_out: JsonOut = None) -> None:
     """Compile every registered op's kernels at its bench shapes for GPU targets (no GPU needed) and report
-    registers, spills, shared memory/LDS, occupancy, the widest global load/store and matrix instructions."""
+    registers, spills, shared memory/LDS, occupancy, the widest global load/store, matrix instructions and
+    the design (TMA, setmaxnreg, wgmma wait depth)."""
     from wavefront.workbench.static import jobs
 
     show = json_out != "-"
@@ -73,12 +76,15 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
                                   asm_dir=str(asm) if asm else None, workers=workers)
         report = jobs.inspect(req, bars.phase("compile"))
     if show:
-        console.print(inspect_table(report))
-        note("occ: share of the most resident warps per SM (NVIDIA) or waves per SIMD (AMD), and its limiter; "
-             "ld/st: widest global load/store in bits (yellow: under 128).")
+        from wavefront.workbench.static.inspect import LEGEND
+
+        console.print(inspect_table(report, all_rows))
+        console.print(f"[dim]{LEGEND}[/]", highlight=False)
+        for r in report.failed:
+            console.print(f"[red]failed to compile:[/] {escape(r.key)}: {escape(str(r.error))}", highlight=False)
         n_spill = sum(r.spills for r in report.rows)
-        console.print(f"{len(report.rows)} kernel x target rows, {len(report.failed)} failed to compile, "
-                      f"{n_spill} with spills", soft_wrap=True)
+        console.print(f"{len(report.rows)} kernel x target x case rows, {len(report.failed)} failed to compile, "
+                      f"{n_spill} with spills", highlight=False)
     if json_out:
         write_json(report.as_dict(), json_out)
     if report.failed:

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from wavefront.cli._common import JsonOut, command, console, err_console, fail, output_option, write_json
 from wavefront.workbench.distributed.train.overlap import HELP, kpi_rows
+from wavefront.workbench.distributed.train.readout import TIMING_RATIOS, loss_agreement, notes, on_cpu
 
 Parallel, DType, Attn, TokenDType, Fp8, PPSchedule = (Enum(n, {k: k for k in values}, type=str) for n, values in (
     ("Parallel", ("auto", "single", "ddp", "fsdp2", "mesh")), ("DType", ("auto", "fp32", "bf16")),
@@ -42,37 +43,24 @@ def kpi_table(result):
     from rich.table import Table
     measured = [v for v in result.variants if v.summary]
     ref = measured[0].variant if measured else ""
+    cpu = on_cpu(result.provenance)
     table = Table(title=f"wavefront train {result.run_id}: {result.config['model']}, {result.provenance['parallel']} "
-                        f"x{result.provenance['world_size']}, {result.provenance['device_name']}")
+                        f"x{result.provenance['world_size']}, {result.provenance['device_name']}"
+                        + (" (CPU: times are correctness runs, not performance)" if cpu else ""))
     table.add_column("KPI")
     for name in [v.variant for v in measured] + [f"{n} / {ref}" for n in result.comparisons]:
         table.add_column(name, justify="right")
     for label, key, spec, ratio in ROWS:
         cells = [_fmt(getattr(v.summary, key), spec, scale=1e-6 if key == "peak_mem_bytes" else 1) for v in measured]
-        cells += [_fmt(c.get(ratio) if ratio else None, ".3f", "") for c in result.comparisons.values()]
+        cells += ["not perf" if cpu and ratio in TIMING_RATIOS else _fmt(c.get(ratio) if ratio else None, ".3f", "")
+                  for c in result.comparisons.values()]
         table.add_row(label, *cells)
+    if result.comparisons:
+        table.add_row("max |loss difference|", *[""] * len(measured),
+                      *[_fmt(c.get("max_abs_loss_diff"), ".3g", "") for c in result.comparisons.values()])
     for label, cells in kpi_rows([v.summary for v in measured]):  # per mesh dimension, from --profile-steps
         table.add_row(label, *cells, *[""] * len(result.comparisons))
     return table
-
-
-def _notes(result) -> list[str]:
-    s = next((v.summary for v in result.variants if v.summary), None)
-    lines = [f"peak: {s.peak.source}", f"memory: {s.peak_mem_kind}; price: {s.price_source}; energy: "
-                                       f"{s.energy_kind}", *s.notes] if s else []
-    for v in result.variants:
-        lines += v.notes + [f"trace: {path}" for path in v.trace_paths]
-        if v.patch_report:
-            counts = ", ".join(f"{k} x{n}" for k, n in v.patch_report["counts"].items()) or "nothing"
-            lines += [f"patched: {counts}", *(f"  not patched: {u['op']}: {u['reason']}"
-                                              for u in v.patch_report["unmatched"])]
-        lines += [f"{v.variant}: resumed after step {v.resumed_from_step}"] if v.resumed_from_step is not None else []
-    lines += [f"loss curves: max |{name} - {result.variants[0].variant}| = {c['max_abs_loss_diff']:.3g}"
-              for name, c in result.comparisons.items() if c.get("max_abs_loss_diff") is not None]
-    from wavefront.workbench.distributed.train.predict import describe
-    lines += [x for v in result.variants if v.summary for x in describe(v.variant, v.summary.prediction)]
-    return lines + ([f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"]
-                    if result.store else [])
 
 
 def train(
@@ -166,18 +154,23 @@ def _config(o: dict):
 
 
 def _run(cfg, json_out: str | None) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich import progress as rp
 
-    from wavefront.workbench.distributed.train import harness
+    from wavefront.workbench.distributed.train import harness, readout
 
-    rank = int(os.environ.get("RANK", "0"))
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err_console, disable=rank != 0)
+    rank, order = int(os.environ.get("RANK", "0")), tuple(harness.run_order(cfg.variants))
+    progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                           rp.TextColumn("{task.fields[info]}"), rp.TimeElapsedColumn(), rp.TextColumn("eta"),
+                           rp.TimeRemainingColumn(), console=err_console, disable=rank != 0)
     tasks: dict[str, int] = {}
+    if rank == 0 and len(cfg.variants) > 1:
+        err_console.print(f"{len(cfg.variants)} variants x {cfg.steps} steps; an estimate follows each one's step 2")
 
     def on_step(name, rec, total) -> None:
         if name not in tasks:
             tasks[name] = progress.add_task(name, total=total, info="")
+        if rec.step == readout.estimate_step(total) and rank == 0:
+            progress.console.print(readout.estimate_line(name, rec.step, rec.step_s, total, order))
         progress.update(tasks[name], completed=rec.step + 1, info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
 
     try:
@@ -188,8 +181,10 @@ def _run(cfg, json_out: str | None) -> None:
         sys.stdout.flush(), sys.stderr.flush(), harness.shutdown(failed=True)
         os._exit(e.exit_code)  # a failed peer may have left collectives pending: do not wait on them
     if rank == 0 and json_out != "-":
+        for line in loss_agreement(result) if on_cpu(result.provenance) else []:  # on a CPU, what means something
+            console.print(f"[bold]{escape(line)}[/]", highlight=False)
         console.print(kpi_table(result))
-        for line in _notes(result):
+        for line in notes(result):
             console.print(f"[dim]{escape(line)}[/]")
     if rank == 0 and json_out:
         write_json(result.document(), json_out)

@@ -24,8 +24,8 @@ def in_process(*args, cwd, monkeypatch):
     return CliRunner().invoke(build_app(), list(args))
 
 
-def wavefront(*args, cwd):
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="160")
+def wavefront(*args, cwd, columns: int = 160):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS=str(columns))
     return subprocess.run([sys.executable, "-m", "wavefront", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -34,9 +34,12 @@ def test_bench_stores_reports_and_writes_json(tmp_path, monkeypatch):
     p = wavefront("bench", "--op", "softmax", "--dtype", "fp32", "--case", "npow2", "--cpu-timing", "--reps", "3",
                   "--warmup", "1", "--provider", "wavefront", "--provider", "eager", "--json", "out.json",
                   "--inspect-targets", "none", "--no-traffic",
-                  cwd=tmp_path)
+                  cwd=tmp_path, columns=120)
     assert p.returncode == 0, p.stderr + p.stdout
-    assert "CPU interpreter" in p.stdout and "modeled roofline on NVIDIA H100 SXM" in p.stdout
+    # The summary states findings; every line (the plan's, the summary's) wraps at a word, never past the width.
+    assert "CPU interpreter" in p.stdout and "roofline (modeled on NVIDIA H100 SXM)" in p.stdout
+    assert "correctness: 1/1 correct against the float64 reference" in " ".join(p.stdout.split())
+    assert max(len(line) for line in (p.stdout + p.stderr).splitlines()) <= 120, p.stderr + p.stdout
     doc = json.loads((tmp_path / "out.json").read_text())
     assert doc["schema"] == "wavefront.bench/1" and doc["n_failed"] == 0 and doc["n_cases"] > 0
     assert doc["run"]["info"]["timing"] == "cpu-interpreter"
@@ -82,3 +85,19 @@ def test_bisect_verb_with_a_command(tmp_path, monkeypatch, make_repo):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["schema"] == "wavefront.bisect/1" and doc["found"] and doc["subject"] == "commit 3"
+
+
+def test_findings_state_what_the_static_sections_found():
+    from wavefront.workbench.bench.job import finding
+
+    rows = [{"ok": True, "spills": False, "widest_load_bits": 128, "widest_store_bits": 128},
+            {"ok": True, "spills": True, "widest_load_bits": 0, "widest_store_bits": 32},
+            {"ok": False, "spills": False, "widest_load_bits": 0, "widest_store_bits": 0}]
+    assert finding("inspect", {"targets": ["sm_90", "gfx942"], "rows": rows}) == (
+        "3 kernel x target x case rows compiled for sm_90, gfx942: 1 failed, 1 spill, 1 with a global access under "
+        "128 bits (or none: TMA)")
+    traffic = [{"op": "a", "mode": "fwd", "ratio_min": 1.004, "error": None},
+               {"op": "b", "mode": "bwd", "ratio_min": 2.5, "error": None},
+               {"op": "c", "mode": "fwd", "ratio_min": None, "error": "ValueError: x"}]
+    assert finding("traffic", {"rows": traffic}) == (
+        "3 op x mode x case rows counted: 1 within 1% of the minimum bytes, 1 above, 1 failed (most: b bwd 2.5x)")

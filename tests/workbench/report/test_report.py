@@ -48,9 +48,11 @@ def test_full_report_sections(store_path, inspect_doc, traffic_doc):
     specs = _specs(html)
     titles = list(specs)
     rooflines = [t for t in titles if "roofline" in t]
-    assert rooflines == ["roofline on NVIDIA A100 80GB SXM (modeled, bf16)"]  # ONE chart, first device shown
+    # ONE chart, opened on the device the newest run targeted (the fixture GPU runs: h100), not the table's first
+    assert rooflines == ["roofline on NVIDIA H100 SXM (modeled + measured, bf16)"]
     roof = specs[rooflines[0]]
-    assert [v["label"] for v in roof["views"]] == [GPUS[k].name for k in GPUS]  # the device selector
+    order = ["h100", *(k for k in GPUS if k != "h100")]
+    assert [v["label"] for v in roof["views"]] == [GPUS[k].name for k in order]  # the device selector
     h100 = next(v for v in roof["views"] if v["label"] == GPUS["h100"].name)
     assert h100["layout"]["title.text"].endswith("(modeled + measured, bf16)")
     visible = [t["name"] for t, shown in zip(roof["data"], h100["data"]["visible"], strict=True) if shown]

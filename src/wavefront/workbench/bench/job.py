@@ -132,6 +132,7 @@ class BenchResult:
     results: list  # CaseCheck
     run: object  # StoredRun
     skipped: dict[str, str] = field(default_factory=dict)  # section -> why it is missing
+    findings: dict[str, str] = field(default_factory=dict)  # section -> what it found, in one line
 
     @property
     def failures(self) -> list:
@@ -144,7 +145,8 @@ class BenchResult:
     def as_dict(self) -> dict:
         return {"schema": SCHEMA, "runtime": self.runtime, "run_id": self.run_id, "store": self.store,
                 "report": self.report, "sweep": "quick" if self.plan.quick else "full", "documents": self.documents,
-                "skipped": self.skipped, "n_cases": len(self.results), "n_failed": len(self.failures),
+                "skipped": self.skipped, "findings": self.findings, "n_cases": len(self.results),
+                "n_failed": len(self.failures),
                 "results": [r.as_dict() for r in self.results], "modeled": [p.as_dict() for p in self.plan.modeled],
                 "run": self.run.as_dict()}
 
@@ -328,6 +330,27 @@ def _static_documents(p: BenchPlan, out_dir: Path, on_progress: ProgressFn) -> t
     return docs, skipped
 
 
+def finding(name: str, doc: dict) -> str:
+    """What an inspect or traffic document found, in one line (the terminal summary's and the dashboard's)."""
+    rows = doc.get("rows", [])
+    if name == "inspect":
+        ok = [r for r in rows if r.get("ok")]
+        narrow = [r for r in ok if r["widest_load_bits"] < 128 or r["widest_store_bits"] < 128]
+        return (f"{len(rows)} kernel x target x case rows compiled for {', '.join(doc.get('targets', []))}: "
+                f"{len(rows) - len(ok)} failed, {sum(1 for r in ok if r.get('spills'))} spill, {len(narrow)} with "
+                "a global access under 128 bits (or none: TMA)")
+    if name == "traffic":
+        counted = [r for r in rows if not r.get("error") and r.get("ratio_min")]
+        at_min = [r for r in counted if r["ratio_min"] <= 1.01]
+        text = (f"{len(rows)} op x mode x case rows counted: {len(at_min)} within 1% of the minimum bytes, "
+                f"{len(counted) - len(at_min)} above, {len(rows) - len(counted)} failed")
+        if len(counted) > len(at_min):
+            worst = max(counted, key=lambda r: r["ratio_min"])
+            text += f" (most: {worst['op']} {worst['mode']} {worst['ratio_min']:.1f}x)"
+        return text
+    return f"{len(rows)} rows"
+
+
 def _json_safe(obj):
     """Non-finite floats become null (JSON has no NaN/inf)."""
     if isinstance(obj, float):
@@ -381,5 +404,6 @@ def run(request: BenchRequest, on_progress: ProgressFn | None = None, bench_plan
             report_path = str(write_report(request.report, store_path, [*request.doc, *docs.values()]))
         except (ValueError, OSError) as exc:
             raise RequestError("report", str(exc)) from None
+    findings = {name: finding(name, json.loads(Path(path).read_text())) for name, path in docs.items()}
     return BenchResult(p, runtime.describe(p.device), run_id, None if request.store is None else str(store_path),
-                       report_path, docs, results, stored, skipped)
+                       report_path, docs, results, stored, skipped, findings)

@@ -179,15 +179,17 @@ def _measured(pts: list) -> list[dict[str, Any]]:
     ]
 
 
-def roofline(modeled: dict[str, list], measured: dict[str, list], traffic: Document | None = None) -> Figure:
-    """One roofline for every device: a selector picks the device; points coloured by op, shaped by mode.
+def roofline(modeled: dict[str, list], measured: dict[str, list], traffic: Document | None = None,
+             first: str | None = None) -> Figure:
+    """One roofline for every device: a selector picks the device, `first` (the run's own target) shown
+    first and selected when the page opens; points coloured by op, shaped by mode.
 
     Modeled points sit on the roof by construction (datasheet peaks and the registry's minimal bytes).
     With a traffic document, each case is drawn again at its algorithmic intensity with the bytes the
     kernels were counted moving (and those eager PyTorch moves): the distance below the roof is the
     traffic above the minimum. Measured points come only from stored GPU runs.
     """
-    keys = list(modeled)
+    keys = sorted(modeled, key=lambda k: k != first)  # stable: the table's order after `first`
     colors = op_colors(p.op for k in keys for p in modeled[k])
     counted = _traffic_points(traffic)
     traces: list[dict[str, Any]] = []

@@ -26,7 +26,7 @@ from wavefront.workbench.bench.providers import BASELINES
 from wavefront.workbench.bench.records import StoredRun
 from wavefront.workbench.bench.runnable import modes_for
 from wavefront.workbench.bench.store import ResultStore
-from wavefront.workbench.hardware import GPUS, gpu_from_device_name
+from wavefront.workbench.hardware import GPUS, get_gpu, gpu_from_device_name
 from wavefront.workbench.report import DEFAULT_RESULTS_DIR
 from wavefront.workbench.report.tables import (
     LCE_MEMORY,
@@ -92,6 +92,9 @@ class ReportData:
     training_steps: dict[str, list[dict]] = field(default_factory=dict)  # newest run: variant -> steps
     statuses: dict[int, str] = field(default_factory=dict)  # run id -> complete | incomplete | failed
     results_dir: str | None = None  # where the committed results (lce_memory_*.json) were looked for
+    previous_correctness: StoredRun | None = None  # the run before correctness_run that checked correctness
+    previous_gpu: StoredRun | None = None  # the GPU run before latest_gpu
+    target_device: str | None = None  # device-table key the newest run targeted (the roofline's first view)
 
 
 def committed_results(results_dir: str | Path | None) -> list[Document]:
@@ -249,9 +252,28 @@ def build_report_data(
     )
     data.statuses = statuses
     data.results_dir = str(results_dir) if results_dir is not None else None
+    checked = [r for r in loaded if r.correctness]
+    data.previous_correctness = checked[-2] if len(checked) > 1 else None
+    data.previous_gpu = gpu_runs[-2] if len(gpu_runs) > 1 else None
+    data.target_device = target_device(loaded, list(data.modeled))
     if store_path is not None:
         data.training_runs, data.training_steps = training(store_path)
     return data
+
+
+def target_device(runs: list[StoredRun], keys: list[str]) -> str | None:
+    """The device-table key the newest run targeted: its --device-model (a CPU run's modeled roofline, a GPU
+    run's % of peak), else the table row of the GPU it ran on; None when no run names one."""
+    for run in reversed(runs):
+        for name, lookup in ((run.info.device_model, get_gpu),
+                             (run.info.device_name if run.info.is_gpu else None, gpu_from_device_name)):
+            try:
+                key = lookup(name).key if name else None
+            except (KeyError, ValueError):
+                key = None
+            if key in keys:
+                return key
+    return None
 
 
 def training(store_path: str | Path) -> tuple[list[dict], dict[str, list[dict]]]:

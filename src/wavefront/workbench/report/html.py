@@ -19,6 +19,7 @@ from wavefront.workbench.bench.records import CPU_LABEL
 from wavefront.workbench.hardware import GPUS
 from wavefront.workbench.report import charts
 from wavefront.workbench.report.data import ReportData
+from wavefront.workbench.report.headline import headline
 from wavefront.workbench.report.tables import INSPECT, LCE_MEMORY, TRACE_FIGURES, TRAFFIC, Document, Table
 
 _CSS = """
@@ -33,6 +34,9 @@ font-variant-numeric:tabular-nums} .pass{color:#137333} .fail{color:#c5221f;font
 .wf-chart{min-height:360px;border:1px solid #eef0f4} details{margin:8px 0} summary{cursor:pointer;color:#1a4fa0}
 .wf-view-row{margin:8px 0} .wf-view-row select{font-size:1em;padding:2px 6px;margin-left:6px}
 .wf-table-wrap{max-height:640px;overflow:auto} td{white-space:nowrap}
+.headline{margin:16px 0;padding:10px 16px;border-left:6px solid #137333;background:#eef7f0;font-size:1.05em}
+.headline.bad{border-left-color:#c5221f;background:#fdf0ef} .headline dl{display:grid;grid-template-columns:
+max-content 1fr;gap:6px 16px;margin:0} .headline dt{font-weight:600} .headline dd{margin:0}
 """
 
 _BOOT = """window.__wf={errors:[],rendered:[],expected:0};
@@ -377,6 +381,14 @@ def _other_documents(page: _Page, data: ReportData) -> None:
             page.add('<p class="note">This document holds no list of records to tabulate.</p>')
 
 
+def _headline(data: ReportData) -> str:
+    """The verdict first: what passed, what is slow, what changed since the previous run."""
+    h = headline(data)
+    rows = "".join(f"<dt>{label}</dt><dd>{_esc(text)}</dd>"
+                   for label, text in (("passed", h.passed), ("slow", h.slow), ("changed", h.changed)))
+    return f'<section id="headline" class="headline{" bad" if h.bad else ""}"><dl>{rows}</dl></section>'
+
+
 def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
     """The dashboard as one HTML string (plotly.js inlined; `plotly_js` overrides it in tests)."""
     if plotly_js is None:
@@ -406,13 +418,14 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
     )
     for p in data.problems:
         page.add(f'<p class="warn">{_esc(p)}</p>')
+    page.add(_headline(data))
 
     _static_sections(page, data)
 
     page.add("<h2>Roofline</h2>")
     traffic = _first(data.documents, TRAFFIC)
     if data.modeled:
-        page.add(page.figure(charts.roofline(data.modeled, data.measured, traffic)))
+        page.add(page.figure(charts.roofline(data.modeled, data.measured, traffic, data.target_device)))
         page.add(page.table(_modeled_table(data)))
 
     lce = [d for d in data.documents if d.schema == LCE_MEMORY]

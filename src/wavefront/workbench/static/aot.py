@@ -320,7 +320,13 @@ class WorkerPool:
 
 def serve() -> None:
     """Worker main loop: compile jobs from stdin until it closes. Results go out on the original stdout;
-    anything else the compile prints is sent to stderr so it cannot corrupt the stream."""
+    anything else the compile prints is sent to stderr so it cannot corrupt the stream.
+
+    At the end the worker leaves without interpreter finalization: a Gluon kernel compiled on a cold Triton
+    cache leaves four ``ir.attribute`` objects alive inside Triton's extension (no Python container holds them;
+    a ``gc.collect()`` does not free them), and nanobind's shutdown check then prints 25-48 lines of "nanobind:
+    leaked ..." on the caller's terminal, after its summary and without a final newline. The worker has no
+    state to save: every result has been sent and flushed."""
     out = sys.stdout.buffer
     sys.stdout = sys.stderr
     stdin = sys.stdin.buffer
@@ -328,8 +334,11 @@ def serve() -> None:
         try:
             job = _recv(stdin)
         except EOFError:
-            return
+            break
         _send(out, compile_job(job))
+    sys.stderr.flush()
+    out.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

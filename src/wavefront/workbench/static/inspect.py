@@ -46,6 +46,9 @@ SCHEMA = "wavefront.inspect/1"
 #: Global accesses narrower than this (bits per thread) count as narrow: 128-bit is the widest vector
 #: access before Blackwell, and what 16-byte-aligned, divisible-by-16 rows allow.
 NARROW_BITS = 128
+#: Occupancy limiters as the terminal table abbreviates them.
+_LIMITER = {"registers": "regs", "shared": "smem", "warps": "max", "blocks": "blocks", "none": "",
+            "does-not-fit": "no fit"}
 
 
 @dataclass
@@ -103,6 +106,18 @@ class KernelRow:
     def spills(self) -> bool:
         return self.spill_bytes > 0 or self.spill_count > 0
 
+    @property
+    def regs_text(self) -> str:
+        """Registers as the terminal shows them: NVIDIA's count; AMD's VGPRs, SGPRs and AGPRs ("128v 40s 64a")."""
+        if self.sgprs is None:
+            return str(self.regs)
+        return f"{self.regs}v {self.sgprs}s" + (f" {self.agprs}a" if self.agprs else "")
+
+    @property
+    def occupancy_text(self) -> str:
+        """Occupancy and what limits it, as the terminal shows them ("19% regs", "100% max")."""
+        return f"{self.occupancy:.0%} {_LIMITER.get(self.occupancy_limiter, self.occupancy_limiter)}".strip()
+
     def as_dict(self) -> dict:
         return asdict(self) | {"key": self.key, "spills": self.spills}
 
@@ -132,6 +147,55 @@ class InspectReport:
         if d.get("schema") != SCHEMA:
             raise ValueError(f"not an inspect document: schema {d.get('schema')!r}, expected {SCHEMA!r}")
         return cls([KernelRow.from_dict(r) for r in d["rows"]], list(d["targets"]), d["dtype"], d.get("versions", {}))
+
+
+@dataclass
+class KernelSummary:
+    """One kernel on one target over several rows (an op's cases, or one case): each figure its worst case."""
+
+    op: str
+    mode: str
+    case: str | None  # None: over every case of the op
+    kernel: str  # the name without a leading "_" and a trailing "_kernel"
+    target: str
+    rows: list[KernelRow]
+
+    @property
+    def ok(self) -> list[KernelRow]:
+        return [r for r in self.rows if r.ok]
+
+    def worst(self, attr: str, most: bool = True) -> KernelRow:
+        return (max if most else min)(self.ok, key=lambda r: getattr(r, attr))
+
+    @property
+    def wait_depth(self) -> int | None:
+        depths = [r.mma_wait_depth for r in self.ok if r.mma_wait_depth is not None]
+        return min(depths) if depths else None
+
+
+#: What the terminal table's columns and its "-" mean (wavefront inspect).
+LEGEND = ("-: none (ld/st: no plain global load/store, e.g. TMA moves the data; mma: no matrix instruction; wait: no "
+          "wgmma main loop). occ: resident warps per SM (NVIDIA) or waves per SIMD (AMD) as a share of the most, and "
+          "its limiter; ld/st: widest global load/store in bits (yellow: under 128); tma: TMA/bulk-copy instructions; "
+          "nreg: setmaxnreg (warp specialization); wait: smallest wgmma wait depth in the main loop (0: serialized).")
+
+
+def short_kernel_name(name: str) -> str:
+    base, _, again = name.partition("#")
+    return base.lstrip("_").removesuffix("_kernel") + (f"#{again}" if again else "")
+
+
+def summarize(report: InspectReport, per_case: bool = False) -> list[KernelSummary]:
+    """The report's rows grouped by op, mode, kernel and target (and case with `per_case`), in report order."""
+    groups: dict[tuple, KernelSummary] = {}
+    for r in report.rows:
+        key = (r.op, r.mode, r.case if per_case else None, short_kernel_name(r.kernel), r.target)
+        groups.setdefault(key, KernelSummary(*key, []))
+        groups[key].rows.append(r)
+    first: dict[tuple, int] = {}  # each op, mode (and case) together, in the order it first appears
+    for i, k in enumerate(groups.values()):
+        first.setdefault((k.op, k.mode, k.case), i)
+    return sorted(groups.values(), key=lambda k: first[(k.op, k.mode, k.case)])
 
 
 def versions() -> dict[str, str | None]:
