@@ -22,7 +22,8 @@ from wavefront.cli._common import (
     request_errors,
     table,
 )
-from wavefront.cli._output import OneLineTable, console, write_json
+from wavefront.cli._output import console, write_json
+from wavefront.cli._tables import OneLineTable
 
 
 def _narrow(bits: int) -> str:
