@@ -640,16 +640,22 @@ _LN2 = 0.6931471805599453
 
 def vocab_shard_stats(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
                       ignore_index: int, label_smoothing: float, softcap: float | None, col_offset: int,
-                      n_classes: int) -> torch.Tensor:
+                      n_classes: int, argmax: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """wavefront.kernels.vocab_parallel.vocab_shard_stats in PyTorch: [n_rows, 4] = (shard max, sum of
-    exp(x' - max), the target's x' if this shard owns it else 0, sum of w x' with smoothing else 0). Its
+    exp(x' - max), the target's x' if this shard owns it else 0, sum of w x' with smoothing else 0), and into
+    ``argmax`` (best, column) the raw maximum and the global column of its first occurrence. Its
     temporaries are the shard's size ([n_rows, V_r]), never the whole vocabulary's."""
     n_rows, n_cols = logits.shape
     acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(acc)
+    valid = target != ignore_index
+    if argmax is not None:
+        col = x.argmax(dim=1)  # the first maximum (torch.max(dim) does not promise which)
+        best = x.gather(1, col[:, None]).squeeze(1)
+        argmax[0].copy_(torch.where(valid, best, torch.full_like(best, float("-inf"))))
+        argmax[1].copy_(torch.where(valid, col + col_offset, torch.full_like(col, ignore_index)))
     if softcap is not None:
         x = softcap * torch.tanh(x / softcap)
-    valid = target != ignore_index
     m = x.max(dim=1).values if n_cols else x.new_full((n_rows,), float("-inf"))
     m_ref = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
     s = torch.exp(x - m_ref[:, None]).sum(1)

@@ -73,7 +73,7 @@ def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def _argmax_block(x, cols, mask, best, best_col):
+def argmax_block(x, cols, mask, best, best_col):
     """One block of the per-lane running argmax of the raw logits x: a strictly greater value replaces the
     lane's best, so a lane (whose columns rise block by block) keeps the first of equal values."""
     take = tl.where(mask, x, -float("inf")) > best
@@ -81,7 +81,7 @@ def _argmax_block(x, cols, mask, best, best_col):
 
 
 @triton.jit
-def _argmax_lanes(best, best_col):
+def argmax_lanes(best, best_col):
     """The row's (max, first column of the max) from its lanes; an all -inf row gives column 0 (torch.argmax's)."""
     top = tl.max(best, axis=0)
     return top, tl.min(tl.where(best == top, best_col, 2147483647), axis=0)
@@ -162,7 +162,7 @@ def _online_block(x_row, weight_ptr, cols, mask, m_lane, s_lane, wx_lane, w_lane
     log2e: tl.constexpr = 1.4426950408889634
     x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
     if WRITE_ARGMAX:
-        best, best_col = _argmax_block(x, cols, mask, best, best_col)
+        best, best_col = argmax_block(x, cols, mask, best, best_col)
     xc = _capped(x, softcap, HAS_SOFTCAP)
     xm = tl.where(mask, xc, -float("inf"))
     m_new = tl.maximum(m_lane, xm)
@@ -210,9 +210,9 @@ def _ce_kernel(
                 mask = cols0 < n_cols
                 x_single = tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC)
                 if WRITE_ARGMAX:
-                    best, best_col = _argmax_block(x_single, cols0, mask, tl.full((BLOCK_N,), -float("inf"), ACC),
+                    best, best_col = argmax_block(x_single, cols0, mask, tl.full((BLOCK_N,), -float("inf"), ACC),
                                                    tl.zeros((BLOCK_N,), tl.int32))
-                    _, arg = _argmax_lanes(best, best_col)
+                    _, arg = argmax_lanes(best, best_col)
                     tl.store(argmax_ptr + row, arg.to(tl.int64))
                 xc_single = _capped(x_single, softcap, HAS_SOFTCAP)
                 m = tl.max(tl.where(mask, xc_single, -float("inf")), axis=0)
@@ -239,7 +239,7 @@ def _ce_kernel(
                         x_row, weight_ptr, cols, cols < n_cols, m_lane, s_lane, wx_lane, w_lane, best, best_col,
                         softcap, HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING, WRITE_ARGMAX, ACC)
                 if WRITE_ARGMAX:
-                    _, arg = _argmax_lanes(best, best_col)
+                    _, arg = argmax_lanes(best, best_col)
                     tl.store(argmax_ptr + row, arg.to(tl.int64))
                 m = tl.max(m_lane, axis=0)
                 s = tl.sum(s_lane * tl.exp2((m_lane - m) * log2e), axis=0)
@@ -332,7 +332,7 @@ def _ce_partial_kernel(
                 x_row, weight_ptr, cols, cols < hi, m_lane, s_lane, wx_lane, w_lane, best, best_col, softcap,
                 HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING, WRITE_ARGMAX, ACC)
         if WRITE_ARGMAX:
-            top, arg = _argmax_lanes(best, best_col)
+            top, arg = argmax_lanes(best, best_col)
             at = row * tl.num_programs(1) + part
             tl.store(part_best_ptr + at, top)
             tl.store(part_col_ptr + at, arg)
@@ -377,7 +377,7 @@ def _ce_combine_kernel(
         if WRITE_ARGMAX:
             best = tl.load(part_best_ptr + row * n_parts + k, mask=in_parts, other=-float("inf"))
             col = tl.load(part_col_ptr + row * n_parts + k, mask=in_parts, other=0)
-            _, arg = _argmax_lanes(best, tl.where(in_parts, col, 2147483647))
+            _, arg = argmax_lanes(best, tl.where(in_parts, col, 2147483647))
             tl.store(argmax_ptr + row, arg.to(tl.int64))
     else:
         tl.store(loss_ptr + row, tl.zeros((), ACC))

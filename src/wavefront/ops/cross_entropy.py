@@ -261,10 +261,13 @@ def mean_class_weight(target: Tensor, ignore_index: int, class_weight: Tensor | 
     scaled on the device, no host sync; an all-zero-weight batch (W = 0) divides by 1 as before."""
     if class_weight is None or reduction != "mean" or not z_loss or z_loss_reduction == "weighted":
         return class_weight, False
+    # In float64, rounded once to the kernels' dtype: the scaled weights carry half an ulp of error, not the
+    # two roundings of an fp32 n / W and product (which cost the weighted mean ~2 ulps against float64).
     acc = torch.float64 if class_weight.dtype == torch.float64 else torch.float32
-    n = reference.cross_entropy_denominator(target, ignore_index, None, acc)
-    total = reference.cross_entropy_denominator(target, ignore_index, class_weight, acc)
-    return class_weight.to(acc) * (n / torch.where(total > 0, total, torch.ones_like(total))), True
+    n = reference.cross_entropy_denominator(target, ignore_index, None, torch.float64)
+    total = reference.cross_entropy_denominator(target, ignore_index, class_weight, torch.float64)
+    scale = n / torch.where(total > 0, total, torch.ones_like(total))
+    return (class_weight.to(torch.float64) * scale).to(acc), True
 
 
 def loss_result(loss: Tensor, stats: Tensor | None, predicted: Tensor | None, target: Tensor, *, ignore_index: int,
