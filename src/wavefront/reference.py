@@ -98,15 +98,28 @@ def cross_entropy_denominator(target: torch.Tensor, ignore_index: int, weight: t
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
                   label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
                   weight: torch.Tensor | None = None, reduction: str = "mean",
-                  divisor: torch.Tensor | float | None = None, z_loss_reduction: str = "token") -> torch.Tensor:
+                  divisor: torch.Tensor | float | None = None, z_loss_reduction: str = "token",
+                  return_z_loss: bool = False, return_predicted_tokens: bool = False,
+                  return_token_accuracy: bool = False):
     """Cross-entropy over the last dim of logits [..., V] with targets [...], computed in fp32 (fp64).
 
     F.cross_entropy's definition (class weights also weight the smoothing term; mean divides by the
     total weight of the non-ignored targets), plus softcap (x -> c tanh(x / c) first, Gemma 2),
     PaLM's z-loss (z * lse^2 per non-ignored row, not class-weighted; under mean averaged over the
     non-ignored rows, or with ``z_loss_reduction="weighted"`` divided by the total class weight like the
-    rest) and sum-with-divisor.
+    rest) and sum-with-divisor. With a ``return_*`` flag: the tuple (loss, z-loss term, predicted tokens,
+    token accuracy) of wavefront.ops.LossOutput, None where not asked for (:func:`cross_entropy_extras`).
     """
+    if return_z_loss or return_predicted_tokens or return_token_accuracy:
+        loss = cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                             z_loss=z_loss, softcap=softcap, weight=weight, reduction=reduction, divisor=divisor,
+                             z_loss_reduction=z_loss_reduction)
+        z_out, predicted, accuracy = cross_entropy_extras(logits.detach(), target, ignore_index=ignore_index,
+                                                          z_loss=z_loss, softcap=softcap, weight=weight,
+                                                          reduction=reduction, divisor=divisor,
+                                                          z_loss_reduction=z_loss_reduction)
+        return (loss, z_out if return_z_loss else None, predicted if return_predicted_tokens else None,
+                accuracy if return_token_accuracy else None)
     acc = _compute_dtype(logits, weight)
     n_classes = logits.shape[-1]
     x = logits.to(acc).reshape(-1, n_classes)
@@ -245,14 +258,15 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
                          bias: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
                          z_loss: float = 0.0, softcap: float | None = None, class_weight: torch.Tensor | None = None,
                          reduction: str = "mean", divisor: torch.Tensor | float | None = None,
-                         chunk_size: int | None = None, z_loss_reduction: str = "token") -> torch.Tensor:
+                         chunk_size: int | None = None, z_loss_reduction: str = "token", **outputs):
     """The LM-head loss as eager users write it: logits = F.linear(hidden, weight, bias) at the input dtype
     (the full [tokens x vocab] tensor), then cross_entropy on logits.float() (Hugging Face's order).
-    chunk_size is accepted for signature parity and ignored."""
+    chunk_size is accepted for signature parity and ignored; ``outputs``: the ``return_*`` flags of
+    :func:`cross_entropy`."""
     logits = torch.nn.functional.linear(hidden, weight, bias)
     return cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
                          softcap=softcap, weight=class_weight, reduction=reduction, divisor=divisor,
-                         z_loss_reduction=z_loss_reduction)
+                         z_loss_reduction=z_loss_reduction, **outputs)
 
 
 def _glu(gate: torch.Tensor, up: torch.Tensor, act) -> torch.Tensor:

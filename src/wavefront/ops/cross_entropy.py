@@ -436,10 +436,21 @@ def _inputs(case: Case, dtype, device, gen) -> OpInputs:
     return OpInputs((logits, target), opts, (0,))
 
 
+#: Every value the fused losses can return beside the loss (registry cases, bench cases).
+RETURN_ALL = {"return_z_loss": True, "return_predicted_tokens": True, "return_token_accuracy": True}
+
+
+def predicted_bytes(case: Case, mode: Mode) -> int:
+    """The predicted tokens' minimum: 8 B (int64) written per row in the forward, when asked for."""
+    wants = case.options.get("return_predicted_tokens") or case.options.get("return_token_accuracy")
+    return 8 * case.dims["n_rows"] if wants and mode == "fwd" else 0
+
+
 def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
     # fwd: read logits and targets (8 B), write the loss (4 B) and statistics (8 B). bwd: read logits,
     # targets, statistics and the upstream scale (4 B), write the gradient.
-    return (1 if mode == "fwd" else 2) * numel(case) * itemsize(dtype) + 20 * case.dims["n_rows"]
+    return ((1 if mode == "fwd" else 2) * numel(case) * itemsize(dtype) + 20 * case.dims["n_rows"]
+            + predicted_bytes(case, mode))
 
 
 _VOCABS = {"mistral_32k": 32768, "llama3_128k": 128256, "qwen2.5_152k": 152064, "gemma3_262k": 262144}
@@ -471,9 +482,18 @@ SPECS = (
             Case("all_options_wide", "softcap, smoothing, z-loss and weights across the blocks of a wide row",
                  {"n_rows": 2, "n_cols": 20000},
                  {"softcap": 30.0, "scale": 10.0, "label_smoothing": 0.1, "z_loss": 1e-4, "class_weight": True}),
+            Case("outputs", "z-loss term, predicted tokens, accuracy; PaLM z-loss under a weighted mean",
+                 {"n_rows": 8, "n_cols": 1000}, {"z_loss": 1e-3, "class_weight": True, **RETURN_ALL}),
+            Case("outputs_z_weighted", "the previous z-loss rule by name: divided by the total class weight",
+                 {"n_rows": 8, "n_cols": 700},
+                 {"z_loss": 1e-3, "class_weight": True, "z_loss_reduction": "weighted", "return_z_loss": True}),
+            Case("outputs_wide", "argmax across blocks and split programs of wide rows, softcapped",
+                 {"n_rows": 2, "n_cols": 20000}, {"softcap": 30.0, "scale": 10.0, "z_loss": 1e-4, **RETURN_ALL}),
         )),
         # No ignored targets at bench shapes: ignored rows are never read, which would flatter bytes/minimum.
-        bench_cases=bench_row_cases(_VOCABS, {"ignore_frac": 0.0}),
+        bench_cases=(bench_row_cases(_VOCABS, {"ignore_frac": 0.0})
+                     + bench_row_cases({"llama3_128k_outputs": 128256}, {"ignore_frac": 0.0, "z_loss": 1e-4,
+                                                                       **RETURN_ALL})),
         # fwd per element: softmax statistics (max, subtract, exp2, sum) and the smoothing sum; bwd: exp2,
         # multiply-add and the target correction.
         flops=lambda c, mode: (5 if mode == "fwd" else 4) * numel(c),

@@ -58,8 +58,9 @@ from wavefront.kernels._heuristics import stat_dtype
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_same_dtype, check_shape, check_tensor
-from wavefront.ops.cross_entropy import (LossOutput, check_loss_options, check_output_options, check_target,
-                                         loss_result, mean_class_weight, reference_rows)
+from wavefront.ops.cross_entropy import (RETURN_ALL, LossOutput, check_loss_options, check_output_options,
+                                         check_target, loss_result, mean_class_weight, predicted_bytes,
+                                         reference_rows)
 
 #: Upper bound on the chunk's logits buffer. 128 MiB keeps it at 1/16 of the full bf16 logits at 8k tokens
 #: and vocab 128k while each chunk's GEMM (512 x H x 128k) stays large enough to run at full rate.
@@ -481,16 +482,16 @@ def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
     n, v, h = case.dims["n_rows"], case.dims["n_cols"], case.dims["hidden"]
     e = itemsize(dtype)
     if mode == "fwd":
-        return (n * h + v * h) * e + 8 * n + 4
+        return (n * h + v * h) * e + 8 * n + 4 + predicted_bytes(case, mode)
     return 2 * (n * h + v * h) * e + 8 * n
 
 
-def _bench(name: str, model: str, n_tokens: int) -> Case:
+def _bench(name: str, model: str, n_tokens: int, options: dict | None = None) -> Case:
     from wavefront.shapes import MODELS
 
     m = MODELS[model]
     return Case(name, f"{model}: {n_tokens} tokens, hidden {m.hidden}, vocab {m.vocab}",
-                {"n_rows": n_tokens, "n_cols": m.vocab, "hidden": m.hidden})
+                {"n_rows": n_tokens, "n_cols": m.vocab, "hidden": m.hidden}, dict(options or {}))
 
 
 SPECS = (
@@ -514,11 +515,19 @@ SPECS = (
                  {"chunk_size": 16, "label_smoothing": 0.1, "z_loss": 1e-3, "class_weight": True}),
             Case("wide_vocab", "a 40k vocabulary: the CE kernel loops over blocks inside each chunk",
                  {"n_rows": 8, "n_cols": 40000, "hidden": 16}, {"chunk_size": 4}),
+            Case("outputs", "z-loss term, predicted tokens and accuracy through the chunks; PaLM z-loss, weights",
+                 {"n_rows": 40, "n_cols": 600, "hidden": 32},
+                 {"chunk_size": 16, "z_loss": 1e-3, "class_weight": True, "softcap": 30.0, "logit_scale": 20.0,
+                  **RETURN_ALL}),
+            Case("outputs_none", "the same with reduction none: per-row z-loss terms",
+                 {"n_rows": 40, "n_cols": 600, "hidden": 32},
+                 {"chunk_size": 16, "z_loss": 1e-3, "reduction": "none", **RETURN_ALL}),
         ),
         bench_cases=(
             _bench("llama3-8b_8k", "llama3-8b", 8192),
             _bench("qwen2.5-7b_8k", "qwen2.5-7b", 8192),
             _bench("gemma2-9b_8k", "gemma2-9b", 8192),
+            _bench("llama3-8b_8k_outputs", "llama3-8b", 8192, {"z_loss": 1e-4, **RETURN_ALL}),
         ),
         flops=_flops,
         min_bytes=_bytes,
