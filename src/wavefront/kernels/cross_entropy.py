@@ -41,6 +41,13 @@ The gradient (backward mode) is written by the same split grid, each program its
 is read once as before, plus 32 B per chunk (partials written and read): +128 B on one 128256-column bf16
 row split 4 ways, measured by workbench.static.traffic: 256,662 B against the 256,532 B minimum).
 
+Predicted token (WRITE_ARGMAX, statistics mode only): the first column of the row's largest raw logit (before
+the softcap, which is monotone), torch.argmax's rule, or ignore_index for an ignored row; in the same read as
+the statistics: each lane keeps its running maximum and the column where it first appeared (a strictly greater
+value replaces it, and a lane's columns rise block by block), and the lanes combine once after the loop (the
+maximum, then the smallest column holding it). Split rows: each chunk's program writes its maximum and column
+(8 B), the combine takes the first chunk holding the row's maximum. Cost: 8 B written per row (int64), no read.
+
 Traffic per row, 16-bit logits, vocabulary V: forward reads 2V B and writes 12 B (loss, statistics), ~6V FLOP
 (softcap adds ~10V), intensity ~3 FLOP/B; backward reads 2V B, writes 2V B. Class weights are read per
 row too but stay in L2 (4V B shared by all rows).
