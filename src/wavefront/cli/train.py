@@ -30,7 +30,8 @@ ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"), ("tok
         ("MFU", "mfu", ".3e", None), ("MFU (fp8 mixed peaks)", "mfu_fp8", ".3e", None), ("HFU", "hfu", ".3e", None),
         ("peak memory (MB)", "peak_mem_bytes", ".1f", "peak_mem_ratio"), ("$/step", "cost_per_step", ".3g", None),
         ("$/Mtok", "cost_per_mtok", ".3g", None), ("energy/step (J)", "energy_per_step_j", ".3g", None),
-        ("final loss", "final_loss", ".5f", None), ("  token accuracy (fused loss)", "final_token_accuracy", ".4f", None),
+        ("final loss", "final_loss", ".5f", None),
+        ("  token accuracy (fused loss)", "final_token_accuracy", ".4f", None),
         ("  z-loss term (fused loss)", "final_z_loss", ".3g", None),
         ("MoE imbalance (max/mean)", "moe_imbalance", ".3f", None))
 

@@ -58,9 +58,17 @@ from wavefront.kernels._heuristics import stat_dtype
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_same_dtype, check_shape, check_tensor
-from wavefront.ops.cross_entropy import (RETURN_ALL, LossOutput, check_loss_options, check_output_options,
-                                         check_target, loss_result, mean_class_weight, predicted_bytes,
-                                         reference_rows)
+from wavefront.ops.cross_entropy import (
+    RETURN_ALL,
+    LossOutput,
+    check_loss_options,
+    check_output_options,
+    check_target,
+    loss_result,
+    mean_class_weight,
+    predicted_bytes,
+    reference_rows,
+)
 
 #: Upper bound on the chunk's logits buffer. 128 MiB keeps it at 1/16 of the full bf16 logits at 8k tokens
 #: and vocab 128k while each chunk's GEMM (512 x H x 128k) stays large enough to run at full rate.

@@ -52,8 +52,14 @@ from torch import Tensor
 
 from wavefront import reference, runtime
 from wavefront.ops._validate import as_rows, check_same_device, check_same_dtype, check_shape, check_tensor
-from wavefront.ops.cross_entropy import (LossOutput, check_loss_options, check_output_options, check_target,
-                                         loss_result, mean_class_weight)
+from wavefront.ops.cross_entropy import (
+    LossOutput,
+    check_loss_options,
+    check_output_options,
+    check_target,
+    loss_result,
+    mean_class_weight,
+)
 from wavefront.ops.linear_cross_entropy import chunk_tokens, logits_chunks
 
 __all__ = ["vocab_parallel_cross_entropy", "vocab_parallel_linear_cross_entropy"]
