@@ -51,9 +51,15 @@ import torch.distributed as dist
 from torch import Tensor
 
 from wavefront import reference, runtime
-from wavefront.ops import cross_entropy as ce_ops
+from wavefront.ops import LossOutput
 from wavefront.ops._validate import as_rows, check_same_device, check_same_dtype, check_shape, check_tensor
-from wavefront.ops.cross_entropy import check_loss_options, check_target
+from wavefront.ops.cross_entropy import (
+    check_loss_options,
+    check_output_options,
+    check_target,
+    loss_result,
+    mean_class_weight,
+)
 from wavefront.ops.linear_cross_entropy import chunk_tokens, logits_chunks
 
 __all__ = ["vocab_parallel_cross_entropy", "vocab_parallel_linear_cross_entropy"]
@@ -193,7 +199,7 @@ def vocab_parallel_cross_entropy(logits: Tensor, target: Tensor, group: dist.Pro
                                  divisor: Tensor | float | None = None, z_loss_reduction: str = "token",
                                  loss_dtype: torch.dtype | None = None, return_z_loss: bool = False,
                                  return_predicted_tokens: bool = False,
-                                 return_token_accuracy: bool = False) -> Tensor | ce_ops.LossOutput:
+                                 return_token_accuracy: bool = False) -> Tensor | LossOutput:
     """Cross-entropy of the whole vocabulary from this rank's shard ``logits [..., V / P]`` (classes
     ``rank * V / P`` onwards) and the global ``target [...]``, the same on every rank of ``group``.
 
@@ -216,14 +222,13 @@ def vocab_parallel_cross_entropy(logits: Tensor, target: Tensor, group: dist.Pro
                        z_loss=z_loss, softcap=softcap, reduction=reduction, divisor=divisor, class_weight=weight,
                        class_weight_name="weight", device=logits.device)
     check_same_device(op, logits=logits, target=target, weight=weight)
-    ce_ops.check_output_options(op, z_loss_reduction=z_loss_reduction, loss_dtype=loss_dtype,
-                                input_dtype=logits.dtype, return_z_loss=return_z_loss,
-                                return_predicted_tokens=return_predicted_tokens,
-                                return_token_accuracy=return_token_accuracy)
+    check_output_options(op, z_loss_reduction=z_loss_reduction, loss_dtype=loss_dtype, input_dtype=logits.dtype,
+                         return_z_loss=return_z_loss, return_predicted_tokens=return_predicted_tokens,
+                         return_token_accuracy=return_token_accuracy)
     options = _options(ignore_index, label_smoothing, z_loss, softcap)
     rows = as_rows(logits)
     flat_target = target.reshape(-1)
-    w, by_tokens = ce_ops.mean_class_weight(flat_target, options[0], weight, options[2], reduction, z_loss_reduction)
+    w, by_tokens = mean_class_weight(flat_target, options[0], weight, options[2], reduction, z_loss_reduction)
     w = w.contiguous() if w is not None else None
     want_argmax = return_predicted_tokens or return_token_accuracy
     loss_rows, stats, *predicted = _VocabParallelCE.apply(rows, flat_target, w, options, rank * n_local, n_classes,
@@ -235,12 +240,12 @@ def vocab_parallel_cross_entropy(logits: Tensor, target: Tensor, group: dist.Pro
 
 
 def _result(out, stats, predicted, target, options, class_weight, reduction, divisor, z_loss_reduction, loss_dtype,
-            return_z_loss, return_predicted_tokens, return_token_accuracy) -> Tensor | ce_ops.LossOutput:
-    return ce_ops.loss_result(out, stats, predicted[0] if predicted else None, target, ignore_index=options[0],
-                              z_loss=options[2], class_weight=class_weight, reduction=reduction, divisor=divisor,
-                              z_loss_reduction=z_loss_reduction, return_z_loss=return_z_loss,
-                              return_predicted_tokens=return_predicted_tokens,
-                              return_token_accuracy=return_token_accuracy, loss_dtype=loss_dtype)
+            return_z_loss, return_predicted_tokens, return_token_accuracy) -> Tensor | LossOutput:
+    return loss_result(out, stats, predicted[0] if predicted else None, target, ignore_index=options[0],
+                       z_loss=options[2], class_weight=class_weight, reduction=reduction, divisor=divisor,
+                       z_loss_reduction=z_loss_reduction, return_z_loss=return_z_loss,
+                       return_predicted_tokens=return_predicted_tokens,
+                       return_token_accuracy=return_token_accuracy, loss_dtype=loss_dtype)
 
 
 class _VocabParallelLCE(torch.autograd.Function):
@@ -306,7 +311,7 @@ def vocab_parallel_linear_cross_entropy(hidden: Tensor, weight: Tensor, target: 
                                         chunk_size: int | None = None, z_loss_reduction: str = "token",
                                         loss_dtype: torch.dtype | None = None, return_z_loss: bool = False,
                                         return_predicted_tokens: bool = False,
-                                        return_token_accuracy: bool = False) -> Tensor | ce_ops.LossOutput:
+                                        return_token_accuracy: bool = False) -> Tensor | LossOutput:
     """``vocab_parallel_cross_entropy(hidden @ weight.T + bias, target, group, ...)`` without the logits.
 
     hidden [..., H] (the same on every rank of ``group``), weight [V / P, H] (this rank's rows of the LM
@@ -344,18 +349,16 @@ def vocab_parallel_linear_cross_entropy(hidden: Tensor, weight: Tensor, target: 
                        class_weight=class_weight, class_weight_name="class_weight", device=hidden.device)
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"{op}: argument 'chunk_size' must be a positive int or None, got {chunk_size!r}")
-    ce_ops.check_output_options(op, z_loss_reduction=z_loss_reduction, loss_dtype=loss_dtype,
-                                input_dtype=hidden.dtype, return_z_loss=return_z_loss,
-                                return_predicted_tokens=return_predicted_tokens,
-                                return_token_accuracy=return_token_accuracy)
+    check_output_options(op, z_loss_reduction=z_loss_reduction, loss_dtype=loss_dtype, input_dtype=hidden.dtype,
+                         return_z_loss=return_z_loss, return_predicted_tokens=return_predicted_tokens,
+                         return_token_accuracy=return_token_accuracy)
     options = _options(ignore_index, label_smoothing, z_loss, softcap)
     rows = hidden.reshape(-1, n_hidden)
     flat_target = target.reshape(-1)
     n_tokens = rows.shape[0]
     free = torch.cuda.mem_get_info(hidden.device)[0] if hidden.device.type == "cuda" else None
     chunk = chunk_size or chunk_tokens(max(n_tokens, 1), n_local, hidden.element_size(), free)
-    w, by_tokens = ce_ops.mean_class_weight(flat_target, options[0], class_weight, options[2], reduction,
-                                            z_loss_reduction)
+    w, by_tokens = mean_class_weight(flat_target, options[0], class_weight, options[2], reduction, z_loss_reduction)
     w = w.contiguous() if w is not None else None
     want_argmax = return_predicted_tokens or return_token_accuracy
     if n_tokens == 0:
