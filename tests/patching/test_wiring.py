@@ -161,3 +161,8 @@ def test_fused_loss_exposes_token_accuracy_and_z_loss(tiny, all_ops):
     model.eval()
     model(input_ids=ids, labels=labels)  # eval: transformers' own loss; the metrics stay the last training call's
     assert torch.equal(wavefront.patching.loss_metrics(model).loss, metrics.loss)
+    model.train()
+    model.lm_head.metrics = False  # no token accuracy: the kernel's plain variant; the z-loss term stays
+    again = model(input_ids=ids, labels=labels).loss
+    off = wavefront.patching.loss_metrics(model)
+    assert off.token_accuracy is None and torch.equal(off.z_loss, metrics.z_loss) and torch.equal(again, loss)

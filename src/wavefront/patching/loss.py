@@ -27,9 +27,10 @@ What the training loop can read besides the loss (the fused kernel never materia
 one place that sees every position's prediction): after each training forward with labels,
 :func:`loss_metrics` (or the head's ``last_output``) holds a detached :class:`wavefront.ops.LossOutput` with
 ``token_accuracy`` (the fraction of non-ignored positions whose argmax is the label, computed in the kernel's
-pass) and ``z_loss`` (PaLM's z-loss term at the head's ``z_loss`` coefficient, 0.0 by default: set
-``head.z_loss = 1e-4`` to add it to the training loss), divided by ``num_items_in_batch`` like the loss.
-The model output itself is transformers' own class, which has no field for them.
+pass; ``head.metrics = False`` skips it, and the kernel's argmax variant with it) and ``z_loss`` (PaLM's
+z-loss term at the head's ``z_loss`` coefficient, 0.0 by default: set ``head.z_loss = 1e-4`` to add it to
+the training loss), divided by ``num_items_in_batch`` like the loss. The model output itself is
+transformers' own class, which has no field for them.
 
 Vocabulary-parallel heads (tensor parallelism, ``wavefront train --tp``): when the head's weight is a DTensor
 sharded by vocabulary rows (``Shard(0)`` over one mesh dimension) and the head is marked
@@ -87,6 +88,8 @@ class FusedLossHead(nn.Module):
         self.vocab_parallel = False
         #: PaLM's z-loss coefficient added to the training loss (0: none)
         self.z_loss = 0.0
+        #: compute the token accuracy (the kernel's argmax variant: 8 B more per token written, more registers)
+        self.metrics = True
         #: the last training forward's loss, z-loss term and token accuracy, detached (:func:`loss_metrics`)
         self.last_output: LossOutput | None = None
 
@@ -97,7 +100,8 @@ class FusedLossHead(nn.Module):
                 return _gathered_logits(hidden, self.weight, self.bias)
             return F.linear(hidden, self.weight, self.bias)
         out = fused_causal_lm_loss(hidden, self.weight, self.bias, call, self.softcap,
-                                   vocab_parallel=self.vocab_parallel, z_loss=self.z_loss, metrics=True)
+                                   vocab_parallel=self.vocab_parallel, z_loss=self.z_loss,
+                                   accuracy=self.metrics)
         call.loss = out.loss
         self.last_output = out._replace(loss=out.loss.detach())
         return hidden.new_empty(*hidden.shape[:-1], 0)
@@ -158,19 +162,20 @@ def _gathered_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
 
 def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, call: _LossCall,
                          softcap: float | None, *, vocab_parallel: bool = False, z_loss: float = 0.0,
-                         metrics: bool = False) -> torch.Tensor | LossOutput:
+                         accuracy: bool | None = None) -> torch.Tensor | LossOutput:
     """The causal-LM loss of `hidden` through the head (weight, bias) without the logits; `vocab_parallel`:
-    the head is this rank's vocabulary rows (a DTensor, see the module docstring). ``metrics``: a LossOutput
-    with the z-loss term and the token accuracy too (both from the same pass; the z-loss divided like the
-    loss)."""
+    the head is this rank's vocabulary rows (a DTensor, see the module docstring). ``accuracy`` given: a
+    LossOutput with the z-loss term (divided like the loss) and, if True, the token accuracy, both from the
+    same pass."""
     from wavefront import ops
 
     flat = hidden.reshape(-1, hidden.shape[-1])
     target = _targets(call, flat.shape[0], hidden.device)
     kw = dict(bias=bias, ignore_index=call.ignore_index, softcap=softcap, reduction=_reduction(call),
               z_loss=z_loss)
+    metrics = accuracy is not None
     if metrics:
-        kw.update(return_z_loss=True, return_token_accuracy=True)
+        kw.update(return_z_loss=True, return_token_accuracy=accuracy)
     if vocab_parallel:
         from wavefront.parallel import vocab_parallel_linear_cross_entropy
 
