@@ -45,7 +45,8 @@ Predicted token (WRITE_ARGMAX, statistics mode only): the first column of the ro
 the softcap, which is monotone), torch.argmax's rule, or ignore_index for an ignored row; in the same read as
 the statistics: each lane keeps its running maximum and the column where it first appeared (a strictly greater
 value replaces it, and a lane's columns rise block by block), and the lanes combine once after the loop (the
-maximum, then the smallest column holding it). Split rows: each chunk's program writes its maximum and column
+maximum, then the smallest column holding it; without a softcap the running maximum is the softmax's own and
+only the column is extra). Split rows: each chunk's program writes its maximum and column
 (8 B), the combine takes the first chunk holding the row's maximum. Cost: 8 B written per row (int64), no read.
 
 Traffic per row, 16-bit logits, vocabulary V: forward reads 2V B and writes 12 B (loss, statistics), ~6V FLOP
@@ -168,10 +169,14 @@ def _online_block(x_row, weight_ptr, cols, mask, m_lane, s_lane, wx_lane, w_lane
     """One block of the per-lane running max and sum (and the smoothing sums, and the raw logits' argmax)."""
     log2e: tl.constexpr = 1.4426950408889634
     x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-    if WRITE_ARGMAX:
+    if WRITE_ARGMAX and HAS_SOFTCAP:
         best, best_col = argmax_block(x, cols, mask, best, best_col)
     xc = _capped(x, softcap, HAS_SOFTCAP)
     xm = tl.where(mask, xc, -float("inf"))
+    if WRITE_ARGMAX and not HAS_SOFTCAP:
+        # Uncapped, the softmax's running maximum is the raw one: only the column is tracked (one vector
+        # per lane fewer than a separate maximum).
+        best_col = tl.where(xm > m_lane, cols, best_col)
     m_new = tl.maximum(m_lane, xm)
     # A lane that has seen only -inf keeps a zero sum (-inf - -inf would be NaN).
     m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -246,7 +251,10 @@ def _ce_kernel(
                         x_row, weight_ptr, cols, cols < n_cols, m_lane, s_lane, wx_lane, w_lane, best, best_col,
                         softcap, HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING, WRITE_ARGMAX, ACC)
                 if WRITE_ARGMAX:
-                    _, arg = argmax_lanes(best, best_col)
+                    if HAS_SOFTCAP:
+                        _, arg = argmax_lanes(best, best_col)
+                    else:
+                        _, arg = argmax_lanes(m_lane, best_col)
                     tl.store(argmax_ptr + row, arg.to(tl.int64))
                 m = tl.max(m_lane, axis=0)
                 s = tl.sum(s_lane * tl.exp2((m_lane - m) * log2e), axis=0)
@@ -339,7 +347,10 @@ def _ce_partial_kernel(
                 x_row, weight_ptr, cols, cols < hi, m_lane, s_lane, wx_lane, w_lane, best, best_col, softcap,
                 HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING, WRITE_ARGMAX, ACC)
         if WRITE_ARGMAX:
-            top, arg = argmax_lanes(best, best_col)
+            if HAS_SOFTCAP:
+                top, arg = argmax_lanes(best, best_col)
+            else:
+                top, arg = argmax_lanes(m_lane, best_col)
             at = row * tl.num_programs(1) + part
             tl.store(part_best_ptr + at, top)
             tl.store(part_col_ptr + at, arg)
