@@ -66,6 +66,10 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 # eager baseline at the input dtype, and the cpu-reference fallback.
 
 REDUCTIONS = ("mean", "sum", "none")
+#: How reduction="mean" averages the z-loss term: "token", over the non-ignored tokens (PaLM; class weights do
+#: not scale it), or "weighted", divided by the total class weight of the targets like the cross-entropy term
+#: (wavefront before 0.x: the effective coefficient then changes with the weights' scale).
+Z_LOSS_REDUCTIONS = ("token", "weighted")
 
 
 def reduce_loss(loss_rows: torch.Tensor, denom: torch.Tensor, reduction: str,
@@ -94,13 +98,28 @@ def cross_entropy_denominator(target: torch.Tensor, ignore_index: int, weight: t
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
                   label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
                   weight: torch.Tensor | None = None, reduction: str = "mean",
-                  divisor: torch.Tensor | float | None = None) -> torch.Tensor:
+                  divisor: torch.Tensor | float | None = None, z_loss_reduction: str = "token",
+                  return_z_loss: bool = False, return_predicted_tokens: bool = False,
+                  return_token_accuracy: bool = False):
     """Cross-entropy over the last dim of logits [..., V] with targets [...], computed in fp32 (fp64).
 
     F.cross_entropy's definition (class weights also weight the smoothing term; mean divides by the
     total weight of the non-ignored targets), plus softcap (x -> c tanh(x / c) first, Gemma 2),
-    PaLM's z-loss (z * lse^2 per non-ignored row, not class-weighted) and sum-with-divisor.
+    PaLM's z-loss (z * lse^2 per non-ignored row, not class-weighted; under mean averaged over the
+    non-ignored rows, or with ``z_loss_reduction="weighted"`` divided by the total class weight like the
+    rest) and sum-with-divisor. With a ``return_*`` flag: the tuple (loss, z-loss term, predicted tokens,
+    token accuracy) of wavefront.ops.LossOutput, None where not asked for (:func:`cross_entropy_extras`).
     """
+    if return_z_loss or return_predicted_tokens or return_token_accuracy:
+        loss = cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                             z_loss=z_loss, softcap=softcap, weight=weight, reduction=reduction, divisor=divisor,
+                             z_loss_reduction=z_loss_reduction)
+        z_out, predicted, accuracy = cross_entropy_extras(logits.detach(), target, ignore_index=ignore_index,
+                                                          z_loss=z_loss, softcap=softcap, weight=weight,
+                                                          reduction=reduction, divisor=divisor,
+                                                          z_loss_reduction=z_loss_reduction)
+        return (loss, z_out if return_z_loss else None, predicted if return_predicted_tokens else None,
+                accuracy if return_token_accuracy else None)
     acc = _compute_dtype(logits, weight)
     n_classes = logits.shape[-1]
     x = logits.to(acc).reshape(-1, n_classes)
@@ -118,19 +137,58 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
         per_class = lse[:, None] - x
         smooth = (per_class * w).sum(-1) if w is not None else per_class.sum(-1)
         loss = loss + label_smoothing / n_classes * smooth
-    if z_loss:
-        loss = loss + z_loss * lse * lse
+    z_rows = torch.where(valid, z_loss * lse * lse, torch.zeros_like(lse)) if z_loss else None
     loss = torch.where(valid, loss, torch.zeros_like(loss))
+    if reduction == "mean" and z_rows is not None and weight is not None and z_loss_reduction == "token":
+        # PaLM: the z-loss term averaged over the tokens, the cross-entropy term over the class weight.
+        return (reduce_loss(loss, cross_entropy_denominator(t, ignore_index, weight, acc), reduction)
+                + reduce_loss(z_rows, cross_entropy_denominator(t, ignore_index, None, acc), reduction))
+    if z_rows is not None:
+        loss = loss + z_rows
     denom = cross_entropy_denominator(t, ignore_index, weight, acc) if reduction == "mean" else None
     out = reduce_loss(loss, denom, reduction, divisor)
     return out.reshape(target.shape) if reduction == "none" else out
 
 
+def cross_entropy_extras(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
+                         z_loss: float = 0.0, softcap: float | None = None, weight: torch.Tensor | None = None,
+                         reduction: str = "mean", divisor: torch.Tensor | float | None = None,
+                         z_loss_reduction: str = "token") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The values the fused losses can return beside the loss, from logits [..., V], computed in fp32 (fp64):
+    (z-loss term reduced like the loss, predicted tokens [...] int64, token accuracy 0-d).
+
+    z-loss term: z * lse^2 per non-ignored row (lse of the softcapped logits); mean: over the non-ignored
+    rows ("token") or over their total class weight ("weighted"); sum: the sum (divided by ``divisor`` when
+    given); none: per row. Predicted token: the first index of the maximum of the raw logits (before any
+    softcap: capping is monotone), ignore_index at ignored positions. Token accuracy: the fraction of
+    non-ignored positions whose predicted token is the target (0 when every position is ignored).
+    """
+    acc = _compute_dtype(logits, weight)
+    n_classes = logits.shape[-1]
+    x = logits.reshape(-1, n_classes)
+    t = target.reshape(-1)
+    valid = t != ignore_index
+    pred = torch.where(valid, x.argmax(-1), torch.full_like(t, ignore_index, dtype=torch.int64))
+    xc = x.to(acc)
+    if softcap is not None:
+        xc = softcap * torch.tanh(xc / softcap)
+    lse = torch.logsumexp(xc, dim=-1)
+    z_rows = torch.where(valid, z_loss * lse * lse, torch.zeros_like(lse))
+    by = weight if z_loss_reduction == "weighted" else None
+    denom = cross_entropy_denominator(t, ignore_index, by, acc) if reduction == "mean" else None
+    z_out = reduce_loss(z_rows, denom, reduction, divisor)
+    z_out = z_out.reshape(target.shape) if reduction == "none" else z_out
+    n_valid = valid.sum().to(acc)
+    hits = ((pred == t) & valid).sum().to(acc)
+    accuracy = hits / torch.where(n_valid > 0, n_valid, torch.ones_like(n_valid))
+    return z_out, pred.reshape(target.shape), accuracy
+
+
 def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
                        ignore_index: int, label_smoothing: float, z_loss: float, softcap: float | None,
                        stats: torch.Tensor | None = None, grad: torch.Tensor | None = None,
-                       scale: torch.Tensor | None = None, col_offset: int = 0,
-                       n_classes: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                       scale: torch.Tensor | None = None, col_offset: int = 0, n_classes: int | None = None,
+                       argmax: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The cross-entropy kernel's contract (wavefront.kernels.cross_entropy.cross_entropy_rows) in plain
     PyTorch, for the cpu-reference backend of the chunked linear cross-entropy, column slices included.
 
@@ -157,7 +215,11 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
         if t == ignore_index:
             if grad is not None:
                 grad[i].zero_()
+            if argmax is not None:
+                argmax[i] = ignore_index
             continue
+        if argmax is not None:
+            argmax[i] = logits[i].argmax()
         x = logits[i].to(acc)
         if softcap is not None:
             x = softcap * torch.tanh(x / softcap)
@@ -196,13 +258,15 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
                          bias: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
                          z_loss: float = 0.0, softcap: float | None = None, class_weight: torch.Tensor | None = None,
                          reduction: str = "mean", divisor: torch.Tensor | float | None = None,
-                         chunk_size: int | None = None) -> torch.Tensor:
+                         chunk_size: int | None = None, z_loss_reduction: str = "token", **outputs):
     """The LM-head loss as eager users write it: logits = F.linear(hidden, weight, bias) at the input dtype
     (the full [tokens x vocab] tensor), then cross_entropy on logits.float() (Hugging Face's order).
-    chunk_size is accepted for signature parity and ignored."""
+    chunk_size is accepted for signature parity and ignored; ``outputs``: the ``return_*`` flags of
+    :func:`cross_entropy`."""
     logits = torch.nn.functional.linear(hidden, weight, bias)
     return cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
-                         softcap=softcap, weight=class_weight, reduction=reduction, divisor=divisor)
+                         softcap=softcap, weight=class_weight, reduction=reduction, divisor=divisor,
+                         z_loss_reduction=z_loss_reduction, **outputs)
 
 
 def _glu(gate: torch.Tensor, up: torch.Tensor, act) -> torch.Tensor:
@@ -590,16 +654,22 @@ _LN2 = 0.6931471805599453
 
 def vocab_shard_stats(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
                       ignore_index: int, label_smoothing: float, softcap: float | None, col_offset: int,
-                      n_classes: int) -> torch.Tensor:
+                      n_classes: int, argmax: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """wavefront.kernels.vocab_parallel.vocab_shard_stats in PyTorch: [n_rows, 4] = (shard max, sum of
-    exp(x' - max), the target's x' if this shard owns it else 0, sum of w x' with smoothing else 0). Its
+    exp(x' - max), the target's x' if this shard owns it else 0, sum of w x' with smoothing else 0), and into
+    ``argmax`` (best, column) the raw maximum and the global column of its first occurrence. Its
     temporaries are the shard's size ([n_rows, V_r]), never the whole vocabulary's."""
     n_rows, n_cols = logits.shape
     acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(acc)
+    valid = target != ignore_index
+    if argmax is not None:
+        col = x.argmax(dim=1)  # the first maximum (torch.max(dim) does not promise which)
+        best = x.gather(1, col[:, None]).squeeze(1)
+        argmax[0].copy_(torch.where(valid, best, torch.full_like(best, float("-inf"))))
+        argmax[1].copy_(torch.where(valid, col + col_offset, torch.full_like(col, ignore_index)))
     if softcap is not None:
         x = softcap * torch.tanh(x / softcap)
-    valid = target != ignore_index
     m = x.max(dim=1).values if n_cols else x.new_full((n_rows,), float("-inf"))
     m_ref = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
     s = torch.exp(x - m_ref[:, None]).sum(1)

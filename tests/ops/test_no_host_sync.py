@@ -33,3 +33,20 @@ def test_forward_and_backward_make_no_host_sync(name, monkeypatch):
     assert calls == [], f"{name}/{case.name}: host syncs at {calls}"
     if spec.has_backward and diff:
         assert any(args[i].grad is not None for i in inputs.grad_argnums), "the backward ran"
+
+
+@pytest.mark.parametrize("name", ["cross_entropy", "linear_cross_entropy"])
+def test_loss_outputs_make_no_host_sync(name, monkeypatch):
+    """The z-loss term, predicted tokens and token accuracy stay on the device (the registry's `outputs` case:
+    class weights, PaLM's z-loss rescaling them on the device, every return_* option)."""
+    monkeypatch.setattr(ce_ops, "values_checkable", lambda t: False)
+    spec = REGISTRY[name]
+    case = next(c for c in spec.cases if c.name == "outputs")
+    inputs = spec.make_inputs(case, torch.float32, "cpu", torch.Generator().manual_seed(0))
+    args = [a.detach().clone().requires_grad_(True) if i in inputs.grad_argnums else a
+            for i, a in enumerate(inputs.args)]
+    with host_syncs() as calls:
+        out = spec.fn(*args, **inputs.kwargs)
+        out.loss.backward()
+    assert calls == [], f"{name}/{case.name}: host syncs at {calls}"
+    assert out.z_loss is not None and out.token_accuracy is not None and out.predicted_tokens is not None

@@ -65,8 +65,12 @@ def collective_checks(world: int) -> list[dict]:
     hidden = torch.randn(n, hid, generator=gen).requires_grad_()
     w_shard = torch.randn(vocab // world, hid, generator=gen).requires_grad_()
     out = []
+    tokens = dict(return_predicted_tokens=True, return_token_accuracy=True, return_z_loss=True, z_loss=1e-3)
     for name, fn in (("ce", lambda: vocab_parallel_cross_entropy(shard, target, None, label_smoothing=0.1)),
-                     ("lce", lambda: vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None))):
+                     ("lce", lambda: vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None)),
+                     ("ce_outputs", lambda: vocab_parallel_cross_entropy(shard, target, None, **tokens).loss),
+                     ("lce_outputs", lambda: vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None,
+                                                                                 **tokens).loss)):
         with Collectives() as fwd:
             loss = fn()
         with Collectives() as bwd:
@@ -176,6 +180,95 @@ def lce_checks(rank: int, world: int, dtype) -> list[dict]:
     return out
 
 
+OUTPUT_OPTIONS = {"label_smoothing": 0.1, "z_loss": 1e-2, "softcap": 30.0}
+RETURN_ALL = {"return_z_loss": True, "return_predicted_tokens": True, "return_token_accuracy": True}
+
+
+def _argmax_close(predicted: torch.Tensor, logits64: torch.Tensor, target: torch.Tensor, dtype) -> bool:
+    """The accuracy rule for a discrete output: at every non-ignored row the predicted class's float64 logit is
+    the row's maximum, up to the rounding of the logits to ``dtype`` (two ulps of the maximum, plus a floor)."""
+    valid = target != -100
+    if not bool((predicted[~valid] == -100).all()):
+        return False
+    rows = logits64[valid]
+    top = rows.max(dim=1).values
+    at = rows.gather(1, predicted[valid][:, None]).squeeze(1)
+    slack = 2 * torch.finfo(dtype).eps * top.abs() + 1e-6
+    return bool(((top - at) <= slack).all())
+
+
+def output_checks(rank: int, world: int, dtype) -> list[dict]:
+    """return_z_loss / return_predicted_tokens / return_token_accuracy of both variants: the z-loss term by the
+    accuracy rule against float64 (eager's error in ``dtype`` the yardstick), the predicted tokens exactly the
+    argmax of the gathered logits (the plain variant) or by the rule above (the fused one, whose logits are
+    our GEMM's), the accuracy from them, and the gradients bit-identical to a call that asks for nothing."""
+    out = []
+    tag = str(dtype).split(".")[-1]
+    n, vocab, hid = 16, 96, 16
+    v_r = vocab // world
+    gen = torch.Generator().manual_seed(101)
+    logits64 = torch.randn(n, vocab, generator=gen, dtype=torch.float64) * 10.0
+    hidden64 = torch.randn(n, hid, generator=gen, dtype=torch.float64)
+    weight64 = torch.randn(vocab, hid, generator=gen, dtype=torch.float64) * hid ** -0.5 * 10.0
+    target = _targets(n, vocab, gen, 0.2)
+    target[0] = int(logits64[0].to(dtype).argmax())  # at least one hit
+    target[1] = int(logits64[1].to(dtype).argmax()) if target[1] != -100 else target[1]
+    class_weight = torch.rand(vocab, generator=gen) + 0.1
+    for z_rule in ("token", "weighted"):
+        opts = dict(OUTPUT_OPTIONS, weight=class_weight, z_loss_reduction=z_rule)
+        shard = logits64[:, rank * v_r:(rank + 1) * v_r].to(dtype).requires_grad_()
+        res = vocab_parallel_cross_entropy(shard, target, None, **opts, **RETURN_ALL)
+        res.loss.backward()
+        plain = shard.detach().clone().requires_grad_()
+        vocab_parallel_cross_entropy(plain, target, None, **opts).backward()
+        full = logits64.to(dtype)
+        expect = torch.where(target != -100, full.argmax(-1), torch.full_like(target, -100))
+        z_ref, _, _ = reference.cross_entropy_extras(logits64, target, **{k: v for k, v in opts.items()
+                                                                           if k != "label_smoothing"})
+        z_eager, _, _ = reference.cross_entropy_extras(full, target, **{k: v for k, v in opts.items()
+                                                                        if k != "label_smoothing"})
+        loss_ref = reference.cross_entropy(logits64, target, **opts)
+        loss_eager = reference.cross_entropy(full, target, **opts)
+        hits = ((expect == target) & (target != -100)).sum() / (target != -100).sum()
+        name = f"outputs/ce/{z_rule}/{tag}"
+        out.append(_check(f"{name}/loss", res.loss.detach(), loss_eager, loss_ref, dtype))
+        out.append(_check(f"{name}/z_loss", res.z_loss, z_eager, z_ref, dtype))
+        out.append({"name": f"{name}/exact", "predicted": bool(torch.equal(res.predicted_tokens, expect)),
+                    "accuracy": abs(float(res.token_accuracy) - float(hits)) < 1e-6,
+                    "hits": float(res.token_accuracy), "grad_same": bool(torch.equal(shard.grad, plain.grad)),
+                    "no_grad_fields": not (res.z_loss.requires_grad or res.token_accuracy.requires_grad)})
+    opts = dict(OUTPUT_OPTIONS, class_weight=class_weight, chunk_size=8)
+    rows = slice(rank * v_r, (rank + 1) * v_r)
+    logits_ref = hidden64 @ weight64.T
+    target = target.clone()
+    target[0] = int(logits_ref[0].argmax())  # a clear maximum (logits ~10 apart): a hit in every dtype
+    grads = []
+    for extra in (RETURN_ALL, {}):
+        hidden = hidden64.to(dtype).requires_grad_()
+        w_shard = weight64[rows].to(dtype).requires_grad_()
+        res = vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None, **opts, **extra)
+        (res.loss if extra else res).backward()
+        grads.append((hidden.grad, w_shard.grad))
+        if extra:
+            kept = res
+    ref_opts = {k: v for k, v in opts.items() if k not in ("chunk_size", "class_weight")}
+    logits_eager = (hidden64.to(dtype) @ weight64.to(dtype).T)
+    z_ref, _, _ = reference.cross_entropy_extras(logits_ref, target, weight=class_weight,
+                                                 **{k: v for k, v in ref_opts.items() if k != "label_smoothing"})
+    z_eager, _, _ = reference.cross_entropy_extras(logits_eager, target, weight=class_weight,
+                                                   **{k: v for k, v in ref_opts.items() if k != "label_smoothing"})
+    name = f"outputs/lce/{tag}"
+    out.append(_check(f"{name}/z_loss", kept.z_loss, z_eager, z_ref, dtype))
+    pred = kept.predicted_tokens
+    valid = target != -100
+    out.append({"name": f"{name}/exact", "predicted": _argmax_close(pred, logits_ref, target, dtype),
+                "accuracy": abs(float(kept.token_accuracy) - float(((pred == target) & valid).sum() / valid.sum()))
+                < 1e-6, "hits": float(kept.token_accuracy),
+                "grad_same": all(torch.equal(a, b) for a, b in zip(grads[0], grads[1], strict=True)),
+                "no_grad_fields": not (kept.z_loss.requires_grad or kept.token_accuracy.requires_grad)})
+    return out
+
+
 def memory_checks(rank: int, world: int) -> list[dict]:
     """The largest tensor any op creates on this rank, forward and backward, against the shard's logits."""
     n, vocab, hid = 32, 256, 8
@@ -224,7 +317,7 @@ def error_checks(world: int) -> list[dict]:
 
 
 def main() -> None:
-    which = sys.argv[2].split(",") if len(sys.argv) > 2 else ["ce", "lce", "memory"]
+    which = sys.argv[2].split(",") if len(sys.argv) > 2 else ["ce", "lce", "outputs", "memory"]
     with process_group(sys.argv[1]) as (rank, world):
         results = []
         for dtype in (torch.float32, torch.bfloat16):
@@ -232,6 +325,8 @@ def main() -> None:
                 results += ce_checks(rank, world, dtype)
             if "lce" in which:
                 results += lce_checks(rank, world, dtype)
+            if "outputs" in which:
+                results += output_checks(rank, world, dtype)
         if "memory" in which:
             results += memory_checks(rank, world)
             results += error_checks(world)

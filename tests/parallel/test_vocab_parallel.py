@@ -65,6 +65,34 @@ def test_collectives_are_the_statistics_and_the_hidden_gradient(checks):
         # Backward: the logits' gradient needs no collective; dhidden needs one all-reduce.
         assert ce["backward"] == []
         assert lce["backward"] == ["allreduce_.default"]
+        # The predicted tokens (and the accuracy, z-loss): the raw maximum rides in the MAX all-reduce, one MIN
+        # all-reduce picks the first column of it; the backward is unchanged.
+        ce, lce = checks["collectives/ce_outputs"][rank], checks["collectives/lce_outputs"][rank]
+        assert ce["forward"] == lce["forward"] == ["allreduce_.default"] * 3
+        assert ce["backward"] == []
+        assert lce["backward"] == ["allreduce_.default"]
+
+
+OUTPUTS = [f"outputs/ce/{rule}/{dtype}/{what}" for rule in ("token", "weighted") for dtype in ("float32", "bfloat16")
+           for what in ("loss", "z_loss")]
+OUTPUTS += [f"outputs/lce/{dtype}/z_loss" for dtype in ("float32", "bfloat16")]
+
+
+@pytest.mark.parametrize("name", OUTPUTS)
+def test_returned_values_by_the_accuracy_rule(checks, name):
+    for rank, r in checks[name].items():
+        assert r["finite"], (rank, r)
+        assert r["ours_err"] <= r["bound"], (rank, r)
+
+
+@pytest.mark.parametrize("name", [f"outputs/ce/{rule}/{dtype}/exact" for rule in ("token", "weighted")
+                                  for dtype in ("float32", "bfloat16")]
+                         + [f"outputs/lce/{dtype}/exact" for dtype in ("float32", "bfloat16")])
+def test_predicted_tokens_accuracy_and_unchanged_gradients(checks, name):
+    for rank, r in checks[name].items():
+        assert r["predicted"] and r["accuracy"], (rank, r)
+        assert r["hits"] > 0, (rank, r)  # the targets include argmax hits: the accuracy is not trivially 0
+        assert r["grad_same"] and r["no_grad_fields"], (rank, r)
 
 
 ERRORS = {

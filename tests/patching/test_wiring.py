@@ -129,3 +129,40 @@ def test_tied_head_keeps_sharing_the_embedding(tiny, all_ops):
     wavefront.patch(model)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert len(list(model.parameters())) == len(dict(model.named_parameters()))
+
+
+def test_fused_loss_exposes_token_accuracy_and_z_loss(tiny, all_ops):
+    """loss_metrics(model): the token accuracy and the z-loss term of the last training forward, the same values
+    as the full logits give (argmax against the shifted labels; PaLM's z-loss per token), and the z-loss
+    coefficient on the head enters the training loss."""
+    model = tiny("llama", num_hidden_layers=1)
+    model.train()
+    ref = copy.deepcopy(model)
+    assert wavefront.patching.loss_metrics(model) is None
+    wavefront.patch(model)
+    assert wavefront.patching.loss_metrics(model) is None  # no training forward with labels yet
+    ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(3))
+    labels = ids.clone()
+    labels[:, :2] = -100
+    model.lm_head.z_loss = 1e-2
+    loss = model(input_ids=ids, labels=labels).loss
+    metrics = wavefront.patching.loss_metrics(model)
+    logits = ref(input_ids=ids).logits.float()
+    target = F.pad(labels, (0, 1), value=-100)[:, 1:].reshape(-1)
+    valid = target != -100
+    rows = logits.reshape(-1, logits.shape[-1])
+    predicted = rows.argmax(-1)
+    torch.testing.assert_close(metrics.token_accuracy, ((predicted == target) & valid).sum() / valid.sum())
+    lse = torch.logsumexp(rows, dim=-1)
+    z_term = 1e-2 * (lse[valid] ** 2).mean()
+    torch.testing.assert_close(metrics.z_loss, z_term)
+    torch.testing.assert_close(loss, ref(input_ids=ids, labels=labels).loss + z_term)
+    assert torch.equal(metrics.loss, loss.detach()) and not metrics.loss.requires_grad
+    model.eval()
+    model(input_ids=ids, labels=labels)  # eval: transformers' own loss; the metrics stay the last training call's
+    assert torch.equal(wavefront.patching.loss_metrics(model).loss, metrics.loss)
+    model.train()
+    model.lm_head.metrics = False  # no token accuracy: the kernel's plain variant; the z-loss term stays
+    again = model(input_ids=ids, labels=labels).loss
+    off = wavefront.patching.loss_metrics(model)
+    assert off.token_accuracy is None and torch.equal(off.z_loss, metrics.z_loss) and torch.equal(again, loss)

@@ -32,7 +32,10 @@ ROWS = (("tokens/s (total)", "tokens_per_s", ".4g", "tokens_per_s_ratio"), ("tok
         ("MFU", "mfu", ".3e", None), ("MFU (fp8 mixed peaks)", "mfu_fp8", ".3e", None), ("HFU", "hfu", ".3e", None),
         ("peak memory (MB)", "peak_mem_bytes", ".1f", "peak_mem_ratio"), ("$/step", "cost_per_step", ".3g", None),
         ("$/Mtok", "cost_per_mtok", ".3g", None), ("energy/step (J)", "energy_per_step_j", ".3g", None),
-        ("final loss", "final_loss", ".5f", None), ("MoE imbalance (max/mean)", "moe_imbalance", ".3f", None))
+        ("final loss", "final_loss", ".5f", None),
+        ("  token accuracy (fused loss)", "final_token_accuracy", ".4f", None),
+        ("  z-loss term (fused loss)", "final_z_loss", ".3g", None),
+        ("MoE imbalance (max/mean)", "moe_imbalance", ".3f", None))
 
 
 def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
@@ -171,7 +174,9 @@ def _run(cfg, json_out: str | None) -> None:
             tasks[name] = progress.add_task(name, total=total, info="")
         if rec.step == readout.estimate_step(total) and rank == 0:
             progress.console.print(readout.estimate_line(name, rec.step, rec.step_s, total, order))
-        progress.update(tasks[name], completed=rec.step + 1, info=f"loss {rec.loss:.4f}  {rec.tokens_per_s:,.0f} tok/s")
+        acc = "" if rec.token_accuracy is None else f"  acc {rec.token_accuracy:.3f}"
+        progress.update(tasks[name], completed=rec.step + 1,
+                        info=f"loss {rec.loss:.4f}{acc}  {rec.tokens_per_s:,.0f} tok/s")
 
     try:
         with progress:

@@ -41,6 +41,14 @@ The gradient (backward mode) is written by the same split grid, each program its
 is read once as before, plus 32 B per chunk (partials written and read): +128 B on one 128256-column bf16
 row split 4 ways, measured by workbench.static.traffic: 256,662 B against the 256,532 B minimum).
 
+Predicted token (WRITE_ARGMAX, statistics mode only): the first column of the row's largest raw logit (before
+the softcap, which is monotone), torch.argmax's rule, or ignore_index for an ignored row; in the same read as
+the statistics: each lane keeps its running maximum and the column where it first appeared (a strictly greater
+value replaces it, and a lane's columns rise block by block), and the lanes combine once after the loop (the
+maximum, then the smallest column holding it; without a softcap the running maximum is the softmax's own and
+only the column is extra). Split rows: each chunk's program writes its maximum and column
+(8 B), the combine takes the first chunk holding the row's maximum. Cost: 8 B written per row (int64), no read.
+
 Traffic per row, 16-bit logits, vocabulary V: forward reads 2V B and writes 12 B (loss, statistics), ~6V FLOP
 (softcap adds ~10V), intensity ~3 FLOP/B; backward reads 2V B, writes 2V B. Class weights are read per
 row too but stay in L2 (4V B shared by all rows).
@@ -70,6 +78,21 @@ def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
     if HAS_SOFTCAP:
         x = softcap * tanh(x / softcap)
     return x
+
+
+@triton.jit
+def argmax_block(x, cols, mask, best, best_col):
+    """One block of the per-lane running argmax of the raw logits x: a strictly greater value replaces the
+    lane's best, so a lane (whose columns rise block by block) keeps the first of equal values."""
+    take = tl.where(mask, x, -float("inf")) > best
+    return tl.where(take, x, best), tl.where(take, cols, best_col)
+
+
+@triton.jit
+def argmax_lanes(best, best_col):
+    """The row's (max, first column of the max) from its lanes; an all -inf row gives column 0 (torch.argmax's)."""
+    top = tl.max(best, axis=0)
+    return top, tl.min(tl.where(best == top, best_col, 2147483647), axis=0)
 
 
 @triton.jit
@@ -140,12 +163,20 @@ def _store_loss(loss_ptr, stats_ptr, row, x_row, m, s, sum_w, sum_wx, t_safe, w_
 
 
 @triton.jit
-def _online_block(x_row, weight_ptr, cols, mask, m_lane, s_lane, wx_lane, w_lane, softcap, HAS_WEIGHT: tl.constexpr,
-                  HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, ACC: tl.constexpr):
-    """One block of the per-lane running max and sum (and the smoothing sums)."""
+def _online_block(x_row, weight_ptr, cols, mask, m_lane, s_lane, wx_lane, w_lane, best, best_col, softcap,
+                  HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
+                  WRITE_ARGMAX: tl.constexpr, ACC: tl.constexpr):
+    """One block of the per-lane running max and sum (and the smoothing sums, and the raw logits' argmax)."""
     log2e: tl.constexpr = 1.4426950408889634
-    xc = _capped(tl.load(x_row + cols, mask=mask, other=0.0).to(ACC), softcap, HAS_SOFTCAP)
+    x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+    if WRITE_ARGMAX and HAS_SOFTCAP:
+        best, best_col = argmax_block(x, cols, mask, best, best_col)
+    xc = _capped(x, softcap, HAS_SOFTCAP)
     xm = tl.where(mask, xc, -float("inf"))
+    if WRITE_ARGMAX and not HAS_SOFTCAP:
+        # Uncapped, the softmax's running maximum is the raw one: only the column is tracked (one vector
+        # per lane fewer than a separate maximum).
+        best_col = tl.where(xm > m_lane, cols, best_col)
     m_new = tl.maximum(m_lane, xm)
     # A lane that has seen only -inf keeps a zero sum (-inf - -inf would be NaN).
     m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -157,16 +188,17 @@ def _online_block(x_row, weight_ptr, cols, mask, m_lane, s_lane, wx_lane, w_lane
             w_lane += w
         else:
             wx_lane += tl.where(mask, xc, 0.0)
-    return m_new, s_lane, wx_lane, w_lane
+    return m_new, s_lane, wx_lane, w_lane, best, best_col
 
 
 @triton.jit
 def _ce_kernel(
-    logits_ptr, target_ptr, weight_ptr, loss_ptr, stats_ptr, grad_ptr, scale_ptr,
+    logits_ptr, target_ptr, weight_ptr, loss_ptr, stats_ptr, grad_ptr, scale_ptr, argmax_ptr,
     n_cols, n_classes, col_offset, split_cols, stride_logits_row, stride_grad_row, stride_target, stride_scale,
     ignore_index, label_smoothing, z_loss, softcap,
     HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, COMPUTE_LSE: tl.constexpr,
-    WRITE_GRAD: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    WRITE_GRAD: tl.constexpr, WRITE_ARGMAX: tl.constexpr, SINGLE_PASS: tl.constexpr, BLOCK_N: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = logits_ptr + row * stride_logits_row
@@ -189,6 +221,11 @@ def _ce_kernel(
             if SINGLE_PASS:
                 mask = cols0 < n_cols
                 x_single = tl.load(x_row + cols0, mask=mask, other=0.0).to(ACC)
+                if WRITE_ARGMAX:
+                    best, best_col = argmax_block(x_single, cols0, mask, tl.full((BLOCK_N,), -float("inf"), ACC),
+                                                   tl.zeros((BLOCK_N,), tl.int32))
+                    _, arg = argmax_lanes(best, best_col)
+                    tl.store(argmax_ptr + row, arg.to(tl.int64))
                 xc_single = _capped(x_single, softcap, HAS_SOFTCAP)
                 m = tl.max(tl.where(mask, xc_single, -float("inf")), axis=0)
                 s = tl.sum(tl.where(mask, tl.exp2((xc_single - m) * log2e), 0.0), axis=0)
@@ -206,11 +243,19 @@ def _ce_kernel(
                 s_lane = tl.zeros((BLOCK_N,), ACC)
                 wx_lane = tl.zeros((BLOCK_N,), ACC)
                 w_lane = tl.zeros((BLOCK_N,), ACC)
+                best = tl.full((BLOCK_N,), -float("inf"), ACC)
+                best_col = tl.zeros((BLOCK_N,), tl.int32)
                 for start in range(0, n_cols, BLOCK_N):
                     cols = start + cols0
-                    m_lane, s_lane, wx_lane, w_lane = _online_block(x_row, weight_ptr, cols, cols < n_cols, m_lane,
-                                                                    s_lane, wx_lane, w_lane, softcap, HAS_WEIGHT,
-                                                                    HAS_SOFTCAP, HAS_SMOOTHING, ACC)
+                    m_lane, s_lane, wx_lane, w_lane, best, best_col = _online_block(
+                        x_row, weight_ptr, cols, cols < n_cols, m_lane, s_lane, wx_lane, w_lane, best, best_col,
+                        softcap, HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING, WRITE_ARGMAX, ACC)
+                if WRITE_ARGMAX:
+                    if HAS_SOFTCAP:
+                        _, arg = argmax_lanes(best, best_col)
+                    else:
+                        _, arg = argmax_lanes(m_lane, best_col)
+                    tl.store(argmax_ptr + row, arg.to(tl.int64))
                 m = tl.max(m_lane, axis=0)
                 s = tl.sum(s_lane * tl.exp2((m_lane - m) * log2e), axis=0)
                 if HAS_SMOOTHING:
@@ -254,11 +299,14 @@ def _ce_kernel(
                                     weight_ptr, col_offset, softcap, scale, HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING)
                     tl.store(g_row + cols, (g + poison).to(G_DTYPE), mask=mask)
     else:
-        # An ignored row: zero loss and gradient, and the row's logits are never read.
+        # An ignored row: zero loss and gradient, and the row's logits are never read (its predicted token is
+        # ignore_index).
         if COMPUTE_LSE:
             tl.store(loss_ptr + row, tl.zeros((), ACC))
             tl.store(stats_ptr + 2 * row, tl.zeros((), ACC))
             tl.store(stats_ptr + 2 * row + 1, tl.zeros((), ACC))
+            if WRITE_ARGMAX:
+                tl.store(argmax_ptr + row, tl.zeros((), tl.int64) + ignore_index)
         if WRITE_GRAD:
             g_row = grad_ptr + row * stride_grad_row
             zero = tl.zeros((BLOCK_N,), grad_ptr.dtype.element_ty)
@@ -269,13 +317,14 @@ def _ce_kernel(
 
 @triton.jit
 def _ce_partial_kernel(
-    logits_ptr, target_ptr, weight_ptr, part_ptr, n_cols, split_cols, stride_logits_row, stride_target,
-    ignore_index, softcap,
-    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, BLOCK_N: tl.constexpr,
-    ACC: tl.constexpr,
+    logits_ptr, target_ptr, weight_ptr, part_ptr, part_best_ptr, part_col_ptr, n_cols, split_cols,
+    stride_logits_row, stride_target, ignore_index, softcap,
+    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, WRITE_ARGMAX: tl.constexpr,
+    BLOCK_N: tl.constexpr, ACC: tl.constexpr,
 ):
     """A split row's chunk (program (row, part)): its max m, sum exp(x' - m) and smoothing sums, 16 B to
-    part_ptr[row, part]. An ignored row's chunks are not read (the combine writes its zeros)."""
+    part_ptr[row, part] (and with WRITE_ARGMAX its raw max and the first column of it, 8 B more). An ignored
+    row's chunks are not read (the combine writes its zeros)."""
     log2e: tl.constexpr = 1.4426950408889634
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1).to(tl.int64)
@@ -290,11 +339,21 @@ def _ce_partial_kernel(
         s_lane = tl.zeros((BLOCK_N,), ACC)
         wx_lane = tl.zeros((BLOCK_N,), ACC)
         w_lane = tl.zeros((BLOCK_N,), ACC)
+        best = tl.full((BLOCK_N,), -float("inf"), ACC)
+        best_col = tl.zeros((BLOCK_N,), tl.int32) + lo
         for start in range(lo, hi, BLOCK_N):
             cols = start + cols0
-            m_lane, s_lane, wx_lane, w_lane = _online_block(x_row, weight_ptr, cols, cols < hi, m_lane, s_lane,
-                                                            wx_lane, w_lane, softcap, HAS_WEIGHT, HAS_SOFTCAP,
-                                                            HAS_SMOOTHING, ACC)
+            m_lane, s_lane, wx_lane, w_lane, best, best_col = _online_block(
+                x_row, weight_ptr, cols, cols < hi, m_lane, s_lane, wx_lane, w_lane, best, best_col, softcap,
+                HAS_WEIGHT, HAS_SOFTCAP, HAS_SMOOTHING, WRITE_ARGMAX, ACC)
+        if WRITE_ARGMAX:
+            if HAS_SOFTCAP:
+                top, arg = argmax_lanes(best, best_col)
+            else:
+                top, arg = argmax_lanes(m_lane, best_col)
+            at = row * tl.num_programs(1) + part
+            tl.store(part_best_ptr + at, top)
+            tl.store(part_col_ptr + at, arg)
         m = tl.max(m_lane, axis=0)
         # A chunk of only -inf logits (a padded vocabulary) has m = -inf and s = 0; the combine weighs it 0.
         m_ref = tl.where(m == -float("inf"), 0.0, m)
@@ -306,13 +365,14 @@ def _ce_partial_kernel(
 
 @triton.jit
 def _ce_combine_kernel(
-    logits_ptr, target_ptr, weight_ptr, part_ptr, loss_ptr, stats_ptr, n_parts, n_classes, stride_logits_row,
-    stride_target, ignore_index, label_smoothing, z_loss, softcap,
-    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, BLOCK_S: tl.constexpr,
-    ACC: tl.constexpr,
+    logits_ptr, target_ptr, weight_ptr, part_ptr, part_best_ptr, part_col_ptr, loss_ptr, stats_ptr, argmax_ptr,
+    n_parts, n_classes, stride_logits_row, stride_target, ignore_index, label_smoothing, z_loss, softcap,
+    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, WRITE_ARGMAX: tl.constexpr,
+    BLOCK_S: tl.constexpr, ACC: tl.constexpr,
 ):
     """A split row's loss and statistics from its chunks' partials: the max of the maxima, the sums
-    rescaled to it (the online rule, once), the smoothing sums added."""
+    rescaled to it (the online rule, once), the smoothing sums added; the argmax is the first chunk's column
+    among the chunks that hold the raw maximum (chunks are in column order)."""
     row = tl.program_id(0).to(tl.int64)
     t_safe, valid, poison, w_t, n_f, inv_n = _target(target_ptr, weight_ptr, row, stride_target, ignore_index,
                                                      n_classes, HAS_WEIGHT, ACC)
@@ -332,10 +392,17 @@ def _ce_combine_kernel(
                 sum_w = tl.sum(tl.load(part + 3, mask=in_parts, other=0.0), axis=0)
         _store_loss(loss_ptr, stats_ptr, row, logits_ptr + row * stride_logits_row, m, s, sum_w, sum_wx, t_safe, w_t,
                     inv_n, poison, label_smoothing, z_loss, softcap, HAS_SOFTCAP, HAS_SMOOTHING, ACC)
+        if WRITE_ARGMAX:
+            best = tl.load(part_best_ptr + row * n_parts + k, mask=in_parts, other=-float("inf"))
+            col = tl.load(part_col_ptr + row * n_parts + k, mask=in_parts, other=0)
+            _, arg = argmax_lanes(best, tl.where(in_parts, col, 2147483647))
+            tl.store(argmax_ptr + row, arg.to(tl.int64))
     else:
         tl.store(loss_ptr + row, tl.zeros((), ACC))
         tl.store(stats_ptr + 2 * row, tl.zeros((), ACC))
         tl.store(stats_ptr + 2 * row + 1, tl.zeros((), ACC))
+        if WRITE_ARGMAX:
+            tl.store(argmax_ptr + row, tl.zeros((), tl.int64) + ignore_index)
 
 
 def check_column_slice(n_cols: int, col_offset: int, n_classes: int | None, compute_stats: bool) -> int:
@@ -353,8 +420,8 @@ def check_column_slice(n_cols: int, col_offset: int, n_classes: int | None, comp
 def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *,
                        ignore_index: int, label_smoothing: float, z_loss: float, softcap: float | None,
                        stats: torch.Tensor | None = None, grad: torch.Tensor | None = None,
-                       scale: torch.Tensor | None = None, col_offset: int = 0,
-                       n_classes: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+                       scale: torch.Tensor | None = None, col_offset: int = 0, n_classes: int | None = None,
+                       argmax: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """One launch over the rows of logits [n_rows, V] (unit column stride); target [n_rows] (any stride).
 
     stats None: compute the per-row loss and statistics [n_rows, 2] = (max, log-sum-exp below the max),
@@ -362,10 +429,14 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
     given: also write the gradient there (it may be `logits` itself), scaled per row by ``scale`` (a 0-d
     or [n_rows] tensor, any stride). In backward mode `logits` may be a column slice of rows of
     ``n_classes`` classes starting at class ``col_offset`` (the fused linear cross-entropy's dweight pass).
+    ``argmax`` (int64 [n_rows], contiguous; statistics mode only): also write each row's predicted class, the
+    first column of the raw (uncapped) logits' maximum, or ignore_index for an ignored row, in the same read.
     """
     n_rows, n_cols = logits.shape
     compute_stats = stats is None
     n_classes = check_column_slice(n_cols, col_offset, n_classes, compute_stats)
+    if argmax is not None and not compute_stats:
+        raise ValueError("cross_entropy_rows: the argmax is written by the statistics pass (stats=None)")
     stat = stat_dtype(logits.dtype)
     loss = torch.empty(n_rows, dtype=stat, device=logits.device) if compute_stats else None
     if compute_stats:
@@ -380,17 +451,22 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
     n_splits, split_cols = (1, n_cols) if cfg.single_pass else row_splits(
         n_rows, n_cols, cfg.BLOCK_N, arch, runtime.sm_count(logits.device))
     common = dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
-                  HAS_SMOOTHING=label_smoothing != 0.0, ACC=acc_dtype(logits.dtype))
+                  HAS_SMOOTHING=label_smoothing != 0.0, WRITE_ARGMAX=argmax is not None, ACC=acc_dtype(logits.dtype))
     if n_splits > 1 and compute_stats:
         # Few long rows: the statistics from n_splits programs per row and a combine; the gradient (if asked)
         # then in backward mode below, split the same way.
         part = torch.empty((n_rows, n_splits, 4), dtype=stat, device=logits.device)
+        part_best = part_col = None
+        if argmax is not None:
+            part_best = torch.empty((n_rows, n_splits), dtype=stat, device=logits.device)
+            part_col = torch.empty((n_rows, n_splits), dtype=torch.int32, device=logits.device)
         launch(_ce_partial_kernel, (n_rows, n_splits), logits_ptr=logits, target_ptr=target, weight_ptr=weight,
-               part_ptr=part, n_cols=n_cols, split_cols=split_cols, stride_logits_row=logits.stride(0),
+               part_ptr=part, part_best_ptr=part_best, part_col_ptr=part_col, n_cols=n_cols, split_cols=split_cols, stride_logits_row=logits.stride(0),
                stride_target=target.stride(0), ignore_index=ignore_index, softcap=1.0 if softcap is None else softcap,
                constexprs=dict(common, BLOCK_N=cfg.BLOCK_N), options=cfg.options())
         launch(_ce_combine_kernel, (n_rows,), logits_ptr=logits, target_ptr=target, weight_ptr=weight, part_ptr=part,
-               loss_ptr=loss, stats_ptr=stats, n_parts=n_splits, n_classes=n_classes,
+               part_best_ptr=part_best, part_col_ptr=part_col, loss_ptr=loss, stats_ptr=stats, argmax_ptr=argmax,
+               n_parts=n_splits, n_classes=n_classes,
                stride_logits_row=logits.stride(0), stride_target=target.stride(0), ignore_index=ignore_index,
                label_smoothing=label_smoothing, z_loss=z_loss, softcap=1.0 if softcap is None else softcap,
                constexprs=dict(common, BLOCK_S=max(2, triton.next_power_of_2(n_splits))),
@@ -398,10 +474,11 @@ def cross_entropy_rows(logits: torch.Tensor, target: torch.Tensor, weight: torch
         if not write_grad:
             return loss, stats
         compute_stats = False
+        common["WRITE_ARGMAX"] = False
     launch(
         _ce_kernel, (n_rows, n_splits),
         logits_ptr=logits, target_ptr=target, weight_ptr=weight, loss_ptr=loss, stats_ptr=stats, grad_ptr=grad,
-        scale_ptr=scale, n_cols=n_cols, n_classes=n_classes, col_offset=col_offset, split_cols=split_cols,
+        scale_ptr=scale, argmax_ptr=argmax, n_cols=n_cols, n_classes=n_classes, col_offset=col_offset, split_cols=split_cols,
         stride_logits_row=logits.stride(0), stride_grad_row=grad.stride(0) if write_grad else 0,
         stride_target=target.stride(0),
         stride_scale=(scale.stride(0) if scale.dim() else 0) if write_grad else 0,

@@ -13,6 +13,10 @@ The caller all-reduces m (MAX), then s_r exp(m_r - m), xt_r and wx_r (SUM) and a
 (wavefront/parallel/vocab_parallel.py); the gradient of the shard needs nothing from other ranks beyond
 the global (m, log s), so the backward is the cross-entropy kernel's backward mode on a column slice.
 
+Predicted tokens (optional, WRITE_ARGMAX): the shard's raw (uncapped) logit maximum b_r and the global
+column of its first occurrence a_r, in the same read; the caller all-reduces MAX of b_r, then MIN of a_r over
+the shards whose b_r is the maximum (the first column overall, torch.argmax's tie rule).
+
 Out: stats [n_rows, 4] = (m_r, s_r, xt_r, wx_r) in fp32 (fp64 for fp64 logits). An ignored row writes
 (0, 1, 0, 0) without reading its logits (lse 0: its loss is zeroed by the caller). A target outside
 [0, V) that is not ignore_index writes NaN into xt_r on every rank, so the row's loss is NaN everywhere.
@@ -32,6 +36,7 @@ from wavefront import runtime
 from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels._math import tanh
+from wavefront.kernels.cross_entropy import argmax_block, argmax_lanes
 from wavefront.kernels.row_config import row_config
 
 N_STATS = 4
@@ -39,10 +44,10 @@ N_STATS = 4
 
 @triton.jit
 def _vocab_shard_stats_kernel(
-    logits_ptr, target_ptr, weight_ptr, stats_ptr,
+    logits_ptr, target_ptr, weight_ptr, stats_ptr, best_ptr, best_col_ptr,
     n_cols, n_classes, col_offset, stride_logits_row, stride_target, ignore_index, softcap,
-    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, BLOCK_N: tl.constexpr,
-    ACC: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SMOOTHING: tl.constexpr, WRITE_ARGMAX: tl.constexpr,
+    BLOCK_N: tl.constexpr, ACC: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = logits_ptr + row * stride_logits_row
@@ -56,10 +61,14 @@ def _vocab_shard_stats_kernel(
         m_lane = tl.full((BLOCK_N,), -float("inf"), ACC)
         s_lane = tl.zeros((BLOCK_N,), ACC)
         wx_lane = tl.zeros((BLOCK_N,), ACC)
+        best = tl.full((BLOCK_N,), -float("inf"), ACC)
+        best_col = tl.zeros((BLOCK_N,), tl.int32)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + cols0
             mask = cols < n_cols
             xc = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+            if WRITE_ARGMAX:
+                best, best_col = argmax_block(xc, cols, mask, best, best_col)
             if HAS_SOFTCAP:
                 xc = softcap * tanh(xc / softcap)
             xm = tl.where(mask, xc, -float("inf"))
@@ -89,18 +98,27 @@ def _vocab_shard_stats_kernel(
         tl.store(out + 1, s)
         tl.store(out + 2, x_t)
         tl.store(out + 3, tl.sum(wx_lane, axis=0))
+        if WRITE_ARGMAX:
+            top, arg = argmax_lanes(best, best_col)
+            tl.store(best_ptr + row, top)
+            tl.store(best_col_ptr + row, arg.to(tl.int64) + col_offset)
     else:
         tl.store(out, tl.zeros((), ACC))
         tl.store(out + 1, tl.full((), 1.0, ACC))
         tl.store(out + 2, tl.zeros((), ACC))
         tl.store(out + 3, tl.zeros((), ACC))
+        if WRITE_ARGMAX:
+            tl.store(best_ptr + row, tl.full((), -float("inf"), ACC))
+            tl.store(best_col_ptr + row, tl.zeros((), tl.int64) + ignore_index)
 
 
 def vocab_shard_stats(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, *, ignore_index: int,
-                      label_smoothing: float, softcap: float | None, col_offset: int,
-                      n_classes: int) -> torch.Tensor:
+                      label_smoothing: float, softcap: float | None, col_offset: int, n_classes: int,
+                      argmax: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """One launch over the rows of a vocabulary shard logits [n_rows, V_r] (unit column stride) with global
-    targets [n_rows] (any stride) and class weights [n_classes] (or None). Returns stats [n_rows, 4]."""
+    targets [n_rows] (any stride) and class weights [n_classes] (or None). Returns stats [n_rows, 4].
+    ``argmax`` (best [n_rows] in the stats' dtype, column [n_rows] int64, contiguous): also write the shard's
+    raw logit maximum and the global column of its first occurrence (-inf and ignore_index for ignored rows)."""
     n_rows, n_cols = logits.shape
     if col_offset < 0 or col_offset + n_cols > n_classes:
         raise ValueError(f"vocab_shard_stats: columns [{col_offset}, {col_offset + n_cols}) are not inside the "
@@ -111,11 +129,14 @@ def vocab_shard_stats(logits: torch.Tensor, target: torch.Tensor, weight: torch.
     cfg = row_config(n_cols, logits.dtype, runtime.arch(logits.device), online=True)
     launch(
         _vocab_shard_stats_kernel, (n_rows,),
-        logits_ptr=logits, target_ptr=target, weight_ptr=weight, stats_ptr=stats, n_cols=n_cols,
+        logits_ptr=logits, target_ptr=target, weight_ptr=weight, stats_ptr=stats,
+        best_ptr=None if argmax is None else argmax[0], best_col_ptr=None if argmax is None else argmax[1],
+        n_cols=n_cols,
         n_classes=n_classes, col_offset=col_offset, stride_logits_row=logits.stride(0),
         stride_target=target.stride(0), ignore_index=ignore_index, softcap=1.0 if softcap is None else softcap,
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
-                        HAS_SMOOTHING=label_smoothing != 0.0, BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(logits.dtype)),
+                        HAS_SMOOTHING=label_smoothing != 0.0, WRITE_ARGMAX=argmax is not None, BLOCK_N=cfg.BLOCK_N,
+                        ACC=acc_dtype(logits.dtype)),
         options=cfg.options(),
     )
     return stats

@@ -23,7 +23,7 @@ from wavefront.ops import softmax as _softmax
 from wavefront.ops._spec import Case, OpInputs, OpSpec, Tolerance
 from wavefront.ops.adamw import adamw_step
 from wavefront.ops.attention import attention
-from wavefront.ops.cross_entropy import cross_entropy
+from wavefront.ops.cross_entropy import LossOutput, cross_entropy
 from wavefront.ops.glu import geglu, swiglu
 from wavefront.ops.grouped_linear import grouped_linear
 from wavefront.ops.linear import linear
@@ -51,7 +51,7 @@ def get_spec(name: str) -> OpSpec:
         raise ValueError(f"unknown op {name!r}; registered ops: {', '.join(sorted(REGISTRY))}") from None
 
 
-__all__ = ["REGISTRY", "Case", "OpInputs", "OpSpec", "Quantized", "Tolerance", "adamw_step", "add_rms_norm",
-           "attention", "cross_entropy", "geglu", "get_spec", "grouped_linear", "layer_norm", "linear",
+__all__ = ["REGISTRY", "Case", "LossOutput", "OpInputs", "OpSpec", "Quantized", "Tolerance", "adamw_step",
+           "add_rms_norm", "attention", "cross_entropy", "geglu", "get_spec", "grouped_linear", "layer_norm", "linear",
            "linear_cross_entropy", "linear_fp8", "moe_permute", "moe_router", "moe_unpermute", "quantize", "rms_norm",
            "rope", "softmax", "swiglu"]

@@ -19,6 +19,7 @@ writing a gradient in the forward and scaling it by the upstream gradient in the
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -33,25 +34,52 @@ from wavefront.ops._validate import as_rows, check_choice, check_same_device, ch
 INDEX_DTYPES = (torch.int64, torch.int32)
 
 
+class LossOutput(NamedTuple):
+    """What the fused losses return when more than the loss is asked for (``return_z_loss``,
+    ``return_predicted_tokens``, ``return_token_accuracy``); a field not asked for is None. Only ``loss``
+    carries a gradient; the others are measurements of the same forward (no extra pass over the logits).
+
+    - ``z_loss``: the z-loss term z * lse^2 reduced like the loss (its share of ``loss``; zeros for z = 0).
+    - ``predicted_tokens``: int64, the target's shape: the first index of the largest raw logit (before any
+      softcap), ``ignore_index`` where the target is ignored (those logits are never read).
+    - ``token_accuracy``: 0-d fp32, the fraction of non-ignored positions whose predicted token is the
+      target (0 when every position is ignored).
+    """
+
+    loss: Tensor
+    z_loss: Tensor | None = None
+    predicted_tokens: Tensor | None = None
+    token_accuracy: Tensor | None = None
+
+
 def _stat(logits: Tensor) -> torch.dtype:
     return stat_dtype(logits.dtype)
 
 
+def _argmax_out(logits: Tensor, want: bool) -> Tensor:
+    """The predicted-token output: [n_rows] int64 when asked for, else an empty placeholder."""
+    return logits.new_empty(logits.shape[0] if want else 0, dtype=torch.int64)
+
+
 @torch.library.custom_op("wavefront::cross_entropy_fwd", mutates_args=())
 def _ce_fwd(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
-            z_loss: float, softcap: float | None) -> tuple[Tensor, Tensor]:
+            z_loss: float, softcap: float | None, want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
     from wavefront.kernels import cross_entropy as kernels
     from wavefront.kernels._launch import op_scope
 
+    argmax = _argmax_out(logits, want_argmax)
     with op_scope("cross_entropy"):
-        return kernels.cross_entropy_rows(logits, target, weight, ignore_index=ignore_index,
-                                          label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
+        loss, stats = kernels.cross_entropy_rows(logits, target, weight, ignore_index=ignore_index,
+                                                 label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+                                                 argmax=argmax if want_argmax else None)
+    return loss, stats, argmax
 
 
 @_ce_fwd.register_fake
-def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap):
+def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, want_argmax):
     n_rows = logits.shape[0]
-    return logits.new_empty(n_rows, dtype=_stat(logits)), logits.new_empty((n_rows, 2), dtype=_stat(logits))
+    return (logits.new_empty(n_rows, dtype=_stat(logits)), logits.new_empty((n_rows, 2), dtype=_stat(logits)),
+            _argmax_out(logits, want_argmax))
 
 
 @torch.library.custom_op("wavefront::cross_entropy_bwd", mutates_args=())
@@ -73,17 +101,17 @@ def _(dloss, logits, target, weight, stats, ignore_index, label_smoothing, z_los
 
 
 def _setup_context(ctx, inputs, output):
-    logits, target, weight, ignore_index, label_smoothing, z_loss, softcap = inputs
+    logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, _ = inputs
     ctx.save_for_backward(logits, target, weight, output[1])
     ctx.options = (ignore_index, label_smoothing, z_loss, softcap)
-    ctx.mark_non_differentiable(output[1])
+    ctx.mark_non_differentiable(output[1], output[2])
     ctx.set_materialize_grads(False)  # no zero "gradient" for the statistics
 
 
-def _backward(ctx, dloss, dstats):
+def _backward(ctx, dloss, dstats, dargmax):
     logits, target, weight, stats = ctx.saved_tensors
     dlogits = torch.ops.wavefront.cross_entropy_bwd(dloss, logits, target, weight, stats, *ctx.options)
-    return dlogits, None, None, None, None, None, None
+    return dlogits, None, None, None, None, None, None, None
 
 
 _ce_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -91,21 +119,24 @@ _ce_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 @torch.library.custom_op("wavefront::cross_entropy_fwd_grad_", mutates_args=("logits",))
 def _ce_fwd_grad_(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
-                  z_loss: float, softcap: float | None) -> tuple[Tensor, Tensor]:
+                  z_loss: float, softcap: float | None, want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
     from wavefront.kernels import cross_entropy as kernels
     from wavefront.kernels._launch import op_scope
 
     one = torch.ones((), dtype=_stat(logits), device=logits.device)
+    argmax = _argmax_out(logits, want_argmax)
     with op_scope("cross_entropy"):
-        return kernels.cross_entropy_rows(logits, target, weight, ignore_index=ignore_index,
-                                          label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-                                          grad=logits, scale=one)
+        loss, stats = kernels.cross_entropy_rows(logits, target, weight, ignore_index=ignore_index,
+                                                 label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+                                                 grad=logits, scale=one, argmax=argmax if want_argmax else None)
+    return loss, stats, argmax
 
 
 @_ce_fwd_grad_.register_fake
-def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap):
+def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, want_argmax):
     n_rows = logits.shape[0]
-    return logits.new_empty(n_rows, dtype=_stat(logits)), logits.new_empty((n_rows, 2), dtype=_stat(logits))
+    return (logits.new_empty(n_rows, dtype=_stat(logits)), logits.new_empty((n_rows, 2), dtype=_stat(logits)),
+            _argmax_out(logits, want_argmax))
 
 
 class _InplaceCrossEntropy(torch.autograd.Function):
@@ -116,23 +147,24 @@ class _InplaceCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, rows, target, weight, ignore_index, label_smoothing, z_loss, softcap, state):
-        loss_rows, _ = torch.ops.wavefront.cross_entropy_fwd_grad_(rows, target, weight, ignore_index,
-                                                                   label_smoothing, z_loss, softcap)
+    def forward(ctx, rows, target, weight, ignore_index, label_smoothing, z_loss, softcap, want_argmax, state):
+        loss_rows, stats, argmax = torch.ops.wavefront.cross_entropy_fwd_grad_(
+            rows, target, weight, ignore_index, label_smoothing, z_loss, softcap, want_argmax)
         ctx.state = state
         state["rows"] = rows
-        return loss_rows
+        ctx.mark_non_differentiable(stats, argmax)
+        return loss_rows, stats, argmax
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, dloss):
+    def backward(ctx, dloss, dstats, dargmax):
         grad = ctx.state.pop("rows", None)
         if grad is None:
             raise RuntimeError("cross_entropy: with inplace_backward=True the backward can run only once")
         if grad._version != ctx.state["version"]:
             raise RuntimeError("cross_entropy: the logits were modified in place after the loss with "
                                "inplace_backward=True, where they hold the gradient; pass inplace_backward=False")
-        return grad.mul_(dloss[:, None].to(grad.dtype)), None, None, None, None, None, None, None
+        return grad.mul_(dloss[:, None].to(grad.dtype)), None, None, None, None, None, None, None, None
 
 
 class _Overwritten(torch.autograd.Function):
@@ -152,12 +184,12 @@ class _Overwritten(torch.autograd.Function):
                            "inplace_backward=False")
 
 
-def _inplace_loss(rows: Tensor, *args) -> Tensor:
+def _inplace_loss(rows: Tensor, *args) -> tuple[Tensor, Tensor, Tensor]:
     state: dict = {}
-    loss_rows = _InplaceCrossEntropy.apply(rows, *args, state)
+    out = _InplaceCrossEntropy.apply(rows, *args, state)
     _Overwritten.apply(rows)
     state["version"] = rows._version
-    return loss_rows
+    return out
 
 
 def check_inplace_backward(op: str, logits: Tensor) -> None:
@@ -204,6 +236,85 @@ def check_loss_options(op: str, *, n_classes: int, ignore_index, label_smoothing
             raise ValueError(f"{op}: argument '{class_weight_name}' must be on {device}, got {class_weight.device}")
 
 
+def check_output_options(op: str, *, z_loss_reduction, loss_dtype, input_dtype: torch.dtype, **flags) -> None:
+    """Checks of the options that choose what the fused losses return; messages name the argument."""
+    check_choice(op, "z_loss_reduction", z_loss_reduction, reference.Z_LOSS_REDUCTIONS)
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{op}: argument '{name}' must be a bool, got {type(value).__name__}")
+    if loss_dtype is not None:
+        allowed = (stat_dtype(input_dtype), input_dtype)
+        if not isinstance(loss_dtype, torch.dtype) or loss_dtype not in allowed:
+            names = " or ".join(dict.fromkeys(str(d) for d in allowed))
+            raise ValueError(f"{op}: argument 'loss_dtype' must be None (the default, {allowed[0]}) or {names} "
+                             f"(the input's dtype), got {loss_dtype!r}")
+
+
+def mean_class_weight(target: Tensor, ignore_index: int, class_weight: Tensor | None, z_loss: float,
+                      reduction: str, z_loss_reduction: str) -> tuple[Tensor | None, bool]:
+    """(the class weights the kernels see, whether the mean divides by the token count).
+
+    The cross-entropy term of a weighted mean is divided by W, the total class weight of the non-ignored
+    targets; PaLM's z-loss term by their count n (``z_loss_reduction="token"``). Both in one kernel pass: the
+    loss is linear in the class weights, so weights scaled by n / W and a mean over the n tokens give
+    sum(ce) / W + z sum(lse^2) / n, and the gradient follows from the same per-row scale 1 / n. A [V] vector
+    scaled on the device, no host sync; an all-zero-weight batch (W = 0) divides by 1 as before."""
+    if class_weight is None or reduction != "mean" or not z_loss or z_loss_reduction == "weighted":
+        return class_weight, False
+    # In float64, rounded once to the kernels' dtype: the scaled weights carry half an ulp of error, not the
+    # two roundings of an fp32 n / W and product (which cost the weighted mean ~2 ulps against float64).
+    acc = torch.float64 if class_weight.dtype == torch.float64 else torch.float32
+    n = reference.cross_entropy_denominator(target, ignore_index, None, torch.float64)
+    total = reference.cross_entropy_denominator(target, ignore_index, class_weight, torch.float64)
+    scale = n / torch.where(total > 0, total, torch.ones_like(total))
+    return (class_weight.to(torch.float64) * scale).to(acc), True
+
+
+def loss_result(loss: Tensor, stats: Tensor | None, predicted: Tensor | None, target: Tensor, *, ignore_index: int,
+                z_loss: float, class_weight: Tensor | None, reduction: str, divisor, z_loss_reduction: str,
+                return_z_loss: bool, return_predicted_tokens: bool, return_token_accuracy: bool,
+                loss_dtype: torch.dtype | None) -> Tensor | LossOutput:
+    """What a fused loss returns, from its reduced ``loss``, the rows' statistics ``stats`` [N, 2] = (m, log s)
+    (lse = m + log s; zeros for ignored rows) and predicted tokens [N] (ignore_index where ignored): the loss
+    alone, or a :class:`LossOutput` when more is asked for. O(N) arithmetic on per-row values, nothing of
+    the vocabulary's size."""
+    if loss_dtype is not None:
+        loss = loss.to(loss_dtype)
+    if not (return_z_loss or return_predicted_tokens or return_token_accuracy):
+        return loss
+    flat = target.reshape(-1)
+    valid = flat != ignore_index
+    z_out = tokens = accuracy = None
+    if return_z_loss:
+        lse = stats[:, 0] + stats[:, 1]
+        z_rows = torch.where(valid, z_loss * lse * lse, torch.zeros_like(lse)) if z_loss else torch.zeros_like(lse)
+        by = class_weight if z_loss_reduction == "weighted" else None
+        denom = (reference.cross_entropy_denominator(flat, ignore_index, by, lse.dtype) if reduction == "mean"
+                 else None)
+        z_out = reference.reduce_loss(z_rows, denom, reduction, divisor)
+        z_out = z_out.view(target.shape) if reduction == "none" else z_out
+        z_out = z_out if loss_dtype is None else z_out.to(loss_dtype)
+    if return_predicted_tokens:
+        tokens = predicted.view(target.shape)
+    if return_token_accuracy:
+        count = valid.sum().to(torch.float32)
+        hits = ((predicted == flat) & valid).sum().to(torch.float32)
+        accuracy = hits / torch.where(count > 0, count, torch.ones_like(count))
+    return LossOutput(loss, z_out, tokens, accuracy)
+
+
+def reference_rows(logits: Tensor, target: Tensor, ignore_index: int, softcap: float | None) -> tuple[Tensor, Tensor]:
+    """(statistics [N, 2] = (lse, 0), predicted tokens [N]) of logits [N, V] in plain PyTorch, for the
+    cpu-reference fallback of :func:`loss_result` (zeros and ignore_index where the target is ignored)."""
+    valid = target != ignore_index
+    x = logits.to(stat_dtype(logits.dtype))
+    if softcap is not None:
+        x = softcap * torch.tanh(x / softcap)
+    lse = torch.where(valid, torch.logsumexp(x, dim=-1), torch.zeros((), dtype=x.dtype, device=x.device))
+    predicted = torch.where(valid, logits.argmax(-1), torch.full_like(target, ignore_index, dtype=torch.int64))
+    return torch.stack([lse, torch.zeros_like(lse)], dim=1), predicted
+
+
 def values_checkable(t: Tensor) -> bool:
     """Whether reading t's values on the host is free and meaningful: a CPU tensor (no device sync),
     outside torch.compile tracing and outside any dispatch mode (shape-only captures such as inspect's,
@@ -230,7 +341,9 @@ def check_target(op: str, target, batch_shape: tuple[int, ...], n_classes: int, 
 def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
                   z_loss: float = 0.0, softcap: float | None = None, weight: Tensor | None = None,
                   reduction: str = "mean", divisor: Tensor | float | None = None,
-                  inplace_backward: bool = False) -> Tensor:
+                  inplace_backward: bool = False, z_loss_reduction: str = "token",
+                  loss_dtype: torch.dtype | None = None, return_z_loss: bool = False,
+                  return_predicted_tokens: bool = False, return_token_accuracy: bool = False) -> Tensor | LossOutput:
     """Cross-entropy over the last dim of ``logits [..., V]`` with integer ``target [...]``.
 
     Same definition as ``F.cross_entropy`` (class ``weight``, ``label_smoothing``, ``ignore_index``,
@@ -240,7 +353,16 @@ def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, l
     it, e.g. Hugging Face's ``num_items_in_batch`` for gradient accumulation; a tensor stays on device).
 
     ``mean`` divides by the count (or total class weight) of non-ignored targets without a host sync; an
-    all-ignored batch gives 0 with zero gradient (F.cross_entropy gives NaN).
+    all-ignored batch gives 0 with zero gradient (F.cross_entropy gives NaN). The z-loss term is averaged
+    over the non-ignored targets even with class weights (PaLM; class weights do not scale it);
+    ``z_loss_reduction="weighted"`` divides it by the total class weight like the rest instead.
+
+    ``loss_dtype``: the dtype of the returned loss (and z-loss): None is fp32 (fp64 for fp64 logits);
+    ``logits.dtype`` rounds the fp32 result once to the input's dtype.
+
+    ``return_z_loss``, ``return_predicted_tokens``, ``return_token_accuracy``: return a :class:`LossOutput`
+    (loss, z_loss, predicted_tokens, token_accuracy) with the fields asked for, computed in the same read of
+    the logits (the argmax in the kernel's online pass, the z-loss from the saved statistics).
 
     ``inplace_backward=True`` overwrites ``logits`` with the gradient during the forward to save one
     [..., V] buffer in the backward: only when nothing else reads the logits after the loss (one backward
@@ -258,24 +380,41 @@ def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, l
                        z_loss=z_loss, softcap=softcap, reduction=reduction, divisor=divisor, class_weight=weight,
                        class_weight_name="weight", device=logits.device)
     check_same_device(op, logits=logits, target=target, weight=weight)
+    check_output_options(op, z_loss_reduction=z_loss_reduction, loss_dtype=loss_dtype, input_dtype=logits.dtype,
+                         return_z_loss=return_z_loss, return_predicted_tokens=return_predicted_tokens,
+                         return_token_accuracy=return_token_accuracy)
     options = (int(ignore_index), float(label_smoothing), float(z_loss), None if softcap is None else float(softcap))
+    want_argmax = return_predicted_tokens or return_token_accuracy
+    result = dict(ignore_index=options[0], z_loss=options[2], class_weight=weight, reduction=reduction,
+                  divisor=divisor, z_loss_reduction=z_loss_reduction, return_z_loss=return_z_loss,
+                  return_predicted_tokens=return_predicted_tokens, return_token_accuracy=return_token_accuracy,
+                  loss_dtype=loss_dtype)
     if logits.numel() == 0 or not runtime.uses_triton(logits.device):
-        return reference.cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+        loss = reference.cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
                                        z_loss=z_loss, softcap=softcap, weight=weight, reduction=reduction,
-                                       divisor=divisor)
+                                       divisor=divisor, z_loss_reduction=z_loss_reduction)
+        stats = predicted = None
+        if return_z_loss or want_argmax:
+            flat_target = target.reshape(-1)
+            stats, predicted = reference_rows(logits.detach().reshape(flat_target.shape[0], n_classes), flat_target,
+                                              options[0], options[3])
+        return loss_result(loss, stats, predicted, target, **result)
     rows = as_rows(logits)
     flat_target = target.reshape(-1)
-    w = weight.contiguous() if weight is not None else None
+    w, by_tokens = mean_class_weight(flat_target, options[0], weight, options[2], reduction, z_loss_reduction)
+    w = w.contiguous() if w is not None else None
     if (inplace_backward and torch.is_grad_enabled() and logits.requires_grad
             and not torch.compiler.is_compiling()):
         check_inplace_backward(op, logits)
-        loss_rows = _inplace_loss(rows, flat_target, w, *options)
+        loss_rows, stats, predicted = _inplace_loss(rows, flat_target, w, *options, want_argmax)
     else:
-        loss_rows, _ = torch.ops.wavefront.cross_entropy_fwd(rows, flat_target, w, *options)
-    denom = (reference.cross_entropy_denominator(flat_target, ignore_index, w, loss_rows.dtype)
-             if reduction == "mean" else None)
+        loss_rows, stats, predicted = torch.ops.wavefront.cross_entropy_fwd(rows, flat_target, w, *options,
+                                                                            want_argmax)
+    denom = (reference.cross_entropy_denominator(flat_target, ignore_index, None if by_tokens else w,
+                                                 loss_rows.dtype) if reduction == "mean" else None)
     out = reference.reduce_loss(loss_rows, denom, reduction, divisor)
-    return out.view(target.shape) if reduction == "none" else out
+    out = out.view(target.shape) if reduction == "none" else out
+    return loss_result(out, stats, predicted, target, **result)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -297,10 +436,21 @@ def _inputs(case: Case, dtype, device, gen) -> OpInputs:
     return OpInputs((logits, target), opts, (0,))
 
 
+#: Every value the fused losses can return beside the loss (registry cases, bench cases).
+RETURN_ALL = {"return_z_loss": True, "return_predicted_tokens": True, "return_token_accuracy": True}
+
+
+def predicted_bytes(case: Case, mode: Mode) -> int:
+    """The predicted tokens' minimum: 8 B (int64) written per row in the forward, when asked for."""
+    wants = case.options.get("return_predicted_tokens") or case.options.get("return_token_accuracy")
+    return 8 * case.dims["n_rows"] if wants and mode == "fwd" else 0
+
+
 def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
     # fwd: read logits and targets (8 B), write the loss (4 B) and statistics (8 B). bwd: read logits,
     # targets, statistics and the upstream scale (4 B), write the gradient.
-    return (1 if mode == "fwd" else 2) * numel(case) * itemsize(dtype) + 20 * case.dims["n_rows"]
+    return ((1 if mode == "fwd" else 2) * numel(case) * itemsize(dtype) + 20 * case.dims["n_rows"]
+            + predicted_bytes(case, mode))
 
 
 _VOCABS = {"mistral_32k": 32768, "llama3_128k": 128256, "qwen2.5_152k": 152064, "gemma3_262k": 262144}
@@ -332,9 +482,18 @@ SPECS = (
             Case("all_options_wide", "softcap, smoothing, z-loss and weights across the blocks of a wide row",
                  {"n_rows": 2, "n_cols": 20000},
                  {"softcap": 30.0, "scale": 10.0, "label_smoothing": 0.1, "z_loss": 1e-4, "class_weight": True}),
+            Case("outputs", "z-loss term, predicted tokens, accuracy; PaLM z-loss under a weighted mean",
+                 {"n_rows": 8, "n_cols": 1000}, {"z_loss": 1e-3, "class_weight": True, **RETURN_ALL}),
+            Case("outputs_z_weighted", "the previous z-loss rule by name: divided by the total class weight",
+                 {"n_rows": 8, "n_cols": 700},
+                 {"z_loss": 1e-3, "class_weight": True, "z_loss_reduction": "weighted", "return_z_loss": True}),
+            Case("outputs_wide", "argmax across blocks and split programs of wide rows, softcapped",
+                 {"n_rows": 2, "n_cols": 20000}, {"softcap": 30.0, "scale": 10.0, "z_loss": 1e-4, **RETURN_ALL}),
         )),
         # No ignored targets at bench shapes: ignored rows are never read, which would flatter bytes/minimum.
-        bench_cases=bench_row_cases(_VOCABS, {"ignore_frac": 0.0}),
+        bench_cases=(bench_row_cases(_VOCABS, {"ignore_frac": 0.0})
+                     + bench_row_cases({"llama3_128k_outputs": 128256}, {"ignore_frac": 0.0, "z_loss": 1e-4,
+                                                                       **RETURN_ALL})),
         # fwd per element: softmax statistics (max, subtract, exp2, sum) and the smoothing sum; bwd: exp2,
         # multiply-add and the target correction.
         flops=lambda c, mode: (5 if mode == "fwd" else 4) * numel(c),

@@ -58,7 +58,17 @@ from wavefront.kernels._heuristics import stat_dtype
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_same_dtype, check_shape, check_tensor
-from wavefront.ops.cross_entropy import check_loss_options, check_target
+from wavefront.ops.cross_entropy import (
+    RETURN_ALL,
+    LossOutput,
+    check_loss_options,
+    check_output_options,
+    check_target,
+    loss_result,
+    mean_class_weight,
+    predicted_bytes,
+    reference_rows,
+)
 
 #: Upper bound on the chunk's logits buffer. 128 MiB keeps it at 1/16 of the full bf16 logits at 8k tokens
 #: and vocab 128k while each chunk's GEMM (512 x H x 128k) stays large enough to run at full rate.
@@ -141,11 +151,11 @@ def _stat(dtype: torch.dtype) -> torch.dtype:
 
 
 def _rows_ce(logits, target, class_weight, options, stats=None, grad=None, scale=None, col_offset=0,
-             n_classes=None):
+             n_classes=None, argmax=None):
     """The per-chunk cross-entropy: the Triton kernel, or its row-wise PyTorch twin on cpu-reference."""
     ignore_index, label_smoothing, z_loss, softcap = options
     kw = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-              stats=stats, grad=grad, scale=scale, col_offset=col_offset, n_classes=n_classes)
+              stats=stats, grad=grad, scale=scale, col_offset=col_offset, n_classes=n_classes, argmax=argmax)
     if runtime.uses_triton(logits.device):
         from wavefront.kernels import cross_entropy as kernels
         from wavefront.kernels._launch import op_scope
@@ -165,9 +175,10 @@ def _addmm_acc_(acc: Tensor, a: Tensor, b: Tensor) -> None:
 
 
 def _chunked(hidden, weight, target, bias, class_weight, options, chunk, scale, stats_in,
-             need_dh: bool, need_dw: bool, need_db: bool):
-    """Run the chunks. stats_in None: forward (loss and statistics, and gradients if any are needed);
-    given: backward of reduction="none" (gradients only, scale per row)."""
+             need_dh: bool, need_dw: bool, need_db: bool, argmax: Tensor | None = None):
+    """Run the chunks. stats_in None: forward (loss and statistics, and gradients if any are needed; the
+    predicted tokens into ``argmax`` [N] when given, in the same read of each chunk's logits); given:
+    backward of reduction="none" (gradients only, scale per row)."""
     n_tokens, _ = hidden.shape
     vocab = weight.shape[0]
     slices = need_dw and dweight_by_slices(vocab, weight.shape[1], weight.dtype)
@@ -183,7 +194,8 @@ def _chunked(hidden, weight, target, bias, class_weight, options, chunk, scale, 
         row_scale = scale if scale.dim() == 0 else scale[start:end]
         chunk_stats = None if stats_in is None else stats_in[start:end]
         loss_c, stats_c = _rows_ce(logits, target[start:end], class_weight, options, stats=chunk_stats,
-                                   grad=logits if want_grad else None, scale=row_scale)
+                                   grad=logits if want_grad else None, scale=row_scale,
+                                   argmax=None if argmax is None else argmax[start:end])
         losses.append(loss_c)
         stats.append(stats_c)
         if need_dh:
@@ -224,9 +236,15 @@ def _empty(t: Tensor, dtype=None) -> Tensor:
     return t.new_empty(0, dtype=dtype)
 
 
+def _argmax_out(hidden: Tensor, want: bool) -> Tensor:
+    """The predicted-token output: [N] int64 when asked for, else an empty placeholder."""
+    return hidden.new_empty(hidden.shape[0] if want else 0, dtype=torch.int64)
+
+
 def _denominator(target, class_weight, ignore_index, reduction, divisor, divisor_value, stat, device) -> Tensor:
     """What the summed loss is divided by (a 0-d device tensor, no host sync): the non-ignored count or
-    class weight for mean (1 when it is 0: an all-ignored batch gives loss 0), the divisor for sum."""
+    class weight for mean (1 when it is 0: an all-ignored batch gives loss 0), the divisor for sum. A mean
+    by the token count passes class_weight None."""
     if reduction == "mean":
         denom = reference.cross_entropy_denominator(target, ignore_index, class_weight, stat)
         return torch.where(denom > 0, denom, torch.ones_like(denom))
@@ -239,7 +257,8 @@ def _denominator(target, class_weight, ignore_index, reduction, divisor, divisor
 def _lce_fwd(hidden: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, class_weight: Tensor | None,
              divisor: Tensor | None, divisor_value: float, ignore_index: int, label_smoothing: float, z_loss: float,
              softcap: float | None, reduction: str, chunk_size: int, need_dh: bool, need_dw: bool,
-             need_db: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+             need_db: bool, mean_by_tokens: bool, want_argmax: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor,
+                                                                              Tensor]:
     options = (ignore_index, label_smoothing, z_loss, softcap)
     chunk = chunk_size or chunk_tokens(hidden.shape[0], weight.shape[0], hidden.element_size(),
                                        _free_bytes(hidden.device))
@@ -248,19 +267,21 @@ def _lce_fwd(hidden: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None
     denom = None
     if reduction != "none":
         # The reduction's denominator needs only the targets: the gradient's scale is known before the chunks.
-        denom = _denominator(target, class_weight, ignore_index, reduction, divisor, divisor_value, stat,
-                             hidden.device)
+        denom = _denominator(target, None if mean_by_tokens else class_weight, ignore_index, reduction, divisor,
+                             divisor_value, stat, hidden.device)
     scale = 1.0 / denom if grads else torch.ones((), dtype=stat, device=hidden.device)
+    argmax = _argmax_out(hidden, want_argmax)
     loss_rows, stats, dh, dw, db = _chunked(hidden, weight, target, bias, class_weight, options, chunk, scale, None,
-                                            grads and need_dh, grads and need_dw, grads and need_db)
+                                            grads and need_dh, grads and need_dw, grads and need_db,
+                                            argmax if want_argmax else None)
     loss = loss_rows if denom is None else loss_rows.sum() / denom
     return (loss, stats, _empty(hidden) if dh is None else dh, _empty(hidden, stat) if dw is None else dw,
-            _empty(hidden, stat) if db is None else db)
+            _empty(hidden, stat) if db is None else db, argmax)
 
 
 @_lce_fwd.register_fake
 def _(hidden, weight, target, bias, class_weight, divisor, divisor_value, ignore_index, label_smoothing, z_loss,
-      softcap, reduction, chunk_size, need_dh, need_dw, need_db):
+      softcap, reduction, chunk_size, need_dh, need_dw, need_db, mean_by_tokens, want_argmax):
     stat = _stat(hidden.dtype)
     n_tokens = hidden.shape[0]
     grads = reduction != "none"
@@ -268,7 +289,7 @@ def _(hidden, weight, target, bias, class_weight, divisor, divisor_value, ignore
     dh = torch.empty_like(hidden) if grads and need_dh else _empty(hidden)
     dw = hidden.new_empty(weight.shape, dtype=_dw_dtype(weight)) if grads and need_dw else _empty(hidden, stat)
     db = hidden.new_empty(weight.shape[0], dtype=stat) if grads and need_db else _empty(hidden, stat)
-    return loss, hidden.new_empty((n_tokens, 2), dtype=stat), dh, dw, db
+    return loss, hidden.new_empty((n_tokens, 2), dtype=stat), dh, dw, db, _argmax_out(hidden, want_argmax)
 
 
 @torch.library.custom_op("wavefront::linear_cross_entropy_bwd", mutates_args=())
@@ -297,8 +318,8 @@ def _(dloss, hidden, weight, target, bias, class_weight, stats, ignore_index, la
 
 def _setup_context(ctx, inputs, output):
     (hidden, weight, target, bias, class_weight, divisor, divisor_value, ignore_index, label_smoothing, z_loss,
-     softcap, reduction, chunk_size, need_dh, need_dw, need_db) = inputs
-    loss, stats, dh, dw, db = output
+     softcap, reduction, chunk_size, need_dh, need_dw, need_db, _, _) = inputs
+    loss, stats, dh, dw, db, argmax = output
     ctx.reduction = reduction
     ctx.needs = (need_dh, need_dw, need_db)
     ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
@@ -309,13 +330,13 @@ def _setup_context(ctx, inputs, output):
         ctx.save_for_backward(hidden, weight, target, bias, class_weight, stats)
     else:
         ctx.save_for_backward(dh, dw, db)
-    ctx.mark_non_differentiable(stats, dh, dw, db)
+    ctx.mark_non_differentiable(stats, dh, dw, db, argmax)
     # Without this, autograd would allocate zero "gradients" for the unused dh/dweight outputs in the
     # backward: an N x H and a V x H (fp32) tensor for nothing.
     ctx.set_materialize_grads(False)
 
 
-def _backward(ctx, dloss, dstats, d_dh, d_dw, d_db):
+def _backward(ctx, dloss, dstats, d_dh, d_dw, d_db, d_argmax):
     need_dh, need_dw, need_db = ctx.needs
     h_dtype, w_dtype, b_dtype = ctx.dtypes
     if ctx.reduction == "none":
@@ -336,7 +357,7 @@ def _backward(ctx, dloss, dstats, d_dh, d_dw, d_db):
             grad.mul_(dloss)
     return (dh.to(h_dtype) if need_dh else None, dw.to(w_dtype) if need_dw else None, None,
             db.to(b_dtype) if need_db else None, None, None, None, None, None, None, None, None, None, None, None,
-            None)
+            None, None, None)
 
 
 _lce_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -361,7 +382,10 @@ def _check_weight_is_whole(op: str, weight, n_hidden: int) -> None:
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, *, bias: Tensor | None = None,
                          ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
                          softcap: float | None = None, class_weight: Tensor | None = None, reduction: str = "mean",
-                         divisor: Tensor | float | None = None, chunk_size: int | None = None) -> Tensor:
+                         divisor: Tensor | float | None = None, chunk_size: int | None = None,
+                         z_loss_reduction: str = "token", loss_dtype: torch.dtype | None = None,
+                         return_z_loss: bool = False, return_predicted_tokens: bool = False,
+                         return_token_accuracy: bool = False) -> Tensor | LossOutput:
     """``cross_entropy(hidden @ weight.T + bias, target, ...)`` without materializing the logits.
 
     hidden [..., H] (the final hidden states, already shifted for causal LM), weight [V, H] (the lm_head
@@ -371,7 +395,11 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, *, bias
     ``chunk_size`` overrides the tokens per chunk (default: :func:`chunk_tokens`).
     Under autocast the matmul operands are cast to the autocast dtype first, as F.linear's would be;
     otherwise hidden, weight and bias must share a dtype.
-    Returns the fp32 loss (fp64 for fp64 inputs); shape ``target.shape`` for reduction="none".
+    Returns the fp32 loss (fp64 for fp64 inputs; ``loss_dtype=hidden.dtype`` rounds it to the input's
+    dtype); shape ``target.shape`` for reduction="none". ``z_loss_reduction`` and the ``return_*`` options as
+    :func:`wavefront.ops.cross_entropy`: a :class:`~wavefront.ops.LossOutput` with the z-loss term, the
+    predicted token per position (argmax of each chunk's logits in the kernel's online pass, before the
+    gradient overwrites them) and the token accuracy; none of them reads the weight or the logits again.
     """
     op = "linear_cross_entropy"
     check_tensor(op, "hidden", hidden)
@@ -395,21 +423,38 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, target: Tensor, *, bias
                        class_weight=class_weight, class_weight_name="class_weight", device=hidden.device)
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"{op}: argument 'chunk_size' must be a positive int or None, got {chunk_size!r}")
+    check_output_options(op, z_loss_reduction=z_loss_reduction, loss_dtype=loss_dtype, input_dtype=hidden.dtype,
+                         return_z_loss=return_z_loss, return_predicted_tokens=return_predicted_tokens,
+                         return_token_accuracy=return_token_accuracy)
+    result = dict(ignore_index=int(ignore_index), z_loss=float(z_loss), class_weight=class_weight, reduction=reduction,
+                  divisor=divisor, z_loss_reduction=z_loss_reduction, return_z_loss=return_z_loss,
+                  return_predicted_tokens=return_predicted_tokens, return_token_accuracy=return_token_accuracy,
+                  loss_dtype=loss_dtype)
+    flat_target = target.reshape(-1)
     if hidden.numel() == 0:
-        return reference.linear_cross_entropy(hidden, weight, target, bias=bias, ignore_index=ignore_index,
+        loss = reference.linear_cross_entropy(hidden, weight, target, bias=bias, ignore_index=ignore_index,
                                               label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-                                              class_weight=class_weight, reduction=reduction, divisor=divisor)
+                                              class_weight=class_weight, reduction=reduction, divisor=divisor,
+                                              z_loss_reduction=z_loss_reduction)
+        stats = predicted = None
+        if return_z_loss or return_predicted_tokens or return_token_accuracy:  # no rows, or hidden size 0
+            logits = torch.nn.functional.linear(hidden, weight, bias).detach().reshape(-1, vocab)
+            stats, predicted = reference_rows(logits, flat_target, int(ignore_index), softcap)
+        return loss_result(loss, stats, predicted, target, **result)
     grad_on = torch.is_grad_enabled()
     needs = (grad_on and hidden.requires_grad, grad_on and weight.requires_grad,
              grad_on and bias is not None and bias.requires_grad)
     divisor_tensor = divisor if isinstance(divisor, torch.Tensor) else None
     divisor_value = float(divisor) if divisor is not None and divisor_tensor is None else 1.0
-    loss = torch.ops.wavefront.linear_cross_entropy_fwd(
-        hidden.reshape(-1, n_hidden), weight, target.reshape(-1), bias,
-        class_weight.contiguous() if class_weight is not None else None, divisor_tensor, divisor_value,
-        int(ignore_index), float(label_smoothing), float(z_loss), None if softcap is None else float(softcap),
-        reduction, chunk_size or 0, *needs)[0]
-    return loss.view(target.shape) if reduction == "none" else loss
+    w, by_tokens = mean_class_weight(flat_target, int(ignore_index), class_weight, float(z_loss), reduction,
+                                     z_loss_reduction)
+    loss, stats, _, _, _, predicted = torch.ops.wavefront.linear_cross_entropy_fwd(
+        hidden.reshape(-1, n_hidden), weight, flat_target, bias, w.contiguous() if w is not None else None,
+        divisor_tensor, divisor_value, int(ignore_index), float(label_smoothing), float(z_loss),
+        None if softcap is None else float(softcap), reduction, chunk_size or 0, *needs, by_tokens,
+        return_predicted_tokens or return_token_accuracy)
+    loss = loss.view(target.shape) if reduction == "none" else loss
+    return loss_result(loss, stats, predicted, target, **result)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -445,16 +490,16 @@ def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
     n, v, h = case.dims["n_rows"], case.dims["n_cols"], case.dims["hidden"]
     e = itemsize(dtype)
     if mode == "fwd":
-        return (n * h + v * h) * e + 8 * n + 4
+        return (n * h + v * h) * e + 8 * n + 4 + predicted_bytes(case, mode)
     return 2 * (n * h + v * h) * e + 8 * n
 
 
-def _bench(name: str, model: str, n_tokens: int) -> Case:
+def _bench(name: str, model: str, n_tokens: int, options: dict | None = None) -> Case:
     from wavefront.shapes import MODELS
 
     m = MODELS[model]
     return Case(name, f"{model}: {n_tokens} tokens, hidden {m.hidden}, vocab {m.vocab}",
-                {"n_rows": n_tokens, "n_cols": m.vocab, "hidden": m.hidden})
+                {"n_rows": n_tokens, "n_cols": m.vocab, "hidden": m.hidden}, dict(options or {}))
 
 
 SPECS = (
@@ -478,11 +523,19 @@ SPECS = (
                  {"chunk_size": 16, "label_smoothing": 0.1, "z_loss": 1e-3, "class_weight": True}),
             Case("wide_vocab", "a 40k vocabulary: the CE kernel loops over blocks inside each chunk",
                  {"n_rows": 8, "n_cols": 40000, "hidden": 16}, {"chunk_size": 4}),
+            Case("outputs", "z-loss term, predicted tokens and accuracy through the chunks; PaLM z-loss, weights",
+                 {"n_rows": 40, "n_cols": 600, "hidden": 32},
+                 {"chunk_size": 16, "z_loss": 1e-3, "class_weight": True, "softcap": 30.0, "logit_scale": 20.0,
+                  **RETURN_ALL}),
+            Case("outputs_none", "the same with reduction none: per-row z-loss terms",
+                 {"n_rows": 40, "n_cols": 600, "hidden": 32},
+                 {"chunk_size": 16, "z_loss": 1e-3, "reduction": "none", **RETURN_ALL}),
         ),
         bench_cases=(
             _bench("llama3-8b_8k", "llama3-8b", 8192),
             _bench("qwen2.5-7b_8k", "qwen2.5-7b", 8192),
             _bench("gemma2-9b_8k", "gemma2-9b", 8192),
+            _bench("llama3-8b_8k_outputs", "llama3-8b", 8192, {"z_loss": 1e-4, **RETURN_ALL}),
         ),
         flops=_flops,
         min_bytes=_bytes,

@@ -19,6 +19,7 @@ from torch import nn
 from wavefront.patching.apply import apply as _apply
 from wavefront.patching.apply import is_patched, patch_report, patched, revert
 from wavefront.patching.fp8 import Fp8Config
+from wavefront.patching.loss import loss_metrics
 from wavefront.patching.report import Absent, HandOff, PatchError, PatchReport, Replacement, Unmatched
 from wavefront.patching.table import OPS, PATCHABLE
 
@@ -50,4 +51,4 @@ def unpatch(model: nn.Module) -> PatchReport:
 
 
 __all__ = ["OPS", "PATCHABLE", "Absent", "Fp8Config", "HandOff", "PatchError", "PatchReport", "Replacement",
-           "Unmatched", "is_patched", "patch", "patch_report", "patched", "unpatch"]
+           "Unmatched", "is_patched", "loss_metrics", "patch", "patch_report", "patched", "unpatch"]

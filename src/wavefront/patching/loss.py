@@ -23,6 +23,15 @@ The instance-scoped route, no copy of the model's forward:
 
 In eval mode, or without labels, nothing changes: full logits, transformers' own loss.
 
+What the training loop can read besides the loss (the fused kernel never materializes the logits, so it is the
+one place that sees every position's prediction): after each training forward with labels,
+:func:`loss_metrics` (or the head's ``last_output``) holds a detached :class:`wavefront.ops.LossOutput` with
+``token_accuracy`` (the fraction of non-ignored positions whose argmax is the label, computed in the kernel's
+pass; ``head.metrics = False`` skips it, and the kernel's argmax variant with it) and ``z_loss`` (PaLM's
+z-loss term at the head's ``z_loss`` coefficient, 0.0 by default: set ``head.z_loss = 1e-4`` to add it to
+the training loss), divided by ``num_items_in_batch`` like the loss. The model output itself is
+transformers' own class, which has no field for them.
+
 Vocabulary-parallel heads (tensor parallelism, ``wavefront train --tp``): when the head's weight is a DTensor
 sharded by vocabulary rows (``Shard(0)`` over one mesh dimension) and the head is marked
 (:func:`vocab_parallel_head`), the loss is computed from this rank's rows and never from the whole logits:
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +59,9 @@ from torch import nn
 
 from wavefront.patching.patcher import Hooks, Patcher
 from wavefront.patching.report import Replacement, qualname
+
+if TYPE_CHECKING:
+    from wavefront.ops import LossOutput
 
 
 @dataclass
@@ -73,6 +86,12 @@ class FusedLossHead(nn.Module):
         self._call: _LossCall | None = None
         #: the weight is sharded by vocabulary rows over a process group (:func:`vocab_parallel_head`)
         self.vocab_parallel = False
+        #: PaLM's z-loss coefficient added to the training loss (0: none)
+        self.z_loss = 0.0
+        #: compute the token accuracy (the kernel's argmax variant: 8 B more per token written, more registers)
+        self.metrics = True
+        #: the last training forward's loss, z-loss term and token accuracy, detached (:func:`loss_metrics`)
+        self.last_output: LossOutput | None = None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         call = self._call
@@ -80,8 +99,11 @@ class FusedLossHead(nn.Module):
             if self.vocab_parallel:
                 return _gathered_logits(hidden, self.weight, self.bias)
             return F.linear(hidden, self.weight, self.bias)
-        call.loss = fused_causal_lm_loss(hidden, self.weight, self.bias, call, self.softcap,
-                                         vocab_parallel=self.vocab_parallel)
+        out = fused_causal_lm_loss(hidden, self.weight, self.bias, call, self.softcap,
+                                   vocab_parallel=self.vocab_parallel, z_loss=self.z_loss,
+                                   accuracy=self.metrics)
+        call.loss = out.loss
+        self.last_output = out._replace(loss=out.loss.detach())
         return hidden.new_empty(*hidden.shape[:-1], 0)
 
     def extra_repr(self) -> str:
@@ -139,14 +161,21 @@ def _gathered_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
 
 
 def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, call: _LossCall,
-                         softcap: float | None, *, vocab_parallel: bool = False) -> torch.Tensor:
+                         softcap: float | None, *, vocab_parallel: bool = False, z_loss: float = 0.0,
+                         accuracy: bool | None = None) -> torch.Tensor | LossOutput:
     """The causal-LM loss of `hidden` through the head (weight, bias) without the logits; `vocab_parallel`:
-    the head is this rank's vocabulary rows (a DTensor, see the module docstring)."""
+    the head is this rank's vocabulary rows (a DTensor, see the module docstring). ``accuracy`` given: a
+    LossOutput with the z-loss term (divided like the loss) and, if True, the token accuracy, both from the
+    same pass."""
     from wavefront import ops
 
     flat = hidden.reshape(-1, hidden.shape[-1])
     target = _targets(call, flat.shape[0], hidden.device)
-    kw = dict(bias=bias, ignore_index=call.ignore_index, softcap=softcap, reduction=_reduction(call))
+    kw = dict(bias=bias, ignore_index=call.ignore_index, softcap=softcap, reduction=_reduction(call),
+              z_loss=z_loss)
+    metrics = accuracy is not None
+    if metrics:
+        kw.update(return_z_loss=True, return_token_accuracy=accuracy)
     if vocab_parallel:
         from wavefront.parallel import vocab_parallel_linear_cross_entropy
 
@@ -155,7 +184,19 @@ def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
         loss = vocab_parallel_linear_cross_entropy(flat, w, target, group, **kw)
     else:
         loss = ops.linear_cross_entropy(flat, weight, target, **kw)
+    if metrics:
+        return loss._replace(loss=_divided(loss.loss, call), z_loss=_divided(loss.z_loss, call))
     return _divided(loss, call)
+
+
+def loss_metrics(model: nn.Module) -> LossOutput | None:
+    """The last training forward's detached (loss, z-loss term, None, token accuracy) of `model`'s fused loss head,
+    or None when the model has none (not patched, or its loss not fused) or it has not run with labels yet.
+    Finds the head inside wrappers (DDP, FSDP2, torch.compile) by walking the modules."""
+    for module in model.modules():
+        if isinstance(module, FusedLossHead):
+            return module.last_output
+    return None
 
 
 def vocab_parallel_logits_loss(logits: torch.Tensor, call: _LossCall, group,

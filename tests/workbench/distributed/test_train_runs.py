@@ -47,6 +47,12 @@ def _check_kpis(doc: dict, world: int, measured: int = 2) -> None:
         assert s["steps_measured"] == measured, "warm-up and profiled steps are left out of the summary"
     patched = doc["variants"][1]["patch_report"]
     assert patched["counts"]["rms_norm"] == 5
+    # The fused loss's KPIs: token accuracy per step (a fraction) and the z-loss term (0: no coefficient set);
+    # the unpatched baseline has no fused loss, so none.
+    base, ours = doc["variants"]
+    assert all(0.0 <= s["token_accuracy"] <= 1.0 and s["z_loss"] == 0.0 for s in ours["steps"])
+    assert ours["summary"]["final_token_accuracy"] == ours["steps"][-1]["token_accuracy"]
+    assert all(s["token_accuracy"] is None for s in base["steps"]) and base["summary"]["final_token_accuracy"] is None
     cmp = doc["comparison"]
     assert cmp["tokens_per_s_ratio"] > 0 and cmp["max_abs_loss_diff"] < 1e-4
 

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from wavefront.patching.loss import loss_metrics
 from wavefront.workbench.distributed import launch as dist_launch
 from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
 from wavefront.workbench.distributed.train import context_parallel
@@ -348,6 +349,10 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                 energy_start = energy.read()
             fwd = bwd = comm = bubble = 0.0
             loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
+            # the fused loss head's token accuracy (mean over micro-batches) and z-loss term (summed like the loss)
+            acc_sum = torch.zeros((), device=env.device, dtype=torch.float64)
+            z_sum = torch.zeros((), device=env.device, dtype=torch.float64)
+            n_metrics = 0
             counting = _count_launches(result.kernel_launches) if variant == "wavefront" and step == start_step \
                 else contextlib.nullcontext()
             with counting:
@@ -385,6 +390,11 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                     else:
                         bwd += b_compute + b_tail
                     loss_sum += loss.detach().double()
+                    metrics = loss_metrics(model)
+                    if metrics is not None and metrics.token_accuracy is not None:
+                        acc_sum += metrics.token_accuracy.double()
+                        z_sum += metrics.z_loss.double()
+                        n_metrics += 1
             if par is not None:
                 finish_backward(par, env.mesh, env.layout)
             if env.cp > 1:
@@ -395,8 +405,12 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
             # cp ranks of a slice hold parts that add up to it (each counted 1/cp)
             weight = float(pipe.has_last) if pipe is not None else 1.0
             status = _all_reduce([float(loss_sum) * weight, float(not torch.isfinite(loss_sum)), float(_STOP.is_set()),
-                                  weight / env.cp], env)
+                                  weight / env.cp, float(acc_sum) / max(n_metrics, 1) * weight / env.cp,
+                                  float(z_sum) * weight, float(n_metrics > 0)], env)
             loss_avg = status[0] / status[3]
+            # every rank computes the fused loss, or none does: the KPIs exist only when all of them report
+            token_acc, z_avg = (status[4] / status[3], status[5] / status[3]) if status[6] == env.world else (None,
+                                                                                                             None)
             if status[1] > 0:
                 raise TrainFailure(f"non-finite loss ({loss_avg}) at step {step} on {int(status[1])} rank(s); stopped "
                                    f"every rank before the optimizer step", EXIT_NONFINITE)
@@ -418,7 +432,8 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
                              util(model_flops), util(hw_flops), measured=step >= cfg.warmup_steps and not profiled,
                              bubble_s=_all_reduce([bubble], env, dist.ReduceOp.MAX)[0] if bubble is not None and pipe
                              is not None else None,
-                             moe_imbalance=(train_ep.imbalance(counts) or {}).get("overall"))
+                             moe_imbalance=(train_ep.imbalance(counts) or {}).get("overall"), token_accuracy=token_acc,
+                             z_loss=z_avg)
             records.append(rec)
             if rec.measured:
                 moe_counts.append(counts)

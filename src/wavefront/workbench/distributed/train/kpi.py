@@ -53,6 +53,10 @@ class StepRecord:
     measured: bool  # counted in the summary (not warm-up, not profiled)
     bubble_s: float | None = None  # pipeline idle time (part of comm_s): waiting for peers, p2p transfers
     moe_imbalance: float | None = None  # MoE: max / mean tokens per expert, pooled over layers (expert_parallel.py)
+    #: the fused loss (a patched model): the fraction of non-ignored next tokens predicted right (argmax) and the
+    #: z-loss term in the loss (0 unless the head's z_loss coefficient is set), both from the loss kernel's pass
+    token_accuracy: float | None = None
+    z_loss: float | None = None
 
 
 @dataclass
@@ -88,6 +92,9 @@ class Summary:
     energy_kind: str
     final_loss: float
     patch: dict | None = None
+    #: the last step's token accuracy and z-loss term, where the fused loss computed them (StepRecord)
+    final_token_accuracy: float | None = None
+    final_z_loss: float | None = None
     notes: list[str] = field(default_factory=list)
     bubble_s: float | None = None  # pipeline idle time per step (part of comm_s), where measured
     #: the planner's prediction for the same plan on this machine, and predicted vs measured (predict.py)
@@ -304,6 +311,7 @@ def summarize(variant: str, records: list[StepRecord], *, peak: Peak, model_flop
         flops_per_token=model_flops, hw_flops_per_token=hw_flops, n_params=n_params,
         peak_mem_bytes=peak_mem_bytes, peak_mem_kind=peak_mem_kind, cost_per_step=cost, cost_per_mtok=cost_mtok,
         price_source=price_source, energy_per_step_j=energy, energy_kind=kind, final_loss=records[-1].loss,
+        final_token_accuracy=records[-1].token_accuracy, final_z_loss=records[-1].z_loss,
         notes=notes, bubble_s=statistics.fmean(bubbles) if (bubbles := [r.bubble_s for r in measured
                                                                          if r.bubble_s is not None]) else None)
 
