@@ -36,6 +36,15 @@ def _parse_fixed(items: list[str] | None) -> dict:
     return out
 
 
+def _figures(x: float, figures: int) -> str:
+    """x to `figures` significant figures in plain notation (59.16, 0.8123, 1234)."""
+    if x == 0:
+        return "0"
+    from math import floor, log10
+
+    return f"{x:.{max(0, figures - 1 - floor(log10(abs(x))))}f}"
+
+
 def _table(title: str, columns: str, rows: list[list[str]]):
     heads = columns.split("|")  # the shared table: numbers never cut, the label columns fold
     return table(title, heads, rows, numeric=[c for c in heads if c not in ("plan", "part", "row", "metric")])
@@ -52,11 +61,21 @@ def _render(result) -> None:
                   f"{tr.global_batch_tokens:,} tokens ({tr.global_batch_seqs} x {tr.seq_len}), {tr.precision}, "
                   f"{tr.stack} stack, {tr.attention_kernel} attention")
     if shown:
-        console.print(_table(f"{len(result.ranked):,} feasible plans, best {len(shown)} by {result.rank_by}",
-                             "#|plan|step s|tok/s/GPU|MFU|GB",
+        from wavefront.workbench.planner.search import RANK_FIGURES, TIE_RULE, rank_value
+
+        by = "step time" if result.rank_by == "time" else "$/step, then step time"
+        usable = ", ".join(f"{c.gpu.hbm_gb * tr.memory_headroom:.0f} of {c.gpu.hbm_gb:.0f} GB" for c in result.clusters)
+        console.print(f"{len(result.ranked):,} feasible plans, best {len(shown)} by {by} ({TIE_RULE}); "
+                      f"memory headroom {tr.memory_headroom:.2f} ({usable} usable)")
+        console.print(_table(f"best {len(shown)} by {by}",
+                             "#|plan|step s|tok/s/GPU|MFU|GB" + ("|$/step" if result.rank_by == "cost" else ""),
                              [[str(i), r.config.label() + (f" @{r.cluster.label}" if multi else ""),
-                               f"{r.time.step_s:.2f}", f"{r.kpis.tokens_per_s_per_gpu:,.0f}", f"{r.kpis.mfu:.1%}",
-                               f"{r.memory.total_bytes / 1e9:.1f}"] for i, r in enumerate(shown, 1)]))
+                               _figures(rank_value(r.time.step_s), RANK_FIGURES),
+                               f"{r.kpis.tokens_per_s_per_gpu:,.0f}", f"{r.kpis.mfu:.1%}",
+                               f"{r.memory.total_bytes / 1e9:.1f}"]
+                              + ([_figures(rank_value(r.kpis.dollars_per_step), RANK_FIGURES)
+                                  if r.kpis.dollars_per_step is not None else "-"] if result.rank_by == "cost" else [])
+                              for i, r in enumerate(shown, 1)]))
         shares = ("compute", "bubble", "tp comm", "cp comm", "ep comm", "pp p2p", "dp comm")
         console.print(_table("share of step time; $/step, modeled kJ/step", "#|compute|bubble|tp|cp|ep|p2p|dp|$|kJ",
                              [[str(i), *(f"{r.time.parts()[k] / r.time.step_s:.0%}" for k in shares),
@@ -145,6 +164,9 @@ def plan(  # one line per option; the job is built in _main
     hbm_eff: Annotated[F, _opt("Override the HBM bandwidth efficiency.", min=0.01, max=1.0)] = None,
     fix: Annotated[L, _opt("Pin a plan field: tp=8, pp=16, vpp=5, recompute=op (repeatable).", "--fix")] = None,
     rank_by: Annotated[Literal["time", "cost"], _opt("Rank by step time or by $/step.")] = "time",
+    memory_headroom: Annotated[float, _opt("Fraction of GPU memory a plan may use; the rest is room for allocator "
+                                           "fragmentation and the memory model's error.", min=0.01,
+                                           max=1.0)] = 0.90,
     top: Annotated[int, _opt("Plans to print and put in --json (0: all feasible).", min=0)] = 10,
     layers: Annotated[I, _opt("Custom model: layers.", **Pos)] = None,
     hidden: Annotated[I, _opt("Custom model: hidden size.", **Pos)] = None,
@@ -175,7 +197,7 @@ def _main(a: dict) -> None:
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
             "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top",
-            "moe_imbalance", "ep_overlap", "attention_kernel")
+            "moe_imbalance", "ep_overlap", "attention_kernel", "memory_headroom")
     fixed = _parse_fixed(a["fix"])
     if a["ep"] is not None and fixed.setdefault("ep", a["ep"]) != a["ep"]:
         fail(f"--ep {a['ep']} contradicts --fix ep={fixed['ep']}")

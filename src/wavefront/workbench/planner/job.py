@@ -85,6 +85,7 @@ class PlanRequest:
     gemm_eff: float | None = None
     attn_eff: float | None = None
     hbm_eff: float | None = None
+    memory_headroom: float = 0.90
     fixed: dict = field(default_factory=dict)
     rank_by: str = "time"
     top: int = 10
@@ -150,7 +151,7 @@ class PlanRequest:
                         train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, tp_overlap=self.tp_overlap,
                         stack=self.stack, fsdp_gather=self.fsdp_gather, offload_optimizer=self.offload_optimizer,
                         cp_comm=self.cp_comm, moe_imbalance=self.moe_imbalance, ep_overlap=self.ep_overlap,
-                        attention_kernel=self.attention_kernel)
+                        attention_kernel=self.attention_kernel, memory_headroom=self.memory_headroom)
 
     def efficiency(self, cluster: Cluster) -> Efficiency | None:
         """The constants for `cluster`: None (the calibrated defaults of its GPU), the command line's

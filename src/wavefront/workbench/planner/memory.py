@@ -72,13 +72,20 @@ class MemoryBreakdown:
     capacity_bytes: float
     inflight_micro_batches: int
     allocator_bytes: float = 0.0  # caching-allocator headroom: Training.allocator_slack x (acts + transient)
+    usable_bytes: float = 0.0  # what a plan may use: Training.memory_headroom x capacity (0: all of it)
 
     @property
     def fits(self) -> bool:
+        """Admitted: within the usable memory (the headroom leaves the rest for fragmentation)."""
+        return self.total_bytes <= (self.usable_bytes or self.capacity_bytes)
+
+    @property
+    def fits_device(self) -> bool:
+        """Within the device's whole memory (what a run that ran must satisfy)."""
         return self.total_bytes <= self.capacity_bytes
 
     def as_dict(self) -> dict:
-        d = asdict(self) | {"fits": self.fits}
+        d = asdict(self) | {"fits": self.fits, "fits_device": self.fits_device}
         d["total_gib"] = self.total_bytes / 2**30
         d["total_gb"] = self.total_bytes / 1e9
         return d
@@ -249,4 +256,5 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     assert best is not None  # candidates is never empty
     total, stage, acts, w, gr, opt, slack = best
     inflight = inflight_first if stage != "last" else max(1, round(inflight_last))
-    return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack)
+    return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack,
+                           capacity * training.memory_headroom)
