@@ -36,15 +36,6 @@ def _parse_fixed(items: list[str] | None) -> dict:
     return out
 
 
-def _figures(x: float, figures: int) -> str:
-    """x to `figures` significant figures in plain notation (59.16, 0.8123, 1234)."""
-    if x == 0:
-        return "0"
-    from math import floor, log10
-
-    return f"{x:.{max(0, figures - 1 - floor(log10(abs(x))))}f}"
-
-
 def _table(title: str, columns: str, rows: list[list[str]]):
     heads = columns.split("|")  # the shared table: numbers never cut, the label columns fold
     return table(title, heads, rows, numeric=[c for c in heads if c not in ("plan", "part", "row", "metric")])
@@ -53,29 +44,17 @@ def _table(title: str, columns: str, rows: list[list[str]]):
 def _render(result) -> None:
     shown = result.shown()
     multi = len(result.clusters) > 1
-    moe = result.model.moe
-    active = (f" ({result.model.active_params / 1e9:.1f}B active: {moe.n_experts} experts, top-{moe.top_k}"
-              f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
-    tr = result.training
-    console.print(f"[bold]{result.model.name}[/]: {result.model.total_params / 1e9:.1f}B params{active}; batch "
-                  f"{tr.global_batch_tokens:,} tokens ({tr.global_batch_seqs} x {tr.seq_len}), {tr.precision}, "
-                  f"{tr.stack} stack, {tr.attention_kernel} attention")
+    for line in result.header():
+        console.print(line)
     if shown:
-        from wavefront.workbench.planner.search import RANK_FIGURES, TIE_RULE, rank_value
+        from wavefront.workbench.planner.search import rank_text as fig
 
-        by = "step time" if result.rank_by == "time" else "$/step, then step time"
-        usable = ", ".join(f"{c.gpu.hbm_gb * tr.memory_headroom:.0f} of {c.gpu.hbm_gb:.0f} GB" for c in result.clusters)
-        console.print(f"{len(result.ranked):,} feasible plans, best {len(shown)} by {by} ({TIE_RULE}); "
-                      f"memory headroom {tr.memory_headroom:.2f} ({usable} usable)")
-        console.print(_table(f"best {len(shown)} by {by}",
-                             "#|plan|step s|tok/s/GPU|MFU|GB" + ("|$/step" if result.rank_by == "cost" else ""),
+        cost = result.rank_by == "cost"
+        console.print(_table(f"best {len(shown)}", "#|plan|step s|tok/s/GPU|MFU|GB" + ("|$/step" if cost else ""),
                              [[str(i), r.config.label() + (f" @{r.cluster.label}" if multi else ""),
-                               _figures(rank_value(r.time.step_s), RANK_FIGURES),
-                               f"{r.kpis.tokens_per_s_per_gpu:,.0f}", f"{r.kpis.mfu:.1%}",
-                               f"{r.memory.total_bytes / 1e9:.1f}"]
-                              + ([_figures(rank_value(r.kpis.dollars_per_step), RANK_FIGURES)
-                                  if r.kpis.dollars_per_step is not None else "-"] if result.rank_by == "cost" else [])
-                              for i, r in enumerate(shown, 1)]))
+                               fig(r.time.step_s), f"{r.kpis.tokens_per_s_per_gpu:,.0f}", f"{r.kpis.mfu:.1%}",
+                               f"{r.memory.total_bytes / 1e9:.1f}"] + ([fig(r.kpis.dollars_per_step or 0.0)] if cost
+                                                                        else []) for i, r in enumerate(shown, 1)]))
         shares = ("compute", "bubble", "tp comm", "cp comm", "ep comm", "pp p2p", "dp comm")
         console.print(_table("share of step time; $/step, modeled kJ/step", "#|compute|bubble|tp|cp|ep|p2p|dp|$|kJ",
                              [[str(i), *(f"{r.time.parts()[k] / r.time.step_s:.0%}" for k in shares),
@@ -145,11 +124,11 @@ def plan(  # one line per option; the job is built in _main
     attention: Annotated[Literal["flash", "materialized"], _opt("Attention implementation.")] = "flash",
     dropout: Annotated[B, _opt("The model keeps dropout masks.")] = False,
     kernels: Annotated[Literal["fused", "eager"], _opt("fused (Megatron, patched) or eager (HF).")] = "fused",
-    stack: Annotated[Literal["megatron", "fsdp"], _opt("Software stack: megatron (TE) or fsdp.")] = "megatron",
+    stack: Annotated[Literal["megatron", "fsdp"] | None, _opt("Software stack: megatron (default) or fsdp.")] = None,
     fsdp_gather: Annotated[Literal["micro-batch", "no-reshard", "step"], _opt("When ZeRO-3 gathers.")] = "micro-batch",
     offload_optimizer: Annotated[B, _opt("Optimizer states on the host (CPU offload).")] = False,
     cp_comm: Annotated[Literal["ring", "all-gather"], _opt("How context parallelism moves K and V.")] = "ring",
-    attention_kernel: Annotated[Literal["fa2", "cudnn", "fa3"], _opt("Attention kernel; cudnn: TE on Hopper.")] = "fa2",
+    attention_kernel: Annotated[Literal["fa2", "cudnn", "fa3"] | None, _opt("Attention kernel (fa2).")] = None,
     no_dp_overlap: Annotated[B, _opt("Gradient reduction after the backward.", "--no-dp-overlap")] = False,
     tp_overlap: Annotated[float, _opt("Fraction of TP communication hidden (0: none).", **Frac)] = 0.5,
     ep: Annotated[I, _opt("MoE: pin the expert-parallel degree (same as --fix ep=N).", **Pos)] = None,
@@ -164,9 +143,7 @@ def plan(  # one line per option; the job is built in _main
     hbm_eff: Annotated[F, _opt("Override the HBM bandwidth efficiency.", min=0.01, max=1.0)] = None,
     fix: Annotated[L, _opt("Pin a plan field: tp=8, pp=16, vpp=5, recompute=op (repeatable).", "--fix")] = None,
     rank_by: Annotated[Literal["time", "cost"], _opt("Rank by step time or by $/step.")] = "time",
-    memory_headroom: Annotated[float, _opt("Fraction of GPU memory a plan may use; the rest is room for allocator "
-                                           "fragmentation and the memory model's error.", min=0.01,
-                                           max=1.0)] = 0.90,
+    memory_headroom: Annotated[float, _opt("GPU memory fraction a plan may use (rest: fragmentation).", **Frac)] = 0.9,
     top: Annotated[int, _opt("Plans to print and put in --json (0: all feasible).", min=0)] = 10,
     layers: Annotated[I, _opt("Custom model: layers.", **Pos)] = None,
     hidden: Annotated[I, _opt("Custom model: hidden size.", **Pos)] = None,

@@ -11,6 +11,7 @@ also compares clusters) to RANK_FIGURES significant figures, equal values going 
 
 from __future__ import annotations
 
+import math
 import time as _time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -99,6 +100,7 @@ class SearchResult:
     pinned_misses: list[str] = field(default_factory=list)  # why no grid plan matches the pinned fields
     top: int = 10  # plans the document lists (0: all feasible)
     constants_from: dict = field(default_factory=dict)  # where each constant came from (PlanRequest.constants_from)
+    defaulted: list[str] = field(default_factory=list)  # software-stack fields left at their defaults
 
     @property
     def best(self) -> PlanResult | None:
@@ -110,6 +112,28 @@ class SearchResult:
 
     def explain(self, n_runner_ups: int = 4) -> list[str]:
         return explain(self, n_runner_ups)
+
+    def header(self) -> list[str]:
+        """The lines above the plan table: model and batch, the stack (and whether it was defaulted), and
+        the order the rows follow with the memory headroom."""
+        spec, tr = self.model, self.training
+        moe = spec.moe
+        active = (f" ({spec.active_params / 1e9:.1f}B active: {moe.n_experts} experts, top-{moe.top_k}"
+                  f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
+        lines = [f"[bold]{spec.name}[/]: {spec.total_params / 1e9:.1f}B params{active}; batch "
+                 f"{tr.global_batch_tokens:,} tokens ({tr.global_batch_seqs} x {tr.seq_len}), {tr.precision}, "
+                 f"{tr.stack} stack, {tr.attention_kernel} attention"]
+        if self.defaulted:
+            lines.append("software stack defaulted (" + ", ".join(f"--{k.replace('_', '-')} {getattr(tr, k)}"
+                                                                  for k in self.defaulted)
+                         + "): not stated; other stacks price differently, state yours with these flags")
+        if self.ranked:
+            by = "step time" if self.rank_by == "time" else "$/step, then step time"
+            usable = ", ".join(f"{c.gpu.hbm_gb * tr.memory_headroom:.0f} of {c.gpu.hbm_gb:.0f} GB"
+                               for c in self.clusters)
+            lines.append(f"{len(self.ranked):,} feasible plans, best {len(self.shown())} by {by} ({TIE_RULE}); "
+                         f"memory headroom {tr.memory_headroom:.2f} ({usable} usable)")
+        return lines
 
     def shown(self) -> list[PlanResult]:
         return self.ranked if self.top == 0 else self.ranked[:self.top]
@@ -127,7 +151,7 @@ class SearchResult:
             "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
             "efficiency": [(self.efficiency if self.efficiency.source != Efficiency.for_gpu(c.gpu.key).source
                             else Efficiency.for_gpu(c.gpu.key)).as_dict() for c in self.clusters],
-            "constants_from": self.constants_from,
+            "constants_from": self.constants_from, "stack_defaulted": list(self.defaulted),
             "rank_by": self.rank_by, "rank_figures": RANK_FIGURES, "tie_rule": TIE_RULE,
             "search": {"n_enumerated": self.n_enumerated, "n_feasible": len(self.ranked),
                        "n_out_of_memory": len(self.out_of_memory), "n_invalid": sum(self.rejected.values()),
@@ -365,6 +389,7 @@ def _run_request(req: PlanRequest) -> SearchResult:
                   fixed=dict(req.fixed))
     result.top = req.top
     result.constants_from = req.constants_from(clusters)
+    result.defaulted = list(req.defaulted)
     return result
 
 
@@ -379,6 +404,14 @@ TIE_RULE = f"equal to {RANK_FIGURES} significant figures: less memory per GPU fi
 def rank_value(x: float) -> float:
     """x rounded to RANK_FIGURES significant figures (what the ranking compares and the table prints)."""
     return float(f"{x:.{RANK_FIGURES - 1}e}") if x else 0.0
+
+
+def rank_text(x: float) -> str:
+    """rank_value(x) in plain notation, as the table prints it (59.16, 0.8124, 1234)."""
+    v = rank_value(x)
+    if v == 0:
+        return "0"
+    return f"{v:.{max(0, RANK_FIGURES - 1 - math.floor(math.log10(abs(v))))}f}"
 
 
 def rank_key(r: PlanResult, rank_by: str = "time") -> tuple:
