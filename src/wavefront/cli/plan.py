@@ -44,19 +44,18 @@ def _table(title: str, columns: str, rows: list[list[str]]):
 
 def _render(result) -> None:
     shown = result.shown()
-    multi, moe = len(result.clusters) > 1, result.model.moe
-    active = (f" ({result.model.active_params / 1e9:.1f}B active: {moe.n_experts} experts, top-{moe.top_k}"
-              f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
-    tr = result.training
-    console.print(f"[bold]{result.model.name}[/]: {result.model.total_params / 1e9:.1f}B params{active}; batch "
-                  f"{tr.global_batch_tokens:,} tokens ({tr.global_batch_seqs} x {tr.seq_len}), {tr.precision}, "
-                  f"{tr.stack} stack, {tr.attention_kernel} attention")
+    multi = len(result.clusters) > 1
+    for line in result.header():
+        console.print(line)
     if shown:
-        console.print(_table(f"{len(result.ranked):,} feasible plans, best {len(shown)} by {result.rank_by}",
-                             "#|plan|step s|tok/s/GPU|MFU|GB",
+        from wavefront.workbench.planner.search import rank_text as fig
+
+        cost = result.rank_by == "cost"
+        console.print(_table(f"best {len(shown)}", "#|plan|step s|tok/s/GPU|MFU|GB" + ("|$/step" if cost else ""),
                              [[str(i), r.config.label() + (f" @{r.cluster.label}" if multi else ""),
-                               f"{r.time.step_s:.2f}", f"{r.kpis.tokens_per_s_per_gpu:,.0f}", f"{r.kpis.mfu:.1%}",
-                               f"{r.memory.total_bytes / 1e9:.1f}"] for i, r in enumerate(shown, 1)]))
+                               fig(r.time.step_s), f"{r.kpis.tokens_per_s_per_gpu:,.0f}", f"{r.kpis.mfu:.1%}",
+                               f"{r.memory.total_bytes / 1e9:.1f}"] + ([fig(r.kpis.dollars_per_step or 0.0)] if cost
+                                                                        else []) for i, r in enumerate(shown, 1)]))
         shares = ("compute", "bubble", "tp comm", "cp comm", "ep comm", "pp p2p", "dp comm")
         console.print(_table("share of step time; $/step, modeled kJ/step", "#|compute|bubble|tp|cp|ep|p2p|dp|$|kJ",
                              [[str(i), *(f"{r.time.parts()[k] / r.time.step_s:.0%}" for k in shares),
@@ -126,11 +125,11 @@ def plan(  # one line per option; the job is built in _main
     attention: Annotated[Literal["flash", "materialized"], _opt("Attention implementation.")] = "flash",
     dropout: Annotated[B, _opt("The model keeps dropout masks.")] = False,
     kernels: Annotated[Literal["fused", "eager"], _opt("fused (Megatron, patched) or eager (HF).")] = "fused",
-    stack: Annotated[Literal["megatron", "fsdp"], _opt("Software stack: megatron (TE) or fsdp.")] = "megatron",
+    stack: Annotated[Literal["megatron", "fsdp"] | None, _opt("Software stack: megatron (default) or fsdp.")] = None,
     fsdp_gather: Annotated[Literal["micro-batch", "no-reshard", "step"], _opt("When ZeRO-3 gathers.")] = "micro-batch",
     offload_optimizer: Annotated[B, _opt("Optimizer states on the host (CPU offload).")] = False,
     cp_comm: Annotated[Literal["ring", "all-gather"], _opt("How context parallelism moves K and V.")] = "ring",
-    attention_kernel: Annotated[Literal["fa2", "cudnn", "fa3"], _opt("Attention kernel; cudnn: TE on Hopper.")] = "fa2",
+    attention_kernel: Annotated[Literal["fa2", "cudnn", "fa3"] | None, _opt("Attention kernel (fa2).")] = None,
     no_dp_overlap: Annotated[B, _opt("Gradient reduction after the backward.", "--no-dp-overlap")] = False,
     tp_overlap: Annotated[float, _opt("Fraction of TP communication hidden (0: none).", **Frac)] = 0.5,
     ep: Annotated[I, _opt("MoE: pin the expert-parallel degree (same as --fix ep=N).", **Pos)] = None,
@@ -145,6 +144,7 @@ def plan(  # one line per option; the job is built in _main
     hbm_eff: Annotated[F, _opt("Override the HBM bandwidth efficiency.", min=0.01, max=1.0)] = None,
     fix: Annotated[L, _opt("Pin a plan field: tp=8, pp=16, vpp=5, recompute=op (repeatable).", "--fix")] = None,
     rank_by: Annotated[Literal["time", "cost"], _opt("Rank by step time or by $/step.")] = "time",
+    memory_headroom: Annotated[float, _opt("GPU memory fraction a plan may use (rest: fragmentation).", **Frac)] = 0.9,
     top: Annotated[int, _opt("Plans to print and put in --json (0: all feasible).", min=0)] = 10,
     layers: Annotated[I, _opt("Custom model: layers.", **Pos)] = None,
     hidden: Annotated[I, _opt("Custom model: hidden size.", **Pos)] = None,
@@ -175,7 +175,7 @@ def _main(a: dict) -> None:
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
             "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top",
-            "moe_imbalance", "ep_overlap", "attention_kernel")
+            "moe_imbalance", "ep_overlap", "attention_kernel", "memory_headroom")
     fixed = _parse_fixed(a["fix"])
     if a["ep"] is not None and fixed.setdefault("ep", a["ep"]) != a["ep"]:
         fail(f"--ep {a['ep']} contradicts --fix ep={fixed['ep']}")

@@ -8,7 +8,8 @@ over parallel plans, calibrated by `wavefront comm` measurements and validated a
 
 Formulas and their sources are in the module docstrings: model.py (parameters, FLOPs, activation memory
 per checkpointing policy), kernels.py (GEMM, attention and FP8 cast kernels from their shapes), memory.py
-(ZeRO/FSDP/HSDP states, pipeline in-flight micro-batches, allocator headroom), time.py (compute,
+(ZeRO/FSDP/HSDP states, per-rank pipeline memory, allocator headroom), pipeline.py (layers per chunk and
+the micro-batches a schedule keeps in flight, from its order), time.py (compute,
 communication, bubble, overlap), cluster.py (topology and hierarchical collectives), search.py (grid and
 ranking), job.py (the request/document of `wavefront plan`), validation.py (published runs, the split, the
 fit). numpy-free and torch-free: importing it never loads torch or triton.

@@ -23,6 +23,8 @@ from wavefront.workbench.planner.training import TP_OVERLAP, Efficiency, Trainin
 SCHEMA = "wavefront.plan/1"
 #: Default global batch: 4M tokens (Llama 3 405B's initial batch, Dubey et al. 2024, Sec. 3.4.1).
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
+#: What a plan is priced with when the request does not state its software stack (the header says so).
+STACK_DEFAULTS = {"stack": "megatron", "attention_kernel": "fa2"}
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,11 @@ class PlanRequest:
     attention: str = "flash"
     dropout: bool = False
     kernels: str = "fused"
-    stack: str = "megatron"
+    stack: str | None = None  # None: STACK_DEFAULTS, and the plan says it was defaulted
     fsdp_gather: str = "micro-batch"
     offload_optimizer: bool = False
     cp_comm: str = "ring"
-    attention_kernel: str = "fa2"
+    attention_kernel: str | None = None
     moe_imbalance: float = 1.0
     ep_overlap: float = 0.0
     dp_overlap: bool = True
@@ -85,9 +87,15 @@ class PlanRequest:
     gemm_eff: float | None = None
     attn_eff: float | None = None
     hbm_eff: float | None = None
+    memory_headroom: float = 0.90
     fixed: dict = field(default_factory=dict)
     rank_by: str = "time"
     top: int = 10
+
+    @property
+    def defaulted(self) -> tuple[str, ...]:
+        """The software-stack fields the request left unstated (priced as STACK_DEFAULTS)."""
+        return tuple(k for k in STACK_DEFAULTS if getattr(self, k) is None)
 
     def model_spec(self) -> ModelSpec:
         dims = self._dims()
@@ -148,9 +156,11 @@ class PlanRequest:
         return Training(global_batch_tokens=tokens, seq_len=seq, precision=self.precision, optimizer=self.optimizer,
                         grad_bytes=self.grad_bytes, micro_batch_sizes=tuple(self.micro_batch_sizes),
                         train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, tp_overlap=self.tp_overlap,
-                        stack=self.stack, fsdp_gather=self.fsdp_gather, offload_optimizer=self.offload_optimizer,
+                        stack=self.stack or STACK_DEFAULTS["stack"], fsdp_gather=self.fsdp_gather,
+                        offload_optimizer=self.offload_optimizer,
                         cp_comm=self.cp_comm, moe_imbalance=self.moe_imbalance, ep_overlap=self.ep_overlap,
-                        attention_kernel=self.attention_kernel)
+                        attention_kernel=self.attention_kernel or STACK_DEFAULTS["attention_kernel"],
+                        memory_headroom=self.memory_headroom)
 
     def efficiency(self, cluster: Cluster) -> Efficiency | None:
         """The constants for `cluster`: None (the calibrated defaults of its GPU), the command line's

@@ -13,25 +13,31 @@ that hold the same parameters):
     ZeRO-3, DeepSpeed layout:     P (w + master + g + states) / d        (2 + 2 + 12)/d with bf16 grads, the
                                   paper's (2 + 2 + K) psi / Nd (Training.zero3_16bit_shard)
 
-P is the parameter count of the most-loaded pipeline stage: its L/pp layers (matmul weights / tp; norm
+P is the parameter count of a pipeline rank: its layers (pipeline.chunk_layers) (matmul weights / tp; norm
 weights replicated) plus the input embedding V*h/tp on the first stage and the output layer on the last
 (Megatron keeps a copy of a tied embedding there).
 
-Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes): with 1F1B the first
-stage holds min(pp, m) micro-batches of its L/pp layers in flight; the interleaved schedule multiplies
-that by 1 + (pp-1)/(pp*vpp); the last stage holds one micro-batch plus the output layer's inputs and the
-float32 logits 4sbh(1 + V/h)/t. ZB-H1 keeps 1F1B's in-flight count. fp8 training keeps the linear layers'
-inputs in fp8 (model.layer_activation_bytes). Transients: with full (selective, per-op) recomputation the
-backward rebuilds one layer's full activations (what the policy dropped) at a time; ZeRO-3 gathers the
-bf16 weights of two units (current + prefetch) and the unsharded gradients of one before its
-reduce-scatter, plus the whole stage's bf16 weights without resharding (Training.fsdp_gather
-"no-reshard") and its gradients too when gathering once per step ("step"); HSDP (PlanConfig.shard) shards
-the states over the shard group only; ZeRO 0-2 keep two in-flight gradient buckets. CPU offload
-(Training.offload_optimizer) moves the master weights and optimizer states to the host. Framework
-overhead (CUDA context, NCCL, workspaces) is a constant, and the caching allocator's headroom an explicit
-term, Training.allocator_slack (5%) x (activations + transients), reported as allocator_bytes: PyTorch's
-allocator rounds blocks and keeps freed ones cached (reserved > allocated), which the published peaks of
-frameworks that report reserved memory include.
+Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes) with pipeline parallelism:
+per rank, the largest set of (micro-batch, chunk) activations the schedule keeps live, stepped from the
+schedule's own order (pipeline.py: 1F1B holds min(pp - r, m) micro-batches on rank r; the interleaved schedule
+min(2 (pp - r - 1) + (vpp - 1) pp + 1, m vpp) chunks; ZB-H1 keeps 1F1B's), each chunk weighed by its own
+layers (uneven stages: fewer layers on the first and last chunks), the first chunk of rank 0 adding the
+embedding's output per live micro-batch, the last rank the output layer's inputs and the float32 logits 4sbh(1
++ V/h)/t once. The memory reported is that of the rank with the largest total (`stage`: "first", "last" or
+"rank R"; Llama 3 405B at 16 micro-batches: rank 1, whose 8 one-layer chunks all hold every micro-batch, while
+rank 0 has an embedding-only chunk). fp8 training keeps the linear layers' inputs in fp8
+(model.layer_activation_bytes). Transients: with full (selective, per-op) recomputation the backward rebuilds
+one layer's full activations (what the policy dropped) at a time; ZeRO-3 gathers the bf16 weights of two units
+(current + prefetch) and the unsharded gradients of one before its reduce-scatter, plus the whole stage's bf16
+weights without resharding (Training.fsdp_gather "no-reshard") and its gradients too when gathering once per
+step ("step"); HSDP (PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two
+in-flight gradient buckets. CPU offload (Training.offload_optimizer) moves the master weights and optimizer
+states to the host. Framework overhead (CUDA context, NCCL, workspaces) is a constant, and the caching
+allocator's headroom an explicit term, Training.allocator_slack (5%) x (activations + transients), reported as
+allocator_bytes: PyTorch's allocator rounds blocks and keeps freed ones cached (reserved > allocated), which
+the published peaks of frameworks that report reserved memory include. Beyond it, the search admits a plan
+only within Training.memory_headroom (default 0.90) of the device (usable_bytes; fits), leaving the rest for
+fragmentation the 5% does not cover and for this model's error; fits_device checks the whole device.
 
 Measured (tests/workbench/planner/test_planner_recompute_measured.py, `wavefront train --recompute`): the
 per-layer activations of every policy to the norms' rstd; the full-recompute working set to 1.4%; every-other's
@@ -51,6 +57,13 @@ from wavefront.workbench.planner.model import (
     output_activation_bytes,
 )
 from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n_micro_batches
+from wavefront.workbench.planner.pipeline import (
+    candidate_ranks,
+    chunk_first_layer,
+    chunk_layers,
+    peak,
+    schedule_live_counts,
+)
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Training
 
 WEIGHT_BYTES = 2  # bf16 working weights (fp8 training keeps bf16 weights and casts per matmul)
@@ -60,7 +73,7 @@ WEIGHT_BYTES = 2  # bf16 working weights (fp8 training keeps bf16 weights and ca
 class MemoryBreakdown:
     """Bytes per GPU on the most-loaded pipeline stage (`stage`)."""
 
-    stage: str  # "first" or "last" (pp = 1: "only")
+    stage: str  # "first", "last" or "rank R" (pp = 1: "only"): the rank with the largest total
     params_bytes: float
     grads_bytes: float
     optimizer_bytes: float
@@ -72,13 +85,20 @@ class MemoryBreakdown:
     capacity_bytes: float
     inflight_micro_batches: int
     allocator_bytes: float = 0.0  # caching-allocator headroom: Training.allocator_slack x (acts + transient)
+    usable_bytes: float = 0.0  # what a plan may use: Training.memory_headroom x capacity (0: all of it)
 
     @property
     def fits(self) -> bool:
+        """Admitted: within the usable memory (the headroom leaves the rest for fragmentation)."""
+        return self.total_bytes <= (self.usable_bytes or self.capacity_bytes)
+
+    @property
+    def fits_device(self) -> bool:
+        """Within the device's whole memory (what a run that ran must satisfy)."""
         return self.total_bytes <= self.capacity_bytes
 
     def as_dict(self) -> dict:
-        d = asdict(self) | {"fits": self.fits}
+        d = asdict(self) | {"fits": self.fits, "fits_device": self.fits_device}
         d["total_gib"] = self.total_bytes / 2**30
         d["total_gb"] = self.total_bytes / 1e9
         return d
@@ -157,6 +177,57 @@ def state_bytes(params: float, cfg: PlanConfig, training: Training,
     return params * max(master, WEIGHT_BYTES) / d, params * g / d, params * states / d
 
 
+def pipeline_ranks(model: ModelSpec, cfg: PlanConfig, memo: dict | None = None) -> list[tuple]:
+    """For each candidate rank of a pipeline (pipeline.candidate_ranks): (rank, dense layers per chunk,
+    MoE layers per chunk, parameters, routed-expert parameters) on one GPU of it, the chunks laid out as
+    pipeline.chunk_layers does (uneven: fewer layers on the first and last chunks)."""
+    key = ("ranks", cfg.tp, cfg.pp, cfg.vpp, cfg.ep)
+    if memo is not None and key in memo:
+        cached: list[tuple] = memo[key]
+        return cached
+    dims = model.dims
+    layers = chunk_layers(dims.n_layers, cfg.pp, cfg.vpp)
+    firsts = chunk_first_layer(dims.n_layers, cfg.pp, cfg.vpp)
+    fd = model.moe.first_dense if model.moe is not None else dims.n_layers
+    dense_layer = model.layer_matmul_params / cfg.tp + 2 * dims.hidden
+    moe_layer = (model.moe_layer_dense_params - 2 * dims.hidden) / cfg.tp + 2 * dims.hidden if model.moe else 0.0
+    experts = model.moe.n_experts // cfg.ep * model.expert_params if model.moe is not None else 0.0
+    emb = model.embedding_params / cfg.tp
+    out = []
+    for r in candidate_ranks(layers):
+        dense = [max(0, min(fd, a + n) - a) for a, n in zip(firsts[r], layers[r], strict=True)]
+        moe = [n - d for n, d in zip(layers[r], dense, strict=True)]
+        params = sum(dense) * dense_layer + sum(moe) * (moe_layer + experts)
+        if r == 0:
+            params += emb
+        if r == cfg.pp - 1:
+            params += emb + dims.hidden  # the output layer (Megatron keeps a tied copy) and the final norm
+        out.append((r, dense, moe, float(params), float(sum(moe) * experts)))
+    if memo is not None:
+        memo[key] = out
+    return out
+
+
+def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: float, per_moe: float,
+                        emb_act: float, out_act: float, memo: dict | None = None) -> list[tuple]:
+    """(stage name, parameters, routed-expert parameters, peak activation bytes, micro-batches in flight
+    on its fullest chunk) for each candidate rank of a pipeline: the schedule's live sets
+    (pipeline.schedule_live_counts; ZB-H1 keeps 1F1B's) weighed by each chunk's layers, the embedding
+    output on rank 0's first chunk per live micro-batch and the output layer's inputs on the last rank."""
+    out = []
+    for r, dense, moe, params, experts in pipeline_ranks(model, cfg, memo):
+        chunk_bytes = [d * per_layer + e * per_moe for d, e in zip(dense, moe, strict=True)]
+        if r == 0:
+            chunk_bytes[0] += emb_act
+        acts, inflight = peak(schedule_live_counts(cfg.pp, 1 if cfg.zero_bubble else cfg.vpp, m, r, memo),
+                              chunk_bytes)
+        if r == cfg.pp - 1:
+            acts += out_act
+        out.append(("first" if r == 0 else "last" if r == cfg.pp - 1 else f"rank {r}", params, experts, acts,
+                     inflight))
+    return out
+
+
 def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
                      memo: dict | None = None) -> MemoryBreakdown:
     """Bytes per GPU (module docstring); `memo` shares per-layer activation terms between plans."""
@@ -186,23 +257,23 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
             full_moe = layer_activation_bytes(model, recompute="none", routed_rows=rows, **act_kw)
             if memo is not None:
                 memo[key] = (per_moe, full_moe)
-    ((fd, fm), (ld, lm)), (p_first, p_last), (e_first, e_last) = stage_terms(model, cfg, memo)
+    ((fd, fm), _), (p_first, _), (e_first, _) = stage_terms(model, cfg, memo)
     stage_first = fd * per_layer + fm * per_moe if model.moe is not None else layers * per_layer
-    stage_last = ld * per_layer + lm * per_moe if model.moe is not None else layers * per_layer
 
-    inflight_first = 1 if cfg.pp == 1 else max(1, min(cfg.pp, m))
-    interleave = 1.0 + (cfg.pp - 1) / (cfg.pp * cfg.vpp) if cfg.vpp > 1 and m >= cfg.pp else 1.0
     emb_act = embedding_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp)
     out_act = output_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp)
-    acts_first = stage_first * inflight_first * interleave + emb_act * inflight_first
+    # (stage name, parameters, routed-expert parameters, activations, micro-batches in flight)
+    candidates: list[tuple[str, float, float, float, int]] = []
     if cfg.pp == 1:
-        acts_first += out_act
-        acts_last = acts_first
+        candidates.append(("only", p_first, e_first, stage_first + emb_act + out_act, 1))
     else:
-        # Megatron's interleaved schedule warms up (vpp-1)*pp + 2*(pp-1-rank) chunk micro-batches on a rank;
-        # on the last rank that is (vpp-1)*pp + 1 chunks of L/(pp*vpp) layers.
-        inflight_last = min(m, ((cfg.vpp - 1) * cfg.pp + 1) / cfg.vpp) if cfg.vpp > 1 else 1.0
-        acts_last = stage_last * inflight_last + out_act
+        pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep)
+        if memo is not None and pkey in memo:
+            candidates = memo[pkey]
+        else:
+            candidates = pipeline_candidates(model, cfg, m, per_layer, per_moe, emb_act, out_act, memo)
+            if memo is not None:
+                memo[pkey] = candidates
 
     working = 0.0
     if cfg.recompute != "none":
@@ -210,10 +281,6 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         working = max(0.0, full - kept)
         if model.moe is not None:
             working = max(working, full_moe - (per_moe if cfg.recompute in ("selective", "op") else 0.0))
-
-    candidates = [("first" if cfg.pp > 1 else "only", p_first, acts_first)]
-    if cfg.pp > 1:
-        candidates.append(("last", p_last, acts_last))
 
     g = training.grad_bytes
     unit_params = max(model.layer_params, model.embedding_params) / cfg.tp
@@ -223,7 +290,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     if cfg.zero == 3:
         transient_states = unit_params * (2 * WEIGHT_BYTES + g)
         buffers = 0.0
-        held = max(p_first, p_last)
+        held = max(c[1] for c in candidates)
         if training.fsdp_gather == "no-reshard":
             transient_states += held * WEIGHT_BYTES
         elif training.fsdp_gather == "step":
@@ -236,8 +303,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
 
     transient = working + transient_states
     best: tuple | None = None
-    for stage, params, acts in candidates:
-        experts = e_last if stage == "last" else e_first
+    for stage, params, experts, acts, inflight in candidates:
         w, gr, opt = state_bytes(params - experts, cfg, training)
         if experts:
             ew, eg, eo = state_bytes(experts, cfg, training, cfg.expert_dp)
@@ -245,8 +311,8 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         slack = training.allocator_slack * (acts + transient)
         total = w + gr + opt + acts + transient + slack + buffers + overhead
         if best is None or total > best[0]:
-            best = (total, stage, acts, w, gr, opt, slack)
+            best = (total, stage, acts, w, gr, opt, slack, inflight)
     assert best is not None  # candidates is never empty
-    total, stage, acts, w, gr, opt, slack = best
-    inflight = inflight_first if stage != "last" else max(1, round(inflight_last))
-    return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack)
+    total, stage, acts, w, gr, opt, slack, inflight = best
+    return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack,
+                           capacity * training.memory_headroom)

@@ -44,12 +44,6 @@ class PlanConfig:
         return "1f1b" if self.vpp == 1 else f"interleaved-{self.vpp}"
 
     @property
-    def n_parallel_dims(self) -> int:
-        """How many parallelism kinds the plan uses (the tie-breaker: fewer is simpler and less risky)."""
-        return (sum(x > 1 for x in (self.tp, self.pp, self.cp, self.dp, self.ep)) + (self.vpp > 1)
-                + self.zero_bubble)
-
-    @property
     def expert_dp(self) -> int:
         """Expert-data-parallel degree: the ranks holding the same experts (tp*cp*dp / ep, expert TP 1)."""
         return max(1, self.tp * self.cp * self.dp // self.ep)

@@ -4,12 +4,14 @@ The grid: tensor parallel (with and without sequence parallel) x context paralle
 over the divisors of the GPU count, data parallel filling the rest; interleaved schedules with 2 and 4
 virtual stages; ZeRO 0-3; recomputation none / selective / full; the micro-batch sizes of Training.
 Plans that cannot run (a degree not dividing heads, layers or the batch) are counted by reason; plans that
-run out of memory are kept as infeasible with their memory breakdown. Feasible plans are ranked by step
-time ("time") or by dollars per step ("cost", which also compares clusters).
+run out of memory (over Training.memory_headroom of the device) are kept as infeasible with their memory
+breakdown. Feasible plans are ranked strictly by step time ("time") or by dollars per step ("cost", which
+also compares clusters) to RANK_FIGURES significant figures, equal values going to less memory (TIE_RULE).
 """
 
 from __future__ import annotations
 
+import math
 import time as _time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -28,6 +30,9 @@ from wavefront.workbench.planner.time import TimeBreakdown, step_time
 from wavefront.workbench.planner.training import Efficiency, Training
 
 RANK_BY = ("time", "cost")
+#: Plans within this fraction of the winner's step time are named in the explanation as near ties: the
+#: model's held-out error (docs/planner.md, ~5%) is larger, so a 1% difference is no strong preference.
+NEAR_TIE = 0.01
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class SearchResult:
     pinned_misses: list[str] = field(default_factory=list)  # why no grid plan matches the pinned fields
     top: int = 10  # plans the document lists (0: all feasible)
     constants_from: dict = field(default_factory=dict)  # where each constant came from (PlanRequest.constants_from)
+    defaulted: list[str] = field(default_factory=list)  # software-stack fields left at their defaults
 
     @property
     def best(self) -> PlanResult | None:
@@ -106,6 +112,28 @@ class SearchResult:
 
     def explain(self, n_runner_ups: int = 4) -> list[str]:
         return explain(self, n_runner_ups)
+
+    def header(self) -> list[str]:
+        """The lines above the plan table: model and batch, the stack (and whether it was defaulted), and
+        the order the rows follow with the memory headroom."""
+        spec, tr = self.model, self.training
+        moe = spec.moe
+        active = (f" ({spec.active_params / 1e9:.1f}B active: {moe.n_experts} experts, top-{moe.top_k}"
+                  f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
+        lines = [f"[bold]{spec.name}[/]: {spec.total_params / 1e9:.1f}B params{active}; batch "
+                 f"{tr.global_batch_tokens:,} tokens ({tr.global_batch_seqs} x {tr.seq_len}), {tr.precision}, "
+                 f"{tr.stack} stack, {tr.attention_kernel} attention"]
+        if self.defaulted:
+            lines.append("software stack defaulted (" + ", ".join(f"--{k.replace('_', '-')} {getattr(tr, k)}"
+                                                                  for k in self.defaulted)
+                         + "): not stated; other stacks price differently, state yours with these flags")
+        if self.ranked:
+            by = "step time" if self.rank_by == "time" else "$/step, then step time"
+            usable = ", ".join(f"{c.gpu.hbm_gb * tr.memory_headroom:.0f} of {c.gpu.hbm_gb:.0f} GB"
+                               for c in self.clusters)
+            lines.append(f"{len(self.ranked):,} feasible plans, best {len(self.shown())} by {by} ({TIE_RULE}); "
+                         f"memory headroom {tr.memory_headroom:.2f} ({usable} usable)")
+        return lines
 
     def shown(self) -> list[PlanResult]:
         return self.ranked if self.top == 0 else self.ranked[:self.top]
@@ -123,8 +151,8 @@ class SearchResult:
             "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
             "efficiency": [(self.efficiency if self.efficiency.source != Efficiency.for_gpu(c.gpu.key).source
                             else Efficiency.for_gpu(c.gpu.key)).as_dict() for c in self.clusters],
-            "constants_from": self.constants_from,
-            "rank_by": self.rank_by, "tie_tolerance": TIE_TOLERANCE,
+            "constants_from": self.constants_from, "stack_defaulted": list(self.defaulted),
+            "rank_by": self.rank_by, "rank_figures": RANK_FIGURES, "tie_rule": TIE_RULE,
             "search": {"n_enumerated": self.n_enumerated, "n_feasible": len(self.ranked),
                        "n_out_of_memory": len(self.out_of_memory), "n_invalid": sum(self.rejected.values()),
                        "invalid_reasons": dict(self.rejected.most_common()), "elapsed_s": self.elapsed_s},
@@ -174,16 +202,24 @@ def enumerate_configs(n_gpus: int, training: Training, n_layers: int, *, gpus_pe
     Pipeline degrees need not divide the layers (uneven stages); interleaving takes every degree that
     divides the layers per stage; pipelines also try ZB-H1; ZeRO-3 also tries HSDP sharded within a node.
     Sequence parallelism always accompanies tensor parallelism (same bytes, less memory and elementwise
-    work) unless `fixed` pins sp=False. n_experts > 1 (MoE) adds every expert-parallel degree that divides
-    the experts and tp*cp*dp."""
+    work) unless `fixed` pins sp=False. A pinned field joins the grid: a pinned interleaving degree, HSDP
+    shard group, micro-batch size or recompute policy is searched even where the default grid lacks it
+    (structural_problems then decides whether it can run). n_experts > 1 (MoE) adds every expert-parallel
+    degree that divides the experts and tp*cp*dp."""
     fixed = fixed or {}
     sps = (False,) if fixed.get("sp") is False else (True,)
-    for tp in _divisors(n_gpus):
-        for cp in _divisors(n_gpus // tp):
-            for pp in (p for p in _divisors(n_gpus // (tp * cp)) if p <= n_layers):
+    mbs = (fixed["micro_batch"],) if "micro_batch" in fixed else training.micro_batch_sizes
+    rcs = (fixed["recompute"],) if "recompute" in fixed else RECOMPUTE_MODES
+    for tp in _pinned(fixed, "tp", _divisors(n_gpus)):
+        for cp in _pinned(fixed, "cp", _divisors(n_gpus // tp)):
+            for pp in _pinned(fixed, "pp", [p for p in _divisors(n_gpus // (tp * cp)) if p <= n_layers]):
                 dp = n_gpus // (tp * cp * pp)
-                eps = _ep_choices(n_experts, tp * cp * dp)
+                if "dp" in fixed and fixed["dp"] != dp:
+                    continue
+                eps = _pinned(fixed, "ep", _ep_choices(n_experts, tp * cp * dp))
                 schedules = [(v, False) for v in _vpp_choices(pp, n_layers)] + ([(1, True)] if pp > 1 else [])
+                if "vpp" in fixed and pp > 1 and (fixed["vpp"], False) not in schedules:
+                    schedules.append((fixed["vpp"], False))  # a pinned interleaving need not divide the layers
                 d = dp * cp
                 zeros: list[tuple[int, int]] = [(0, 0)]
                 if d > 1:
@@ -191,13 +227,23 @@ def enumerate_configs(n_gpus: int, training: Training, n_layers: int, *, gpus_pe
                     node_shard = gpus_per_node // tp
                     if 1 < node_shard < d and d % node_shard == 0:
                         zeros.append((3, node_shard))
+                    if fixed.get("shard") and (3, fixed["shard"]) not in zeros:
+                        zeros.append((3, fixed["shard"]))
                 for sp in (sps if tp > 1 else (False,)):
                     for vpp, zb in schedules:
                         for zero, shard in zeros:
-                            for rc in RECOMPUTE_MODES:
-                                for mb in training.micro_batch_sizes:
+                            for rc in rcs:
+                                for mb in mbs:
                                     for ep in eps:
                                         yield PlanConfig(tp, sp, pp, vpp, cp, dp, zero, rc, mb, zb, shard, ep)
+
+
+def _pinned(fixed: dict, name: str, choices: list[int]) -> list[int]:
+    """The grid's choices for a degree, or only the pinned value when it is one of them (a degree that
+    does not divide the GPUs stays out: pinned_misses says why)."""
+    if name not in fixed:
+        return choices
+    return [fixed[name]] if fixed[name] in choices else []
 
 
 def kpis_for(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, t: TimeBreakdown) -> Kpis:
@@ -234,7 +280,8 @@ def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
     reasons: tuple[str, ...] = ()
     if not mem.fits:
         reasons = (f"needs {mem.total_bytes / 1e9:.2f} GB per GPU on the {mem.stage} stage, "
-                   f"{cluster.gpu.key} has {mem.capacity_bytes / 1e9:.0f} GB",)
+                   f"{cluster.gpu.key} has {mem.capacity_bytes / 1e9:.0f} GB, {mem.usable_bytes / 1e9:.1f} usable "
+                   f"at headroom {training.memory_headroom:.2f}",)
     return PlanResult(cfg, cluster, mem, t, model, training, reasons)
 
 
@@ -320,11 +367,7 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
             else:
                 oom.append(res)
 
-    if rank_by == "time":
-        feasible = rank_with_ties(feasible)
-    else:
-        feasible.sort(key=lambda r: (_k(r).dollars_per_step if _k(r).dollars_per_step is not None
-                                     else float("inf"), _t(r).step_s))
+    feasible = rank_plans(feasible, rank_by)
     oom.sort(key=lambda r: _m(r).total_bytes / _m(r).capacity_bytes)
     misses = (pinned_misses(fixed, clusters, training, spec.dims.n_layers, spec.moe.n_experts if spec.moe else 0)
               if fixed and n_enum == 0 else [])
@@ -346,36 +389,50 @@ def _run_request(req: PlanRequest) -> SearchResult:
                   fixed=dict(req.fixed))
     result.top = req.top
     result.constants_from = req.constants_from(clusters)
+    result.defaulted = list(req.defaulted)
     return result
 
 
-#: Plans whose step times are within this fraction of each other tie: the model's error is larger
-#: (docs/planner.md: median held-out error ~5%), so a 1% difference is not a reason to prefer a plan.
-TIE_TOLERANCE = 0.01
+#: Significant figures of the ranked quantity (step time, or $/step) that the ranking compares: plans
+#: equal to this many figures tie, and ties go to the plan with less memory per GPU (then the label, so
+#: the order is total). The table prints the ranked quantity to the same figures, so its column never
+#: decreases down the rows (the order the header states).
+RANK_FIGURES = 4
+TIE_RULE = f"equal to {RANK_FIGURES} significant figures: less memory per GPU first"
+
+
+def rank_value(x: float) -> float:
+    """x rounded to RANK_FIGURES significant figures (what the ranking compares and the table prints)."""
+    return float(f"{x:.{RANK_FIGURES - 1}e}") if x else 0.0
+
+
+def rank_text(x: float) -> str:
+    """rank_value(x) in plain notation, as the table prints it (59.16, 0.8124, 1234)."""
+    v = rank_value(x)
+    if v == 0:
+        return "0"
+    return f"{v:.{max(0, RANK_FIGURES - 1 - math.floor(math.log10(abs(v))))}f}"
+
+
+def rank_key(r: PlanResult, rank_by: str = "time") -> tuple:
+    """Ascending: the ranked quantity at RANK_FIGURES figures, then memory, then the label."""
+    step = rank_value(_t(r).step_s)
+    if rank_by == "cost":
+        dollars = _k(r).dollars_per_step
+        return (rank_value(dollars) if dollars is not None else float("inf"), step, _m(r).total_bytes,
+                r.cluster.label, r.config.label())
+    return (step, _m(r).total_bytes, r.cluster.label, r.config.label())
+
+
+def rank_plans(plans: list[PlanResult], rank_by: str = "time") -> list[PlanResult]:
+    """Best first, strictly by rank_key: step time (or $/step, then step time) to RANK_FIGURES figures;
+    ties: less memory first (TIE_RULE)."""
+    return sorted(plans, key=lambda r: rank_key(r, rank_by))
 
 
 def critical_path_comm_s(r: PlanResult) -> float:
     t = _t(r)
     return t.tp_comm_s + t.cp_comm_s + t.pp_p2p_s + t.dp_comm_s + t.bubble_s
-
-
-def rank_with_ties(plans: list[PlanResult]) -> list[PlanResult]:
-    """Fastest first; plans within TIE_TOLERANCE of a group's fastest are ordered by fewer parallel
-    dimensions, less model parallelism (tp*cp*pp), less communication and bubble on the critical path,
-    then time, then memory."""
-    plans = sorted(plans, key=lambda r: (_t(r).step_s, _m(r).total_bytes))
-    out: list[PlanResult] = []
-    i = 0
-    while i < len(plans):
-        limit = _t(plans[i]).step_s * (1.0 + TIE_TOLERANCE)
-        j = i
-        while j < len(plans) and _t(plans[j]).step_s <= limit:
-            j += 1
-        out.extend(sorted(plans[i:j], key=lambda r: (r.config.n_parallel_dims, r.config.tp * r.config.cp * r.config.pp,
-                                                     round(critical_path_comm_s(r), 6), _t(r).step_s,
-                                                     _m(r).total_bytes)))
-        i = j
-    return out
 
 
 def batch_warnings(training: Training, clusters: list[Cluster]) -> list[str]:
@@ -396,12 +453,12 @@ def batch_warnings(training: Training, clusters: list[Cluster]) -> list[str]:
 
 def pinned_misses(fixed: dict, clusters: list[Cluster], training: Training, n_layers: int,
                   n_experts: int = 0) -> list[str]:
-    """For each pinned field whose value no grid plan has, what the grid offers instead; if every value
-    exists alone, say that the combination is what no plan has."""
+    """For each pinned field whose value no grid plan has, what the default grid offers instead; if every
+    value exists alone (or is one the search adds when pinned), say that the combination is what no plan has."""
     out = []
     for cl in clusters:
         grid = list(enumerate_configs(cl.n_gpus, training, n_layers, gpus_per_node=cl.gpus_per_node,
-                                      fixed=fixed, n_experts=n_experts))
+                                      fixed={k: v for k, v in fixed.items() if k == "sp"}, n_experts=n_experts))
         for name, value in fixed.items():
             offered = sorted({getattr(c, name) for c in grid}, key=str)
             if value not in offered:
@@ -421,7 +478,7 @@ def _why_missing(name: str, value, n_gpus: int, n_layers: int, training: Trainin
         return (" (expert-parallel degrees divide the experts and tp*cp*dp)" if n_experts > 1
                 else " (expert parallelism needs a mixture-of-experts model)")
     if name == "vpp":
-        return f" (interleaving degrees divide the layers per stage of {n_layers} layers)"
+        return " (interleaving needs pipeline parallel > 1; a pinned degree is searched with every pp > 1)"
     if name == "micro_batch":
         return f" (micro-batch sizes come from Training.micro_batch_sizes = {training.micro_batch_sizes})"
     if name == "recompute":
@@ -451,10 +508,11 @@ def explain(result: SearchResult, n_runner_ups: int = 4) -> list[str]:
     shares = ", ".join(f"{k} {v / t.step_s:.0%}" for k, v in parts if v > 0.005 * t.step_s)
     lines = [f"winner {best.config.label()} on {best.cluster.label}: {t.step_s:.3f} s/step "
              f"({shares}); {_m(best).total_bytes / 1e9:.1f} of {_m(best).capacity_bytes / 1e9:.0f} GB"]
-    tied = [r for r in result.ranked[1:] if _t(r).step_s <= t.step_s * (1.0 + TIE_TOLERANCE)]
-    if tied and result.rank_by == "time":
-        lines[0] += (f"; {len(tied)} more plan(s) within {TIE_TOLERANCE:.0%} tie with it and rank below as "
-                     "they use more parallel dimensions or more critical-path communication")
+    near = [r for r in result.ranked[1:] if _t(r).step_s <= t.step_s * (1.0 + NEAR_TIE)]
+    if near and result.rank_by == "time":
+        leanest = min(near, key=lambda r: _m(r).total_bytes)
+        lines[0] += (f"; {len(near)} more plan(s) within {NEAR_TIE:.0%} of it (inside the model's error), the "
+                     f"leanest {leanest.config.label()} at {_m(leanest).total_bytes / 1e9:.1f} GB")
     for i, other in enumerate(result.ranked[1:1 + n_runner_ups], start=2):
         name, delta = _biggest_difference(best, other)
         slower = _t(other).step_s / t.step_s - 1.0

@@ -146,6 +146,9 @@ class Training:
     framework_overhead_gb: CUDA context, NCCL buffers and workspace (training-math.md: about 1-3 GB).
     allocator_slack: fraction added to activation and transient memory for caching-allocator
         fragmentation (reserved vs allocated).
+    memory_headroom: fraction of the device memory a plan may use (default MEMORY_HEADROOM, 0.90): the
+        rest is room for allocator fragmentation beyond allocator_slack, for the memory model's error and
+        for what the model leaves out; a plan over it is out of memory. 1.0 admits up to the full device.
     stack: "megatron" or "fsdp" (STACKS; Efficiency.fsdp_stack).
     fsdp_gather: when ZeRO-3 gathers weights (FSDP_GATHER).
     offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
@@ -175,6 +178,7 @@ class Training:
     bucket_mib: float = 25.0
     framework_overhead_gb: float = 2.0
     allocator_slack: float = 0.05
+    memory_headroom: float = 0.90
     zero3_16bit_shard: bool = False
     stack: str = "megatron"
     fsdp_gather: str = "micro-batch"
@@ -213,6 +217,9 @@ class Training:
             raise ValueError(f"micro_batch_sizes must be positive integers, got {self.micro_batch_sizes}")
         if not 0.0 <= self.tp_overlap <= 1.0:
             raise ValueError(f"tp_overlap must be in [0, 1], got {self.tp_overlap}")
+        if not 0.0 < self.memory_headroom <= 1.0:
+            raise ValueError(f"memory_headroom must be in (0, 1] (fraction of device memory usable), "
+                             f"got {self.memory_headroom}")
         if self.train_tokens <= 0 or self.bucket_mib <= 0 or self.framework_overhead_gb < 0 or self.allocator_slack < 0:
             raise ValueError("train_tokens and bucket_mib must be > 0; overheads must be >= 0")
 

@@ -57,7 +57,7 @@ class RowComparison:
     predicted: float
     rel_error: float  # predicted / published - 1 (for ratio metrics: of the ratios)
     plan: str
-    fits: bool  # whether the planner thinks the published plan fits in memory
+    fits: bool  # whether the planner thinks the published plan fits in the device's memory (it ran)
     split: str = ""  # "calibration" or "held-out" (tables with a split); "" otherwise
 
     def as_dict(self) -> dict:
@@ -212,7 +212,7 @@ def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=Non
                 pub_ref, pred_ref = refs[group]
                 pub, pred = pub / pub_ref, pred / pred_ref
             report.rows.append(RowComparison(doc["name"], str(row.get("id")), name, pub, pred, pred / pub - 1.0,
-                                             res.config.label(), _m(res).fits, row.get("split", "")))
+                                             res.config.label(), _m(res).fits_device, row.get("split", "")))
     return report
 
 
