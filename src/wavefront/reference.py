@@ -710,8 +710,9 @@ def moe_router(logits: torch.Tensor, top_k: int, *, score: str = "softmax", orde
 
 
 def moe_offsets(counts: torch.Tensor, pad_to: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cumulative END offsets (E,) int32 of the groups padded to multiples of pad_to, group starts (E,) int64)."""
-    padded = (counts.to(torch.int64) + pad_to - 1) // pad_to * pad_to
+    """(cumulative END offsets (E,) int32 of the groups padded to multiples of pad_to, group starts (E,) int64).
+    A negative count is taken as 0, so the groups never overlap."""
+    padded = (counts.to(torch.int64).clamp(min=0) + pad_to - 1) // pad_to * pad_to
     ends = torch.cumsum(padded, 0)
     return ends.to(torch.int32), ends - padded
 
@@ -720,28 +721,43 @@ def moe_permute(x: torch.Tensor, indices: torch.Tensor, counts: torch.Tensor, *,
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Copy each (token, slot) assignment's row of x (T, H) to its expert's group -> (x_sorted (rows, H), offsets
     (E,) int32 cumulative ends, row_map (T*k,) int64: x_sorted row of assignment t*k+j). Stable: within a group,
-    assignments keep their t*k+j order. rows = T*k + E*(pad_to-1); padding rows are zero."""
+    assignments keep their t*k+j order. rows = T*k + E*(pad_to-1); padding rows are zero.
+
+    Dropped (row_map -1, no row written): an assignment whose index is outside [0, E), or that its expert's
+    group has no room for (counts[e], clamped at 0, smaller than the assignments to e; a row past `rows`)."""
     n_tokens, top_k = indices.shape
     n_experts = counts.shape[0]
     flat = indices.reshape(-1).to(torch.int64)
-    order = torch.argsort(flat, stable=True)
-    offsets, starts = moe_offsets(counts, pad_to)
-    firsts = torch.cumsum(counts.to(torch.int64), 0) - counts.to(torch.int64)  # unpadded group starts
-    expert = flat[order]
-    dest = starts[expert] + torch.arange(flat.numel(), device=x.device) - firsts[expert]
-    row_map = torch.empty_like(flat)
-    row_map[order] = dest
+    n_assign = flat.numel()
     rows = n_tokens * top_k + n_experts * (pad_to - 1)
-    x_sorted = x.new_zeros(rows, x.shape[1]).index_copy(0, row_map, x.repeat_interleave(top_k, dim=0))
+    # Invalid indices become expert E, a group that holds nothing; all of it on the device, no host read.
+    expert = torch.where((flat >= 0) & (flat < n_experts), flat, n_experts)
+    offsets, starts = moe_offsets(counts, pad_to)
+    hits = torch.zeros(n_experts + 1, dtype=torch.int64, device=x.device).scatter_add_(
+        0, expert, torch.ones_like(expert))
+    firsts = torch.cumsum(hits, 0) - hits  # where each expert's assignments start in sorted order
+    order = torch.argsort(expert, stable=True)
+    rank = torch.empty_like(flat)
+    rank[order] = torch.arange(n_assign, device=x.device) - firsts[expert[order]]
+    cap = torch.cat((counts.to(torch.int64).clamp(min=0), counts.new_zeros(1, dtype=torch.int64)))[expert]
+    start = torch.cat((starts, starts.new_zeros(1)))[expert]
+    keep = (rank < cap) & (start + rank < rows)
+    row_map = torch.where(keep, start + rank, -1)
+    # Dropped rows land on a scratch row past the end, cut off below.
+    x_sorted = x.new_zeros(rows + 1, x.shape[1]).index_copy(0, torch.where(keep, row_map, rows),
+                                                            x.repeat_interleave(top_k, dim=0))[:rows]
     return x_sorted, offsets, row_map
 
 
 def moe_unpermute(y_sorted: torch.Tensor, row_map: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """out[t] = sum_j weights[t, j] * y_sorted[row_map[t*k+j]], in fp32 (or fp64), rounded once to y's dtype."""
+    """out[t] = sum_j weights[t, j] * y_sorted[row_map[t*k+j]], in fp32 (or fp64), rounded once to y's dtype. An
+    entry of row_map outside [0, rows of y_sorted) (-1: an assignment moe_permute dropped) adds exactly 0."""
     acc = _compute_dtype(y_sorted, weights)
     n_tokens, top_k = weights.shape
-    gathered = y_sorted.to(acc)[row_map].view(n_tokens, top_k, y_sorted.shape[1])
-    return (gathered * weights.to(acc).unsqueeze(-1)).sum(1).to(y_sorted.dtype)
+    valid = ((row_map >= 0) & (row_map < y_sorted.shape[0])).view(n_tokens, top_k, 1)
+    gathered = y_sorted.to(acc)[torch.where(row_map >= 0, row_map, 0).clamp(max=max(y_sorted.shape[0] - 1, 0))]
+    terms = gathered.view(n_tokens, top_k, y_sorted.shape[1]) * weights.to(acc).unsqueeze(-1)
+    return torch.where(valid, terms, terms.new_zeros(())).sum(1).to(y_sorted.dtype)
 
 
 # Grouped linear (mixture-of-experts experts): x [T, K] in expert-contiguous order, weight [E, N, K], offsets

@@ -78,27 +78,34 @@ def moe_permute_config(hidden: int, dtype: torch.dtype, arch: Arch) -> PermuteCo
 
 
 @triton.jit
-def _moe_row_map_kernel(indices_ptr, starts_ptr, row_map_ptr, n_assign, BLOCK_A: tl.constexpr):
+def _moe_row_map_kernel(indices_ptr, starts_ptr, counts_ptr, row_map_ptr, n_assign, n_rows,
+                        BLOCK_A: tl.constexpr):
     e = tl.program_id(0)
-    carry = tl.load(starts_ptr + e).to(tl.int64)
+    start = tl.load(starts_ptr + e).to(tl.int64)
+    # Expert e's group holds rows [start, start + counts[e]) and no row at or past n_rows, whatever counts
+    # says: an assignment past its group's capacity keeps row_map -1 (dropped), so no row is written twice
+    # or outside x_sorted. starts come from the counts clamped at 0 (non-decreasing).
+    cap = tl.minimum(tl.maximum(tl.load(counts_ptr + e).to(tl.int64), 0), tl.maximum(n_rows - start, 0))
+    carry = start * 0
     for off in range(0, n_assign, BLOCK_A):
         a = off + tl.arange(0, BLOCK_A)
         ok = a < n_assign
         hit = (tl.load(indices_ptr + a, mask=ok, other=-1) == e) & ok
-        rank = tl.cumsum(hit.to(tl.int32), axis=0)  # inclusive: the first hit has rank 1
-        tl.store(row_map_ptr + a, carry + rank - 1, mask=hit)
+        rank = carry + tl.cumsum(hit.to(tl.int32), axis=0) - 1  # the first hit has rank 0
+        tl.store(row_map_ptr + a, start + rank, mask=hit & (rank < cap))
         carry += tl.sum(hit.to(tl.int64), axis=0)
 
 
 @triton.jit
-def _moe_scatter_rows_kernel(src_ptr, dst_ptr, row_map_ptr, w_ptr, y_ptr, dw_ptr, n_assign, hidden, top_k,
-                             stride_src_row, stride_dst_row, stride_y_row,
+def _moe_scatter_rows_kernel(src_ptr, dst_ptr, row_map_ptr, w_ptr, y_ptr, dw_ptr, n_assign, n_dst_rows, hidden,
+                             top_k, stride_src_row, stride_dst_row, stride_y_row,
                              HAS_W: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_R: tl.constexpr,
                              BLOCK_H: tl.constexpr, ACC: tl.constexpr):
     a = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    a_ok = a < n_assign
     t = a // top_k
-    r = tl.load(row_map_ptr + a, mask=a_ok, other=0).to(tl.int64)
+    r = tl.load(row_map_ptr + a, mask=a < n_assign, other=-1).to(tl.int64)
+    # A row map entry outside [0, n_dst_rows) (-1: a dropped assignment) moves nothing; its dw is 0.
+    a_ok = (a < n_assign) & (r >= 0) & (r < n_dst_rows)
     if HAS_W:
         w = tl.load(w_ptr + a, mask=a_ok, other=0.0).to(ACC)
     dw = tl.zeros((BLOCK_R, BLOCK_H), dtype=ACC)
@@ -113,34 +120,39 @@ def _moe_scatter_rows_kernel(src_ptr, dst_ptr, row_map_ptr, w_ptr, y_ptr, dw_ptr
         if COMPUTE_DW:
             dw += v * tl.load(y_ptr + r[:, None] * stride_y_row + h[None, :], mask=ok, other=0.0).to(ACC)
     if COMPUTE_DW:
-        tl.store(dw_ptr + a, tl.sum(dw, axis=1).to(dw_ptr.dtype.element_ty), mask=a_ok)
+        tl.store(dw_ptr + a, tl.sum(dw, axis=1).to(dw_ptr.dtype.element_ty), mask=a < n_assign)
 
 
 @triton.jit
-def _moe_gather_rows_kernel(src_ptr, out_ptr, row_map_ptr, w_ptr, n_tokens, hidden, top_k, stride_src_row,
-                            stride_out_row, HAS_W: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr,
-                            ACC: tl.constexpr):
+def _moe_gather_rows_kernel(src_ptr, out_ptr, row_map_ptr, w_ptr, n_tokens, n_src_rows, hidden, top_k,
+                            stride_src_row, stride_out_row, HAS_W: tl.constexpr, BLOCK_R: tl.constexpr,
+                            BLOCK_H: tl.constexpr, ACC: tl.constexpr):
     t = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     t_ok = t < n_tokens
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    ok = t_ok[:, None] & (h < hidden)[None, :]
     acc = tl.zeros((BLOCK_R, BLOCK_H), dtype=ACC)
     for j in range(0, top_k):
         a = t * top_k + j
-        r = tl.load(row_map_ptr + a, mask=t_ok, other=0).to(tl.int64)
+        r = tl.load(row_map_ptr + a, mask=t_ok, other=-1).to(tl.int64)
+        # A row map entry outside [0, n_src_rows) (-1: a dropped assignment) adds exactly 0, even with a NaN
+        # weight: a select, not a product.
+        r_ok = t_ok & (r >= 0) & (r < n_src_rows)
+        ok = r_ok[:, None] & (h < hidden)[None, :]
         v = tl.load(src_ptr + r[:, None] * stride_src_row + h[None, :], mask=ok, other=0.0).to(ACC)
         if HAS_W:
-            v = v * tl.load(w_ptr + a, mask=t_ok, other=0.0).to(ACC)[:, None]
+            v = tl.where(ok, v * tl.load(w_ptr + a, mask=t_ok, other=0.0).to(ACC)[:, None], 0.0)
         acc += v
+    ok = t_ok[:, None] & (h < hidden)[None, :]
     tl.store(out_ptr + t[:, None] * stride_out_row + h[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def moe_row_map(indices_flat: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
-    """indices_flat (T*k,) int64, starts (E,) int64 -> row_map (T*k,) int64."""
-    row_map = torch.empty_like(indices_flat)
+def moe_row_map(indices_flat: torch.Tensor, starts: torch.Tensor, counts: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """indices_flat (T*k,) int64, starts (E,) int64, counts (E,) -> row_map (T*k,) int64; -1 where the assignment
+    is dropped (its index outside [0, E), or past its group's counts[e] rows or the n_rows of x_sorted)."""
+    row_map = torch.full_like(indices_flat, -1)
     cfg = moe_permute_config(1, torch.int64, runtime.arch(indices_flat.device))
-    launch(_moe_row_map_kernel, (starts.shape[0],), indices_ptr=indices_flat, starts_ptr=starts,
-           row_map_ptr=row_map, n_assign=indices_flat.numel(), constexprs=dict(BLOCK_A=cfg.BLOCK_A),
+    launch(_moe_row_map_kernel, (starts.shape[0],), indices_ptr=indices_flat, starts_ptr=starts, counts_ptr=counts,
+           row_map_ptr=row_map, n_assign=indices_flat.numel(), n_rows=n_rows, constexprs=dict(BLOCK_A=cfg.BLOCK_A),
            # Integer prefix sums over 1024 indices: 4 warps give each lane 8 values.
            options={"num_warps": runtime.clamp_num_warps(4, runtime.arch(indices_flat.device)), "num_stages": 1})
     return row_map
@@ -150,6 +162,7 @@ def moe_scatter_rows(src: torch.Tensor, row_map: torch.Tensor, n_rows: int, top_
                      weights: torch.Tensor | None = None, y: torch.Tensor | None = None,
                      zero_fill: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """dst[row_map[a]] = src[a // top_k] (* weights[a]); with y, also dw[a] = <src[a // top_k], y[row_map[a]]>.
+    Entries of row_map outside [0, n_rows) (-1: dropped) write nothing and get dw 0.
     zero_fill: dst has rows no assignment writes (group padding), allocated as zeros."""
     hidden = src.shape[1]
     alloc = torch.zeros if zero_fill else torch.empty
@@ -159,7 +172,8 @@ def moe_scatter_rows(src: torch.Tensor, row_map: torch.Tensor, n_rows: int, top_
         return dst, (dw.zero_() if dw is not None else None)
     cfg = moe_permute_config(hidden, src.dtype, runtime.arch(src.device))
     launch(_moe_scatter_rows_kernel, (triton.cdiv(row_map.numel(), cfg.BLOCK_R),), src_ptr=src, dst_ptr=dst,
-           row_map_ptr=row_map, w_ptr=weights, y_ptr=y, dw_ptr=dw, n_assign=row_map.numel(), hidden=hidden,
+           row_map_ptr=row_map, w_ptr=weights, y_ptr=y, dw_ptr=dw, n_assign=row_map.numel(), n_dst_rows=n_rows,
+           hidden=hidden,
            top_k=top_k, stride_src_row=src.stride(0), stride_dst_row=dst.stride(0),
            stride_y_row=0 if y is None else y.stride(0),
            constexprs=dict(HAS_W=weights is not None, COMPUTE_DW=y is not None, BLOCK_R=cfg.BLOCK_R,
@@ -170,7 +184,8 @@ def moe_scatter_rows(src: torch.Tensor, row_map: torch.Tensor, n_rows: int, top_
 
 def moe_gather_rows(src: torch.Tensor, row_map: torch.Tensor, n_tokens: int, top_k: int,
                     weights: torch.Tensor | None = None) -> torch.Tensor:
-    """out[t] = sum_j (weights[t*k+j] *) src[row_map[t*k+j]], fp32 accumulation, one rounding."""
+    """out[t] = sum_j (weights[t*k+j] *) src[row_map[t*k+j]], fp32 accumulation, one rounding; entries of
+    row_map outside [0, src rows) (-1: dropped) add 0."""
     hidden = src.shape[1]
     out = torch.empty((n_tokens, hidden), dtype=src.dtype, device=src.device)
     if out.numel() == 0:
@@ -179,7 +194,8 @@ def moe_gather_rows(src: torch.Tensor, row_map: torch.Tensor, n_tokens: int, top
         return out.zero_()
     cfg = moe_permute_config(hidden, src.dtype, runtime.arch(src.device))
     launch(_moe_gather_rows_kernel, (triton.cdiv(n_tokens, cfg.BLOCK_R), triton.cdiv(hidden, cfg.BLOCK_H)),
-           src_ptr=src, out_ptr=out, row_map_ptr=row_map, w_ptr=weights, n_tokens=n_tokens, hidden=hidden,
+           src_ptr=src, out_ptr=out, row_map_ptr=row_map, w_ptr=weights, n_tokens=n_tokens, n_src_rows=src.shape[0],
+           hidden=hidden,
            top_k=top_k, stride_src_row=src.stride(0), stride_out_row=out.stride(0),
            constexprs=dict(HAS_W=weights is not None, BLOCK_R=cfg.BLOCK_R, BLOCK_H=cfg.BLOCK_H,
                            ACC=acc_dtype(src.dtype)),

@@ -28,10 +28,12 @@ from wavefront.nn.mlp import SwiGLUMLP
 
 
 def expert_counts(indices: Tensor, num_experts: int) -> Tensor:
-    """Tokens per expert (E,) int32 from (T, k) indices, on the device (a scatter-add: no host sync)."""
+    """Tokens per expert (E,) int32 from (T, k) indices, on the device (a scatter-add: no host sync). An index
+    outside [0, E) counts for no expert (``ops.moe_permute`` drops it): it lands in a scratch slot E."""
     flat = indices.reshape(-1).to(torch.int64)
-    return torch.zeros(num_experts, dtype=torch.int32, device=indices.device).scatter_add_(
-        0, flat, torch.ones_like(flat, dtype=torch.int32))
+    flat = torch.where((flat >= 0) & (flat < num_experts), flat, num_experts)
+    return torch.zeros(num_experts + 1, dtype=torch.int32, device=indices.device).scatter_add_(
+        0, flat, torch.ones_like(flat, dtype=torch.int32))[:num_experts]
 
 
 def group_limited_bias(scores: Tensor, bias: Tensor | None, n_group: int, topk_group: int) -> Tensor:

@@ -148,18 +148,19 @@ def moe_router(logits: Tensor, top_k: int, *, score: str = "softmax", order: str
 
 
 @torch.library.custom_op("wavefront::moe_permute_fwd", mutates_args=())
-def _permute_fwd(x: Tensor, indices: Tensor, starts: Tensor, top_k: int, n_rows: int) -> tuple[Tensor, Tensor]:
+def _permute_fwd(x: Tensor, indices: Tensor, starts: Tensor, counts: Tensor, top_k: int, n_rows: int
+                 ) -> tuple[Tensor, Tensor]:
     from wavefront.kernels import moe_permute as kernels
     from wavefront.kernels._launch import op_scope
 
     with op_scope("moe_permute"):
-        row_map = kernels.moe_row_map(indices, starts)
+        row_map = kernels.moe_row_map(indices, starts, counts, n_rows)
         x_sorted, _ = kernels.moe_scatter_rows(x, row_map, n_rows, top_k, zero_fill=n_rows > row_map.numel())
         return x_sorted, row_map
 
 
 @_permute_fwd.register_fake
-def _(x, indices, starts, top_k, n_rows):
+def _(x, indices, starts, counts, top_k, n_rows):
     return x.new_empty((n_rows, x.shape[1])), indices.new_empty(indices.shape)
 
 
@@ -197,7 +198,7 @@ def _(dout, y_sorted, row_map, weights, top_k):
 
 
 def _permute_setup(ctx, inputs, output):
-    x, _, _, top_k, _ = inputs
+    x, _, _, _, top_k, _ = inputs
     _, row_map = output
     ctx.mark_non_differentiable(row_map)
     ctx.save_for_backward(row_map)
@@ -207,7 +208,7 @@ def _permute_setup(ctx, inputs, output):
 def _permute_backward(ctx, dx_sorted, _drow_map):
     (row_map,) = ctx.saved_tensors
     dx = torch.ops.wavefront.moe_gather_rows(as_rows(dx_sorted), row_map, None, ctx.n_tokens, ctx.top_k)
-    return dx, None, None, None, None
+    return dx, None, None, None, None, None
 
 
 _permute_fwd.register_autograd(_permute_backward, setup_context=_permute_setup)
@@ -246,6 +247,14 @@ def moe_permute(x: Tensor, indices: Tensor, counts: Tensor, *, pad_to: int = 1) 
     Stable: inside a group, rows keep token order. pad_to > 1 pads every group to a multiple of pad_to
     (tile-aligned groups); rows = T*k + E*(pad_to-1) is a static upper bound and padding rows are zero.
     Backward: dx[t] = sum_j dx_sorted[row_map[t*k+j]] (a gather, no atomics).
+
+    Invalid routing never reads or writes outside a buffer, and costs no host sync to detect: an assignment
+    whose index is outside [0, E) (E or -1, say), or that finds its expert's group full because counts[e] is
+    smaller than the assignments to e, is *dropped*: row_map = -1, no row of x_sorted, zero contribution in
+    moe_unpermute, zero gradient. ``(row_map < 0).sum()`` counts them on the device. A negative count is
+    taken as 0. Counts larger than the indices give leave rows of their group that no assignment writes
+    (unspecified values, which the grouped GEMM's weight gradient reads): pass the counts of these indices
+    (moe_router's, or ``wavefront.nn.moe.expert_counts``).
     """
     op = "moe_permute"
     check_tensor(op, "x", x, ndim=2)
@@ -260,7 +269,7 @@ def moe_permute(x: Tensor, indices: Tensor, counts: Tensor, *, pad_to: int = 1) 
     offsets, starts = reference.moe_offsets(counts, pad_to)
     n_rows = n_tokens * top_k + counts.shape[0] * (pad_to - 1)
     x_sorted, row_map = torch.ops.wavefront.moe_permute_fwd(as_rows(x), indices.reshape(-1).to(torch.int64),
-                                                            starts, top_k, n_rows)
+                                                            starts, counts.contiguous(), top_k, n_rows)
     return x_sorted, offsets, row_map
 
 
@@ -270,6 +279,8 @@ def moe_unpermute(y_sorted: Tensor, row_map: Tensor, weights: Tensor) -> Tensor:
     One pass, fp32 accumulation rounded once to y_sorted's dtype, deterministic (a gather, no atomics).
     Backward: dy_sorted[row_map[a]] = weights[a] * dout[t] (zero on padding rows) and
     dweights[t, j] = <dout[t], y_sorted[row_map[t*k+j]]>, in one scatter pass.
+    An entry of row_map outside [0, y_sorted rows) (-1: moe_permute dropped the assignment) adds exactly 0
+    (also with a NaN weight), reads and writes nothing, and gets dweights 0.
     """
     op = "moe_unpermute"
     check_tensor(op, "y_sorted", y_sorted, ndim=2)
