@@ -76,7 +76,7 @@ def _group_bounds(offsets_ptr, T, E, E_POW2: tl.constexpr):
     ends = tl.load(offsets_ptr + lane, mask=lane < E, other=0).to(tl.int32)
     starts = tl.load(offsets_ptr + lane - 1, mask=(lane >= 1) & (lane <= E), other=0).to(tl.int32)
     ends = tl.minimum(tl.where(lane == E, T, ends), T)
-    starts = tl.minimum(starts, T)
+    starts = tl.minimum(tl.maximum(starts, 0), T)  # a negative offset starts at row 0, never before x
     # Lanes past the padding pseudo-group, and any decreasing offset, hold no rows.
     ends = tl.where(lane <= E, tl.maximum(ends, starts), starts)
     return lane, starts, ends
@@ -96,7 +96,7 @@ def _group_rows(g, offsets_ptr, T, E):
     end at T), and an empty range past it. Clamped to [0, T]; a decreasing offset gives an empty group."""
     start = tl.where(g > 0, tl.load(offsets_ptr + tl.maximum(tl.minimum(g, E) - 1, 0)), 0).to(tl.int32)
     end = tl.where(g < E, tl.load(offsets_ptr + tl.minimum(g, E - 1)), T).to(tl.int32)
-    start = tl.minimum(start, T)
+    start = tl.minimum(tl.maximum(start, 0), T)
     end = tl.where(g <= E, tl.maximum(tl.minimum(end, T), start), start)
     return start, end
 
