@@ -186,3 +186,32 @@ def test_off_means_no_hook_installed():
     after = (builder.create_masked_load, builder.create_masked_store, builder.create_atomic_rmw,
              builder.create_descriptor_load, grid.__call__, grid._init_args_hst)
     assert after == before
+
+
+def test_the_suite_runs_under_memcheck(request):
+    assert memcheck.enabled() == (request.config.wavefront_memcheck is not None)
+
+
+def test_environment_variable_checks_a_users_own_kernel(tmp_path):
+    """WAVEFRONT_MEMCHECK=1 and an import of wavefront.memcheck: a script's own kernel is checked."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "user.py"
+    script.write_text(
+        "import torch, triton, triton.language as tl\n"
+        "import wavefront.memcheck\n"
+        "@triton.jit\n"
+        "def mine(x_ptr, N: tl.constexpr):\n"
+        "    tl.store(x_ptr + tl.arange(0, N), tl.zeros((N,), tl.float32))\n"
+        "try:\n"
+        "    mine[(1,)](torch.empty(7), N=8)\n"
+        "except wavefront.memcheck.MemcheckError as e:\n"
+        "    print('caught', e.kernel, e.op, e.offsets)\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "WAVEFRONT_MEMCHECK": "1"}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "caught mine store [7]", out.stdout + out.stderr
+    bad = subprocess.run([sys.executable, "-c", "import wavefront.memcheck"], capture_output=True, text=True,
+                         env={**env, "WAVEFRONT_MEMCHECK": "yes please"}, timeout=120)
+    assert bad.returncode != 0 and "WAVEFRONT_MEMCHECK='yes please': expected 0, 1 or init" in bad.stderr

@@ -223,7 +223,7 @@ def env_mode() -> str | None:
     raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected 0, 1 or init")
 
 
-_FROM_ENV: list[contextlib.AbstractContextManager] = []
+_FROM_ENV: list[str] = []
 
 
 def install_from_env() -> bool:
@@ -233,9 +233,10 @@ def install_from_env() -> bool:
         return True
     mode = env_mode()
     if mode is not None:
-        scope = checking(initcheck=mode == "init")
-        scope.__enter__()
-        _FROM_ENV.append(scope)
+        if mode == "init":
+            raise NotImplementedError(f"{ENV}=init: initcheck is not implemented yet")
+        _install()  # for the rest of the process: never uninstalled
+        _FROM_ENV.append(mode)
     return enabled()
 
 
