@@ -169,23 +169,69 @@ def test_a_wavefront_op_passes():
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
 
 
+@triton.jit
+def _accumulate(src_ptr, out_ptr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(out_ptr + o, tl.load(out_ptr + o) + tl.load(src_ptr + o))
+
+
+@triton.jit
+def _write_first_half(out_ptr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(out_ptr + o, tl.zeros((N,), tl.float32), mask=o < N // 2)
+
+
+def test_initcheck_reports_reads_of_memory_nothing_has_written():
+    src = torch.randn(8)
+    with memcheck.checking(initcheck=True):
+        out = torch.empty(8)
+        with pytest.raises(wavefront.MemcheckError) as info:
+            _accumulate[(1,)](src, out, N=8)
+        err = info.value
+        assert (err.kind, err.kernel, err.op, err.argument, err.offsets) == ("uninitialized", "_accumulate", "load",
+                                                                             "out_ptr", list(range(8)))
+        assert "initcheck" in str(err)
+        out.zero_()  # written by a torch op: fine
+        _accumulate[(1,)](src, out, N=8)
+        torch.testing.assert_close(out, src, rtol=0, atol=0)
+        half = torch.empty_like(src)
+        _write_first_half[(1,)](half, N=8)  # written by a kernel: only the first half
+        with pytest.raises(wavefront.MemcheckError) as info:
+            _accumulate[(1,)](src, half, N=8)
+        assert info.value.kind == "uninitialized" and info.value.offsets == [4, 5, 6, 7]
+
+
+def test_initcheck_reports_atomics_on_unwritten_memory():
+    idx = torch.tensor([0, 3, 1, 3, 2], dtype=torch.int32)
+    with memcheck.checking(initcheck=True):
+        counts = torch.zeros(4, dtype=torch.int32)
+        _histogram[(1,)](idx, counts, idx.numel(), OP="add", BLOCK=8)
+        assert counts.tolist() == [1, 1, 1, 2]
+        counts = torch.empty(4, dtype=torch.int32)  # forgot to zero the counters
+        with pytest.raises(wavefront.MemcheckError) as info:
+            _histogram[(1,)](idx, counts, idx.numel(), OP="add", BLOCK=8)
+        assert (info.value.kind, info.value.op, info.value.offsets) == ("uninitialized", "atomic_add", [0, 3, 1, 3, 2])
+
+
 @pytest.mark.no_memcheck
 def test_off_means_no_hook_installed():
     from triton.runtime import interpreter
 
     builder, grid = interpreter.InterpreterBuilder, interpreter.GridExecutor
-    before = (builder.create_masked_load, builder.create_masked_store, builder.create_atomic_rmw,
-              builder.create_descriptor_load, grid.__call__, grid._init_args_hst)
+    def hooks():
+        return (builder.create_masked_load, builder.create_masked_store, builder.create_atomic_rmw,
+                builder.create_descriptor_load, grid.__call__, grid._init_args_hst, torch.empty, torch.empty_like,
+                torch.Tensor.new_empty)
+
+    before = hooks()
     assert not memcheck.enabled()
     with memcheck.checking():
-        assert memcheck.enabled() and builder.create_masked_load is not before[0]
-        with memcheck.checking():  # nested: the outer scope keeps it on
-            pass
-        assert memcheck.enabled()
+        assert memcheck.enabled() and builder.create_masked_load is not before[0] and torch.empty is before[6]
+        with memcheck.checking(initcheck=True):  # nested: the outer scope keeps it on
+            assert torch.empty is not before[6]
+        assert memcheck.enabled() and torch.empty is before[6]
     assert not memcheck.enabled()
-    after = (builder.create_masked_load, builder.create_masked_store, builder.create_atomic_rmw,
-             builder.create_descriptor_load, grid.__call__, grid._init_args_hst)
-    assert after == before
+    assert hooks() == before
 
 
 def test_the_suite_runs_under_memcheck(request):

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,17 +88,20 @@ class MemcheckError(RuntimeError):
     """
 
     def __init__(self, kernel: str, pid: tuple[int, ...], op: str, argument: str | None, offsets: list[int],
-                 byte_offsets: list[int], n_bad: int, n_active: int, extent: Extent | None, inside_storage: bool):
-        self.kernel, self.pid, self.op, self.argument = kernel, pid, op, argument
+                 byte_offsets: list[int], n_bad: int, n_active: int, extent: Extent | None, inside_storage: bool,
+                 kind: str = "out of bounds"):
+        self.kernel, self.pid, self.op, self.argument, self.kind = kernel, pid, op, argument, kind
         self.offsets, self.byte_offsets, self.n_bad, self.extent = offsets, byte_offsets, n_bad, extent
         more = f" (first {len(offsets)})" if n_bad > len(offsets) else ""
         if extent is None:
             where = "the kernel has no tensor argument"
         else:
-            where = (f"nearest argument {extent.describe()}; element offsets{more} {offsets}, numel {extent.numel}"
+            where = (f"{'nearest argument' if kind == 'out of bounds' else 'argument'} {extent.describe()}; "
+                     f"element offsets{more} {offsets}, numel {extent.numel}"
                      + ("; inside the argument's storage but outside its view" if inside_storage else ""))
+        what = "out of bounds" if kind == "out of bounds" else "read memory nothing has written since its allocation (initcheck)"
         super().__init__(f"memcheck: kernel {kernel} program {pid}: {op} of {n_bad} of {n_active} active lanes "
-                         f"out of bounds; {where}")
+                         f"{what}; {where}")
 
 
 @dataclass
@@ -108,6 +112,8 @@ class _Run:
     extents: list[Extent] = field(default_factory=list)
     lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # merged extents, sorted
     hi: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    # initcheck: storages still holding their allocation's poison, as (start address, bytes, poison pattern)
+    poisoned: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def seal(self) -> None:
         spans = sorted((e.start, e.end) for e in self.extents if e.end > e.start)
@@ -132,15 +138,32 @@ class _Run:
         size = np.uint64(max(1, ptrs.get_element_ty().primitive_bitwidth // 8))
         lo, hi = addrs.min(), addrs.max()
         i = int(np.searchsorted(self.lo, lo, side="right")) - 1
-        if i >= 0 and hi + size <= self.hi[i]:
-            return
-        idx = np.searchsorted(self.lo, addrs, side="right") - 1
-        ok = (idx >= 0) & (addrs + size <= self.hi[np.maximum(idx, 0)]) if self.lo.size else np.zeros(addrs.shape,
-                                                                                                        bool)
-        if not ok.all():
-            raise self._error(op, addrs[~ok], int(size), int(addrs.size))
+        if not (i >= 0 and hi + size <= self.hi[i]):
+            idx = np.searchsorted(self.lo, addrs, side="right") - 1
+            ok = ((idx >= 0) & (addrs + size <= self.hi[np.maximum(idx, 0)]) if self.lo.size
+                  else np.zeros(addrs.shape, bool))
+            if not ok.all():
+                raise self._error(op, addrs[~ok], int(size), int(addrs.size))
+        if self.poisoned and reads(op):
+            self._check_written(op, addrs, int(size), int(lo), int(hi))
 
-    def _error(self, op: str, bad: np.ndarray, size: int, n_active: int) -> MemcheckError:
+    def _check_written(self, op: str, addrs: np.ndarray, size: int, lo: int, hi: int) -> None:
+        """initcheck: no active lane may read an element that still holds its allocation's poison."""
+        for start, raw, pattern in self.poisoned:
+            if hi < start or lo >= start + raw.size:
+                continue
+            offs = addrs.astype(np.int64) - start
+            offs = offs[(offs >= 0) & (offs + size <= raw.size)]
+            if offs.size == 0:
+                continue
+            at = offs[:, None] + np.arange(size)
+            unwritten = (raw[at] == pattern[at % pattern.size]).all(axis=1)
+            if unwritten.any():
+                raise self._error(op, (offs[unwritten] + start).astype(np.uint64), size, int(addrs.size),
+                                  kind="uninitialized")
+
+    def _error(self, op: str, bad: np.ndarray, size: int, n_active: int,
+               kind: str = "out of bounds") -> MemcheckError:
         from triton.runtime import interpreter
 
         pid = tuple(int(v) for v in interpreter.interpreter_builder.grid_idx)
@@ -153,8 +176,15 @@ class _Run:
             return MemcheckError(self.kernel, pid, op, None, [], [], int(bad.size), n_active, None, False)
         byte_offsets = [a - extent.start for a in shown]
         inside = extent.storage_start <= first < extent.storage_end
+        inside = inside and kind == "out of bounds" and not extent.start <= first < extent.end
         return MemcheckError(self.kernel, pid, op, extent.name, [b // size for b in byte_offsets], byte_offsets,
-                             int(bad.size), n_active, extent, inside)
+                             int(bad.size), n_active, extent, inside, kind)
+
+
+def reads(op: str) -> bool:
+    """Whether the operation reads the memory it accesses (an exchange returns the old value but does not
+    depend on it; a store reads nothing)."""
+    return op not in ("store", "descriptor store", "descriptor scatter", "atomic_store", "atomic_xchg")
 
 
 _DEPTH = 0
@@ -174,14 +204,17 @@ def enabled() -> bool:
 def checking(initcheck: bool = False) -> Iterator[None]:
     """Check every interpreted kernel's memory accesses inside the block (see module docstring).
 
-    ``initcheck`` (reads of memory no program has written) is not implemented yet: asking for it raises.
+    ``initcheck``: also report kernel reads of memory that nothing has written since it was allocated with an
+    ``empty`` factory (see "Initcheck" in the module docstring).
     """
-    if initcheck:
-        raise NotImplementedError("memcheck: initcheck (reads of unwritten output memory) is not implemented yet")
     _install()
+    if initcheck:
+        _poison_install()
     try:
         yield
     finally:
+        if initcheck:
+            _poison_uninstall()
         _uninstall()
 
 
@@ -233,9 +266,9 @@ def install_from_env() -> bool:
         return True
     mode = env_mode()
     if mode is not None:
-        if mode == "init":
-            raise NotImplementedError(f"{ENV}=init: initcheck is not implemented yet")
         _install()  # for the rest of the process: never uninstalled
+        if mode == "init":
+            _poison_install()
         _FROM_ENV.append(mode)
     return enabled()
 
@@ -361,8 +394,12 @@ def _init_args_hst_wrapper(original):
             if not hasattr(arg, "data_ptr"):
                 return arg
             base = interpreter._unwrap_tensor(arg)
+            pattern = _poison_of(base.untyped_storage()) if _POISON_DEPTH else None
             if relocate and base.untyped_storage().nbytes() > 0:
                 base = _relocated(base, moved)
+            if pattern is not None and all(start != base.untyped_storage().data_ptr() for start, _, _ in run.poisoned):
+                storage = base.untyped_storage()
+                run.poisoned.append((storage.data_ptr(), _bytes(storage).numpy(), pattern))
             run.extents.append(_extent(name, base))
             return interpreter._rewrap_tensor(base, original_tensor=arg)
 
@@ -388,11 +425,16 @@ def _relocated(t: torch.Tensor, moved: dict[int, torch.UntypedStorage]) -> torch
         buf = np.zeros(zone + nbytes + zone + 256, dtype=np.uint8)  # calloc: untouched red zones cost no memory
         shift = (key - (buf.ctypes.data + zone)) % 256  # keep the storage's alignment modulo 256 bytes
         inner = torch.from_numpy(buf[zone + shift:zone + shift + nbytes])
-        inner.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
+        inner.copy_(_bytes(storage))
         moved[key] = inner.untyped_storage()
-    view = torch.empty(0, dtype=t.dtype)
+    view = torch.tensor([], dtype=t.dtype)  # not torch.empty: initcheck poisons what that returns
     view.set_(moved[key], t.storage_offset(), t.size(), t.stride())
     return view
+
+
+def _bytes(storage) -> torch.Tensor:
+    """A storage as a uint8 tensor over its bytes."""
+    return torch.tensor([], dtype=torch.uint8).set_(storage)
 
 
 def _extent(name: str, t: torch.Tensor) -> Extent:
@@ -403,3 +445,73 @@ def _extent(name: str, t: torch.Tensor) -> Extent:
     storage = t.untyped_storage()
     return Extent(name, start, start + span, str(t.dtype).removeprefix("torch."), tuple(t.shape), tuple(t.stride()),
                   numel, storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Initcheck: memory from the ``empty`` factories starts poisoned.
+
+_POISON_DEPTH = 0
+_POISONED: dict[int, tuple[weakref.ref, np.ndarray]] = {}  # storage address -> (the storage, its poison pattern)
+_FACTORIES = (("torch", "empty"), ("torch", "empty_like"), ("torch", "empty_strided"), ("Tensor", "new_empty"),
+              ("Tensor", "new_empty_strided"))
+_SAVED_FACTORIES: dict[tuple[str, str], Any] = {}
+
+
+def _pattern(dtype: torch.dtype, size: int) -> np.ndarray:
+    """One element of poison, as little-endian bytes: a NaN with an unusual payload for float types (arithmetic
+    on it stays visibly NaN; no float operation produces that payload), 0xA5 bytes otherwise."""
+    nan_bits = {torch.float32: 0x7FA5A5A5, torch.float64: 0x7FF5A5A5A5A5A5A5, torch.float16: 0x7DA5,
+                torch.bfloat16: 0x7FA5, torch.float8_e4m3fn: 0x7F, torch.float8_e5m2: 0x7F,
+                torch.float8_e4m3fnuz: 0x80, torch.float8_e5m2fnuz: 0x80}
+    if dtype in nan_bits:
+        return np.frombuffer(nan_bits[dtype].to_bytes(size, "little"), dtype=np.uint8).copy()
+    return np.full(max(size, 1), 0xA5, dtype=np.uint8)
+
+
+def _poisoned(t):
+    """Fill a fresh CPU tensor's storage with its dtype's poison and remember the storage."""
+    if type(t) is not torch.Tensor or t.device.type != "cpu" or t.untyped_storage().nbytes() == 0:
+        return t
+    storage = t.untyped_storage()
+    pattern = _pattern(t.dtype, t.element_size())
+    raw = _bytes(storage)
+    reps = -(-raw.numel() // pattern.size)
+    raw.copy_(torch.from_numpy(np.tile(pattern, reps)[:raw.numel()]))
+    key = storage.data_ptr()
+    _POISONED[key] = (weakref.ref(storage, lambda _, key=key: _POISONED.pop(key, None)), pattern)
+    return t
+
+
+def _poison_of(storage) -> np.ndarray | None:
+    entry = _POISONED.get(storage.data_ptr())
+    return entry[1] if entry is not None and entry[0]() is storage else None
+
+
+def _factory(fn):
+    def empty(*args, **kwargs):
+        return _poisoned(fn(*args, **kwargs))
+
+    return empty
+
+
+def _poison_install() -> None:
+    global _POISON_DEPTH
+    _POISON_DEPTH += 1
+    if _POISON_DEPTH > 1:
+        return
+    owners = {"torch": torch, "Tensor": torch.Tensor}
+    for owner, name in _FACTORIES:
+        _SAVED_FACTORIES[owner, name] = getattr(owners[owner], name)
+        setattr(owners[owner], name, _factory(_SAVED_FACTORIES[owner, name]))
+
+
+def _poison_uninstall() -> None:
+    global _POISON_DEPTH
+    _POISON_DEPTH -= 1
+    if _POISON_DEPTH > 0:
+        return
+    owners = {"torch": torch, "Tensor": torch.Tensor}
+    for (owner, name), fn in _SAVED_FACTORIES.items():
+        setattr(owners[owner], name, fn)
+    _SAVED_FACTORIES.clear()
+    _POISONED.clear()
