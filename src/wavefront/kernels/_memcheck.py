@@ -15,11 +15,12 @@ access happens:
 Provenance: the interpreter's pointers are bare addresses, so an access is judged by where it lands. To keep an
 overflow from landing silently in a neighbouring argument (PyTorch's CPU allocator packs small tensors next to
 each other), each argument's storage is copied for the grid run into its own buffer between two red zones as
-large as the storage (at least 4 KiB, at most 256 MiB) and copied back afterwards, as the interpreter itself
+large as the storage (at least 4 KiB, at most 64 MiB) and copied back afterwards, as the interpreter itself
 does for GPU tensors. An access that overshoots its tensor by less than the tensor's size (off-by-one rows,
 one-past-the-end indices, a tail without a mask) therefore lands in a red zone and is reported against the
-right argument; a wild pointer beyond the red zones is still caught unless it happens to hit another
-argument's extent, in which case it is missed (no per-pointer provenance).
+right argument. A wild pointer beyond the red zones is still caught unless it happens to hit another argument's
+extent, in which case it is missed (no per-pointer provenance). Storages over 256 MiB stay in place, checked
+without red zones (copying a mostly untouched multi-GiB buffer would make all of it resident).
 
 Tensor descriptors: a TMA block may reach outside the descriptor's shape; the hardware clips stores and fills
 loads with the padding value there, so those elements are legal and exempt (the interpreter masks them). An
@@ -29,6 +30,15 @@ as a ``descriptor load`` / ``descriptor store``.
 
 Speed: one vectorized numpy test per access (min and max of the active addresses against the merged extents;
 a per-lane ``searchsorted`` only when that fails), plus the storage copies per grid run.
+
+Initcheck (``checking(initcheck=True)``, ``WAVEFRONT_MEMCHECK=init``): while it is on, every CPU tensor made by
+``torch.empty``, ``torch.empty_like``, ``torch.empty_strided``, ``Tensor.new_empty`` or ``Tensor.new_empty_strided``
+starts filled with a poison pattern: for float types a NaN whose payload no arithmetic produces (so math on it
+also stays visibly NaN), 0xA5 bytes otherwise. A kernel load, descriptor load or read-modify-write atomic of an
+element that still holds its poison raises :class:`MemcheckError` with ``kind="uninitialized"``. Whatever writes
+the element first (a kernel store, ``zero_``, ``copy_``, any torch op) replaces the pattern, so no write needs
+to be seen. It misses a value that happens to equal the pattern bit for bit (only a copy of unwritten memory
+does), memory from other allocators, and reads by torch ops (they see the NaN, not an error).
 
 Installing: the interpreter's builder methods and ``GridExecutor`` are wrapped while any :func:`checking` scope
 is open and restored when the outermost one closes. The wrappers compose with wavefront's own
@@ -53,7 +63,10 @@ __all__ = ["Extent", "MemcheckError", "checking", "enabled", "env_mode", "indire
            "keep_addresses"]
 
 ENV = "WAVEFRONT_MEMCHECK"
-_RED_ZONE_MIN, _RED_ZONE_MAX = 4096, 256 << 20
+_RED_ZONE_MIN, _RED_ZONE_MAX = 4096, 64 << 20
+# Storages larger than this are checked in place, without red zones: copying a mostly untouched multi-GiB buffer
+# (tests/ops/test_int64.py places operands past 2^31 elements in one) would make all of it resident.
+_RELOCATE_MAX = 256 << 20
 _SHOWN = 8  # offending offsets listed in the message
 
 
@@ -99,7 +112,8 @@ class MemcheckError(RuntimeError):
             where = (f"{'nearest argument' if kind == 'out of bounds' else 'argument'} {extent.describe()}; "
                      f"element offsets{more} {offsets}, numel {extent.numel}"
                      + ("; inside the argument's storage but outside its view" if inside_storage else ""))
-        what = "out of bounds" if kind == "out of bounds" else "read memory nothing has written since its allocation (initcheck)"
+        what = ("out of bounds" if kind == "out of bounds"
+                else "read memory nothing has written since its allocation (initcheck)")
         super().__init__(f"memcheck: kernel {kernel} program {pid}: {op} of {n_bad} of {n_active} active lanes "
                          f"{what}; {where}")
 
@@ -395,7 +409,7 @@ def _init_args_hst_wrapper(original):
                 return arg
             base = interpreter._unwrap_tensor(arg)
             pattern = _poison_of(base.untyped_storage()) if _POISON_DEPTH else None
-            if relocate and base.untyped_storage().nbytes() > 0:
+            if relocate and 0 < base.untyped_storage().nbytes() <= _RELOCATE_MAX:
                 base = _relocated(base, moved)
             if pattern is not None and all(start != base.untyped_storage().data_ptr() for start, _, _ in run.poisoned):
                 storage = base.untyped_storage()
