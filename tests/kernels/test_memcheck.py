@@ -161,6 +161,27 @@ def test_host_tensor_descriptor_store_past_its_storage_is_caught():
                                                                           (2, 0, 0), 320, 64)
 
 
+@triton.jit
+def _gather_rows(x_ptr, idx_ptr, out_ptr, ROWS_DECLARED, N: tl.constexpr, R: tl.constexpr):
+    desc = tl.make_tensor_descriptor(x_ptr, shape=[ROWS_DECLARED, N], strides=[N, 1], block_shape=[1, N])
+    v = desc.gather(tl.load(idx_ptr + tl.arange(0, R)), 0)
+    tl.store(out_ptr + tl.arange(0, R)[:, None] * N + tl.arange(0, N)[None, :], v)
+
+
+def test_descriptor_gather_rows_past_the_shape_are_zero_and_past_the_storage_are_caught():
+    x, out = torch.randn(20, 16), torch.full((8, 16), 5.0)
+    idx = torch.tensor([0, 19, 22, 3, 1, 2, 4, 5], dtype=torch.int32)  # row 22: outside the 20-row shape
+    with memcheck.checking():
+        _gather_rows[(1,)](x, idx, out, 20, N=16, R=8)
+        expected = x[idx.clamp(max=19).long()]
+        expected[2] = 0.0
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        with pytest.raises(wavefront.MemcheckError) as info:
+            _gather_rows[(1,)](x, idx, out, 24, N=16, R=8)  # the descriptor claims 24 rows
+    err = info.value
+    assert (err.op, err.argument, err.offsets[0], err.n_bad) == ("descriptor gather", "x_ptr", 22 * 16, 16)
+
+
 def test_a_wavefront_op_passes():
     x, w = torch.randn(5, 48), torch.randn(48)
     with memcheck.checking():

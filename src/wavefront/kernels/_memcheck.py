@@ -297,7 +297,7 @@ _RMW_NAMES = {"ADD": "atomic_add", "FADD": "atomic_add", "MIN": "atomic_min", "U
 
 def _check(op: str, ptrs, mask) -> None:
     if _RUNS:
-        _RUNS[-1].check(_OP[-1] if _OP else op, ptrs, mask)
+        _RUNS[-1].check(_OP[0] if _OP else op, ptrs, mask)  # the outermost: a gather's loads report the gather
 
 
 def _named(name: str, method):
