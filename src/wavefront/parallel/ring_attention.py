@@ -299,18 +299,21 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, group: dist.ProcessGroup | N
     from wavefront.ops.attention import _check
 
     op = "ring_attention"
-    rank, world = check_group(op, group)
-    # Before any check that could fail on some ranks only (the others would wait in the ring): every rank
-    # raises, or none.
-    check_agreement(op, group, q.device, {
-        "q's local sequence length (dim 2)": _dim(q, 2), "k's local sequence length (dim 2)": _dim(k, 2),
-        "v's local sequence length (dim 2)": _dim(v, 2),
-        "shape fingerprint (q, k, v without the sequence dim)": fingerprint(*(_shape_but_seq(t) for t in (q, k, v))),
-        "options fingerprint (dtypes, causal, layout, scale)": fingerprint(q.dtype, k.dtype, v.dtype, causal, layout,
-                                                                           scale)})
+    if dist.is_available() and dist.is_initialized():
+        check_group(op, group)
+        # Before any check that could fail on some ranks only (the others would wait in the ring): every rank
+        # raises, or none.
+        check_agreement(op, group, q.device, {
+            "q's local sequence length (dim 2)": _dim(q, 2), "k's local sequence length (dim 2)": _dim(k, 2),
+            "v's local sequence length (dim 2)": _dim(v, 2),
+            "shape fingerprint (q, k, v without the sequence dim)": fingerprint(
+                *(_shape_but_seq(t) for t in (q, k, v))),
+            "options fingerprint (dtypes, causal, layout, scale)": fingerprint(
+                q.dtype, k.dtype, v.dtype, causal, layout, scale)})
     _check(q, k, v, causal, scale, None, None)
     if layout not in LAYOUTS:
         raise ValueError(f"{op}: argument 'layout' must be one of {LAYOUTS}, got {layout!r}")
+    rank, world = check_group(op, group)
     if q.shape[2] == 0 or k.shape[2] == 0:
         # Every rank's shard is empty (they agree): attention over no rows. Empty output, empty gradients.
         return q + 0 * (k.sum() + v.sum())
