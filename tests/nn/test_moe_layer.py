@@ -182,3 +182,20 @@ def test_nan_token_backward_keeps_the_other_tokens_gradients():
     assert torch.equal(torch.isnan(xb.grad), torch.isnan(xa.grad))
     fine = ~torch.isnan(xa.grad)
     torch.testing.assert_close(xb.grad[fine], xa.grad[fine], rtol=1e-5, atol=1e-5)
+
+
+def test_experts_drop_and_count_invalid_indices():
+    # An index outside [0, E) (a router bug, or transformers' "dropped" slot E) adds nothing and is counted.
+    from wavefront.nn import MoEExperts
+
+    torch.manual_seed(0)
+    experts = MoEExperts(E, H, I)
+    x = torch.randn(5, H)
+    idx = torch.tensor([[0, 1], [2, E], [3, -1], [1, 2], [E, 0]])
+    w = torch.rand(5, 2)
+    out = experts(x, idx, w)
+    kept = ((idx >= 0) & (idx < E))
+    expect = experts(x, torch.where(kept, idx, 0), torch.where(kept, w, 0.0))
+    torch.testing.assert_close(out, expect)
+    assert int(experts.dropped_assignments) == 3
+    assert int(experts.tokens_per_expert.sum()) == 7 + 10  # the kept ones, then all ten of the second call

@@ -60,7 +60,8 @@ def _ep(rank: int, n_experts: int = 4, bad: bool = True, wrong_counts: bool = Fa
     counts = torch.full((n_experts,), 5, dtype=torch.int32) if wrong_counts else None
     got = ep(x, idx, w, counts)
     expect = full(x, idx, w)
-    return {"err": float((got - expect).abs().max()), "finite": bool(torch.isfinite(got).all())}
+    return {"err": float((got - expect).abs().max()), "finite": bool(torch.isfinite(got).all()),
+            "dropped": int(ep.dropped_assignments), "full_dropped": int(full.dropped_assignments)}
 
 
 def _checks(rank: int) -> list[dict]:

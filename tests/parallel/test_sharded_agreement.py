@@ -49,9 +49,10 @@ def test_empty_shards_on_every_rank_give_empty_attention(checks):
 def test_expert_parallel_exchange_follows_the_indices(checks, name):
     # Before: counts that disagree with the rows moe_permute placed made one rank's all-to-all refuse its split
     # sizes while the other waited (or, with a matching total, sent rows to the wrong rank).
-    for r in checks[name].values():
+    for rank, r in checks[name].items():
         assert r["error"] is None, r
         assert r["finite"] and r["err"] < 1e-5, r
+        assert r["dropped"] == r["full_dropped"] == (2 if name == "ep/invalid_indices" and rank == 0 else 0), r
 
 
 def test_agreed_call_checks_once_then_is_cached(checks):

@@ -115,6 +115,7 @@ class ExpertParallelExperts(MoEExperts):
         self.gate_up_proj = nn.Parameter(torch.empty(self.num_local_experts, 2 * intermediate_size, hidden_size, **kw))
         self.down_proj = nn.Parameter(torch.empty(self.num_local_experts, hidden_size, intermediate_size, **kw))
         self.tokens_per_expert = torch.zeros(num_experts, dtype=torch.int64, device=device)
+        self.dropped_assignments = torch.zeros((), dtype=torch.int64, device=device)
         self.register_state_dict_post_hook(_gather_full_experts)
         self.register_load_state_dict_pre_hook(_take_local_slice)
 
@@ -173,6 +174,8 @@ class ExpertParallelExperts(MoEExperts):
         with torch.no_grad():
             self.tokens_per_expert.add_(counts)
         x_sorted, _, row_map = ops.moe_permute(hidden_states, top_k_index, counts)
+        with torch.no_grad():
+            self.dropped_assignments.add_((row_map < 0).sum())
         # Per-(source, local expert) counts; then one device-to-host copy of both (the split sizes).
         send_counts = counts.to(torch.int64).contiguous()
         recv_counts = torch.empty_like(send_counts)
