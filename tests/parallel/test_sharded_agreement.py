@@ -61,3 +61,28 @@ def test_agreed_call_checks_once_then_is_cached(checks):
     for r in per_rank.values():
         assert r["error"] is None and r["same"]
         assert r["checks_first"] == 1 and r["checks_second"] == 0, r
+
+
+def test_cache_is_per_group_and_forgets_a_destroyed_one(tmp_path, monkeypatch):
+    import torch
+    import torch.distributed as dist
+
+    from wavefront.parallel import _agree
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already set up in this process")
+    calls = []
+    real = dist.all_gather
+    monkeypatch.setattr(dist, "all_gather", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    for round_ in range(2):
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store{round_}", rank=0, world_size=1)
+        try:
+            for _ in range(3):
+                _agree.check_agreement("op", None, torch.device("cpu"), {"rows": 5})
+            assert len(calls) == round_ + 1  # checked once per group, not per call
+        finally:
+            dist.destroy_process_group()
+        import gc
+
+        gc.collect()
+        assert not [k for k in _agree._AGREED if k[0] == "op"]  # forgotten with its group

@@ -12,6 +12,7 @@ behaviour (an error inside the backend), not a new one.
 
 from __future__ import annotations
 
+import weakref
 import zlib
 
 import torch
@@ -19,6 +20,7 @@ import torch.distributed as dist
 
 SLOTS = 8  # fixed size: the all-gather itself can never disagree in shape
 _AGREED: set[tuple] = set()
+_WATCHED: dict[int, weakref.ref] = {}
 _MAX_CACHED = 1024
 
 
@@ -34,7 +36,11 @@ def check_agreement(op: str, group, device: torch.device, fields: dict[str, int]
         raise ValueError(f"check_agreement: at most {SLOTS - 1} fields, got {len(fields)}")
     names = list(fields)
     local = [fingerprint(op, names)] + [int(fields[n]) for n in names]
-    key = (op, id(group), dist.get_world_size(group), tuple(local))
+    # Per group object (the current default group for None): a re-initialized default group is checked afresh.
+    # Its entries go when it is freed (a weak reference: the cache never keeps a destroyed group's backend alive,
+    # and a new group at a freed one's address finds nothing).
+    pg = dist.group.WORLD if group is None else group
+    key = (op, id(pg), tuple(local))
     if key in _AGREED:
         return
     mine = torch.zeros(SLOTS, dtype=torch.int64, device=device)
@@ -53,4 +59,12 @@ def check_agreement(op: str, group, device: torch.device, fields: dict[str, int]
                          + "; ".join(parts))
     if len(_AGREED) >= _MAX_CACHED:
         _AGREED.clear()
+    if id(pg) not in _WATCHED:
+        _WATCHED[id(pg)] = weakref.ref(pg, lambda _, gid=id(pg): _forget(gid))
     _AGREED.add(key)
+
+
+def _forget(gid: int) -> None:
+    _WATCHED.pop(gid, None)
+    for key in [k for k in _AGREED if k[1] == gid]:
+        _AGREED.discard(key)
