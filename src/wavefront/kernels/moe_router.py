@@ -8,8 +8,8 @@ Per token t (a row of logits l, E experts):
     key = l (TOPK_FIRST) else s; key += bias (HAS_BIAS, DeepSeek-V3's correction: selection only; (E,) or
           (T, E), a per-token bias carrying -inf on experts outside the token's groups for group-limited routing)
     idx_j, j < k: the k largest keys, descending, equal keys by lowest expert index (the order torch.topk
-                  gives for distinct values; deterministic for ties); a NaN key ranks above +inf (torch's
-                  order), so every index is a real expert in [0, E) whatever the logits hold
+                  gives for distinct values; deterministic for ties); a NaN key ranks as +inf, so every
+                  index is a real expert in [0, E) whatever the logits hold
     w_j = softmax over the k selected logits                       (TOPK_FIRST, Mixtral's original order)
         = s[idx_j] / (sum_i s[idx_i] + eps)   (NORMALIZE)          eps = 1e-20 with SIGMOID, else 0
         = s[idx_j]                             otherwise
@@ -137,20 +137,17 @@ def _moe_router_fwd_kernel(logits_ptr, bias_ptr, weights_ptr, indices_ptr, count
     rows64 = rows.to(tl.int64)
     chosen = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.int1)
     rank = tl.full((BLOCK_T, BLOCK_E), -1, dtype=tl.int32)
-    # A NaN key ranks above every number (torch.sort and torch.topk order it so), so a token whose logits hold a
-    # NaN selects it and its weights come out NaN, as in eager. Masked out of the max explicitly: NaN never
+    # A NaN key ranks as +inf (ties by lowest index), so a token whose logits hold a NaN selects it and its
+    # weights come out NaN, as in eager (torch.topk ranks NaN first). One select before the loop: a NaN never
     # equals the max, and whether tl.max propagates it differs between the interpreter and the GPUs.
-    key_nan = key != key
+    key = tl.where(key != key, float("inf"), key)
     for j in tl.static_range(TOP_K):
         avail = col_ok[None, :] & (chosen == 0)
-        nan_avail = avail & key_nan
-        k2 = tl.where(avail & ~key_nan, key, float("-inf"))
+        k2 = tl.where(avail, key, float("-inf"))
         mk = tl.max(k2, axis=1)
-        has_nan = tl.max(nan_avail.to(tl.int32), axis=1) > 0
-        # Lowest index among the NaNs, else among the maxima (also when every remaining key is -inf). Never E or
-        # more: j < k <= E leaves an available column, and the candidates are available columns.
-        cand = tl.where(has_nan[:, None], nan_avail, avail & (k2 == mk[:, None]))
-        ij = tl.min(tl.where(cand, cols[None, :], BLOCK_E), axis=1)
+        # Lowest index among the maxima (also when every remaining key is -inf). Never E or more: j < k <= E
+        # leaves an available column, and the maximum is one of the available keys.
+        ij = tl.min(tl.where(avail & (k2 == mk[:, None]), cols[None, :], BLOCK_E), axis=1)
         pick = cols[None, :] == ij[:, None]
         chosen = chosen | pick
         rank = tl.where(pick, j, rank)
