@@ -677,8 +677,7 @@ MOE_SIGMOID_NORM_EPS = 1e-20
 
 def moe_topk_lowest_index(key: torch.Tensor, top_k: int) -> torch.Tensor:
     """Indices of the top_k largest entries of each row, descending; equal values by lowest index first; a NaN
-    ranks as +inf (the kernel's rule; torch.topk ranks it above +inf)."""
-    key = torch.where(torch.isnan(key), torch.full_like(key, float("inf")), key)
+    ranks above +inf (torch's order)."""
     return torch.sort(key, dim=-1, descending=True, stable=True).indices[..., :top_k]
 
 

@@ -139,12 +139,13 @@ def _moe_gather_rows_kernel(src_ptr, out_ptr, row_map_ptr, w_ptr, n_tokens, n_sr
         a = t * top_k + j
         r = tl.load(row_map_ptr + a, mask=t_ok, other=-1).to(tl.int64)
         # A row map entry outside [0, n_src_rows) (-1: a dropped assignment) adds exactly 0, even with a NaN
-        # weight: its row and its weight both load as 0.
+        # weight: its row loads as 0 and its weight is 0.
         r_ok = t_ok & (r >= 0) & (r < n_src_rows)
         ok = r_ok[:, None] & (h < hidden)[None, :]
         v = tl.load(src_ptr + r[:, None] * stride_src_row + h[None, :], mask=ok, other=0.0).to(ACC)
         if HAS_W:
-            v = v * tl.load(w_ptr + a, mask=r_ok, other=0.0).to(ACC)[:, None]  # 0 * 0 for a dropped one
+            # A dropped one's weight is 0 (a select on the row vector: its row already loaded as 0).
+            v = v * tl.where(r_ok, tl.load(w_ptr + a, mask=t_ok, other=0.0).to(ACC), 0.0)[:, None]
         acc += v
     ok = t_ok[:, None] & (h < hidden)[None, :]
     tl.store(out_ptr + t[:, None] * stride_out_row + h[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)

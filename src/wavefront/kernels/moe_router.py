@@ -8,8 +8,8 @@ Per token t (a row of logits l, E experts):
     key = l (TOPK_FIRST) else s; key += bias (HAS_BIAS, DeepSeek-V3's correction: selection only; (E,) or
           (T, E), a per-token bias carrying -inf on experts outside the token's groups for group-limited routing)
     idx_j, j < k: the k largest keys, descending, equal keys by lowest expert index (the order torch.topk
-                  gives for distinct values; deterministic for ties); a NaN key ranks as +inf, so every
-                  index is a real expert in [0, E) whatever the logits hold
+                  gives for distinct values; deterministic for ties); a NaN key ranks above +inf (torch's
+                  order), so every index is a real expert in [0, E) whatever the logits hold
     w_j = softmax over the k selected logits                       (TOPK_FIRST, Mixtral's original order)
         = s[idx_j] / (sum_i s[idx_i] + eps)   (NORMALIZE)          eps = 1e-20 with SIGMOID, else 0
         = s[idx_j]                             otherwise
@@ -118,6 +118,11 @@ def _row_tile(logits_ptr, pid, n_tokens, n_experts, stride_logits_row, SIGMOID: 
 
 
 @triton.jit
+def _max_keep_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def _moe_router_fwd_kernel(logits_ptr, bias_ptr, weights_ptr, indices_ptr, counts_ptr, psum_part_ptr, lse_ptr,
                            n_tokens, n_experts, stride_logits_row, stride_bias_row,
                            TOP_K: tl.constexpr, SIGMOID: tl.constexpr, TOPK_FIRST: tl.constexpr,
@@ -137,17 +142,16 @@ def _moe_router_fwd_kernel(logits_ptr, bias_ptr, weights_ptr, indices_ptr, count
     rows64 = rows.to(tl.int64)
     chosen = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.int1)
     rank = tl.full((BLOCK_T, BLOCK_E), -1, dtype=tl.int32)
-    # A NaN key ranks as +inf (ties by lowest index), so a token whose logits hold a NaN selects it and its
-    # weights come out NaN, as in eager (torch.topk ranks NaN first). One select before the loop: a NaN never
-    # equals the max, and whether tl.max propagates it differs between the interpreter and the GPUs.
-    key = tl.where(key != key, float("inf"), key)
     for j in tl.static_range(TOP_K):
         avail = col_ok[None, :] & (chosen == 0)
         k2 = tl.where(avail, key, float("-inf"))
-        mk = tl.max(k2, axis=1)
+        # The maximum with NaN propagating (tl.max may drop a NaN on a GPU): a NaN key ranks above +inf, as in
+        # torch.topk, so a token whose logits hold a NaN selects it and its weights come out NaN, as in eager.
+        mk = tl.reduce(k2, 1, _max_keep_nan)
+        is_max = (k2 == mk[:, None]) | ((k2 != k2) & (mk != mk)[:, None])
         # Lowest index among the maxima (also when every remaining key is -inf). Never E or more: j < k <= E
         # leaves an available column, and the maximum is one of the available keys.
-        ij = tl.min(tl.where(avail & (k2 == mk[:, None]), cols[None, :], BLOCK_E), axis=1)
+        ij = tl.min(tl.where(avail & is_max, cols[None, :], BLOCK_E), axis=1)
         pick = cols[None, :] == ij[:, None]
         chosen = chosen | pick
         rank = tl.where(pick, j, rank)
