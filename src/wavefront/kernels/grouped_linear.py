@@ -416,12 +416,15 @@ def swiglu_bwd(dy: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def _token_major(view: torch.Tensor, block: int) -> torch.Tensor:
-    """A token-contiguous copy of a logical [rows, T] view, T padded to whole blocks (the padding is never
-    used: the kernel zeroes tokens outside each group after loading)."""
+    """A token-contiguous copy of a logical [rows, T] view, T padded with zeros to whole blocks ([rows, padded];
+    the padding is loaded but never used: the kernel zeroes tokens outside each group after loading)."""
     rows, T = view.shape
     out = torch.empty((rows, triton.cdiv(T, block) * block), dtype=view.dtype, device=view.device)
     out[:, :T].copy_(view)
-    return out[:, :T]
+    # The whole padded copy goes to the kernel, whose last token block reads the padding: a view cut at T
+    # would make those loads fall outside the argument (memcheck), and zeroed padding is never uninitialized.
+    out[:, T:].zero_()
+    return out
 
 
 def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor,
