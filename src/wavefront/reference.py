@@ -11,6 +11,8 @@ Each reference computes in the dtype of its inputs' promotion with fp32 as the f
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -501,12 +503,20 @@ FP8_SCALINGS = {"tensorwise": (0, 0), "rowwise": (1, 0), "block1x128": (1, 128),
 FP8_EPS = 1e-12
 
 
+def _fp8_rows(t: torch.Tensor) -> torch.Tensor:
+    """t as [rows, last dim], also when it holds no element (reshape(-1, 0) is ambiguous)."""
+    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
+
+
 def _fp8_group_amax(a: torch.Tensor, scaling: str) -> torch.Tensor:
-    """Max of `a` (>= 0, [M, N]) over each scale group; zero padding cannot raise a max."""
+    """Max of `a` (>= 0, [M, N]) over each scale group; zero padding cannot raise a max. An empty `a` has
+    the groups' shape (a whole-extent group counts once, also over 0 elements) and amax 0."""
     gm, gn = FP8_SCALINGS[scaling]
     if scaling == "tensorwise":
         return a.amax() if a.numel() else a.new_zeros(())
     M, N = a.shape
+    if a.numel() == 0:
+        return a.new_zeros((-(-M // gm) if gm else 1, -(-N // gn) if gn else 1))
     gm, gn = gm or M, gn or N
     pm, pn = (-M) % gm, (-N) % gn
     if pm or pn:
@@ -519,7 +529,7 @@ def fp8_expand_scale(scale: torch.Tensor, scaling: str, M: int, N: int) -> torch
     gm, gn = FP8_SCALINGS[scaling]
     if scaling == "tensorwise":
         return scale.reshape(1, 1).expand(M, N)
-    s = scale.reshape(-1, scale.shape[-1])
+    s = _fp8_rows(scale)
     return s.repeat_interleave(gm or M, 0)[:M].repeat_interleave(gn or N, 1)[:, :N]
 
 
@@ -529,7 +539,7 @@ def fp8_quantize(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "tensor
     block1xG, [cdiv(M, 128), cdiv(N, 128)] block128x128 (2-D x only)."""
     fmt = FP8_FORMATS[dtype]
     fp8_max = torch.finfo(fmt).max
-    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    x2 = _fp8_rows(x) if x.dim() != 2 else x
     M, N = x2.shape
     a = x2.detach().abs().to(torch.float64)
     amax = _fp8_group_amax(torch.where(torch.isnan(a), 0.0, a), scaling).to(torch.float32)  # NaN-ignoring
@@ -550,7 +560,7 @@ def fp8_quantize_eager(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "
     The same values as :func:`fp8_quantize` (the traffic tool's baseline for the fused kernel)."""
     fmt = FP8_FORMATS[dtype]
     fp8_max = torch.finfo(fmt).max
-    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    x2 = _fp8_rows(x) if x.dim() != 2 else x
     amax = _fp8_group_amax(x2.abs(), scaling).float()
     # tensor / tensor: one correctly rounded division (scalar / tensor is reciprocal-then-multiply in
     # PyTorch, off by an ulp at times, which torchao's scales inherit).
@@ -572,7 +582,7 @@ def fp8_quantize_eager(x: torch.Tensor, *, dtype: str = "e4m3", scaling: str = "
 
 def fp8_dequantize(q: torch.Tensor, scale: torch.Tensor, scaling: str, dtype: torch.dtype = torch.float64):
     """q / scale in `dtype` (q of any leading dims; block128x128 2-D)."""
-    q2 = q.reshape(-1, q.shape[-1])
+    q2 = _fp8_rows(q)
     s = fp8_expand_scale(scale, scaling, *q2.shape)
     return (q2.to(dtype) / s.to(dtype)).view(q.shape)
 
@@ -640,8 +650,8 @@ def linear_fp8(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     """The FP8 linear on dequantized operands: in float64 for float64 inputs (the reference), otherwise
     dequantized to fp32, multiplied in fp32 and rounded to x's dtype (torchao's "emulate" mode: the eager
     baseline of the accuracy rule)."""
-    res = None if residual is None else residual.reshape(-1, weight.shape[0])
-    y = _Fp8LinearReference.apply(x.reshape(-1, x.shape[-1]), weight, bias, res, recipe, fnuz)
+    res = None if residual is None else _fp8_rows(residual)
+    y = _Fp8LinearReference.apply(_fp8_rows(x), weight, bias, res, recipe, fnuz)
     return y.view(*x.shape[:-1], weight.shape[0])
 
 
@@ -736,7 +746,8 @@ MOE_SIGMOID_NORM_EPS = 1e-20
 
 
 def moe_topk_lowest_index(key: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Indices of the top_k largest entries of each row, descending; equal values by lowest index first."""
+    """Indices of the top_k largest entries of each row, descending; equal values by lowest index first; a NaN
+    ranks above +inf (torch's order)."""
     return torch.sort(key, dim=-1, descending=True, stable=True).indices[..., :top_k]
 
 

@@ -146,3 +146,56 @@ def test_moe_compiles_in_one_graph(monkeypatch):
     for g, e in zip(got, expect, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
     assert int(moe.experts.tokens_per_expert.sum()) == 2 * 6 * K
+
+
+# A token whose router logits hold NaN (or overflow): NaN for that token's output row, exactly the eager values for
+# every other token, and (before the fix) no out-of-bounds scatter of its rows (the router gave it expert E).
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize("where", ["hidden", "router_row"])
+def test_nan_token_matches_eager_shape_for_shape(family, where):
+    block, ours = _hf_block(family)
+    ours.load_state_dict(block.state_dict())
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(4))
+    if where == "hidden":
+        x[1, 2] = float("nan")  # the token's hidden state: its logits and its expert rows are NaN
+    else:
+        x[1, 2, 3] = 1e38  # one huge feature: this token's router logits overflow to +-inf (and NaN)
+    with torch.no_grad():
+        expect, got = block(x), ours(x)
+    assert got.shape == expect.shape
+    assert torch.equal(torch.isnan(got), torch.isnan(expect))
+    assert torch.isnan(got[1, 2]).any()
+    fine = ~torch.isnan(expect)
+    torch.testing.assert_close(got[fine], expect[fine], rtol=1e-5, atol=1e-5)
+    # Every routed assignment went to a real expert (none dropped): the counters hold T * k.
+    assert sum(sum(c) for c in tokens_per_expert(ours).values()) == 10 * 2
+
+
+def test_nan_token_backward_keeps_the_other_tokens_gradients():
+    block, ours = _hf_block("mixtral")
+    ours.load_state_dict(block.state_dict())
+    x = torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(5))
+    x[0, 4] = float("nan")
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    block(xa).nansum().backward()
+    ours(xb).nansum().backward()
+    assert torch.equal(torch.isnan(xb.grad), torch.isnan(xa.grad))
+    fine = ~torch.isnan(xa.grad)
+    torch.testing.assert_close(xb.grad[fine], xa.grad[fine], rtol=1e-5, atol=1e-5)
+
+
+def test_experts_drop_and_count_invalid_indices():
+    # An index outside [0, E) (a router bug, or transformers' "dropped" slot E) adds nothing and is counted.
+    from wavefront.nn import MoEExperts
+
+    torch.manual_seed(0)
+    experts = MoEExperts(E, H, I)
+    x = torch.randn(5, H)
+    idx = torch.tensor([[0, 1], [2, E], [3, -1], [1, 2], [E, 0]])
+    w = torch.rand(5, 2)
+    out = experts(x, idx, w)
+    kept = ((idx >= 0) & (idx < E))
+    expect = experts(x, torch.where(kept, idx, 0), torch.where(kept, w, 0.0))
+    torch.testing.assert_close(out, expect)
+    assert int(experts.dropped_assignments) == 3
+    assert int(experts.tokens_per_expert.sum()) == 7 + 10  # the kept ones, then all ten of the second call

@@ -71,11 +71,14 @@ def collective_checks(world: int) -> list[dict]:
                      ("ce_outputs", lambda: vocab_parallel_cross_entropy(shard, target, None, **tokens).loss),
                      ("lce_outputs", lambda: vocab_parallel_linear_cross_entropy(hidden, w_shard, target, None,
                                                                                  **tokens).loss)):
+        with Collectives() as first:  # the ranks' agreement check, once per call signature
+            fn()
         with Collectives() as fwd:
             loss = fn()
         with Collectives() as bwd:
             loss.backward()
-        out.append({"name": f"collectives/{name}", "forward": fwd.names, "backward": bwd.names})
+        out.append({"name": f"collectives/{name}", "first_forward": first.names, "forward": fwd.names,
+                    "backward": bwd.names})
     return out
 
 

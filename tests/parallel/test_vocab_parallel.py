@@ -60,8 +60,10 @@ def test_no_rank_holds_the_whole_logits(checks):
 def test_collectives_are_the_statistics_and_the_hidden_gradient(checks):
     for rank in range(WORLD):
         ce, lce = checks["collectives/ce"][rank], checks["collectives/lce"][rank]
-        # Forward: all-reduce MAX of the row max, all-reduce SUM of the [N, 3] sums; nothing else.
+        # Forward: all-reduce MAX of the row max, all-reduce SUM of the [N, 3] sums; nothing else. The first call
+        # of a signature also all-gathers the ranks' sizes and options (the agreement check), once.
         assert ce["forward"] == lce["forward"] == ["allreduce_.default"] * 2
+        assert ce["first_forward"] == lce["first_forward"] == ["allgather_.default"] + ["allreduce_.default"] * 2
         # Backward: the logits' gradient needs no collective; dhidden needs one all-reduce.
         assert ce["backward"] == []
         assert lce["backward"] == ["allreduce_.default"]

@@ -179,3 +179,30 @@ def test_patched_mixtral_trains_like_unpatched(tmp_path, single_thread):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_patched_moe_training_agrees_two_layers(family, tmp_path, single_thread):
     _converge(family, tmp_path, 20, _OPTIONS[family], layers=2)
+
+
+@pytest.mark.parametrize("where", ["block", "model"])
+def test_patched_mixtral_nan_token_gives_eager_nans(where):
+    # Before: the router gave the NaN token expert E and the experts raised "index 4 is out of bounds".
+    model = _model("mixtral", layers=1)
+    patched = copy.deepcopy(model)
+    wavefront.patch(patched)
+    model.eval()
+    patched.eval()
+    if where == "block":
+        # One MoE block, the NaN token in the middle: nothing else may change.
+        x = torch.randn(1, 7, 16, generator=torch.Generator().manual_seed(4))
+        x[0, 3] = float("nan")
+        with torch.no_grad():
+            expect, got = model.model.layers[0].mlp(x), patched.model.layers[0].mlp(x)
+    else:
+        # The whole model, the NaN token last (causal attention carries a NaN to every later position).
+        embeds = model.model.embed_tokens(torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(2)))
+        embeds = embeds.detach().clone()
+        embeds[0, -1] = float("nan")
+        with torch.no_grad():
+            expect, got = model(inputs_embeds=embeds).logits, patched(inputs_embeds=embeds).logits
+    assert got.shape == expect.shape
+    assert torch.equal(torch.isnan(got), torch.isnan(expect)) and torch.isnan(got).any()
+    fine = ~torch.isnan(expect)
+    torch.testing.assert_close(got[fine], expect[fine], rtol=1e-5, atol=1e-5)

@@ -102,10 +102,12 @@ def _moe_scatter_rows_kernel(src_ptr, dst_ptr, row_map_ptr, w_ptr, y_ptr, dw_ptr
                              HAS_W: tl.constexpr, COMPUTE_DW: tl.constexpr, BLOCK_R: tl.constexpr,
                              BLOCK_H: tl.constexpr, ACC: tl.constexpr):
     a = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    a_ok = a < n_assign
     t = a // top_k
-    r = tl.load(row_map_ptr + a, mask=a < n_assign, other=-1).to(tl.int64)
-    # A row map entry outside [0, n_dst_rows) (-1: a dropped assignment) moves nothing; its dw is 0.
-    a_ok = (a < n_assign) & (r >= 0) & (r < n_dst_rows)
+    r = tl.load(row_map_ptr + a, mask=a_ok, other=-1).to(tl.int64)
+    # A row map entry outside [0, n_dst_rows) (-1: a dropped assignment) writes and reads no row of dst / y
+    # (the src row is in bounds either way) and gets dw 0.
+    r_ok = a_ok & (r >= 0) & (r < n_dst_rows)
     if HAS_W:
         w = tl.load(w_ptr + a, mask=a_ok, other=0.0).to(ACC)
     dw = tl.zeros((BLOCK_R, BLOCK_H), dtype=ACC)
@@ -116,11 +118,13 @@ def _moe_scatter_rows_kernel(src_ptr, dst_ptr, row_map_ptr, w_ptr, y_ptr, dw_ptr
         out = v
         if HAS_W:
             out = v * w[:, None]
-        tl.store(dst_ptr + r[:, None] * stride_dst_row + h[None, :], out.to(dst_ptr.dtype.element_ty), mask=ok)
+        row_ok = r_ok[:, None] & (h < hidden)[None, :]
+        tl.store(dst_ptr + r[:, None] * stride_dst_row + h[None, :], out.to(dst_ptr.dtype.element_ty), mask=row_ok)
         if COMPUTE_DW:
-            dw += v * tl.load(y_ptr + r[:, None] * stride_y_row + h[None, :], mask=ok, other=0.0).to(ACC)
+            dw += v * tl.load(y_ptr + r[:, None] * stride_y_row + h[None, :], mask=row_ok, other=0.0).to(ACC)
     if COMPUTE_DW:
-        tl.store(dw_ptr + a, tl.sum(dw, axis=1).to(dw_ptr.dtype.element_ty), mask=a < n_assign)
+        # A select, not the masked sum: v * 0 is NaN for a NaN row of src.
+        tl.store(dw_ptr + a, tl.where(r_ok, tl.sum(dw, axis=1), 0.0).to(dw_ptr.dtype.element_ty), mask=a_ok)
 
 
 @triton.jit
@@ -135,12 +139,13 @@ def _moe_gather_rows_kernel(src_ptr, out_ptr, row_map_ptr, w_ptr, n_tokens, n_sr
         a = t * top_k + j
         r = tl.load(row_map_ptr + a, mask=t_ok, other=-1).to(tl.int64)
         # A row map entry outside [0, n_src_rows) (-1: a dropped assignment) adds exactly 0, even with a NaN
-        # weight: a select, not a product.
+        # weight: its row loads as 0 and its weight is 0.
         r_ok = t_ok & (r >= 0) & (r < n_src_rows)
         ok = r_ok[:, None] & (h < hidden)[None, :]
         v = tl.load(src_ptr + r[:, None] * stride_src_row + h[None, :], mask=ok, other=0.0).to(ACC)
         if HAS_W:
-            v = tl.where(ok, v * tl.load(w_ptr + a, mask=t_ok, other=0.0).to(ACC)[:, None], 0.0)
+            # A dropped one's weight is 0 (a select on the row vector: its row already loaded as 0).
+            v = v * tl.where(r_ok, tl.load(w_ptr + a, mask=t_ok, other=0.0).to(ACC), 0.0)[:, None]
         acc += v
     ok = t_ok[:, None] & (h < hidden)[None, :]
     tl.store(out_ptr + t[:, None] * stride_out_row + h[None, :], acc.to(out_ptr.dtype.element_ty), mask=ok)

@@ -118,6 +118,11 @@ def _row_tile(logits_ptr, pid, n_tokens, n_experts, stride_logits_row, SIGMOID: 
 
 
 @triton.jit
+def _max_keep_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def _moe_router_fwd_kernel(logits_ptr, bias_ptr, weights_ptr, indices_ptr, counts_ptr, psum_part_ptr, lse_ptr,
                            n_tokens, n_experts, stride_logits_row, stride_bias_row,
                            TOP_K: tl.constexpr, SIGMOID: tl.constexpr, TOPK_FIRST: tl.constexpr,
@@ -137,20 +142,16 @@ def _moe_router_fwd_kernel(logits_ptr, bias_ptr, weights_ptr, indices_ptr, count
     rows64 = rows.to(tl.int64)
     chosen = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.int1)
     rank = tl.full((BLOCK_T, BLOCK_E), -1, dtype=tl.int32)
-    # A NaN key ranks above every number (torch.sort and torch.topk order it so), so a token whose logits hold a
-    # NaN selects it and its weights come out NaN, as in eager. Masked out of the max explicitly: NaN never
-    # equals the max, and whether tl.max propagates it differs between the interpreter and the GPUs.
-    key_nan = key != key
     for j in tl.static_range(TOP_K):
         avail = col_ok[None, :] & (chosen == 0)
-        nan_avail = avail & key_nan
-        k2 = tl.where(avail & ~key_nan, key, float("-inf"))
-        mk = tl.max(k2, axis=1)
-        has_nan = tl.max(nan_avail.to(tl.int32), axis=1) > 0
-        # Lowest index among the NaNs, else among the maxima (also when every remaining key is -inf). Never E or
-        # more: j < k <= E leaves an available column, and the candidates are available columns.
-        cand = tl.where(has_nan[:, None], nan_avail, avail & (k2 == mk[:, None]))
-        ij = tl.min(tl.where(cand, cols[None, :], BLOCK_E), axis=1)
+        k2 = tl.where(avail, key, float("-inf"))
+        # The maximum with NaN propagating (tl.max may drop a NaN on a GPU): a NaN key ranks above +inf, as in
+        # torch.topk, so a token whose logits hold a NaN selects it and its weights come out NaN, as in eager.
+        mk = tl.reduce(k2, 1, _max_keep_nan)
+        is_max = (k2 == mk[:, None]) | ((k2 != k2) & (mk != mk)[:, None])
+        # Lowest index among the maxima (also when every remaining key is -inf). Never E or more: j < k <= E
+        # leaves an available column, and the maximum is one of the available keys.
+        ij = tl.min(tl.where(avail & is_max, cols[None, :], BLOCK_E), axis=1)
         pick = cols[None, :] == ij[:, None]
         chosen = chosen | pick
         rank = tl.where(pick, j, rank)

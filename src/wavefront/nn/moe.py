@@ -57,7 +57,10 @@ class MoEExperts(nn.Module):
 
     forward(hidden (T, H), top_k_index (T, k), top_k_weights (T, k), counts=None) -> (T, H): the signature of
     transformers' experts modules. counts (E,) when the router gave them, else computed on the device.
-    pad_to pads each expert's group of rows to a multiple (tile-aligned grouped GEMM).
+    pad_to pads each expert's group of rows to a multiple (tile-aligned grouped GEMM). An assignment whose
+    index is outside [0, E) (or that counts has no room for) is dropped, as ``ops.moe_permute`` does: it adds
+    nothing to the output, and ``dropped_assignments`` (int64 scalar buffer on the device, not in the
+    state_dict) counts it without a host sync.
     """
 
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, *, pad_to: int = 1, device=None,
@@ -71,6 +74,8 @@ class MoEExperts(nn.Module):
         buffer_device = None if device is not None and torch.device(device).type == "meta" else device
         self.register_buffer("tokens_per_expert", torch.zeros(num_experts, dtype=torch.int64, device=buffer_device),
                              persistent=False)
+        self.register_buffer("dropped_assignments", torch.zeros((), dtype=torch.int64, device=buffer_device),
+                             persistent=False)
         if self.gate_up_proj.device.type != "meta":
             self.reset_parameters()
 
@@ -81,6 +86,7 @@ class MoEExperts(nn.Module):
         new = cls(num_experts, hidden, two_i // 2, pad_to=pad_to, device="meta")
         new.gate_up_proj, new.down_proj = gate_up_proj, down_proj
         new.tokens_per_expert = torch.zeros(num_experts, dtype=torch.int64, device=gate_up_proj.device)
+        new.dropped_assignments = torch.zeros((), dtype=torch.int64, device=gate_up_proj.device)
         return new
 
     def reset_parameters(self) -> None:
@@ -94,6 +100,8 @@ class MoEExperts(nn.Module):
         with torch.no_grad():
             self.tokens_per_expert.add_(counts)
         x_sorted, offsets, row_map = ops.moe_permute(hidden_states, top_k_index, counts, pad_to=self.pad_to)
+        with torch.no_grad():
+            self.dropped_assignments.add_((row_map < 0).sum())
         h = ops.grouped_linear(x_sorted, self.gate_up_proj, offsets, activation="swiglu")
         y_sorted = ops.grouped_linear(h, self.down_proj, offsets)
         return ops.moe_unpermute(y_sorted, row_map, top_k_weights)

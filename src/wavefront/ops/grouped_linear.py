@@ -9,8 +9,10 @@ padding and get zero output. activation None -> [T, N] = x_g W_e^T per group; "s
 silu(gate) * up with (gate, up) = the product's two halves, fused in the GEMM epilogue.
 
 Nothing reads offsets on the host: the kernels build their tile schedule on the device. Offsets are not
-validated by value for that reason (a check would synchronize); the kernels clamp them to [0, T] and treat
-a decreasing offset as an empty group, so malformed offsets give wrong numbers, never out-of-bounds accesses.
+validated by value for that reason (a check would synchronize); they are taken as their running maximum
+clamped to [0, T] (two E-element device ops, no sync): a negative or decreasing offset is an empty group,
+groups never overlap, and malformed offsets give wrong numbers, never out-of-bounds accesses or two writers
+of one row. The kernels clamp to [0, T] again on their own (any caller of the launchers).
 
 fp64 inputs, empty problems and CPU runs without the Triton interpreter use the PyTorch reference.
 """
@@ -108,12 +110,18 @@ def _check(x, weight, offsets, activation) -> None:
         raise ValueError(f"{OP}: activation='swiglu' needs an even weight.shape[1] (gate and up halves), got {N}")
 
 
+def _sanitized(offsets: Tensor, n_rows: int) -> Tensor:
+    """Non-decreasing ends in [0, T] (the running maximum of the clamped offsets), same dtype, on the device."""
+    return torch.cummax(offsets.clamp(0, n_rows), 0).values
+
+
 def grouped_linear(x: Tensor, weight: Tensor, offsets: Tensor, *, activation: str | None = None) -> Tensor:
     """Per expert group ``x_g @ weight[e].T`` in one launch, with ``silu(gate) * up`` fused for "swiglu".
 
     See the module docstring for the layout of x, weight and offsets. Differentiable in x and weight.
     """
     _check(x, weight, offsets, activation)
+    offsets = _sanitized(offsets, x.shape[0])
     if x.numel() == 0 or weight.numel() == 0 or x.dtype == torch.float64 or not runtime.uses_triton(x.device):
         return reference.grouped_linear(x, weight, offsets, activation)
     swiglu = activation == "swiglu"

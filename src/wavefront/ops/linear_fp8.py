@@ -270,7 +270,8 @@ def forward_prequantized(x2: Tensor, w: Quantized, bias: Tensor | None, residual
                          fnuz: bool, provider: str) -> Tensor:
     """y [M, N] = Qa(x2) w^T + bias + residual, the weight given quantized (no autograd)."""
     N = w.data.shape[0]
-    if runtime.uses_triton(x2.device) and x2.dtype != torch.float64:
+    # An empty batch (or K = 0) takes the reference's path: empty results, or bias + residual for K = 0.
+    if runtime.uses_triton(x2.device) and x2.dtype != torch.float64 and x2.numel():
         placeholder = x2.new_empty(()).expand(N, x2.shape[1])  # unread: the weight is given quantized
         return torch.ops.wavefront.linear_fp8_fwd(x2, placeholder, bias, residual, recipe, int(fnuz), provider, None,
                                                   None, *_rows(w))
@@ -292,7 +293,7 @@ def backward_prequantized(dy: Tensor, x2: Tensor, w_t: Quantized | None, weight_
     if needs_dx and w_t is None:
         raise ValueError(f"{OP}: the dx product needs the weight's backward FP8 copy 'w_t'")
     N, K = weight_shape
-    if runtime.uses_triton(x2.device) and x2.dtype != torch.float64:
+    if runtime.uses_triton(x2.device) and x2.dtype != torch.float64 and x2.numel() and dy.numel():
         placeholder = x2.new_empty((), dtype=weight_dtype).expand(N, K)  # dW's shape and dtype; never read
         dx, dw, db = torch.ops.wavefront.linear_fp8_bwd(dy, x2, placeholder, recipe, int(fnuz), needs_dx, needs_dw,
                                                         needs_db, provider, *(_rows(w_t) or (None, None)))

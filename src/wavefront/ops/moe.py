@@ -280,7 +280,10 @@ def moe_unpermute(y_sorted: Tensor, row_map: Tensor, weights: Tensor) -> Tensor:
     Backward: dy_sorted[row_map[a]] = weights[a] * dout[t] (zero on padding rows) and
     dweights[t, j] = <dout[t], y_sorted[row_map[t*k+j]]>, in one scatter pass.
     An entry of row_map outside [0, y_sorted rows) (-1: moe_permute dropped the assignment) adds exactly 0
-    (also with a NaN weight), reads and writes nothing, and gets dweights 0.
+    (also with a NaN weight), reads and writes nothing, and gets dweights 0. Rows of y_sorted that no entry
+    names get a zero gradient when y_sorted has padding rows (more rows than entries), else an unspecified
+    one (zero-filling would cost a write pass on the hot path; moe_permute's rows past offsets[-1] are
+    ignored by grouped_linear).
     """
     op = "moe_unpermute"
     check_tensor(op, "y_sorted", y_sorted, ndim=2)

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from wavefront import ops
 from wavefront.nn.moe import MoEExperts, expert_counts
+from wavefront.parallel._agree import check_agreement, fingerprint
 from wavefront.parallel.vocab_parallel import check_group
 
 __all__ = ["ExpertParallelExperts", "all_to_all_rows", "expert_parallel", "expert_parameters"]
@@ -93,7 +94,9 @@ class ExpertParallelExperts(MoEExperts):
     """This rank's E/P experts of an expert-parallel MoE layer; see the module docstring.
 
     Same forward signature as :class:`wavefront.nn.MoEExperts`: forward(hidden (T, H), top_k_index (T, k) global
-    expert ids, top_k_weights (T, k), counts=None (E,)) -> (T, H). ``num_experts`` is the global E;
+    expert ids, top_k_weights (T, k), counts=None (E,): ignored, the exchanged counts are always those of
+    top_k_index) -> (T, H). An index outside [0, E) is dropped (zero contribution), as in ``ops.moe_permute``.
+    ``num_experts`` is the global E;
     ``gate_up_proj`` / ``down_proj`` are the local (E/P, ...) slices. ``tokens_per_expert`` counts this rank's
     tokens per global expert (sum it over the group for the layer's totals). Build with :meth:`from_experts`.
     """
@@ -112,6 +115,7 @@ class ExpertParallelExperts(MoEExperts):
         self.gate_up_proj = nn.Parameter(torch.empty(self.num_local_experts, 2 * intermediate_size, hidden_size, **kw))
         self.down_proj = nn.Parameter(torch.empty(self.num_local_experts, hidden_size, intermediate_size, **kw))
         self.tokens_per_expert = torch.zeros(num_experts, dtype=torch.int64, device=device)
+        self.dropped_assignments = torch.zeros((), dtype=torch.int64, device=device)
         self.register_state_dict_post_hook(_gather_full_experts)
         self.register_load_state_dict_pre_hook(_take_local_slice)
 
@@ -158,11 +162,20 @@ class ExpertParallelExperts(MoEExperts):
     def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor,
                 counts: Tensor | None = None) -> Tensor:
         world, n_local, group = self.ep_size, self.num_local_experts, self.group
-        if counts is None:
-            counts = expert_counts(top_k_index, self.num_experts)
+        # Every rank must exchange the same layout (E, H, dtype): checked once per shape, the same error on every
+        # rank instead of an abort inside the backend's all-to-all.
+        check_agreement("ExpertParallelExperts", group, hidden_states.device, {
+            "num_experts": self.num_experts, "hidden size": hidden_states.shape[-1],
+            "dtype fingerprint": fingerprint(hidden_states.dtype, self.gate_up_proj.dtype)})
+        # The counts exchanged are always the ones of these indices (a given `counts` may disagree with them, and
+        # an invalid index counts for no expert): the rows moe_permute places are then exactly the rows
+        # announced to the other ranks, by construction.
+        counts = expert_counts(top_k_index, self.num_experts)
         with torch.no_grad():
             self.tokens_per_expert.add_(counts)
         x_sorted, _, row_map = ops.moe_permute(hidden_states, top_k_index, counts)
+        with torch.no_grad():
+            self.dropped_assignments.add_((row_map < 0).sum())
         # Per-(source, local expert) counts; then one device-to-host copy of both (the split sizes).
         send_counts = counts.to(torch.int64).contiguous()
         recv_counts = torch.empty_like(send_counts)
@@ -171,7 +184,9 @@ class ExpertParallelExperts(MoEExperts):
         send_splits = [sum(host[d * n_local:(d + 1) * n_local]) for d in range(world)]
         recv_host = host[self.num_experts:]
         recv_splits = [sum(recv_host[s * n_local:(s + 1) * n_local]) for s in range(world)]
-        x_recv = all_to_all_rows(x_sorted, recv_splits, send_splits, group)
+        n_rows = x_sorted.shape[0]
+        # Dropped assignments (an index outside [0, E)) hold no row: the sent rows are the first sum(counts).
+        x_recv = all_to_all_rows(x_sorted[:sum(send_splits)], recv_splits, send_splits, group)
         # Received rows are (source, local expert)-ordered: a stable sort by local expert groups them.
         local_ids = torch.arange(n_local, device=x_recv.device).repeat(world)
         expert_of_row = torch.repeat_interleave(local_ids, recv_counts.to(x_recv.device))
@@ -185,6 +200,8 @@ class ExpertParallelExperts(MoEExperts):
         y_local = ops.grouped_linear(h, down, offsets)
         y_recv = y_local.index_select(0, torch.argsort(order))
         y_sorted = all_to_all_rows(y_recv, send_splits, recv_splits, group)
+        if y_sorted.shape[0] < n_rows:
+            y_sorted = torch.cat([y_sorted, y_sorted.new_zeros((n_rows - y_sorted.shape[0], y_sorted.shape[1]))])
         return ops.moe_unpermute(y_sorted, row_map, top_k_weights)
 
     def extra_repr(self) -> str:

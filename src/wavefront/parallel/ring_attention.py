@@ -65,6 +65,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.parallel._agree import check_agreement, fingerprint
 from wavefront.parallel.vocab_parallel import check_group
 
 __all__ = ["LAYOUTS", "ring_attention", "shard_sequence", "unshard_sequence", "zigzag_shard", "zigzag_unshard"]
@@ -280,6 +281,14 @@ class _RingAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None
 
 
+def _dim(t, d: int) -> int:
+    return t.shape[d] if isinstance(t, Tensor) and t.dim() > d else -1
+
+
+def _shape_but_seq(t) -> tuple:
+    return tuple(t.shape[:2]) + tuple(t.shape[3:]) if isinstance(t, Tensor) else (type(t).__name__,)
+
+
 def ring_attention(q: Tensor, k: Tensor, v: Tensor, group: dist.ProcessGroup | None = None, *,
                    causal: bool = False, layout: str = "zigzag", scale: float | None = None) -> Tensor:
     """Attention over the whole sequence from this rank's shard of it: q [B, H, S / P, D], k and v
@@ -290,10 +299,24 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, group: dist.ProcessGroup | N
     from wavefront.ops.attention import _check
 
     op = "ring_attention"
+    if dist.is_available() and dist.is_initialized():
+        check_group(op, group)
+        # Before any check that could fail on some ranks only (the others would wait in the ring): every rank
+        # raises, or none.
+        check_agreement(op, group, q.device, {
+            "q's local sequence length (dim 2)": _dim(q, 2), "k's local sequence length (dim 2)": _dim(k, 2),
+            "v's local sequence length (dim 2)": _dim(v, 2),
+            "shape fingerprint (q, k, v without the sequence dim)": fingerprint(
+                *(_shape_but_seq(t) for t in (q, k, v))),
+            "options fingerprint (dtypes, causal, layout, scale)": fingerprint(
+                q.dtype, k.dtype, v.dtype, causal, layout, scale)})
     _check(q, k, v, causal, scale, None, None)
     if layout not in LAYOUTS:
         raise ValueError(f"{op}: argument 'layout' must be one of {LAYOUTS}, got {layout!r}")
     rank, world = check_group(op, group)
+    if q.shape[2] == 0 or k.shape[2] == 0:
+        # Every rank's shard is empty (they agree): attention over no rows. Empty output, empty gradients.
+        return q + 0 * (k.sum() + v.sum())
     n_chunks = 2 if layout == "zigzag" else 1
     if q.shape[2] % n_chunks:
         raise ValueError(f"{op}: the local sequence length ({q.shape[2]}) must be even with layout='zigzag' "

@@ -61,6 +61,7 @@ from wavefront.ops.cross_entropy import (
     mean_class_weight,
 )
 from wavefront.ops.linear_cross_entropy import chunk_tokens, logits_chunks
+from wavefront.parallel._agree import check_agreement, fingerprint
 
 __all__ = ["vocab_parallel_cross_entropy", "vocab_parallel_linear_cross_entropy"]
 
@@ -212,6 +213,12 @@ def vocab_parallel_cross_entropy(logits: Tensor, target: Tensor, group: dist.Pro
     op = "vocab_parallel_cross_entropy"
     check_tensor(op, "logits", logits)
     rank, world = check_group(op, group)
+    # Before any check that could fail on some ranks only: every rank raises, or none.
+    check_agreement(op, group, logits.device, {
+        "rows (logits without its last dim)": logits.numel() // max(logits.shape[-1], 1),
+        "shard width (logits.shape[-1])": logits.shape[-1], "target elements": target.numel(),
+        "options fingerprint (dtype, ignore_index, label_smoothing, z_loss, softcap, weight, reduction)": fingerprint(
+            logits.dtype, ignore_index, label_smoothing, z_loss, softcap, weight is None, reduction)})
     n_local = logits.shape[-1]
     if n_local == 0:
         raise ValueError(f"{op}: argument 'logits' has an empty vocabulary shard (last dim 0)")
@@ -327,6 +334,13 @@ def vocab_parallel_linear_cross_entropy(hidden: Tensor, weight: Tensor, target: 
     rank, world = check_group(op, group)
     n_hidden = hidden.shape[-1]
     check_tensor(op, "weight", weight, ndim=2)
+    check_agreement(op, group, hidden.device, {
+        "rows (hidden without its last dim)": hidden.numel() // max(n_hidden, 1), "hidden width": n_hidden,
+        "shard rows (weight.shape[0])": weight.shape[0], "target elements": target.numel(),
+        "options fingerprint (dtypes, bias, ignore_index, label_smoothing, z_loss, softcap, class_weight, "
+        "reduction, chunk_size)": fingerprint(hidden.dtype, weight.dtype, bias is None, ignore_index,
+                                              label_smoothing, z_loss, softcap, class_weight is None, reduction,
+                                              chunk_size)})
     if weight.shape[0] == 0 or weight.shape[1] != n_hidden:
         raise ValueError(f"{op}: argument 'weight' must have shape [vocab / {world}, {n_hidden}] (this rank's rows "
                          f"of the LM head; the last dim of 'hidden'), got {tuple(weight.shape)}")
