@@ -116,18 +116,29 @@ def _tail(n: int) -> int:
     return max(8, n - max(8, n // 8) // 8 * 8)
 
 
+def _widths(n: int) -> list[int]:
+    """Row widths to try for a bench width `n`, narrowest first: 8 past each power of two from 1024 below `n`
+    (a block with an 8-column tail), then :func:`_tail`, then `n`."""
+    steps = [(1 << k) + 8 for k in range(10, max(10, n.bit_length())) if (1 << k) + 8 < n]
+    return sorted({*steps, _tail(n), n})
+
+
 def _rows(case: Case) -> Iterator[dict]:
     for rows in (5, 37):
-        yield {"n_rows": rows, "n_cols": _tail(case.dims["n_cols"])}
-        yield {"n_rows": rows}
+        for width in _widths(case.dims["n_cols"]):
+            yield {"n_rows": rows, "n_cols": width}
 
 
 def _lce(case: Case) -> Iterator[dict]:
     # With the chunk budget scaled by rows (:func:`_lce_budget`), a 16-wide hidden keeps the token chunks, the
     # vocabulary slices and the split structure of the bench case: 32 rows are two whole 16-row chunks (the bench
     # cases' chunks are whole too), and the full vocabulary keeps the width of its last slice.
-    for vocab in (_tail(case.dims["n_cols"]), case.dims["n_cols"]):
-        yield {"n_rows": 32, "n_cols": vocab, "hidden": 16}
+    # Vocabularies with the bench case's last-slice width (its remainder modulo the 8192-column slices): two
+    # slices past the single-pass limit, then eight (a split row starts at 65536 columns), then the bench's.
+    vocab = case.dims["n_cols"]
+    last = vocab % 8192 or 8192
+    for v in (2 * 8192 + last, 8 * 8192 + last, vocab):
+        yield {"n_rows": 32, "n_cols": v, "hidden": 16}
 
 
 def _rope(case: Case) -> Iterator[dict]:
@@ -169,8 +180,9 @@ def _permute(case: Case) -> Iterator[dict]:
 
 
 def _grouped(case: Case) -> Iterator[dict]:
+    # No grouped entry depends on the sizes (kernels/grouped_config.py): one partial tile per group in every dim.
     e = case.dims["E"]
-    for per_group, n, k in ((40, 264, 200), (40, 520, 264), (150, 520, 520)):
+    for per_group, n, k in ((20, 40, 72), (40, 264, 200)):
         yield {"T": per_group * e + 3, "N": n, "K": k}
 
 
