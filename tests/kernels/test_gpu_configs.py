@@ -20,6 +20,7 @@ from wavefront.workbench.hardware import gpu_for_target
 from wavefront.workbench.static import configs as gc
 
 CONFIGS = gc.gpu_configs()
+VARLEN = {cfg.id: gc.varlen_companion(cfg) for cfg in CONFIGS.configs if cfg.op == "attention" and cfg.runnable}
 
 
 #: Ops whose targets take different code paths (TMA and warp specialization on NVIDIA, pointer kernels with
@@ -47,7 +48,21 @@ def _params():
         yield pytest.param(cfg, id=cfg.id, marks=[] if default else [pytest.mark.slow])
 
 
-@pytest.mark.parametrize("cfg", list(_params()))
+def _varlen_params():
+    """The varlen form of every attention configuration (packed sequences, one of them empty): the first per
+    target by default, the rest slow."""
+    seen: set[frozenset[str]] = set()
+    targets: set[str] = set()
+    for companion in VARLEN.values():
+        if companion is None or gc.unmoded(companion.key) in seen:
+            continue
+        seen.add(gc.unmoded(companion.key))
+        default = companion.target not in targets
+        targets.add(companion.target)
+        yield pytest.param(companion, id=f"{companion.id}-varlen", marks=[] if default else [pytest.mark.slow])
+
+
+@pytest.mark.parametrize("cfg", [*_params(), *_varlen_params()])
 def test_gpu_config_numerics(cfg):
     run = gc.run_config(cfg)
     assert run.ran == gc.unmoded(cfg.key), (
@@ -59,6 +74,11 @@ def test_gpu_config_numerics(cfg):
     failed = [c for c in check.checks if not c.passed]
     assert not failed, "\n".join(
         f"{c.what} ({c.mode}): ours {c.err_ours:.3g} > bound {c.bound:.3g} (eager {c.err_eager:.3g})" for c in failed)
+
+
+def test_every_attention_configuration_has_a_varlen_form():
+    """Packed sequences run the bench configuration's kernels, tiles and paths with VARLEN=True, nothing else."""
+    assert VARLEN and all(VARLEN.values()), [k for k, v in VARLEN.items() if v is None]
 
 
 def test_coverage_at_least_95_percent():

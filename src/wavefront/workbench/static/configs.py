@@ -97,10 +97,12 @@ def key_id(key: Iterable[str]) -> str:
     return f"{zlib.crc32(chr(10).join(key).encode()):08x}"
 
 
-def config_key(spec: OpSpec, case: Case, target: str, n_sms: int, dtype: torch.dtype = DTYPE) -> tuple[str, ...]:
-    """The key `target` with `n_sms` SMs/CUs chooses for `case` (recorded without running; cheap inputs)."""
+def config_key(spec: OpSpec, case: Case, target: str, n_sms: int, dtype: torch.dtype = DTYPE, *,
+               cheap: bool = True) -> tuple[str, ...]:
+    """The key `target` with `n_sms` SMs/CUs chooses for `case` (recorded without running; cheap inputs unless
+    the launcher reads input values, as varlen attention does its sequence offsets)."""
     with runtime.assume_target(target, n_sms):
-        captured = capture(spec, case, dtype, execute=False, cheap=True)
+        captured = capture(spec, case, dtype, execute=False, cheap=cheap)
     return launches_key(captured.launches)
 
 
@@ -363,6 +365,30 @@ def gpu_configs(targets: Iterable[str] = TARGETS, ops: Iterable[str] | None = No
                                                         "Gluon has no interpreter; opt-in, no dispatcher chooses "
                                                         "it (its pipeline is checked by an executable model)"))
     return result
+
+
+#: Packed sequences for the varlen form of an attention configuration: an empty one, one shorter than a block,
+#: one as long as the dense small problem, one crossing a block boundary.
+VARLEN_SEQLENS = (37, 0, 150, 70)
+
+
+def varlen_companion(cfg: GpuConfig) -> GpuConfig | None:
+    """The varlen form of an attention configuration: the same small problem as packed sequences
+    (:data:`VARLEN_SEQLENS`, same heads and head dim), which the target runs with the same kernels, tiles,
+    stages and paths, ``VARLEN=True`` the only difference (checked here: None when anything else differs)."""
+    if cfg.op != "attention" or cfg.small is None:
+        return None
+    spec = REGISTRY[cfg.op]
+    small = replace(cfg.small, name=f"{cfg.small.name}-varlen", dims={**cfg.small.dims, "seq": 0},
+                    options={**cfg.small.options, "seqlens": VARLEN_SEQLENS})
+    key = tuple(sorted(k.replace("VARLEN=False", "VARLEN=True") for k in cfg.key))
+    try:
+        if config_key(spec, small, cfg.target, cfg.small_n_sms, cheap=False) != key:
+            return None
+    except ValueError:
+        return None  # an option the varlen form does not take
+    return GpuConfig(cfg.op, cfg.target, key, cfg.bench_cases, small, cfg.small_n_sms,
+                     f"varlen form of {cfg.id}", cfg.base)
 
 
 @dataclass
