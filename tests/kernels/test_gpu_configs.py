@@ -130,3 +130,21 @@ def test_assumed_target_does_not_leak():
     cfg = next(c for c in CONFIGS.configs if c.runnable)
     assert runtime.arch().name == "cpu" and cfg.target != "cpu"
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_cli_lists_the_configurations():
+    import json
+
+    from typer.testing import CliRunner
+
+    from wavefront.cli import build_app
+
+    r = CliRunner().invoke(build_app(), ["inspect", "--configs", "--op", "softmax", "--targets", "sm_90,gfx942",
+                                         "--json", "-"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["schema"] == gc.SCHEMA and doc["targets"] == ["sm_90", "gfx942"]
+    mine = [c for c in CONFIGS.as_dict()["configs"] if c["op"] == "softmax" and c["target"] in doc["targets"]]
+    assert [c["id"] for c in doc["configs"]] == [c["id"] for c in mine]
+    bad = CliRunner().invoke(build_app(), ["inspect", "--configs", "--targets", "sm_75"])
+    assert bad.exit_code == 2 and "--targets: unknown target 'sm_75'" in bad.output

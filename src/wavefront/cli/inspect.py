@@ -56,18 +56,50 @@ def inspect_table(report):
                  droppable=["warps", "smem B"])
 
 
+def configs_table(found):
+    """One line per distinct configuration: op, target, the bench cases choosing it, its small problem."""
+    rows = []
+    for c in found.configs:
+        small = ("[red]none: " + escape(c.note) + "[/]" if c.small is None else
+                 " ".join(f"{k}={v}" for k, v in c.small.dims.items()) + f" sms={c.small_n_sms}")
+        kernels = ", ".join(sorted({k.split(":", 1)[1].split("[", 1)[0] for k in c.key}))
+        rows.append([c.op, c.target, f"{c.id.rsplit('-', 1)[1]}", ", ".join(c.bench_cases), kernels, small])
+    for e in found.excluded:
+        rows.append([e.op, e.target, e.name, ", ".join(e.bench_cases), "-", f"[yellow]not run: {escape(e.reason)}[/]"])
+    return table(f"launch configurations at bench shapes ({found.dtype})",
+                 ["op", "target", "key", "bench cases", "kernels", "small problem"], rows, numeric=["target"],
+                 droppable=["kernels"])
+
+
 def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
                 dtype: Annotated[DType, typer.Option(help="Input dtype of the bench cases.")] = DType.bf16,
                 asm: Annotated[Path | None, typer.Option("--asm", help="Also write each kernel's PTX/SASS or AMDGCN "
                                                                        "here.")] = None,
                 workers: Annotated[int | None, typer.Option(min=1, help="Compile worker processes (default: CPU "
                                                                         "count, <= 8).")] = None,
+                configs: Annotated[bool, typer.Option("--configs", help="Instead of compiling: list the distinct "
+                                                      "launch configurations the targets choose at the bench shapes, "
+                                                      "each with the small problem that runs it on the interpreter "
+                                                      "(docs/gpu-configs.md).")] = False,
                 json_out: JsonOut = None) -> None:
     """Compile every registered op's kernels at its bench shapes for GPU targets (no GPU needed) and report
     registers, spills, shared memory/LDS, occupancy, the widest global load/store and matrix instructions."""
     from wavefront.workbench.static import jobs
 
     show = json_out != "-"
+    if configs:
+        with request_errors():
+            found = jobs.gpu_configs(jobs.ConfigsRequest(ops=tuple(op or ()), targets=jobs.split_targets(targets),
+                                                         dtype=dtype.value))
+        if show:
+            console.print(configs_table(found))
+            runnable, chosen = found.coverage
+            note("run them: python -m pytest -n 0 tests/kernels/test_gpu_configs.py -m 'slow or not slow'")
+            console.print(f"{runnable} of {chosen} configurations have a small problem; not run: "
+                          f"{len(found.excluded)} variant(s) without an interpreter", soft_wrap=True)
+        if json_out:
+            write_json(found.as_dict(), json_out)
+        return
     with request_errors(), Bars(show) as bars:
         req = jobs.InspectRequest(ops=tuple(op or ()), targets=jobs.split_targets(targets), dtype=dtype.value,
                                   asm_dir=str(asm) if asm else None, workers=workers)
