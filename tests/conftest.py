@@ -2,6 +2,10 @@
 
 TRITON_INTERPRET must be set before the first @triton.jit kernel module is imported, so it is set here,
 at collection time. The same tests run compiled on a GPU machine.
+
+Every interpreted test runs under memcheck (wavefront.memcheck: each load, store, atomic and descriptor block
+bounds-checked against the kernel's tensor arguments). ``--no-memcheck`` (or ``WAVEFRONT_MEMCHECK=0``) turns it
+off; a test that must run without it is marked ``@pytest.mark.no_memcheck``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,40 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 
+def pytest_addoption(parser):
+    group = parser.getgroup("wavefront")
+    group.addoption("--no-memcheck", action="store_true", default=False,
+                    help="run interpreted kernels without memcheck (on by default under the interpreter)")
+    group.addoption("--memcheck", choices=("on", "init"), default=None,
+                    help="memcheck mode: on (bounds, the default) or init (also reads of unwritten memory)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_memcheck: run this test without memcheck")
+    from wavefront import runtime
+    from wavefront.kernels._memcheck import ENV, env_mode
+
+    mode = config.getoption("--memcheck")
+    if mode is None:
+        mode = env_mode() if os.environ.get(ENV, "").strip() else "on"
+    if config.getoption("--no-memcheck") or not runtime.interpreting():
+        mode = None
+        os.environ[ENV] = "0"  # and no launch turns it on from the environment
+    config.wavefront_memcheck = mode
+
+
+@pytest.fixture(autouse=True)
+def _memcheck(request):
+    mode = request.config.wavefront_memcheck
+    if mode is None or request.node.get_closest_marker("no_memcheck"):
+        yield
+        return
+    from wavefront.kernels._memcheck import checking
+
+    with checking(initcheck=mode == "init"):
+        yield
+
+
 @pytest.fixture
 def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -25,4 +63,5 @@ def pytest_report_header(config):
     from wavefront import runtime
 
     info = runtime.describe()
-    return f"wavefront backend: {info['backend']} ({info['arch']}, warp {info['warp_size']})"
+    return (f"wavefront backend: {info['backend']} ({info['arch']}, warp {info['warp_size']}); "
+            f"memcheck: {config.wavefront_memcheck or 'off'}")

@@ -2,7 +2,8 @@
 
 Importing the package has no side effects and imports neither torch nor Triton; the submodules load on
 first use: ``wavefront.ops``, ``wavefront.nn``, ``wavefront.optim``, ``wavefront.runtime``,
-``wavefront.workbench``; ``wavefront.patch`` / ``wavefront.unpatch`` for Hugging Face models.
+``wavefront.workbench``, ``wavefront.memcheck`` (bounds checks for interpreted kernels,
+``wavefront.MemcheckError``); ``wavefront.patch`` / ``wavefront.unpatch`` for Hugging Face models.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"ops", "nn", "optim", "runtime", "reference", "shapes", "workbench", "patching", "kernels"}
-_LAZY_ATTRS = {"patch": "wavefront.patching", "unpatch": "wavefront.patching", "PatchReport": "wavefront.patching"}
+_SUBMODULES = {"ops", "nn", "optim", "runtime", "reference", "shapes", "workbench", "patching", "kernels", "memcheck"}
+_LAZY_ATTRS = {"patch": "wavefront.patching", "unpatch": "wavefront.patching", "PatchReport": "wavefront.patching",
+               "MemcheckError": "wavefront.kernels._memcheck"}
 
 
 def __getattr__(name: str):

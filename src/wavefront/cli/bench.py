@@ -46,6 +46,8 @@ BudgetOpt = Annotated[float | None, typer.Option("--budget-s", min=0.001, help="
 CpuTimingOpt = Annotated[bool, typer.Option("--cpu-timing", help="On CPU, also time the small cases (labelled: "
                                                                  "not performance figures).")]
 SkipOpt = Annotated[bool, typer.Option("--skip-correctness", help="Time only.")]
+MemcheckOpt = Annotated[bool, typer.Option("--memcheck", help="Run the correctness phase under memcheck (interpreted "
+                                                              "kernels' accesses bounds-checked; docs/memcheck.md).")]
 StoreOpt = Annotated[str, typer.Option(help="Results store (SQLite file).")]
 NoStoreOpt = Annotated[bool, typer.Option("--no-store", help="Keep nothing (the report reads a temporary store).")]
 ReportOpt = Annotated[str, typer.Option(help="Where to write the HTML dashboard.")]
@@ -114,7 +116,7 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
           store: StoreOpt = "wavefront-results.sqlite", no_store: NoStoreOpt = False,
           report: ReportOpt = "artifacts/wavefront-report.html", no_report: NoReportOpt = False, doc: DocOpt = None,
           inspect_targets: TargetsOpt = "sm_90,gfx942", traffic: TrafficOpt = True, label: LabelOpt = "",
-          json_out: JsonOut = None) -> None:
+          memcheck: MemcheckOpt = False, json_out: JsonOut = None) -> None:
     """The main job: every registered op against its float64 reference (forward and backward), the
     modeled roofline on a target device, on a GPU timings of wavefront vs eager vs torch.compile vs
     Liger-Kernel, and on a CPU the machine code and bytes moved; results go to the store and the
@@ -130,7 +132,7 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
             slow=slow, reps=reps, warmup=warmup, budget_s=budget_s, cpu_timing=cpu_timing,
             skip_correctness=skip_correctness, store=None if no_store else store, report=None if no_report else report,
             doc=tuple(doc or ()), inspect_targets=split_targets(inspect_targets, "inspect_targets"), traffic=traffic,
-            label=label)
+            label=label, memcheck=memcheck)
         bench_plan = job.plan(request)
         if show:
             for line in bench_plan.describe():

@@ -19,7 +19,8 @@ Public API (the workbench and any new kernel build on it; names outside ``__all_
   missing or twice-given name is a ``TypeError`` before anything runs); positional arguments in signature
   order are still accepted. ``constexprs`` holds the ``tl.constexpr`` parameters, ``options`` the launch
   options (``num_warps``, ``num_stages``, backend extras). Under the interpreter the launch runs inside
-  :func:`wavefront.kernels._interpreter.gpu_rounding` (GPU rounding for this launch only).
+  :func:`wavefront.kernels._interpreter.gpu_rounding` (GPU rounding for this launch only), and under memcheck
+  when ``WAVEFRONT_MEMCHECK`` asks for it (:mod:`wavefront.kernels._memcheck`).
 - ``recording(execute=True)``: a context manager yielding the list of :class:`Launch` records made inside it;
   ``execute=False`` records without launching.
 - ``op_scope(name)``: labels the launches made inside it with the op they belong to (``Launch.op``).
@@ -44,6 +45,7 @@ import triton.language as tl
 
 from wavefront import runtime
 from wavefront.kernels._interpreter import gpu_rounding
+from wavefront.kernels._memcheck import install_from_env
 
 runtime.check_triton_version()
 
@@ -184,6 +186,7 @@ def launch(kernel, grid: tuple[int, ...], *args: Any, constexprs: Mapping[str, A
         if not rec.execute:
             return
     if runtime.interpreting():
+        install_from_env()  # WAVEFRONT_MEMCHECK: check this and every later interpreted launch
         with gpu_rounding():
             kernel[grid](*args, **constexprs, **options)
     else:

@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels import _memcheck
 from wavefront.kernels._heuristics import acc_dtype, tl_dtype, warps_for
 from wavefront.kernels._launch import launch, register_cache
 from wavefront.runtime import Arch
@@ -266,18 +267,21 @@ def adamw_multi_tensor(params: Sequence[torch.Tensor], grads: Sequence[torch.Ten
             params, grads, exp_avgs, exp_avg_sqs = (pick(c) for c in (params, grads, exp_avgs, exp_avg_sqs))
             max_exp_avg_sqs, masters = pick(max_exp_avg_sqs), pick(masters)
             scalars = scalars[torch.tensor(nonempty, device=scalars.device)]
-        columns = (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters)
-        key = table_key(columns, [p.numel() for p in params])
+        key = table_key((params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters), [p.numel() for p in params])
     device = params[0].device
     p_dtype, g_dtype, s_dtype = params[0].dtype, grads[0].dtype, exp_avgs[0].dtype
     cfg = adamw_config(p_dtype, runtime.arch(device))
     tables = cache.get(key, cfg.BLOCK, device)
-    launch(
-        _adamw_kernel, (tables.n_blocks,),
-        ptrs_ptr=tables.ptrs, numels_ptr=tables.numels, block_offsets_ptr=tables.block_offsets,
-        scalars_ptr=scalars, stride_scalars_row=scalars.stride(0), n_tensors=len(params), search_steps=tables.search_steps,
-        constexprs=dict(P_DTYPE=tl_dtype(p_dtype), G_DTYPE=tl_dtype(g_dtype), S_DTYPE=tl_dtype(s_dtype),
-                        HAS_MASTER=masters is not None, AMSGRAD=max_exp_avg_sqs is not None, MAXIMIZE=maximize,
-                        ALIGNED=tables.aligned, BLOCK=cfg.BLOCK, ACC=acc_dtype(p_dtype)),
-        options=cfg.options(),
-    )
+    # the kernel reaches the tensors through the address table, not through arguments: tell memcheck
+    with _memcheck.indirect(dict(params=params, grads=grads, exp_avgs=exp_avgs, exp_avg_sqs=exp_avg_sqs,
+                                 max_exp_avg_sqs=max_exp_avg_sqs, masters=masters)):
+        launch(
+            _adamw_kernel, (tables.n_blocks,),
+            ptrs_ptr=tables.ptrs, numels_ptr=tables.numels, block_offsets_ptr=tables.block_offsets,
+            scalars_ptr=scalars, stride_scalars_row=scalars.stride(0), n_tensors=len(params),
+            search_steps=tables.search_steps,
+            constexprs=dict(P_DTYPE=tl_dtype(p_dtype), G_DTYPE=tl_dtype(g_dtype), S_DTYPE=tl_dtype(s_dtype),
+                            HAS_MASTER=masters is not None, AMSGRAD=max_exp_avg_sqs is not None, MAXIMIZE=maximize,
+                            ALIGNED=tables.aligned, BLOCK=cfg.BLOCK, ACC=acc_dtype(p_dtype)),
+            options=cfg.options(),
+        )

@@ -107,3 +107,24 @@ def test_gate_baseline_policy(tmp_path):
     assert split_baselines(GateRequest(static=True, baseline=(str(new),))) == (new, None)
     with pytest.raises(RequestError):
         split_baselines(GateRequest())
+
+
+@pytest.mark.no_memcheck
+@pytest.mark.parametrize("memcheck", [False, True])
+def test_memcheck_request_checks_the_correctness_phase(monkeypatch, memcheck):
+    """BenchRequest(memcheck=True) (`wavefront bench --memcheck`) runs every correctness case under memcheck,
+    and only then."""
+    from wavefront import memcheck as mc
+    from wavefront.workbench.bench import correctness
+
+    seen, real = [], correctness.check_case
+
+    def spy(*args, **kwargs):
+        seen.append(mc.enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(correctness, "check_case", spy)
+    req = job.BenchRequest(op=("softmax",), dtype=("fp32",), device="cpu", store=None, report=None,
+                           inspect_targets=(), traffic=False, memcheck=memcheck)
+    done = job.run(req)
+    assert done.exit_code == 0 and seen and set(seen) == {memcheck} and not mc.enabled()

@@ -19,6 +19,7 @@ What runs (:func:`plan` says it up front, with a rough duration):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
@@ -71,6 +72,7 @@ class BenchRequest:
     inspect_targets: tuple[str, ...] = DEFAULT_INSPECT_TARGETS  # () = no inspect section
     traffic: bool = True
     label: str = ""
+    memcheck: bool = False  # correctness under memcheck (interpreted kernels' accesses bounds-checked)
 
 
 @dataclass
@@ -269,13 +271,15 @@ def _open_store(request: BenchRequest):
 
 
 def _correctness(p: BenchPlan, on_progress: ProgressFn) -> list:
+    from wavefront.memcheck import checking
     from wavefront.ops._spec import dtype_name
     from wavefront.workbench.bench.correctness import check_case
 
     results = []
-    for i, (spec, case, dtype) in enumerate(p.checks):
-        on_progress("correctness", i, len(p.checks), f"{spec.name}/{case.name}/{dtype_name(dtype)}")
-        results.append(check_case(spec, case, dtype, p.device))
+    with checking() if p.request.memcheck else contextlib.nullcontext():
+        for i, (spec, case, dtype) in enumerate(p.checks):
+            on_progress("correctness", i, len(p.checks), f"{spec.name}/{case.name}/{dtype_name(dtype)}")
+            results.append(check_case(spec, case, dtype, p.device))
     on_progress("correctness", len(p.checks), len(p.checks), "done")
     return results
 

@@ -34,6 +34,7 @@ from torch.utils._pytree import tree_flatten
 
 from wavefront import runtime
 from wavefront.kernels._launch import Launch, TensorArg, recording, reset_caches
+from wavefront.kernels._memcheck import keep_addresses
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
 from wavefront.workbench.static.capture import BELOW_PYTHON_KEYS, op_modes, seed
@@ -130,6 +131,9 @@ class InterpreterCounter:
         builder = interpreter.InterpreterBuilder
         names = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
         self._saved = {n: getattr(builder, n) for n in names}
+        # addresses are attributed to the launch's recorded tensors: memcheck must not move them
+        self._keep_addresses = keep_addresses()
+        self._keep_addresses.__enter__()
         self._saved_call = interpreter.GridExecutor.__call__
         run_grid = self._saved_call
 
@@ -183,6 +187,7 @@ class InterpreterCounter:
             setattr(interpreter.InterpreterBuilder, name, fn)
         interpreter.GridExecutor.__call__ = self._saved_call
         self._saved = {}
+        self._keep_addresses.__exit__(None, None, None)
 
 
 # ---------------------------------------------------------------------------------------------------
