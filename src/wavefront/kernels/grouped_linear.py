@@ -416,12 +416,15 @@ def swiglu_bwd(dy: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def _token_major(view: torch.Tensor, block: int) -> torch.Tensor:
-    """A token-contiguous copy of a logical [rows, T] view, T padded to whole blocks (the padding is never
-    used: the kernel zeroes tokens outside each group after loading)."""
+    """A token-contiguous copy of a logical [rows, T] view, T padded to whole blocks: [rows, ceil(T / block) *
+    block], the whole of it passed to the kernel, whose unmasked loads of a group's last token block reach into
+    the padding. The padding values are never used (the kernel zeroes tokens outside each group after loading);
+    they are zeroed so that no load reads memory nothing wrote."""
     rows, T = view.shape
     out = torch.empty((rows, triton.cdiv(T, block) * block), dtype=view.dtype, device=view.device)
     out[:, :T].copy_(view)
-    return out[:, :T]
+    out[:, T:].zero_()
+    return out
 
 
 def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor,
