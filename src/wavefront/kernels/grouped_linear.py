@@ -416,12 +416,13 @@ def swiglu_bwd(dy: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def _token_major(view: torch.Tensor, block: int) -> torch.Tensor:
-    """A token-contiguous copy of a logical [rows, T] view, T padded to whole blocks (the padding is never
-    used: the kernel zeroes tokens outside each group after loading)."""
+    """A token-contiguous copy of a logical [rows, T] view, T padded to whole blocks. Returned whole, padding
+    included: the kernel loads whole token blocks, padding too, and zeroes the tokens outside each group after
+    loading, so the padded tensor is the memory it accesses (what memcheck checks the loads against)."""
     rows, T = view.shape
     out = torch.empty((rows, triton.cdiv(T, block) * block), dtype=view.dtype, device=view.device)
     out[:, :T].copy_(view)
-    return out[:, :T]
+    return out
 
 
 def grouped_linear_bwd(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor,
