@@ -18,14 +18,16 @@ share its code. This module closes that gap without a GPU:
    tails in every tiled dim, the bench case's GQA ratio) and a small SM count are searched for whose key under
    the same target equals the bench key: the same kernels with the same tiles, stages, paths and splits, on a
    problem the interpreter finishes in seconds. A small SM count makes a persistent grid walk several tiles per
-   program.
+   program. Host policies that scale with the problem (linear_cross_entropy's chunk budget) are scaled with it
+   (:data:`SMALL_CONTEXTS`). :func:`varlen_companion` gives an attention configuration's varlen form.
 3. **Run.** :func:`run_config` runs the small problem forward and backward under the interpreter with the
    target assumed, against the float64 reference with the op's accuracy rule (``bench.correctness``), while
    recording the launches, and reports the key that actually ran, so a test can assert it is the chosen one.
 
-Not covered, and listed in :attr:`GpuConfigs.excluded` with the reason: the inspect variants that no
-dispatcher chooses and that cannot run here (the Gluon attention forward: Gluon has no interpreter), and any
-configuration for which no small problem selects the same key (reported, not hidden).
+Not covered: the inspect variants that no dispatcher chooses and that cannot run here (the Gluon attention
+forward: Gluon has no interpreter), listed in :attr:`GpuConfigs.excluded` with the reason; and any configuration
+for which no small problem selects the same key (``runnable`` False, the reason in ``note``; counted in
+:attr:`GpuConfigs.coverage`).
 """
 
 from __future__ import annotations
