@@ -23,38 +23,7 @@ from wavefront.cli._common import (
     table,
 )
 from wavefront.cli._output import console, write_json
-from wavefront.cli._tables import OneLineTable
-
-
-def _narrow(bits: int) -> str:
-    return str(bits) if bits >= 128 else f"[yellow]{bits}[/]" if bits else "-"
-
-
-def inspect_table(report, all_rows: bool = False) -> OneLineTable:
-    """One line per kernel x target, its worst case over the op's cases (`all_rows`: per case), under a heading
-    per op and mode (and case). Kernels that failed to compile are listed under the table."""
-    from wavefront.workbench.static.inspect import summarize
-
-    rows: list[list[str]] = []
-    for k in (k for k in summarize(report, all_rows) if k.ok):
-        if (heading := " ".join(x for x in (k.op, k.mode, k.case) if x)) not in (r[0] for r in rows if len(r) == 1):
-            rows.append([heading])  # summarize() keeps each op, mode (and case) together
-        warps, regs, occ = sorted({r.num_warps for r in k.ok}), k.worst("regs"), k.worst("occupancy", most=False)
-        spill, smem = k.worst("spill_bytes").spill_bytes, k.worst("shared_bytes").shared_bytes
-        rows.append(["  " + k.kernel, k.target, *([] if all_rows else [str(len(k.ok))]),
-                     "-".join(map(str, dict.fromkeys([warps[0], warps[-1]]))),
-                     regs.regs_text if all_rows else str(regs.regs), f"[red]{spill}[/]" if spill else "0",
-                     f"{smem / 1024:.0f}K" if smem >= 1024 else f"{smem}B" if smem else "0", occ.occupancy_text,
-                     f"{_narrow(k.worst('widest_load_bits', False).widest_load_bits)}/"
-                     f"{_narrow(k.worst('widest_store_bits', False).widest_store_bits)}",
-                     ",".join(sorted({f for r in k.ok for f in r.matrix_families})) or "-",
-                     str(k.worst("tma_ops").tma_ops or "-"), str(k.worst("setmaxnreg").setmaxnreg or "-"),
-                     "-" if k.wait_depth is None else str(k.wait_depth)])
-    headers = ["op mode / kernel", "target", "cases", "warps", "regs", "spill", "smem", "occ", "ld/st", "mma", "tma",
-               "nreg", "wait"]
-    what = "every case" if all_rows else "worst case of each (--all: every case)"
-    return OneLineTable(f"kernels compiled at bench shapes ({report.dtype}): {what}",
-                        [h for h in headers if not (all_rows and h == "cases")], rows, ["cases", "warps", "smem"])
+from wavefront.cli._tables import configs_table, inspect_table
 
 
 def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
@@ -65,6 +34,10 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
                                                                         "count, <= 8).")] = None,
                 all_rows: Annotated[bool, typer.Option("--all", help="One terminal row per case (default: one per "
                                                                      "kernel x target, its worst case).")] = False,
+                configs: Annotated[bool, typer.Option("--configs", help="Instead of compiling: list the distinct "
+                                                      "launch configurations the targets choose at the bench shapes, "
+                                                      "each with the small problem that runs it on the interpreter "
+                                                      "(docs/gpu-configs.md).")] = False,
                 json_out: JsonOut = None) -> None:
     """Compile every registered op's kernels at its bench shapes for GPU targets (no GPU needed) and report
     registers, spills, shared memory/LDS, occupancy, the widest global load/store, matrix instructions and
@@ -72,6 +45,19 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
     from wavefront.workbench.static import jobs
 
     show = json_out != "-"
+    if configs:
+        with request_errors():
+            found = jobs.gpu_configs(jobs.ConfigsRequest(ops=tuple(op or ()), targets=jobs.split_targets(targets),
+                                                         dtype=dtype.value))
+        if show:
+            console.print(configs_table(found))
+            runnable, chosen = found.coverage
+            note("run them: python -m pytest -n 0 tests/kernels/test_gpu_configs.py -m 'slow or not slow'")
+            console.print(f"{runnable} of {chosen} configurations have a small problem; not run: "
+                          f"{len(found.excluded)} variant(s) without an interpreter", soft_wrap=True)
+        if json_out:
+            write_json(found.as_dict(), json_out)
+        return
     with request_errors(), Bars(show) as bars:
         req = jobs.InspectRequest(ops=tuple(op or ()), targets=jobs.split_targets(targets), dtype=dtype.value,
                                   asm_dir=str(asm) if asm else None, workers=workers)

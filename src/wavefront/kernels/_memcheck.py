@@ -128,6 +128,9 @@ class _Run:
     hi: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     # initcheck: storages still holding their allocation's poison, as (start address, bytes, poison pattern)
     poisoned: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
+    # relocation: the host arguments as the interpreter made them, and (their storage's bytes, the copy's bytes)
+    originals: tuple[list, dict] | None = None
+    copies: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def seal(self) -> None:
         spans = sorted((e.start, e.end) for e in self.extents if e.end > e.start)
@@ -326,6 +329,7 @@ def _install() -> None:
              "create_descriptor_gather", "create_descriptor_scatter")
     _SAVED.update({n: getattr(builder, n) for n in names})
     _SAVED["__call__"], _SAVED["_init_args_hst"] = grid.__call__, grid._init_args_hst
+    _SAVED["_restore_args_dev"] = grid._restore_args_dev
     load, store = _SAVED["create_masked_load"], _SAVED["create_masked_store"]
     rmw, cas = _SAVED["create_atomic_rmw"], _SAVED["create_atomic_cas"]
 
@@ -354,6 +358,7 @@ def _install() -> None:
     builder.create_descriptor_gather = _named("descriptor gather", _SAVED["create_descriptor_gather"])
     builder.create_descriptor_scatter = _named("descriptor scatter", _SAVED["create_descriptor_scatter"])
     grid._init_args_hst = _init_args_hst_wrapper(_SAVED["_init_args_hst"])
+    grid._restore_args_dev = _restore_args_dev_wrapper(_SAVED["_restore_args_dev"])
     grid.__call__ = _call_wrapper(_SAVED["__call__"])
 
 
@@ -366,6 +371,7 @@ def _uninstall() -> None:
 
     grid = interpreter.GridExecutor
     grid.__call__, grid._init_args_hst = _SAVED.pop("__call__"), _SAVED.pop("_init_args_hst")
+    grid._restore_args_dev = _SAVED.pop("_restore_args_dev")
     for name, fn in _SAVED.items():
         setattr(interpreter.InterpreterBuilder, name, fn)
     _SAVED.clear()
@@ -395,7 +401,7 @@ def _init_args_hst_wrapper(original):
 
     def init_args_hst(self, args_dev, kwargs):
         args_hst, kwargs_hst = original(self, args_dev, kwargs)
-        run = _Run(kernel=getattr(self.fn, "__name__", str(self.fn)))
+        run = _Run(kernel=getattr(self.fn, "__name__", str(self.fn)), originals=(args_hst, kwargs_hst))
         moved: dict[int, torch.UntypedStorage] = {}
         relocate = _RELOCATE[-1]
 
@@ -410,7 +416,7 @@ def _init_args_hst_wrapper(original):
             base = interpreter._unwrap_tensor(arg)
             pattern = _poison_of(base.untyped_storage()) if _POISON_DEPTH else None
             if relocate and 0 < base.untyped_storage().nbytes() <= _RELOCATE_MAX:
-                base = _relocated(base, moved)
+                base = _relocated(base, moved, run.copies)
             if pattern is not None and all(start != base.untyped_storage().data_ptr() for start, _, _ in run.poisoned):
                 storage = base.untyped_storage()
                 run.poisoned.append((storage.data_ptr(), _bytes(storage).numpy(), pattern))
@@ -428,9 +434,26 @@ def _init_args_hst_wrapper(original):
     return init_args_hst
 
 
-def _relocated(t: torch.Tensor, moved: dict[int, torch.UntypedStorage]) -> torch.Tensor:
+def _restore_args_dev_wrapper(original):
+    """GridExecutor._restore_args_dev with the relocated copies first copied back into the host arguments the
+    interpreter made (on a CPU: the caller's own tensors), which it then restores as it always does."""
+
+    def restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
+        run = _RUNS[-1] if _RUNS else None
+        if run is None or run.originals is None:
+            return original(self, args_dev, args_hst, kwargs, kwargs_hst)
+        for host, copy in run.copies:
+            np.copyto(host, copy)
+        return original(self, args_dev, run.originals[0], kwargs, run.originals[1])
+
+    return restore_args_dev
+
+
+def _relocated(t: torch.Tensor, moved: dict[int, torch.UntypedStorage],
+               copies: list[tuple[np.ndarray, np.ndarray]]) -> torch.Tensor:
     """`t` as a view of a copy of its storage placed between two red zones (one copy per storage, so aliasing
-    arguments stay aliased; the interpreter copies the storage back after the run)."""
+    arguments stay aliased); `copies` gets (storage bytes, copy bytes) to copy back after the run. numpy copies:
+    torch's copy_ of a few KiB goes multi-threaded and costs milliseconds on a busy machine."""
     storage = t.untyped_storage()
     key = storage.data_ptr()
     if key not in moved:
@@ -438,9 +461,11 @@ def _relocated(t: torch.Tensor, moved: dict[int, torch.UntypedStorage]) -> torch
         zone = min(max(nbytes, _RED_ZONE_MIN), _RED_ZONE_MAX)
         buf = np.zeros(zone + nbytes + zone + 256, dtype=np.uint8)  # calloc: untouched red zones cost no memory
         shift = (key - (buf.ctypes.data + zone)) % 256  # keep the storage's alignment modulo 256 bytes
-        inner = torch.from_numpy(buf[zone + shift:zone + shift + nbytes])
-        inner.copy_(_bytes(storage))
-        moved[key] = inner.untyped_storage()
+        inner = buf[zone + shift:zone + shift + nbytes]
+        host = _bytes(storage).numpy()
+        np.copyto(inner, host)
+        copies.append((host, inner))
+        moved[key] = torch.from_numpy(inner).untyped_storage()
     view = torch.tensor([], dtype=t.dtype)  # not torch.empty: initcheck poisons what that returns
     view.set_(moved[key], t.storage_offset(), t.size(), t.stride())
     return view
@@ -488,9 +513,8 @@ def _poisoned(t):
         return t
     storage = t.untyped_storage()
     pattern = _pattern(t.dtype, t.element_size())
-    raw = _bytes(storage)
-    reps = -(-raw.numel() // pattern.size)
-    raw.copy_(torch.from_numpy(np.tile(pattern, reps)[:raw.numel()]))
+    raw = _bytes(storage).numpy()
+    raw[:] = np.resize(pattern, raw.size)
     key = storage.data_ptr()
     _POISONED[key] = (weakref.ref(storage, lambda _, key=key: _POISONED.pop(key, None)), pattern)
     return t

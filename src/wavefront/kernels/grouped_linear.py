@@ -76,7 +76,7 @@ def _group_bounds(offsets_ptr, T, E, E_POW2: tl.constexpr):
     ends = tl.load(offsets_ptr + lane, mask=lane < E, other=0).to(tl.int32)
     starts = tl.load(offsets_ptr + lane - 1, mask=(lane >= 1) & (lane <= E), other=0).to(tl.int32)
     ends = tl.minimum(tl.where(lane == E, T, ends), T)
-    starts = tl.minimum(tl.maximum(starts, 0), T)  # a negative offset starts at row 0, never before x
+    starts = tl.minimum(starts, T)
     # Lanes past the padding pseudo-group, and any decreasing offset, hold no rows.
     ends = tl.where(lane <= E, tl.maximum(ends, starts), starts)
     return lane, starts, ends
@@ -96,7 +96,7 @@ def _group_rows(g, offsets_ptr, T, E):
     end at T), and an empty range past it. Clamped to [0, T]; a decreasing offset gives an empty group."""
     start = tl.where(g > 0, tl.load(offsets_ptr + tl.maximum(tl.minimum(g, E) - 1, 0)), 0).to(tl.int32)
     end = tl.where(g < E, tl.load(offsets_ptr + tl.minimum(g, E - 1)), T).to(tl.int32)
-    start = tl.minimum(tl.maximum(start, 0), T)
+    start = tl.minimum(start, T)
     end = tl.where(g <= E, tl.maximum(tl.minimum(end, T), start), start)
     return start, end
 
@@ -416,13 +416,13 @@ def swiglu_bwd(dy: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def _token_major(view: torch.Tensor, block: int) -> torch.Tensor:
-    """A token-contiguous copy of a logical [rows, T] view, T padded with zeros to whole blocks ([rows, padded];
-    the padding is loaded but never used: the kernel zeroes tokens outside each group after loading)."""
+    """A token-contiguous copy of a logical [rows, T] view, T padded to whole blocks: [rows, ceil(T / block) *
+    block], the whole of it passed to the kernel, whose unmasked loads of a group's last token block reach into
+    the padding. The padding values are never used (the kernel zeroes tokens outside each group after loading);
+    they are zeroed so that no load reads memory nothing wrote."""
     rows, T = view.shape
     out = torch.empty((rows, triton.cdiv(T, block) * block), dtype=view.dtype, device=view.device)
     out[:, :T].copy_(view)
-    # The whole padded copy goes to the kernel, whose last token block reads the padding: a view cut at T
-    # would make those loads fall outside the argument (memcheck), and zeroed padding is never uninitialized.
     out[:, T:].zero_()
     return out
 

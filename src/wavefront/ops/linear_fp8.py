@@ -332,8 +332,11 @@ def _inputs(case: Case, dtype, device, gen) -> OpInputs:
     return OpInputs((x, weight, bias), opts, (0, 1, 2) if has_bias else (0, 1))
 
 
-def _eager(x, weight, bias=None, *, residual=None, recipe="rowwise", fnuz=None, provider="auto"):
-    return reference.linear_fp8(x, weight, bias, residual=residual, recipe=recipe, fnuz=bool(fnuz))
+def _reference(x, weight, bias=None, *, residual=None, recipe="rowwise", fnuz=None, provider="auto"):
+    """reference.linear_fp8 with fnuz=None resolved as the op resolves it (the device's default: FNUZ on gfx942),
+    so that ours and the reference quantize to the same format on every target."""
+    fnuz = default_fnuz(x.device) if fnuz is None else bool(fnuz)
+    return reference.linear_fp8(x, weight, bias, residual=residual, recipe=recipe, fnuz=fnuz)
 
 
 def _flops(case: Case, mode: Mode) -> float:
@@ -386,8 +389,7 @@ SPECS = (
         name=OP,
         targets=compiles_fp8_e4m3,  # no FP8 on Ampere: sm_80 is not inspected
         fn=linear_fp8,
-        reference=reference.linear_fp8,
-        eager=_eager,
+        reference=_reference,  # also the eager baseline: fp32 emulation at 16-bit inputs
         make_inputs=_inputs,
         cases=CASES,
         bench_cases=_bench_cases(),

@@ -158,6 +158,23 @@ def inspect(request: InspectRequest, on_progress: ProgressFn | None = None):
 
 
 @dataclass(frozen=True)
+class ConfigsRequest:
+    ops: tuple[str, ...] = ()  # () = the whole registry
+    targets: tuple[str, ...] = ("sm_90", "sm_100", "gfx942")
+    dtype: str = "bf16"
+
+
+def gpu_configs(request: ConfigsRequest):
+    """Every launch configuration the targets' dispatchers choose at the bench shapes, each with the small problem
+    that selects it on the interpreter (static.configs): a GpuConfigs (wavefront.gpu-configs/1). Records only."""
+    from wavefront.workbench.static.configs import gpu_configs as enumerate_configs
+
+    check_ops(request.ops)
+    targets = check_targets(request.targets)
+    return enumerate_configs(targets, request.ops or None, torch_dtype(request.dtype))
+
+
+@dataclass(frozen=True)
 class TrafficRequest:
     ops: tuple[str, ...] = ()
     dtype: str = "bf16"
