@@ -67,7 +67,8 @@ def test_cpu_compare_leads_with_the_loss_agreement(tmp_path, monkeypatch):
     def fake_run(cfg, on_step):
         for name, t in (("baseline", 0.85), ("wavefront", 24.65)):
             for i in range(cfg.steps):
-                on_step(name, SimpleNamespace(step=i, step_s=t, loss=4.8, tokens_per_s=32 / t), cfg.steps)
+                on_step(name, SimpleNamespace(step=i, step_s=t, loss=4.8, tokens_per_s=32 / t,
+                                                 token_accuracy=None), cfg.steps)
         return _result("cpu-interpreter")
 
     monkeypatch.setattr(harness, "run", fake_run)
