@@ -161,7 +161,7 @@ class _Run:
                   else np.zeros(addrs.shape, bool))
             if not ok.all():
                 raise self._error(op, addrs[~ok], int(size), int(addrs.size))
-        if self.poisoned and reads(op):
+        if self.poisoned and _reads(op):
             self._check_written(op, addrs, int(size), int(lo), int(hi))
 
     def _check_written(self, op: str, addrs: np.ndarray, size: int, lo: int, hi: int) -> None:
@@ -198,7 +198,7 @@ class _Run:
                              int(bad.size), n_active, extent, inside, kind)
 
 
-def reads(op: str) -> bool:
+def _reads(op: str) -> bool:
     """Whether the operation reads the memory it accesses (an exchange returns the old value but does not
     depend on it; a store reads nothing)."""
     return op not in ("store", "descriptor store", "descriptor scatter", "atomic_store", "atomic_xchg")
