@@ -68,6 +68,7 @@ _RED_ZONE_MIN, _RED_ZONE_MAX = 4096, 64 << 20
 # (tests/ops/test_int64.py places operands past 2^31 elements in one) would make all of it resident.
 _RELOCATE_MAX = 256 << 20
 _SHOWN = 8  # offending offsets listed in the message
+_EMPTY = torch.empty  # PyTorch's own, also while initcheck poisons what torch.empty returns
 
 
 @dataclass(frozen=True)
@@ -466,14 +467,13 @@ def _relocated(t: torch.Tensor, moved: dict[int, torch.UntypedStorage],
         np.copyto(inner, host)
         copies.append((host, inner))
         moved[key] = torch.from_numpy(inner).untyped_storage()
-    view = torch.tensor([], dtype=t.dtype)  # not torch.empty: initcheck poisons what that returns
-    view.set_(moved[key], t.storage_offset(), t.size(), t.stride())
+    view = _EMPTY(0, dtype=t.dtype).set_(moved[key], t.storage_offset(), t.size(), t.stride())
     return view
 
 
 def _bytes(storage) -> torch.Tensor:
     """A storage as a uint8 tensor over its bytes."""
-    return torch.tensor([], dtype=torch.uint8).set_(storage)
+    return _EMPTY(0, dtype=torch.uint8).set_(storage)
 
 
 def _extent(name: str, t: torch.Tensor) -> Extent:
