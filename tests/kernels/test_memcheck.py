@@ -35,22 +35,10 @@ def _histogram(idx_ptr, counts_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
     i = tl.load(idx_ptr + offs, mask=live, other=0)
     ptrs = counts_ptr + i
     one = tl.full((BLOCK,), 1, tl.int32)
-    if OP == "add":
-        tl.atomic_add(ptrs, one, mask=live)
-    elif OP == "max":
-        tl.atomic_max(ptrs, one, mask=live)
-    elif OP == "min":
-        tl.atomic_min(ptrs, one, mask=live)
-    elif OP == "and":
-        tl.atomic_and(ptrs, one, mask=live)
-    elif OP == "or":
-        tl.atomic_or(ptrs, one, mask=live)
-    elif OP == "xor":
-        tl.atomic_xor(ptrs, one, mask=live)
-    elif OP == "xchg":
-        tl.atomic_xchg(ptrs, one, mask=live)
-    else:  # cas has no mask: route masked-off lanes to slot 0
+    if OP == "cas":  # no mask: masked-off lanes go to slot 0
         tl.atomic_cas(tl.where(live, ptrs, counts_ptr), tl.zeros((BLOCK,), tl.int32), one)
+    else:  # interpreter only (as this whole file): tl.atomic_<OP> looked up when the program runs
+        getattr(tl, "atomic_" + OP)(ptrs, one, mask=live)
 
 
 @triton.jit
