@@ -170,6 +170,22 @@ def test_descriptor_gather_rows_past_the_shape_are_zero_and_past_the_storage_are
     assert (err.op, err.argument, err.offsets[0], err.n_bad) == ("descriptor gather", "x_ptr", 22 * 16, 16)
 
 
+@triton.jit
+def _via_table(table_ptr, out_ptr, N: tl.constexpr):
+    src = tl.load(table_ptr).to(tl.pointer_type(tl.float32))  # an address stored in memory, not an argument
+    tl.store(out_ptr + tl.arange(0, N), tl.load(src + tl.arange(0, N)))
+
+
+def test_tensors_reached_through_an_address_table_are_declared_with_indirect():
+    x, out = torch.randn(8), torch.zeros(8)
+    table = torch.tensor([x.data_ptr()], dtype=torch.int64)
+    with memcheck.checking(), pytest.raises(wavefront.MemcheckError):
+        _via_table[(1,)](table, out, N=8)  # x is no argument: its memory is outside every extent
+    with memcheck.checking(), memcheck.indirect({"x": [x]}):
+        _via_table[(1,)](table, out, N=8)
+    torch.testing.assert_close(out, x, rtol=0, atol=0)
+
+
 def test_a_wavefront_op_passes():
     x, w = torch.randn(5, 48), torch.randn(48)
     with memcheck.checking():
