@@ -35,22 +35,10 @@ def _histogram(idx_ptr, counts_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
     i = tl.load(idx_ptr + offs, mask=live, other=0)
     ptrs = counts_ptr + i
     one = tl.full((BLOCK,), 1, tl.int32)
-    if OP == "add":
-        tl.atomic_add(ptrs, one, mask=live)
-    elif OP == "max":
-        tl.atomic_max(ptrs, one, mask=live)
-    elif OP == "min":
-        tl.atomic_min(ptrs, one, mask=live)
-    elif OP == "and":
-        tl.atomic_and(ptrs, one, mask=live)
-    elif OP == "or":
-        tl.atomic_or(ptrs, one, mask=live)
-    elif OP == "xor":
-        tl.atomic_xor(ptrs, one, mask=live)
-    elif OP == "xchg":
-        tl.atomic_xchg(ptrs, one, mask=live)
-    else:  # cas has no mask: route masked-off lanes to slot 0
+    if OP == "cas":  # no mask: masked-off lanes go to slot 0
         tl.atomic_cas(tl.where(live, ptrs, counts_ptr), tl.zeros((BLOCK,), tl.int32), one)
+    else:  # interpreter only (as this whole file): tl.atomic_<OP> looked up when the program runs
+        getattr(tl, "atomic_" + OP)(ptrs, one, mask=live)
 
 
 @triton.jit
@@ -180,6 +168,22 @@ def test_descriptor_gather_rows_past_the_shape_are_zero_and_past_the_storage_are
             _gather_rows[(1,)](x, idx, out, 24, N=16, R=8)  # the descriptor claims 24 rows
     err = info.value
     assert (err.op, err.argument, err.offsets[0], err.n_bad) == ("descriptor gather", "x_ptr", 22 * 16, 16)
+
+
+@triton.jit
+def _via_table(table_ptr, out_ptr, N: tl.constexpr):
+    src = tl.load(table_ptr).to(tl.pointer_type(tl.float32))  # an address stored in memory, not an argument
+    tl.store(out_ptr + tl.arange(0, N), tl.load(src + tl.arange(0, N)))
+
+
+def test_tensors_reached_through_an_address_table_are_declared_with_indirect():
+    x, out = torch.randn(8), torch.zeros(8)
+    table = torch.tensor([x.data_ptr()], dtype=torch.int64)
+    with memcheck.checking(), pytest.raises(wavefront.MemcheckError):
+        _via_table[(1,)](table, out, N=8)  # x is no argument: its memory is outside every extent
+    with memcheck.checking(), memcheck.indirect({"x": [x]}):
+        _via_table[(1,)](table, out, N=8)
+    torch.testing.assert_close(out, x, rtol=0, atol=0)
 
 
 def test_a_wavefront_op_passes():

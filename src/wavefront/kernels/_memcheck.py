@@ -68,6 +68,7 @@ _RED_ZONE_MIN, _RED_ZONE_MAX = 4096, 64 << 20
 # (tests/ops/test_int64.py places operands past 2^31 elements in one) would make all of it resident.
 _RELOCATE_MAX = 256 << 20
 _SHOWN = 8  # offending offsets listed in the message
+_EMPTY = torch.empty  # PyTorch's own, also while initcheck poisons what torch.empty returns
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class _Run:
                   else np.zeros(addrs.shape, bool))
             if not ok.all():
                 raise self._error(op, addrs[~ok], int(size), int(addrs.size))
-        if self.poisoned and reads(op):
+        if self.poisoned and _reads(op):
             self._check_written(op, addrs, int(size), int(lo), int(hi))
 
     def _check_written(self, op: str, addrs: np.ndarray, size: int, lo: int, hi: int) -> None:
@@ -198,7 +199,7 @@ class _Run:
                              int(bad.size), n_active, extent, inside, kind)
 
 
-def reads(op: str) -> bool:
+def _reads(op: str) -> bool:
     """Whether the operation reads the memory it accesses (an exchange returns the old value but does not
     depend on it; a store reads nothing)."""
     return op not in ("store", "descriptor store", "descriptor scatter", "atomic_store", "atomic_xchg")
@@ -466,14 +467,13 @@ def _relocated(t: torch.Tensor, moved: dict[int, torch.UntypedStorage],
         np.copyto(inner, host)
         copies.append((host, inner))
         moved[key] = torch.from_numpy(inner).untyped_storage()
-    view = torch.tensor([], dtype=t.dtype)  # not torch.empty: initcheck poisons what that returns
-    view.set_(moved[key], t.storage_offset(), t.size(), t.stride())
+    view = _EMPTY(0, dtype=t.dtype).set_(moved[key], t.storage_offset(), t.size(), t.stride())
     return view
 
 
 def _bytes(storage) -> torch.Tensor:
     """A storage as a uint8 tensor over its bytes."""
-    return torch.tensor([], dtype=torch.uint8).set_(storage)
+    return _EMPTY(0, dtype=torch.uint8).set_(storage)
 
 
 def _extent(name: str, t: torch.Tensor) -> Extent:

@@ -128,3 +128,10 @@ def test_memcheck_request_checks_the_correctness_phase(monkeypatch, memcheck):
                            inspect_targets=(), traffic=False, memcheck=memcheck)
     done = job.run(req)
     assert done.exit_code == 0 and seen and set(seen) == {memcheck} and not mc.enabled()
+
+
+def test_a_bad_memcheck_environment_variable_is_a_request_error(monkeypatch):
+    monkeypatch.setenv("WAVEFRONT_MEMCHECK", "yes")
+    with pytest.raises(RequestError) as info:
+        job.plan(job.BenchRequest(device="cpu", op=("softmax",)))
+    assert info.value.argument == "memcheck" and "WAVEFRONT_MEMCHECK='yes': expected 0, 1 or init" in str(info.value)

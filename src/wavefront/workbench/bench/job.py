@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from wavefront import runtime
+from wavefront.kernels._memcheck import env_mode
 from wavefront.ops import REGISTRY
 from wavefront.workbench.static.jobs import DTYPES, RequestError, check_ops, check_targets, torch_dtype
 
@@ -230,6 +231,10 @@ def plan(request: BenchRequest) -> BenchPlan:
         raise RequestError("reps", f"must be >= 30 on a GPU (>= 1 on CPU); got {request.reps}")
     if request.warmup < 0:
         raise RequestError("warmup", f"must be >= 0; got {request.warmup}")
+    try:
+        env_mode()  # WAVEFRONT_MEMCHECK: a bad value fails here, not in every case
+    except ValueError as exc:
+        raise RequestError("memcheck", str(exc)) from None
     if request.budget_s is not None and request.budget_s <= 0:
         raise RequestError("budget_s", f"must be > 0; got {request.budget_s}")
     if request.store is not None and Path(request.store).is_dir():
