@@ -28,7 +28,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, of
 
     cast="llama": normalize in fp32, round to x's dtype, then multiply by (weight + offset).
     cast="gemma": multiply in fp32, round once.
+    cast="input": everything in x's dtype, no upcast (eager PyTorch on a 16-bit tensor without .float();
+    identical to the others in float64).
     """
+    if cast == "input":
+        xhat = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return xhat if weight is None else xhat * (weight.to(x.dtype) + offset)
     acc = _compute_dtype(x, weight)
     xf = x.to(acc)
     xhat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)

@@ -11,7 +11,8 @@ class RMSNormRule:
     """Swap each module of these classes for :class:`wavefront.nn.RMSNorm`, reusing its ``weight``.
 
     offset=1.0 with cast="gemma" is Gemma's ``x * (1 + w)`` computed in fp32; cast="llama" rounds the
-    normalized value to the input dtype before the weight multiply, as Llama's norm does.
+    normalized value to the input dtype before the weight multiply, as Llama's norm does; cast="gemma" with
+    offset 0 is OLMo 2's ``(w * xhat).to(dtype)``; cast="input" a norm computed in the input dtype.
     """
 
     classes: tuple[str, ...]
