@@ -280,6 +280,13 @@ def _fp8_case(name: str, reason: str, n_rows: int, n_cols: int, **options) -> Ca
     return Case(name, reason, {"n_rows": n_rows, "n_cols": n_cols}, options, targets=compiles_fp8_e4m3)
 
 
+def _input_dtype_bench() -> tuple[Case, ...]:
+    """cast="input" at the first bench shape: the same bytes, a few conversions more per element."""
+    base = bench_row_cases()[0]
+    return (Case(f"{base.name}_input_dtype", f"{base.reason}, cast='input' (no upcast)", base.dims,
+                 {**base.options, "cast": "input"}),)
+
+
 _rms_reference, _rms_eager = registry_fns(reference.rms_norm)
 _add_rms_reference, _add_rms_eager = registry_fns(reference.add_rms_norm)
 _ln_reference, _ln_eager = registry_fns(reference.layer_norm)
@@ -327,7 +334,7 @@ SPECS = (
             _fp8_case("fp8_block1x128", "FP8 1x128 quantization fused: y unchanged, ragged last block", 5, 300,
                       quantize="block1x128"),
         )),
-        bench_cases=bench_row_cases() + _fp8_cases(bench_row_cases(), *_FP8_BENCH),
+        bench_cases=bench_row_cases() + _fp8_cases(bench_row_cases(), *_FP8_BENCH) + _input_dtype_bench(),
         flops=lambda c, mode: (4 if mode == "fwd" else 8) * numel(c),
         min_bytes=lambda c, dt, mode: _norm_bytes(c, dt, mode, n_vectors=1, reads_fwd=1, writes_fwd=1,
                                                   reads_bwd=2, writes_bwd=1, stats=1),
