@@ -12,7 +12,10 @@ from wavefront.patching.rules import FAMILIES as RULES
 
 # RMSNorm modules per tiny model (2 layers): 2 per layer + final; Qwen3 adds q_norm/k_norm per layer;
 # Gemma 2 has four per layer.
-EXPECTED_NORMS = {"llama": 5, "mistral": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, "gemma2": 9, "phi3": 5}
+EXPECTED_NORMS = {"llama": 5, "mistral": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, "gemma2": 9, "phi3": 5,
+                  # Gemma 3: four per layer plus q/k norms; OLMo 2: post-norms and full-width q/k norms (no
+                  # input norm); GLM-4: four per layer.
+                  "gemma3_text": 13, "olmo2": 9, "granite": 5, "glm4": 9, "smollm3": 5}
 
 
 def test_every_family_has_rules_and_a_tiny_preset():

@@ -126,3 +126,13 @@ class Family:
     moe: MoERule | None = None
     has_layer_norm: bool = False  # LayerNorm modules are matched by type (torch.nn.LayerNorm) in any family
     fp8_producers: tuple[Fp8ProducerRule, ...] = ()  # fused FP8 hand-offs of patch(fp8=...)
+    #: (op, why) for ops the family has but its rules do not cover (Granite's logit scaling, GLM-4's
+    #: interleaved rotary): a request for one is reported unmatched with the reason (strict mode raises), so
+    #: such a model is patched with that op turned off, e.g. ``wavefront.patch(model, loss=False)``.
+    unsupported: tuple[tuple[str, str], ...] = ()
+    #: norm classes the family has whose semantics are not an RMSNorm/LayerNorm the kernels compute (Llama 4's
+    #: weightless L2 norm of q and k): known, left running their own code, not reported as unknown norms.
+    left_alone: tuple[str, ...] = ()
+
+    def why_unsupported(self, op: str) -> str | None:
+        return dict(self.unsupported).get(op)

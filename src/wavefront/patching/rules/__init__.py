@@ -10,8 +10,8 @@ A family with Llama's layout is one :func:`~wavefront.patching.rules.llama_like.
 from __future__ import annotations
 
 from wavefront.patching.rule_types import Family
-from wavefront.patching.rules import gemma, gemma2, phi3
-from wavefront.patching.rules.llama_like import LLAMA, MISTRAL, QWEN2, QWEN3
+from wavefront.patching.rules import gemma, gemma2, gemma3, glm4, phi3
+from wavefront.patching.rules.llama_like import GRANITE, LLAMA, MISTRAL, OLMO2, QWEN2, QWEN3, SMOLLM3
 from wavefront.patching.rules.moe import DEEPSEEK_V3, MIXTRAL, QWEN3_MOE
 
 FAMILIES: tuple[Family, ...] = (
@@ -22,6 +22,11 @@ FAMILIES: tuple[Family, ...] = (
     gemma.FAMILY,
     gemma2.FAMILY,
     phi3.FAMILY,
+    gemma3.FAMILY,
+    OLMO2,
+    GRANITE,
+    glm4.FAMILY,
+    SMOLLM3,
     MIXTRAL,
     QWEN3_MOE,
     DEEPSEEK_V3,
