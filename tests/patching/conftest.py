@@ -10,6 +10,14 @@ from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY, build_
 
 FAMILIES = sorted(TINY_BY_FAMILY)
 
+#: The final norm's path where it is not ``model.norm``.
+_FINAL_NORM = {"falcon_h1": "model.final_layernorm"}
+
+
+def final_norm_path(family: str) -> str:
+    return _FINAL_NORM.get(family, "model.norm")
+
+
 #: A patch that swaps only the norms (isolates them from RoPE, MLP, MoE and loss in some tests).
 NORMS_ONLY = {"rope": False, "mlp": False, "moe": False, "loss": False}
 
@@ -63,3 +71,9 @@ def single_thread():
 def uncovered():
     """uncovered(family) -> the ops the family has that its rules refuse (GLM-4's RoPE, Granite's loss)."""
     return _uncovered
+
+
+@pytest.fixture
+def final_norm():
+    """final_norm(family) -> the path of the model's final norm ("model.norm" but for Falcon-H1)."""
+    return final_norm_path

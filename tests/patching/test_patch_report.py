@@ -15,7 +15,8 @@ from wavefront.patching.rules import FAMILIES as RULES
 EXPECTED_NORMS = {"llama": 5, "mistral": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, "gemma2": 9, "phi3": 5,
                   # Gemma 3: four per layer plus q/k norms; OLMo 2: post-norms and full-width q/k norms (no
                   # input norm); GLM-4: four per layer.
-                  "gemma3_text": 13, "olmo2": 9, "granite": 5, "glm4": 9, "smollm3": 5}
+                  "gemma3_text": 13, "olmo2": 9, "granite": 5, "glm4": 9, "smollm3": 5, "llama4_text": 5,
+                  "falcon_h1": 5}
 
 
 def test_every_family_has_rules_and_a_tiny_preset():
@@ -23,7 +24,7 @@ def test_every_family_has_rules_and_a_tiny_preset():
     assert sorted(f.name for f in RULES if f.moe is None) == sorted(EXPECTED_NORMS)
 
 
-def test_report_lists_every_norm_replacement(family, tiny, norms_only):
+def test_report_lists_every_norm_replacement(family, tiny, norms_only, final_norm):
     model = tiny(family)
     report = wavefront.patch(model, **norms_only)
     assert report.family == family and report.ok
@@ -31,11 +32,11 @@ def test_report_lists_every_norm_replacement(family, tiny, norms_only):
     paths = {r.path for r in report.replacements}
     for path in paths:
         assert type(model.get_submodule(path)) is wavefront.nn.RMSNorm
-    assert "model.norm" in paths
+    assert final_norm(family) in paths
     assert all(r.old_type.startswith("transformers.models.") and r.new_type == "wavefront.nn.norm.RMSNorm"
                for r in report.replacements)
     assert [a.op for a in report.absent] == ["layer_norm"]
-    assert "model.norm" in str(report)
+    assert final_norm(family) in str(report)
 
 
 def test_gemma_norms_keep_offset_and_fp32_multiply(tiny, norms_only):

@@ -3,6 +3,9 @@ GeGLU), one fused pass instead of three elementwise kernels and two stored inter
 
 The replacement modules hold the original Linear children under their original names, so state_dict
 keys (``gate_proj``/``up_proj``/``down_proj``, or Phi-3's ``gate_up_proj``/``down_proj``) do not change.
+A rule with ``multipliers_from`` (Falcon-H1's ``mlp_multipliers``) passes the muP gate and output multipliers
+to the fused activation: ``down(act(round(gate * m_g)) * up * m_o)``, equal to Hugging Face's
+``down(up * act(gate * m_g)) * m_o`` up to where the output multiplier's rounding falls.
 In an FP8 model (``patch(fp8=...)``) the MLP may carry an ``fp8_handoff`` (wavefront.nn.fp8.Fp8HandOff):
 the activation then also emits the down projection's FP8 input from its own kernel pass.
 """
@@ -89,6 +92,14 @@ def apply_mlp(p: Patcher) -> None:
                            f"kernel; fused: {', '.join(sorted(ACTIVATIONS))}")
         return
     kernel, options = ACTIVATIONS[act]
+    if rule.multipliers_from is not None:
+        mults = getattr(p.model.config, rule.multipliers_from, None)
+        if (not isinstance(mults, list | tuple) or len(mults) != 2
+                or not all(isinstance(m, int | float) and not isinstance(m, bool) for m in mults)):
+            p.unmatched("mlp", f"expected config.{rule.multipliers_from} to be (gate multiplier, output multiplier), "
+                               f"got {mults!r}")
+            return
+        options = {**options, "gate_multiplier": float(mults[0]), "output_multiplier": float(mults[1])}
     if not hasattr(ops, kernel):
         p.unmatched("mlp", f"wavefront.ops.{kernel} is not available in this build of wavefront")
         return

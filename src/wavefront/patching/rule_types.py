@@ -35,6 +35,9 @@ class GatedMLPRule:
     activation_from: tuple[str, ...] = ("hidden_act",)
     fused_gate_up: bool = False
     optional: bool = False  # the family may have no dense MLP at all (MoE models whose every layer is sparse)
+    #: config attribute holding the muP pair (gate multiplier, output multiplier): Falcon-H1's
+    #: ``mlp_multipliers`` = (gate_multiplier, down_multiplier), fused into the activation kernel.
+    multipliers_from: str | None = None
 
 
 @dataclass(frozen=True)
