@@ -71,7 +71,9 @@ def test_full_patch_matches_unpatched_training_step(family, tiny, all_ops, uncov
     refused = uncovered(family) - {"attention"}  # attention is off by default
     report = wavefront.patch(model, **dict.fromkeys(refused, False))
     assert report.ok, str(report)
-    assert set(report.counts()) == {"rms_norm", "rope", "mlp", "loss"} - refused
+    counts = report.counts()
+    assert set(counts) - {"layer_norm"} == {"rms_norm", "rope", "mlp", "loss"} - refused
+    assert counts.get("layer_norm", 0) == sum(type(m) is torch.nn.LayerNorm for m in ref.modules())  # a vision tower
     if refused:  # strict: what the rules do not cover is refused, and the model is left unpatched
         probe = copy.deepcopy(ref)
         with pytest.raises(wavefront.patching.PatchError, match="|".join(sorted(refused))):

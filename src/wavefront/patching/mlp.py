@@ -86,14 +86,16 @@ def apply_mlp(p: Patcher) -> None:
     if rule is None:
         p.absent("mlp", f"{p.family.name} models have no gated MLP")
         return
-    act = _activation_name(p.model.config, rule.activation_from)
+    # A vision-language model keeps the text tower's settings in its text config (the config itself elsewhere).
+    config = p.model.config.get_text_config()
+    act = _activation_name(config, rule.activation_from)
     if act not in ACTIVATIONS:
         p.unmatched("mlp", f"activation {act!r} (config.{'/'.join(rule.activation_from)}) has no fused gated "
                            f"kernel; fused: {', '.join(sorted(ACTIVATIONS))}")
         return
     kernel, options = ACTIVATIONS[act]
     if rule.multipliers_from is not None:
-        mults = getattr(p.model.config, rule.multipliers_from, None)
+        mults = getattr(config, rule.multipliers_from, None)
         if (not isinstance(mults, list | tuple) or len(mults) != 2
                 or not all(isinstance(m, int | float) and not isinstance(m, bool) for m in mults)):
             p.unmatched("mlp", f"expected config.{rule.multipliers_from} to be (gate multiplier, output multiplier), "

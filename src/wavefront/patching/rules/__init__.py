@@ -10,7 +10,7 @@ A family with Llama's layout is one :func:`~wavefront.patching.rules.llama_like.
 from __future__ import annotations
 
 from wavefront.patching.rule_types import Family
-from wavefront.patching.rules import falcon_h1, gemma, gemma2, gemma3, glm4, llama4, phi3
+from wavefront.patching.rules import falcon_h1, gemma, gemma2, gemma3, glm4, llama4, phi3, qwen3_vl
 from wavefront.patching.rules.llama_like import GRANITE, LLAMA, MISTRAL, OLMO2, QWEN2, QWEN3, SMOLLM3
 from wavefront.patching.rules.moe import DEEPSEEK_V3, MIXTRAL, QWEN3_MOE
 
@@ -29,6 +29,7 @@ FAMILIES: tuple[Family, ...] = (
     SMOLLM3,
     llama4.FAMILY,
     falcon_h1.FAMILY,
+    qwen3_vl.FAMILY,
     MIXTRAL,
     QWEN3_MOE,
     DEEPSEEK_V3,

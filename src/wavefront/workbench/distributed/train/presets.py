@@ -29,10 +29,16 @@ class Preset:
     model_type: str  # transformers config.model_type
     config: dict = field(default_factory=dict)
     source: str = ""
+    #: "causal_lm" (AutoModelForCausalLM) or "image_text_to_text" (a vision-language model whose text tower has no
+    #: causal-LM class of its own, trained here on text only; its config overrides go to ``text_config``).
+    auto: str = "causal_lm"
 
     def build_config(self, **overrides):
         from transformers import AutoConfig
 
+        if "text_config" in self.config:
+            return AutoConfig.for_model(self.model_type, **{
+                **self.config, "text_config": {**self.config["text_config"], **overrides}})
         return AutoConfig.for_model(self.model_type, **{**self.config, **overrides})
 
 
@@ -71,6 +77,14 @@ PRESETS: dict[str, Preset] = {
                                                "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_chunk_size": 8,
                                                "mamba_d_conv": 4},
                "local tiny config (Mamba-2 mixer beside attention, muP multipliers)"),
+        Preset("tiny-qwen3-vl", "qwen3_vl", {
+            "text_config": {**_TINY, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                        "mrope_section": [1, 1, 2], "mrope_interleaved": True}},
+            "vision_config": {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
+                              "out_hidden_size": 32, "patch_size": 2, "temporal_patch_size": 1,
+                              "spatial_merge_size": 1, "deepstack_visual_indexes": []}},
+               "local tiny config (text tower trained on text; interleaved MRoPE, q/k norms)",
+               auto="image_text_to_text"),
         Preset("tiny-mixtral", "mixtral", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2},
                "local tiny config (MoE: 4 experts, top-2)"),
         Preset("tiny-qwen3-moe", "qwen3_moe", {**_TINY, "num_experts": 4, "num_experts_per_tok": 2,
@@ -132,9 +146,12 @@ def build_model(model: str, *, seed: int = 0, dtype=None, attn_implementation: s
     A model class that does not support the requested attention implementation (Gemma 2 has no sdpa
     path, because sdpa cannot softcap) gets "eager"."""
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
     config = build_config(model, **overrides)
+    auto = PRESETS[model].auto if model in PRESETS else "causal_lm"
+    AutoModelForCausalLM = getattr(transformers, {"causal_lm": "AutoModelForCausalLM",  # noqa: N806 (a class)
+                                                  "image_text_to_text": "AutoModelForImageTextToText"}[auto])
     path = Path(model)
     has_weights = path.is_dir() and any((path / f).exists() for f in
                                         ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"))
