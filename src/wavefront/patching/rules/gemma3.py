@@ -4,23 +4,8 @@ plus per-head ``q_norm``/``k_norm`` of the same class (over head_dim, before RoP
 (and may softcap scores), which the attention op does not cover. The multimodal ``gemma3`` model is not covered
 by these rules."""
 
-from wavefront.patching.rule_types import (
-    AttentionRule,
-    CausalLMLossRule,
-    Family,
-    GatedMLPRule,
-    RMSNormRule,
-    RopeRule,
-)
+from wavefront.patching.rules.gemma import gemma_like
 
-FAMILY = Family(
-    name="gemma3_text",
-    model_types=("gemma3_text",),
-    rms_norm=RMSNormRule(("Gemma3RMSNorm",), eps_attr="eps", offset=1.0, cast="gemma"),
-    mlp=GatedMLPRule(("Gemma3MLP",), activation_from=("hidden_activation", "hidden_act")),
-    rope=RopeRule(("Gemma3Attention",)),
-    loss=CausalLMLossRule(("Gemma3ForCausalLM",), softcap_from="final_logit_softcapping"),
-    attention=AttentionRule(("Gemma3Attention",),
-                            unsupported="Gemma 3 interleaves sliding-window layers (and may softcap scores); the "
-                                        "attention op has neither"),
-)
+FAMILY = gemma_like("gemma3_text", "Gemma3", softcap_from="final_logit_softcapping",
+                    attention_unsupported="Gemma 3 interleaves sliding-window layers (and may softcap scores); the "
+                                          "attention op has neither")
