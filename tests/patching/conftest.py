@@ -11,7 +11,8 @@ from wavefront.workbench.distributed.train.presets import TINY_BY_FAMILY, build_
 FAMILIES = sorted(TINY_BY_FAMILY)
 
 #: The final norm's path where it is not ``model.norm``.
-_FINAL_NORM = {"falcon_h1": "model.final_layernorm", "qwen3_vl": "model.language_model.norm"}
+_FINAL_NORM = {"falcon_h1": "model.final_layernorm", "qwen3_vl": "model.language_model.norm",
+               "qwen2_5_vl": "model.language_model.norm"}
 
 
 def final_norm_path(family: str) -> str:
@@ -75,5 +76,5 @@ def uncovered():
 
 @pytest.fixture
 def final_norm():
-    """final_norm(family) -> the path of the model's final norm ("model.norm" but for Falcon-H1 and Qwen3-VL)."""
+    """final_norm(family) -> the path of the model's final norm ("model.norm" but for Falcon-H1 and the VL models)."""
     return final_norm_path

@@ -16,7 +16,9 @@ EXPECTED_NORMS = {"llama": 5, "mistral": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, 
                   # Gemma 3: four per layer plus q/k norms; OLMo 2: post-norms and full-width q/k norms (no
                   # input norm); GLM-4: four per layer.
                   "gemma3_text": 13, "olmo2": 9, "granite": 5, "glm4": 9, "smollm3": 5, "llama4_text": 5,
-                  "falcon_h1": 5, "qwen3_vl": 9}
+                  "falcon_h1": 5, "qwen3_vl": 9,
+                  # Qwen2.5-VL: the text tower's 5 and the vision tower's (two in its block, one in the merger)
+                  "qwen2_5_vl": 8}
 #: torch.nn.LayerNorms (any family): Qwen3-VL's vision tower (two per block, one in the merger).
 EXPECTED_LAYER_NORMS = {"qwen3_vl": 3}
 

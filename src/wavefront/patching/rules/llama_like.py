@@ -4,7 +4,7 @@ A Llama-like family has ``<Prefix>RMSNorm`` (Llama's cast: normalize, round to t
 multiply by the weight), a SwiGLU ``<Prefix>MLP`` with ``gate_proj``/``up_proj``/``down_proj``, rotary
 embeddings applied in ``<Prefix>Attention`` through ``apply_rotary_pos_emb``, and a
 ``<Prefix>ForCausalLM`` head. Families that differ from it in a few named places are
-``replace(llama_like(...), field=...)`` below (GLM-4, Llama 4, Falcon-H1, Qwen3-VL); the Gemma layout is
+``replace(llama_like(...), field=...)`` below (GLM-4, Llama 4, Falcon-H1, Qwen2.5-VL, Qwen3-VL); the Gemma layout is
 gemma.py's ``gemma_like``, Phi-3 and the MoE families have their own files.
 """
 
@@ -118,3 +118,11 @@ FALCON_H1 = replace(
 #: rotary) and non-gated MLPs; its ``torch.nn.LayerNorm``s are swapped by ``layer_norm`` like any LayerNorm.
 QWEN3_VL = replace(llama_like("qwen3_vl", "Qwen3VLText", fp8_producers=()),
                    loss=CausalLMLossRule(("Qwen3VLForConditionalGeneration",)))
+
+#: Qwen2.5-VL's text tower (``qwen2_5_vl``): Qwen2's layout (q/k/v biases) with its MRoPE sections folded into the
+#: cos/sin tables by the rotary-embedding module before a standard ``apply_rotary_pos_emb`` call (transformers
+#: 5.24), and the text MLP class named ``Qwen2MLP``. The vision tower's norms are ``Qwen2_5_VLRMSNorm`` too (the
+#: same Llama-cast RMSNorm, patched); its gated MLPs (``Qwen2_5_VLMLP``, the vision config's activation) and its
+#: windowed attention are left alone.
+QWEN2_5_VL = replace(llama_like("qwen2_5_vl", "Qwen2_5_VL", fp8_producers=()), mlp=GatedMLPRule(("Qwen2MLP",)),
+                     loss=CausalLMLossRule(("Qwen2_5_VLForConditionalGeneration",)))
