@@ -4,7 +4,10 @@
 Tiny presets (``tiny-<family>``), one per patched family, are small enough to train under the Triton
 interpreter on a CPU: 2 layers, hidden 32, 4 query heads over 2 KV heads, vocabulary 128. They keep
 each family's distinguishing features (Gemma's offset norm and GeGLU, Gemma 2's logit softcaps and four
-norms per layer, Qwen3's q/k norms, Qwen2's q/k/v biases, Phi-3's fused gate/up and partial rotary).
+norms per layer, Qwen3's q/k norms, Qwen2's q/k/v biases, Phi-3's fused gate/up and partial rotary, Gemma 3's
+q/k norms and softcap, OLMo 2's post-norms, Granite's and Falcon-H1's multipliers, GLM-4's interleaved partial
+rotary, SmolLM3's NoPE layers, Llama 4's L2 q/k norms, the VL models' multimodal RoPE). The VL presets build
+the image-text-to-text model (``auto``) and train its text tower on text.
 
 ``tiny-mixtral`` and ``tiny-qwen3-moe`` are the MoE families (4 experts, top-2), kept out of
 ``TINY_BY_FAMILY`` so the dense-family test matrices do not grow.
