@@ -30,7 +30,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, of
 
     cast="llama": normalize in fp32, round to x's dtype, then multiply by (weight + offset).
     cast="gemma": multiply in fp32, round once.
+    cast="input": everything in x's dtype, no upcast (eager PyTorch on a 16-bit tensor without .float();
+    identical to the others in float64).
     """
+    if cast == "input":
+        xhat = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return xhat if weight is None else xhat * (weight.to(x.dtype) + offset)
     acc = _compute_dtype(x, weight)
     xf = x.to(acc)
     xhat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
@@ -271,29 +276,47 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
                          z_loss_reduction=z_loss_reduction, **outputs)
 
 
-def _glu(gate: torch.Tensor, up: torch.Tensor, act) -> torch.Tensor:
+def _glu(gate: torch.Tensor, up: torch.Tensor, act, gate_multiplier: float = 1.0,
+         output_multiplier: float = 1.0) -> torch.Tensor:
     acc = _compute_dtype(gate, up)
+    if gate_multiplier != 1.0:
+        gate = gate * gate_multiplier  # in gate's dtype: Hugging Face's gate_proj(x) * gate_multiplier
     a = act(gate.to(acc)).to(gate.dtype)
-    return (a.to(acc) * up.to(acc)).to(gate.dtype)
+    return (a.to(acc) * up.to(acc) * output_multiplier).to(gate.dtype)
 
 
-def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """silu(gate) rounded to gate's dtype, times up, rounded: Hugging Face's act_fn(gate_proj(x)) * up_proj(x)."""
-    return _glu(gate, up, torch.nn.functional.silu)
+def swiglu(gate: torch.Tensor, up: torch.Tensor, gate_multiplier: float = 1.0,
+           output_multiplier: float = 1.0) -> torch.Tensor:
+    """silu(gate) rounded to gate's dtype, times up, rounded: Hugging Face's act_fn(gate_proj(x)) * up_proj(x).
+    Multipliers (muP): silu(round(gate * m_g)) * up * m_o."""
+    return _glu(gate, up, torch.nn.functional.silu, gate_multiplier, output_multiplier)
 
 
-def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
+def geglu(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh", gate_multiplier: float = 1.0,
+          output_multiplier: float = 1.0) -> torch.Tensor:
     """gelu(gate) (tanh or erf form) rounded to gate's dtype, times up: Gemma's MLP."""
-    return _glu(gate, up, lambda g: torch.nn.functional.gelu(g, approximate=approximate))
+    return _glu(gate, up, lambda g: torch.nn.functional.gelu(g, approximate=approximate), gate_multiplier,
+                output_multiplier)
 
 
-def swiglu_eager(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """The Hugging Face module's ops at the input dtype (its backward rounds dy * up before silu')."""
-    return torch.nn.functional.silu(gate) * up
+def swiglu_eager(gate: torch.Tensor, up: torch.Tensor, gate_multiplier: float = 1.0,
+                 output_multiplier: float = 1.0) -> torch.Tensor:
+    """The Hugging Face module's ops at the input dtype (its backward rounds dy * up before silu'); with
+    multipliers, Falcon-H1's ``up * act(gate * m_g)`` then ``* m_o`` (eager: each product rounded)."""
+    return _scaled_eager(torch.nn.functional.silu, gate, up, gate_multiplier, output_multiplier)
 
 
-def geglu_eager(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh") -> torch.Tensor:
-    return torch.nn.functional.gelu(gate, approximate=approximate) * up
+def geglu_eager(gate: torch.Tensor, up: torch.Tensor, approximate: str = "tanh", gate_multiplier: float = 1.0,
+                output_multiplier: float = 1.0) -> torch.Tensor:
+    return _scaled_eager(lambda g: torch.nn.functional.gelu(g, approximate=approximate), gate, up, gate_multiplier,
+                         output_multiplier)
+
+
+def _scaled_eager(act, gate, up, gate_multiplier, output_multiplier):
+    if gate_multiplier != 1.0:
+        gate = gate * gate_multiplier
+    y = act(gate) * up
+    return y * output_multiplier if output_multiplier != 1.0 else y
 
 
 def rope_tables(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: torch.Tensor | None = None,

@@ -71,3 +71,33 @@ def test_bias_and_bad_approximate():
     torch.testing.assert_close(m(x), expect)
     with pytest.raises(ValueError, match="GeGLUMLP: argument 'approximate' must be one of"):
         GeGLUMLP(8, 16, approximate="erf")
+
+
+class FalconH1StyleMLP(HFStyleMLP):
+    """The shape of transformers' FalconH1MLP forward: ``down(up * act(gate * m_g)) * m_d``."""
+
+    def __init__(self, hidden, inter, act, m_g, m_d):
+        super().__init__(hidden, inter, act)
+        self.m_g, self.m_d = m_g, m_d
+
+    def forward(self, x):
+        return self.down_proj(self.up_proj(x) * self.act_fn(self.gate_proj(x) * self.m_g)) * self.m_d
+
+
+def test_mup_multipliers_match_falcon_h1_mlp():
+    torch.manual_seed(2)
+    hf = FalconH1StyleMLP(32, 80, nn.SiLU(), 0.35, 1.6)
+    ours = SwiGLUMLP(32, 80, gate_multiplier=0.35, output_multiplier=1.6)
+    ours.load_state_dict(hf.state_dict())
+    assert set(ours.state_dict()) == set(hf.state_dict())
+    x = torch.randn(6, 32, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    dy = torch.randn(6, 32)
+    # fp32: the output multiplier is applied before the down projection instead of after: ulp-level apart.
+    torch.testing.assert_close(ours(x), hf(x2))
+    ours(x).backward(dy)
+    hf(x2).backward(dy)
+    torch.testing.assert_close(x.grad, x2.grad)
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, dict(hf.named_parameters())[name].grad)
+    assert "gate_multiplier=0.35" in repr(ours) and "multiplier" not in repr(SwiGLUMLP(8, 16))

@@ -103,3 +103,64 @@ def test_launch_configs_give_whole_16_byte_vectors(arch_name):
             ratio = cfg.BLOCK_HQ // cfg.BLOCK_HK
             if ratio * per_vector <= 32:
                 assert (cfg.BLOCK_HK * cfg.BLOCK_HALF) // threads >= per_vector, cfg
+
+
+# --- muP multipliers (Falcon-H1's mlp_multipliers) -------------------------------------------------------
+
+def test_gate_multiplier_rounds_like_falcon_h1():
+    """Falcon-H1: ``up * act(gate_proj(x) * m_g)``: the scaled gate is a bf16 tensor before the activation."""
+    gen = torch.Generator().manual_seed(1)
+    gate = (torch.randn(16, 320, generator=gen) * 2).bfloat16()
+    up = torch.randn(16, 320, generator=gen).bfloat16()
+    m_g = 0.3535
+    scaled = gate * m_g  # rounded to bf16, as the model computes it
+    assert torch.equal(swiglu(gate, up, gate_multiplier=m_g), swiglu(scaled, up))
+    assert torch.equal(geglu(gate, up, gate_multiplier=m_g), geglu(scaled, up))
+    assert not torch.equal(swiglu(gate, up, gate_multiplier=m_g), swiglu(gate, up))
+
+
+def test_unit_multipliers_launch_the_kernel_without_them():
+    from wavefront.kernels._launch import recording
+
+    g, u = torch.randn(4, 64), torch.randn(4, 64)
+    with recording() as launches:
+        plain = swiglu(g, u)
+        ones = swiglu(g, u, gate_multiplier=1, output_multiplier=1.0)
+        scaled = swiglu(g, u, output_multiplier=2.0)
+    assert [launch.constexprs["SCALED"] for launch in launches] == [False, False, True]
+    assert torch.equal(plain, ones)
+    assert torch.equal(scaled, (2.0 * plain))  # a power of two: exact in fp32
+
+
+@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+def test_multipliers_under_compile_against_float64(op):
+    """Both multipliers inside torch.compile(fullgraph=True), forward and backward in bf16, against float64:
+    our error at most 2x eager's (Falcon-H1's module ops in bf16) plus one ulp, the accuracy rule."""
+    from wavefront import reference
+    from wavefront.ops._spec import Tolerance
+
+    torch._dynamo.reset()
+    mults = {"gate_multiplier": 0.42, "output_multiplier": 1.9}
+    gen = torch.Generator().manual_seed(2)
+    g64, u64, dy64 = ((torch.randn(8, 200, generator=gen, dtype=torch.float64) * s) for s in (2.0, 1.0, 1.0))
+    ours = torch.compile(lambda g, u: (swiglu if op == "swiglu" else geglu)(g, u, **mults), backend="aot_eager",
+                         fullgraph=True)
+    eager = getattr(reference, f"{op}_eager")
+
+    def run(fn, dtype):
+        g, u = (t.detach().to(dtype).clone().requires_grad_() for t in (g64, u64))
+        y = fn(g, u)
+        y.backward(dy64.to(dtype))
+        return y.detach().double(), g.grad.double(), u.grad.double()
+
+    ref, got, base = run(lambda g, u: eager(g, u, **mults), torch.float64), run(ours, torch.bfloat16), \
+        run(lambda g, u: eager(g, u, **mults), torch.bfloat16)
+    for name, r, o, e in zip(("y", "dgate", "dup"), ref, got, base, strict=True):
+        bound = Tolerance().bound((e - r).abs().max().item(), r.abs().max().item(), torch.bfloat16)
+        assert (o - r).abs().max().item() <= bound, name
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "2", None, True])
+def test_bad_multiplier_is_named(value):
+    with pytest.raises(ValueError, match=r"swiglu: argument 'gate_multiplier' must be a finite number"):
+        swiglu(torch.randn(2, 8), torch.randn(2, 8), gate_multiplier=value)

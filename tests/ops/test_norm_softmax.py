@@ -123,6 +123,73 @@ def test_llama_and_gemma_casting_follow_their_references_bitwise_on_easy_inputs(
     assert not torch.equal(wops.rms_norm(x, w, cast="llama"), wops.rms_norm(x, w, cast="gemma"))
 
 
+
+def _input_dtype_rms(x, w, offset):
+    """Eager PyTorch in x's dtype, no upcast: the model code cast="input" stands for."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (w + offset)
+
+
+@pytest.mark.parametrize("n_cols", [300, 20000])  # single pass and the looped (wide-row) path
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_input_dtype_casting_rounds_where_eager_in_that_dtype_rounds(dtype, n_cols):
+    from wavefront.kernels.norm import norm_fwd
+
+    torch.manual_seed(2)
+    x = torch.randn(3, n_cols, dtype=dtype)
+    w = (torch.randn(n_cols) * 0.1).to(dtype)
+    y, _, _, rstd, _, _ = norm_fwd(x, w, None, None, 1e-6, 1.0, True, True, round_stats=True)
+    # rstd is a value of the input dtype, and y is exactly round(round(x * rstd) * round(w + 1)), eager's steps.
+    assert torch.equal(rstd.to(dtype).float(), rstd)
+    assert torch.equal(y, (x * rstd[:, None].to(dtype)) * (w + 1.0))
+    # rstd itself: eager's mean square is summed in another order, so it may land one ulp of the dtype apart.
+    eager = _input_dtype_rms(x, w, 1.0)
+    eager_rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6).float()
+    assert ((rstd - eager_rstd).abs() <= torch.finfo(dtype).eps * eager_rstd).all()
+    assert torch.equal(wops.rms_norm(x, w, offset=1.0, cast="input"), y)
+    assert not torch.equal(y, wops.rms_norm(x, w, offset=1.0, cast="llama")), "no upcast must change numbers"
+    assert eager.dtype == y.dtype
+
+
+def test_input_dtype_casting_is_llama_in_fp32():
+    x, w = torch.randn(4, 96), torch.randn(96)
+    assert torch.equal(wops.rms_norm(x, w, cast="input"), wops.rms_norm(x, w, cast="llama"))
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "add_rms_norm"])
+def test_input_dtype_casting_under_compile_against_float64(op):
+    """cast="input" inside torch.compile(fullgraph=True), forward and backward, bf16, against the float64
+    reference: our error at most 2x eager's (in bf16, no upcast) plus one ulp, the accuracy rule."""
+    from wavefront.ops._spec import Tolerance
+
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    x64, r64 = torch.randn(6, 200, dtype=torch.float64), torch.randn(6, 200, dtype=torch.float64)
+    w64 = torch.randn(200, dtype=torch.float64)
+    dy64 = torch.randn(6, 200, dtype=torch.float64)
+
+    def ours(x, r, w):
+        if op == "rms_norm":
+            return wops.rms_norm(x, w, cast="input")
+        return wops.add_rms_norm(x, r, w, cast="input")[0]
+
+    def eager(x, r, w):
+        return _input_dtype_rms(x if op == "rms_norm" else x + r, w, 0.0)
+
+    def run(fn, dtype):
+        args = [t.detach().to(dtype).clone().requires_grad_() for t in (x64, r64, w64)]
+        y = fn(*args)
+        y.backward(dy64.to(dtype))
+        return [y.detach().double()] + [a.grad.double() for a in args if a.grad is not None]
+
+    compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    ref, got, base = run(eager, torch.float64), run(compiled, torch.bfloat16), run(eager, torch.bfloat16)
+    names = ("y", "dx", "dr", "dw") if op == "add_rms_norm" else ("y", "dx", "dw")
+    assert len(ref) == len(got) == len(base) == len(names)
+    for name, r, g, e in zip(names, ref, got, base, strict=True):
+        bound = Tolerance().bound((e - r).abs().max().item(), r.abs().max().item(), torch.bfloat16)
+        assert (g - r).abs().max().item() <= bound, name
+
+
 # --- empties and shapes ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape", [(0, 64), (3, 0, 64), (4, 0)])

@@ -12,7 +12,15 @@ from wavefront.patching.rules import FAMILIES as RULES
 
 # RMSNorm modules per tiny model (2 layers): 2 per layer + final; Qwen3 adds q_norm/k_norm per layer;
 # Gemma 2 has four per layer.
-EXPECTED_NORMS = {"llama": 5, "mistral": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, "gemma2": 9, "phi3": 5}
+EXPECTED_NORMS = {"llama": 5, "mistral": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, "gemma2": 9, "phi3": 5,
+                  # Gemma 3: four per layer plus q/k norms; OLMo 2: post-norms and full-width q/k norms (no
+                  # input norm); GLM-4: four per layer.
+                  "gemma3_text": 13, "olmo2": 9, "granite": 5, "glm4": 9, "smollm3": 5, "llama4_text": 5,
+                  "falcon_h1": 5, "qwen3_vl": 9,
+                  # Qwen2.5-VL: the text tower's 5 and the vision tower's (two in its block, one in the merger)
+                  "qwen2_5_vl": 8}
+#: torch.nn.LayerNorms (any family): Qwen3-VL's vision tower (two per block, one in the merger).
+EXPECTED_LAYER_NORMS = {"qwen3_vl": 3}
 
 
 def test_every_family_has_rules_and_a_tiny_preset():
@@ -20,19 +28,21 @@ def test_every_family_has_rules_and_a_tiny_preset():
     assert sorted(f.name for f in RULES if f.moe is None) == sorted(EXPECTED_NORMS)
 
 
-def test_report_lists_every_norm_replacement(family, tiny, norms_only):
+def test_report_lists_every_norm_replacement(family, tiny, norms_only, final_norm):
     model = tiny(family)
     report = wavefront.patch(model, **norms_only)
     assert report.family == family and report.ok
-    assert report.counts() == {"rms_norm": EXPECTED_NORMS[family]}
-    paths = {r.path for r in report.replacements}
+    n_layer_norms = EXPECTED_LAYER_NORMS.get(family, 0)
+    assert report.counts() == {"rms_norm": EXPECTED_NORMS[family], **({"layer_norm": n_layer_norms} if n_layer_norms
+                                                                      else {})}
+    paths = {r.path for r in report.replacements if r.op == "rms_norm"}
     for path in paths:
         assert type(model.get_submodule(path)) is wavefront.nn.RMSNorm
-    assert "model.norm" in paths
+    assert final_norm(family) in paths
     assert all(r.old_type.startswith("transformers.models.") and r.new_type == "wavefront.nn.norm.RMSNorm"
-               for r in report.replacements)
-    assert [a.op for a in report.absent] == ["layer_norm"]
-    assert "model.norm" in str(report)
+               for r in report.replacements if r.op == "rms_norm")
+    assert [a.op for a in report.absent] == ([] if n_layer_norms else ["layer_norm"])
+    assert final_norm(family) in str(report)
 
 
 def test_gemma_norms_keep_offset_and_fp32_multiply(tiny, norms_only):

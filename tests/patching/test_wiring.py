@@ -62,19 +62,27 @@ def all_ops(monkeypatch):
     return calls
 
 
-def test_full_patch_matches_unpatched_training_step(family, tiny, all_ops):
+def test_full_patch_matches_unpatched_training_step(family, tiny, all_ops, uncovered):
     # One layer holds every module kind the patch swaps (norms, RoPE attention, MLP) and the head's fused
     # loss; a second layer would only repeat the same kernels under the interpreter.
     model = tiny(family, num_hidden_layers=1)
     model.train()
     ref = copy.deepcopy(model)
-    report = wavefront.patch(model)
+    refused = uncovered(family) - {"attention"}  # attention is off by default
+    report = wavefront.patch(model, **dict.fromkeys(refused, False))
     assert report.ok, str(report)
-    assert set(report.counts()) == {"rms_norm", "rope", "mlp", "loss"}
+    counts = report.counts()
+    assert set(counts) - {"layer_norm"} == {"rms_norm", "rope", "mlp", "loss"} - refused
+    assert counts.get("layer_norm", 0) == sum(type(m) is torch.nn.LayerNorm for m in ref.modules())  # a vision tower
+    if refused:  # strict: what the rules do not cover is refused, and the model is left unpatched
+        probe = copy.deepcopy(ref)
+        with pytest.raises(wavefront.patching.PatchError, match="|".join(sorted(refused))):
+            wavefront.patch(probe)
+        assert not wavefront.patching.is_patched(probe)
     ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(0))
     n_items = torch.tensor(11)
     out = model(input_ids=ids, labels=ids, num_items_in_batch=n_items)
-    assert out.logits is None, "in training the fused loss must not materialize logits"
+    assert (out.logits is None) == ("loss" not in refused), "in training the fused loss must not materialize logits"
     out.loss.backward()
     ref_out = ref(input_ids=ids, labels=ids, num_items_in_batch=n_items)
     ref_out.loss.backward()

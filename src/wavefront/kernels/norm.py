@@ -10,7 +10,13 @@ Per row of n = n_cols elements, with w' = w + offset (Gemma stores w - 1 and use
 
 Casting (RMSNorm): ``cast="llama"`` rounds xhat to the input dtype before multiplying by the weight
 (Hugging Face Llama); ``cast="gemma"`` multiplies in fp32 and rounds once (Gemma). LayerNorm always
-multiplies in fp32. Statistics accumulate in fp32 (fp64 for fp64 inputs).
+multiplies in fp32. Statistics accumulate in fp32 (fp64 for fp64 inputs). ``cast="input"`` (ROUND_STATS)
+computes in the input dtype, as eager PyTorch does on a 16-bit tensor without an upcast: each square,
+the mean square, mean + eps, rstd, xhat and w' are rounded to the input dtype where eager rounds them
+(the sums still accumulate in fp32, as eager's reductions do); the stored rstd is the rounded one. A few
+conversions in registers, no byte more (fp32/fp64 inputs: identical to "llama"); at llama3-8b_hidden bf16
+(`wavefront inspect`): the same bytes, registers 32 -> 30 (sm_80/sm_100), 34 -> 29 (sm_90, occupancy 75% ->
+100%), 39 -> 49 (gfx90a/gfx942) and 44 -> 52 (gfx1100) with occupancy unchanged; the backward is the same kernel.
 
 Backward, with g = dy * w' and c1 = sum(xhat * g) / n, c2 = sum(g) / n:
 
@@ -97,12 +103,20 @@ from wavefront.kernels.row_config import row_config
 
 
 @triton.jit
+def _rounded(v, OUT_DTYPE: tl.constexpr, ACC: tl.constexpr, ROUND: tl.constexpr):
+    """v rounded to the input dtype (and back) when ROUND: where eager in that dtype rounds."""
+    if ROUND:
+        v = v.to(OUT_DTYPE).to(ACC)
+    return v
+
+
+@triton.jit
 def _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC: tl.constexpr, HAS_WEIGHT: tl.constexpr,
-                 HAS_BIAS: tl.constexpr):
+                 HAS_BIAS: tl.constexpr, OUT_DTYPE: tl.constexpr = None, ROUND_STATS: tl.constexpr = False):
     w = 0.0
     b = 0.0
     if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset
+        w = _rounded(tl.load(w_ptr + cols, mask=mask, other=0.0).to(ACC) + offset, OUT_DTYPE, ACC, ROUND_STATS)
     if HAS_BIAS:
         b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(ACC)
     return w, b
@@ -123,8 +137,14 @@ def _affine(xhat, w, b, OUT_DTYPE: tl.constexpr, ACC: tl.constexpr, HAS_WEIGHT: 
 
 
 @triton.jit
-def _rstd(var, eps, IS_RMS: tl.constexpr):
-    rstd = 1.0 / tl.sqrt(var + eps)
+def _rstd(var, eps, IS_RMS: tl.constexpr, OUT_DTYPE: tl.constexpr = None, ACC: tl.constexpr = None,
+          ROUND_STATS: tl.constexpr = False):
+    if ROUND_STATS:
+        # Eager in the input dtype: mean(x^2), + eps and rsqrt each round to that dtype.
+        rstd = _rounded(1.0 / tl.sqrt(_rounded(_rounded(var, OUT_DTYPE, ACC, True) + eps, OUT_DTYPE, ACC, True)),
+                        OUT_DTYPE, ACC, True)
+    else:
+        rstd = 1.0 / tl.sqrt(var + eps)
     if not IS_RMS:
         # A variance that overflowed would give rstd = 0 and y = bias exactly, hiding the overflow; PyTorch's
         # layer_norm returns NaN there, and so do we. (RMSNorm's x * 0 = 0 is PyTorch's rms_norm result too.)
@@ -138,7 +158,7 @@ def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr,
                   IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
                   CAST_BEFORE_WEIGHT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, ACC: tl.constexpr,
                   BLOCK_N: tl.constexpr, QUANT_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, Q_EPS: tl.constexpr,
-                  POW2: tl.constexpr):
+                  POW2: tl.constexpr, ROUND_STATS: tl.constexpr):
     """One row held in registers: read once, statistics, normalized output (and its FP8 quantization with
     QUANT_GROUP). Without WEIGHT_FIRST, w and b are loaded here, after the reductions (w, b given are
     placeholders)."""
@@ -157,10 +177,11 @@ def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr,
         mean += tl.sum(tl.where(mask, x - mean, 0.0), axis=0) / n_cols
         tl.store(mean_ptr + row, mean)
         xc = tl.where(mask, x - mean, 0.0)
-    rstd = _rstd(tl.sum(xc * xc, axis=0) / n_cols, eps, IS_RMS)
+    rstd = _rstd(tl.sum(_rounded(xc * xc, OUT_DTYPE, ACC, ROUND_STATS), axis=0) / n_cols, eps, IS_RMS, OUT_DTYPE, ACC,
+                 ROUND_STATS)
     tl.store(rstd_ptr + row, rstd)
     if not WEIGHT_FIRST:
-        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
+        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS, OUT_DTYPE, ROUND_STATS)
     y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
     tl.store(y_ptr + row * stride_y_row + cols0, y.to(OUT_DTYPE), mask=mask)
     if QUANT_GROUP is not None:
@@ -179,6 +200,7 @@ def _norm_fwd_kernel(
     CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
     WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
     QUANT_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, Q_EPS: tl.constexpr, POW2: tl.constexpr,
+    ROUND_STATS: tl.constexpr,
 ):
     OUT_DTYPE = y_ptr.dtype.element_ty
     cols0 = tl.arange(0, BLOCK_N)
@@ -189,7 +211,7 @@ def _norm_fwd_kernel(
         w = 0.0
         b = 0.0
         if WEIGHT_FIRST:
-            w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
+            w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS, OUT_DTYPE, ROUND_STATS)
         first = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM
         for i in range(ROWS_PER_PROGRAM):
             row = first + i
@@ -197,7 +219,8 @@ def _norm_fwd_kernel(
                 _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, q_ptr, q_scale_ptr,
                               row, w, b, cols0, mask, n_cols, stride_x_row, stride_res_row, stride_y_row,
                               stride_res_out_row, eps, offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS,
-                              CAST_BEFORE_WEIGHT, WEIGHT_FIRST, ACC, BLOCK_N, QUANT_GROUP, FP8_MAX, Q_EPS, POW2)
+                              CAST_BEFORE_WEIGHT, WEIGHT_FIRST, ACC, BLOCK_N, QUANT_GROUP, FP8_MAX, Q_EPS, POW2,
+                              ROUND_STATS)
     else:
         row = tl.program_id(0).to(tl.int64)
         x_row = x_ptr + row * stride_x_row
@@ -228,13 +251,13 @@ def _norm_fwd_kernel(
                 x = s.to(ACC)
             d = tl.where(mask, x - k, 0.0)
             sum_d += tl.sum(d, axis=0)
-            sum_d2 += tl.sum(d * d, axis=0)
+            sum_d2 += tl.sum(_rounded(d * d, OUT_DTYPE, ACC, ROUND_STATS), axis=0)
         run_mean = k + sum_d / n_cols
         if IS_RMS:
             run_m2 = sum_d2
         else:
             run_m2 = sum_d2 - sum_d * (sum_d / n_cols)
-        rstd = _rstd(run_m2 / n_cols, eps, IS_RMS)
+        rstd = _rstd(run_m2 / n_cols, eps, IS_RMS, OUT_DTYPE, ACC, ROUND_STATS)
         tl.store(rstd_ptr + row, rstd)
         if not IS_RMS:
             tl.store(mean_ptr + row, run_mean)
@@ -251,7 +274,7 @@ def _norm_fwd_kernel(
             else:
                 x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
             xc = x if IS_RMS else x - run_mean
-            w, b = _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS)
+            w, b = _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS, OUT_DTYPE, ROUND_STATS)
             y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
             tl.store(y_row + cols, y.to(OUT_DTYPE), mask=mask)
             if QUANT_GROUP is not None:
@@ -428,10 +451,10 @@ def _persistent_grid(n_rows: int, device) -> tuple[int, int]:
 
 def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
              residual: torch.Tensor | None, eps: float, offset: float, is_rms: bool, cast_before_weight: bool,
-             quant: tuple[torch.dtype, str, bool] | None = None):
+             quant: tuple[torch.dtype, str, bool] | None = None, round_stats: bool = False):
     """x, residual: [n_rows, n_cols] with unit column stride. Returns (y, new_residual, mean, rstd, q, q_scale).
 
-    new_residual is None without a residual; mean is None for RMSNorm. quant = (fp8 dtype, scaling, pow2
+    new_residual is None without a residual; mean is None for RMSNorm. round_stats: cast="input" (the header). quant = (fp8 dtype, scaling, pow2
     scale) quantizes y in the same pass (kernels/_quantize_epilogue.py): q [n_rows, n_cols] and its fp32
     scales, as kernels.quantize.quantize(y, ...) returns them; both None without quant.
     """
@@ -455,7 +478,7 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
                         HAS_BIAS=bias is not None, CAST_BEFORE_WEIGHT=cast_before_weight,
                         SINGLE_PASS=cfg.single_pass, ROWS_PER_PROGRAM=cfg.rows_per_program,
                         WEIGHT_FIRST=cfg.weight_first, BLOCK_N=cfg.BLOCK_N,
-                        ACC=acc_dtype(x.dtype), **fp8_constexprs(quant)),
+                        ACC=acc_dtype(x.dtype), ROUND_STATS=round_stats, **fp8_constexprs(quant)),
         options=cfg.options(),
     )
     return y, res_out, mean, rstd, q, q_scale

@@ -20,7 +20,8 @@ from wavefront import ops
 
 class RMSNorm(nn.Module):
     """RMSNorm over the last dim. offset=1.0 with zero-initialized weights reproduces Gemma's norm;
-    cast="gemma" multiplies in fp32 before the final cast (Gemma), "llama" casts first (Llama)."""
+    cast="gemma" multiplies in fp32 before the final cast (Gemma), "llama" casts first (Llama), "input"
+    computes in the input dtype without an upcast (ops.rms_norm)."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, *, offset: float = 0.0, cast: str = "llama",
                  elementwise_affine: bool = True, device=None, dtype=None):

@@ -42,7 +42,9 @@ from wavefront.ops._validate import (
     check_tensor,
 )
 
-CASTS = ("llama", "gemma")
+#: RMSNorm casting modes: "llama" rounds xhat before the weight multiply, "gemma" multiplies in fp32,
+#: "input" computes in the input dtype (every step rounded where eager PyTorch without an upcast rounds).
+CASTS = ("llama", "gemma", "input")
 
 
 def _stat_dtype(x: Tensor) -> torch.dtype:
@@ -51,19 +53,20 @@ def _stat_dtype(x: Tensor) -> torch.dtype:
 
 @torch.library.custom_op("wavefront::norm_fwd", mutates_args=())
 def _norm_fwd(x: Tensor, weight: Tensor | None, bias: Tensor | None, residual: Tensor | None, eps: float,
-              offset: float, is_rms: bool, cast_before_weight: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+              offset: float, is_rms: bool, cast_before_weight: bool,
+              round_stats: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     from wavefront.kernels import norm as kernels
     from wavefront.kernels._launch import op_scope
 
     with op_scope("rms_norm" if is_rms else "layer_norm"):
         y, res_out, mean, rstd, _, _ = kernels.norm_fwd(x, weight, bias, residual, eps, offset, is_rms,
-                                                        cast_before_weight)
+                                                        cast_before_weight, round_stats=round_stats)
     empty = x.new_empty(0)
     return y, empty if res_out is None else res_out, x.new_empty(0, dtype=rstd.dtype) if mean is None else mean, rstd
 
 
 @_norm_fwd.register_fake
-def _norm_fwd_fake(x, weight, bias, residual, eps, offset, is_rms, cast_before_weight):
+def _norm_fwd_fake(x, weight, bias, residual, eps, offset, is_rms, cast_before_weight, round_stats):
     n_rows = x.shape[0]
     stat = _stat_dtype(x)
     return (torch.empty_like(x), torch.empty_like(x) if residual is not None else x.new_empty(0),
@@ -89,7 +92,8 @@ def _(dy, x, weight, mean, rstd, d_residual, is_rms, has_bias, offset):
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual, eps, offset, is_rms, cast_before_weight = inputs
+    x, weight, bias, residual = inputs[:4]
+    is_rms, offset = inputs[6], inputs[5]
     _, res_out, mean, rstd = output
     ctx.save_for_backward(res_out if residual is not None else x, weight, mean, rstd)
     ctx.offset = offset
@@ -105,7 +109,7 @@ def _backward(ctx, dy, d_res_out, d_mean, d_rstd):
     dx, dw, db = torch.ops.wavefront.norm_bwd(as_rows(dy), x, weight, mean, rstd, d_residual, ctx.is_rms,
                                               ctx.has_bias, ctx.offset)
     return (dx, dw if weight is not None else None, db.to(ctx.bias_dtype) if ctx.has_bias else None,
-            dx if ctx.has_residual else None, None, None, None, None)
+            dx if ctx.has_residual else None, None, None, None, None, None)
 
 
 _norm_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -113,8 +117,8 @@ _norm_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 @torch.library.custom_op("wavefront::norm_fwd_fp8", mutates_args=())
 def _norm_fwd_fp8(x: Tensor, weight: Tensor | None, bias: Tensor | None, residual: Tensor | None, eps: float,
-                  offset: float, is_rms: bool, cast_before_weight: bool, quantize: str, fp8_dtype: str,
-                  pow2_scale: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                  offset: float, is_rms: bool, cast_before_weight: bool, round_stats: bool, quantize: str,
+                  fp8_dtype: str, pow2_scale: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     from wavefront.kernels import norm as kernels
     from wavefront.kernels._launch import op_scope
     from wavefront.ops.quantize import check_fp8_target
@@ -124,15 +128,17 @@ def _norm_fwd_fp8(x: Tensor, weight: Tensor | None, bias: Tensor | None, residua
     with op_scope(op):
         y, res_out, mean, rstd, q, q_scale = kernels.norm_fwd(x, weight, bias, residual, eps, offset, is_rms,
                                                               cast_before_weight,
-                                                              quant_spec(fp8_dtype, quantize, pow2_scale))
+                                                              quant_spec(fp8_dtype, quantize, pow2_scale),
+                                                              round_stats=round_stats)
     empty = x.new_empty(0)
     return (y, empty if res_out is None else res_out, x.new_empty(0, dtype=rstd.dtype) if mean is None else mean,
             rstd, q, q_scale)
 
 
 @_norm_fwd_fp8.register_fake
-def _(x, weight, bias, residual, eps, offset, is_rms, cast_before_weight, quantize, fp8_dtype, pow2_scale):
-    return (*_norm_fwd_fake(x, weight, bias, residual, eps, offset, is_rms, cast_before_weight),
+def _(x, weight, bias, residual, eps, offset, is_rms, cast_before_weight, round_stats, quantize, fp8_dtype,
+      pow2_scale):
+    return (*_norm_fwd_fake(x, weight, bias, residual, eps, offset, is_rms, cast_before_weight, round_stats),
             *fake_fp8_out(x, quantize, fp8_dtype))
 
 
@@ -153,11 +159,11 @@ def _check_norm_args(op: str, x, weight, bias=None, residual=None) -> None:
     check_same_device(op, x=x, weight=weight, bias=bias, residual=residual)
 
 
-def _run_norm(x: Tensor, weight, bias, residual, eps, offset, is_rms, cast_before_weight,
+def _run_norm(x: Tensor, weight, bias, residual, eps, offset, is_rms, cast: str | None,
               quant: tuple[str, str, bool] | None = None):
     """(y, new residual or None) or, with quant = (quantize, fp8_dtype, pow2_scale), (y, new residual, q, scale)."""
     args = (as_rows(x), weight, bias, as_rows(residual) if residual is not None else None, float(eps),
-            float(offset), is_rms, cast_before_weight)
+            float(offset), is_rms, cast in ("llama", "input"), cast == "input")
     if quant is None:
         y, res_out, _, _ = torch.ops.wavefront.norm_fwd(*args)
         return y.view(x.shape), res_out.view(x.shape) if residual is not None else None
@@ -183,7 +189,10 @@ def rms_norm(x: Tensor, weight: Tensor | None, eps: float = 1e-6, offset: float 
     """RMSNorm over the last dim: ``x / rms(x) * (weight + offset)``, output in x's dtype.
 
     offset=1.0 with zero-initialized weights is Gemma's convention. cast="llama" rounds the normalized
-    value to x's dtype before the weight multiply (Hugging Face Llama); cast="gemma" multiplies in fp32.
+    value to x's dtype before the weight multiply (Hugging Face Llama); cast="gemma" multiplies in fp32;
+    cast="input" computes in x's dtype, rounding where eager PyTorch without an upcast does (mean square,
+    + eps, rsqrt, xhat, weight + offset; sums accumulate in fp32): for loops that expect no upcast. The
+    backward is computed in fp32 from the saved (rounded) rstd in every mode.
     With quantize: ``(y, q, scale)``.
     """
     _check_norm_args("rms_norm", x, weight)
@@ -193,7 +202,7 @@ def rms_norm(x: Tensor, weight: Tensor | None, eps: float = 1e-6, offset: float 
     if x.numel() == 0 or not runtime.uses_triton(x.device):
         out = reference.rms_norm(x, weight, eps, offset, cast)
         return out if quant is None else with_quantized(out, *quant)
-    out = _run_norm(x, weight, None, None, eps, offset, True, cast == "llama", quant)
+    out = _run_norm(x, weight, None, None, eps, offset, True, cast, quant)
     return out[0] if quant is None else (out[0], *out[2:])
 
 
@@ -210,7 +219,7 @@ def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float 
     if x.numel() == 0 or not runtime.uses_triton(x.device):
         out = reference.add_rms_norm(x, residual, weight, eps, offset, cast)
         return out if quant is None else with_quantized(out, *quant)
-    return _run_norm(x, weight, None, residual, eps, offset, True, cast == "llama", quant)
+    return _run_norm(x, weight, None, residual, eps, offset, True, cast, quant)
 
 
 def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5, *,
@@ -224,7 +233,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     if x.numel() == 0 or not runtime.uses_triton(x.device):
         out = reference.layer_norm(x, weight, bias, eps)
         return out if quant is None else with_quantized(out, *quant)
-    out = _run_norm(x, weight, bias, None, eps, 0.0, False, False, quant)
+    out = _run_norm(x, weight, bias, None, eps, 0.0, False, None, quant)
     return out[0] if quant is None else (out[0], *out[2:])
 
 
@@ -271,6 +280,13 @@ def _fp8_case(name: str, reason: str, n_rows: int, n_cols: int, **options) -> Ca
     return Case(name, reason, {"n_rows": n_rows, "n_cols": n_cols}, options, targets=compiles_fp8_e4m3)
 
 
+def _input_dtype_bench() -> tuple[Case, ...]:
+    """cast="input" at the first bench shape: the same bytes, a few conversions more per element."""
+    base = bench_row_cases()[0]
+    return (Case(f"{base.name}_input_dtype", f"{base.reason}, cast='input' (no upcast)", base.dims,
+                 {**base.options, "cast": "input"}),)
+
+
 _rms_reference, _rms_eager = registry_fns(reference.rms_norm)
 _add_rms_reference, _add_rms_eager = registry_fns(reference.add_rms_norm)
 _ln_reference, _ln_eager = registry_fns(reference.layer_norm)
@@ -278,8 +294,8 @@ _ln_reference, _ln_eager = registry_fns(reference.layer_norm)
 
 def _rms_inputs(case: Case, dtype, device, gen) -> OpInputs:
     x = row_tensor(case, dtype, device, gen)
-    gemma = case.options.get("cast") == "gemma"
-    w = randn((case.dims["n_cols"],), dtype, device, gen, scale=0.1 if gemma else 1.0)
+    offset = case.options.get("offset", 0.0) != 0.0  # Gemma's stored w - 1 is small
+    w = randn((case.dims["n_cols"],), dtype, device, gen, scale=0.1 if offset else 1.0)
     return OpInputs((x, w), dict(case.options), (0, 1))
 
 
@@ -311,14 +327,18 @@ SPECS = (
         cases=row_cases(extra=(
             Case("gemma_offset", "Gemma: weight + 1 offset, multiply in fp32 then cast", {"n_rows": 8, "n_cols": 768},
                  {"offset": 1.0, "cast": "gemma"}),
+            Case("input_dtype", "cast='input': computed in the input dtype, no upcast (eager without .float())",
+                 {"n_rows": 8, "n_cols": 768}, {"cast": "input"}),
+            Case("input_dtype_offset_wide", "cast='input' with Gemma's offset on the looped (wide-row) path",
+                 {"n_rows": 2, "n_cols": 20000}, {"cast": "input", "offset": 1.0}),
             _fp8_case("fp8_block1x128", "FP8 1x128 quantization fused: y unchanged, ragged last block", 5, 300,
                       quantize="block1x128"),
         )),
-        bench_cases=bench_row_cases() + _fp8_cases(bench_row_cases(), *_FP8_BENCH),
+        bench_cases=bench_row_cases() + _fp8_cases(bench_row_cases(), *_FP8_BENCH) + _input_dtype_bench(),
         flops=lambda c, mode: (4 if mode == "fwd" else 8) * numel(c),
         min_bytes=lambda c, dt, mode: _norm_bytes(c, dt, mode, n_vectors=1, reads_fwd=1, writes_fwd=1,
                                                   reads_bwd=2, writes_bwd=1, stats=1),
-        description="RMSNorm over the last dim (Llama/Gemma casting)",
+        description="RMSNorm over the last dim (Llama/Gemma/input-dtype casting)",
     ),
     OpSpec(
         name="add_rms_norm",

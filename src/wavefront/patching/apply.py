@@ -74,6 +74,10 @@ def apply(model: nn.Module, *, fp8=None, **options: bool) -> PatchReport:
                 p.unmatched(row.name, f"wavefront has no rules for model_type {model_type!r}; supported: "
                                       f"{', '.join(supported_model_types())} (see docs/patching.md to add a family)")
                 continue
+            why = family.why_unsupported(row.name) if family is not None else None
+            if why is not None:
+                p.unmatched(row.name, f"{why}; patch with {row.name}=False")
+                continue
             row.apply(p)
         if fp8_cfg is not None:  # after the MLP swap: the fused MLPs hold the original Linear children
             apply_fp8(p, fp8_cfg)

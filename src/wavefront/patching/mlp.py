@@ -3,6 +3,9 @@ GeGLU), one fused pass instead of three elementwise kernels and two stored inter
 
 The replacement modules hold the original Linear children under their original names, so state_dict
 keys (``gate_proj``/``up_proj``/``down_proj``, or Phi-3's ``gate_up_proj``/``down_proj``) do not change.
+A rule with ``multipliers_from`` (Falcon-H1's ``mlp_multipliers``) passes the muP gate and output multipliers
+to the fused activation: ``down(act(round(gate * m_g)) * up * m_o)``, equal to Hugging Face's
+``down(up * act(gate * m_g)) * m_o`` up to where the output multiplier's rounding falls.
 In an FP8 model (``patch(fp8=...)``) the MLP may carry an ``fp8_handoff`` (wavefront.nn.fp8.Fp8HandOff):
 the activation then also emits the down projection's FP8 input from its own kernel pass.
 """
@@ -83,12 +86,22 @@ def apply_mlp(p: Patcher) -> None:
     if rule is None:
         p.absent("mlp", f"{p.family.name} models have no gated MLP")
         return
-    act = _activation_name(p.model.config, rule.activation_from)
+    # A vision-language model keeps the text tower's settings in its text config (the config itself elsewhere).
+    config = p.model.config.get_text_config()
+    act = _activation_name(config, rule.activation_from)
     if act not in ACTIVATIONS:
         p.unmatched("mlp", f"activation {act!r} (config.{'/'.join(rule.activation_from)}) has no fused gated "
                            f"kernel; fused: {', '.join(sorted(ACTIVATIONS))}")
         return
     kernel, options = ACTIVATIONS[act]
+    if rule.multipliers_from is not None:
+        mults = getattr(config, rule.multipliers_from, None)
+        if (not isinstance(mults, list | tuple) or len(mults) != 2
+                or not all(isinstance(m, int | float) and not isinstance(m, bool) for m in mults)):
+            p.unmatched("mlp", f"expected config.{rule.multipliers_from} to be (gate multiplier, output multiplier), "
+                               f"got {mults!r}")
+            return
+        options = {**options, "gate_multiplier": float(mults[0]), "output_multiplier": float(mults[1])}
     if not hasattr(ops, kernel):
         p.unmatched("mlp", f"wavefront.ops.{kernel} is not available in this build of wavefront")
         return

@@ -69,6 +69,7 @@ def _report_unknown_norms(p: Patcher, op: str) -> None:
     """Report norm-like modules of kind `op` that no rule replaced (custom or renamed norm classes): a
     class name saying RMS is an rms_norm, any other "...Norm" a layer_norm."""
     known = tuple(p.family.rms_norm.classes) if p.family and p.family.rms_norm else ()
+    known += p.family.left_alone if p.family else ()
     for path, m in p.modules():
         name = type(m).__name__
         if (id(m) in p.replaced or type(m) is nn.LayerNorm or not _NORM_NAME.search(name)

@@ -11,7 +11,8 @@ class RMSNormRule:
     """Swap each module of these classes for :class:`wavefront.nn.RMSNorm`, reusing its ``weight``.
 
     offset=1.0 with cast="gemma" is Gemma's ``x * (1 + w)`` computed in fp32; cast="llama" rounds the
-    normalized value to the input dtype before the weight multiply, as Llama's norm does.
+    normalized value to the input dtype before the weight multiply, as Llama's norm does; cast="gemma" with
+    offset 0 is OLMo 2's ``(w * xhat).to(dtype)``; cast="input" a norm computed in the input dtype.
     """
 
     classes: tuple[str, ...]
@@ -34,6 +35,9 @@ class GatedMLPRule:
     activation_from: tuple[str, ...] = ("hidden_act",)
     fused_gate_up: bool = False
     optional: bool = False  # the family may have no dense MLP at all (MoE models whose every layer is sparse)
+    #: config attribute holding the muP pair (gate multiplier, output multiplier): Falcon-H1's
+    #: ``mlp_multipliers`` = (gate_multiplier, down_multiplier), fused into the activation kernel.
+    multipliers_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,3 +129,13 @@ class Family:
     moe: MoERule | None = None
     has_layer_norm: bool = False  # LayerNorm modules are matched by type (torch.nn.LayerNorm) in any family
     fp8_producers: tuple[Fp8ProducerRule, ...] = ()  # fused FP8 hand-offs of patch(fp8=...)
+    #: (op, why) for ops the family has but its rules do not cover (Granite's logit scaling, GLM-4's
+    #: interleaved rotary): a request for one is reported unmatched with the reason (strict mode raises), so
+    #: such a model is patched with that op turned off, e.g. ``wavefront.patch(model, loss=False)``.
+    unsupported: tuple[tuple[str, str], ...] = ()
+    #: norm classes the family has whose semantics are not an RMSNorm/LayerNorm the kernels compute (Llama 4's
+    #: weightless L2 norm of q and k): known, left running their own code, not reported as unknown norms.
+    left_alone: tuple[str, ...] = ()
+
+    def why_unsupported(self, op: str) -> str | None:
+        return dict(self.unsupported).get(op)

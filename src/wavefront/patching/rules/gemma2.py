@@ -2,23 +2,8 @@
 final-logit softcap ``cap * tanh(logits / cap)`` that the fused loss applies inside its logit pass.
 Its attention also softcaps the scores and alternates sliding-window layers."""
 
-from wavefront.patching.rule_types import (
-    AttentionRule,
-    CausalLMLossRule,
-    Family,
-    GatedMLPRule,
-    RMSNormRule,
-    RopeRule,
-)
+from wavefront.patching.rules.gemma import gemma_like
 
-FAMILY = Family(
-    name="gemma2",
-    model_types=("gemma2",),
-    rms_norm=RMSNormRule(("Gemma2RMSNorm",), eps_attr="eps", offset=1.0, cast="gemma"),
-    mlp=GatedMLPRule(("Gemma2MLP",), activation_from=("hidden_activation", "hidden_act")),
-    rope=RopeRule(("Gemma2Attention",)),
-    loss=CausalLMLossRule(("Gemma2ForCausalLM",), softcap_from="final_logit_softcapping"),
-    attention=AttentionRule(("Gemma2Attention",),
-                            unsupported="Gemma 2 softcaps attention scores and uses sliding windows; the "
-                                        "attention op has neither"),
-)
+FAMILY = gemma_like("gemma2", "Gemma2", softcap_from="final_logit_softcapping",
+                    attention_unsupported="Gemma 2 softcaps attention scores and uses sliding windows; the attention "
+                                          "op has neither")

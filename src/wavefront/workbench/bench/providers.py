@@ -52,19 +52,23 @@ def _no_fp8_output(fp8: dict, who: str) -> None:
         raise NotImplementedError(f"{who} has no FP8 output (wavefront's quantize= option)")
 
 
+#: wavefront's RMSNorm cast names -> Liger's casting modes ("none": no upcast, its input-dtype mode).
+_LIGER_CASTS = {"input": "none"}
+
+
 def _liger_rms_norm(fn):
     def call(x, w, eps=1e-6, offset=0.0, cast="llama", **fp8):
         _no_fp8_output(fp8, "Liger's RMSNorm")
         # in_place=False: the in-place variant overwrites the upstream gradient, which a timed backward
         # replayed with retain_graph=True must read again.
-        return fn.apply(x, w, eps, offset, cast, False)
+        return fn.apply(x, w, eps, offset, _LIGER_CASTS.get(cast, cast), False)
     return call
 
 
 def _liger_add_rms_norm(fn):
     def call(x, residual, w, eps=1e-6, offset=0.0, cast="llama", **fp8):
         _no_fp8_output(fp8, "Liger's RMSNorm")
-        return fn.apply(x, residual, w, eps, offset, cast, False)
+        return fn.apply(x, residual, w, eps, offset, _LIGER_CASTS.get(cast, cast), False)
     return call
 
 

@@ -131,7 +131,7 @@ def run_convergence(preset: str, *, steps: int = 20, batch: int = 1, seq_len: in
     patched = copy.deepcopy(base)
     report = wavefront.patch(patched, **(patch_options or {}))
 
-    corpus = synthetic_corpus(base.config.vocab_size, 4096, seed=seed)
+    corpus = synthetic_corpus(base.config.get_text_config().vocab_size, 4096, seed=seed)
     batches = Batches(corpus, seq_len, batch)
     loss_ref = train_losses(ref, batches, steps, lr)
     unpatched32 = [eager, *perturbed]

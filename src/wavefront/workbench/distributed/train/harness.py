@@ -278,7 +278,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
         _apply_liger_kernel_to_instance(model=model)
     train_recompute.apply(model, cfg.recompute_policy)
     model.config.use_cache = False
-    batches = _batches(cfg, model.config.vocab_size)
+    batches = _batches(cfg, model.config.get_text_config().vocab_size)  # a VL model's is in its text config
     n_params = sum(p.numel() for p in model.parameters())
     model_flops, hw_flops = train_recompute.flops_per_token(
         model.config, cfg.seq_len, train_ep.active_matmul_params(model, matmul_params(model)), cfg.recompute_policy)

@@ -119,6 +119,8 @@ def flops_per_token(config, seq_len: int, n_matmul_params: int, recompute: str) 
     from wavefront.shapes import ModelDims
     from wavefront.workbench import kpi
 
+    if hasattr(config, "get_text_config"):  # a vision-language model: the text tower's dimensions
+        config = config.get_text_config()
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     dims = ModelDims(name=config.model_type, hidden=config.hidden_size, ffn_hidden=config.intermediate_size,

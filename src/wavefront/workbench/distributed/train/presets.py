@@ -4,7 +4,10 @@
 Tiny presets (``tiny-<family>``), one per patched family, are small enough to train under the Triton
 interpreter on a CPU: 2 layers, hidden 32, 4 query heads over 2 KV heads, vocabulary 128. They keep
 each family's distinguishing features (Gemma's offset norm and GeGLU, Gemma 2's logit softcaps and four
-norms per layer, Qwen3's q/k norms, Qwen2's q/k/v biases, Phi-3's fused gate/up and partial rotary).
+norms per layer, Qwen3's q/k norms, Qwen2's q/k/v biases, Phi-3's fused gate/up and partial rotary, Gemma 3's
+q/k norms and softcap, OLMo 2's post-norms, Granite's and Falcon-H1's multipliers, GLM-4's interleaved partial
+rotary, SmolLM3's NoPE layers, Llama 4's L2 q/k norms, the VL models' multimodal RoPE). The VL presets build
+the image-text-to-text model (``auto``) and train its text tower on text.
 
 ``tiny-mixtral`` and ``tiny-qwen3-moe`` are the MoE families (4 experts, top-2), kept out of
 ``TINY_BY_FAMILY`` so the dense-family test matrices do not grow.
@@ -29,10 +32,16 @@ class Preset:
     model_type: str  # transformers config.model_type
     config: dict = field(default_factory=dict)
     source: str = ""
+    #: "causal_lm" (AutoModelForCausalLM) or "image_text_to_text" (a vision-language model whose text tower has no
+    #: causal-LM class of its own, trained here on text only; its config overrides go to ``text_config``).
+    auto: str = "causal_lm"
 
     def build_config(self, **overrides):
         from transformers import AutoConfig
 
+        if "text_config" in self.config:
+            return AutoConfig.for_model(self.model_type, **{
+                **self.config, "text_config": {**self.config["text_config"], **overrides}})
         return AutoConfig.for_model(self.model_type, **{**self.config, **overrides})
 
 
@@ -51,6 +60,42 @@ PRESETS: dict[str, Preset] = {
         Preset("tiny-phi3", "phi3", {**_TINY, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                                                  "partial_rotary_factor": 0.5}},
                "local tiny config (fused gate/up, partial rotary)"),
+        Preset("tiny-gemma3", "gemma3_text", {**_TINY, "hidden_activation": "gelu_pytorch_tanh",
+                                              "query_pre_attn_scalar": 8, "sliding_window": 16,
+                                              "final_logit_softcapping": 30.0},
+               "local tiny config (q/k norms, offset norms, sliding and global layers, logit softcap)"),
+        Preset("tiny-olmo2", "olmo2", dict(_TINY), "local tiny config (post-norms, full-width q/k norms)"),
+        Preset("tiny-granite", "granite", {**_TINY, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                                           "attention_multiplier": 0.125, "logits_scaling": 8.0},
+               "local tiny config (muP multipliers)"),
+        Preset("tiny-glm4", "glm4", {**_TINY, "partial_rotary_factor": 0.5},
+               "local tiny config (fused gate/up, post-norms, interleaved partial rotary)"),
+        Preset("tiny-smollm3", "smollm3", {**_TINY, "no_rope_layer_interval": 2},
+               "local tiny config (a NoPE layer every 2)"),
+        Preset("tiny-llama4", "llama4_text", {**_TINY, "intermediate_size_mlp": 64, "moe_layers": [],
+                                              "attention_chunk_size": None},
+               "local tiny config (dense layers, L2-normed q/k, complex RoPE)"),
+        Preset("tiny-falcon-h1", "falcon_h1", {**_TINY, "mlp_multipliers": [0.6, 1.4], "lm_head_multiplier": 0.5,
+                                               "key_multiplier": 0.7, "mamba_d_ssm": 32, "mamba_n_heads": 4,
+                                               "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_chunk_size": 8,
+                                               "mamba_d_conv": 4},
+               "local tiny config (Mamba-2 mixer beside attention, muP multipliers)"),
+        Preset("tiny-qwen3-vl", "qwen3_vl", {
+            "text_config": {**_TINY, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                        "mrope_section": [1, 1, 2], "mrope_interleaved": True}},
+            "vision_config": {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
+                              "out_hidden_size": 32, "patch_size": 2, "temporal_patch_size": 1,
+                              "spatial_merge_size": 1, "deepstack_visual_indexes": []}},
+               "local tiny config (text tower trained on text; interleaved MRoPE, q/k norms)",
+               auto="image_text_to_text"),
+        Preset("tiny-qwen2.5-vl", "qwen2_5_vl", {
+            "text_config": {**_TINY, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                        "mrope_section": [1, 1, 2]}},
+            "vision_config": {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
+                              "out_hidden_size": 32, "patch_size": 2, "temporal_patch_size": 1,
+                              "spatial_merge_size": 1, "window_size": 4, "fullatt_block_indexes": [0]}},
+               "local tiny config (text tower trained on text; MRoPE sections, q/k/v biases)",
+               auto="image_text_to_text"),
         Preset("tiny-mixtral", "mixtral", {**_TINY, "num_local_experts": 4, "num_experts_per_tok": 2},
                "local tiny config (MoE: 4 experts, top-2)"),
         Preset("tiny-qwen3-moe", "qwen3_moe", {**_TINY, "num_experts": 4, "num_experts_per_tok": 2,
@@ -112,9 +157,12 @@ def build_model(model: str, *, seed: int = 0, dtype=None, attn_implementation: s
     A model class that does not support the requested attention implementation (Gemma 2 has no sdpa
     path, because sdpa cannot softcap) gets "eager"."""
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
     config = build_config(model, **overrides)
+    auto = PRESETS[model].auto if model in PRESETS else "causal_lm"
+    AutoModelForCausalLM = getattr(transformers, {"causal_lm": "AutoModelForCausalLM",  # noqa: N806 (a class)
+                                                  "image_text_to_text": "AutoModelForImageTextToText"}[auto])
     path = Path(model)
     has_weights = path.is_dir() and any((path / f).exists() for f in
                                         ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json"))
