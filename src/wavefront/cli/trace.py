@@ -17,8 +17,9 @@ from wavefront.cli._help import VerbGroup, command
 from wavefront.cli._output import JsonOut, console, err_console, output_option, write_json
 
 app = typer.Typer(name="trace", no_args_is_help=True, add_completion=False, cls=VerbGroup,
-                  help="Analyze torch.profiler (Kineto) and jax.profiler traces: breakdown, kernels, launches, ranks.")
-TRACE_SUFFIXES = (".json", ".json.gz")
+                  help="Analyze torch.profiler (Kineto), jax.profiler and Nsight Systems (SQLite export) traces: "
+                       "breakdown, kernels, launches, ranks.")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
 
 
 class Align(str, Enum):
@@ -123,7 +124,8 @@ def render(blocks) -> None:
 
 @command(app, "analyze")
 def analyze_cmd(
-    traces: Annotated[list[str], typer.Argument(help="Trace files (.json / .json.gz), one per rank, or directories.")],
+    traces: Annotated[list[str], typer.Argument(help="Trace files (.json / .json.gz, or nsys SQLite exports), one per "
+                                                     "rank, or directories.")],
     device: Annotated[str | None, typer.Option(help="Device-table row for the roofline (h100, mi300x, ...); "
                                                     "default: the GPU named in the trace.")] = None,
     short_us: Annotated[float, typer.Option("--short-us", min=0.001, help="Kernels shorter are 'short'.")] = 10.0,
@@ -135,6 +137,9 @@ def analyze_cmd(
     figures_out: Annotated[str | None, output_option("--figures", help="Write dashboard figure specs (JSON).")] = None,
     annotate_out: Annotated[str | None, output_option("--annotate", help="Write a copy of the (single) trace with "
                                                       "the analysis as extra tracks, for Perfetto.")] = None,
+    step_pattern: Annotated[str | None, typer.Option("--step-pattern", help="Regular expression naming the NVTX "
+                                                     "ranges that are steps in nsys exports (group 1: the step "
+                                                     "number); default ProfilerStep#N.")] = None,
     json_out: JsonOut = None,
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and
@@ -145,7 +150,8 @@ def analyze_cmd(
     if annotate_out and len(paths) != 1:
         _fail(f"--annotate takes exactly one trace file; got {len(paths)}")
     result = _run_analysis(paths, json_out == "-", device=device, short_us=short_us, top=top, align=align.value,
-                           workers=workers, annotate_to=annotate_out, hta_compatible=hta_compatible)
+                           workers=workers, annotate_to=annotate_out, hta_compatible=hta_compatible,
+                           step_pattern=step_pattern)
     if json_out != "-":
         render(blocks(result, top))
         if result.annotation:

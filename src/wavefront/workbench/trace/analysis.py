@@ -9,6 +9,7 @@ parallel byte ranges instead.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -195,12 +196,13 @@ class _Options:
     top: int
     hta_compatible: bool
     range_workers: int
+    step_pattern: str | None = None
 
 
 def _analyze_file(path: str, opts: _Options) -> RankAnalysis | str:
     """One rank, in a worker process: its analysis, or why it could not be read."""
     try:
-        trace = load_trace(path, workers=opts.range_workers)
+        trace = load_trace(path, workers=opts.range_workers, step_pattern=opts.step_pattern)
     except (TraceLoadError, OSError) as exc:
         return f"skipped {path}: {exc}"
     return analyze_trace(trace, device=opts.device, short_us=opts.short_us, top=opts.top,
@@ -216,20 +218,28 @@ def default_workers() -> int:
 
 def analyze(paths: Sequence[str | Path], *, device: str | None = None, short_us: float = 10.0, top: int = 20,
             align: str = "auto", workers: int | None = None, annotate_to: str | Path | None = None,
-            hta_compatible: bool = False, progress: Callable[[str, int, int], None] | None = None) -> TraceAnalysis:
+            hta_compatible: bool = False, progress: Callable[[str, int, int], None] | None = None,
+            step_pattern: str | None = None) -> TraceAnalysis:
     """Load and analyze one trace per rank. A file that cannot be read becomes a warning (the others are
     still analyzed); TraceLoadError only when no file could be read at all. ``annotate_to`` writes a copy
     of the (single) trace with the analysis as extra tracks (:mod:`annotate`), from the same parse.
-    ``progress(path, bytes_done, bytes_total)`` reports each file."""
+    ``progress(path, bytes_done, bytes_total)`` reports each file. ``step_pattern``: a regular expression
+    naming the NVTX ranges that are steps in Nsight Systems exports (its first group, if any, the step
+    number); default ``ProfilerStep#N``."""
     if not paths:
         raise ValueError("paths: expected at least one trace file")
     if align not in ("auto", "ends", "none"):
         raise ValueError(f"align must be 'auto', 'ends' or 'none', got {align!r}")
     if annotate_to is not None and len(paths) != 1:
         raise ValueError(f"annotate_to: takes exactly one trace file; got {len(paths)}")
+    if step_pattern is not None:
+        try:
+            re.compile(step_pattern)
+        except re.error as exc:
+            raise ValueError(f"step_pattern: expected a regular expression, got {step_pattern!r} ({exc})") from None
     t0 = time.perf_counter()
     workers = max(1, workers or default_workers())
-    opts = _Options(device, short_us, top, hta_compatible, max(1, workers // len(paths)))
+    opts = _Options(device, short_us, top, hta_compatible, max(1, workers // len(paths)), step_pattern)
     annotation = None
     if annotate_to is not None:
         from wavefront.workbench.trace.annotate import load_annotated
@@ -271,7 +281,7 @@ def _in_pool(paths: Sequence[str | Path], opts: _Options, workers: int,
                 _report(progress, p)
             return outcomes
     except BrokenProcessPool:
-        serial = _Options(opts.device, opts.short_us, opts.top, opts.hta_compatible, 1)
+        serial = _Options(opts.device, opts.short_us, opts.top, opts.hta_compatible, 1, opts.step_pattern)
         return [_analyze_file(str(p), serial) for p in paths]
 
 

@@ -275,10 +275,13 @@ def _add_events(reader: _Reader, b: _Builder, raw_sink: Callable[[str], None] | 
 
 
 def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None = None,
-               raw_sink: Callable[[str], None] | None = None, workers: int = 1) -> Trace:
+               raw_sink: Callable[[str], None] | None = None, workers: int = 1,
+               step_pattern: str | None = None) -> Trace:
     """Load one rank's trace. ``progress(bytes_done, bytes_total)`` is called as it goes;
     ``raw_sink(text)`` receives every event's JSON text as written (used to copy the trace); ``workers``
-    processes read a large uncompressed file in byte ranges.
+    processes read a large uncompressed file in byte ranges. A file that starts with SQLite's header is
+    read as an Nsight Systems export (:mod:`wavefront.workbench.trace.nsys`), its NVTX ranges matching
+    ``step_pattern`` (default ``ProfilerStep#N``) as the steps.
 
     The typed decoder (:mod:`wavefront.workbench.trace.decode`, needs msgspec: the ``trace`` extra) reads
     sound files; a damaged file, an unusual one, or ``raw_sink`` goes through the streaming reader here,
@@ -289,6 +292,13 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trace file not found: {path}")
+    from wavefront.workbench.trace import nsys
+
+    if nsys.is_sqlite(path):
+        if raw_sink is not None:
+            raise TraceLoadError(f"{path}: an Nsight Systems export cannot be copied with annotations "
+                                 "(JSON traces only)")
+        return nsys.load_nsys(path, step_pattern=step_pattern or nsys.DEFAULT_STEP_PATTERN)
     trace = None
     if raw_sink is None:
         from wavefront.workbench.trace import decode

@@ -418,3 +418,85 @@ def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, ran
                 progress(written, target_bytes)
         f.write("\n  ]\n}\n")
     return {"n_events": n_events, "n_steps": step, "bytes": written}
+
+
+# The Nsight Systems export tables write_nsys_sqlite fills, with the columns of the documented schema
+# (2024.x/2025.x) that the reader uses plus a few it does not, as a real export carries them.
+NSYS_TABLES = {
+    "StringIds": "id INTEGER PRIMARY KEY, value TEXT NOT NULL",
+    "CUPTI_ACTIVITY_KIND_KERNEL": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+                                  "contextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, "
+                                  "globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, "
+                                  "mangledName INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER, "
+                                  "blockX INTEGER, blockY INTEGER, blockZ INTEGER, registersPerThread INTEGER",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+                                  "contextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, "
+                                  "globalPid INTEGER, bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, "
+                                  "srcKind INTEGER, dstKind INTEGER",
+    "CUPTI_ACTIVITY_KIND_MEMSET": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+                                  "contextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, "
+                                  "globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER, "
+                                   "globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, "
+                                   "returnValue INTEGER, callchainId INTEGER",
+    "NVTX_EVENTS": "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, "
+                   "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, "
+                   "textId INTEGER, domainId INTEGER",
+}
+
+
+def write_nsys_sqlite(trace: SynthTrace, path: str | Path, *, tables: dict[str, str] | None = None,
+                      api_suffix: str = "_v7000") -> Path:
+    """The same timeline as ``trace`` written as an ``nsys export --type sqlite`` file: kernels, memcpy and
+    memset as CUPTI activity rows, runtime calls (named with nsys's API version suffix) with their
+    correlation ids, and CPU ops and annotations as NVTX push/pop ranges on the host thread (as
+    ``torch.autograd.profiler.emit_nvtx`` writes them). GPU-side sync records and flows have no row.
+    ``tables`` replaces the schema (to write a foreign one)."""
+    import sqlite3
+
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    strings: dict[str, int] = {}
+
+    def sid(text: str) -> int:
+        return strings.setdefault(text, len(strings) + 1)
+
+    def ns(value: Decimal) -> int:
+        return int(value.quantize(Decimal("0.001")) * 1000)
+
+    rows: dict[str, list[tuple]] = {t: [] for t in NSYS_TABLES}
+    next_corr = 1 << 20  # runtime calls that launch nothing still carry a correlation id of their own
+    for e in trace.events:
+        if e.get("ph") != "X":
+            continue
+        start, end = ns(e["ts"]), ns(e["ts"] + e["dur"])
+        args, cat = e.get("args", {}), e["cat"]
+        gtid = (e["pid"] << 24) | e["tid"]
+        if cat == "kernel":
+            rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
+                (start, end, args["device"], 1, args["stream"], args["correlation"], e["pid"] << 24, sid(e["name"]),
+                 sid(e["name"].split("(")[0].split("<")[0]), None, 1, 1, 1, 128, 1, 1, 32))
+        elif cat == "gpu_memcpy":
+            kind = {"HtoD": 1, "DtoH": 2, "DtoD": 8}.get(e["name"].split()[1], 0)
+            rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
+                (start, end, args["device"], 1, args["stream"], args["correlation"], 0, 4096, kind, 0, 1))
+        elif cat == "gpu_memset":
+            rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
+                (start, end, args["device"], 1, args["stream"], args["correlation"], 0, 0, 4096))
+        elif cat == "cuda_runtime":
+            corr = args.get("correlation")
+            if corr is None:
+                corr, next_corr = next_corr, next_corr + 1
+            rows["CUPTI_ACTIVITY_KIND_RUNTIME"].append((start, end, 1, gtid, corr, sid(e["name"] + api_suffix), 0,
+                                                        None))
+        elif cat in ("cpu_op", "user_annotation"):
+            rows["NVTX_EVENTS"].append((start, end, 59, None, 0, None, e["name"], gtid, gtid, None, 0))
+    rows["StringIds"] = [(i, s) for s, i in strings.items()]
+    with sqlite3.connect(path) as db:
+        for table, columns in (tables if tables is not None else NSYS_TABLES).items():
+            db.execute(f"CREATE TABLE {table} ({columns})")
+            n = columns.count(",") + 1
+            if table in rows and rows[table] and tables is None:
+                db.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * n)})", rows[table])
+    db.close()
+    return path
