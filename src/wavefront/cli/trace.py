@@ -17,8 +17,7 @@ from wavefront.cli._help import VerbGroup, command
 from wavefront.cli._output import JsonOut, console, err_console, output_option, write_json
 
 app = typer.Typer(name="trace", no_args_is_help=True, add_completion=False, cls=VerbGroup,
-                  help="Analyze torch.profiler (Kineto), jax.profiler and Nsight Systems (SQLite export) traces: "
-                       "breakdown, kernels, launches, ranks.")
+                  help="Analyze torch.profiler, jax.profiler and nsys (SQLite) traces: breakdown, kernels, ranks.")
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
 
 
@@ -124,8 +123,7 @@ def render(blocks) -> None:
 
 @command(app, "analyze")
 def analyze_cmd(
-    traces: Annotated[list[str], typer.Argument(help="Trace files (.json / .json.gz, or nsys SQLite exports), one per "
-                                                     "rank, or directories.")],
+    traces: Annotated[list[str], typer.Argument(help="Trace files (.json[.gz], nsys .sqlite), one per rank, or dirs.")],
     device: Annotated[str | None, typer.Option(help="Device-table row for the roofline (h100, mi300x, ...); "
                                                     "default: the GPU named in the trace.")] = None,
     short_us: Annotated[float, typer.Option("--short-us", min=0.001, help="Kernels shorter are 'short'.")] = 10.0,
@@ -137,9 +135,7 @@ def analyze_cmd(
     figures_out: Annotated[str | None, output_option("--figures", help="Write dashboard figure specs (JSON).")] = None,
     annotate_out: Annotated[str | None, output_option("--annotate", help="Write a copy of the (single) trace with "
                                                       "the analysis as extra tracks, for Perfetto.")] = None,
-    step_pattern: Annotated[str | None, typer.Option("--step-pattern", help="Regular expression naming the NVTX "
-                                                     "ranges that are steps in nsys exports (group 1: the step "
-                                                     "number); default ProfilerStep#N.")] = None,
+    step_pattern: Annotated[str | None, typer.Option(help="NVTX step-range regex, nsys exports (group 1: N).")] = None,
     json_out: JsonOut = None,
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and
