@@ -126,3 +126,26 @@ def test_runtime_names_lose_the_nsys_version_suffix(tmp_path):
     assert "cudaLaunchKernel" in set(trace.name_of(trace.runtime.name))
     with sqlite3.connect(tmp_path / "p.sqlite") as db:
         assert db.execute("SELECT count(*) FROM StringIds WHERE value = 'cudaLaunchKernel_v7000'").fetchone() == (1,)
+
+
+def test_annotate_refuses_an_export_and_leaves_nothing(tmp_path):
+    path = write_nsys_sqlite(planted_gpu_trace(), tmp_path / "p.sqlite")
+    res = _run("analyze", path, "--annotate", tmp_path / "out.json.gz")
+    assert res.exit_code == 2 and "JSON traces only" in " ".join(res.output.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.sqlite"]
+
+
+def test_nvtx_text_ids_and_marks(tmp_path):
+    """Range names through StringIds (textId), start/end ranges (60) as steps; marks (34) are no range."""
+    path = write_nsys_sqlite(planted_gpu_trace(), tmp_path / "p.sqlite")
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO StringIds VALUES (9001, 'ProfilerStep#1'), (9002, 'ProfilerStep#2')")
+        db.execute("UPDATE NVTX_EVENTS SET textId = 9000 + CAST(substr(text, 14) AS INTEGER), text = NULL, "
+                   "eventType = 60 WHERE text LIKE 'ProfilerStep#%'")
+        db.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) "
+                   "VALUES (1000000500000, NULL, 34, 'ProfilerStep#9', 1)")
+        assert db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text IS NULL AND eventType = 60").fetchone() == (2,)
+    db.close()
+    kineto, _ = step_breakdowns(load_trace(planted_gpu_trace().write(tmp_path / "p.json")))
+    nsys, _ = step_breakdowns(load_trace(path))
+    assert [s.step for s in nsys] == [1, 2] and nsys == kineto

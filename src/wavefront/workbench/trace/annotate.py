@@ -40,13 +40,17 @@ def load_annotated(src: str | Path, dst: str | Path) -> tuple[Trace, dict]:
     dst = Path(dst)
     tmp = dst.with_name(dst.name + ".events.tmp")
     n_copied = 0
-    with open(tmp, "w", encoding="utf-8") as events_out:
-        def sink(text: str) -> None:
-            nonlocal n_copied
-            events_out.write(("," if n_copied else "") + text + "\n")
-            n_copied += 1
+    try:
+        with open(tmp, "w", encoding="utf-8") as events_out:
+            def sink(text: str) -> None:
+                nonlocal n_copied
+                events_out.write(("," if n_copied else "") + text + "\n")
+                n_copied += 1
 
-        trace = load_trace(src, raw_sink=sink)
+            trace = load_trace(src, raw_sink=sink)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # an unreadable trace (an nsys export, a foreign file) leaves nothing behind
+        raise
     timeline = build_timeline(trace)
     steps, _ = find_steps(trace)
     added = [json.dumps({"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": PID}})]
