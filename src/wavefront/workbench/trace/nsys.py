@@ -112,6 +112,11 @@ def load_nsys(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> 
     return finish(parts, path, meta, [], True, path.stat().st_size)
 
 
+def _matrix(rows: list[tuple], width: int) -> np.ndarray:
+    """Rows of integers as an (n, width) int64 matrix (a NULL where a time belongs raises TypeError)."""
+    return np.array(rows, dtype=np.int64).reshape(-1, width)
+
+
 class _Names:
     def __init__(self, strings: dict[int, str]):
         self.strings = strings
@@ -125,6 +130,12 @@ class _Names:
             self.names.append(name)
         return nid
 
+    def map(self, ids: np.ndarray, label) -> np.ndarray:
+        """Interned name index per row, ``label(id)`` computed once per distinct id."""
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        table = np.array([self.intern(label(int(i))) for i in uniq.tolist()], dtype=np.int32)
+        return table[inverse.reshape(-1)] if len(ids) else np.zeros(0, dtype=np.int32)
+
 
 def _col(values: list, key: str) -> np.ndarray:
     return np.array(values, dtype=DTYPES.get(key, np.int64)).reshape(-1)
@@ -133,105 +144,105 @@ def _col(values: list, key: str) -> np.ndarray:
 def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -> Parts:
     strings = dict(db.execute("SELECT id, value FROM StringIds"))
     names = _Names(strings)
-    dev: dict[str, list] = {k: [] for k in COLUMNS["dev"]}
     n_events = 0
-
     kernel_cols = have["CUPTI_ACTIVITY_KIND_KERNEL"]
     name_col = "demangledName" if "demangledName" in kernel_cols else "shortName"
-    sources = [(KIND_KERNEL, f'SELECT start, "end", deviceId, streamId, correlationId, {name_col} '
-                             "FROM CUPTI_ACTIVITY_KIND_KERNEL")]
+    # One integer matrix per table (NULL ids become NO_ID); names are interned once per distinct id.
+    select = 'SELECT start, "end", deviceId, streamId, COALESCE(correlationId, -1), '
+    sources = [(KIND_KERNEL, f"{select}{name_col} FROM CUPTI_ACTIVITY_KIND_KERNEL",
+                lambda i: strings.get(i, f"<string {i}>"))]
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in have:
-        sources.append((KIND_MEMCPY, 'SELECT start, "end", deviceId, streamId, correlationId, copyKind '
-                                     "FROM CUPTI_ACTIVITY_KIND_MEMCPY"))
+        sources.append((KIND_MEMCPY, f"{select}copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+                        lambda i: f"Memcpy {COPY_KINDS.get(i, 'Unknown')}"))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in have:
-        sources.append((KIND_MEMSET, 'SELECT start, "end", deviceId, streamId, correlationId, NULL '
-                                     "FROM CUPTI_ACTIVITY_KIND_MEMSET"))
-    for kind, sql in sources:
-        for start, end, device, stream, corr, extra in db.execute(sql):
-            n_events += 1
-            if kind == KIND_KERNEL:
-                name = strings.get(extra, f"<string {extra}>")
-            elif kind == KIND_MEMCPY:
-                name = f"Memcpy {COPY_KINDS.get(extra, 'Unknown')}"
-            else:
-                name = "Memset (Device)"
-            row = {"ts_ns": start, "dur_ns": end - start, "kind": kind, "name": names.intern(name),
-                   "device": device, "stream": stream, "correlation": corr, "external_id": NO_ID, "has_coll": 0,
-                   "run_id": NO_ID, "pid": NO_ID, "tid": NO_ID}
-            for k, v in row.items():
-                dev[k].append(v)
+        sources.append((KIND_MEMSET, f"{select}0 FROM CUPTI_ACTIVITY_KIND_MEMSET", lambda i: "Memset (Device)"))
+    pieces: list[dict[str, np.ndarray]] = []
+    for kind, sql, label in sources:
+        rows = _matrix(db.execute(sql).fetchall(), 6)
+        n_events += len(rows)
+        start, end = rows[:, 0], rows[:, 1]
+        pieces.append({"ts_ns": start, "dur_ns": end - start, "kind": np.full(len(rows), kind, dtype=np.int8),
+                       "name": names.map(rows[:, 5], label), "device": rows[:, 2], "stream": rows[:, 3],
+                       "correlation": rows[:, 4], "external_id": np.full(len(rows), NO_ID, dtype=np.int64),
+                       "has_coll": np.zeros(len(rows), dtype=np.int8), "run_id": np.full(len(rows), NO_ID),
+                       "pid": np.full(len(rows), NO_ID), "tid": np.full(len(rows), NO_ID)})
+    dev = {k: np.concatenate([p[k] for p in pieces]).astype(DTYPES.get(k, np.int64)) for k in COLUMNS["dev"]}
 
-    cpu: dict[str, list] = {k: [] for k in COLUMNS["cpu"]}
+    cpu = {k: _col([], k) for k in COLUMNS["cpu"]}
     op_ranges: dict[int, list[tuple[int, int, int]]] = {}  # thread -> (start, end, external id) of operators
-    n_steps = 0
     if "NVTX_EVENTS" in have:
         nvtx_cols = have["NVTX_EVENTS"]
-        text = "text" if "text" in nvtx_cols else "NULL"
-        text_id = "textId" if "textId" in nvtx_cols else "NULL"
-        sql = (f'SELECT start, "end", globalTid, {text}, {text_id} FROM NVTX_EVENTS '
-               f'WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND "end" IS NOT NULL ORDER BY start')
-        for start, end, tid, label, label_id in db.execute(sql):
-            n_events += 1
-            name = label if label is not None else strings.get(label_id, f"<string {label_id}>")
-            m = step.search(name)
-            ext = len(cpu["ts_ns"]) + 1
-            if m:
-                # the step number: the pattern's first group, else the order of appearance
-                number = m.group(1) if m.groups() and m.group(1) and m.group(1).isdigit() else None
-                n_steps += 1
-                name = f"ProfilerStep#{number if number is not None else n_steps}"
-                cat = CAT_USER_ANNOTATION
-            else:
-                cat = CAT_CPU_OP
-                op_ranges.setdefault(tid or 0, []).append((start, end, ext))
-            row = {"ts_ns": start, "dur_ns": end - start, "name": names.intern(name), "tid": tid or 0, "cat": cat,
-                   "external_id": ext, "shape": NO_ID}
-            for k, v in row.items():
-                cpu[k].append(v)
+        text = "e.text" if "text" in nvtx_cols else "NULL"
+        by_id = "s.value" if "textId" in nvtx_cols else "NULL"
+        join = "LEFT JOIN StringIds s ON s.id = e.textId" if "textId" in nvtx_cols else ""
+        where = (f'WHERE e.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND e."end" IS NOT NULL '
+                 "ORDER BY e.start")
+        times = _matrix(db.execute(f'SELECT e.start, e."end", COALESCE(e.globalTid, 0) FROM NVTX_EVENTS e {where}'
+                                   ).fetchall(), 3)
+        labels = [r[0] or "" for r in db.execute(f"SELECT COALESCE({text}, {by_id}) FROM NVTX_EVENTS e {join} {where}")]
+        n_events += len(times)
+        uniq, inverse = np.unique(np.array(labels, dtype=object), return_inverse=True)
+        inverse = inverse.reshape(-1)
+        matches = [step.search(str(u)) for u in uniq.tolist()]
+        is_step = np.array([m is not None for m in matches], dtype=bool)[inverse] if len(uniq) else np.zeros(0, bool)
+        # the step number: the pattern's first group when it is digits, else the step's order of appearance
+        group = [int(m.group(1)) if m and m.groups() and (m.group(1) or "").isdigit() else -1 for m in matches]
+        number = np.array(group, dtype=np.int64)[inverse] if len(uniq) else np.zeros(0, np.int64)
+        order = np.cumsum(is_step)
+        number = np.where(number >= 0, number, order)
+        name_ids = np.array([names.intern(str(u)) for u in uniq.tolist()], dtype=np.int32)
+        name = name_ids[inverse] if len(uniq) else np.zeros(0, np.int32)
+        step_names = {int(n): names.intern(f"ProfilerStep#{int(n)}") for n in np.unique(number[is_step]).tolist()}
+        name[is_step] = [step_names[int(n)] for n in number[is_step].tolist()]
+        ext = np.arange(1, len(times) + 1, dtype=np.int64)
+        cpu = {"ts_ns": times[:, 0], "dur_ns": times[:, 1] - times[:, 0], "name": name, "tid": times[:, 2],
+               "cat": np.where(is_step, CAT_USER_ANNOTATION, CAT_CPU_OP).astype(np.int8), "external_id": ext,
+               "shape": np.full(len(times), NO_ID, dtype=np.int32)}
+        ops = ~is_step
+        for thread in np.unique(times[ops, 2]).tolist():
+            sel = ops & (times[:, 2] == thread)
+            op_ranges[thread] = list(zip(times[sel, 0].tolist(), times[sel, 1].tolist(), ext[sel].tolist(),
+                                         strict=True))
 
-    rt: dict[str, list] = {k: [] for k in COLUMNS["rt"]}
+    rt = {k: _col([], k) for k in COLUMNS["rt"]}
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in have:
-        sql = 'SELECT start, "end", globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start'
-        for start, end, tid, corr, name_id in db.execute(sql):
-            n_events += 1
-            name = strings.get(name_id, f"<string {name_id}>")
-            # nsys appends the API's version to its name (cudaLaunchKernel_v7000); torch.profiler does not
-            name = _API_VERSION.sub("", name)
-            row = {"ts_ns": start, "dur_ns": end - start, "name": names.intern(name), "tid": tid or 0,
-                   "correlation": corr, "external_id": NO_ID}
-            for k, v in row.items():
-                rt[k].append(v)
-        rt["external_id"] = _enclosing(op_ranges, rt)
+        sql = ('SELECT start, "end", COALESCE(globalTid, 0), COALESCE(correlationId, -1), nameId '
+               "FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start")
+        rows = _matrix(db.execute(sql).fetchall(), 5)
+        n_events += len(rows)
+        # nsys appends the API's version to its name (cudaLaunchKernel_v7000); torch.profiler does not
+        api = names.map(rows[:, 4], lambda i: _API_VERSION.sub("", strings.get(i, f"<string {i}>")))
+        rt = {"ts_ns": rows[:, 0], "dur_ns": rows[:, 1] - rows[:, 0], "name": api, "tid": rows[:, 2],
+              "correlation": rows[:, 3], "external_id": _enclosing(op_ranges, rows[:, 0], rows[:, 1], rows[:, 2])}
 
     parts = Parts()
     parts.names = names.names
-    parts.tables = {"dev": {k: _col(v, k) for k, v in dev.items()},
-                    "rt": {k: _col(v, k) for k, v in rt.items()},
-                    "cpu": {k: _col(v, k) for k, v in cpu.items()},
+    parts.tables = {"dev": dev, "rt": rt,
+                    "cpu": cpu,
                     "flow": {k: _col([], k) for k in COLUMNS["flow"]}}
     parts.n_events = n_events
     return parts
 
 
-def _enclosing(op_ranges: dict[int, list[tuple[int, int, int]]], rt: dict[str, list]) -> list[int]:
+def _enclosing(op_ranges: dict[int, list[tuple[int, int, int]]], start: np.ndarray, end: np.ndarray,
+               tid: np.ndarray) -> np.ndarray:
     """External id of the innermost operator range on the same thread holding each runtime call (rows in
     start order), NO_ID where none does: one sweep per thread with a stack of the open ranges."""
-    out = [NO_ID] * len(rt["ts_ns"])
-    by_thread: dict[int, list[int]] = {}
-    for row, tid in enumerate(rt["tid"]):
-        by_thread.setdefault(tid, []).append(row)
-    for tid, rows in by_thread.items():
-        ranges = op_ranges.get(tid, [])
+    out = np.full(len(start), NO_ID, dtype=np.int64)
+    starts, ends = start.tolist(), end.tolist()
+    for thread, ranges in op_ranges.items():
+        rows = np.flatnonzero(tid == thread).tolist()
         stack: list[tuple[int, int, int]] = []
         i = 0
         for row in rows:
-            start, end = rt["ts_ns"][row], rt["ts_ns"][row] + rt["dur_ns"][row]
-            while i < len(ranges) and ranges[i][0] <= start:
+            s0, s1 = starts[row], ends[row]
+            while i < len(ranges) and ranges[i][0] <= s0:
                 stack.append(ranges[i])
                 i += 1
-            stack = [r for r in stack if r[1] > start]
-            for r0, r1, ext in reversed(stack):
-                if r0 <= start and r1 >= end:
+            while stack and stack[-1][1] <= s0:  # closed before this call (push/pop ranges nest)
+                stack.pop()
+            for _r0, r1, ext in reversed(stack):
+                if r1 >= s1:
                     out[row] = ext
                     break
     return out
