@@ -149,3 +149,14 @@ def test_nvtx_text_ids_and_marks(tmp_path):
     kineto, _ = step_breakdowns(load_trace(planted_gpu_trace().write(tmp_path / "p.json")))
     nsys, _ = step_breakdowns(load_trace(path))
     assert [s.step for s in nsys] == [1, 2] and nsys == kineto
+
+
+def test_device_name_and_diff(tmp_path):
+    """The GPU named in TARGET_INFO_GPU picks the roofline row; `trace diff` takes exports like JSON traces."""
+    a = write_nsys_sqlite(planted_gpu_trace(), tmp_path / "a.sqlite")
+    assert load_trace(a).device_name == "NVIDIA H100 80GB HBM3"
+    res = _run("analyze", a, "--json", "-")
+    assert res.exit_code == 0 and json.loads(res.stdout)["ranks"][0]["kernels"]["gpu"] is not None
+    diff = _run("diff", a, write_nsys_sqlite(planted_gpu_trace(), tmp_path / "b.sqlite"), "--json", "-")
+    assert diff.exit_code == 0, diff.output
+    assert json.loads(diff.stdout)["rows"]

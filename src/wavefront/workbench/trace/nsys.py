@@ -16,11 +16,12 @@ Schema followed: the export schema Nsight Systems documents for its 2024.x and 2
   annotation; every other range is read as a host operator, and each runtime call takes the innermost
   non-step range enclosing it on its thread as its launching op (the role torch.profiler's External id
   plays), so a kernel launched inside an ``nccl:*`` range classifies as communication.
-- ``StringIds`` (``id``, ``value``): the string table.
+- ``StringIds`` (``id``, ``value``): the string table;
+- ``TARGET_INFO_GPU`` (optional): ``id``, ``name`` -> the device name the roofline looks up.
 
 An export without ``CUPTI_ACTIVITY_KIND_KERNEL``, ``StringIds`` or one of the columns above is refused with
 :class:`~wavefront.workbench.trace.load.TraceLoadError` naming the file and what is missing; nothing is guessed.
-Not read yet: OS runtime, CUDA graph node ids, GPU metrics, NVTX payloads, ``TARGET_INFO_*`` device names.
+Not read yet: OS runtime, CUDA graph node ids, GPU metrics, NVTX payloads and domains.
 """
 
 from __future__ import annotations
@@ -104,11 +105,14 @@ def load_nsys(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> 
         have = _columns(db)
         _check_schema(path, have)
         parts = _read(db, have, re.compile(step_pattern))
+        meta: dict = {"source": "nsys", "schema": SCHEMA}
+        if {"id", "name"} <= have.get("TARGET_INFO_GPU", set()):  # the GPU names, for the roofline's device row
+            meta["deviceProperties"] = [{"id": i, "name": n} for i, n in
+                                        db.execute("SELECT id, name FROM TARGET_INFO_GPU ORDER BY id")]
     except (sqlite3.Error, TypeError) as exc:  # TypeError: a NULL where the schema stores a time
         raise TraceLoadError(f"{path}: not a readable {SCHEMA} ({exc})") from None
     finally:
         db.close()
-    meta = {"source": "nsys", "schema": SCHEMA}
     return finish(parts, path, meta, [], True, path.stat().st_size)
 
 

@@ -442,6 +442,8 @@ NSYS_TABLES = {
     "NVTX_EVENTS": "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, "
                    "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, "
                    "textId INTEGER, domainId INTEGER",
+    "TARGET_INFO_GPU": "vmId INTEGER, id INTEGER NOT NULL, name TEXT, busLocation TEXT, totalMemory INTEGER, "
+                       "smCount INTEGER",
 }
 
 
@@ -492,6 +494,8 @@ def write_nsys_sqlite(trace: SynthTrace, path: str | Path, *, tables: dict[str, 
         elif cat in ("cpu_op", "user_annotation"):
             rows["NVTX_EVENTS"].append((start, end, 59, None, 0, None, e["name"], gtid, gtid, None, 0))
     rows["StringIds"] = [(i, s) for s, i in strings.items()]
+    rows["TARGET_INFO_GPU"] = [(0, p["id"], p["name"], "0000:00:00.0", p.get("totalGlobalMem"), 132)
+                               for p in trace.meta["deviceProperties"]]
     with sqlite3.connect(path) as db:
         for table, columns in (tables if tables is not None else NSYS_TABLES).items():
             db.execute(f"CREATE TABLE {table} ({columns})")
