@@ -69,7 +69,7 @@ def test_kind_is_read_from_content(tmp_path):
 ])
 def test_unknown_schema_is_refused(tmp_path, tables, missing):
     path = write_nsys_sqlite(planted_gpu_trace(), tmp_path / "foreign.sqlite", tables=tables)
-    with pytest.raises(TraceLoadError, match="not a Nsight Systems SQLite export"):
+    with pytest.raises(TraceLoadError, match="not an Nsight Systems SQLite export"):
         load_trace(path)
     res = _run("analyze", path)
     text = " ".join(res.output.split())
@@ -160,3 +160,15 @@ def test_device_name_and_diff(tmp_path):
     diff = _run("diff", a, write_nsys_sqlite(planted_gpu_trace(), tmp_path / "b.sqlite"), "--json", "-")
     assert diff.exit_code == 0, diff.output
     assert json.loads(diff.stdout)["rows"]
+
+
+def test_null_time_is_refused(tmp_path):
+    loose = "start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, shortName INTEGER"
+    path = write_nsys_sqlite(planted_gpu_trace(), tmp_path / "null.sqlite",
+                             tables={**NSYS_TABLES, "CUPTI_ACTIVITY_KIND_KERNEL": loose})
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO StringIds VALUES (1, 'k')")
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (NULL, 5, 0, 7, 1, 1)")
+    db.close()
+    with pytest.raises(TraceLoadError, match="null.sqlite: not a readable Nsight Systems SQLite export"):
+        load_trace(path)

@@ -91,7 +91,7 @@ def _check_schema(path: Path, have: dict[str, set[str]]) -> None:
     if "NVTX_EVENTS" in have and not have["NVTX_EVENTS"] & {"text", "textId"}:
         problems.append("NVTX_EVENTS.text or .textId")
     if problems:
-        raise TraceLoadError(f"{path}: not a {SCHEMA}: missing " + ", ".join(problems))
+        raise TraceLoadError(f"{path}: not an {SCHEMA} with CUDA trace: missing " + ", ".join(problems))
 
 
 def load_nsys(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> Trace:
