@@ -172,3 +172,12 @@ def test_null_time_is_refused(tmp_path):
     db.close()
     with pytest.raises(TraceLoadError, match="null.sqlite: not a readable Nsight Systems SQLite export"):
         load_trace(path)
+
+
+def test_directory_of_exports_is_one_rank_per_file(tmp_path):
+    for rank in range(2):
+        write_nsys_sqlite(planted_gpu_trace(), tmp_path / f"rank{rank}.sqlite")
+    res = _run("analyze", tmp_path, "--json", "-")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert len(doc["ranks"]) == 2 and doc["ranks"][0]["steps"] == doc["ranks"][1]["steps"]
