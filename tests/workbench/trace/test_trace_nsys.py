@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from wavefront.cli import build_app
 from wavefront.workbench.trace import load_trace
 from wavefront.workbench.trace.breakdown import step_breakdowns
-from wavefront.workbench.trace.classify import COMM, classify_device
+from wavefront.workbench.trace.classify import COMM, REASONS, classify_device
 from wavefront.workbench.trace.load import TraceLoadError
 from wavefront.workbench.trace.testing import (
     NSYS_TABLES,
@@ -39,7 +39,8 @@ def test_same_timeline_same_breakdown(tmp_path, base_us):
     assert [s.step for s in b] == [1, 2]
     assert a == b  # every integer-nanosecond field of every step
     assert {c: b[0].ns(c) for c in PLANTED_STEP1_US} == {c: v * 1000 for c, v in PLANTED_STEP1_US.items()}
-    assert classify_device(kineto).cls.tolist() == classify_device(nsys).cls.tolist()
+    ck, cn = classify_device(kineto), classify_device(nsys)
+    assert ck.cls.tolist() == cn.cls.tolist() and ck.reason.tolist() == cn.reason.tolist()
 
 
 def test_cli_json_matches_kineto(tmp_path):
@@ -48,8 +49,18 @@ def test_cli_json_matches_kineto(tmp_path):
     for path in (synth.write(tmp_path / "p.json"), write_nsys_sqlite(synth, tmp_path / "p.sqlite")):
         res = _run("analyze", path, "--json", "-")
         assert res.exit_code == 0, res.output
-        docs.append(json.loads(res.stdout)["ranks"][0]["steps"])
-    assert docs[0] == docs[1]
+        docs.append(json.loads(res.stdout)["ranks"][0])
+    kineto, nsys = docs
+    assert nsys["steps"] == kineto["steps"]
+    # the kernel table, launch statistics, classification, families and collectives too; what differs is
+    # what an export does not carry (host name, GPU-side sync records, input shapes for the roofline)
+    def by_name(rows: list[dict]) -> list[dict]:  # rows of equal time may come in another order
+        return sorted(rows, key=lambda r: r["name"])
+
+    assert by_name(nsys["kernels"]["kernels"]) == by_name(kineto["kernels"]["kernels"])
+    same = set(kineto) - {"path", "host", "n_events", "notes", "kernels"}
+    assert {"launch", "classification", "steps"} <= same
+    assert {k: nsys[k] for k in same} == {k: kineto[k] for k in same}
 
 
 def test_kind_is_read_from_content(tmp_path):
@@ -181,3 +192,18 @@ def test_directory_of_exports_is_one_rank_per_file(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert len(doc["ranks"]) == 2 and doc["ranks"][0]["steps"] == doc["ranks"][1]["steps"]
+
+
+def test_a_user_range_decides_no_kernel_class(tmp_path):
+    """A kernel launched inside a user's NVTX range ("forward", not an operator) keeps the name rule: an
+    NCCL kernel there is communication; inside an operator range (aten::mm) the operator decides."""
+    t = SynthTrace()
+    t.op("forward", 0, 1000, cat="user_annotation")
+    t.launch("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 100, 300, launch_ts=10,
+             stream=20)
+    mm = t.op("aten::mm", 15, 20)
+    t.launch("ncclKernel_looks_like_nccl_but_launched_by_mm", 500, 100, launch_ts=20, stream=21, op=mm)
+    trace = load_trace(write_nsys_sqlite(t, tmp_path / "ranges.sqlite"))
+    classes = classify_device(trace)
+    assert classes.cls.tolist() == [COMM, 0]
+    assert [REASONS[r] for r in classes.reason.tolist()] == ["name", "launch-op"]

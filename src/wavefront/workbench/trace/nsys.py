@@ -7,15 +7,18 @@ Schema followed: the export schema Nsight Systems documents for its 2024.x and 2
 - ``CUPTI_ACTIVITY_KIND_KERNEL``: ``start``, ``end``, ``deviceId``, ``streamId``, ``correlationId`` and the
   kernel name through ``StringIds`` (``demangledName``, else ``shortName``) -> device kernels;
 - ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``CUPTI_ACTIVITY_KIND_MEMSET`` (optional): ``start``, ``end``,
-  ``deviceId``, ``streamId``, ``correlationId``, ``copyKind`` -> memcpy / memset, named as torch.profiler
-  names them ("Memcpy HtoD", "Memset (Device)");
+  ``deviceId``, ``streamId``, ``correlationId``, ``copyKind`` (and ``srcKind``, ``dstKind``, ``memKind``
+  when present) -> memcpy / memset, named as torch.profiler names them ("Memcpy HtoD (Pageable -> Device)",
+  "Memset (Device)");
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` (optional): CUDA runtime/driver calls, ``start``, ``end``, ``globalTid``,
   ``correlationId``, ``nameId`` -> runtime calls (a device event links to its launch by ``correlationId``);
 - ``NVTX_EVENTS`` (optional): push/pop (``eventType`` 59) and start/end (60) ranges with ``text`` or
-  ``textId`` -> host ranges. A range whose name is a step (``ProfilerStep#N`` by default) becomes a step
-  annotation; every other range is read as a host operator, and each runtime call takes the innermost
-  non-step range enclosing it on its thread as its launching op (the role torch.profiler's External id
-  plays), so a kernel launched inside an ``nccl:*`` range classifies as communication.
+  ``textId`` -> host ranges. A range whose name is a step (``ProfilerStep#N`` by default) becomes a step;
+  a range named like an operator (``aten::mm``, ``c10d::allreduce_``, ``nccl:all_reduce``: what
+  ``torch.autograd.profiler.emit_nvtx`` writes) is a host operator, any other range an annotation; each
+  runtime call takes the innermost non-step range enclosing it on its thread as its launching op (the
+  role torch.profiler's External id plays), so a kernel launched inside an ``nccl:*`` range classifies as
+  communication, and one launched directly inside an annotation falls to the stream and name rules.
 - ``StringIds`` (``id``, ``value``): the string table;
 - ``TARGET_INFO_GPU`` (optional): ``id``, ``name`` -> the device name the roofline looks up.
 
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wavefront.workbench.trace.classify import is_comm_op_name
 from wavefront.workbench.trace.events import COLUMNS, DTYPES, Parts, finish
 from wavefront.workbench.trace.load import TraceLoadError
 from wavefront.workbench.trace.model import (
@@ -52,6 +56,8 @@ DEFAULT_STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 # CUPTI_ActivityMemcpyKind, as stored in copyKind.
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
               10: "PtoP"}
+# CUPTI_ActivityMemoryKind, as stored in srcKind / dstKind / memKind.
+MEMORY_KINDS = ("Unknown", "Pageable", "Pinned", "Device", "Array", "Managed", "Device Static", "Managed Static")
 REQUIRED = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId", "correlationId"),
     "StringIds": ("id", "value"),
@@ -116,6 +122,14 @@ def load_nsys(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> 
     return finish(parts, path, meta, [], True, path.stat().st_size)
 
 
+def _memory(kind: int) -> str:
+    return MEMORY_KINDS[kind] if 0 <= kind < len(MEMORY_KINDS) else "Unknown"
+
+
+def _is_operator(name: str) -> bool:
+    return "::" in name or is_comm_op_name(name)
+
+
 def _matrix(rows: list[tuple], width: int) -> np.ndarray:
     """Rows of integers as an (n, width) int64 matrix (a NULL where a time belongs raises TypeError)."""
     return np.array(rows, dtype=np.int64).reshape(-1, width)
@@ -156,10 +170,16 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
     sources = [(KIND_KERNEL, f"{select}{name_col} FROM CUPTI_ACTIVITY_KIND_KERNEL",
                 lambda i: strings.get(i, f"<string {i}>"))]
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in have:
-        sources.append((KIND_MEMCPY, f"{select}copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY",
-                        lambda i: f"Memcpy {COPY_KINDS.get(i, 'Unknown')}"))
+        # named as Kineto names them: "Memcpy HtoD (Pageable -> Device)"; the three kinds packed in one integer
+        cols = have["CUPTI_ACTIVITY_KIND_MEMCPY"]
+        src, dst = (f"COALESCE({c}, 0)" if c in cols else "0" for c in ("srcKind", "dstKind"))
+        sources.append((KIND_MEMCPY, f"{select}copyKind * 256 + {src} * 16 + {dst} FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+                        lambda i: f"Memcpy {COPY_KINDS.get(i >> 8, 'Unknown')} ({_memory(i >> 4 & 15)} -> "
+                                  f"{_memory(i & 15)})"))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in have:
-        sources.append((KIND_MEMSET, f"{select}0 FROM CUPTI_ACTIVITY_KIND_MEMSET", lambda i: "Memset (Device)"))
+        kind = "COALESCE(memKind, 3)" if "memKind" in have["CUPTI_ACTIVITY_KIND_MEMSET"] else "3"
+        sources.append((KIND_MEMSET, f"{select}{kind} FROM CUPTI_ACTIVITY_KIND_MEMSET",
+                        lambda i: f"Memset ({_memory(i)})"))
     pieces: list[dict[str, np.ndarray]] = []
     for kind, sql, label in sources:
         rows = _matrix(db.execute(sql).fetchall(), 6)
@@ -173,7 +193,7 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
     dev = {k: np.concatenate([p[k] for p in pieces]).astype(DTYPES.get(k, np.int64)) for k in COLUMNS["dev"]}
 
     cpu = {k: _col([], k) for k in COLUMNS["cpu"]}
-    op_ranges: dict[int, list[tuple[int, int, int]]] = {}  # thread -> (start, end, external id) of operators
+    op_ranges: dict[int, list[tuple[int, int, int]]] = {}  # thread -> (start, end, external id) of ranges
     if "NVTX_EVENTS" in have:
         nvtx_cols = have["NVTX_EVENTS"]
         text = "e.text" if "text" in nvtx_cols else "NULL"
@@ -189,6 +209,11 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
         inverse = inverse.reshape(-1)
         matches = [step.search(str(u)) for u in uniq.tolist()]
         is_step = np.array([m is not None for m in matches], dtype=bool)[inverse] if len(uniq) else np.zeros(0, bool)
+        # An operator range (aten::mm, c10d::allreduce_, nccl:all_reduce ...: torch's emit_nvtx names) decides
+        # the class of the kernels launched in it; any other range (a user's "forward", NCCL's own ranges) is
+        # an annotation, which never does, so those kernels fall to the stream and name rules.
+        op_name = np.array([_is_operator(str(u)) for u in uniq.tolist()], dtype=bool)
+        is_op = (op_name[inverse] if len(uniq) else np.zeros(0, bool)) & ~is_step
         # the step number: the pattern's first group when it is digits, else the step's order of appearance
         group = [int(m.group(1)) if m and m.groups() and (m.group(1) or "").isdigit() else -1 for m in matches]
         number = np.array(group, dtype=np.int64)[inverse] if len(uniq) else np.zeros(0, np.int64)
@@ -200,11 +225,11 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
         name[is_step] = [step_names[int(n)] for n in number[is_step].tolist()]
         ext = np.arange(1, len(times) + 1, dtype=np.int64)
         cpu = {"ts_ns": times[:, 0], "dur_ns": times[:, 1] - times[:, 0], "name": name, "tid": times[:, 2],
-               "cat": np.where(is_step, CAT_USER_ANNOTATION, CAT_CPU_OP).astype(np.int8), "external_id": ext,
+               "cat": np.where(is_op, CAT_CPU_OP, CAT_USER_ANNOTATION).astype(np.int8), "external_id": ext,
                "shape": np.full(len(times), NO_ID, dtype=np.int32)}
-        ops = ~is_step
-        for thread in np.unique(times[ops, 2]).tolist():
-            sel = ops & (times[:, 2] == thread)
+        ranges = ~is_step  # a launch links to its innermost range, operator or not, as External id does
+        for thread in np.unique(times[ranges, 2]).tolist():
+            sel = ranges & (times[:, 2] == thread)
             op_ranges[thread] = list(zip(times[sel, 0].tolist(), times[sel, 1].tolist(), ext[sel].tolist(),
                                          strict=True))
 
@@ -230,7 +255,7 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
 
 def _enclosing(op_ranges: dict[int, list[tuple[int, int, int]]], start: np.ndarray, end: np.ndarray,
                tid: np.ndarray) -> np.ndarray:
-    """External id of the innermost operator range on the same thread holding each runtime call (rows in
+    """External id of the innermost range on the same thread holding each runtime call (rows in
     start order), NO_ID where none does: one sweep per thread with a stack of the open ranges."""
     out = np.full(len(start), NO_ID, dtype=np.int64)
     starts, ends = start.tolist(), end.tolist()

@@ -435,7 +435,7 @@ NSYS_TABLES = {
                                   "srcKind INTEGER, dstKind INTEGER",
     "CUPTI_ACTIVITY_KIND_MEMSET": "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
                                   "contextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, "
-                                  "globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL",
+                                  "globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER",
     "CUPTI_ACTIVITY_KIND_RUNTIME": "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER, "
                                    "globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, "
                                    "returnValue INTEGER, callchainId INTEGER",
@@ -479,12 +479,17 @@ def write_nsys_sqlite(trace: SynthTrace, path: str | Path, *, tables: dict[str, 
                 (start, end, args["device"], 1, args["stream"], args["correlation"], e["pid"] << 24, sid(e["name"]),
                  sid(e["name"].split("(")[0].split("<")[0]), None, 1, 1, 1, 128, 1, 1, 32))
         elif cat == "gpu_memcpy":
-            kind = {"HtoD": 1, "DtoH": 2, "DtoD": 8}.get(e["name"].split()[1], 0)
+            m = re.match(r"Memcpy (\w+) \((\w+) -> (\w+)\)", e["name"])
+            kinds = m.groups() if m else ("", "", "")
+            memory = ("Unknown", "Pageable", "Pinned", "Device")
             rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
-                (start, end, args["device"], 1, args["stream"], args["correlation"], 0, 4096, kind, 0, 1))
+                (start, end, args["device"], 1, args["stream"], args["correlation"], 0, 4096,
+                 {"HtoD": 1, "DtoH": 2, "DtoD": 8}.get(kinds[0], 0),
+                 memory.index(kinds[1]) if kinds[1] in memory else 0,
+                 memory.index(kinds[2]) if kinds[2] in memory else 0))
         elif cat == "gpu_memset":
             rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
-                (start, end, args["device"], 1, args["stream"], args["correlation"], 0, 0, 4096))
+                (start, end, args["device"], 1, args["stream"], args["correlation"], 0, 0, 4096, 3))
         elif cat == "cuda_runtime":
             corr = args.get("correlation")
             if corr is None:
