@@ -177,8 +177,8 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
                         lambda i: f"Memcpy {COPY_KINDS.get(i >> 8, 'Unknown')} ({_memory(i >> 4 & 15)} -> "
                                   f"{_memory(i & 15)})"))
     if "CUPTI_ACTIVITY_KIND_MEMSET" in have:
-        kind = "COALESCE(memKind, 3)" if "memKind" in have["CUPTI_ACTIVITY_KIND_MEMSET"] else "3"
-        sources.append((KIND_MEMSET, f"{select}{kind} FROM CUPTI_ACTIVITY_KIND_MEMSET",
+        mem = "COALESCE(memKind, 3)" if "memKind" in have["CUPTI_ACTIVITY_KIND_MEMSET"] else "3"
+        sources.append((KIND_MEMSET, f"{select}{mem} FROM CUPTI_ACTIVITY_KIND_MEMSET",
                         lambda i: f"Memset ({_memory(i)})"))
     pieces: list[dict[str, np.ndarray]] = []
     for kind, sql, label in sources:
