@@ -65,7 +65,7 @@ def test_cli_json_matches_kineto(tmp_path):
 
 def test_kind_is_read_from_content(tmp_path):
     synth = planted_gpu_trace("nvidia")
-    disguised = write_nsys_sqlite(synth, tmp_path / "looks_like.json")
+    disguised = write_nsys_sqlite(synth, tmp_path / "looks like #1?.json")
     assert load_trace(disguised).meta["source"] == "nsys"
     json_named_sqlite = synth.write(tmp_path / "trace.sqlite", gz=False)
     assert "source" not in load_trace(json_named_sqlite).meta

@@ -104,7 +104,7 @@ def load_nsys(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> 
     """One rank's Nsight Systems SQLite export as a :class:`Trace` (times: the export's integer ns)."""
     path = Path(path)
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)  # read-only; as_uri escapes '#', '?'
     except sqlite3.Error as exc:
         raise TraceLoadError(f"{path}: cannot open the SQLite file ({exc})") from None
     try:
