@@ -430,11 +430,6 @@ def rank_plans(plans: list[PlanResult], rank_by: str = "time") -> list[PlanResul
     return sorted(plans, key=lambda r: rank_key(r, rank_by))
 
 
-def critical_path_comm_s(r: PlanResult) -> float:
-    t = _t(r)
-    return t.tp_comm_s + t.cp_comm_s + t.pp_p2p_s + t.dp_comm_s + t.bubble_s
-
-
 def batch_warnings(training: Training, clusters: list[Cluster]) -> list[str]:
     """Warn when the global batch is tiny for the cluster: fewer sequences than GPUs caps data
     parallelism and forces model parallelism onto every plan (405B on 16K GPUs at a 4M-token batch)."""
