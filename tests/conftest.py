@@ -16,6 +16,10 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# The CLI's tables and help lay out to the terminal's width (rich reads COLUMNS when a console is made): one
+# width for the whole run, so no test depends on the terminal it runs in; a test of another width sets COLUMNS
+# in its own invocation.
+os.environ["COLUMNS"] = "120"
 
 import pytest  # noqa: E402
 
