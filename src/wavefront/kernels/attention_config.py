@@ -35,9 +35,9 @@ class AttentionConfig:
 
     warp_specialize: split the key loop into producer and consumer warps (``tl.range(...,
     warp_specialize=True)``); used with the TMA path only (sm_90, sm_100), where the forward then runs
-    every key block in one loop (see kernels/attention.py).
+    every key block in one loop (see kernels/attention_fwd.py).
     pipeline_qk: forward only, TMA path without warp specialization: issue the next key block's QK^T before
-    this block's softmax (FA3's intra-warpgroup overlap written in the source; see kernels/attention.py).
+    this block's softmax (FA3's intra-warpgroup overlap written in the source; see kernels/attention_fwd.py).
     d_split: backward only: split the dK/dV (or dQ) accumulator's head-dim columns over this many programs,
     each recomputing the scores (head_dim 256: a full-width accumulator does not fit the registers with
     tiles wide enough for wgmma/tcgen05).

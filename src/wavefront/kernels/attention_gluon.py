@@ -1,7 +1,7 @@
 """Attention forward for sm_90 written in Gluon: the wgmma wait depth, the TMA ring and the barriers are
 spelled out in the source instead of left to Triton's pipeliner.
 
-Same math and contract as ``kernels/attention.py``'s forward: per (batch, head), with c = scale * log2(e),
+Same math and contract as ``kernels/attention_fwd.py``'s forward: per (batch, head), with c = scale * log2(e),
 
     S'_j = Q K_j^T                          (unscaled, fp32 accumulators in registers)
     x    = c S'_j, masked to -inf where the key is past the sequence or after the query (causal)
@@ -46,7 +46,7 @@ Tiles: BLOCK_M = BLOCK_N = 128, 8 warps (two warpgroups of 64 query rows; wgmma 
 QK^T and N = head_dim for PV). Shared memory at head_dim 128: Q 32 KiB + 2 x (K 32 + V 32) KiB = 160 KiB.
 Registers: S_j (64 fp32), S_{j+1} (64), O (head_dim / 2), P in 16-bit (32) per thread at d128.
 
-Traffic and FLOPs are the Triton kernel's (kernels/attention.py): compute bound at the bench shapes.
+Traffic and FLOPs are the Triton kernel's (kernels/attention_fwd.py): compute bound at the bench shapes.
 
 Status: compiled ahead of time for sm_90 and read (``wavefront inspect``); it has not run on a GPU, so its
 numerics are unverified and nothing dispatches to it by default. ``WAVEFRONT_ATTENTION_GLUON=1`` asks for
