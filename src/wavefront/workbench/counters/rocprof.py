@@ -83,14 +83,21 @@ def derive(c: dict[str, float]) -> dict[str, float | None]:
     }
 
 
+def _ns(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
 def _launch(tool: str, dispatch: int, info: dict[str, str], counters: dict[str, float], path: str, where: str,
             names: dict[str, str]) -> Launch:
     def num(key: str) -> float | None:
         return number(info.get(names[key], ""), path, f"{where}, {names[key]}") if names[key] in info else None
 
     grid, wg = num("grid"), num("wg")
-    start, end = num("start"), num("end")
-    if start is None or end is None or end < start:
+    start, end = _ns(info.get(names["start"], "")), _ns(info.get(names["end"], ""))  # integers: at 1.7e18 ns
+    if start is None or end is None or end < start:  # a float64 is 256 ns coarse
         raise CountersLoadError(f"{path}: {where}: Start_Timestamp/End_Timestamp missing or reversed")
     vgpr, agpr, lds = num("vgpr"), num("agpr"), num("lds")
     d = derive(counters)
@@ -98,7 +105,7 @@ def _launch(tool: str, dispatch: int, info: dict[str, str], counters: dict[str, 
     if d[WAVES_X_CUS] is not None:
         metrics[WAVES_X_CUS] = d[WAVES_X_CUS]  # type: ignore[assignment]
     n_blocks = int(round(grid / wg)) if grid and wg else None
-    return Launch(tool, dispatch, info[names["kernel"]], n_blocks, None, int(wg) if wg else None, end - start,
+    return Launch(tool, dispatch, info[names["kernel"]], n_blocks, None, int(wg) if wg else None, float(end - start),
                   d["tensor_flops"], d["vector_flops"], d["dram_bytes"], d["l2_bytes"], d["l1_bytes"],
                   d["lds_bytes"], None, int(vgpr + (agpr or 0)) if vgpr is not None else None,
                   int(lds) if lds is not None else None, {}, "", metrics)
