@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from wavefront.cli._common import JsonOut, command, note, table
-from wavefront.cli._output import console, err_console, fail, write_json
+from wavefront.cli._help import command
+from wavefront.cli._output import JsonOut, console, err_console, fail, table, write_json
 
 
 def _num(x, fmt: str = ".3g") -> str:
@@ -94,14 +94,14 @@ def counters(
             console.print(_compare_table(doc))
             for side, names in (("A", doc["only_a"]), ("B", doc["only_b"])):
                 if names:
-                    note(f"only in {side}: {', '.join(names)}")
+                    console.print(f"[dim]only in {side}: {', '.join(names)}[/]", soft_wrap=True, highlight=False)
     else:
         result = _run(job.counters, job.CountersRequest(profile, device, inspect, traffic))
         doc = result.as_dict()
         if show:
             console.print(_kernel_table(doc))
             for n in doc["notes"]:
-                note(n)
+                console.print(f"[dim]{n}[/]", soft_wrap=True, highlight=False)
             for k in doc["kernels"]:
                 for gap in k["gaps"]:
                     err_console.print(f"[yellow]gap:[/] {k['kernel']} #{k['launch_id']}: {gap}", soft_wrap=True,

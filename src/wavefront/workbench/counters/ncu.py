@@ -153,7 +153,7 @@ def read_csv(text: str, path: str) -> Profile:
 def read_report(path: str) -> Profile:
     """A binary ``.ncu-rep`` through ``ncu_report`` (ships with Nsight Compute in extras/python, not on PyPI)."""
     try:
-        import ncu_report  # type: ignore[import-not-found]
+        import ncu_report
     except ImportError:
         raise CountersLoadError(
             f"{path}: a binary file (an Nsight Compute .ncu-rep?) and NVIDIA's ncu_report module is not "
@@ -163,7 +163,7 @@ def read_report(path: str) -> Profile:
         ctx = ncu_report.load_report(path)
     except Exception as exc:  # the module's own errors: a foreign or damaged file
         raise CountersLoadError(f"{path}: ncu_report cannot load it as an Nsight Compute report: {exc}") from None
-    launches = []
+    launches: list[Launch] = []
     for r in range(ctx.num_ranges()):
         rng = ctx.range_by_idx(r)
         for a in range(rng.num_actions()):
