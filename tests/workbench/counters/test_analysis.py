@@ -161,3 +161,29 @@ def test_ab_with_nothing_in_common(tmp_path):
     with pytest.raises(CountersLoadError, match="share no kernel launch"):
         job.compare(job.CompareRequest(V3, attn_only))
 
+
+
+def _inspect_with(tmp_path, rows: list[dict]) -> Path:
+    f = tmp_path / "inspect.json"
+    f.write_text(json.dumps({"schema": "wavefront.inspect/1", "rows": rows}))
+    return f
+
+
+def _row(case: str, grid: int, regs: int, occupancy: float) -> dict:
+    return {"op": "rms_norm", "mode": "fwd", "case": case, "kernel": "_norm_fwd_kernel", "target": "sm_90",
+            "ok": True, "grid": [grid], "threads_per_block": 256, "regs": regs, "spill_bytes": 0,
+            "occupancy": occupancy, "shared_bytes": 1056}
+
+
+def test_name_only_and_ambiguous_matches_are_labelled(tmp_path):
+    other_shape = _inspect_with(tmp_path, [_row("small", 64, 34, 0.75)])
+    p = job.counters(job.CountersRequest(NCU_A, inspect=other_shape)).rows[0].predicted
+    assert (p.inspect_match, p.case) == ("name", "small")
+    two = _inspect_with(tmp_path, [_row("x", 32768, 30, 1.0), _row("y", 32768, 31, 0.75)])
+    p = job.counters(job.CountersRequest(NCU_A, inspect=two)).rows[0].predicted
+    assert p.inspect_match == "ambiguous:2"  # neither has the 34 registers measured, and they disagree
+    picked = _inspect_with(tmp_path, [_row("x", 32768, 30, 1.0), _row("y", 32768, 34, 0.75)])
+    p = job.counters(job.CountersRequest(NCU_A, inspect=picked)).rows[0].predicted
+    assert (p.inspect_match, p.case) == ("name+shape", "y")  # the measured registers pick the compilation
+    other_target = _inspect_with(tmp_path, [_row("x", 32768, 34, 1.0) | {"target": "gfx942"}])
+    assert job.counters(job.CountersRequest(NCU_A, inspect=other_target)).rows[0].predicted.inspect_match == "none"
