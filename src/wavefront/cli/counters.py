@@ -24,7 +24,7 @@ def _kernel_table(doc: dict):
     rows = []
     for k in doc["kernels"]:
         p = k["predicted"]
-        match = f"{p['op']}/{p['mode']}/{p['case']}" if p["op"] else "-"
+        match = f"{p['op']}/{p['mode']}/{p['case']}" if p["op"] else (p["source"] or "not wavefront's")
         rows.append([str(k["launch_id"]), k["kernel"], f"{k['n_blocks']} x {k['threads_per_block']}",
                      _num(k["duration_us"]), _num(k["achieved_tflops"]), _num(k["intensity_dram"]),
                      _num(k["pct_of_roof"], ".0f"), k["bound"] or "-", _gb(k["dram_bytes"]), _gb(p["bytes"]),

@@ -71,6 +71,15 @@ def test_matched_to_inspect_and_traffic_by_name_and_shape():
     assert len(bwd.gaps) == 3 and bwd.gaps[0].startswith("DRAM bytes 6.99x")
     assert "72 registers measured, 60 predicted" in bwd.gaps[2]
     assert attn.predicted.inspect_match == "none" and attn.predicted.traffic_match == "none" and attn.gaps == []
+    assert (fwd.predicted.source, attn.predicted.source) == ("kernels/norm.py", "kernels/attention.py")
+
+
+def test_a_kernel_that_is_not_ours(tmp_path):
+    f = tmp_path / "foreign.csv"
+    f.write_text(NCU_A.read_text().replace('"_attn_fwd_kernel"', '"void at::native::reduce_kernel<512, 1>(int)"'))
+    row = job.counters(job.CountersRequest(f, inspect=INSPECT)).rows[6]
+    assert row.kernel.startswith("void at::native") and row.predicted.source is None
+    assert row.predicted.inspect_match == "none"
 
 
 def test_same_grid_traffic_is_compared_as_is(tmp_path):

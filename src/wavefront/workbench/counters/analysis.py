@@ -21,8 +21,12 @@ prediction usually means L2 hits, above it re-reads or spills), achieved occupan
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import wavefront
 from wavefront.workbench.counters.model import Launch, Profile, short_name
 from wavefront.workbench.counters.rocprof import WAVES_X_CUS
 from wavefront.workbench.hardware import GPU
@@ -32,8 +36,24 @@ OCCUPANCY_GAP = 0.5
 TOP_STALLS = 3
 
 
+_JIT = re.compile(r"^@(?:triton|gluon)\.jit\b[^\n]*\n(?:@[^\n]*\n)*def (\w+)", re.M)
+
+
+@functools.cache
+def wavefront_kernels() -> dict[str, str]:
+    """Name -> source file of every jitted function under wavefront/kernels (read, not imported: this package
+    stays torch- and Triton-free). Helpers inlined into kernels are listed too; they never appear as launches."""
+    root = Path(wavefront.__file__).parent / "kernels"
+    out: dict[str, str] = {}
+    for f in sorted(root.glob("*.py")):
+        for name in _JIT.findall(f.read_text()):
+            out.setdefault(name, f"kernels/{f.name}")
+    return out
+
+
 @dataclass
 class Prediction:
+    source: str | None = None  # the wavefront kernel file defining a kernel of this name; None: not ours
     op: str | None = None
     mode: str | None = None
     case: str | None = None
@@ -196,8 +216,10 @@ def _gaps(row: KernelRow, gpu: GPU) -> list[str]:
 def analyse(profile: Profile, gpu: GPU, inspect_doc: dict | None = None,
             traffic_doc: dict | None = None) -> list[KernelRow]:
     rows = []
+    ours = wavefront_kernels()
     for la in profile.launches:
         row = place(la, gpu)
+        row.predicted.source = ours.get(short_name(la.kernel))
         if inspect_doc:
             _match_inspect(row, inspect_doc.get("rows", []), gpu)
         if traffic_doc:
