@@ -96,6 +96,17 @@ def test_demangled_names():
         "vectorized_elementwise_kernel"
     assert short_name("_norm_bwd_kernel#2") == "_norm_bwd_kernel"
     assert short_name("_attn_fwd_kernel") == "_attn_fwd_kernel"
+    assert short_name("_norm_fwd_kernel.kd") == "_norm_fwd_kernel"
+
+
+def test_ncu_launch_columns_added_by_another_version_are_not_metrics(tmp_path):
+    text = NCU_A.read_text().replace('"Device","CC",', '"Device","CC","Function Attributes",')
+    lines = text.splitlines()
+    lines[2] = lines[2].replace('"","",', '"","","",', 1)  # its units cell
+    lines[3:-1] = [ln.replace('"0","9.0",', '"0","9.0","cache-config",', 1) for ln in lines[3:-1]]
+    f = tmp_path / "more.csv"
+    f.write_text("\n".join(lines) + "\n")
+    assert load(f).launches[0].dram_bytes == load(NCU_A).launches[0].dram_bytes
 
 
 def _write(tmp_path, text: str | bytes, name: str = "p.csv") -> Path:

@@ -70,8 +70,10 @@ def number(text: str, path: str, where: str) -> float | None:
 
 
 def short_name(kernel: str) -> str:
-    """The function name inside a demangled signature: 'void ns::k<int>(float*)' -> 'k'; '#2' suffixes off."""
+    """The function name inside a demangled signature: 'void ns::k<int>(float*)' -> 'k'; '#2' and '.kd' off."""
     name = kernel.split("#")[0].strip()
+    if name.endswith(".kd"):  # AMD kernel descriptor symbols, as older rocprof versions name kernels
+        name = name[:-3]
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):  # the argument list starts at the first '(' outside template brackets
         if ch == "<":

@@ -126,7 +126,9 @@ def read_csv(text: str, path: str) -> Profile:
     if units[header.index(DURATION)] not in _TIME:
         raise CountersLoadError(f"{path}: the second row is not ncu's units row (the {DURATION} unit is "
                                 f"{units[header.index(DURATION)]!r}); export with ncu --csv --page raw")
-    first_metric = header.index("CC") + 1 if "CC" in header else len(LAUNCH_COLUMNS)
+    # Metric names are `<unit>__<counter>...`; launch columns ("ID", "Kernel Name", ...) have no "__", so a
+    # version that adds launch columns still reads.
+    metric_cols = [j for j, name in enumerate(header) if "__" in name]
     device_col = header.index("device__attribute_display_name") if "device__attribute_display_name" in header \
         else None
     launches = []
@@ -136,7 +138,7 @@ def read_csv(text: str, path: str) -> Profile:
                                     "(a truncated file?)")
         cell = dict(zip(header, row, strict=True))
         metrics = {}
-        for j in range(first_metric, len(header)):
+        for j in metric_cols:
             col = header[j]
             if j == device_col:
                 continue
