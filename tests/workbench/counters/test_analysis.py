@@ -196,3 +196,14 @@ def test_name_only_and_ambiguous_matches_are_labelled(tmp_path):
     assert (p.inspect_match, p.case) == ("name+shape", "y")  # the measured registers pick the compilation
     other_target = _inspect_with(tmp_path, [_row("x", 32768, 34, 1.0) | {"target": "gfx942"}])
     assert job.counters(job.CountersRequest(NCU_A, inspect=other_target)).rows[0].predicted.inspect_match == "none"
+
+
+def test_theoretical_occupancy_checks_the_occupancy_model(tmp_path):
+    rows = job.counters(job.CountersRequest(NCU_A, inspect=INSPECT)).rows
+    assert (rows[0].theoretical_occupancy, rows[0].occupancy_limiter) == (pytest.approx(0.75), "registers")
+    assert rows[0].predicted.occupancy_limiter == "registers" and rows[0].gaps == []
+    wrong_model = _inspect_with(tmp_path, [_row("x", 32768, 34, 1.0) | {"occupancy_limiter": "warps"}])
+    gaps = job.counters(job.CountersRequest(NCU_A, inspect=wrong_model)).rows[0].gaps
+    assert gaps == ["theoretical occupancy 0.75 by the profiler, 1.00 predicted (limiter registers vs warps): the "
+                    "occupancy model is off for this launch"]
+    assert job.counters(job.CountersRequest(V3, "mi300x")).rows[0].theoretical_occupancy is None

@@ -16,7 +16,9 @@ the ratio of blocks ("scaled per block", exact only for kernels whose blocks eac
 
 Gaps called out: measured DRAM bytes outside [1/2, 2] x the predicted bytes (:data:`BYTES_GAP`; below the
 prediction usually means L2 hits, above it re-reads or spills), achieved occupancy below half the predicted
-(:data:`OCCUPANCY_GAP`), and registers that differ from inspect's (a different compilation was profiled).
+(:data:`OCCUPANCY_GAP`), registers that differ from inspect's (a different compilation was profiled), and,
+with the same registers, the profiler's theoretical occupancy more than :data:`THEORETICAL_TOL` from
+inspect's (the two model the same quantity; a difference is an error in the occupancy model).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from wavefront.workbench.hardware import GPU
 
 BYTES_GAP = 2.0
 OCCUPANCY_GAP = 0.5
+THEORETICAL_TOL = 0.02  # about one warp of 64 per SM: inspect and ncu model the same thing, so they agree
 TOP_STALLS = 3
 
 
@@ -61,6 +64,7 @@ class Prediction:
     regs: int | None = None
     spill_bytes: int | None = None
     occupancy: float | None = None
+    occupancy_limiter: str | None = None
     shared_bytes: int | None = None
     traffic_match: str = "none"  # "same grid" | "scaled per block" | "none"
     bytes: float | None = None
@@ -99,6 +103,8 @@ class KernelRow:
     stall_unit: str
     predicted: Prediction = field(default_factory=Prediction)
     gaps: list[str] = field(default_factory=list)
+    theoretical_occupancy: float | None = None  # ncu's sm__maximum_warps_per_active_cycle_pct: what inspect models
+    occupancy_limiter: str | None = None  # ncu's smallest launch__occupancy_limit_* (inspect's vocabulary)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -115,6 +121,19 @@ def occupancy(la: Launch, gpu: GPU) -> float | None:
     return None
 
 
+_LIMITS = {"registers": "registers", "shared_mem": "shared", "warps": "warps", "blocks": "blocks"}
+
+
+def limiter(la: Launch) -> str | None:
+    """The resource that caps resident blocks (ncu's launch__occupancy_limit_*), ties joined by '+'."""
+    limits = {v: la.metrics[f"launch__occupancy_limit_{k}"] for k, v in _LIMITS.items()
+              if f"launch__occupancy_limit_{k}" in la.metrics}
+    if not limits:
+        return None
+    low = min(limits.values())
+    return "+".join(k for k, v in limits.items() if v == low)
+
+
 def place(la: Launch, gpu: GPU) -> KernelRow:
     """One launch on `gpu`'s roofline (see the module docstring)."""
     secs = la.duration_ns * 1e-9 if la.duration_ns else None
@@ -125,7 +144,7 @@ def place(la: Launch, gpu: GPU) -> KernelRow:
     achieved = flops / secs / 1e12 if flops is not None and secs else None
     attainable = min(peak, i_dram * gpu.hbm_tbps) if i_dram is not None else None
     dram_tbps = la.dram_bytes / secs / 1e12 if la.dram_bytes is not None and secs else None
-    return KernelRow(
+    row = KernelRow(
         la.launch_id, la.kernel, la.n_blocks, la.threads_per_block, la.duration_ns / 1e3 if la.duration_ns else None,
         flops, la.tensor_flops / secs / 1e12 if la.tensor_flops is not None and secs else None,
         la.vector_flops / secs / 1e12 if la.vector_flops is not None and secs else None,
@@ -135,6 +154,9 @@ def place(la: Launch, gpu: GPU) -> KernelRow:
         achieved / attainable * 100 if achieved is not None and attainable else None,
         None if i_dram is None else ("memory" if i_dram < peak / gpu.hbm_tbps else "compute"),
         occupancy(la, gpu), la.registers, la.shared_bytes, list(la.stalls.items())[:TOP_STALLS], la.stall_unit)
+    row.theoretical_occupancy = la.metrics.get("sm__maximum_warps_per_active_cycle_pct")
+    row.occupancy_limiter = limiter(la)
+    return row
 
 
 def _blocks(grid) -> int | None:
@@ -173,6 +195,7 @@ def _match_inspect(row: KernelRow, inspect_rows: list[dict], gpu: GPU) -> None:
     p.op, p.mode, p.case = r.get("op"), r.get("mode"), r.get("case")
     p.regs, p.spill_bytes, p.occupancy, p.shared_bytes = (r.get("regs"), r.get("spill_bytes"), r.get("occupancy"),
                                                           r.get("shared_bytes"))
+    p.occupancy_limiter = r.get("occupancy_limiter")
 
 
 def _match_traffic(row: KernelRow, traffic_rows: list[dict]) -> None:
@@ -210,6 +233,11 @@ def _gaps(row: KernelRow, gpu: GPU) -> list[str]:
                    f"{p.occupancy:.2f}")
     if not same_registers(p.regs, row.registers, gpu):
         out.append(f"{row.registers} registers measured, {p.regs} predicted: a different compilation was profiled")
+    elif (p.occupancy is not None and row.theoretical_occupancy is not None
+          and abs(p.occupancy - row.theoretical_occupancy) > THEORETICAL_TOL):
+        out.append(f"theoretical occupancy {row.theoretical_occupancy:.2f} by the profiler, {p.occupancy:.2f} "
+                   f"predicted (limiter {row.occupancy_limiter} vs {p.occupancy_limiter}): the occupancy model "
+                   "is off for this launch")
     return out
 
 
