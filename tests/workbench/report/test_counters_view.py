@@ -46,6 +46,9 @@ def test_predicted_vs_measured_bars(tmp_path):
     pred, meas = fig.data[0], fig.data[1]
     i = pred["x"].index("_norm_bwd_kernel [521 x 512]")
     assert pred["y"][i] == doc["kernels"][5]["predicted"]["bytes"] and meas["y"][i] == doc["kernels"][5]["dram_bytes"]
+    occupancy = [t for t, shown in zip(fig.data, fig.views[1].data["visible"], strict=True) if shown]
+    assert [t["name"] for t in occupancy] == ["predicted", "theoretical (profiler)", "achieved"]
+    assert [t["y"][i] for t in occupancy] == [0.5, pytest.approx(0.25), pytest.approx(0.238)]
     assert "_attn_fwd_kernel [4096 x 256]" not in pred["x"]  # matched nothing: no bar
     doc["kernels"] = [doc["kernels"][6]]
     assert view.predicted_vs_measured(doc) is None

@@ -71,11 +71,13 @@ def roofline(doc: dict) -> Figure:
                   note=note)
 
 
-_BARS = (  # (view label, predicted field, measured field, axis title, log axis)
-    ("DRAM bytes vs traffic", "bytes", "dram_bytes", "bytes", True),
-    ("occupancy vs inspect", "occupancy", "achieved_occupancy", "occupancy (fraction)", False),
-    ("registers vs inspect", "regs", "registers", "registers per thread", False),
+_BARS = (  # (view label, predicted field, measured fields with their legend names, axis title, log axis)
+    ("DRAM bytes vs traffic", "bytes", (("dram_bytes", "measured"),), "bytes", True),
+    ("occupancy vs inspect", "occupancy", (("theoretical_occupancy", "theoretical (profiler)"),
+                                           ("achieved_occupancy", "achieved")), "occupancy (fraction)", False),
+    ("registers vs inspect", "regs", (("registers", "measured"),), "registers per thread", False),
 )
+_MEASURED_COLORS = ("#1a73e8", "#0b3d91")
 
 
 def predicted_vs_measured(doc: dict) -> Figure | None:
@@ -88,21 +90,26 @@ def predicted_vs_measured(doc: dict) -> Figure | None:
     if not seen:
         return None
     labels = list(seen)
-    traces, views = [], []
-    for v, (title, pred, meas, axis, log) in enumerate(_BARS):
-        for which, pick, color in (("predicted", lambda k, f=pred: k["predicted"][f], "#9aa0a6"),
-                                   ("measured", lambda k, f=meas: k[f], "#1a73e8")):
-            traces.append({"type": "bar", "name": which, "x": labels, "y": [pick(seen[lb]) for lb in labels],
-                           "marker": {"color": color}, "visible": v == 0, "showlegend": True})
-        visible = [i // 2 == v for i in range(2 * len(_BARS))]
-        views.append(View(title, {"visible": visible},
-                          {"yaxis.title.text": axis, "yaxis.type": "log" if log else "linear",
-                           "title.text": f"predicted vs measured: {title}"}))
+    traces: list[dict[str, Any]] = []
+    owner: list[int] = []  # the view of each trace
+    for v, (_, pred, measured, _, _) in enumerate(_BARS):
+        series = [("predicted", [seen[lb]["predicted"][pred] for lb in labels], "#9aa0a6")]
+        series += [(name, [seen[lb].get(f) for lb in labels], _MEASURED_COLORS[i])
+                   for i, (f, name) in enumerate(measured)]
+        for name, ys, color in series:
+            traces.append({"type": "bar", "name": name, "x": labels, "y": ys, "marker": {"color": color},
+                           "visible": v == 0})
+            owner.append(v)
+    views = [View(title, {"visible": [o == v for o in owner]},
+                  {"yaxis.title.text": axis, "yaxis.type": "log" if log else "linear",
+                   "title.text": f"predicted vs measured: {title}"})
+             for v, (title, _, _, axis, log) in enumerate(_BARS)]
     layout = {"barmode": "group", "xaxis": _axis("kernel [blocks x threads]"),
               "yaxis": _axis(_BARS[0][3], type="log", **UNITLESS), "height": 460}
     gaps = sum(bool(k["gaps"]) for k in doc["kernels"])
     note = (f"{gaps} launch(es) with a gap called out (DRAM bytes outside [1/2, 2]x the traffic prediction, "
-            "occupancy below half the predicted, or other registers). Traffic bytes are CPU-interpreter counts, "
+            "occupancy below half the predicted, other registers, or a theoretical occupancy off the model). Traffic "
+            "bytes are CPU-interpreter counts, "
             "scaled per block where the shapes differ.")
     return Figure(views[0].layout["title.text"], traces, layout, views, "quantity", note)
 
