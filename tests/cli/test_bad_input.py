@@ -133,7 +133,7 @@ def test_typer_errors_are_one_line(tmp_path, monkeypatch, args, message):
 # each verb with the arguments it needs to get as far as its options
 JSON_VERBS = [("bench",), ("compare",), ("report",), ("bisect", "--good", "a", "--bad", "b"), ("comm",), ("overlap",),
               ("plan",), ("train",), ("inspect",), ("traffic",), ("roofline",), ("gate",),
-              ("trace", "analyze", "t.json"), ("trace", "diff", "a.json", "b.json")]
+              ("trace", "analyze", "t.json"), ("trace", "diff", "a.json", "b.json"), ("counters", "p.csv")]
 OTHER_OUTPUTS = [("bench", "--store"), ("bench", "--report"), ("train", "--store"), ("report", "--out"),
                  ("report", "--export-json"), ("report", "--export-csv"), ("trace", "analyze", "t.json", "--figures"),
                  ("trace", "analyze", "t.json", "--annotate"), ("gate", "--markdown"), ("comm", "--calibration")]

@@ -11,7 +11,8 @@ from wavefront import runtime
 from wavefront.cli import _common
 
 CLI = Path(_common.__file__).parent
-OWNED = ("bench", "compare", "bisect", "gate", "inspect", "report", "plan", "trace", "train", "comm", "_common",
+OWNED = ("bench", "compare", "bisect", "gate", "inspect", "report", "plan", "trace", "train", "comm", "counters",
+         "_common",
          "_output", "_tables")
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+NCU_CSV = str(Path(__file__).resolve().parents[1] / "data" / "counters" / "ncu_raw_h100_a.csv")
 
 PROBE = """
 import sys
@@ -24,6 +27,7 @@ print("TORCH_LOADED=" + str("torch" in sys.modules))
     (["--help"], False),
     (["trace", "--help"], False),
     (["plan", "--help"], False),
+    (["counters", NCU_CSV, "--json", os.devnull], False),  # a whole run, not only its help
     (["bench", "--help"], True),
 ])
 def test_torch_is_imported_only_for_kernel_verbs(argv, loads_torch):

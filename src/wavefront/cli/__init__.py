@@ -30,6 +30,7 @@ VERB_MODULES: tuple[str, ...] = (
     "wavefront.cli.trace",
     "wavefront.cli.inspect",
     "wavefront.cli.gate",
+    "wavefront.cli.counters",
 )
 
 
@@ -61,7 +62,7 @@ def build_app() -> typer.Typer:
 
 #: Verbs that never run a kernel: no backend detection, which imports torch (about 2 CPU-s and 185 MiB);
 #: `wavefront trace analyze` and `wavefront plan` work in an environment without torch.
-TORCH_FREE_VERBS: tuple[str, ...] = ("plan", "trace")
+TORCH_FREE_VERBS: tuple[str, ...] = ("plan", "trace", "counters")
 
 
 def _needs_backend(argv: list[str]) -> bool:

@@ -16,7 +16,7 @@ Doc = Annotated[
     list[str] | None,
     typer.Option(
         "--doc",
-        help="A JSON document to show (wavefront inspect/traffic --json, an lce_memory result, trace figures; "
+        help="A JSON document to show (wavefront inspect/traffic/counters --json, an lce_memory result, trace figures; "
         "repeatable). Without it, the documents stored with the newest runs are shown.",
     ),
 ]

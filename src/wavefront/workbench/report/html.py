@@ -17,7 +17,7 @@ from typing import Any
 
 from wavefront.workbench.bench.records import CPU_LABEL
 from wavefront.workbench.hardware import GPUS
-from wavefront.workbench.report import charts
+from wavefront.workbench.report import charts, counters
 from wavefront.workbench.report.data import ReportData
 from wavefront.workbench.report.headline import headline
 from wavefront.workbench.report.tables import INSPECT, LCE_MEMORY, TRACE_FIGURES, TRAFFIC, Document, Table
@@ -364,7 +364,7 @@ def _cpu_section(page: _Page, data: ReportData) -> None:
 
 def _other_documents(page: _Page, data: ReportData) -> None:
     for doc in data.documents:
-        if doc.schema in (INSPECT, TRAFFIC, LCE_MEMORY):
+        if doc.schema in (INSPECT, TRAFFIC, LCE_MEMORY, *counters.SCHEMAS):
             continue
         page.add(f'<h2>{_esc(doc.schema or doc.source)}</h2><p class="note">from {_esc(doc.source)}</p>')
         if doc.scalars:
@@ -427,6 +427,7 @@ def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
     if data.modeled:
         page.add(page.figure(charts.roofline(data.modeled, data.measured, traffic, data.target_device)))
         page.add(page.table(_modeled_table(data)))
+    counters.section(page, data.documents)
 
     lce = [d for d in data.documents if d.schema == LCE_MEMORY]
     page.add("<h2>Fused linear + cross-entropy memory</h2>")

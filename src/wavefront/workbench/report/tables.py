@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wavefront.workbench.counters.job import COMPARE_SCHEMA as COUNTERS_COMPARE
+from wavefront.workbench.counters.job import SCHEMA as COUNTERS
+
 MAX_ROWS = 2000
 MAX_CELL_CHARS = 120
 
@@ -26,7 +29,7 @@ INSPECT, TRAFFIC, LCE_MEMORY, TRACE_FIGURES = (
     "wavefront.trace.figures/1",
 )
 #: Schemas with a chart of their own, then those shown as tables only.
-CHARTED_SCHEMAS = (INSPECT, TRAFFIC, LCE_MEMORY, TRACE_FIGURES)
+CHARTED_SCHEMAS = (INSPECT, TRAFFIC, LCE_MEMORY, TRACE_FIGURES, COUNTERS, COUNTERS_COMPARE)
 TABLE_SCHEMAS = (
     "wavefront.roofline/1",
     "wavefront.plan/1",
@@ -185,6 +188,9 @@ def check_document(doc: Any, source: str) -> str:
             raise DocumentError(f'{source}: {schema} document without a list of row objects in "rows"')
     if schema == TRACE_FIGURES and not (isinstance(doc.get("figures"), list) and all(map(_is_figure, doc["figures"]))):
         raise DocumentError(f'{source}: {schema} document without a list of plotly figures in "figures"')
+    for sch, key in ((COUNTERS, "kernels"), (COUNTERS_COMPARE, "deltas")):
+        if schema == sch and not (isinstance(doc.get(key), list) and all(isinstance(r, dict) for r in doc[key])):
+            raise DocumentError(f'{source}: {schema} document without a list of objects in "{key}"')
     if schema == LCE_MEMORY and not isinstance(doc.get("full_logits_bytes"), int | float):
         raise DocumentError(f'{source}: {schema} document without "full_logits_bytes"')
     return schema
