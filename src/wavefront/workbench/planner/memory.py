@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from wavefront.workbench.hardware import GPU, GPUS
 from wavefront.workbench.planner.cluster import Cluster
 from wavefront.workbench.planner.model import (
     ModelSpec,
@@ -68,6 +69,31 @@ from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Training
 
 WEIGHT_BYTES = 2  # bf16 working weights (fp8 training keeps bf16 weights and casts per matmul)
 
+#: Device memory as CUDA reports it (torch.cuda.get_device_properties(d).total_memory), bytes: what a run has.
+#: The capacities on datasheets and in the device table ("80 GB") are binary sizes of the HBM stacks (5 x 16
+#: GiB on H100) less what the driver keeps, not 10^9-byte gigabytes: the H100's 80 "GB" are 85.0e9 bytes,
+#: 6% more than hbm_gb x 1e9. Parts without a reported figure here (and --hbm-gb overrides) use hbm_gb x 1e9.
+DEVICE_BYTES: dict[str, tuple[float, str]] = {
+    "h100": (81_082 * 2**20, "H100 80GB HBM3: total_memory 81,082-81,090 MiB in published torch device "
+                             "listings; torchtitan logs 'NVIDIA H100 80GB HBM3 with 79.18GiB memory'"),
+    "h200": (139.81 * 2**30, "H200: torchtitan logs 'NVIDIA H200 with 139.81GiB memory' (139.83 in another log)"),
+    "a100": (84_477_476_864, "A100-SXM4-80GB: 84,477,476,864 B total in a published allocator log (another "
+                             "reports 79.25 GiB visible; the lower is kept)"),
+    "a100-40gb": (40_536 * 2**20, "A100-SXM4-40GB: total_memory 40,536 MiB (published device listings)"),
+    "b200": (182_631 * 2**20, "B200: total_memory 182,631-182,642 MiB (published torch device listings)"),
+}
+
+
+def device_capacity(gpu: GPU) -> tuple[float, str]:
+    """(bytes a run can allocate on `gpu`, where the figure comes from): DEVICE_BYTES for a part of the
+    device table at its listed capacity, else hbm_gb x 1e9 (the user's --hbm-gb, or a part with no
+    reported figure)."""
+    listed = GPUS.get(gpu.key)
+    if gpu.key in DEVICE_BYTES and listed is not None and listed.hbm_gb == gpu.hbm_gb:
+        value, source = DEVICE_BYTES[gpu.key]
+        return float(value), source
+    return gpu.hbm_gb * 1e9, f"{gpu.hbm_gb:g} GB x 1e9 (no CUDA-reported figure)"
+
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
@@ -86,6 +112,7 @@ class MemoryBreakdown:
     inflight_micro_batches: int
     allocator_bytes: float = 0.0  # caching-allocator headroom: Training.allocator_slack x (acts + transient)
     usable_bytes: float = 0.0  # what a plan may use: Training.memory_headroom x capacity (0: all of it)
+    capacity_source: str = ""  # where capacity_bytes comes from (device_capacity)
 
     @property
     def fits(self) -> bool:
@@ -299,7 +326,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         transient_states = 0.0
         buffers = 2 * training.bucket_mib * 2**20 if cfg.dp * cfg.cp > 1 else 0.0
     overhead = training.framework_overhead_gb * 1e9
-    capacity = cluster.gpu.hbm_gb * 1e9
+    capacity, capacity_source = device_capacity(cluster.gpu)
 
     transient = working + transient_states
     best: tuple | None = None
@@ -315,4 +342,4 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     assert best is not None  # candidates is never empty
     total, stage, acts, w, gr, opt, slack, inflight = best
     return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack,
-                           capacity * training.memory_headroom)
+                           capacity * training.memory_headroom, capacity_source)
