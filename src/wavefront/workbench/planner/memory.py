@@ -131,6 +131,21 @@ class MemoryBreakdown:
         return d
 
 
+def loss_activation_bytes(model: ModelSpec, training: Training, *, seq_len: float, micro_batch: int,
+                          tp: int) -> float:
+    """The last stage's output layer and loss, held once (training.LOSS_LOGITS): "vocab-parallel" keeps
+    the output layer's inputs and the fp32 logits, 4sbh(1 + V/h)/t (model.output_activation_bytes);
+    "native" (F.cross_entropy(logits.float())) peaks at the loss with the bf16 logits, their fp32 copy and
+    the fp32 log-softmax it saves, 10sbV/t, beside the same 4sbh/t; "fused" never forms the logits: 4sbh/t.
+    (t: the vocabulary split of tensor parallelism, torchtitan's loss parallel.)"""
+    s, b, h = float(seq_len), float(micro_batch), float(model.dims.hidden)
+    if training.loss_logits == "native":
+        return (4.0 * s * b * h + 10.0 * s * b * model.dims.vocab) / tp
+    if training.loss_logits == "fused":
+        return 4.0 * s * b * h / tp
+    return output_activation_bytes(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp)
+
+
 def stage_layer_mix(model: ModelSpec, cfg: PlanConfig) -> tuple[tuple[int, int], tuple[int, int]]:
     """(dense layers, MoE layers) on one GPU of the first and of the last pipeline stage. A MoE model's
     first_dense layers sit on the first stage; the other stages hold MoE layers only."""
@@ -288,13 +303,14 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     stage_first = fd * per_layer + fm * per_moe if model.moe is not None else layers * per_layer
 
     emb_act = embedding_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp)
-    out_act = output_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp)
+    out_act = loss_activation_bytes(model, training, seq_len=s_local, micro_batch=b, tp=cfg.tp)
     # (stage name, parameters, routed-expert parameters, activations, micro-batches in flight)
     candidates: list[tuple[str, float, float, float, int]] = []
     if cfg.pp == 1:
         candidates.append(("only", p_first, e_first, stage_first + emb_act + out_act, 1))
     else:
-        pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep)
+        pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep,
+                training.loss_logits)
         if memo is not None and pkey in memo:
             candidates = memo[pkey]
         else:
