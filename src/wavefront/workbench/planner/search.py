@@ -22,7 +22,7 @@ from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
-from wavefront.workbench.planner.memory import MemoryBreakdown, memory_breakdown
+from wavefront.workbench.planner.memory import MemoryBreakdown, device_capacity, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig, structural_problems
@@ -129,8 +129,8 @@ class SearchResult:
                          + "): not stated; other stacks price differently, state yours with these flags")
         if self.ranked:
             by = "step time" if self.rank_by == "time" else "$/step, then step time"
-            usable = ", ".join(f"{c.gpu.hbm_gb * tr.memory_headroom:.0f} of {c.gpu.hbm_gb:.0f} GB"
-                               for c in self.clusters)
+            usable = ", ".join(f"{device_capacity(c.gpu)[0] * tr.memory_headroom / 1e9:.1f} of "
+                               f"{device_capacity(c.gpu)[0] / 1e9:.1f} GB" for c in self.clusters)
             lines.append(f"{len(self.ranked):,} feasible plans, best {len(self.shown())} by {by} ({TIE_RULE}); "
                          f"memory headroom {tr.memory_headroom:.2f} ({usable} usable)")
         return lines
@@ -280,7 +280,7 @@ def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
     reasons: tuple[str, ...] = ()
     if not mem.fits:
         reasons = (f"needs {mem.total_bytes / 1e9:.2f} GB per GPU on the {mem.stage} stage, "
-                   f"{cluster.gpu.key} has {mem.capacity_bytes / 1e9:.0f} GB, {mem.usable_bytes / 1e9:.1f} usable "
+                   f"{cluster.gpu.key} has {mem.capacity_bytes / 1e9:.1f} GB, {mem.usable_bytes / 1e9:.1f} usable "
                    f"at headroom {training.memory_headroom:.2f}",)
     return PlanResult(cfg, cluster, mem, t, model, training, reasons)
 
