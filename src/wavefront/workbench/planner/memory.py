@@ -17,27 +17,29 @@ P is the parameter count of a pipeline rank: its layers (pipeline.chunk_layers) 
 weights replicated) plus the input embedding V*h/tp on the first stage and the output layer on the last
 (Megatron keeps a copy of a tied embedding there).
 
-Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes) with pipeline parallelism:
-per rank, the largest set of (micro-batch, chunk) activations the schedule keeps live, stepped from the
-schedule's own order (pipeline.py: 1F1B holds min(pp - r, m) micro-batches on rank r; the interleaved schedule
-min(2 (pp - r - 1) + (vpp - 1) pp + 1, m vpp) chunks; ZB-H1 keeps 1F1B's), each chunk weighed by its own
-layers (uneven stages: fewer layers on the first and last chunks), the first chunk of rank 0 adding the
-embedding's output per live micro-batch, the last rank the output layer's inputs and the float32 logits 4sbh(1
-+ V/h)/t once. The memory reported is that of the rank with the largest total (`stage`: "first", "last" or
-"rank R"; Llama 3 405B at 16 micro-batches: rank 1, whose 8 one-layer chunks all hold every micro-batch, while
-rank 0 has an embedding-only chunk). fp8 training keeps the linear layers' inputs in fp8
-(model.layer_activation_bytes). Transients: with full (selective, per-op) recomputation the backward rebuilds
-one layer's full activations (what the policy dropped) at a time; ZeRO-3 gathers the bf16 weights of two units
-(current + prefetch) and the unsharded gradients of one before its reduce-scatter, plus the whole stage's bf16
-weights without resharding (Training.fsdp_gather "no-reshard") and its gradients too when gathering once per
-step ("step"); HSDP (PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two
-in-flight gradient buckets. CPU offload (Training.offload_optimizer) moves the master weights and optimizer
-states to the host. Framework overhead (CUDA context, NCCL, workspaces) is a constant, and the caching
-allocator's headroom an explicit term, Training.allocator_slack (5%) x (activations + transients), reported as
-allocator_bytes: PyTorch's allocator rounds blocks and keeps freed ones cached (reserved > allocated), which
-the published peaks of frameworks that report reserved memory include. Beyond it, the search admits a plan
-only within Training.memory_headroom (default 0.90) of the device (usable_bytes; fits), leaving the rest for
-fragmentation the 5% does not cover and for this model's error; fits_device checks the whole device.
+Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes) with pipeline parallelism: per
+rank, the largest set of (micro-batch, chunk) activations the schedule keeps live, stepped from the schedule's own
+order (pipeline.py: 1F1B holds min(pp - r, m) micro-batches on rank r; the interleaved schedule min(2 (pp - r - 1) +
+(vpp - 1) pp + 1, m vpp) chunks; ZB-H1 keeps 1F1B's), each chunk weighed by its own layers (uneven stages: fewer
+layers on the first and last chunks), the first chunk of rank 0 adding the embedding's output per live micro-batch,
+the last rank the loss once (loss_activation_bytes, per Training.loss_logits: Megatron's vocab-parallel fp32 logits
+4sbh(1 + V/h)/t, PyTorch's F.cross_entropy on an fp32 copy 4sbh/t + 10sbV/t, or a fused LM-head loss 4sbh/t). The
+memory reported is that of the rank with the largest total (`stage`: "first", "last" or "rank R"; Llama 3 405B at 16
+micro-batches: rank 1, whose 8 one-layer chunks all hold every micro-batch, while rank 0 has an embedding-only
+chunk). fp8 training keeps the linear layers' inputs in fp8 (model.layer_activation_bytes). Transients: with full
+(selective, per-op) recomputation the backward rebuilds one layer's full activations (what the policy dropped) at a
+time; ZeRO-3 gathers the bf16 weights of two units (current + prefetch) and the unsharded gradients of one before
+its reduce-scatter, plus the whole stage's bf16 weights without resharding (Training.fsdp_gather "no-reshard") and
+its gradients too when gathering once per step ("step"); HSDP (PlanConfig.shard) shards the states over the shard
+group only; ZeRO 0-2 keep two in-flight gradient buckets. CPU offload (Training.offload_optimizer) moves the master
+weights and optimizer states to the host. Framework overhead (CUDA context, NCCL, workspaces) is a constant, and the
+caching allocator's headroom an explicit term, Training.allocator_slack (5%) x (activations + transients), reported
+as allocator_bytes: PyTorch's allocator rounds blocks and keeps freed ones cached (reserved > allocated), which the
+published peaks of frameworks that report reserved memory include. Beyond it, the search admits a plan only within
+Training.memory_headroom (default 0.90) of the device (usable_bytes; fits), leaving the rest for fragmentation the
+5% does not cover and for this model's error; fits_device checks the whole device. The 5% is an assumption (no
+published figure sizes reserved-over-allocated); the device is its memory as CUDA reports it (DEVICE_BYTES: an H100
+80GB has 85.0e9 B, not 80e9).
 
 Measured (tests/workbench/planner/test_planner_recompute_measured.py, `wavefront train --recompute`): the
 per-layer activations of every policy to the norms' rstd; the full-recompute working set to 1.4%; every-other's
