@@ -61,3 +61,17 @@ def test_memory_against_published_peaks_regression_guard():
     assert n == 2 and med <= 0.74 and signed > 0
     # the fully recomputed rows are under the reserved peak (an upper bound of what is allocated)
     assert all(-0.27 <= r.rel_error <= 0.0 for r, _ in rows if r.table.endswith("202412") and "lbs2" not in r.row)
+
+
+def test_docs_memory_table_is_what_the_model_computes():
+    """docs/planner.md's memory-accuracy table (Memory section) states these figures."""
+    docs = (Path(__file__).parents[3] / "docs" / "planner.md").read_text()
+    block = docs.split("<!-- memory-accuracy:", 1)[1].split("\n\n", 1)[0]
+    stated = {}
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0] in ("held-out", "calibration"):
+            stated[(cells[1].split()[0], cells[0])] = (int(cells[2]), cells[3], cells[4])
+    computed = {key: (n, f"{med:.1%}", f"{signed:+.1%}") for key, (n, med, signed) in _summary(_memory_rows()).items()
+                if key[0] != "overall"}
+    assert stated == computed

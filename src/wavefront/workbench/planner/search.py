@@ -502,7 +502,8 @@ def explain(result: SearchResult, n_runner_ups: int = 4) -> list[str]:
     parts = sorted(t.parts().items(), key=lambda kv: -kv[1])
     shares = ", ".join(f"{k} {v / t.step_s:.0%}" for k, v in parts if v > 0.005 * t.step_s)
     lines = [f"winner {best.config.label()} on {best.cluster.label}: {t.step_s:.3f} s/step "
-             f"({shares}); {_m(best).total_bytes / 1e9:.1f} of {_m(best).capacity_bytes / 1e9:.0f} GB"]
+             f"({shares}); {_m(best).total_bytes / 1e9:.1f} of {_m(best).capacity_bytes / 1e9:.1f} GB, "
+             f"{_m(best).allocator_bytes / 1e9:.1f} GB of it the allocator allowance (fragmentation)"]
     near = [r for r in result.ranked[1:] if _t(r).step_s <= t.step_s * (1.0 + NEAR_TIE)]
     if near and result.rank_by == "time":
         leanest = min(near, key=lambda r: _m(r).total_bytes)
