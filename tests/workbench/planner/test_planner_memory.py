@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from wavefront.shapes import ModelDims, get_model
+from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner import PlanConfig, Training, make_cluster, memory_breakdown
-from wavefront.workbench.planner.memory import state_bytes
+from wavefront.workbench.planner.memory import DEVICE_BYTES, device_capacity, loss_activation_bytes, state_bytes
 from wavefront.workbench.planner.model import ModelSpec, layer_activation_bytes, output_activation_bytes
 
 GIB = 2**30
@@ -138,7 +139,7 @@ def test_memory_total_adds_up_and_feasibility():
     assert mem.total_bytes == pytest.approx(parts)
     # the allocator headroom is an explicit, documented term: 5% of activations and transients
     assert mem.allocator_bytes == pytest.approx(0.05 * (mem.activations_bytes + mem.transient_bytes))
-    assert not mem.fits and mem.capacity_bytes == 80e9  # 70B replicated with Adam: > 1 TB per GPU
+    assert not mem.fits and mem.capacity_bytes == 81_082 * 2**20  # 70B replicated with Adam: > 1 TB per GPU
     sharded = memory_breakdown(model, PlanConfig(tp=8, sp=True, pp=1, dp=1, zero=0, recompute="full"),
                                Training(global_batch_tokens=8192, seq_len=8192), cluster)
     # matmul weights and both vocabulary tables split 8 ways; norm weights replicated; 2 B each
@@ -156,3 +157,38 @@ def test_tied_embeddings_last_stage_keeps_a_copy():
     assert first == body + 1000 * 256 and last == body + 1000 * 256 + 256
     single, _ = stage_params(model, PlanConfig(pp=1))
     assert single == 2 * body + 1000 * 256 + 256  # tied: one table on a single stage
+
+
+def test_device_capacity_is_what_cuda_reports_and_an_override_is_taken_as_given():
+    """The H100's "80 GB" is 81,082 MiB to CUDA (85.0e9 B): the fit checks use that; a part without a
+    reported figure, and --hbm-gb, are GB x 1e9."""
+    assert device_capacity(get_gpu("h100"))[0] == 81_082 * 2**20 == pytest.approx(85.02e9, rel=1e-3)
+    assert all(value > get_gpu(key).hbm_gb * 1e9 for key, (value, _) in DEVICE_BYTES.items())
+    assert device_capacity(get_gpu("mi300x"))[0] == 192e9
+    assert make_cluster("8xh100", hbm_gb=96).gpu.hbm_gb == 96
+    assert device_capacity(make_cluster("8xh100", hbm_gb=96).gpu)[0] == 96e9
+    mem = memory_breakdown(ModelSpec(get_model("llama3-8b")), PlanConfig(dp=8, zero=3),
+                           Training(global_batch_tokens=8 * 8192, seq_len=8192), make_cluster("8xh100"))
+    assert mem.capacity_bytes == 81_082 * 2**20 and "81,082" in mem.capacity_source
+    assert mem.usable_bytes == pytest.approx(0.9 * mem.capacity_bytes)
+
+
+def test_loss_logits_per_stack():
+    """Megatron's vocab-parallel loss keeps 4sbh(1 + V/h)/t; PyTorch's F.cross_entropy on logits cast to
+    fp32 peaks at 4sbh/t + 10sbV/t (bf16 logits, fp32 copy, fp32 log-softmax); a fused LM-head loss keeps
+    4sbh/t. The memory total moves by exactly the difference, on the last stage."""
+    model = ModelSpec(get_model("llama3-8b"))
+    s, b, h, v = 8192, 2, 4096, 128256
+    train = {k: Training(global_batch_tokens=16 * 8192, seq_len=8192, loss_logits=k)
+             for k in ("vocab-parallel", "native", "fused")}
+    got = {k: loss_activation_bytes(model, t, seq_len=s, micro_batch=b, tp=2) for k, t in train.items()}
+    assert got["vocab-parallel"] == output_activation_bytes(model, seq_len=s, micro_batch=b, tp=2)
+    assert got["native"] == pytest.approx((4 * s * b * h + 10 * s * b * v) / 2)
+    assert got["fused"] == pytest.approx(4 * s * b * h / 2)
+    cfg, cluster = PlanConfig(dp=8, zero=3, micro_batch=2), make_cluster("8xh100")
+    totals = {k: memory_breakdown(model, cfg, t, cluster) for k, t in train.items()}
+    native, vp = totals["native"], totals["vocab-parallel"]
+    gap = (got["native"] - got["vocab-parallel"]) * 2  # tp 1 in the plan
+    assert native.activations_bytes - vp.activations_bytes == pytest.approx(gap)
+    with pytest.raises(ValueError, match="loss_logits must be one of"):
+        Training(global_batch_tokens=8192, seq_len=8192, loss_logits="chunked")

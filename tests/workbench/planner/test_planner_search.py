@@ -58,7 +58,7 @@ def test_context_parallel_split_must_be_even():
 def test_out_of_memory_is_infeasible_with_numbers():
     res = _eval(PlanConfig(dp=64, zero=0))
     assert not res.feasible and res.memory is not None and res.time is not None
-    assert "per GPU" in res.reasons[0] and "h100 has 80 GB" in res.reasons[0]
+    assert "per GPU" in res.reasons[0] and "h100 has 85.0 GB" in res.reasons[0]
 
 
 def test_unknown_gpu_lists_known_ones():

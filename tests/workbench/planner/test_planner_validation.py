@@ -99,9 +99,12 @@ def test_llama3_table4():
 
 
 def test_torchtitan_relative_throughput_and_memory():
-    """Ratios: median 25% -> 12.5% (bound 30% -> 15%). Memory: the two per-op-checkpointed rows now
-    match torchtitan's reported peak to 3% ('op' policy); the fully recomputed rows stay below the
-    caching allocator's reserved peak (an upper bound of what is allocated)."""
+    """Ratios: median 25% -> 12.5% (bound 30% -> 15%). Memory: the fully recomputed rows stay below the
+    caching allocator's reserved peak (an upper bound of what is allocated), now within 27% (were 41-64%
+    under: the torch-native loss's fp32 logits, Table 5's micro-batches and the pipelined FSDP's unsharded
+    fp32 gradients). The two per-op-checkpointed rows are over, by 15% and 21%: the planner's 'op' policy
+    keeps every matmul output (wavefront train's), torchtitan's keeps every other one (docs/planner.md,
+    Memory); they matched to 3% before only because the loss's logits were undercounted by as much."""
     rep = _report("torchtitan_llama3_h100_202412")
     ratios = [r for r in rep.rows if r.metric == "tokens_per_s_per_gpu"]
     assert len(ratios) == 8
@@ -115,8 +118,8 @@ def test_torchtitan_relative_throughput_and_memory():
     mem = [r for r in rep.rows if r.metric == "memory_gib"]
     full = [r for r in mem if recompute[r.row] == "full"]
     op = [r for r in mem if recompute[r.row] == "op"]
-    assert len(full) == 11 and all(r.predicted <= r.published for r in full)
-    assert len(op) == 2 and all(abs(r.rel_error) <= 0.03 for r in op)
+    assert len(full) == 11 and all(-0.27 <= r.rel_error <= 0.0 for r in full)
+    assert len(op) == 2 and all(0.0 < r.rel_error <= 0.21 for r in op)
 
 
 def test_narayanan_zero3_rows_are_a_flat_single_nic_setting_not_per_micro_batch_gathers():

@@ -17,27 +17,29 @@ P is the parameter count of a pipeline rank: its layers (pipeline.chunk_layers) 
 weights replicated) plus the input embedding V*h/tp on the first stage and the output layer on the last
 (Megatron keeps a copy of a tied embedding there).
 
-Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes) with pipeline parallelism:
-per rank, the largest set of (micro-batch, chunk) activations the schedule keeps live, stepped from the
-schedule's own order (pipeline.py: 1F1B holds min(pp - r, m) micro-batches on rank r; the interleaved schedule
-min(2 (pp - r - 1) + (vpp - 1) pp + 1, m vpp) chunks; ZB-H1 keeps 1F1B's), each chunk weighed by its own
-layers (uneven stages: fewer layers on the first and last chunks), the first chunk of rank 0 adding the
-embedding's output per live micro-batch, the last rank the output layer's inputs and the float32 logits 4sbh(1
-+ V/h)/t once. The memory reported is that of the rank with the largest total (`stage`: "first", "last" or
-"rank R"; Llama 3 405B at 16 micro-batches: rank 1, whose 8 one-layer chunks all hold every micro-batch, while
-rank 0 has an embedding-only chunk). fp8 training keeps the linear layers' inputs in fp8
-(model.layer_activation_bytes). Transients: with full (selective, per-op) recomputation the backward rebuilds
-one layer's full activations (what the policy dropped) at a time; ZeRO-3 gathers the bf16 weights of two units
-(current + prefetch) and the unsharded gradients of one before its reduce-scatter, plus the whole stage's bf16
-weights without resharding (Training.fsdp_gather "no-reshard") and its gradients too when gathering once per
-step ("step"); HSDP (PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two
-in-flight gradient buckets. CPU offload (Training.offload_optimizer) moves the master weights and optimizer
-states to the host. Framework overhead (CUDA context, NCCL, workspaces) is a constant, and the caching
-allocator's headroom an explicit term, Training.allocator_slack (5%) x (activations + transients), reported as
-allocator_bytes: PyTorch's allocator rounds blocks and keeps freed ones cached (reserved > allocated), which
-the published peaks of frameworks that report reserved memory include. Beyond it, the search admits a plan
-only within Training.memory_headroom (default 0.90) of the device (usable_bytes; fits), leaving the rest for
-fragmentation the 5% does not cover and for this model's error; fits_device checks the whole device.
+Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes) with pipeline parallelism: per
+rank, the largest set of (micro-batch, chunk) activations the schedule keeps live, stepped from the schedule's own
+order (pipeline.py: 1F1B holds min(pp - r, m) micro-batches on rank r; the interleaved schedule min(2 (pp - r - 1) +
+(vpp - 1) pp + 1, m vpp) chunks; ZB-H1 keeps 1F1B's), each chunk weighed by its own layers (uneven stages: fewer
+layers on the first and last chunks), the first chunk of rank 0 adding the embedding's output per live micro-batch,
+the last rank the loss once (loss_activation_bytes, per Training.loss_logits: Megatron's vocab-parallel fp32 logits
+4sbh(1 + V/h)/t, PyTorch's F.cross_entropy on an fp32 copy 4sbh/t + 10sbV/t, or a fused LM-head loss 4sbh/t). The
+memory reported is that of the rank with the largest total (`stage`: "first", "last" or "rank R"; Llama 3 405B at 16
+micro-batches: rank 1, whose 8 one-layer chunks all hold every micro-batch, while rank 0 has an embedding-only
+chunk). fp8 training keeps the linear layers' inputs in fp8 (model.layer_activation_bytes). Transients: with full
+(selective, per-op) recomputation the backward rebuilds one layer's full activations (what the policy dropped) at a
+time; ZeRO-3 gathers the bf16 weights of two units (current + prefetch) and the unsharded gradients of one before
+its reduce-scatter, plus the whole stage's bf16 weights without resharding (Training.fsdp_gather "no-reshard") and
+its gradients too when gathering once per step ("step"); HSDP (PlanConfig.shard) shards the states over the shard
+group only; ZeRO 0-2 keep two in-flight gradient buckets. CPU offload (Training.offload_optimizer) moves the master
+weights and optimizer states to the host. Framework overhead (CUDA context, NCCL, workspaces) is a constant, and the
+caching allocator's headroom an explicit term, Training.allocator_slack (5%) x (activations + transients), reported
+as allocator_bytes: PyTorch's allocator rounds blocks and keeps freed ones cached (reserved > allocated), which the
+published peaks of frameworks that report reserved memory include. Beyond it, the search admits a plan only within
+Training.memory_headroom (default 0.90) of the device (usable_bytes; fits), leaving the rest for fragmentation the
+5% does not cover and for this model's error; fits_device checks the whole device. The 5% is an assumption (no
+published figure sizes reserved-over-allocated); the device is its memory as CUDA reports it (DEVICE_BYTES: an H100
+80GB has 85.0e9 B, not 80e9).
 
 Measured (tests/workbench/planner/test_planner_recompute_measured.py, `wavefront train --recompute`): the
 per-layer activations of every policy to the norms' rstd; the full-recompute working set to 1.4%; every-other's
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from wavefront.workbench.hardware import GPU, GPUS
 from wavefront.workbench.planner.cluster import Cluster
 from wavefront.workbench.planner.model import (
     ModelSpec,
@@ -68,6 +71,31 @@ from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Training
 
 WEIGHT_BYTES = 2  # bf16 working weights (fp8 training keeps bf16 weights and casts per matmul)
 
+#: Device memory as CUDA reports it (torch.cuda.get_device_properties(d).total_memory), bytes: what a run has.
+#: The capacities on datasheets and in the device table ("80 GB") are binary sizes of the HBM stacks (5 x 16
+#: GiB on H100) less what the driver keeps, not 10^9-byte gigabytes: the H100's 80 "GB" are 85.0e9 bytes,
+#: 6% more than hbm_gb x 1e9. Parts without a reported figure here (and --hbm-gb overrides) use hbm_gb x 1e9.
+DEVICE_BYTES: dict[str, tuple[float, str]] = {
+    "h100": (81_082 * 2**20, "H100 80GB HBM3: total_memory 81,082-81,090 MiB in published torch device "
+                             "listings; torchtitan logs 'NVIDIA H100 80GB HBM3 with 79.18GiB memory'"),
+    "h200": (139.81 * 2**30, "H200: torchtitan logs 'NVIDIA H200 with 139.81GiB memory' (139.83 in another log)"),
+    "a100": (84_477_476_864, "A100-SXM4-80GB: 84,477,476,864 B total in a published allocator log (another "
+                             "reports 79.25 GiB visible; the lower is kept)"),
+    "a100-40gb": (40_536 * 2**20, "A100-SXM4-40GB: total_memory 40,536 MiB (published device listings)"),
+    "b200": (182_631 * 2**20, "B200: total_memory 182,631-182,642 MiB (published torch device listings)"),
+}
+
+
+def device_capacity(gpu: GPU) -> tuple[float, str]:
+    """(bytes a run can allocate on `gpu`, where the figure comes from): DEVICE_BYTES for a part of the
+    device table at its listed capacity, else hbm_gb x 1e9 (the user's --hbm-gb, or a part with no
+    reported figure)."""
+    listed = GPUS.get(gpu.key)
+    if gpu.key in DEVICE_BYTES and listed is not None and listed.hbm_gb == gpu.hbm_gb:
+        value, source = DEVICE_BYTES[gpu.key]
+        return float(value), source
+    return gpu.hbm_gb * 1e9, f"{gpu.hbm_gb:g} GB x 1e9 (no CUDA-reported figure)"
+
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
@@ -86,6 +114,7 @@ class MemoryBreakdown:
     inflight_micro_batches: int
     allocator_bytes: float = 0.0  # caching-allocator headroom: Training.allocator_slack x (acts + transient)
     usable_bytes: float = 0.0  # what a plan may use: Training.memory_headroom x capacity (0: all of it)
+    capacity_source: str = ""  # where capacity_bytes comes from (device_capacity)
 
     @property
     def fits(self) -> bool:
@@ -102,6 +131,21 @@ class MemoryBreakdown:
         d["total_gib"] = self.total_bytes / 2**30
         d["total_gb"] = self.total_bytes / 1e9
         return d
+
+
+def loss_activation_bytes(model: ModelSpec, training: Training, *, seq_len: float, micro_batch: int,
+                          tp: int) -> float:
+    """The last stage's output layer and loss, held once (training.LOSS_LOGITS): "vocab-parallel" keeps
+    the output layer's inputs and the fp32 logits, 4sbh(1 + V/h)/t (model.output_activation_bytes);
+    "native" (F.cross_entropy(logits.float())) peaks at the loss with the bf16 logits, their fp32 copy and
+    the fp32 log-softmax it saves, 10sbV/t, beside the same 4sbh/t; "fused" never forms the logits: 4sbh/t.
+    (t: the vocabulary split of tensor parallelism, torchtitan's loss parallel.)"""
+    s, b, h = float(seq_len), float(micro_batch), float(model.dims.hidden)
+    if training.loss_logits == "native":
+        return (4.0 * s * b * h + 10.0 * s * b * model.dims.vocab) / tp
+    if training.loss_logits == "fused":
+        return 4.0 * s * b * h / tp
+    return output_activation_bytes(model, seq_len=seq_len, micro_batch=micro_batch, tp=tp)
 
 
 def stage_layer_mix(model: ModelSpec, cfg: PlanConfig) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -261,13 +305,14 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     stage_first = fd * per_layer + fm * per_moe if model.moe is not None else layers * per_layer
 
     emb_act = embedding_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp)
-    out_act = output_activation_bytes(model, seq_len=s_local, micro_batch=b, tp=cfg.tp)
+    out_act = loss_activation_bytes(model, training, seq_len=s_local, micro_batch=b, tp=cfg.tp)
     # (stage name, parameters, routed-expert parameters, activations, micro-batches in flight)
     candidates: list[tuple[str, float, float, float, int]] = []
     if cfg.pp == 1:
         candidates.append(("only", p_first, e_first, stage_first + emb_act + out_act, 1))
     else:
-        pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep)
+        pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep,
+                training.loss_logits)
         if memo is not None and pkey in memo:
             candidates = memo[pkey]
         else:
@@ -299,7 +344,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         transient_states = 0.0
         buffers = 2 * training.bucket_mib * 2**20 if cfg.dp * cfg.cp > 1 else 0.0
     overhead = training.framework_overhead_gb * 1e9
-    capacity = cluster.gpu.hbm_gb * 1e9
+    capacity, capacity_source = device_capacity(cluster.gpu)
 
     transient = working + transient_states
     best: tuple | None = None
@@ -315,4 +360,4 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     assert best is not None  # candidates is never empty
     total, stage, acts, w, gr, opt, slack, inflight = best
     return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack,
-                           capacity * training.memory_headroom)
+                           capacity * training.memory_headroom, capacity_source)

@@ -22,7 +22,7 @@ from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
-from wavefront.workbench.planner.memory import MemoryBreakdown, memory_breakdown
+from wavefront.workbench.planner.memory import MemoryBreakdown, device_capacity, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig, structural_problems
@@ -129,8 +129,8 @@ class SearchResult:
                          + "): not stated; other stacks price differently, state yours with these flags")
         if self.ranked:
             by = "step time" if self.rank_by == "time" else "$/step, then step time"
-            usable = ", ".join(f"{c.gpu.hbm_gb * tr.memory_headroom:.0f} of {c.gpu.hbm_gb:.0f} GB"
-                               for c in self.clusters)
+            usable = ", ".join(f"{device_capacity(c.gpu)[0] * tr.memory_headroom / 1e9:.1f} of "
+                               f"{device_capacity(c.gpu)[0] / 1e9:.1f} GB" for c in self.clusters)
             lines.append(f"{len(self.ranked):,} feasible plans, best {len(self.shown())} by {by} ({TIE_RULE}); "
                          f"memory headroom {tr.memory_headroom:.2f} ({usable} usable)")
         return lines
@@ -280,7 +280,7 @@ def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
     reasons: tuple[str, ...] = ()
     if not mem.fits:
         reasons = (f"needs {mem.total_bytes / 1e9:.2f} GB per GPU on the {mem.stage} stage, "
-                   f"{cluster.gpu.key} has {mem.capacity_bytes / 1e9:.0f} GB, {mem.usable_bytes / 1e9:.1f} usable "
+                   f"{cluster.gpu.key} has {mem.capacity_bytes / 1e9:.1f} GB, {mem.usable_bytes / 1e9:.1f} usable "
                    f"at headroom {training.memory_headroom:.2f}",)
     return PlanResult(cfg, cluster, mem, t, model, training, reasons)
 
@@ -502,7 +502,8 @@ def explain(result: SearchResult, n_runner_ups: int = 4) -> list[str]:
     parts = sorted(t.parts().items(), key=lambda kv: -kv[1])
     shares = ", ".join(f"{k} {v / t.step_s:.0%}" for k, v in parts if v > 0.005 * t.step_s)
     lines = [f"winner {best.config.label()} on {best.cluster.label}: {t.step_s:.3f} s/step "
-             f"({shares}); {_m(best).total_bytes / 1e9:.1f} of {_m(best).capacity_bytes / 1e9:.0f} GB"]
+             f"({shares}); {_m(best).total_bytes / 1e9:.1f} of {_m(best).capacity_bytes / 1e9:.1f} GB, "
+             f"{_m(best).allocator_bytes / 1e9:.1f} GB of it the allocator allowance (fragmentation)"]
     near = [r for r in result.ranked[1:] if _t(r).step_s <= t.step_s * (1.0 + NEAR_TIE)]
     if near and result.rank_by == "time":
         leanest = min(near, key=lambda r: _m(r).total_bytes)

@@ -23,6 +23,11 @@ CP_COMM = ("ring", "all-gather")
 #: Attention kernel classes (kernels.ATTENTION_KERNEL_SPEEDUP): "fa2" (flash-attn 2, PyTorch SDPA's flash
 #: backend; what Efficiency.attention is fitted as), "cudnn" (Transformer Engine's default on Hopper), "fa3".
 ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
+#: How the loss holds the logits (memory.loss_activation_bytes): "vocab-parallel" (Megatron's fused
+#: vocab-parallel cross-entropy: fp32 logits 4sbV/t, Korthikanti et al. 2022 Sec. 4.2.2), "native" (PyTorch's
+#: F.cross_entropy on logits cast to fp32, torchtitan: bf16 logits + fp32 copy + fp32 log-softmax, 10sbV/t at
+#: the loss), "fused" (a fused LM-head + cross-entropy that never forms the logits: wavefront's own).
+LOSS_LOGITS = ("vocab-parallel", "native", "fused")
 
 #: Bytes per parameter kept by each optimizer: (fp32 master copy, optimizer states). AdamW keeps an fp32
 #: master weight and two fp32 moments (the 12 of ZeRO's 2 + 2 + 12 = 16 bytes per parameter, Rajbhandari
@@ -146,6 +151,7 @@ class Training:
     framework_overhead_gb: CUDA context, NCCL buffers and workspace (training-math.md: about 1-3 GB).
     allocator_slack: fraction added to activation and transient memory for caching-allocator
         fragmentation (reserved vs allocated).
+    loss_logits: how the loss holds the logits (LOSS_LOGITS; memory only).
     memory_headroom: fraction of the device memory a plan may use (default MEMORY_HEADROOM, 0.90): the
         rest is room for allocator fragmentation beyond allocator_slack, for the memory model's error and
         for what the model leaves out; a plan over it is out of memory. 1.0 admits up to the full device.
@@ -179,6 +185,7 @@ class Training:
     framework_overhead_gb: float = 2.0
     allocator_slack: float = 0.05
     memory_headroom: float = 0.90
+    loss_logits: str = "vocab-parallel"
     zero3_16bit_shard: bool = False
     stack: str = "megatron"
     fsdp_gather: str = "micro-batch"
@@ -209,6 +216,8 @@ class Training:
                              f"seq_len ({self.seq_len})")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.loss_logits not in LOSS_LOGITS:
+            raise ValueError(f"loss_logits must be one of {LOSS_LOGITS}, got {self.loss_logits!r}")
         if self.optimizer not in OPTIMIZER_BYTES:
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_BYTES)}, got {self.optimizer!r}")
         if self.grad_bytes not in (2, 4):

@@ -43,7 +43,7 @@ METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "memory_gib", "step_s", "la
 CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-group")
 
 _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch", "ep")
-_TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib",
+_TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib", "loss_logits",
                "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm",
                "moe_imbalance", "ep_overlap", "attention_kernel")
 
