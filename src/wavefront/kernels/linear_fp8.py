@@ -148,8 +148,13 @@ def tma_requested() -> bool:
 def tma_operands(qa: torch.Tensor, qb: torch.Tensor) -> bool:
     """Whether both FP8 operands qualify for a tensor descriptor: unit stride along K, 16-byte aligned base
     and rows (K % 16 == 0 for contiguous operands)."""
-    return all(t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
-               for t in (qa, qb))
+    return _tma_rows(qa) and _tma_rows(qb)
+
+
+def _tma_rows(t: torch.Tensor) -> bool:
+    """A 2-D tensor whose rows a tensor descriptor can address: unit last stride, 16-byte aligned base and rows."""
+    return (t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
+            and (t.stride(0) * t.element_size()) % 16 == 0)
 
 
 def fp8_tma_config(arch: Arch, group_k: int, native_mx: bool) -> Fp8GemmConfig | None:
