@@ -25,6 +25,14 @@ multiply-add. The kernel reads the same fp32 scales (s = 2^k, x ~ q / s) and con
 of its dequantization factor 2^-k, which is 127 - k = 254 - (the biased exponent field of s): exact, no
 extra pass. Other targets (sm_90 has no MX MMA; gfx942 none either) keep the per-block kernel.
 
+On sm_90 / sm_100, ``_fp8_gemm_tma_kernel`` runs every recipe (the three scale forms above as SCALES
+"epilogue", "block", "mx") on the bf16 GEMM's persistent, warp-specialized structure (kernels/linear_tma.py,
+whose descriptor and tile-load helpers it calls): A and B tiles by TMA into the producer's ring, the scales
+by pointer in the consumers through the same helpers as the cp.async kernels, so the sums and their order
+are the same. Opt-in (``WAVEFRONT_FP8_TMA=1`` or ``tma=True``) until a GPU run proves it; it needs both
+operands addressable by a descriptor (unit stride along K, 16-byte aligned base and rows), else the cp.async
+kernels run (also the path on sm_80 and AMD, which have no TMA). docs/fp8.md has its machine code.
+
 Backward products use these kernels unchanged with other operands (ops/linear_fp8.py quantizes them along
 their reduction dims): dX = dY W: A = dY [M, N], B = W^T [K, N]; dW = dY^T X: A = dY^T [N, M], B = X^T [K, M].
 
