@@ -38,11 +38,11 @@ RECIPES = {
 }
 
 
-def _operands(M, N, K, recipe, seed=0):
+def _operands(M, N, K, recipe, seed=0, device="cpu"):
     sa_kind, sb_kind, group_k, b_rows, pow2, fb = RECIPES[recipe]
     gen = torch.Generator().manual_seed(seed)
-    a = torch.randn(M, K, generator=gen).bfloat16()
-    b = (torch.randn(N, K, generator=gen) * K ** -0.5).bfloat16()
+    a = torch.randn(M, K, generator=gen).bfloat16().to(device)
+    b = (torch.randn(N, K, generator=gen) * K ** -0.5).bfloat16().to(device)
     qa, sa = kq.quantize(a, E4M3, sa_kind, pow2)
     qb, sb = kq.quantize(b, fb, sb_kind, pow2)
     if sa_kind == "rowwise":
@@ -64,28 +64,39 @@ def _dequant(q, s, group_k, rows):
     (40, 50, 96, False),  # ragged M and N over 32x32 tiles, K under one BLOCK_K (zero-filled by the descriptor)
     (70, 36, 272, True),  # three K blocks, the last partial; bias and residual in the epilogue
 ])
-def test_tma_kernel_matches_float64_and_the_cp_async_kernel(recipe, M, N, K, extras):
-    qa, sa, qb, sb, group_k, b_rows = _operands(M, N, K, recipe)
+def test_tma_kernel_matches_float64_and_the_cp_async_kernel(device, recipe, M, N, K, extras):
+    """On a GPU (sm_90+) the same test runs the kernel compiled for it, at its own tiles: the first check that
+    switching the flag on would need."""
+    if device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("no TMA before sm_90")
+    arch = CPU if device == "cpu" else runtime.arch(torch.device(device))
+    qa, sa, qb, sb, group_k, b_rows = _operands(M, N, K, recipe, device=device)
     gen = torch.Generator().manual_seed(1)
-    bias = torch.randn(N, generator=gen) if extras else None
-    residual = torch.randn(M, N, generator=gen) if extras else None
+    bias = torch.randn(N, generator=gen).to(device) if extras else None
+    residual = torch.randn(M, N, generator=gen).to(device) if extras else None
     with recording() as launches:
-        ours = kernels.fp8_gemm(qa, qb, sa, sb, bias, torch.float32, group_k, b_rows, arch=CPU, residual=residual,
+        ours = kernels.fp8_gemm(qa, qb, sa, sb, bias, torch.float32, group_k, b_rows, arch=arch, residual=residual,
                                 tma=True)
     assert [la.name for la in launches] == ["_fp8_gemm_tma_kernel"]
-    tiles = -(-M // 32) * -(-N // 32)
-    assert launches[0].grid == (min(tiles, runtime.INTERPRETER_SM_COUNT),) and tiles > launches[0].grid[0]
+    cfg = launches[0].constexprs
+    tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
+    assert launches[0].grid == (min(tiles, runtime.sm_count(qa.device)),)
+    if device == "cpu":
+        assert tiles > launches[0].grid[0]  # the persistent loop walks several tiles per program
     want = _dequant(qa, sa, group_k, 1) @ _dequant(qb, sb, group_k, b_rows).T
     want = want + (0 if bias is None else bias.double()) + (0 if residual is None else residual.double())
     # fp32 accumulation of K products of fp8 values: a few fp32 ulps of the largest partial sum
     tol = 8 * K * torch.finfo(torch.float32).eps * float(want.abs().max())
     assert (ours.double() - want).abs().max() <= tol
-    pointer = kernels.fp8_gemm(qa, qb, sa, sb, bias, torch.float32, group_k, b_rows, arch=CPU, residual=residual,
+    pointer = kernels.fp8_gemm(qa, qb, sa, sb, bias, torch.float32, group_k, b_rows, arch=arch, residual=residual,
                                tma=False)
-    assert torch.equal(ours, pointer)
+    if device == "cpu":
+        assert torch.equal(ours, pointer)  # same K blocks, same order (the MMAs of a GPU may sum differently)
+    else:
+        assert (ours - pointer).abs().max() <= tol
 
 
-def test_native_mx_on_the_tma_kernel_is_bit_identical_to_the_per_block_kernel():
+def test_native_mx_on_the_tma_kernel_matches_the_per_block_form():
     """sm_100 assumed: the TMA kernel's tl.dot_scaled step (BLOCK_K = 128, four E8M0 groups per step) against
     sm_90's per-block TMA kernel (BLOCK_K = 32); ragged M, N and a partial last group."""
     qa, sa, qb, sb, group_k, b_rows = _operands(37, 50, 80, "mxfp8")
