@@ -222,6 +222,25 @@ def test_every_fp8_kernel(target):
         _check(row)
 
 
+@pytest.mark.slow  # 80 s of compiling on two shared cores
+def test_inspect_with_the_flag_shows_tma_and_warp_specialization(monkeypatch):
+    """``WAVEFRONT_FP8_TMA=1 wavefront inspect --op linear_fp8 --targets sm_90,sm_100``: at the bench shapes
+    (Llama-3-8B projections at 8192 tokens, all four recipes, forward and backward) every GEMM row is the TMA
+    kernel, with TMA operations and setmaxnreg, 0 spills."""
+    from wavefront.kernels.linear_fp8 import TMA_ENV_FLAG
+    from wavefront.ops import get_spec
+    from wavefront.workbench.static.inspect import inspect_ops
+
+    monkeypatch.setenv(TMA_ENV_FLAG, "1")
+    report = inspect_ops(["linear_fp8"], ["sm_90", "sm_100"])
+    gemms = [r for r in report.rows if "gemm" in r.kernel]
+    cases = [c.name for c in get_spec("linear_fp8").bench_cases]
+    assert {(r.case, r.mode, r.target) for r in gemms} == {
+        (c, mode, target) for c in cases for mode in ("fwd", "bwd") for target in ("sm_90", "sm_100")}
+    for r in gemms:
+        assert r.ok and r.kernel.split("#")[0] == "_fp8_gemm_tma_kernel", (r.key, r.error)
+        assert r.tma_ops > 0 and r.setmaxnreg > 0 and r.spill_bytes == 0, r.key
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default=",".join(TARGETS))
