@@ -79,43 +79,51 @@ class Efficiency:
 
     @staticmethod
     def for_gpu(gpu_key: str) -> Efficiency:
-        """The calibrated constants for a device-table GPU (CALIBRATED); others get the defaults."""
+        """The physics defaults for a device-table GPU (PHYSICS_FAMILY, FAMILY_OF); others get the class
+        defaults. A stack profile's fitted constants: stacks.get_profile(name).efficiency(gpu_key)."""
         return _for_gpu(gpu_key)
 
 
-#: The fitted constants (validation.fit_constants on the calibration rows of validation.REPORT_TABLES only;
-#: docs/planner.md lists the held-out errors). Per GPU family: gemm (largest-GEMM fraction of the dense
-#: peak), attention (flash fwd+bwd fraction of the bf16 peak at 16K tokens, d128), fsdp_stack (the PyTorch
-#: FSDP stacks' multiplier on both). Shared: kernel_us (fixed cost per kernel), fp8_gemm (fp8 GEMM fraction
-#: of the fp8 peak relative to gemm). Eight constants over 72 calibration runs, refitted when the attention
-#: kernel class (Training.attention_kernel: Transformer Engine's cuDNN attention on Hopper) was added.
-FITTED_SHARED = {"kernel_us": 0.003, "fp8_gemm": 0.894}
-FITTED_FAMILY = {
-    "a100": {"gemm": 0.706, "attention": 0.344, "fsdp_stack": 0.948},
-    "h100": {"gemm": 0.690, "attention": 0.208, "fsdp_stack": 0.801},
+#: Physics defaults: what the best measured kernels reach, per GPU family, from published kernel benchmarks
+#: (/anchors: stas00's MAMF tables for the largest bf16 matmul, the FlashAttention-2 paper/README for its
+#: forward + backward at 16K tokens, d128), not fitted on any training run. A software-stack profile
+#: (stacks.py) that has no calibration rows of its own prices with these, and says so.
+#:   gemm: H100 794 / 989 = 0.803 (H200 769-798 measured); A100 271 / 312 = 0.869.
+#:   attention: FlashAttention-2 fwd+bwd 338 / 989 = 0.342 (H100); 203 / 312 = 0.651 (A100).
+#:   fp8_gemm: fp8 GEMMs reach 1.5-1.9x bf16 on H100 (per-GEMM speed-ups, /anchors), 1.7 / 2 = 0.85 of the
+#:   doubled peak relative to gemm.
+#:   kernel_us: 4 us per kernel, launch and tail (Efficiency's default, not fitted).
+#: B200 and GB200 (the "b200" family: a profile fits it apart from H100's, since Blackwell reaches its own
+#: fraction of a different peak) start from the H100 fractions: no anchor of their own, transferred.
+PHYSICS_FAMILY = {
+    "a100": {"gemm": 0.869, "attention": 0.651},
+    "h100": {"gemm": 0.803, "attention": 0.342},
+    "b200": {"gemm": 0.803, "attention": 0.342},
 }
-#: Device-table GPU -> the family whose fitted constants it uses, and why.
-CALIBRATED: dict[str, tuple[str, str]] = {
-    "a100": ("a100", "fitted on A100 calibration runs (llm-foundry, Narayanan et al. 2021)"),
-    "a100-40gb": ("a100", "A100 family constants (same GA100 compute)"),
-    "h100": ("h100", "fitted on H100 calibration runs (llm-foundry, NeMo 24.07, Llama 3)"),
-    "h200": ("h100", "H100 family constants (same GH100 compute)"),
-    "h100-pcie": ("h100", "H100 family constants (GH100 at PCIe clocks: the lower peak is in the device table)"),
-    "h100-nvl": ("h100", "H100 family constants (GH100 at NVL clocks: the lower peak is in the device table)"),
-    "gb200": ("h100", "H100 family fractions transferred, not fitted: no GB200 run in the calibration split"),
-    "b200": ("h100", "H100 family fractions, fitted with the H100 runs (two B200 calibration runs: NeMo 25.02)"),
+PHYSICS_SHARED = {"kernel_us": 4.0, "fp8_gemm": 0.85}
+#: Device-table GPU -> the family whose constants (physics defaults, or a profile's fit) it uses, and why.
+FAMILY_OF: dict[str, tuple[str, str]] = {
+    "a100": ("a100", "A100"),
+    "a100-40gb": ("a100", "A100 family (same GA100 compute)"),
+    "h100": ("h100", "H100"),
+    "h200": ("h100", "H100 family (same GH100 compute)"),
+    "h100-pcie": ("h100", "H100 family (GH100 at PCIe clocks: the lower peak is in the device table)"),
+    "h100-nvl": ("h100", "H100 family (GH100 at NVL clocks: the lower peak is in the device table)"),
+    "gb200": ("b200", "B200 family (H100 physics fractions transferred, not measured)"),
+    "b200": ("b200", "B200 family (H100 physics fractions transferred, not measured)"),
 }
 
 
 @cache
 def _for_gpu(gpu_key: str) -> Efficiency:
-    if gpu_key in CALIBRATED:
-        family, source = CALIBRATED[gpu_key]
-        fam = FITTED_FAMILY[family]
-        return Efficiency(gemm=fam["gemm"], attention=fam["attention"], fsdp_stack=fam["fsdp_stack"],
-                          kernel_us=FITTED_SHARED["kernel_us"], fp8_gemm=FITTED_SHARED["fp8_gemm"], source=source)
-    return Efficiency(kernel_us=FITTED_SHARED["kernel_us"], fp8_gemm=FITTED_SHARED["fp8_gemm"],
-                      source=f"defaults: no published run calibrates {gpu_key}")
+    if gpu_key in FAMILY_OF:
+        family, why = FAMILY_OF[gpu_key]
+        fam = PHYSICS_FAMILY[family]
+        return Efficiency(gemm=fam["gemm"], attention=fam["attention"], kernel_us=PHYSICS_SHARED["kernel_us"],
+                          fp8_gemm=PHYSICS_SHARED["fp8_gemm"],
+                          source=f"physics defaults (training.PHYSICS_FAMILY: {why}; kernel benchmarks, not fitted)")
+    return Efficiency(kernel_us=PHYSICS_SHARED["kernel_us"], fp8_gemm=PHYSICS_SHARED["fp8_gemm"],
+                      source=f"defaults: no kernel benchmark or published run calibrates {gpu_key}")
 
 
 #: Default fraction of the TP/SP all-gathers and reduce-scatters hidden behind the GEMMs. Today's stacks
