@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from wavefront import __version__
+from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner.training import (
     FAMILY_OF,
     PHYSICS_FAMILY,
@@ -307,3 +308,12 @@ def resolve(name: str) -> tuple[StackProfile, str | None]:
 
 def get_profile(name: str) -> StackProfile:
     return resolve(name)[0]
+
+
+def explain_stack(name: str | None, gpus: str = "8xh100") -> list[str]:
+    """`wavefront plan --explain`: the profile named by --stack (None: the default, said so), for the GPU of
+    a COUNTxGPU cluster; a deprecated name says what it maps to."""
+    profile, deprecation = resolve(name or DEFAULT_PROFILE)
+    head = [f"warning: {deprecation}"] if deprecation else []
+    head += [] if name else [f"stack profile defaulted to {profile.key} (`wavefront train`'s own)"]
+    return head + profile.explain(get_gpu(gpus.partition("x")[2] or gpus).key)
