@@ -77,7 +77,8 @@ class StackProfile:
                else f"physics defaults: no {family.upper()} calibration rows of this stack" + (f" ({n} elsewhere)"
                                                                                                if n else ""))
         return Efficiency(gemm=c["gemm"][0], attention=c["attention"][0], kernel_us=c["kernel_us"][0],
-                          fp8_gemm=c["fp8_gemm"][0], source=f"stack {self.key}: {how}; {why}")
+                          fp8_gemm=c["fp8_gemm"][0], moe_layer_us=c["moe_layer_us"][0],
+                          source=f"stack {self.key}: {how}; {why}")
 
     def training_fields(self) -> dict:
         """The Training fields this profile sets (PROFILE_FIELDS)."""
@@ -135,6 +136,7 @@ FITTED: dict[str, dict] = {
     "megatron-core-te": {
         "b200": {"attention": 0.256, "gemm": 0.601},
         "h100": {"attention": 0.364, "gemm": 0.854},
+        "shared": {"moe_layer_us": 1939.053},
     },
     "megatron-lm": {
         "a100": {"attention": 0.546, "gemm": 0.729},
@@ -215,6 +217,8 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "nemo_2502_fp8/b200 llama3-8b 8gpu tp1 pp1 cp1 vp1 mb2 gbs128",
         "nemo_2502_fp8/b200 nemotron4-15b 64gpu tp1 pp1 cp1 vp1 mb2 gbs256",
         "nemo_2502_fp8/h100 nemo-gpt3-175b 512gpu tp4 pp8 cp1 vp6 mb2 gbs2048",
+        "megatron_bridge_2509_moe/b200 qwen3-235b-a22b 64gpu tp1 pp8 cp1 vp2 ep8 mb1",
+        "megatron_bridge_2511_moe/b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb1",
     ),
     "megatron-lm": (
         "narayanan2021_table1/3.6B",

@@ -46,7 +46,12 @@ class Efficiency:
     kernel_us: fixed microseconds per kernel (launch and tail), fitted (the fit drives it to ~0: the
         shape terms already explain small models).
     fp8_gemm: fp8 GEMMs reach gemm x fp8_gemm of the fp8 peak, fitted.
-    fsdp_stack: multiplier on gemm and attention for Training.stack = "fsdp", fitted per GPU family.
+    fsdp_stack: multiplier on gemm and attention for Training.stack = "fsdp" (1.0: a stack profile's
+        constants are its own, stacks.py).
+    moe_layer_us: fixed microseconds per MoE layer and forward pass beyond its kernels (the backward pays
+        it twice): the dispatcher copies the token counts per expert to the host to size the grouped GEMMs
+        and the all-to-all, a synchronisation that drains the launch queue, plus the per-expert bookkeeping.
+        Physics default 0 (no benchmark isolates it); a stack profile fits it on its own MoE calibration rows.
     attention_as_is: `attention` is what the run's own kernel reaches (measured with --calibrate, or given
         with --attn-eff), so Training.attention_kernel's class factor does not apply on top of it.
     Materialised attention (attention="materialized") runs its matmuls at `gemm` and streams the
@@ -59,12 +64,15 @@ class Efficiency:
     kernel_us: float = 4.0
     fp8_gemm: float = 0.75
     fsdp_stack: float = 1.0
+    moe_layer_us: float = 0.0
     attention_as_is: bool = False
     source: str = "defaults (training.py: Efficiency)"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.kernel_us <= 1000.0:
             raise ValueError(f"kernel_us must be in [0, 1000], got {self.kernel_us}")
+        if not 0.0 <= self.moe_layer_us <= 1e5:
+            raise ValueError(f"moe_layer_us must be in [0, 1e5], got {self.moe_layer_us}")
         for name in ("gemm", "attention", "hbm", "fp8_gemm", "fsdp_stack"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
@@ -93,6 +101,7 @@ class Efficiency:
 #:   fp8_gemm: fp8 GEMMs reach 1.5-1.9x bf16 on H100 (per-GEMM speed-ups, /anchors), 1.7 / 2 = 0.85 of the
 #:   doubled peak relative to gemm.
 #:   kernel_us: 4 us per kernel, launch and tail (Efficiency's default, not fitted).
+#:   moe_layer_us: 0 (Efficiency.moe_layer_us: no benchmark isolates the dispatcher's host sync).
 #: B200 and GB200 (the "b200" family: a profile fits it apart from H100's, since Blackwell reaches its own
 #: fraction of a different peak) start from the H100 fractions: no anchor of their own, transferred.
 PHYSICS_FAMILY = {
@@ -100,7 +109,7 @@ PHYSICS_FAMILY = {
     "h100": {"gemm": 0.803, "attention": 0.342},
     "b200": {"gemm": 0.803, "attention": 0.342},
 }
-PHYSICS_SHARED = {"kernel_us": 4.0, "fp8_gemm": 0.85}
+PHYSICS_SHARED = {"kernel_us": 4.0, "fp8_gemm": 0.85, "moe_layer_us": 0.0}
 #: Device-table GPU -> the family whose constants (physics defaults, or a profile's fit) it uses, and why.
 FAMILY_OF: dict[str, tuple[str, str]] = {
     "a100": ("a100", "A100"),
@@ -120,6 +129,7 @@ def _for_gpu(gpu_key: str) -> Efficiency:
         family, why = FAMILY_OF[gpu_key]
         fam = PHYSICS_FAMILY[family]
         return Efficiency(gemm=fam["gemm"], attention=fam["attention"], kernel_us=PHYSICS_SHARED["kernel_us"],
+                          moe_layer_us=PHYSICS_SHARED["moe_layer_us"],
                           fp8_gemm=PHYSICS_SHARED["fp8_gemm"],
                           source=f"physics defaults (training.PHYSICS_FAMILY: {why}; kernel benchmarks, not fitted)")
     return Efficiency(kernel_us=PHYSICS_SHARED["kernel_us"], fp8_gemm=PHYSICS_SHARED["fp8_gemm"],
@@ -167,6 +177,10 @@ class Training:
     moe_imbalance: tokens of the busiest expert over the mean (MoE; 1.0 = perfectly balanced, as the
         force-balanced benchmark tables run). The busiest EP rank's grouped GEMMs, activations and
         all-to-all bytes scale by it: the step waits for that rank.
+    moe_capacity_factor: expert capacity as a multiple of the mean tokens per expert (GShard, Switch;
+        Megatron-Core --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity): the busiest
+        rank runs exactly that many rows (tokens beyond it dropped, experts below it padded), whatever the
+        imbalance. None (default): dropless, the busiest rank runs moe_imbalance x the mean (moe_rows_factor).
     ep_overlap: fraction of the expert-parallel all-to-alls hidden behind compute (0: exposed, the plain
         all-to-all dispatcher; DeepSeek-V3's DualPipe and Megatron's 1F1B A2A overlap hide most of it).
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
@@ -193,6 +207,7 @@ class Training:
     offload_optimizer: bool = False
     cp_comm: str = "ring"
     moe_imbalance: float = 1.0
+    moe_capacity_factor: float | None = None
     ep_overlap: float = 0.0
     attention_kernel: str = "fa2"
 
@@ -201,6 +216,9 @@ class Training:
             raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if self.moe_imbalance < 1.0:
             raise ValueError(f"moe_imbalance must be >= 1 (busiest expert over the mean), got {self.moe_imbalance}")
+        if self.moe_capacity_factor is not None and self.moe_capacity_factor <= 0.0:
+            raise ValueError(f"moe_capacity_factor must be > 0 (a multiple of the mean tokens per expert), "
+                             f"got {self.moe_capacity_factor}")
         if not 0.0 <= self.ep_overlap <= 1.0:
             raise ValueError(f"ep_overlap must be in [0, 1], got {self.ep_overlap}")
         if self.cp_comm not in CP_COMM:
@@ -230,6 +248,12 @@ class Training:
                              f"got {self.memory_headroom}")
         if self.train_tokens <= 0 or self.bucket_mib <= 0 or self.framework_overhead_gb < 0 or self.allocator_slack < 0:
             raise ValueError("train_tokens and bucket_mib must be > 0; overheads must be >= 0")
+
+    @property
+    def moe_rows_factor(self) -> float:
+        """Rows of the busiest EP rank over the mean: the capacity when tokens are capped and padded to it,
+        else the load imbalance (dropless)."""
+        return self.moe_imbalance if self.moe_capacity_factor is None else self.moe_capacity_factor
 
     @property
     def global_batch_seqs(self) -> int:

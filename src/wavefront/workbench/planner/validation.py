@@ -47,7 +47,7 @@ CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-gro
 _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch", "ep")
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib",
                "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm",
-               "moe_imbalance", "ep_overlap", "attention_kernel")
+               "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel")
 
 
 @dataclass(frozen=True)
@@ -324,13 +324,13 @@ MIN_FIT_ROWS = 1
 #: fitted separately; between MIN_FIT_ROWS and this, one scale on both physics defaults.
 MIN_SEPARATE_ROWS = 10
 _BOUNDS = {"gemm": (0.3, 0.99), "attention": (0.1, 0.95), "scale": (0.3, 1.15), "kernel_us": (0.0, 40.0),
-           "fp8_gemm": (0.4, 1.0)}
+           "fp8_gemm": (0.4, 1.0), "moe_layer_us": (0.0, 5000.0)}
 
 
-def _profile_rows(root: str | Path, profile: StackProfile) -> list[tuple[dict, dict]]:
-    """(doc, row) of every calibration row priced with `profile` in its own tables."""
+def _profile_rows(root: str | Path, profile: StackProfile, moe: bool = False) -> list[tuple[dict, dict]]:
+    """(doc, row) of every calibration row priced with `profile` in its own dense (or MoE) tables."""
     out = []
-    for rel in REPORT_TABLES:
+    for rel in MOE_REPORT_TABLES if moe else REPORT_TABLES:
         doc = load_table(Path(root) / rel)
         if doc["name"] not in profile.tables:
             continue
@@ -382,11 +382,13 @@ def _profile_with(profile: StackProfile, params: dict[str, float]) -> StackProfi
     return replace(profile, fitted=fitted_constants(params))
 
 
-def profile_loss(root: str | Path, profile: StackProfile, params: dict[str, float]) -> float:
-    """Mean |log(predicted / published)| of the profile's own calibration rows' throughput."""
-    trial = _profile_with(profile, params)
+def profile_loss(root: str | Path, profile: StackProfile, params: dict[str, float], moe: bool = False) -> float:
+    """Mean |log(predicted / published)| of the profile's own calibration rows' throughput: its dense
+    tables with `params` as its constants, or (moe) its MoE tables with `params` added to its constants."""
+    trial = _profile_with(profile, params) if not moe else replace(profile, fitted=profile.fitted | {
+        "shared": profile.fitted.get("shared", {}) | params})
     errs = []
-    for rel in REPORT_TABLES:
+    for rel in MOE_REPORT_TABLES if moe else REPORT_TABLES:
         doc = load_table(Path(root) / rel)
         if doc["name"] not in profile.tables:
             continue
@@ -398,21 +400,34 @@ def profile_loss(root: str | Path, profile: StackProfile, params: dict[str, floa
 
 
 def calibration_row_names(root: str | Path, profile: StackProfile) -> tuple[str, ...]:
-    """"table/row id" of every row fit_profile fits `profile` on."""
-    return tuple(f"{doc['name']}/{row['id']}" for doc, row in _profile_rows(root, profile))
+    """"table/row id" of every row fit_profile and fit_profile_moe fit `profile` on."""
+    return tuple(f"{doc['name']}/{row['id']}" for moe in (False, True)
+                 for doc, row in _profile_rows(root, profile, moe))
 
 
 def fit_profile(root: str | Path, profile: StackProfile, sweeps: int = 3) -> dict:
     """Coordinate descent (golden section per constant) on profile_loss over the profile's own calibration
     rows only (no other stack's rows, no held-out row). Returns StackProfile.fitted, rounded to 3 digits."""
-    params = fit_params(root, profile)
+    return fitted_constants(_descend(root, profile, fit_params(root, profile), False, sweeps))
+
+
+def fit_profile_moe(root: str | Path, profile: StackProfile) -> dict:
+    """The MoE term a profile's own MoE calibration rows fix, on top of its dense constants: moe_layer_us
+    (Efficiency.moe_layer_us), one constant, fitted only where the profile has MoE calibration rows."""
+    if not _profile_rows(root, profile, moe=True):
+        return {}
+    return _descend(root, profile, {"moe_layer_us": PHYSICS_SHARED["moe_layer_us"]}, True, 1)
+
+
+def _descend(root: str | Path, profile: StackProfile, params: dict[str, float], moe: bool, sweeps: int) -> dict:
+    params = dict(params)
     ratio = (5 ** 0.5 - 1) / 2
     for _ in range(sweeps if params else 0):
         for name in params:
             lo, hi = _BOUNDS[name.split(".")[-1]]
 
             def loss(v: float, name: str = name) -> float:
-                return profile_loss(root, profile, params | {name: v})
+                return profile_loss(root, profile, params | {name: v}, moe)
 
             a, b = lo, hi
             c, d = b - ratio * (b - a), a + ratio * (b - a)
@@ -427,13 +442,19 @@ def fit_profile(root: str | Path, profile: StackProfile, sweeps: int = 3) -> dic
                     d = a + ratio * (b - a)
                     fd = loss(d)
             params[name] = round((a + b) / 2, 3)
-    return fitted_constants(params)
+    return params
 
 
 def fit_all(root: str | Path) -> dict[str, dict]:
-    """Every profile's fit: key -> {"fitted": ..., "calibration_rows": ...} (what stacks.PROFILES holds)."""
-    return {key: {"fitted": fit_profile(root, p), "calibration_rows": calibration_row_names(root, p)}
-            for key, p in PROFILES.items()}
+    """Every profile's fit: key -> {"fitted": ..., "calibration_rows": ...} (what stacks.PROFILES holds):
+    the dense constants on its dense calibration rows, then its MoE term on its MoE calibration rows."""
+    out = {}
+    for key, p in PROFILES.items():
+        dense = fit_profile(root, p)
+        moe = fit_profile_moe(root, replace(p, fitted=dense))
+        fitted = dense | ({"shared": dense.get("shared", {}) | moe} if moe else {})
+        out[key] = {"fitted": fitted, "calibration_rows": calibration_row_names(root, p)}
+    return out
 
 
 def validation_document(reports: list[TableReport]) -> dict:
