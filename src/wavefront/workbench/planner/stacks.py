@@ -253,7 +253,7 @@ _PROFILES = (
                                                    "rotation)"))),
     StackProfile(
         "llm-foundry", "2023", "MosaicML llm-foundry on Composer, FSDP1 (FULL_SHARD/HYBRID_SHARD), "
-        "flash-attn 2, TE FP8 linears", "fsdp", "fa2", 0.5, "ring",
+        "flash-attn 2, TE FP8 linears", "fsdp", "fa2", 0.0, "ring",
         facts=(("FSDP prefetch", "FSDP1 BACKWARD_PRE prefetch, forward prefetch off"),),
         tables=("llmfoundry_mpt",)),
     StackProfile(

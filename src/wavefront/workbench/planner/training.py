@@ -6,9 +6,9 @@ from dataclasses import asdict, dataclass
 from functools import cache
 
 PRECISIONS = ("bf16", "fp8")
-#: Software stacks: "megatron" (Megatron-LM, NeMo, Megatron-Bridge: Transformer Engine fused kernels) and
-#: "fsdp" (PyTorch FSDP stacks: llm-foundry/Composer, torchtitan), whose kernels reach a different fraction
-#: of the peaks (Efficiency.fsdp_stack, fitted).
+#: Kernel families of the software stacks (Training.stack, set by a stack profile, stacks.py): "megatron"
+#: (Transformer Engine: FP8 casts fused into the norm and activation kernels) and "fsdp" (PyTorch-native:
+#: separate cast kernels). What each stack's kernels reach is the profile's constants, not this field.
 STACKS = ("megatron", "fsdp")
 #: When ZeRO-3 / FSDP gathers the weights: "micro-batch" (reshard after forward: two all-gathers and one
 #: reduce-scatter per micro-batch: FSDP2's default, DeepSpeed ZeRO-3); "no-reshard" (the forward's gathered
@@ -167,7 +167,7 @@ class Training:
     memory_headroom: fraction of the device memory a plan may use (default MEMORY_HEADROOM, 0.90): the
         rest is room for allocator fragmentation beyond allocator_slack, for the memory model's error and
         for what the model leaves out; a plan over it is out of memory. 1.0 admits up to the full device.
-    stack: "megatron" or "fsdp" (STACKS; Efficiency.fsdp_stack).
+    stack: the kernel family, "megatron" or "fsdp" (STACKS), from the stack profile.
     fsdp_gather: when ZeRO-3 gathers weights (FSDP_GATHER).
     offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
         CPU (time.PCIE_GBPS, time.CPU_ADAM_PARAMS_PER_S).
