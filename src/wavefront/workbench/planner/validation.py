@@ -388,13 +388,19 @@ def profile_loss(root: str | Path, profile: StackProfile, params: dict[str, floa
     trial = _profile_with(profile, params) if not moe else replace(profile, fitted=profile.fitted | {
         "shared": profile.fitted.get("shared", {}) | params})
     errs = []
+
+    def efficiency_for(gpu: str, prof: StackProfile) -> Efficiency | None:
+        return trial.efficiency(gpu) if prof.key == profile.key else None
+
     for rel in MOE_REPORT_TABLES if moe else REPORT_TABLES:
         doc = load_table(Path(root) / rel)
         if doc["name"] not in profile.tables:
             continue
-        rep = validate(doc, efficiency_for=lambda gpu, prof: trial.efficiency(gpu) if prof.key == profile.key else None,
-                       rows=lambda row, doc=doc: row.get("split") == "calibration"
-                       and row_profile(doc, row).key == profile.key)
+
+        def own_calibration(row: dict, doc: dict = doc) -> bool:
+            return row.get("split") == "calibration" and row_profile(doc, row).key == profile.key
+
+        rep = validate(doc, efficiency_for=efficiency_for, rows=own_calibration)
         errs += [abs(math.log1p(r.rel_error)) for r in rep.rows if r.metric in THROUGHPUT_METRICS]
     return sum(errs) / len(errs) if errs else 0.0
 
