@@ -124,7 +124,8 @@ class SearchResult:
                   f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
         lines = [f"[bold]{spec.name}[/]: {spec.total_params / 1e9:.1f}B params{active}; batch "
                  f"{tr.global_batch_tokens:,} tokens ({tr.global_batch_seqs} x {tr.seq_len}), {tr.precision}, "
-                 f"stack {self.profile.key if self.profile else tr.stack}, {tr.attention_kernel} attention"]
+                 + (f"stack {self.profile.key}" if self.profile else f"no stack profile ({tr.stack} kernels)")
+                 + f", {tr.attention_kernel} attention"]
         if "stack" in self.defaulted:
             lines.append(f"stack profile defaulted to {self.profile.key if self.profile else tr.stack} "
                          "(`wavefront train`'s own): other stacks price differently; name yours with --stack "

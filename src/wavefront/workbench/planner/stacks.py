@@ -122,7 +122,7 @@ _FSDP2 = ("FSDP prefetch", "FSDP2 forward/backward prefetch of the next unit's a
           "reshard after forward")
 _NO_TP_OVERLAP = ("TP comm overlap", "none: DTensor TP collectives on the critical path (async TP off)")
 
-# <fitted: generated from validation.fit_all(tests/data/published); test_planner_stacks.py checks it>
+# <fitted: generated from validation.fit_all(tests/data/published); test_planner_accuracy.py checks it>
 #: Each profile's constants fitted on its own calibration rows (validation.fit_profile); absent: physics.
 FITTED: dict[str, dict] = {
     "llm-foundry": {
