@@ -31,7 +31,7 @@ from wavefront.workbench.planner.training import (
 )
 
 #: Training fields a profile sets (and that a published table may restate for one run).
-PROFILE_FIELDS = ("stack", "attention_kernel", "tp_overlap", "cp_comm", "ep_overlap")
+PROFILE_FIELDS = ("stack", "attention_kernel", "tp_overlap", "cp_comm", "ep_overlap", "op_recompute_mm")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class StackProfile:
     cp_comm: str
     hierarchical: bool = True
     ep_overlap: float = 0.0
+    op_recompute_mm: float = 0.0
     facts: tuple[tuple[str, str], ...] = ()
     tables: tuple[str, ...] = ()
     calibration_rows: tuple[str, ...] = ()
@@ -83,7 +84,8 @@ class StackProfile:
     def training_fields(self) -> dict:
         """The Training fields this profile sets (PROFILE_FIELDS)."""
         return {"stack": self.kernel_family, "attention_kernel": self.attention_kernel,
-                "tp_overlap": self.tp_overlap, "cp_comm": self.cp_comm, "ep_overlap": self.ep_overlap}
+                "tp_overlap": self.tp_overlap, "cp_comm": self.cp_comm, "ep_overlap": self.ep_overlap,
+                "op_recompute_mm": self.op_recompute_mm}
 
     def as_dict(self) -> dict:
         return asdict(self) | {"key": self.key}
@@ -96,7 +98,8 @@ class StackProfile:
         lines = [f"stack profile {self.key}: {self.what}",
                  f"  kernels {self.kernel_family} (FP8 casts {casts}), "
                  f"attention {self.attention_kernel}, TP overlap {self.tp_overlap:g}, CP {self.cp_comm}, "
-                 f"EP overlap {self.ep_overlap:g}, collectives {'hierarchical' if self.hierarchical else 'flat'}"]
+                 f"EP overlap {self.ep_overlap:g}, op recompute of matmuls {self.op_recompute_mm:g}, "
+                 f"collectives {'hierarchical' if self.hierarchical else 'flat'}"]
         lines += [f"  {term}: {text}" for term, text in self.facts]
         lines.append(f"  constants ({family.upper()} family): " + ", ".join(
             f"{k} {v:g} ({how})" for k, (v, how) in self.constants(family).items()))
@@ -121,10 +124,16 @@ _MEGATRON_DP = ("DP overlap", "--overlap-grad-reduce / --overlap-param-gather (d
 _FSDP2 = ("FSDP prefetch", "FSDP2 forward/backward prefetch of the next unit's all-gather; "
           "reshard after forward")
 _NO_TP_OVERLAP = ("TP comm overlap", "none: DTensor TP collectives on the critical path (async TP off)")
+_TITAN_OP_AC = ("per-op checkpointing", "saves mm / attention / reduce-scatter outputs but marks every second "
+                "mm/linear PREFER_RECOMPUTE (torchtitan activation_checkpoint.py): recompute=op reruns half the "
+                "matmul forward")
 
 # <fitted: generated from validation.fit_all(tests/data/published); test_planner_accuracy.py checks it>
 #: Each profile's constants fitted on its own calibration rows (validation.fit_profile); absent: physics.
 FITTED: dict[str, dict] = {
+    "torchtitan": {
+        "a100": {"attention": 0.505, "gemm": 0.674},
+    },
     "llm-foundry": {
         "a100": {"attention": 0.343, "gemm": 0.64},
         "h100": {"attention": 0.176, "gemm": 0.547},
@@ -150,6 +159,10 @@ FITTED: dict[str, dict] = {
 }
 #: The rows each fit saw ("table/row id"), the calibration rows of the stack's own tables.
 CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
+    "torchtitan": (
+        "torchtitan_a100_2024/llama3-8b 64gpu fsdp64 mb1 ac selective layer",
+        "torchtitan_a100_2024/llama2-70b 64gpu fsdp64 mb2 ac full",
+    ),
     "llm-foundry": (
         "llmfoundry_mpt/H100 bf16 13b s2048 n64 mb2 ga1",
         "llmfoundry_mpt/H100 bf16 13b s1024 n8 mb40 ga3",
@@ -248,9 +261,13 @@ _PROFILES = (
         facts=(_NO_TP_OVERLAP, _FSDP2, ("CP comm", "ring attention (torch context_parallel)"))),
     StackProfile(
         "torchtitan", "2025", "torchtitan (PyTorch-native FSDP2 + TP + PP, SDPA flash attention, torch.compile)",
-        "fsdp", "fa2", 0.0, "ring",
-        facts=(_NO_TP_OVERLAP, _FSDP2, ("CP comm", "ring attention (torch context_parallel, allgather/alltoall "
-                                                   "rotation)"))),
+        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5,
+        facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC,
+               ("CP comm", "ring attention (torch context_parallel, allgather/alltoall rotation)"))),
+    StackProfile(
+        "torchtitan", "2024", "torchtitan 2024 (PyTorch-native FSDP2 + TP + PP, SDPA flash attention)",
+        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5, facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC),
+        tables=("torchtitan_a100_2024", "torchtitan_llama3_h100_202412")),
     StackProfile(
         "llm-foundry", "2023", "MosaicML llm-foundry on Composer, FSDP1 (FULL_SHARD/HYBRID_SHARD), "
         "flash-attn 2, TE FP8 linears", "fsdp", "fa2", 0.0, "ring",

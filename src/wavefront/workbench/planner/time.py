@@ -17,7 +17,8 @@ Compute, per layer and micro-batch on one GPU (s_l = s/cp local tokens per seque
   and a 1-byte mask: 9 (4 without dropout) bytes per score element, split by tp;
 - passes: backward = 2 x forward FLOPs and bytes (2.5 x for flash attention, whose backward recomputes
   QK^T); full recomputation adds one forward of every layer, every-other half of that, selective the
-  attention core's forward (Korthikanti et al. 2022, Sec. 5), op (per-op) the memory-bound kernels.
+  attention core's forward (Korthikanti et al. 2022, Sec. 5), op (per-op) the memory-bound kernels and
+  Training.op_recompute_mm of the weight matmuls' forward (torchtitan recomputes every second one).
 The output layer (2 * b * s_l * h * V / tp forward, x3 with backward) and the float32 cross-entropy
 (16 B per logit) run on the last stage.
 
@@ -258,7 +259,7 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     elif cfg.recompute == "every-other":
         total += 0.5 * fwd
     elif cfg.recompute == "op":
-        total += ew
+        total += ew + training.op_recompute_mm * mm_fwd
     elif cfg.recompute == "selective":
         score_bytes = 0.0
         if model.attention == "materialized":

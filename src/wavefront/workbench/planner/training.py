@@ -183,6 +183,9 @@ class Training:
         imbalance. None (default): dropless, the busiest rank runs moe_imbalance x the mean (moe_rows_factor).
     ep_overlap: fraction of the expert-parallel all-to-alls hidden behind compute (0: exposed, the plain
         all-to-all dispatcher; DeepSeek-V3's DualPipe and Megatron's 1F1B A2A overlap hide most of it).
+    op_recompute_mm: fraction of a layer's weight-matmul forward that recompute="op" runs again (0: every
+        matmul output saved, `wavefront train`'s policy; 0.5: torchtitan's per-op policy, which marks every
+        second mm/linear PREFER_RECOMPUTE); a fact of the stack profile (stacks.py).
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
         master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
         fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
@@ -209,6 +212,7 @@ class Training:
     moe_imbalance: float = 1.0
     moe_capacity_factor: float | None = None
     ep_overlap: float = 0.0
+    op_recompute_mm: float = 0.0
     attention_kernel: str = "fa2"
 
     def __post_init__(self) -> None:
@@ -219,6 +223,8 @@ class Training:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor <= 0.0:
             raise ValueError(f"moe_capacity_factor must be > 0 (a multiple of the mean tokens per expert), "
                              f"got {self.moe_capacity_factor}")
+        if not 0.0 <= self.op_recompute_mm <= 1.0:
+            raise ValueError(f"op_recompute_mm must be in [0, 1], got {self.op_recompute_mm}")
         if not 0.0 <= self.ep_overlap <= 1.0:
             raise ValueError(f"ep_overlap must be in [0, 1], got {self.ep_overlap}")
         if self.cp_comm not in CP_COMM:
