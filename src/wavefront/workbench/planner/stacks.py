@@ -131,39 +131,39 @@ _TITAN_OP_AC = ("per-op checkpointing", "saves mm / attention / reduce-scatter o
 # <fitted: generated from validation.fit_all(tests/data/published); test_planner_accuracy.py checks it>
 #: Each profile's constants fitted on its own calibration rows (validation.fit_profile); absent: physics.
 FITTED: dict[str, dict] = {
-    "torchtitan": {
+    "torchtitan/2024": {
         "a100": {"attention": 0.505, "gemm": 0.674},
     },
-    "llm-foundry": {
+    "llm-foundry/2023": {
         "a100": {"attention": 0.343, "gemm": 0.64},
         "h100": {"attention": 0.176, "gemm": 0.547},
         "shared": {"kernel_us": 0.003},
     },
-    "nemo": {
+    "nemo/24.07": {
         "h100": {"attention": 0.303, "gemm": 0.712},
     },
-    "megatron-core-te": {
+    "megatron-core-te/2025": {
         "b200": {"attention": 0.256, "gemm": 0.601},
         "h100": {"attention": 0.364, "gemm": 0.854},
         "shared": {"moe_layer_us": 1939.053},
     },
-    "megatron-lm": {
+    "megatron-lm/2021": {
         "a100": {"attention": 0.546, "gemm": 0.729},
     },
-    "deepspeed": {
+    "deepspeed/2021": {
         "a100": {"attention": 0.669, "gemm": 0.892},
     },
-    "meta-llama3": {
+    "meta-llama3/2024": {
         "h100": {"attention": 0.265, "gemm": 0.622},
     },
 }
 #: The rows each fit saw ("table/row id"), the calibration rows of the stack's own tables.
 CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
-    "torchtitan": (
+    "torchtitan/2024": (
         "torchtitan_a100_2024/llama3-8b 64gpu fsdp64 mb1 ac selective layer",
         "torchtitan_a100_2024/llama2-70b 64gpu fsdp64 mb2 ac full",
     ),
-    "llm-foundry": (
+    "llm-foundry/2023": (
         "llmfoundry_mpt/H100 bf16 13b s2048 n64 mb2 ga1",
         "llmfoundry_mpt/H100 bf16 13b s1024 n8 mb40 ga3",
         "llmfoundry_mpt/H100 bf16 7b s8192 n8 mb8 ga2",
@@ -221,19 +221,19 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "llmfoundry_mpt/A100-40GB bf16 125m s2048 n8 mb26 ga3",
         "llmfoundry_mpt/A100-40GB bf16 125m s1024 n8 mb52 ga3",
     ),
-    "nemo": (
+    "nemo/24.07": (
         "nemo_2407_h100_fp8/llama2-70b 64gpu tp4 pp4 cp1 vp20 mb1 gbs128",
         "nemo_2407_h100_fp8/nemotron4-340b 128gpu tp8 pp8 cp1 vp12 mb1 gbs32",
         "nemo_2407_h100_fp8/llama3-70b 64gpu tp4 pp4 cp2 vp5 mb1 gbs128",
     ),
-    "megatron-core-te": (
+    "megatron-core-te/2025": (
         "nemo_2502_fp8/b200 llama3-8b 8gpu tp1 pp1 cp1 vp1 mb2 gbs128",
         "nemo_2502_fp8/b200 nemotron4-15b 64gpu tp1 pp1 cp1 vp1 mb2 gbs256",
         "nemo_2502_fp8/h100 nemo-gpt3-175b 512gpu tp4 pp8 cp1 vp6 mb2 gbs2048",
         "megatron_bridge_2509_moe/b200 qwen3-235b-a22b 64gpu tp1 pp8 cp1 vp2 ep8 mb1",
         "megatron_bridge_2511_moe/b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb1",
     ),
-    "megatron-lm": (
+    "megatron-lm/2021": (
         "narayanan2021_table1/3.6B",
         "narayanan2021_table1/7.5B",
         "narayanan2021_table1/18.4B",
@@ -243,10 +243,10 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "narayanan2021_table2/PTD-P 175B 384",
         "narayanan2021_table2/PTD-P 530B 1120",
     ),
-    "deepspeed": (
+    "deepspeed/2021": (
         "narayanan2021_table2/ZeRO-3 530B 1120",
     ),
-    "meta-llama3": (
+    "meta-llama3/2024": (
         "llama3_2024_table4/8K-8192",
     ),
 }
@@ -303,14 +303,14 @@ _PROFILES = (
         tables=("llama3_2024_table4",)),
 )
 PROFILES: dict[str, StackProfile] = {
-    p.key: replace(p, fitted=FITTED.get(p.name, {}), calibration_rows=CALIBRATION_ROWS.get(p.name, ()))
+    p.key: replace(p, fitted=FITTED.get(p.key, {}), calibration_rows=CALIBRATION_ROWS.get(p.key, ()))
     for p in _PROFILES}
 #: The default profile: `wavefront train`'s own stack (a plan made on it says so in one line).
 DEFAULT_PROFILE = f"wavefront-train/{__version__}"
-#: Names without a version, and the old --stack names.
-ALIASES = {"wavefront-train": DEFAULT_PROFILE, "nemo/25.02": "megatron-core-te/2025",
-           "megatron-bridge/2025": "megatron-core-te/2025"} | {
-    p.name: p.key for p in PROFILES.values() if sum(q.name == p.name for q in PROFILES.values()) == 1}
+#: Names without a version (a name with several versions: the newest), and releases of a profile's stack.
+ALIASES = {p.name: p.key for p in PROFILES.values() if sum(q.name == p.name for q in PROFILES.values()) == 1} | {
+    "wavefront-train": DEFAULT_PROFILE, "nemo/25.02": "megatron-core-te/2025", "megatron-bridge/2025":
+    "megatron-core-te/2025", "torchtitan": "torchtitan/2025"}
 #: The old `--stack megatron|fsdp` names: the profile each maps to (with a deprecation line).
 DEPRECATED = {"megatron": "megatron-core-te/2025", "fsdp": "torchtitan/2025"}
 
