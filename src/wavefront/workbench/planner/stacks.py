@@ -6,8 +6,8 @@ A profile is data: `StackProfile` below, one per stack release, in PROFILES. Its
 (`fitted`: gemm and attention per GPU family, fp8_gemm and kernel_us shared) come from
 validation.fit_profile over the calibration rows of the stack's own published tables (`tables`), never
 another stack's; `calibration_rows` names every row the fit saw ("table/row id"). Where a stack has no
-calibration rows (or fewer than validation.MIN_FIT_ROWS per GPU family) the constants it lacks are the
-physics defaults (training.PHYSICS_FAMILY: the best measured kernels), and the profile says so.
+calibration rows on a GPU family the constants it lacks are the physics defaults (training.PHYSICS_FAMILY:
+what the best measured kernels reach), and the profile says so.
 
 What is fitted, per family with calibration rows (validation.fit_params): with >= 10 rows, gemm and
 attention separately; with 1-9, one scale on both physics defaults (the rows cannot separate them);
@@ -19,7 +19,7 @@ dp_overlap, ep_overlap, flat or hierarchical collectives), with the source that 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from wavefront import __version__
 from wavefront.workbench.hardware import get_gpu
@@ -39,7 +39,7 @@ class StackProfile:
     """One stack release. kernel_family: "megatron" (Transformer Engine: FP8 casts fused into the norm and
     activation kernels) or "fsdp" (PyTorch-native: separate cast kernels), Training.stack. fitted: the
     constants its own calibration rows fixed ({"h100": {"gemm": .., "attention": ..}, "shared": {..}});
-    every constant not there is a physics default. facts: (term, what the stack does, source)."""
+    every constant not there is a physics default. facts: (term, what the stack does and who says so)."""
 
     name: str
     version: str
@@ -86,9 +86,6 @@ class StackProfile:
         return {"stack": self.kernel_family, "attention_kernel": self.attention_kernel,
                 "tp_overlap": self.tp_overlap, "cp_comm": self.cp_comm, "ep_overlap": self.ep_overlap,
                 "op_recompute_mm": self.op_recompute_mm}
-
-    def as_dict(self) -> dict:
-        return asdict(self) | {"key": self.key}
 
     def explain(self, gpu_key: str) -> list[str]:
         """What `--explain` prints: the profile's terms, where each constant came from, the rows it was
