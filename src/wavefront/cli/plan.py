@@ -151,11 +151,12 @@ def _main(a: dict) -> None:
     from wavefront.workbench.planner.job import parse_fixed
     from wavefront.workbench.planner.stacks import explain_stack
 
-    try:  # --explain: the profile's terms and rows; alone (no model), nothing else
-        for line in explain_stack(a["stack"], (a["gpus"] or ["8xh100"])[0]) if a["explain"] else []:
-            console.print(line, markup=False, highlight=False)
+    try:  # --explain: the profile's terms and rows (not into --json -); alone (no model), nothing else
+        explained = explain_stack(a["stack"], (a["gpus"] or ["8xh100"])[0]) if a["explain"] else []
     except ValueError as exc:
         fail(str(exc))
+    for line in explained if a["json_out"] != "-" else []:
+        console.print(line, markup=False, highlight=False)
     if a["explain"] and not (a["model"] or a["layers"]):
         return None
 
