@@ -91,6 +91,8 @@ def test_explain_with_a_model_prints_the_profile_and_the_plan():
     assert result.exit_code == 0, result.output
     text = re.sub(r"\s+", " ", result.output)
     assert "fitted on 56 calibration rows" in text and "best 1 by step time" in text
+    piped = _run("--model", "llama3-8b", "--top", "1", "--stack", "llm-foundry/2023", "--explain", "--json", "-")
+    assert piped.exit_code == 0 and json.loads(piped.stdout)["stack_profile"]["key"] == "llm-foundry/2023"
 
 
 @pytest.mark.parametrize("old", sorted(DEPRECATED))
