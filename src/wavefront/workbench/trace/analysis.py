@@ -39,6 +39,7 @@ from wavefront.workbench.trace.multirank import (
     RankSteps,
     multirank,
 )
+from wavefront.workbench.trace.rocprof import group_paths
 
 SCHEMA = "wavefront.trace.analyze/2"  # 2: every time also in exact integer nanoseconds (*_ns)
 _BACKEND_PREFIXES = ("gloo:", "nccl:", "rccl:", "mpi:", "ucc:")
@@ -224,10 +225,11 @@ def analyze(paths: Sequence[str | Path], *, device: str | None = None, short_us:
     still analyzed); TraceLoadError only when no file could be read at all. ``annotate_to`` writes a copy
     of the (single) trace with the analysis as extra tracks (:mod:`annotate`), from the same parse.
     ``progress(path, bytes_done, bytes_total)`` reports each file. ``step_pattern``: a regular expression
-    naming the NVTX ranges that are steps in Nsight Systems exports (its first group, if any, the step
-    number); default ``ProfilerStep#N``."""
+    naming the NVTX / ROCTx ranges that are steps in Nsight Systems exports and rocprofv3 traces (its first
+    group, if any, the step number); default ``ProfilerStep#N``."""
     if not paths:
         raise ValueError("paths: expected at least one trace file")
+    paths = group_paths(paths)  # a rocprofv3 process's CSV files are one rank
     if align not in ("auto", "ends", "none"):
         raise ValueError(f"align must be 'auto', 'ends' or 'none', got {align!r}")
     if annotate_to is not None and len(paths) != 1:
