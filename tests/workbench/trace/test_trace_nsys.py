@@ -207,3 +207,51 @@ def test_a_user_range_decides_no_kernel_class(tmp_path):
     classes = classify_device(trace)
     assert classes.cls.tolist() == [COMM, 0]
     assert [REASONS[r] for r in classes.reason.tolist()] == ["name", "launch-op"]
+
+
+def test_event_types_from_the_exports_enum(tmp_path):
+    """An export that names its event types (ENUM_NSYS_EVENT_TYPE) is read by the names, not the codes;
+    one whose enum names no NVTX range type is refused."""
+    path = write_nsys_sqlite(planted_gpu_trace(), tmp_path / "p.sqlite")
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER PRIMARY KEY, name TEXT, label TEXT)")
+        db.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?, ?)",
+                       [(34, "NvtxMark", "NVTX Mark"), (59, "NvtxPushPopRange", "NVTX PushPop Range"),
+                        (60, "NvtxStartEndRange", "NVTX StartEnd Range"), (75, "NvtxDomainCreate", "")])
+    db.close()
+    kineto, _ = step_breakdowns(load_trace(planted_gpu_trace().write(tmp_path / "p.json")))
+    assert step_breakdowns(load_trace(path))[0] == kineto
+    with sqlite3.connect(path) as db:  # a future release that renumbers push/pop ranges: read by name
+        db.execute("UPDATE NVTX_EVENTS SET eventType = 159 WHERE eventType = 59")
+        db.execute("UPDATE ENUM_NSYS_EVENT_TYPE SET id = 159 WHERE name = 'NvtxPushPopRange'")
+    db.close()
+    assert step_breakdowns(load_trace(path))[0] == kineto
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM ENUM_NSYS_EVENT_TYPE WHERE name LIKE 'Nvtx%Range'")
+    db.close()
+    with pytest.raises(TraceLoadError, match="p.sqlite: .*names no NVTX range type"):
+        load_trace(path)
+
+
+def test_nccl_domain_ranges_are_collectives(tmp_path):
+    """NCCL's own NVTX ranges (domain "NCCL") make the kernel launched inside them communication, even
+    one whose name says nothing; the same range in the default domain is an annotation."""
+    t = SynthTrace()
+    t.launch("fused_kernel_of_unknown_kind", 100, 300, launch_ts=20, stream=20)
+    path = write_nsys_sqlite(t, tmp_path / "nccl.sqlite")
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                   "VALUES (1000000000, NULL, 75, 'NCCL', 0, 3)")
+        db.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                   "VALUES (1000010000, 1000030000, 59, 'ncclAllReduce', ?, 3)",
+                   ((4242 << 24) | 4242,))
+    db.close()
+    trace = load_trace(path)
+    classes = classify_device(trace)
+    assert classes.cls.tolist() == [COMM] and REASONS[classes.reason[0]] == "launch-op"
+    assert list(trace.op_comm_args.values()) == [{"Collective name": "ncclAllReduce"}]
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE NVTX_EVENTS SET domainId = 0 WHERE eventType = 59")
+    db.close()
+    classes = classify_device(load_trace(path))
+    assert classes.cls.tolist() == [0] and REASONS[classes.reason[0]] == "default"

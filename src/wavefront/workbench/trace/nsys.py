@@ -37,13 +37,26 @@ import numpy as np
 
 from wavefront.workbench.trace.events import COLUMNS, DTYPES, Parts, finish
 from wavefront.workbench.trace.load import TraceLoadError
-from wavefront.workbench.trace.model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, Trace
+from wavefront.workbench.trace.model import (
+    CAT_CPU_OP,
+    CAT_USER_ANNOTATION,
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    KIND_MEMSET,
+    Trace,
+)
 from wavefront.workbench.trace.vendor import DEFAULT_STEP_PATTERN, Names, device_rows, empty, enclosing, host_ranges
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _API_VERSION = re.compile(r"_v\d{4,}$")
 SCHEMA = "Nsight Systems SQLite export (2024.x/2025.x schema)"
-NVTX_PUSH_POP, NVTX_START_END = 59, 60
+# NVTX_EVENTS.eventType codes of the schema reference's NVTX_EVENT_TYPES list (33 NvtxCategory, 34 NvtxMark,
+# 39 NvtxThread, 59 NvtxPushPopRange, 60 NvtxStartEndRange, 75 NvtxDomainCreate, 76 NvtxDomainDestroy); an export
+# that carries ENUM_NSYS_EVENT_TYPE (id, name) is read by those names instead, and one whose enum names
+# neither range type is refused.
+NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 59, 60, 75
+NVTX_RANGE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange")
+NCCL_DOMAIN = "NCCL"
 # CUPTI_ActivityMemcpyKind, as stored in copyKind.
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
               10: "PtoP"}
@@ -101,7 +114,7 @@ def load_nsys(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> 
     try:
         have = _columns(db)
         _check_schema(path, have)
-        parts = _read(db, have, re.compile(step_pattern))
+        parts = _read(db, have, re.compile(step_pattern), path)
         meta: dict = {"source": "nsys", "schema": SCHEMA}
         if {"id", "name"} <= have.get("TARGET_INFO_GPU", set()):  # the GPU names, for the roofline's device row
             meta["deviceProperties"] = [{"id": i, "name": n} for i, n in
@@ -122,7 +135,20 @@ def _matrix(rows: list[tuple], width: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, width)
 
 
-def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -> Parts:
+def _event_types(db: sqlite3.Connection, have: dict[str, set[str]], path: Path) -> tuple[tuple[int, ...], int]:
+    """The eventType codes of NVTX ranges and of NvtxDomainCreate: from the export's own
+    ENUM_NSYS_EVENT_TYPE when it has one, else the documented 59, 60 and 75."""
+    if not {"id", "name"} <= have.get("ENUM_NSYS_EVENT_TYPE", set()):
+        return (NVTX_PUSH_POP, NVTX_START_END), NVTX_DOMAIN_CREATE
+    ids = {str(name): int(i) for i, name in db.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE")}
+    ranges = tuple(ids[n] for n in NVTX_RANGE_NAMES if n in ids)
+    if not ranges:
+        raise TraceLoadError(f"{path}: not an {SCHEMA}: its ENUM_NSYS_EVENT_TYPE names no NVTX range type "
+                             f"(expected {' or '.join(NVTX_RANGE_NAMES)})")
+    return ranges, ids.get("NvtxDomainCreate", NVTX_DOMAIN_CREATE)
+
+
+def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern, path: Path) -> Parts:
     strings = dict(db.execute("SELECT id, value FROM StringIds"))
     names = Names()
     n_events = 0
@@ -152,18 +178,30 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
     dev = {k: np.concatenate([p[k] for p in pieces]).astype(DTYPES.get(k, np.int64)) for k in COLUMNS["dev"]}
 
     cpu, op_ranges = empty("cpu"), {}
+    op_comm: dict[int, dict] = {}
     if "NVTX_EVENTS" in have:
         nvtx_cols = have["NVTX_EVENTS"]
         text = "e.text" if "text" in nvtx_cols else "NULL"
         by_id = "s.value" if "textId" in nvtx_cols else "NULL"
         join = "LEFT JOIN StringIds s ON s.id = e.textId" if "textId" in nvtx_cols else ""
-        where = (f'WHERE e.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND e."end" IS NOT NULL '
+        range_types, domain_create = _event_types(db, have, path)
+        where = (f"WHERE e.eventType IN ({', '.join(map(str, range_types))}) AND e.\"end\" IS NOT NULL "
                  "ORDER BY e.start")
-        times = _matrix(db.execute(f'SELECT e.start, e."end", COALESCE(e.globalTid, 0) FROM NVTX_EVENTS e {where}'
-                                   ).fetchall(), 3)
+        domain = "COALESCE(e.domainId, 0)" if "domainId" in nvtx_cols else "0"
+        times = _matrix(db.execute(f'SELECT e.start, e."end", COALESCE(e.globalTid, 0), {domain} '
+                                   f"FROM NVTX_EVENTS e {where}").fetchall(), 4)
         labels = [r[0] or "" for r in db.execute(f"SELECT COALESCE({text}, {by_id}) FROM NVTX_EVENTS e {join} {where}")]
         n_events += len(times)
-        cpu, op_ranges = host_ranges(times, labels, step, names)
+        cpu, op_ranges = host_ranges(times[:, :3], labels, step, names)
+        # NCCL's own ranges (its NVTX domain "NCCL": ncclAllReduce, ...) are collectives: operators whose
+        # kernels are communication, the range name their collective's name
+        nccl = [] if "domainId" not in nvtx_cols else [int(r[0]) for r in db.execute(
+            f"SELECT e.domainId FROM NVTX_EVENTS e {join} WHERE e.eventType = {domain_create} "
+            f"AND COALESCE({text}, {by_id}) = '{NCCL_DOMAIN}'")]
+        in_nccl = np.isin(times[:, 3], nccl) & (cpu["cat"] == CAT_USER_ANNOTATION) if nccl else []
+        for row in np.flatnonzero(in_nccl).tolist():
+            cpu["cat"][row] = CAT_CPU_OP
+            op_comm[int(cpu["external_id"][row])] = {"Collective name": labels[row]}
 
     rt = empty("rt")
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in have:
@@ -179,5 +217,6 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
     parts = Parts()
     parts.names = names.names
     parts.tables = {"dev": dev, "rt": rt, "cpu": cpu, "flow": empty("flow")}
+    parts.op_comm = op_comm
     parts.n_events = n_events
     return parts
