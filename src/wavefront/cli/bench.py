@@ -3,6 +3,8 @@ Every row goes to the store, the dashboard and --json; the terminal gets the pla
 
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -60,6 +62,45 @@ TargetsOpt = Annotated[str, typer.Option("--inspect-targets", help="On CPU, comp
 TrafficOpt = Annotated[bool, typer.Option("--traffic/--no-traffic", help="On CPU, count each kernel's bytes "
                                                                          "(instrumented interpreter) for the report.")]
 LabelOpt = Annotated[str, typer.Option(help="A label stored with the run.")]
+
+
+class Profiler(str, Enum):  # mirrors wavefront.workbench.bench.profile.PROFILERS (tested)
+    ncu = "ncu"
+    nsys = "nsys"
+    rocprof = "rocprof"
+
+
+ProfileOpt = Annotated[Profiler | None, typer.Option(help="Instead of measuring, run the chosen cases once under "
+                                                          "this profiler (on PATH; a GPU) and read its output back "
+                                                          "(nsys/rocprof: trace analyze; ncu: files for counters).")]
+ProfileDirOpt = Annotated[str | None, output_option("--profile-dir", help="Where the profile files go (default: "
+                                                                         "profiles/<tool> beside the store).")]
+
+
+def _selection(op, mode, provider, dtype, case) -> tuple[str, ...]:
+    """The case options of this invocation, for the profiled child run."""
+    pairs = [("--op", o) for o in op or ()] + [("--mode", m.value) for m in mode or ()]
+    pairs += [("--provider", p.value) for p in provider or ()] + [("--dtype", d.value) for d in dtype or ()]
+    pairs += [("--case", c) for c in case or ()]
+    return tuple(x for pair in pairs for x in pair)
+
+
+def _profile(tool: Profiler, out_dir: str, selection: tuple[str, ...], device: str | None, json_out) -> None:
+    from wavefront.workbench.bench import profile
+
+    with request_errors():
+        request = profile.ProfileRequest(tool.value, out_dir, selection, device or "cuda")
+        profile.check_can_profile(request.tool, request.device)
+        try:
+            result = profile.run_profile(request)
+        except RuntimeError as exc:
+            fail(str(exc), 1)
+    if json_out != "-":
+        console.print(f"{tool.value}: {len(result.files)} file(s) in {escape(out_dir)}", highlight=False)
+        for line in result.next_steps:
+            console.print(f"next: {escape(line)}", highlight=False)
+    if json_out:
+        write_json(result.as_dict(), json_out)
 
 
 def _failures_table(failures):
@@ -130,11 +171,18 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
           store: StoreOpt = "wavefront-results.sqlite", no_store: NoStoreOpt = False,
           report: ReportOpt = "artifacts/wavefront-report.html", no_report: NoReportOpt = False, doc: DocOpt = None,
           inspect_targets: TargetsOpt = "sm_90,gfx942", traffic: TrafficOpt = True, label: LabelOpt = "",
-          memcheck: MemcheckOpt = False, json_out: JsonOut = None) -> None:
+          memcheck: MemcheckOpt = False, profile: ProfileOpt = None, profile_dir: ProfileDirOpt = None,
+          json_out: JsonOut = None) -> None:
     """The main job: every registered op against its float64 reference (forward and backward), the
     modeled roofline on a target device, on a GPU timings of wavefront vs eager vs torch.compile vs
     Liger-Kernel, and on a CPU the machine code and bytes moved; results go to the store and the
-    dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails."""
+    dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails.
+    With --profile, the chosen cases run under a vendor profiler instead (nothing measured or stored)."""
+    if profile is not None:
+        out_dir = profile_dir or str(Path(store).parent / "profiles" / profile.value)
+        _profile(profile, out_dir, _selection(op, mode, provider, dtype, case), device.value if device else None,
+                 json_out)
+        return
     from wavefront.workbench.bench import job
     from wavefront.workbench.static.jobs import split_targets
 
