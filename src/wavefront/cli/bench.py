@@ -3,7 +3,6 @@ Every row goes to the store, the dashboard and --json; the terminal gets the pla
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +16,7 @@ from wavefront.cli._common import (
     JsonOut,
     Mode,
     OpsOption,
+    Profiler,
     Provider,
     command,
     note,
@@ -63,40 +63,22 @@ TrafficOpt = Annotated[bool, typer.Option("--traffic/--no-traffic", help="On CPU
                                                                          "(instrumented interpreter) for the report.")]
 LabelOpt = Annotated[str, typer.Option(help="A label stored with the run.")]
 
-
-class Profiler(str, Enum):  # mirrors wavefront.workbench.bench.profile.PROFILERS (tested)
-    ncu = "ncu"
-    nsys = "nsys"
-    rocprof = "rocprof"
-
-
 ProfileOpt = Annotated[Profiler | None, typer.Option(help="Instead of measuring, run the chosen cases once under "
-                                                          "this profiler (on PATH; a GPU) and read its output back "
-                                                          "(nsys/rocprof: trace analyze; ncu: files for counters).")]
-ProfileDirOpt = Annotated[str | None, output_option("--profile-dir", help="Where the profile files go (default: "
-                                                                         "profiles/<tool> beside the store).")]
+                                                          "this profiler (on PATH; a GPU) and read its output back.")]
+ProfileDirOpt = Annotated[str | None, output_option("--profile-dir", help="Default: profiles/<tool> by the store.")]
 
 
-def _selection(op, mode, provider, dtype, case) -> tuple[str, ...]:
-    """The case options of this invocation, for the profiled child run."""
-    pairs = [("--op", o) for o in op or ()] + [("--mode", m.value) for m in mode or ()]
-    pairs += [("--provider", p.value) for p in provider or ()] + [("--dtype", d.value) for d in dtype or ()]
-    pairs += [("--case", c) for c in case or ()]
-    return tuple(x for pair in pairs for x in pair)
-
-
-def _profile(tool: Profiler, out_dir: str, selection: tuple[str, ...], device: str | None, json_out) -> None:
+def _profile(request, json_out) -> None:
     from wavefront.workbench.bench import profile
 
     with request_errors():
-        request = profile.ProfileRequest(tool.value, out_dir, selection, device or "cuda")
         profile.check_can_profile(request.tool, request.device)
         try:
             result = profile.run_profile(request)
         except RuntimeError as exc:
             fail(str(exc), 1)
     if json_out != "-":
-        console.print(f"{tool.value}: {len(result.files)} file(s) in {escape(out_dir)}", highlight=False)
+        console.print(f"{request.tool}: {len(result.files)} file(s) in {escape(request.out_dir)}", highlight=False)
         for line in result.next_steps:
             console.print(f"next: {escape(line)}", highlight=False)
     if json_out:
@@ -179,9 +161,11 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
     dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails.
     With --profile, the chosen cases run under a vendor profiler instead (nothing measured or stored)."""
     if profile is not None:
-        out_dir = profile_dir or str(Path(store).parent / "profiles" / profile.value)
-        _profile(profile, out_dir, _selection(op, mode, provider, dtype, case), device.value if device else None,
-                 json_out)
+        from wavefront.workbench.bench.profile import ProfileRequest, selection
+
+        chosen = selection(op or (), values(mode), values(provider), values(dtype), case or ())
+        _profile(ProfileRequest(profile.value, profile_dir or str(Path(store).parent / "profiles" / profile.value),
+                                chosen, device.value if device else "cuda"), json_out)
         return
     from wavefront.workbench.bench import job
     from wavefront.workbench.static.jobs import split_targets

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from wavefront.cli import build_app
-from wavefront.cli.bench import Profiler
+from wavefront.cli._common import Profiler
 from wavefront.workbench.bench import profile
 from wavefront.workbench.static.jobs import RequestError
 from wavefront.workbench.trace.testing import planted_gpu_trace, write_nsys_sqlite, write_rocprof_csv
@@ -24,6 +24,11 @@ SELECTION = ("--op", "softmax", "--case", "npow2")
 
 def test_cli_choices_mirror_the_library():
     assert tuple(p.value for p in Profiler) == profile.PROFILERS
+
+
+def test_selection_repeats_each_option():
+    assert profile.selection(["softmax", "rms_norm"], ["fwd"], (), ["bf16"], ["npow2"]) == (
+        "--op", "softmax", "--op", "rms_norm", "--mode", "fwd", "--dtype", "bf16", "--case", "npow2")
 
 
 @pytest.mark.parametrize("tool", profile.PROFILERS)

@@ -64,6 +64,14 @@ class ProfileResult:
                 "analysis": self.analysis, "next_steps": self.next_steps}
 
 
+def selection(op: Sequence[str] = (), mode: Sequence[str] = (), provider: Sequence[str] = (),
+              dtype: Sequence[str] = (), case: Sequence[str] = ()) -> tuple[str, ...]:
+    """The ``wavefront bench`` options choosing these cases (each value repeats its option)."""
+    pairs = [(f"--{name}", v) for name, vals in (("op", op), ("mode", mode), ("provider", provider),
+                                                  ("dtype", dtype), ("case", case)) for v in vals]
+    return tuple(x for pair in pairs for x in pair)
+
+
 def child_bench(selection: Sequence[str], tool: str) -> list[str]:
     """The profiled process: this interpreter running ``wavefront bench`` on the selection."""
     reps = ("--reps", "1", "--warmup", "1") if tool == "ncu" else ()

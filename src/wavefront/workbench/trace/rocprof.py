@@ -100,7 +100,8 @@ def sniff(path: str | Path) -> str | None:
         if domain.startswith("HIP") or (not domain and path.name.endswith(f"{HIP_API}.csv")):
             return HIP_API
         return f"other:{domain or path.name}"  # an HSA/RCCL/... API trace: not read
-    return KERNEL  # a kernel trace missing Kernel_Name: load refuses it, naming the columns
+    # a kernel trace missing Kernel_Name is refused naming the columns; scratch/allocation traces are not read
+    return KERNEL if path.name.endswith(f"{KERNEL}.csv") else f"other:{path.name}"
 
 
 def siblings(path: Path, kind: str) -> dict[str, Path]:
