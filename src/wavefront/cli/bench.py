@@ -65,7 +65,7 @@ LabelOpt = Annotated[str, typer.Option(help="A label stored with the run.")]
 
 ProfileOpt = Annotated[Profiler | None, typer.Option(help="Instead of measuring, run the chosen cases once under "
                                                           "this profiler (on PATH; a GPU) and read its output back.")]
-ProfileDirOpt = Annotated[str | None, output_option("--profile-dir", help="Default: profiles/<tool> by the store.")]
+ProfileDirOpt = Annotated[str | None, typer.Option("--profile-dir", help="Default: profiles/<tool> by the store.")]
 
 
 def _profile(request, json_out) -> None:
