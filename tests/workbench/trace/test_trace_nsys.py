@@ -58,7 +58,8 @@ def test_cli_json_matches_kineto(tmp_path):
         return sorted(rows, key=lambda r: r["name"])
 
     assert by_name(nsys["kernels"]["kernels"]) == by_name(kineto["kernels"]["kernels"])
-    same = set(kineto) - {"path", "host", "n_events", "notes", "kernels"}
+    assert (kineto["source"], nsys["source"]) == ("json", "nsys")
+    same = set(kineto) - {"path", "host", "n_events", "notes", "kernels", "source"}
     assert {"launch", "classification", "steps"} <= same
     assert {k: nsys[k] for k in same} == {k: kineto[k] for k in same}
 

@@ -57,7 +57,7 @@ def test_cli_json_matches_kineto(tmp_path):
         assert res.exit_code == 0, res.output
         docs.append(json.loads(res.stdout)["ranks"][0])
     kineto, roc = docs
-    assert roc["steps"] == kineto["steps"]
+    assert roc["steps"] == kineto["steps"] and roc["source"] == "rocprofv3"
 
     def kernels(doc: dict) -> list[dict]:  # the compute and communication kernels (memory rows differ by name)
         return sorted((r for r in doc["kernels"]["kernels"] if not r["name"].startswith(("Mem", "__amd"))),

@@ -64,6 +64,7 @@ class RankAnalysis:
     warnings: list[str] = field(default_factory=list)
     collectives: CollectiveInstances | None = None
     hta: dict | None = None  # HTA 0.5.0's definitions on this trace (hta_compatible=True, device traces)
+    source: str = "json"  # what wrote the file: "json" (torch.profiler / jax.profiler), "nsys", "rocprofv3"
 
     def totals(self) -> dict:
         """Breakdown categories summed over steps, and the step total."""
@@ -72,7 +73,7 @@ class RankAnalysis:
 
     def as_dict(self) -> dict:
         return {"path": self.path, "rank": self.rank, "world_size": self.world_size, "host": self.host,
-                "device_name": self.device_name,
+                "device_name": self.device_name, "source": self.source,
                 "domain": self.domain, "complete": self.complete, "n_events": self.n_events,
                 "notes": self.notes, "warnings": self.warnings, "classification": self.classification,
                 "steps": [s.as_dict() for s in self.steps], "totals": self.totals(),
@@ -187,7 +188,7 @@ def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 
     return RankAnalysis(trace.path, trace.rank, trace.world_size, trace.meta.get("host_name"), trace.device_name,
                         timeline.domain, trace.complete, trace.n_events, breakdowns, kernels, launch, classification,
                         family_time_by_step(trace, steps), notes, list(trace.warnings),
-                        _collectives(trace, classes), hta)
+                        _collectives(trace, classes), hta, trace.meta.get("source", "json"))
 
 
 @dataclass(frozen=True)
