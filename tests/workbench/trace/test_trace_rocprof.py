@@ -213,3 +213,13 @@ def test_annotate_refuses_rocprof(tmp_path):
     res = _run("analyze", path, "--annotate", tmp_path / "out.json.gz")
     assert res.exit_code == 2 and "JSON traces only" in " ".join(res.output.split())
     assert not (tmp_path / "out.json.gz").exists()
+
+
+def test_rocprofv3_json_output_is_refused_with_the_way_out(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"rocprofiler-sdk-tool": [{"metadata": {"pid": 1},
+                                                          "buffer_records": {"kernel_dispatch": []}}]}))
+    res = _run("analyze", path)
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "Traceback" not in text
+    assert "rocprofv3 --output-format json file, which is not read" in text and "--output-format csv" in text

@@ -372,6 +372,9 @@ def _load_streaming(path: Path, progress: Callable[[int, int], None] | None,
     if reader.damage and complete:
         complete = False
         warnings.append(reader.damage)
+    if not saw_events and complete and "rocprofiler-sdk-tool" in meta:
+        raise TraceLoadError(f"{path}: a rocprofv3 --output-format json file, which is not read: run rocprofv3 with "
+                             "--output-format csv and give its *_kernel_trace.csv (docs/trace.md)")
     if not saw_events and complete:
         raise TraceLoadError(f"{path}: no 'traceEvents' list: not a Kineto/Chrome trace")
     return finish(b.to_parts(), path, meta, warnings, complete, nbytes)
