@@ -45,7 +45,15 @@ from wavefront.workbench.trace.model import (
     KIND_MEMSET,
     Trace,
 )
-from wavefront.workbench.trace.vendor import DEFAULT_STEP_PATTERN, Names, device_rows, empty, enclosing, host_ranges
+from wavefront.workbench.trace.vendor import (
+    DEFAULT_STEP_PATTERN,
+    Names,
+    OpRanges,
+    device_rows,
+    empty,
+    enclosing,
+    host_ranges,
+)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _API_VERSION = re.compile(r"_v\d{4,}$")
@@ -177,7 +185,7 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern, p
                                   rows[:, 2], rows[:, 3], rows[:, 4]))
     dev = {k: np.concatenate([p[k] for p in pieces]).astype(DTYPES.get(k, np.int64)) for k in COLUMNS["dev"]}
 
-    cpu, op_ranges = empty("cpu"), {}
+    cpu, op_ranges = empty("cpu"), OpRanges()
     op_comm: dict[int, dict] = {}
     if "NVTX_EVENTS" in have:
         nvtx_cols = have["NVTX_EVENTS"]

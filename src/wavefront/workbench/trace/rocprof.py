@@ -39,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
+from wavefront.workbench.trace import vendor
 from wavefront.workbench.trace.events import COLUMNS, DTYPES, Parts, finish, int_id
 from wavefront.workbench.trace.load import TraceLoadError
 from wavefront.workbench.trace.model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, Trace
-from wavefront.workbench.trace.vendor import DEFAULT_STEP_PATTERN, Names, device_rows, empty, enclosing, host_ranges
 
 SCHEMA = "rocprofv3 CSV trace (ROCm 6.2-6.4)"
 KERNEL, MEMCPY, HIP_API, MARKER, AGENTS = ("kernel_trace", "memory_copy_trace", "hip_api_trace", "marker_api_trace",
@@ -187,7 +187,7 @@ def _device_name(path: Path) -> str | None:
     return None
 
 
-def load_rocprof(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> Trace:
+def load_rocprof(path: str | Path, *, step_pattern: str = vendor.DEFAULT_STEP_PATTERN) -> Trace:
     """One process's rocprofv3 CSV trace as a :class:`Trace`: ``path`` is any of its trace files (the
     others are found beside it by name); times are the integer nanoseconds written."""
     path = Path(path)
@@ -199,7 +199,7 @@ def load_rocprof(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) 
     if KERNEL not in files:
         raise TraceLoadError(f"{path}: a rocprofv3 {kind}.csv is read with the process's kernel trace, "
                              "which is not beside it")
-    names = Names()
+    names = vendor.Names()
     step = re.compile(step_pattern)
     n_events = n_bad = 0
 
@@ -212,7 +212,7 @@ def load_rocprof(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) 
     labels = [r[5] for r in rows]
     kinds = np.array([next((k for pattern, k in BLIT_KINDS if pattern.match(n)), KIND_KERNEL) for n in labels],
                      dtype=np.int8)
-    pieces = [device_rows(kinds, ints[:, 0], ints[:, 1], names.of_labels(labels),
+    pieces = [vendor.device_rows(kinds, ints[:, 0], ints[:, 1], names.of_labels(labels),
                           np.array([int_id(r[4]) for r in rows], dtype=np.int64),
                           np.array([int_id(r[3]) for r in rows], dtype=np.int64), ints[:, 2])]
     if MEMCPY in files:
@@ -225,12 +225,12 @@ def load_rocprof(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) 
         dirs = [DIRECTIONS.get(r[4], ("Unknown", "Unknown", "Unknown")) for r in rows]
         streams = [int_id(r[3]) if stream == "Stream_Id" else 0 for r in rows]
         agents = [int_id(r[6] if d[2] == "Device" else r[5]) for r, d in zip(rows, dirs, strict=True)]
-        pieces.append(device_rows(np.full(len(rows), KIND_MEMCPY), ints[:, 0], ints[:, 1],
+        pieces.append(vendor.device_rows(np.full(len(rows), KIND_MEMCPY), ints[:, 0], ints[:, 1],
                                   names.of_labels([f"Memcpy {d[0]} ({d[1]} -> {d[2]})" for d in dirs]),
                                   np.array(agents, dtype=np.int64), np.array(streams, dtype=np.int64), ints[:, 2]))
     dev = {k: np.concatenate([p[k] for p in pieces]).astype(DTYPES.get(k, np.int64)) for k in COLUMNS["dev"]}
 
-    cpu, op_ranges = empty("cpu"), {}
+    cpu, op_ranges = vendor.empty("cpu"), vendor.OpRanges()
     if MARKER in files:
         rows, bad = _table(files[MARKER], MARKER, ("Start_Timestamp", "End_Timestamp", "Thread_Id", "Function"))
         n_events, n_bad = n_events + len(rows) + bad, n_bad + bad
@@ -238,9 +238,9 @@ def load_rocprof(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) 
         keep = times[:, 1] > times[:, 0]  # a mark (end == start) is no range
         order = np.argsort(times[:, 0], kind="stable")
         order = order[keep[order]]
-        cpu, op_ranges = host_ranges(times[order], [rows[i][3] for i in order.tolist()], step, names)
+        cpu, op_ranges = vendor.host_ranges(times[order], [rows[i][3] for i in order.tolist()], step, names)
 
-    rt = empty("rt")
+    rt = vendor.empty("rt")
     if HIP_API in files:
         rows, bad = _table(files[HIP_API], HIP_API, ("Start_Timestamp", "End_Timestamp", "Thread_Id",
                                                      "Correlation_Id", "Function"))
@@ -250,11 +250,12 @@ def load_rocprof(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) 
         ints = ints[order]
         rt = {"ts_ns": ints[:, 0], "dur_ns": ints[:, 1] - ints[:, 0],
               "name": names.of_labels([rows[i][4] for i in order.tolist()]), "tid": ints[:, 2],
-              "correlation": ints[:, 3], "external_id": enclosing(op_ranges, ints[:, 0], ints[:, 1], ints[:, 2])}
+              "correlation": ints[:, 3],
+              "external_id": vendor.enclosing(op_ranges, ints[:, 0], ints[:, 1], ints[:, 2])}
 
     parts = Parts()
     parts.names = names.names
-    parts.tables = {"dev": dev, "rt": rt, "cpu": cpu, "flow": empty("flow")}
+    parts.tables = {"dev": dev, "rt": rt, "cpu": cpu, "flow": vendor.empty("flow")}
     parts.n_events, parts.n_malformed = n_events, n_bad
     meta: dict = {"source": "rocprofv3", "schema": SCHEMA, "files": {k: p.name for k, p in sorted(files.items())}}
     if AGENTS in files and (gpu := _device_name(files[AGENTS])):
