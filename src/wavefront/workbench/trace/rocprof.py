@@ -33,8 +33,9 @@ outputs, HSA API, RCCL API (``rccl_api_trace.csv``), scratch and allocation trac
 from __future__ import annotations
 
 import csv
+import gc
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -140,43 +141,62 @@ def group_paths(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def _rows(path: Path, kind: str) -> tuple[list[str], Iterable[list[str]], object]:
-    f = open(path, newline="", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by the caller
-    reader = csv.reader(f)
-    header = next(reader, None) or []
-    missing = [c for c in REQUIRED[kind] if c not in header]
-    if missing:
-        f.close()
-        raise TraceLoadError(f"{path}: not a {SCHEMA} {kind}.csv: missing column(s) {', '.join(missing)} "
-                             f"(expected {', '.join(REQUIRED[kind])})")
-    return header, reader, f
+class _Table:
+    """The well-formed rows of one trace CSV as columns of text (a row of another width is counted, not read)."""
+
+    def __init__(self, path: Path, kind: str):
+        self.path = path
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            reader = csv.reader(f)
+            self.header = next(reader, None) or []
+            missing = [c for c in REQUIRED[kind] if c not in self.header]
+            if missing:
+                raise TraceLoadError(f"{path}: not a {SCHEMA} {kind}.csv: missing column(s) {', '.join(missing)} "
+                                     f"(expected {', '.join(REQUIRED[kind])})")
+            gc_was_enabled = gc.isenabled()
+            gc.disable()  # a list per row: collection passes would dominate the read
+            try:
+                rows = list(reader)
+                width = len(self.header)
+                good = [r for r in rows if len(r) == width]
+                columns = zip(*good, strict=True) if good else iter(())
+                self.cols = {name: np.array(col, dtype=object) for name, col in zip(self.header, columns,
+                                                                                     strict=False)}
+            except csv.Error as exc:
+                raise TraceLoadError(f"{path}: not a readable {SCHEMA} ({exc})") from None
+            finally:
+                if gc_was_enabled:
+                    gc.enable()
+        self.n_rows, self.n_bad, self.n = len(rows), len(rows) - len(good), len(good)
+
+    def text(self, name: str) -> np.ndarray:
+        return self.cols.get(name, np.zeros(0, dtype=object)) if self.n else np.zeros(0, dtype=object)
+
+    def ints(self, *names: str) -> np.ndarray:
+        """The columns as an (n, len(names)) int64 matrix; a value that is not an integer is refused."""
+        try:
+            return np.stack([np.array(self.text(c).tolist(), dtype=np.int64) for c in names], axis=1) if self.n \
+                else np.zeros((0, len(names)), dtype=np.int64)
+        except ValueError as exc:
+            raise TraceLoadError(f"{self.path}: not a readable {SCHEMA}: a time or id is not an integer ({exc})"
+                                 ) from None
+
+    def ids(self, name: str) -> np.ndarray:
+        """Ids written as text ("Agent 2", 7) as integers, each distinct value parsed once."""
+        uniq, inverse = np.unique(self.text(name).astype(str), return_inverse=True)
+        return np.array([int_id(u) for u in uniq.tolist()], dtype=np.int64)[inverse.reshape(-1)] if self.n else \
+            np.zeros(0, dtype=np.int64)
+
+    def take(self, keep: np.ndarray) -> None:
+        self.cols = {k: v[keep] for k, v in self.cols.items()}
+        self.n = int(np.count_nonzero(keep))
 
 
-def _table(path: Path, kind: str, wanted: Sequence[str]) -> tuple[list[list[str]], int]:
-    """The ``wanted`` columns of every well-formed row (a row of another width is counted as malformed)."""
-    header, reader, f = _rows(path, kind)
-    index = [header.index(c) for c in wanted]
-    width = len(header)
-    out, bad = [], 0
-    try:
-        for row in reader:
-            if len(row) != width:
-                bad += 1
-                continue
-            out.append([row[i] for i in index])
-    except csv.Error as exc:
-        raise TraceLoadError(f"{path}: not a readable {SCHEMA} ({exc})") from None
-    finally:
-        f.close()  # type: ignore[attr-defined]
-    return out, bad
-
-
-def _ints(path: Path, rows: list[list[str]], cols: slice) -> np.ndarray:
-    width = len(range(*cols.indices(1 << 20)))
-    try:
-        return np.array([[int(v) for v in r[cols]] for r in rows], dtype=np.int64).reshape(len(rows), width)
-    except ValueError as exc:
-        raise TraceLoadError(f"{path}: not a readable {SCHEMA}: a time or id is not an integer ({exc})") from None
+def _labels(names: vendor.Names, values: np.ndarray, label=lambda s: s) -> np.ndarray:
+    """Interned name per row, ``label`` applied once per distinct value."""
+    uniq, inverse = np.unique(values.astype(str), return_inverse=True)
+    table = np.array([names.intern(label(u)) for u in uniq.tolist()], dtype=np.int32)
+    return table[inverse.reshape(-1)] if len(values) else np.zeros(0, dtype=np.int32)
 
 
 def _device_name(path: Path) -> str | None:
@@ -203,54 +223,52 @@ def load_rocprof(path: str | Path, *, step_pattern: str = vendor.DEFAULT_STEP_PA
     step = re.compile(step_pattern)
     n_events = n_bad = 0
 
-    stream = "Stream_Id" if "Stream_Id" in (_header(files[KERNEL]) or []) else "Queue_Id"  # 6.3+ / 6.2
-    rows, bad = _table(files[KERNEL], KERNEL, ("Start_Timestamp", "End_Timestamp", "Correlation_Id", stream,
-                                               "Agent_Id", "Kernel_Name", "Kind"))
-    n_events, n_bad = n_events + len(rows) + bad, n_bad + bad
-    rows = [r for r in rows if r[6] == "KERNEL_DISPATCH"]
-    ints = _ints(files[KERNEL], rows, slice(0, 3))
-    labels = [r[5] for r in rows]
-    kinds = np.array([next((k for pattern, k in BLIT_KINDS if pattern.match(n)), KIND_KERNEL) for n in labels],
-                     dtype=np.int8)
-    pieces = [vendor.device_rows(kinds, ints[:, 0], ints[:, 1], names.of_labels(labels),
-                          np.array([int_id(r[4]) for r in rows], dtype=np.int64),
-                          np.array([int_id(r[3]) for r in rows], dtype=np.int64), ints[:, 2])]
+    t = _Table(files[KERNEL], KERNEL)
+    n_events, n_bad = n_events + t.n_rows, n_bad + t.n_bad
+    t.take(t.text("Kind") == "KERNEL_DISPATCH")
+    ints = t.ints("Start_Timestamp", "End_Timestamp", "Correlation_Id")
+    names_in = t.text("Kernel_Name")
+    kind_of = {n: next((k for pattern, k in BLIT_KINDS if pattern.match(n)), KIND_KERNEL)
+               for n in np.unique(names_in.astype(str)).tolist()}
+    kinds = np.array([kind_of[n] for n in names_in.tolist()], dtype=np.int8)
+    stream = "Stream_Id" if "Stream_Id" in t.header else "Queue_Id"  # ROCm 6.3+ / 6.2
+    pieces = [vendor.device_rows(kinds, ints[:, 0], ints[:, 1], _labels(names, names_in), t.ids("Agent_Id"),
+                                 t.ids(stream), ints[:, 2])]
     if MEMCPY in files:
-        header = _header(files[MEMCPY]) or []
-        stream = "Stream_Id" if "Stream_Id" in header else "Correlation_Id"
-        rows, bad = _table(files[MEMCPY], MEMCPY, ("Start_Timestamp", "End_Timestamp", "Correlation_Id", stream,
-                                                   "Direction", "Source_Agent_Id", "Destination_Agent_Id"))
-        n_events, n_bad = n_events + len(rows) + bad, n_bad + bad
-        ints = _ints(files[MEMCPY], rows, slice(0, 3))
-        dirs = [DIRECTIONS.get(r[4], ("Unknown", "Unknown", "Unknown")) for r in rows]
-        streams = [int_id(r[3]) if stream == "Stream_Id" else 0 for r in rows]
-        agents = [int_id(r[6] if d[2] == "Device" else r[5]) for r, d in zip(rows, dirs, strict=True)]
-        pieces.append(vendor.device_rows(np.full(len(rows), KIND_MEMCPY), ints[:, 0], ints[:, 1],
-                                  names.of_labels([f"Memcpy {d[0]} ({d[1]} -> {d[2]})" for d in dirs]),
-                                  np.array(agents, dtype=np.int64), np.array(streams, dtype=np.int64), ints[:, 2]))
+        t = _Table(files[MEMCPY], MEMCPY)
+        n_events, n_bad = n_events + t.n_rows, n_bad + t.n_bad
+        ints = t.ints("Start_Timestamp", "End_Timestamp", "Correlation_Id")
+        direction = t.text("Direction").astype(str)
+        to_device = np.isin(direction, [d for d, (_, _, dst) in DIRECTIONS.items() if dst == "Device"])
+        agents = np.where(to_device, t.ids("Destination_Agent_Id"), t.ids("Source_Agent_Id"))
+        streams = t.ids("Stream_Id") if "Stream_Id" in t.header else np.zeros(t.n, dtype=np.int64)
+
+        def memcpy_name(d: str) -> str:
+            short, src, dst = DIRECTIONS.get(d, ("Unknown", "Unknown", "Unknown"))
+            return f"Memcpy {short} ({src} -> {dst})"
+
+        pieces.append(vendor.device_rows(np.full(t.n, KIND_MEMCPY), ints[:, 0], ints[:, 1],
+                                         _labels(names, direction, memcpy_name), agents, streams, ints[:, 2]))
     dev = {k: np.concatenate([p[k] for p in pieces]).astype(DTYPES.get(k, np.int64)) for k in COLUMNS["dev"]}
 
     cpu, op_ranges = vendor.empty("cpu"), vendor.OpRanges()
     if MARKER in files:
-        rows, bad = _table(files[MARKER], MARKER, ("Start_Timestamp", "End_Timestamp", "Thread_Id", "Function"))
-        n_events, n_bad = n_events + len(rows) + bad, n_bad + bad
-        times = _ints(files[MARKER], rows, slice(0, 3))
-        keep = times[:, 1] > times[:, 0]  # a mark (end == start) is no range
+        t = _Table(files[MARKER], MARKER)
+        n_events, n_bad = n_events + t.n_rows, n_bad + t.n_bad
+        times = t.ints("Start_Timestamp", "End_Timestamp", "Thread_Id")
         order = np.argsort(times[:, 0], kind="stable")
-        order = order[keep[order]]
-        cpu, op_ranges = vendor.host_ranges(times[order], [rows[i][3] for i in order.tolist()], step, names)
+        order = order[(times[:, 1] > times[:, 0])[order]]  # a mark (end == start) is no range
+        cpu, op_ranges = vendor.host_ranges(times[order], t.text("Function")[order].astype(str).tolist(), step, names)
 
     rt = vendor.empty("rt")
     if HIP_API in files:
-        rows, bad = _table(files[HIP_API], HIP_API, ("Start_Timestamp", "End_Timestamp", "Thread_Id",
-                                                     "Correlation_Id", "Function"))
-        n_events, n_bad = n_events + len(rows) + bad, n_bad + bad
-        ints = _ints(files[HIP_API], rows, slice(0, 4))
+        t = _Table(files[HIP_API], HIP_API)
+        n_events, n_bad = n_events + t.n_rows, n_bad + t.n_bad
+        ints = t.ints("Start_Timestamp", "End_Timestamp", "Thread_Id", "Correlation_Id")
         order = np.argsort(ints[:, 0], kind="stable")
         ints = ints[order]
-        rt = {"ts_ns": ints[:, 0], "dur_ns": ints[:, 1] - ints[:, 0],
-              "name": names.of_labels([rows[i][4] for i in order.tolist()]), "tid": ints[:, 2],
-              "correlation": ints[:, 3],
+        rt = {"ts_ns": ints[:, 0], "dur_ns": ints[:, 1] - ints[:, 0], "name": _labels(names, t.text("Function")[order]),
+              "tid": ints[:, 2], "correlation": ints[:, 3],
               "external_id": vendor.enclosing(op_ranges, ints[:, 0], ints[:, 1], ints[:, 2])}
 
     parts = Parts()
