@@ -5,10 +5,10 @@
 #   2. smoke: one small call of every registered op, forward and backward, against the float64 reference, each
 #      op under its own limit in worker processes that a hang cannot stall (workbench/bench/smoke.py); names a
 #      failing, hanging or crashing op within seconds (limit SMOKE_LIMIT_S)              -> .smoke.jsonl, .smoke.json
-#   3. profiles of a few cases (softmax, rms_norm forward, wavefront's kernels) under Nsight Systems and, where
-#      installed, Nsight Compute (`wavefront bench --profile`), each step under its own limit (PROFILE_LIMIT_S);
-#      a tool that is not on PATH is recorded as skipped. The files are real vendor output for the readers'
-#      tests (tests/data/traces/)                       -> .profile/nsys/*.sqlite, .profile/ncu/*.ncu-rep, .csv
+#   3. profiles of a few cases (softmax, rms_norm forward, wavefront's kernels) under the timeline profiler
+#      (Nsight Systems; rocprofv3 on ROCm) and, where installed, Nsight Compute (`wavefront bench --profile`),
+#      each step under its own limit (PROFILE_LIMIT_S); a tool that is not on PATH is recorded as skipped. The
+#      files are real vendor output for the readers' tests -> .profile/{nsys,rocprof,ncu}/
 #   3b. the test suite on the GPU (limit TEST_LIMIT_S)
 #   4. peers: attention forward/backward against F.scaled_dot_product_attention's flash and cuDNN backends and
 #      flash-attn (if installed); linear's provider choice (wavefront = the auto rule) against the vendor BLAS
@@ -128,10 +128,13 @@ run_step smoke "$SMOKE_LIMIT_S" "$PY" -m wavefront.workbench.bench.smoke --resul
   --jobs "$SMOKE_JOBS"
 [[ -f "$stem.smoke.json" ]] && STEP_NOTES+=("smoke: $(tr -d '\n' < "$stem.smoke.json" | grep -o '"counts": {[^}]*}')")
 
-say "profiles: a few cases under nsys and ncu, when installed (limit ${PROFILE_LIMIT_S} s each)"
+say "profiles: a few cases under nsys (rocprofv3 on ROCm) and ncu, when installed (limit ${PROFILE_LIMIT_S} s each)"
 # exit 2: the tool is not on PATH (or this GPU is not its vendor's): recorded as skipped
-SKIP_RC=2 run_step profile-nsys "$PROFILE_LIMIT_S" "$PY" -m wavefront bench --profile nsys --op softmax --op rms_norm \
-  --mode fwd --provider wavefront --profile-dir "$stem.profile/nsys" --json "$stem.profile-nsys.json"
+timeline=nsys
+"$PY" -c "import sys, torch; sys.exit(0 if torch.version.hip else 1)" 2>/dev/null && timeline=rocprof
+SKIP_RC=2 run_step profile-timeline "$PROFILE_LIMIT_S" "$PY" -m wavefront bench --profile "$timeline" --op softmax \
+  --op rms_norm --mode fwd --provider wavefront --profile-dir "$stem.profile/$timeline" \
+  --json "$stem.profile-$timeline.json"
 SKIP_RC=2 run_step profile-ncu "$PROFILE_LIMIT_S" "$PY" -m wavefront bench --profile ncu --op softmax \
   --case attn_scores_4k --mode fwd --provider wavefront --profile-dir "$stem.profile/ncu" --json "$stem.profile-ncu.json"
 

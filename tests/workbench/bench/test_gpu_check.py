@@ -50,8 +50,9 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert all(line.startswith("+ timeout -k 5 ") for line in commands)
     limits = [int(line.split()[4]) for line in commands]
     assert len(limits) == 9 and sum(limits) < 9 * 60 - 30
-    # Right after the smoke step, a few cases profiled under nsys and ncu, the files kept under $OUT.
-    for tool, at in (("nsys", 1), ("ncu", 2)):
+    # Right after the smoke step, a few cases profiled under nsys (rocprofv3 on ROCm) and ncu, files under $OUT.
+    timeline = "rocprof" if __import__("torch").version.hip else "nsys"
+    for tool, at in ((timeline, 1), ("ncu", 2)):
         line = commands[at]
         assert f"--profile {tool} " in line and f"--profile-dir {stem}.profile/{tool}" in line and limits[at] <= 30
         _assert_verb_parses(line.split("-m wavefront ", 1)[1])
@@ -72,7 +73,7 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert max(-(-s // 128) for s in seqs) >= 8 and min(seqs) <= 128 and seqs == sorted(seqs)
     # Each step's record, and the summary table at the end.
     records = [json.loads(line) for line in Path(f"{stem}.steps.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == ["smoke", "profile-nsys", "profile-ncu", "tests", "peers", "bench", "train",
+    assert [r["step"] for r in records] == ["smoke", "profile-timeline", "profile-ncu", "tests", "peers", "bench", "train",
                                             "gluon", "report"]
     assert {r["status"] for r in records} == {"planned"}
     assert "== summary" in proc.stdout and log.rstrip().endswith(f"report     planned      0       0      {limits[-1]}")
