@@ -13,7 +13,9 @@ Schema followed: the export schema Nsight Systems documents for its 2024.x and 2
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` (optional): CUDA runtime/driver calls, ``start``, ``end``, ``globalTid``,
   ``correlationId``, ``nameId`` -> runtime calls (a device event links to its launch by ``correlationId``);
 - ``NVTX_EVENTS`` (optional): push/pop (``eventType`` 59) and start/end (60) ranges with ``text`` or
-  ``textId`` -> host ranges. A range whose name is a step (``ProfilerStep#N`` by default) becomes a step;
+  ``textId`` -> host ranges (the codes read by name from ``ENUM_NSYS_EVENT_TYPE`` when the export has it;
+  ranges in NCCL's own domain, ``domainId`` of the ``NvtxDomainCreate`` event named "NCCL", are collectives).
+  A range whose name is a step (``ProfilerStep#N`` by default) becomes a step;
   a range named like an operator (``aten::mm``, ``c10d::allreduce_``, ``nccl:all_reduce``: what
   ``torch.autograd.profiler.emit_nvtx`` writes) is a host operator, any other range an annotation; each
   runtime call takes the innermost non-step range enclosing it on its thread as its launching op (the
@@ -24,7 +26,7 @@ Schema followed: the export schema Nsight Systems documents for its 2024.x and 2
 
 An export without ``CUPTI_ACTIVITY_KIND_KERNEL``, ``StringIds`` or one of the columns above is refused with
 :class:`~wavefront.workbench.trace.load.TraceLoadError` naming the file and what is missing; nothing is guessed.
-Not read yet: OS runtime, CUDA graph node ids, GPU metrics, NVTX payloads and domains.
+Not read yet: OS runtime, CUDA graph node ids, GPU metrics, NVTX payloads and domains other than NCCL's.
 """
 
 from __future__ import annotations
