@@ -73,8 +73,8 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert max(-(-s // 128) for s in seqs) >= 8 and min(seqs) <= 128 and seqs == sorted(seqs)
     # Each step's record, and the summary table at the end.
     records = [json.loads(line) for line in Path(f"{stem}.steps.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == ["smoke", "profile-timeline", "profile-ncu", "tests", "peers", "bench", "train",
-                                            "gluon", "report"]
+    assert [r["step"] for r in records] == ["smoke", "profile-timeline", "profile-ncu", "tests", "peers", "bench",
+                                            "train", "gluon", "report"]
     assert {r["status"] for r in records} == {"planned"}
     assert "== summary" in proc.stdout and log.rstrip().endswith(f"report     planned      0       0      {limits[-1]}")
     meta = json.loads(metas[0].read_text())

@@ -148,7 +148,7 @@ class _Table:
         self.path = path
         with open(path, newline="", encoding="utf-8", errors="replace") as f:
             reader = csv.reader(f)
-            self.header = next(reader, None) or []
+            self.header: list[str] = next(reader, [])
             missing = [c for c in REQUIRED[kind] if c not in self.header]
             if missing:
                 raise TraceLoadError(f"{path}: not a {SCHEMA} {kind}.csv: missing column(s) {', '.join(missing)} "
