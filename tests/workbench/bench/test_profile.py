@@ -41,8 +41,9 @@ def test_command_lines(tmp_path, tool):
     first = cmds[0]
     assert first[0] == f"/opt/{tool}" and first[-len(child):] == child
     if tool == "nsys":
-        assert first[1:3] == ["profile", "--trace=cuda,nvtx"] and str(tmp_path / "bench_nsys") in first
-        assert cmds[1][1:4] == ["export", "--type", "sqlite"] and cmds[1][-1] == f"{tmp_path / 'bench_nsys'}.nsys-rep"
+        assert first[1:3] == ["profile", "--trace=cuda,nvtx"] and f"--output={tmp_path / 'bench_nsys'}" in first
+        assert cmds[1][1:3] == ["export", "--type=sqlite"] and cmds[1][-1] == f"{tmp_path / 'bench_nsys'}.nsys-rep"
+        assert f"--output={tmp_path / 'bench_nsys.sqlite'}" in cmds[1]
     elif tool == "ncu":
         assert first[1:3] == ["--set", "full"] and "--target-processes" in first
         assert cmds[1][1:] == ["--import", f"{tmp_path / 'bench_ncu'}.ncu-rep", "--csv", "--page", "raw"]
@@ -85,7 +86,7 @@ def _fake_tool(tool):
     def run(cmd, capture_output=False, text=True, check=False):
         calls.append(cmd)
         if tool == "nsys" and cmd[1] == "export":
-            write_nsys_sqlite(planted_gpu_trace(), cmd[cmd.index("--output") + 1])
+            write_nsys_sqlite(planted_gpu_trace(), next(a for a in cmd if a.startswith("--output="))[9:])
         elif tool == "rocprof":
             write_rocprof_csv(planted_gpu_trace("amd"), f"{cmd[cmd.index('--output-directory') + 1]}/host",
                               prefix="77_")

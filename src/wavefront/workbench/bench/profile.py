@@ -4,7 +4,7 @@ its files kept beside the results and read back by wavefront's own readers.
 The profiled run is a child ``python -m wavefront bench`` with the same case selection (op, case, mode,
 provider, dtype), timing only, nothing stored, no dashboard, no static sections, under:
 
-- ``nsys``: ``nsys profile --trace=cuda,nvtx`` to ``bench_nsys.nsys-rep``, then ``nsys export --type sqlite``
+- ``nsys``: ``nsys profile --trace=cuda,nvtx`` to ``bench_nsys.nsys-rep``, then ``nsys export --type=sqlite``
   to ``bench_nsys.sqlite``, which ``trace analyze`` reads (the analysis is written as
   ``bench_nsys.trace.json``);
 - ``rocprof``: ``rocprofv3 --runtime-trace --output-format csv`` into ``rocprof/``, whose
@@ -82,9 +82,10 @@ def profile_commands(tool: str, exe: str, out_dir: Path, child: Sequence[str]) -
     """The command lines that profile ``child`` with ``tool`` (``exe``: its path) into ``out_dir``."""
     if tool == "nsys":
         rep = out_dir / "bench_nsys"
-        return [[exe, "profile", "--trace=cuda,nvtx", "--force-overwrite=true", "--output", str(rep), *child],
-                [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "--output",
-                 str(out_dir / "bench_nsys.sqlite"), f"{rep}.nsys-rep"]]
+        # nsys takes its long options as --name=value (its user guide)
+        return [[exe, "profile", "--trace=cuda,nvtx", "--force-overwrite=true", f"--output={rep}", *child],
+                [exe, "export", "--type=sqlite", "--force-overwrite=true", f"--output={out_dir / 'bench_nsys.sqlite'}",
+                 f"{rep}.nsys-rep"]]
     if tool == "ncu":
         rep = out_dir / "bench_ncu"
         return [[exe, "--set", "full", "--target-processes", "all", "--force-overwrite", "--export", str(rep),
