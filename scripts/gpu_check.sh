@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# One call on a lent GPU (NVIDIA or ROCm), under 8 minutes, everything under $OUT as bench_<device>_<yyyymmdd>.*
+# One call on a lent GPU (NVIDIA or ROCm), under 9 minutes, everything under $OUT as bench_<device>_<yyyymmdd>.*
 # for committing under benchmarks/results/:
 #   1. provenance (device, driver, versions, git sha)                                  -> .meta.json
 #   2. smoke: one small call of every registered op, forward and backward, against the float64 reference, each
 #      op under its own limit in worker processes that a hang cannot stall (workbench/bench/smoke.py); names a
 #      failing, hanging or crashing op within seconds (limit SMOKE_LIMIT_S)              -> .smoke.jsonl, .smoke.json
-#   3. the test suite on the GPU (limit TEST_LIMIT_S)
+#   3. profiles of a few cases (softmax, rms_norm forward, wavefront's kernels) under the timeline profiler
+#      (Nsight Systems; rocprofv3 on ROCm) and, where installed, Nsight Compute (`wavefront bench --profile`),
+#      each step under its own limit (PROFILE_LIMIT_S); a tool that is not on PATH is recorded as skipped. The
+#      files are real vendor output for the readers' tests -> .profile/{nsys,rocprof,ncu}/
+#   3b. the test suite on the GPU (limit TEST_LIMIT_S)
 #   4. peers: attention forward/backward against F.scaled_dot_product_attention's flash and cuDNN backends and
 #      flash-attn (if installed); linear's provider choice (wavefront = the auto rule) against the vendor BLAS
 #      (torch.mm / addmm) and eager, at the bench shapes                                -> .sqlite, .peers.json
@@ -39,6 +43,7 @@ SMOKE_LIMIT_S=${SMOKE_LIMIT_S:-60}  # the whole smoke step; its workers stop sta
 SMOKE_OP_TIMEOUT_S=${SMOKE_OP_TIMEOUT_S:-25}  # one op, forward and backward, its kernels' compile included
 SMOKE_JOBS=${SMOKE_JOBS:-6}
 TEST_LIMIT_S=${TEST_LIMIT_S:-35}
+PROFILE_LIMIT_S=${PROFILE_LIMIT_S:-30}  # each profiler: python and torch start-up, the cases, the export
 PEERS_BUDGET_S=${PEERS_BUDGET_S:-55}
 BENCH_BUDGET_S=${BENCH_BUDGET_S:-30}
 TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-90}
@@ -49,7 +54,7 @@ REPORT_LIMIT_S=${REPORT_LIMIT_S:-30}
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $arg (expected --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -122,6 +127,16 @@ run_step smoke "$SMOKE_LIMIT_S" "$PY" -m wavefront.workbench.bench.smoke --resul
   --json "$stem.smoke.json" --device cuda --timeout-s "$SMOKE_OP_TIMEOUT_S" --budget-s $((SMOKE_LIMIT_S - 8)) \
   --jobs "$SMOKE_JOBS"
 [[ -f "$stem.smoke.json" ]] && STEP_NOTES+=("smoke: $(tr -d '\n' < "$stem.smoke.json" | grep -o '"counts": {[^}]*}')")
+
+say "profiles: a few cases under nsys (rocprofv3 on ROCm) and ncu, when installed (limit ${PROFILE_LIMIT_S} s each)"
+# exit 2: the tool is not on PATH (or this GPU is not its vendor's): recorded as skipped
+timeline=nsys
+"$PY" -c "import sys, torch; sys.exit(0 if torch.version.hip else 1)" 2>/dev/null && timeline=rocprof
+SKIP_RC=2 run_step profile-timeline "$PROFILE_LIMIT_S" "$PY" -m wavefront bench --profile "$timeline" --op softmax \
+  --op rms_norm --mode fwd --provider wavefront --profile-dir "$stem.profile/$timeline" \
+  --json "$stem.profile-$timeline.json"
+SKIP_RC=2 run_step profile-ncu "$PROFILE_LIMIT_S" "$PY" -m wavefront bench --profile ncu --op softmax \
+  --case attn_scores_4k --mode fwd --provider wavefront --profile-dir "$stem.profile/ncu" --json "$stem.profile-ncu.json"
 
 say "optional peers: Liger-Kernel, flash-attn"
 for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn"; do
