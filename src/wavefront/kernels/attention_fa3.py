@@ -137,6 +137,14 @@ def _kv_phase(count, NUM_STAGES: gl.constexpr):
     return (count // NUM_STAGES) & 1
 
 
+@gluon.jit
+def _kv_free_phase(count, NUM_STAGES: gl.constexpr):
+    """The parity the producer waits for on the stage's *empty* barrier before copying the count-th block:
+    the complement of the consumers' phase, so the ring's first pass does not wait (a fresh barrier passes a
+    wait for parity 1) and pass k waits for the consumers' k-th release of the stage."""
+    return ((count // NUM_STAGES) & 1) ^ 1
+
+
 # ---------------------------------------------------------------------------------------------------
 # Named barriers (no Gluon op: one inline PTX instruction per thread of the warpgroup; the id and the
 # thread count are uniform operands).
@@ -162,8 +170,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr):
     n_bh = n_tiles // n_m_blocks
     count = 0  # key/value blocks issued by this program so far
-    local = 0  # tiles of this program so far
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        local = (tile - gl.program_id(0)) // gl.num_programs(0)  # tiles of this program before this one
         bh, m_block = _tile_coords(tile, n_bh, n_m_blocks, IS_CAUSAL)
         b = bh // n_heads
         h = bh % n_heads
@@ -174,15 +182,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         tma.async_load(q_desc, [b, h, m_block * BLOCK_M, 0], q_ready, q_smem)
         for j in range(n_blocks):
             stage = _kv_stage(count + j, NUM_STAGES)
-            phase = _kv_phase(count + j, NUM_STAGES)
-            mbarrier.wait(k_empty.index(stage), phase ^ 1)
+            free = _kv_free_phase(count + j, NUM_STAGES)
+            mbarrier.wait(k_empty.index(stage), free)
             mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
             tma.async_load(k_desc, [b, kvh, j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage))
-            mbarrier.wait(v_empty.index(stage), phase ^ 1)
+            mbarrier.wait(v_empty.index(stage), free)
             mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
             tma.async_load(v_desc, [b, kvh, j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage))
         count += n_blocks
-        local += 1
 
 
 @gluon.jit
@@ -262,8 +269,8 @@ def _consumer(c: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, 
     if c == 1:
         _bar_arrive(PINGPONG_BAR)  # consumer 0 issues first
     count = 0
-    local = 0
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        local = (tile - gl.program_id(0)) // gl.num_programs(0)
         bh, m_block = _tile_coords(tile, n_bh, n_m_blocks, IS_CAUSAL)
         n_unmasked, n_blocks = _key_blocks(m_block, seqlen, BLOCK_M, BLOCK_N, IS_CAUSAL)
         row0 = m_block * BLOCK_M + c * ROWS
@@ -313,7 +320,6 @@ def _consumer(c: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, 
         lse = lse_ptr + (bh // n_heads).to(gl.int64) * stride_lb + (bh % n_heads).to(gl.int64) * stride_lh
         gl.store(lse + rows, m_i + gl.log2(l_i), mask=rows < seqlen)
         count += n_blocks
-        local += 1
     if c == 0:
         _bar_sync(PINGPONG_BAR)  # consume consumer 1's last arrive: both named barriers end balanced
     tma.store_wait(pendings=0)
