@@ -45,7 +45,7 @@ def test_key_blocks_split_masked_from_unmasked(block_m, block_n, causal):
             n_unmasked, n_blocks = key_blocks(m_block, seqlen, block_m, block_n, causal)
             rows = range(m_block * block_m, (m_block + 1) * block_m)  # rows past seqlen are computed, not stored
 
-            def valid(r: int, k: int) -> bool:
+            def valid(r: int, k: int, seqlen: int = seqlen) -> bool:
                 return k < seqlen and (not causal or k <= r)
 
             for k in range(n_unmasked * block_n):
