@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on a lent GPU (NVIDIA or ROCm), under 8 minutes, everything under $OUT as bench_<device>_<yyyymmdd>.*
+# One call on a lent GPU (NVIDIA or ROCm), under 9 minutes, everything under $OUT as bench_<device>_<yyyymmdd>.*
 # for committing under benchmarks/results/:
 #   1. provenance (device, driver, versions, git sha)                                  -> .meta.json
 #   2. smoke: one small call of every registered op, forward and backward, against the float64 reference, each
@@ -16,6 +16,9 @@
 #      before) against the default kernel and SDPA: accuracy (float64 reference) at 1, 3 and 9 key blocks
 #      (GLUON_SEQS; the first two below and past its 2-stage ring, the last a long partial sequence), then time
 #      (limit GLUON_LIMIT_S)                                              -> .gluon.jsonl (row by row), .gluon.json
+#  7b. sm_90 only: the FA3-schedule forward (kernels/attention_fa3.py, never run before; scripts/gpu_check_fa3.py):
+#      accuracy vs float64 and SDPA flash (1, 3, 9 key blocks and a shape with more tiles than SMs), then time
+#      vs the default and Gluon kernels, SDPA flash/cuDNN and flash-attn-4 (limit FA3_LIMIT_S) -> .fa3.jsonl, .fa3.json
 #   8. the dashboard and the results document                                           -> .html, .results.json
 #
 # Every step has a time limit and appends its outcome to .steps.jsonl before the next starts (its own files
@@ -45,11 +48,12 @@ TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-90}
 TRAIN_MODEL=${TRAIN_MODEL:-llama3-8b}
 GLUON_LIMIT_S=${GLUON_LIMIT_S:-40}
 GLUON_SEQS=${GLUON_SEQS:-"128 384 1124"}  # 1, 3 and 9 key blocks of 128
+FA3_LIMIT_S=${FA3_LIMIT_S:-60}
 REPORT_LIMIT_S=${REPORT_LIMIT_S:-30}
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $arg (expected --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -124,7 +128,7 @@ run_step smoke "$SMOKE_LIMIT_S" "$PY" -m wavefront.workbench.bench.smoke --resul
 [[ -f "$stem.smoke.json" ]] && STEP_NOTES+=("smoke: $(tr -d '\n' < "$stem.smoke.json" | grep -o '"counts": {[^}]*}')")
 
 say "optional peers: Liger-Kernel, flash-attn"
-for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn"; do
+for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn" "flash_attn.cute:flash-attn-4"; do
   module=${pair%%:*}; dist=${pair##*:}
   if "$PY" -c "import $module" >/dev/null 2>&1; then
     echo "$dist already installed" | tee -a "$LOG"
@@ -213,6 +217,10 @@ for d in (64, 128):
 json.dump(doc, open(sys.argv[1], "w"), indent=1)
 print("gluon: accuracy", "PASS" if all(r["pass"] for r in doc["accuracy"]) else "FAIL")
 EOF
+
+say "FA3-schedule attention forward on sm_90 vs the default, Gluon, SDPA and flash-attn-4 (limit ${FA3_LIMIT_S} s)"
+# shellcheck disable=SC2086  # one argument per sequence length
+run_step fa3 "$FA3_LIMIT_S" "$PY" scripts/gpu_check_fa3.py "$stem.fa3.json" $GLUON_SEQS
 
 say "dashboard and results document (limit ${REPORT_LIMIT_S} s)"
 run_step report "$REPORT_LIMIT_S" "$PY" -m wavefront report --store "$stem.sqlite" --out "$stem.html" \

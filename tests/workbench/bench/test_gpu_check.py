@@ -44,12 +44,12 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert "--compare eager,compile,liger,wavefront --model llama3-8b" in train and f"{stem}.train.json" in train
     _assert_verb_parses(train.split("-m wavefront ", 1)[1])
     assert f"--export-json {stem}.results.json" in log
-    # Every step that runs has a time limit, and the limits add up to less than 8 minutes with 30 s to spare
+    # Every step that runs has a time limit, and the limits add up to less than 9 minutes with 30 s to spare
     # for what runs outside a step (provenance).
     commands = [line for line in log.splitlines() if line.startswith("+ ")]
     assert all(line.startswith("+ timeout -k 5 ") for line in commands)
     limits = [int(line.split()[4]) for line in commands]
-    assert len(limits) == 7 and sum(limits) < 8 * 60 - 30
+    assert len(limits) == 8 and sum(limits) < 9 * 60 - 30
     # The smoke step comes first, under a minute, every op with its own limit.
     smoke = commands[0]
     assert "-m wavefront.workbench.bench.smoke" in smoke and limits[0] <= 60
@@ -67,7 +67,10 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert max(-(-s // 128) for s in seqs) >= 8 and min(seqs) <= 128 and seqs == sorted(seqs)
     # Each step's record, and the summary table at the end.
     records = [json.loads(line) for line in Path(f"{stem}.steps.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == ["smoke", "tests", "peers", "bench", "train", "gluon", "report"]
+    assert [r["step"] for r in records] == ["smoke", "tests", "peers", "bench", "train", "gluon", "fa3", "report"]
+    fa3 = commands[gluon_at + 1]  # the FA3-schedule forward: its own script and limit, the same sequences
+    assert f"scripts/gpu_check_fa3.py {stem}.fa3.json" in fa3 and fa3.split(".fa3.json", 1)[1] == \
+        gluon.split(".gluon.json", 1)[1]
     assert {r["status"] for r in records} == {"planned"}
     assert "== summary" in proc.stdout and log.rstrip().endswith(f"report     planned      0       0      {limits[-1]}")
     meta = json.loads(metas[0].read_text())
