@@ -260,3 +260,16 @@ def test_launch_is_persistent(seq, expect_grid):
     names = [n for n in la.kernel.arg_names if n not in la.constexprs]
     assert la.args[names.index("n_tiles")] == -(-seq // 128) * 8  # every (batch, head, query tile), once
     assert la.constexprs["NUM_STAGES"] == fa3.NUM_STAGES[128] and la.options["num_warps"] == fa3.NUM_WARPS
+
+
+def test_static_gate_keeps_the_design_fields():
+    from wavefront.workbench.static import gate
+
+    key = "attention/fwd/llama3-8b_s8192_causal/_attn_fwd_sm90_fa3@sm_90"
+    base = {"ok": True, "pingpong": True, "loop_mask_ops": 0, "mma_overlap_depth": 1, "consumer_warpgroups": 2}
+    assert gate.compare_inspect({key: base}, {key: dict(base)})[0] == []
+    worse = dict(base, pingpong=False, loop_mask_ops=120, mma_overlap_depth=0)
+    assert [f.rule for f in gate.compare_inspect({key: base}, {key: worse})[0]] == ["pingpong", "loop-mask",
+                                                                                    "mma-overlap"]
+    old = {"ok": True}  # a baseline written before the fields: not compared
+    assert gate.compare_inspect({key: old}, {key: worse})[0] == []
