@@ -14,6 +14,7 @@ import torch
 import wavefront
 from wavefront import runtime
 from wavefront.kernels import attention_fa3 as fa3
+from wavefront.kernels import attention_gluon
 from wavefront.kernels._launch import recording
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case
@@ -217,33 +218,36 @@ def test_ptx_consumer_warpgroups():
 # -- host side -------------------------------------------------------------------------------------------
 
 
-def test_refused_off_sm90_and_routed_by_its_flag(monkeypatch):
-    monkeypatch.setenv(fa3.ENV_FLAG, "1")
-    assert fa3.requested()
+@pytest.mark.parametrize("mod", [fa3, attention_gluon], ids=["fa3", "gluon"])
+def test_refused_off_sm90_and_routed_by_its_flag(monkeypatch, mod):
+    monkeypatch.setenv(mod.ENV_FLAG, "1")
+    assert mod.requested()
     for name in ("sm_80", "sm_100", "gfx942", "cpu"):
-        with pytest.raises(RuntimeError, match=f"{fa3.ENV_FLAG}.*sm_90.*{name}"):
-            fa3.check_target(runtime.get_arch(name))
+        with pytest.raises(RuntimeError, match=f"{mod.ENV_FLAG}.*sm_90.*{name}"):
+            mod.attention_fwd(torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16), *[torch.zeros(1, 2, 16, 64,
+                              dtype=torch.bfloat16)] * 2, True, 0.125, arch=runtime.get_arch(name))
     q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match=fa3.ENV_FLAG):  # the public op routes through the flag
+    with pytest.raises(RuntimeError, match=mod.ENV_FLAG):  # the public op routes through the flag
         wavefront.ops.attention(q, q, q, causal=True)
-    monkeypatch.setenv(fa3.ENV_FLAG, "0")
-    assert not fa3.requested()
+    monkeypatch.setenv(mod.ENV_FLAG, "0")
+    assert not mod.requested()
 
 
-def test_inputs_it_does_not_cover_are_clear_errors():
+@pytest.mark.parametrize("mod", [fa3, attention_gluon], ids=["fa3", "gluon"])
+def test_inputs_it_does_not_cover_are_clear_errors(mod):
     sm90 = runtime.get_arch("sm_90")
     q = torch.zeros(1, 2, 16, 96, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="head_dim 64 or 128, got 96"):
-        fa3.attention_fwd(q, q, q, False, 0.1, arch=sm90)
+        mod.attention_fwd(q, q, q, False, 0.1, arch=sm90)
     q = torch.zeros(1, 2, 16, 64, dtype=torch.float32)
     with pytest.raises(ValueError, match="bfloat16 or float16"):
-        fa3.attention_fwd(q, q, q, False, 0.1, arch=sm90)
+        mod.attention_fwd(q, q, q, False, 0.1, arch=sm90)
     q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="cu_seqlens"):
-        fa3.attention_fwd(q, q, q, False, 0.1, torch.tensor([0, 16]), arch=sm90)
+        mod.attention_fwd(q, q, q, False, 0.1, torch.tensor([0, 16]), arch=sm90)
     odd = torch.zeros(1, 2, 16, 65, dtype=torch.bfloat16)[..., :64]
     with pytest.raises(ValueError, match="'q' addressable by TMA"):
-        fa3.attention_fwd(odd, q, q, False, 0.1, arch=sm90)
+        mod.attention_fwd(odd, q, q, False, 0.1, arch=sm90)
 
 
 @pytest.mark.parametrize("seq,expect_grid", [(300, 24), (8192, 132)])

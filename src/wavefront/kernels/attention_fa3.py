@@ -60,8 +60,6 @@ it (sm_90 only; :func:`check_target`). Dense inputs, head_dim 64 or 128, bf16/fp
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 from triton.experimental import gluon
@@ -76,13 +74,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from wavefront import runtime
 from wavefront.kernels._launch import ensure_descriptor_allocator, launch
+from wavefront.kernels.attention_gluon import LOG2E, _rescale, check_inputs, check_target, flag_set
 
-LOG2E = 1.4426950408889634
 #: The environment switch that routes ops.attention's forward here (sm_90 only; off by default).
 ENV_FLAG = "WAVEFRONT_ATTENTION_FA3"
-TARGET = "sm_90"
-HEAD_DIMS = (64, 128)
-DTYPES = (torch.bfloat16, torch.float16)
 BLOCK_M = 128  # a program's query tile: two consumer warpgroups x 64 rows (wgmma m64)
 BLOCK_N = 128
 NUM_WARPS = 4  # the default partition: consumer warpgroup 0
@@ -217,11 +212,6 @@ def _tile(ring, stage):
     """Stage `stage` of a [NUM_STAGES, 1, 1, rows, D] ring (TMA's 4-D box) as the [rows, D] wgmma operand."""
     buf = ring.index(stage)
     return buf.reshape([buf.shape[2], buf.shape[3]])
-
-
-@gluon.jit
-def _rescale(acc, alpha, o_layout: gl.constexpr):
-    return acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
 
 
 @gluon.jit
@@ -384,35 +374,12 @@ def _attn_fwd_sm90_fa3(
 # Host side.
 
 
+WHAT = "the FA3-schedule forward"
+
+
 def requested() -> bool:
     """Whether the environment asks ops.attention's forward to use this kernel (``WAVEFRONT_ATTENTION_FA3=1``)."""
-    return os.environ.get(ENV_FLAG, "0").strip().lower() in ("1", "true", "yes", "on")
-
-
-def check_target(arch: runtime.Arch) -> None:
-    """Refuse every target but sm_90, naming the flag (wgmma, TMA and setmaxnreg are Hopper's)."""
-    if arch.name != TARGET:
-        raise RuntimeError(f"attention: the FA3-schedule forward ({ENV_FLAG}=1) runs on {TARGET} (Hopper) "
-                           f"only, but the target is {arch.name}; unset {ENV_FLAG} to use the default kernel")
-
-
-def _tma_addressable(t: torch.Tensor) -> bool:
-    size = t.element_size()
-    return t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all(s * size % 16 == 0 for s in t.stride()[:-1])
-
-
-def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens=None) -> None:
-    """What this kernel covers beyond ops.attention's own validation; anything else is a clear error."""
-    if cu_seqlens is not None:
-        raise ValueError("attention: the FA3-schedule forward takes dense inputs only; 'cu_seqlens' must be None")
-    if q.dtype not in DTYPES:
-        raise ValueError(f"attention: the FA3-schedule forward takes bfloat16 or float16, got {q.dtype}")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"attention: the FA3-schedule forward takes head_dim 64 or 128, got {q.shape[-1]}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not _tma_addressable(t):
-            raise ValueError(f"attention: the FA3-schedule forward needs '{name}' addressable by TMA (16-byte "
-                             f"aligned base and strides, unit head_dim stride), got strides {tuple(t.stride())}")
+    return flag_set(ENV_FLAG)
 
 
 def grid_size(n_tiles: int, n_sms: int) -> int:
@@ -423,8 +390,8 @@ def grid_size(n_tiles: int, n_sms: int) -> int:
 def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, *, arch: runtime.Arch | None = None):
     """(o, lse2) exactly as ``kernels.attention.attention_fwd`` returns them: o like q, lse2 [B, H, S] fp32."""
     arch = arch or runtime.arch(q.device)
-    check_target(arch)
-    check_inputs(q, k, v, cu_seqlens)
+    check_target(arch, flag=ENV_FLAG, what=WHAT)
+    check_inputs(q, k, v, cu_seqlens, what=WHAT)
     B, H, S, D = q.shape
     o = torch.empty_like(q)
     lse2 = torch.empty((B, H, S), dtype=torch.float32, device=q.device)
