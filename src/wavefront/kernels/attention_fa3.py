@@ -21,7 +21,9 @@ Design (what each piece buys, and where it lives):
   issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back (async), waits with depth 1 (S_{j+1} done,
   P_j V_j still running), releases K_{j+1}'s stage, runs the softmax of S_{j+1} while P_j V_j runs, then
   waits depth 0, releases V_j's stage and rescales O. No wgmma group crosses the loop's back edge (ptxas
-  serializes every wgmma of a kernel when one does: C7514, docs/kernels-attention-gemm.md).
+  serializes every wgmma of a kernel when one does: C7514, docs/kernels-attention-gemm.md). That is the PTX's
+  order; ptxas (13.4) hoists the depth-0 wait above the exp2s, so in the SASS only the row max runs under
+  P_j V_j and the rest of the softmax is hidden by the ping-pong alone.
 - **Ping-pong between the consumers (named barriers).** Each consumer issues its two GEMMs of an iteration
   as one burst between ``bar.sync PINGPONG_BAR + c, 256`` (its turn) and ``bar.arrive PINGPONG_BAR + 1 - c,
   256`` (the other's turn), so the bursts alternate 0, 1, 0, 1, ...: one warpgroup's softmax runs under the
