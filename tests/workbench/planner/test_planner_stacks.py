@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from wavefront.cli import build_app
 from wavefront.workbench.planner import PlanConfig, PlanRequest, Training, make_cluster, plan
+from wavefront.workbench.planner.memory import memory_breakdown
 from wavefront.workbench.planner.moe import MOE_MODELS
 from wavefront.workbench.planner.search import _as_model, evaluate
 from wavefront.workbench.planner.stacks import (
@@ -157,7 +158,7 @@ def test_capacity_factor_caps_and_pads_the_busiest_experts_rows():
 def test_per_op_recomputation_of_matmuls_is_a_profile_fact():
     """torchtitan's per-op checkpointing reruns every second matmul: recompute=op costs half the layer's
     matmul forward more than wavefront-train's policy (which keeps every matmul output), and keeps half the
-    matmul outputs (model.layer_activation_bytes(op_saved_mm=0.5); the memory model does not pass it yet)."""
+    matmul outputs (model.layer_activation_bytes(op_saved_mm=0.5), which the memory model passes)."""
     from wavefront.workbench.planner.model import layer_activation_bytes, layer_matmul_flops
     from wavefront.workbench.planner.time import layer_compute_s
 
@@ -176,3 +177,8 @@ def test_per_op_recomputation_of_matmuls_is_a_profile_fact():
     s, h, f = 8192.0, 4096.0, 14336.0
     mm_out = 4 * s * h + 2 * s * (spec.q_dim + 2 * spec.kv_dim) + 2 * 2 * s * f
     assert full - half == pytest.approx(0.5 * mm_out)
+    # the memory model prices the same policy: the torchtitan plan holds half the matmul outputs less per layer
+    mem_ours = memory_breakdown(spec, cfg, ours, cluster)
+    mem_titan = memory_breakdown(spec, cfg, titan, cluster)
+    assert mem_ours.activations_bytes - mem_titan.activations_bytes == pytest.approx(
+        spec.dims.n_layers * 0.5 * mm_out)

@@ -281,8 +281,8 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     m = n_micro_batches(cfg, training.global_batch_seqs)
     layers = layers_per_stage(dims.n_layers, cfg)
     act_kw: dict = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
-                        fp8=training.precision == "fp8")
-    key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute)
+                        fp8=training.precision == "fp8", op_saved_mm=1.0 - training.op_recompute_mm)
+    key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute, training.op_recompute_mm)
     if memo is not None and key in memo:
         per_layer, full = memo[key]
     else:
@@ -296,7 +296,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         if memo is not None and key in memo:
             per_moe, full_moe = memo[key]
         else:
-            rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * model.moe.top_k * training.moe_imbalance
+            rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * model.moe.top_k * training.moe_rows_factor
             per_moe = layer_activation_bytes(model, recompute=cfg.recompute, routed_rows=rows, **act_kw)
             full_moe = layer_activation_bytes(model, recompute="none", routed_rows=rows, **act_kw)
             if memo is not None:
@@ -312,7 +312,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         candidates.append(("only", p_first, e_first, stage_first + emb_act + out_act, 1))
     else:
         pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep,
-                training.loss_logits)
+                training.loss_logits, training.op_recompute_mm)
         if memo is not None and pkey in memo:
             candidates = memo[pkey]
         else:
