@@ -253,17 +253,20 @@ def pipeline_ranks(model: ModelSpec, cfg: PlanConfig, memo: dict | None = None) 
 
 
 def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: float, per_moe: float,
-                        emb_act: float, out_act: float, memo: dict | None = None) -> list[tuple]:
+                        emb_act: float, out_act: float, memo: dict | None = None,
+                        round_size: int = 0) -> list[tuple]:
     """(stage name, parameters, routed-expert parameters, peak activation bytes, micro-batches in flight
     on its fullest chunk) for each candidate rank of a pipeline: the schedule's live sets
     (pipeline.schedule_live_counts; ZB-H1 keeps 1F1B's) weighed by each chunk's layers, the embedding
-    output on rank 0's first chunk per live micro-batch and the output layer's inputs on the last rank."""
+    output on rank 0's first chunk per live micro-batch and the output layer's inputs on the last rank;
+    round_size: micro-batches per round of the interleaved schedule (Training.pp_round)."""
     out = []
     for r, dense, moe, params, experts in pipeline_ranks(model, cfg, memo):
         chunk_bytes = [d * per_layer + e * per_moe for d, e in zip(dense, moe, strict=True)]
         if r == 0:
             chunk_bytes[0] += emb_act
-        acts, inflight = peak(schedule_live_counts(cfg.pp, 1 if cfg.zero_bubble else cfg.vpp, m, r, memo),
+        vpp = 1 if cfg.zero_bubble else cfg.vpp
+        acts, inflight = peak(schedule_live_counts(cfg.pp, vpp, m, r, memo, round_size if vpp > 1 else 0),
                               chunk_bytes)
         if r == cfg.pp - 1:
             acts += out_act
@@ -312,11 +315,12 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         candidates.append(("only", p_first, e_first, stage_first + emb_act + out_act, 1))
     else:
         pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep,
-                training.loss_logits, training.op_recompute_mm)
+                training.loss_logits, training.op_recompute_mm, training.pp_round)
         if memo is not None and pkey in memo:
             candidates = memo[pkey]
         else:
-            candidates = pipeline_candidates(model, cfg, m, per_layer, per_moe, emb_act, out_act, memo)
+            candidates = pipeline_candidates(model, cfg, m, per_layer, per_moe, emb_act, out_act, memo,
+                                             training.pp_round)
             if memo is not None:
                 memo[pkey] = candidates
 

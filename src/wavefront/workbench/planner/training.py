@@ -192,6 +192,9 @@ class Training:
     op_recompute_mm: fraction of a layer's weight-matmul forward that recompute="op" runs again (0: every
         matmul output saved, `wavefront train`'s policy; 0.5: torchtitan's per-op policy, which marks every
         second mm/linear PREFER_RECOMPUTE); a fact of the stack profile (stacks.py).
+    pp_round: micro-batches per round of the interleaved pipeline schedule (pipeline.py): 0 (default) is
+        pp, Megatron-LM's; Llama 3's schedule makes it tunable (Dubey et al. 2024, Sec. 3.3.2). Memory
+        only: the time model keeps the (pp - 1)/(vpp m) bubble, which does not hold for a round below pp.
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
         master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
         fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
@@ -221,6 +224,7 @@ class Training:
     ep_overlap: float = 0.0
     op_recompute_mm: float = 0.0
     attention_kernel: str = "fa2"
+    pp_round: int = 0
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -230,6 +234,8 @@ class Training:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor <= 0.0:
             raise ValueError(f"moe_capacity_factor must be > 0 (a multiple of the mean tokens per expert), "
                              f"got {self.moe_capacity_factor}")
+        if self.pp_round < 0:
+            raise ValueError(f"pp_round must be >= 0 (0: pp micro-batches per round), got {self.pp_round}")
         if not 0.0 <= self.op_recompute_mm <= 1.0:
             raise ValueError(f"op_recompute_mm must be in [0, 1], got {self.op_recompute_mm}")
         if not 0.0 <= self.ep_overlap <= 1.0:
