@@ -28,9 +28,9 @@ def _stepped(pp: int, vpp: int, m: int, rank: int, n: int = 0) -> list[tuple[int
     return sorted(rows)
 
 
-@pytest.mark.parametrize(("pp", "vpp", "m", "n"), [(4, 1, 8, 0), (4, 1, 2, 0), (4, 2, 8, 0), (4, 2, 32, 0), (16, 8, 16, 0),
-                                                   (16, 8, 32, 0), (8, 5, 16, 0), (2, 40, 4, 0), (16, 8, 32, 8),
-                                                   (16, 8, 30, 15), (4, 2, 12, 6), (4, 3, 10, 5), (8, 5, 16, 4)])
+@pytest.mark.parametrize(("pp", "vpp", "m", "n"), [
+    (4, 1, 8, 0), (4, 1, 2, 0), (4, 2, 8, 0), (4, 2, 32, 0), (16, 8, 16, 0), (16, 8, 32, 0), (8, 5, 16, 0),
+    (2, 40, 4, 0), (16, 8, 32, 8), (16, 8, 30, 15), (4, 2, 12, 6), (4, 3, 10, 5), (8, 5, 16, 4)])
 def test_closed_form_live_sets_match_stepping_the_schedule(pp, vpp, m, n):
     """n: micro-batches per round (0: pp, Megatron-LM's; Llama 3's tunable N, above and below pp)."""
     rng = np.random.default_rng(pp * 100 + vpp * 10 + m)

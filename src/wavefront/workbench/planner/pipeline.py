@@ -16,10 +16,10 @@ takes micro-batches in rounds of N = pp per chunk (forward k is chunk (k mod N*v
 (vpp - 1) N, m vpp) warm-up forwards. Llama 3's schedule (Dubey et al. 2024, Sec. 3.3.2 and Fig. 6)
 makes N, the contiguous micro-batches of a round, tunable instead of pp (`round_size`; PyTorch's
 Interleaved1F1B has the same warm-up, (vpp - 1) N + 2 (pp - 1 - r)): a smaller N holds fewer chunks in
-flight at the cost of bubbles when N < pp; N must divide m here. A forward makes its (micro-batch, chunk) activations live, its
-backward frees them; the peak is the largest live set after a forward. ZB-H1 keeps 1F1B's order of
-forwards and backwards for the activations (the split-off weight gradients hold no more), so it uses
-1F1B's counts. The counts are per chunk, so uneven chunks weigh in exactly.
+flight at the cost of bubbles when N < pp; N must divide m here. A forward makes its (micro-batch,
+chunk) activations live, its backward frees them; the peak is the largest live set after a forward.
+ZB-H1 keeps 1F1B's order of forwards and backwards for the activations (the split-off weight gradients
+hold no more), so it uses 1F1B's counts. The counts are per chunk, so uneven chunks weigh in exactly.
 """
 
 from __future__ import annotations

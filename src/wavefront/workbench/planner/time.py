@@ -297,12 +297,18 @@ def ep_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, c
     """Exposed expert-parallel all-to-alls of one MoE layer per micro-batch: dispatch and combine in the
     forward and again in the backward (4; +2 with full recomputation, +1 every other layer), each moving
     the busiest rank's routed rows x h in bf16 over the ep group (consecutive ranks: stride 1), priced by
-    Cluster.all_to_all_s; Training.ep_overlap hides a fraction."""
+    Cluster.all_to_all_s; Training.ep_overlap hides a fraction. Training.ep_dispatch "deepep": across
+    nodes a token goes once to each node that holds one of its experts (MoE.remote_nodes_per_token of the
+    top_k copies) and is forwarded inside the node over the scale-up link."""
     if model.moe is None or cfg.ep == 1:
         return 0.0
     size = 2.0 * routed_rows(model, cfg, training) * model.dims.hidden
     n = 4 + {"full": 2, "every-other": 1}.get(cfg.recompute, 0)
-    return n * cluster.all_to_all_s(size, cfg.ep, 1) * (1.0 - training.ep_overlap)
+    inter = None
+    nodes = cfg.ep // cluster.gpus_per_node
+    if training.ep_dispatch == "deepep" and nodes > 1 and cfg.ep % cluster.gpus_per_node == 0:
+        inter = model.moe.remote_nodes_per_token(nodes) / model.moe.top_k
+    return n * cluster.all_to_all_s(size, cfg.ep, 1, inter) * (1.0 - training.ep_overlap)
 
 
 def cp_comm_exposed_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
