@@ -57,6 +57,7 @@ from wavefront.workbench.planner.model import (
     ModelSpec,
     embedding_activation_bytes,
     layer_activation_bytes,
+    op_policy_fractions,
     output_activation_bytes,
 )
 from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n_micro_batches
@@ -284,7 +285,8 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     m = n_micro_batches(cfg, training.global_batch_seqs)
     layers = layers_per_stage(dims.n_layers, cfg)
     act_kw: dict = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
-                        fp8=training.precision == "fp8", op_saved_mm=1.0 - training.op_recompute_mm)
+                        fp8=training.precision == "fp8",
+                        op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1])
     key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute, training.op_recompute_mm)
     if memo is not None and key in memo:
         per_layer, full = memo[key]
