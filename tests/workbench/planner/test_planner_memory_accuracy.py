@@ -48,7 +48,7 @@ def test_splits_are_the_hash_rule_written_before_prediction():
 def test_memory_against_published_peaks_regression_guard():
     """Held-out median |error| 11.6% over torchtitan's Dec 2024 table (10 rows, target 15%; was 15.8% before
     the stack profile's per-op policy reached the memory model (torchtitan keeps every other matmul output:
-    its two per-op rows went from +15%/+21% to -11%), 41% before the loss's fp32 logits, Table 5's
+    its two per-op rows went from +15%/+21% to -8%), 41% before the loss's fp32 logits, Table 5's
     micro-batches and the pipelined FSDP's unsharded gradients). The H200 table's two rows (both calibration
     by the hash) are +73%: torch.compile and the float8 all-gather are not modelled (docs/planner.md, Memory)."""
     rows = _memory_rows()
