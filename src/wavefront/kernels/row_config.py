@@ -13,6 +13,19 @@ Kernels that also accumulate a column vector across the rows they own (the norms
 weight gradient partial, the weight and the row's xhat and g live: about four fp32 values per element)
 ask with ``accumulate=True`` for one vector per thread (more threads, fewer registers each) and a lower
 single-pass limit where registers run out.
+
+Barriers. A reduction whose lanes span several warps costs a block-wide barrier (each warp writes its
+partial to shared memory, all read them back); one that stays inside a warp is shuffles only. The rule,
+per shape, for kernels that need the row's statistics (softmax: max and sum): every row pass has at most
+one cross-warp exchange. The statistics are combined with an associative rule (the online softmax's
+(max, sum) merge) first inside each thread over its 16-byte vector (``vec`` elements: a [BLOCK_N / vec,
+vec] tile whose second axis never leaves the thread), then across lanes with one ``tl.reduce`` over the
+pair; wide rows carry the per-thread running pair across their column blocks and reduce once after the
+loop. So a row costs one barrier when ``num_warps > 1`` (every width above ``warp_size * vec *
+vecs_per_thread`` columns: 512 bf16 on NVIDIA and RDNA, 1024 on CDNA) and none when one warp holds it
+(the reduction is then warp-shuffles only). Rows are never split across warps for fewer barriers: a warp
+per row at 4096-16384 columns would hold 128-512 fp32 values per lane (spills), and a row loop inside one
+warp would read a wide row twice.
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wavefront.kernels._heuristics import next_pow2, warps_for
+from wavefront.kernels._heuristics import elems_per_vector, next_pow2, warps_for
 from wavefront.runtime import Arch
 
 
@@ -112,6 +125,9 @@ class RowConfig:
     rows_per_program: int = 1
     weight_first: bool = False
     prefetch: bool = False
+    # Elements per 16-byte vector (capped at BLOCK_N): the width of the per-thread group whose statistics
+    # are combined before any lane exchange (see "Barriers" above).
+    vec: int = 1
 
     def options(self) -> dict:
         return {"num_warps": self.num_warps, "num_stages": 1}
@@ -136,7 +152,8 @@ def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool 
     rows = table.rows_per_program if multi_row and single_pass and n_cols <= table.multi_row_max_cols else 1
     return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass, rows_per_program=rows,
                      weight_first=table.weight_first and not accumulate,
-                     prefetch=table.prefetch_next_row and accumulate and single_pass)
+                     prefetch=table.prefetch_next_row and accumulate and single_pass,
+                     vec=min(elems_per_vector(dtype), block_n))
 
 
 def row_splits(n_rows: int, n_cols: int, block_n: int, arch: Arch, n_sms: int) -> tuple[int, int]:
