@@ -39,7 +39,7 @@ REGS_GROWTH = 0.10
 _INSPECT_FIELDS = ("ok", "error", "num_warps", "regs", "sgprs", "agprs", "spill_bytes", "spill_count", "shared_bytes",
                    "widest_load_bits", "widest_store_bits", "narrow_loads", "narrow_stores", "occupancy",
                    "matrix_families", "tma_ops", "setmaxnreg", "mma_wait_depth", "min_mma_n", "loop_barriers",
-                   "narrow_lds_ops")
+                   "narrow_lds_ops", "row_pass_barriers")
 _TRAFFIC_FIELDS = ("error", "kernel_bytes", "host_bytes", "bytes_moved", "unique_bytes", "min_bytes", "ratio_min")
 
 
@@ -195,6 +195,9 @@ def _design_rules(base: dict, cur: dict, add: Callable[[str, str], None]) -> Non
     b, c = base.get("loop_barriers"), cur.get("loop_barriers")
     if b is not None and c is not None and c > b:
         add("loop-barriers", f"block-wide barriers per main-loop iteration grew: {b} -> {c}")
+    b, c = base.get("row_pass_barriers"), cur.get("row_pass_barriers")
+    if b is not None and c is not None and c > b:
+        add("row-barriers", f"block-wide barriers per row pass grew: {b} -> {c}")
     b, c = base.get("narrow_lds_ops"), cur.get("narrow_lds_ops")
     if b is not None and c is not None and c > b:
         add("narrow-lds", f"8/16-bit LDS accesses grew: {b} -> {c} instructions")
