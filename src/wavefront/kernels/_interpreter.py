@@ -132,15 +132,15 @@ def _tree_reduce(original):
         dtypes = [arg.dtype for arg in input]
         while data[0].shape[axis] > 1:
             half = data[0].shape[axis] // 2
-            lo = [self.to_tensor(np.take(d, np.arange(half), axis=axis), t) for d, t in zip(data, dtypes)]
-            hi = [self.to_tensor(np.take(d, np.arange(half, 2 * half), axis=axis), t) for d, t in zip(data, dtypes)]
+            lo = [self.to_tensor(np.take(d, np.arange(half), axis=axis), t) for d, t in zip(data, dtypes, strict=True)]
+            hi = [self.to_tensor(np.take(d, np.arange(half, 2 * half), axis=axis), t) for d, t in zip(data, dtypes, strict=True)]
             out = self.combine_fn.fn(*lo, *hi)
             out = out if isinstance(out, tuple) else (out,)
             shape = lo[0].handle.data.shape
             data = [np.broadcast_to(np.asarray(o.handle.data if isinstance(o, tl.core.tensor) else o), shape)
-                    .astype(d.dtype) for o, d in zip(out, data)]
+                    .astype(d.dtype) for o, d in zip(out, data, strict=True)]
         ret = []
-        for d, t in zip(data, dtypes):
+        for d, t in zip(data, dtypes, strict=True):
             d = d if self.keep_dims else np.squeeze(d, axis)
             if self.axis is None:
                 d = d.reshape((1,) * len(input[0].handle.data.shape)) if self.keep_dims else d.item()

@@ -53,6 +53,15 @@ Traffic per row, 16-bit logits, vocabulary V: forward reads 2V B and writes 12 B
 (softcap adds ~10V), intensity ~3 FLOP/B; backward reads 2V B, writes 2V B. Class weights are read per
 row too but stay in L2 (4V B shared by all rows).
 
+Gradient in the forward (the op's ``grad_in_forward`` / ``inplace_backward``): the forward launch writes the
+gradient scaled by the upstream scale the caller's reduction gives when the loss itself is differentiated
+(``assumed``: 1/denominator for a mean), and the backward runs ``_ce_rescale_kernel``: per row it compares
+the upstream scale that arrived with the assumed one, on the device (no host synchronization), and touches
+the row only when they differ (then it multiplies by their ratio: reads and writes 2V B for 16-bit). A loss
+differentiated as returned moves 2V B read + 2V B written per row in all (the logits read once), against
+2V + 2V + 2V B for the forward/backward pair. Rows wider than the single-pass limit read the logits twice
+in that forward launch (statistics, then gradient: the second read from L2 when the row stays resident).
+
 Targets outside [0, V) other than ignore_index never address memory out of bounds: the row's target
 logit is read at index 0 instead and the row's loss and gradient are NaN, so the error is visible in the
 result. (The op layer raises a ValueError first where checking is free of a device synchronization.)
@@ -403,6 +412,37 @@ def _ce_combine_kernel(
         tl.store(stats_ptr + 2 * row + 1, tl.zeros((), ACC))
         if WRITE_ARGMAX:
             tl.store(argmax_ptr + row, tl.zeros((), tl.int64) + ignore_index)
+
+
+@triton.jit
+def _ce_rescale_kernel(grad_ptr, dloss_ptr, assumed_ptr, n_cols, stride_grad_row, stride_dloss, stride_assumed,
+                       BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    """grad[row] *= dloss[row] / assumed[row], only where they differ: an equal pair reads 8 bytes, no row."""
+    row = tl.program_id(0).to(tl.int64)
+    dloss = tl.load(dloss_ptr + row * stride_dloss).to(ACC)
+    assumed = tl.load(assumed_ptr + row * stride_assumed).to(ACC)
+    if dloss != assumed:  # NaN upstream also takes this branch and poisons the row, as it should
+        ratio = dloss / assumed
+        g_row = grad_ptr + row * stride_grad_row
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < n_cols
+            g = tl.load(g_row + cols, mask=mask, other=0.0).to(ACC)
+            tl.store(g_row + cols, (g * ratio).to(grad_ptr.dtype.element_ty), mask=mask)
+
+
+def rescale_rows_(grad: torch.Tensor, dloss: torch.Tensor, assumed: torch.Tensor) -> torch.Tensor:
+    """In place: each row of grad [n_rows, V] (unit column stride) scaled by dloss / assumed (0-d or
+    [n_rows] tensors), rows whose pair is equal untouched. Returns grad."""
+    n_rows, n_cols = grad.shape
+    if n_rows == 0 or n_cols == 0:
+        return grad
+    cfg = row_config(n_cols, grad.dtype, runtime.arch(grad.device))
+    launch(_ce_rescale_kernel, (n_rows,), grad_ptr=grad, dloss_ptr=dloss, assumed_ptr=assumed, n_cols=n_cols,
+           stride_grad_row=grad.stride(0), stride_dloss=dloss.stride(0) if dloss.dim() else 0,
+           stride_assumed=assumed.stride(0) if assumed.dim() else 0,
+           constexprs=dict(BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(grad.dtype)), options=cfg.options())
+    return grad
 
 
 def check_column_slice(n_cols: int, col_offset: int, n_classes: int | None, compute_stats: bool) -> int:

@@ -78,7 +78,7 @@ def row_max_sum(m, s, ACC: tl.constexpr):
     """The row's (max, sum) from per-lane pairs in one cross-lane reduction: one block-wide barrier when
     the lanes span several warps, none inside one warp. fp32 pairs travel packed in 64 bits (one barrier);
     fp64 pairs as a tuple (two)."""
-    if ACC == tl.float32:
+    if ACC == tl.float32:  # noqa: SIM300 (constexpr dtype, not a Yoda condition)
         m_row, s_row = _unpack(tl.reduce(_pack(m, s), 0, _packed_combine))
     else:
         m_row, s_row = tl.reduce((m, s), 0, online_combine)
