@@ -80,6 +80,7 @@ from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels._math import tanh, tanh_parts
 from wavefront.kernels.row_config import row_config, row_splits
+from wavefront.kernels.softmax import row_max_sum
 
 
 @triton.jit
@@ -265,8 +266,8 @@ def _ce_kernel(
                     else:
                         _, arg = argmax_lanes(m_lane, best_col)
                     tl.store(argmax_ptr + row, arg.to(tl.int64))
-                m = tl.max(m_lane, axis=0)
-                s = tl.sum(s_lane * tl.exp2((m_lane - m) * log2e), axis=0)
+                # The lanes' (max, sum) pairs in one reduction: one block-wide barrier, not three.
+                m, s = row_max_sum(m_lane, s_lane, ACC)
                 if HAS_SMOOTHING:
                     sum_wx = tl.sum(wx_lane, axis=0)
                     if HAS_WEIGHT:
@@ -334,7 +335,6 @@ def _ce_partial_kernel(
     """A split row's chunk (program (row, part)): its max m, sum exp(x' - m) and smoothing sums, 16 B to
     part_ptr[row, part] (and with WRITE_ARGMAX its raw max and the first column of it, 8 B more). An ignored
     row's chunks are not read (the combine writes its zeros)."""
-    log2e: tl.constexpr = 1.4426950408889634
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1).to(tl.int64)
     out = part_ptr + (row * tl.num_programs(1) + part) * 4
@@ -363,11 +363,10 @@ def _ce_partial_kernel(
             at = row * tl.num_programs(1) + part
             tl.store(part_best_ptr + at, top)
             tl.store(part_col_ptr + at, arg)
-        m = tl.max(m_lane, axis=0)
         # A chunk of only -inf logits (a padded vocabulary) has m = -inf and s = 0; the combine weighs it 0.
-        m_ref = tl.where(m == -float("inf"), 0.0, m)
+        m, s = row_max_sum(m_lane, s_lane, ACC)
         tl.store(out, m)
-        tl.store(out + 1, tl.sum(s_lane * tl.exp2((m_lane - m_ref) * log2e), axis=0))
+        tl.store(out + 1, s)
         tl.store(out + 2, tl.sum(wx_lane, axis=0))
         tl.store(out + 3, tl.sum(w_lane, axis=0))
 
