@@ -3,6 +3,8 @@ the softmax kernels compiled for sm_90 and gfx942)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from wavefront.workbench.static import parse as ip
@@ -88,3 +90,32 @@ def test_softmax_has_one_barrier_per_row_pass(softmax_report):
         assert r.row_pass_barriers == 1, r.key
         assert (r.widest_load_bits, r.widest_store_bits) == (128, 128), r.key
         assert not r.spills, r.key
+
+
+def _loop_body(sass: str) -> list[str]:
+    """Opcode+operand text of the body of the listing's last backward branch before EXIT (the row loop)."""
+    lines = [(int(m[1], 16), m[2].strip()) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    back = [(addr, int(t, 16)) for addr, text in lines
+            for t in re.findall(r"BRA (?:`\()?0x([0-9a-f]+)", text) if int(t, 16) < addr]
+    end, start = max(back)  # the persistent row loop closes last
+    return [text for addr, text in lines if start <= addr <= end]
+
+
+def test_norm_backward_prefetches_the_next_row_on_nvidia(tmp_path):
+    """The persistent row loop of the norm backward (RMSNorm, 4096 columns, sm_90) is software-pipelined:
+    rows are copied to shared memory by cp.async (LDGSTS) two rows ahead, and the wait before row r's
+    first barrier and reduction leaves the next row's copies in flight (DEPBAR.LE SB0, N with N >= 1)."""
+    report = inspect_ops(["rms_norm"], ["sm_90"], asm_dir=tmp_path,
+                         cases=lambda spec: [c for c in spec.bench_cases if c.name == "llama3-8b_hidden"])
+    (bwd,) = [r for r in report.rows if r.mode == "bwd"]
+    assert bwd.ok and not bwd.spills and bwd.occupancy == 0.5, bwd  # the baseline's occupancy, kept
+    (sass_file,) = tmp_path.glob("_norm_bwd_kernel.sm_90.*.sass")
+    body = _loop_body(sass_file.read_text())
+    copies = [i for i, t in enumerate(body) if "LDGSTS" in t]
+    waits = [i for i, t in enumerate(body) if "DEPBAR.LE SB0" in t]
+    bars = [i for i, t in enumerate(body) if t.startswith("BAR.SYNC")]
+    assert len(copies) >= 2 and waits and bars, body
+    depth = int(body[waits[0]].rsplit(",", 1)[1].strip(), 0)
+    assert depth >= 1  # row r + 1's copies are still in flight when row r is consumed
+    assert waits[0] < bars[0]  # the wait precedes row r's barriers and reductions
+    assert copies[-1] > bars[-1]  # row r + 2's copies are issued in the same iteration, after row r's barriers
