@@ -1,4 +1,4 @@
-"""`wavefront bench`: the main job (wavefront.workbench.bench.job) with its options, progress and summary.
+"""`wavefront bench`: the main job (wavefront.workbench.jobs.bench) with its options, progress and summary.
 Every row goes to the store, the dashboard and --json; the terminal gets the plan, failures and a summary."""
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
     modeled roofline on a target device, on a GPU timings of wavefront vs eager vs torch.compile vs
     Liger-Kernel, and on a CPU the machine code and bytes moved; results go to the store and the
     dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails."""
-    from wavefront.workbench.bench import job
-    from wavefront.workbench.static.jobs import split_targets
+    from wavefront.workbench.jobs import bench as job
+    from wavefront.workbench.jobs.ops import split_targets
 
     show = json_out != "-"
     with request_errors():
@@ -153,7 +153,7 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
                 err_console.print(line, highlight=False)  # wrapped at word boundaries, never mid-word
         try:
             with Bars(show) as bars:
-                result = job.run(request, bars.update, bench_plan)
+                result = job.run(request, bars.phase, bench_plan)
         except KeyboardInterrupt:
             fail("interrupted: the run stays marked incomplete in the store (the gate refuses it)", 130)
     if show:

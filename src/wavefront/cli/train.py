@@ -160,6 +160,7 @@ def _run(cfg, json_out: str | None) -> None:
     from rich import progress as rp
 
     from wavefront.workbench.distributed.train import harness, readout
+    from wavefront.workbench.jobs import train as job
 
     rank, order = int(os.environ.get("RANK", "0")), tuple(harness.run_order(cfg.variants))
     progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
@@ -180,7 +181,7 @@ def _run(cfg, json_out: str | None) -> None:
 
     try:
         with progress:
-            result = harness.run(cfg, on_step=on_step)
+            result = job.train(cfg, on_step)
     except harness.TrainFailure as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         sys.stdout.flush(), sys.stderr.flush(), harness.shutdown(failed=True)
@@ -192,7 +193,7 @@ def _run(cfg, json_out: str | None) -> None:
         for line in notes(result):
             console.print(f"[dim]{escape(line)}[/]")
     if rank == 0 and json_out:
-        write_json(result.document(), json_out)
+        write_json(result.as_dict(), json_out)
     harness.shutdown(failed=False)
 
 

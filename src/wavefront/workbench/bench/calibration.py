@@ -94,10 +94,3 @@ def markdown_table(results: list[CalibrationResult]) -> str:
         lines.append(f"| {r.scenario.name} | {r.scenario.n} | {r.trials} | {r.same:.1%} | {r.slower:.1%} | "
                      f"{r.faster:.1%} | {r.unknown:.1%} |")
     return "\n".join(lines)
-
-
-def document(results: list[CalibrationResult]) -> dict:
-    """The ``wavefront compare --calibrate --json`` document."""
-    from wavefront.workbench.bench.compare import SCHEMA
-
-    return {"schema": SCHEMA, "calibration": [r.as_dict() for r in results]}

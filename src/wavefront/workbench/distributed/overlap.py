@@ -27,6 +27,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -319,7 +320,9 @@ class OverlapJobResult:
     proxy: dict
     buckets: list[BucketResult]
 
-    def document(self) -> dict:
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    def as_dict(self) -> dict:
         """The ``wavefront overlap --json`` document."""
         return {"schema": SCHEMA, "runtime": self.runtime,
                 "all_reduce_fit": self.all_reduce_fit.as_dict() if self.all_reduce_fit else None,

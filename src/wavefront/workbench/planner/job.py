@@ -3,7 +3,7 @@ document (schema below). The CLI only declares options, renders and maps exit co
 
     from wavefront.workbench.planner import PlanRequest, plan
     result = plan(PlanRequest(model="llama3-70b", gpus=("64xh100",), precision="fp8"))
-    doc = result.document()          # schema "wavefront.plan/1" (docs/json/plan.md)
+    doc = result.as_dict()          # schema "wavefront.plan/1" (docs/json/plan.md)
 """
 
 from __future__ import annotations

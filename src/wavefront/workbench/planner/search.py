@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import ClassVar
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
@@ -138,7 +139,9 @@ class SearchResult:
     def shown(self) -> list[PlanResult]:
         return self.ranked if self.top == 0 else self.ranked[:self.top]
 
-    def document(self) -> dict:
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    def as_dict(self) -> dict:
         """The `wavefront plan --json` document, schema SCHEMA (docs/json/plan.md)."""
         spec = self.model
         return {

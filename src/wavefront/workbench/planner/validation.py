@@ -347,8 +347,3 @@ def fit_constants(root: str | Path, start: dict, sweeps: int = 3) -> dict:
                     fd = loss(d)
             params[name] = round((a + b) / 2, 3)
     return params
-
-
-def validation_document(reports: list[TableReport]) -> dict:
-    """The `wavefront plan --validate ... --json` document (docs/json/plan.md)."""
-    return {"schema": VALIDATION_SCHEMA, "tables": [r.as_dict() for r in reports]}

@@ -27,7 +27,7 @@ import torch
 
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
-from wavefront.workbench.hardware import GPU, get_gpu
+from wavefront.workbench.hardware import GPU, get_gpu, gpu_from_device_name
 from wavefront.workbench.static.capture import op_modes
 
 SCHEMA = "wavefront.roofline/1"
@@ -131,16 +131,12 @@ def load_measured(path: str | Path) -> dict[tuple[str, str, str, str, str], floa
     return out
 
 
-def measured_from_store(store_path: str | Path, run_ref: str = "latest",
-                        provider: str = "wavefront") -> dict[tuple[str, str, str, str, str], float]:
-    """Median times of one stored GPU run (``wavefront bench`` on a GPU) for `provider`, keyed like
-    :func:`load_measured`. A CPU-timed run is refused: interpreter wall times are no performance figures."""
-    from wavefront.workbench.bench.store import open_run
-    from wavefront.workbench.hardware import gpu_from_device_name
-
-    run = open_run(run_ref, store_path)
+def measured_times(run, provider: str = "wavefront") -> dict[tuple[str, str, str, str, str], float]:
+    """Median times of one stored GPU run (``wavefront bench`` on a GPU; a bench StoredRun) for `provider`,
+    keyed like :func:`load_measured`. A CPU-timed run is refused: interpreter wall times are no performance
+    figures."""
     if not run.info.is_gpu:
-        raise ValueError(f"run {run.info.id} of {store_path} was not timed on a GPU ({run.info.timing}); "
+        raise ValueError(f"run {run.info.id} was not timed on a GPU ({run.info.timing}); "
                          "its times are not performance figures")
     key = gpu_from_device_name(run.info.device_name).key
     return {(m.op, m.case, m.mode, m.dtype, key): m.median_us for m in run.measurements

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -108,14 +108,13 @@ class TrainResult:
     store: str | None
     comparisons: dict[str, dict] = field(default_factory=dict)  # every other variant vs the reference
 
+    SCHEMA: ClassVar[str] = SCHEMA
+
     def as_dict(self) -> dict:
-        return {"run_id": self.run_id, "config": self.config, "provenance": self.provenance,
+        """The ``wavefront train --json`` document."""
+        return {"schema": SCHEMA, "run_id": self.run_id, "config": self.config, "provenance": self.provenance,
                 "variants": [v.as_dict() for v in self.variants], "comparison": self.comparison,
                 "comparisons": self.comparisons, "out_dir": self.out_dir, "store": self.store}
-
-    def document(self) -> dict:
-        """The ``wavefront train --json`` document."""
-        return {"schema": SCHEMA, **self.as_dict()}
 
 
 @dataclass
