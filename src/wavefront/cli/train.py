@@ -160,7 +160,6 @@ def _run(cfg, json_out: str | None) -> None:
     from rich import progress as rp
 
     from wavefront.workbench.distributed.train import harness, readout
-    from wavefront.workbench.jobs import train as job
 
     rank, order = int(os.environ.get("RANK", "0")), tuple(harness.run_order(cfg.variants))
     progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
@@ -181,7 +180,7 @@ def _run(cfg, json_out: str | None) -> None:
 
     try:
         with progress:
-            result = job.train(cfg, on_step)
+            result = harness.run(cfg, on_step=on_step)
     except harness.TrainFailure as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         sys.stdout.flush(), sys.stderr.flush(), harness.shutdown(failed=True)

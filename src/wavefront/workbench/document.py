@@ -30,10 +30,12 @@ def encode(obj: Any) -> Any:
     list, a numpy scalar or array its Python value(s); a non-finite float is None (JSON has no NaN/inf)."""
     if isinstance(obj, enum.Enum):
         return encode(obj.value)
-    if obj is None or isinstance(obj, bool | int | str):
+    if obj is None or type(obj) in (bool, int, str):
         return obj
     if isinstance(obj, float):
         return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, bool | int | str):  # subclasses (torch's version string): the plain value
+        return (bool if isinstance(obj, bool) else int if isinstance(obj, int) else str)(obj)
     if isinstance(obj, dict):
         return {_key(k): encode(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
@@ -64,14 +66,18 @@ def decode(cls: type[T], d: dict[str, Any]) -> T:
 
 
 def dumps(obj: Any) -> bytes:
-    """Indented JSON of :func:`encode`'s output; msgspec's C encoder when installed (the ``trace`` extra: documents
-    of thousands of trace steps took seconds in the standard library's pure-Python indenting encoder)."""
-    doc = encode(obj)
+    """The indented JSON bytes of `obj`'s document (its ``as_dict()``, or `obj`). msgspec's C encoder writes it
+    when installed and the document holds only what it encodes natively (the ``trace`` extra: documents of
+    thousands of trace steps took seconds in the standard library's pure-Python indenting encoder); otherwise
+    the standard library writes :func:`encode`'s output. Both write non-finite floats as null."""
+    as_dict = getattr(obj, "as_dict", None)
+    doc = as_dict() if callable(as_dict) and not isinstance(obj, type) else obj
     try:
         import msgspec  # optional: the trace extra
-    except ImportError:
-        return json.dumps(doc, indent=2).encode()
-    return msgspec.json.format(msgspec.json.encode(doc), indent=2)
+
+        return msgspec.json.format(msgspec.json.encode(doc), indent=2)
+    except (ImportError, TypeError):
+        return json.dumps(encode(doc), indent=2).encode()
 
 
 def write_json(obj: Any, path: str | Path) -> None:

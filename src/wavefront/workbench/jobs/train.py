@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from wavefront.workbench.distributed.train import harness
 from wavefront.workbench.distributed.train.config import TrainConfig
-from wavefront.workbench.distributed.train.harness import SCHEMA, TrainFailure, TrainResult
+from wavefront.workbench.distributed.train.harness import SCHEMA, TrainFailure, TrainResult, run_order, shutdown
 from wavefront.workbench.distributed.train.kpi import StepRecord
 
-__all__ = ["SCHEMA", "TrainConfig", "TrainFailure", "TrainResult", "train"]
+__all__ = ["SCHEMA", "TrainConfig", "TrainFailure", "TrainResult", "run_order", "shutdown", "train"]
 
 
 def train(cfg: TrainConfig, on_step: Callable[[str, StepRecord, int], None] | None = None) -> TrainResult:
