@@ -14,7 +14,7 @@ verdict, which is what the calibration targets are about:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,9 +48,6 @@ class CalibrationResult:
     slower: float
     faster: float
     unknown: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 DEFAULT_SCENARIOS: tuple[Scenario, ...] = (

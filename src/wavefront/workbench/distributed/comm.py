@@ -24,13 +24,14 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import ClassVar
 
 import torch
 import torch.distributed as dist
 
+from wavefront.workbench.document import encode
 from wavefront.workbench.planner.comm_model import COLLECTIVES, AlphaBeta, algbw_gbps, bus_factor, fit_alpha_beta
 
 MODES = {"all_reduce": ("in-place",), "broadcast": ("in-place",), "all_gather": ("in-place", "out-of-place"),
@@ -52,9 +53,6 @@ class CommResult:
     algbw_gbps: float
     busbw_gbps: float
     correct: bool
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def sizes_pow2(min_bytes: int, max_bytes: int) -> list[int]:
@@ -243,7 +241,7 @@ class BenchReport:
     failures: list[str]  # cases whose result was wrong
 
     def as_dict(self) -> dict:
-        return {"results": [r.as_dict() for r in self.results], "fits": [f.as_dict() for f in self.fits],
+        return {"results": encode(self.results), "fits": encode(self.fits),
                 "unsupported": dict(self.unsupported), "failures": list(self.failures)}
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from wavefront.workbench.jobs.request import ProgressFn, no_progress
 from wavefront.workbench.trace import analysis
-from wavefront.workbench.trace import diff as trace_diff
+from wavefront.workbench.trace.diff import SCHEMA as DIFF_SCHEMA
+from wavefront.workbench.trace.diff import TraceDiff
+from wavefront.workbench.trace.diff import diff as diff_analyses
 from wavefront.workbench.trace.figures import FIGURES_SCHEMA, figures
 
 #: The trace analysis behind ``trace diff`` tabulates this many kernel families (``--top`` then picks).
@@ -65,11 +68,11 @@ class DiffRequest:
 class DiffResult:
     """Both analyses and their diff; ``as_dict()`` is the diff's document (which names both sides' files)."""
 
-    SCHEMA = trace_diff.SCHEMA
+    SCHEMA: ClassVar[str] = DIFF_SCHEMA
 
     a: analysis.TraceAnalysis
     b: analysis.TraceAnalysis
-    diff: trace_diff.TraceDiff
+    diff: TraceDiff
 
     @property
     def warnings(self) -> list[str]:
@@ -86,4 +89,4 @@ def diff(request: DiffRequest, on_progress: ProgressFn | None = None) -> DiffRes
     ra = analyze(AnalyzeRequest(request.a, top=DIFF_ANALYSIS_TOP), lambda d, t, w: report(d, total, w))
     rb = analyze(AnalyzeRequest(request.b, top=DIFF_ANALYSIS_TOP),
                  lambda d, t, w: report(len(request.a) + d, total, w))
-    return DiffResult(ra, rb, trace_diff.diff(ra, rb, top=request.top, alpha=request.alpha))
+    return DiffResult(ra, rb, diff_analyses(ra, rb, top=request.top, alpha=request.alpha))

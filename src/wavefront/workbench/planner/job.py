@@ -102,7 +102,7 @@ class PlanRequest:
         if self.head_dim is not None:
             if self.head_dim < 1:
                 raise ValueError(f"--head-dim must be >= 1, got {self.head_dim}")
-            dims = ModelDims(**(dims.as_dict() | {"head_dim": self.head_dim}))
+            dims = replace(dims, head_dim=self.head_dim)
         moe_layout, mla = None, None
         if self.model and not self.custom:
             preset = get_moe_model(self.model)

@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
+from wavefront.workbench.document import encode
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
 from wavefront.workbench.planner.memory import MemoryBreakdown, device_capacity, memory_breakdown
@@ -50,9 +51,6 @@ class Kpis:
     time_to_train_days: float
     dollars_to_train: float | None
 
-    def as_dict(self) -> dict:
-        return dict(vars(self))
-
 
 @dataclass(frozen=True)
 class PlanResult:
@@ -80,8 +78,8 @@ class PlanResult:
             "cluster": self.cluster.label, "config": self.config.as_dict(), "feasible": self.feasible,
             "reasons": list(self.reasons),
             "memory": self.memory.as_dict() if self.memory else None,
-            "time": self.time.as_dict() if self.time else None,
-            "kpis": self.kpis.as_dict() if self.kpis else None,
+            "time": encode(self.time),
+            "kpis": encode(self.kpis),
         }
 
 
@@ -146,14 +144,14 @@ class SearchResult:
         spec = self.model
         return {
             "schema": SCHEMA,
-            "model": spec.dims.as_dict() | {"params": spec.total_params, "active_params": spec.active_params,
+            "model": encode(spec.dims) | {"params": spec.total_params, "active_params": spec.active_params,
                                             "attention": spec.attention, "dropout": spec.dropout,
                                             "kernels": spec.kernels,
-                                            "moe": spec.moe.as_dict() if spec.moe else None,
-                                            "mla": spec.mla.as_dict() if spec.mla else None},
+                                            "moe": encode(spec.moe),
+                                            "mla": encode(spec.mla)},
             "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
-            "efficiency": [(self.efficiency if self.efficiency.source != Efficiency.for_gpu(c.gpu.key).source
-                            else Efficiency.for_gpu(c.gpu.key)).as_dict() for c in self.clusters],
+            "efficiency": [encode(self.efficiency if self.efficiency.source != Efficiency.for_gpu(c.gpu.key).source
+                                  else Efficiency.for_gpu(c.gpu.key)) for c in self.clusters],
             "constants_from": self.constants_from, "stack_defaulted": list(self.defaulted),
             "rank_by": self.rank_by, "rank_figures": RANK_FIGURES, "tie_rule": TIE_RULE,
             "search": {"n_enumerated": self.n_enumerated, "n_feasible": len(self.ranked),

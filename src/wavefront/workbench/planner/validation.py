@@ -23,11 +23,12 @@ import hashlib
 import json
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
+from wavefront.workbench.document import encode
 from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner.cluster import make_cluster
 from wavefront.workbench.planner.model import ModelSpec
@@ -60,9 +61,6 @@ class RowComparison:
     fits: bool  # whether the planner thinks the published plan fits in the device's memory (it ran)
     split: str = ""  # "calibration" or "held-out" (tables with a split); "" otherwise
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
 class TableReport:
@@ -81,7 +79,7 @@ class TableReport:
     def as_dict(self) -> dict:
         return {"name": self.name, "title": self.title, "use": self.use,
                 "median_abs_error": {m: self.median_abs_error(m) for m in self.metrics()},
-                "rows": [r.as_dict() for r in self.rows]}
+                "rows": encode(self.rows)}
 
 
 def load_table(path: str | Path) -> dict:
@@ -243,9 +241,6 @@ class SplitSummary:
     median_abs_error: float
     p90_abs_error: float
     signed_median_error: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _quantile(values: list[float], q: float) -> float:

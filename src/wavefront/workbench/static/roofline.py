@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
+from wavefront.workbench.document import encode
 from wavefront.workbench.hardware import GPU, get_gpu, gpu_from_device_name
 from wavefront.workbench.static.capture import op_modes
 
@@ -59,9 +60,6 @@ class RooflinePoint:
     measured_us: float | None = None
     pct_of_roof: float | None = None
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
 class RooflineReport:
@@ -72,7 +70,7 @@ class RooflineReport:
     def as_dict(self) -> dict:
         return {"schema": SCHEMA, "device": self.device.as_dict(), "dtype": self.dtype,
                 "note": "modeled from dense vendor peaks; not a measurement",
-                "points": [p.as_dict() for p in self.points]}
+                "points": encode(self.points)}
 
 
 def point(spec: OpSpec, case: Case, mode: str, dtype: torch.dtype, gpu: GPU, *, uses_matrix: bool = False,

@@ -61,6 +61,7 @@ from wavefront.workbench.distributed.train.kpi import (
 )
 from wavefront.workbench.distributed.train.mesh import Layout
 from wavefront.workbench.distributed.train.parallelize import finish_backward
+from wavefront.workbench.document import encode
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_NONFINITE, EXIT_INTERRUPTED = 1, 2, 3, 4
 
@@ -93,7 +94,7 @@ class VariantResult:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d["summary"] = self.summary.as_dict() if self.summary else None
+        d["summary"] = encode(self.summary)
         return d
 
 
@@ -568,7 +569,7 @@ def _provenance(env: _Env) -> dict:
 def _store_variant(cfg: TrainConfig, run_id: str, prov: dict, v: VariantResult) -> None:
     if cfg.store:
         train_store.write_variant(cfg.store, run_id=run_id, variant=v.variant, status=v.status, provenance=prov,
-                                  config=cfg.as_dict(), summary=v.summary.as_dict() if v.summary else None,
+                                  config=cfg.as_dict(), summary=encode(v.summary),
                                   steps=[asdict(r) for r in v.steps])
 
 
