@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.regress import DEFAULT_THRESHOLD, is_regression
@@ -110,6 +111,8 @@ class BisectStep:
 
 @dataclass
 class BisectResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     found: bool
     first_bad: str | None
     subject: str | None

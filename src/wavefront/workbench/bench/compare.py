@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.provenance import utc_now
@@ -237,6 +238,8 @@ class CompareRequest:
 
 @dataclass
 class CompareResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     request: CompareRequest
     a: StoredRun
     b: StoredRun

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -140,6 +141,9 @@ class BenchPlan:
 @dataclass
 class BenchResult:
     """The outcome of a run; ``as_dict()`` is its ``wavefront.bench/1`` document."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+
 
     plan: BenchPlan
     runtime: dict

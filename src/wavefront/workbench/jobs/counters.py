@@ -17,6 +17,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from wavefront.workbench import stats
 from wavefront.workbench.counters.analysis import KernelRow, analyse, occupancy
@@ -63,6 +64,8 @@ def device_for(profile: Profile, device: str | None) -> GPU:
 
 @dataclass
 class CountersResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     profile: Profile
     device: GPU
     rows: list[KernelRow]
@@ -120,6 +123,8 @@ class MetricDelta:
 
 @dataclass
 class CompareResult:
+    SCHEMA: ClassVar[str] = COMPARE_SCHEMA
+
     a: Profile
     b: Profile
     deltas: list[MetricDelta]

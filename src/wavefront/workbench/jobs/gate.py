@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from wavefront import runtime
 from wavefront.workbench.bench.regress import check_complete, dynamic_gate
@@ -48,6 +49,8 @@ class GateRequest:
 
 @dataclass
 class GateResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     halves: list[g.HalfResult]
     perf_markdown: str | None = None
 

@@ -38,7 +38,7 @@ import itertools
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -288,6 +288,8 @@ class Excluded:
 
 @dataclass
 class GpuConfigs:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     targets: tuple[str, ...]
     dtype: str
     configs: list[GpuConfig] = field(default_factory=list)

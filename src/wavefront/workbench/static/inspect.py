@@ -27,7 +27,7 @@ import platform
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -125,6 +125,8 @@ class KernelRow:
 
 @dataclass
 class InspectReport:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     rows: list[KernelRow]
     targets: list[str]
     dtype: str

@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -63,6 +64,8 @@ class RooflinePoint:
 
 @dataclass
 class RooflineReport:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     device: GPU
     dtype: str
     points: list[RooflinePoint]
