@@ -117,15 +117,14 @@ def test_memcheck_request_checks_the_correctness_phase(monkeypatch, memcheck):
     """BenchRequest(memcheck=True) (`wavefront bench --memcheck`) runs every correctness case under memcheck,
     and only then."""
     from wavefront import memcheck as mc
-    from wavefront.workbench.bench import correctness
 
-    seen, real = [], correctness.check_case
+    seen, real = [], job.check_case
 
     def spy(*args, **kwargs):
         seen.append(mc.enabled())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(correctness, "check_case", spy)
+    monkeypatch.setattr(job, "check_case", spy)
     req = job.BenchRequest(op=("softmax",), dtype=("fp32",), device="cpu", store=None, report=None,
                            inspect_targets=(), traffic=False, memcheck=memcheck)
     done = job.run(req)
