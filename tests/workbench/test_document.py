@@ -29,6 +29,7 @@ RESULTS = [
     ("wavefront.workbench.static.configs", "GpuConfigs"),
     ("wavefront.workbench.jobs.bench", "BenchResult"),
     ("wavefront.workbench.jobs.gate", "GateResult"),
+    ("wavefront.workbench.jobs.profile", "ProfileResult"),
     ("wavefront.workbench.jobs.compare", "CompareResult"),
     ("wavefront.workbench.jobs.compare", "CalibrationReport"),
     ("wavefront.workbench.jobs.bisect", "BisectResult"),

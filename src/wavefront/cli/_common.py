@@ -53,6 +53,12 @@ class Provider(str, Enum):
     grouped_mm = "grouped_mm"
 
 
+class Profiler(str, Enum):  # wavefront.workbench.jobs.profile.PROFILERS
+    ncu = "ncu"
+    nsys = "nsys"
+    rocprof = "rocprof"
+
+
 class Device(str, Enum):
     cpu = "cpu"
     cuda = "cuda"

@@ -3,6 +3,7 @@ Every row goes to the store, the dashboard and --json; the terminal gets the pla
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,6 +16,7 @@ from wavefront.cli._common import (
     JsonOut,
     Mode,
     OpsOption,
+    Profiler,
     Provider,
     command,
     note,
@@ -60,6 +62,27 @@ TargetsOpt = Annotated[str, typer.Option("--inspect-targets", help="On CPU, comp
 TrafficOpt = Annotated[bool, typer.Option("--traffic/--no-traffic", help="On CPU, count each kernel's bytes "
                                                                          "(instrumented interpreter) for the report.")]
 LabelOpt = Annotated[str, typer.Option(help="A label stored with the run.")]
+
+ProfileOpt = Annotated[Profiler | None, typer.Option(help="Instead of measuring, run the chosen cases once under "
+                                                          "this profiler (on PATH; a GPU) and read its output back.")]
+ProfileDirOpt = Annotated[str | None, typer.Option("--profile-dir", help="Default: profiles/<tool> by the store.")]
+
+
+def _profile(request, json_out) -> None:
+    from wavefront.workbench.jobs import profile
+
+    with request_errors():
+        profile.check_can_profile(request.tool, request.device)
+        try:
+            result = profile.run_profile(request)
+        except RuntimeError as exc:
+            fail(str(exc), 1)
+    if json_out != "-":
+        console.print(f"{request.tool}: {len(result.files)} file(s) in {escape(request.out_dir)}", highlight=False)
+        for line in result.next_steps:
+            console.print(f"next: {escape(line)}", highlight=False)
+    if json_out:
+        write_json(result.as_dict(), json_out)
 
 
 def _failures_table(failures):
@@ -130,11 +153,20 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
           store: StoreOpt = "wavefront-results.sqlite", no_store: NoStoreOpt = False,
           report: ReportOpt = "artifacts/wavefront-report.html", no_report: NoReportOpt = False, doc: DocOpt = None,
           inspect_targets: TargetsOpt = "sm_90,gfx942", traffic: TrafficOpt = True, label: LabelOpt = "",
-          memcheck: MemcheckOpt = False, json_out: JsonOut = None) -> None:
+          memcheck: MemcheckOpt = False, profile: ProfileOpt = None, profile_dir: ProfileDirOpt = None,
+          json_out: JsonOut = None) -> None:
     """The main job: every registered op against its float64 reference (forward and backward), the
     modeled roofline on a target device, on a GPU timings of wavefront vs eager vs torch.compile vs
     Liger-Kernel, and on a CPU the machine code and bytes moved; results go to the store and the
-    dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails."""
+    dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails.
+    With --profile, the chosen cases run under a vendor profiler instead (nothing measured or stored)."""
+    if profile is not None:
+        from wavefront.workbench.jobs.profile import ProfileRequest, selection
+
+        chosen = selection(op or (), values(mode), values(provider), values(dtype), case or ())
+        _profile(ProfileRequest(profile.value, profile_dir or str(Path(store).parent / "profiles" / profile.value),
+                                chosen, device.value if device else "cuda"), json_out)
+        return
     from wavefront.workbench.jobs import bench as job
     from wavefront.workbench.jobs.ops import split_targets
 

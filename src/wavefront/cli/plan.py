@@ -18,25 +18,6 @@ def _opt(help_: str, *names: str, **kw): return typer.Option(*names, help=help_,
 Pos, Frac = dict(min=1), dict(min=0.0, max=1.0)
 
 
-def _parse_fixed(items: list[str] | None) -> dict:
-    from wavefront.workbench.planner import PlanConfig
-
-    fields = PlanConfig.__dataclass_fields__
-    out: dict = {}
-    for item in items or []:
-        key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in fields:
-            fail(f"--fix expects FIELD=VALUE with FIELD one of {', '.join(fields)}; got {item!r}")
-        kind = str(fields[key].type)
-        try:
-            out[key] = (raw.strip().lower() in ("1", "true", "yes", "on") if "bool" in kind
-                        else int(raw) if "int" in kind else raw.strip())
-        except ValueError:
-            fail(f"--fix {key}: {raw!r} is not a valid value")
-    return out
-
-
 def _table(title: str, columns: str, rows: list[list[str]]):
     heads = columns.split("|")  # the shared table: numbers never cut, the label columns fold
     return table(title, heads, rows, numeric=[c for c in heads if c not in ("plan", "part", "row", "metric")])
@@ -125,16 +106,16 @@ def plan(  # one line per option; the job is built in _main
     attention: Annotated[Literal["flash", "materialized"], _opt("Attention implementation.")] = "flash",
     dropout: Annotated[B, _opt("The model keeps dropout masks.")] = False,
     kernels: Annotated[Literal["fused", "eager"], _opt("fused (Megatron, patched) or eager (HF).")] = "fused",
-    stack: Annotated[Literal["megatron", "fsdp"] | None, _opt("Software stack: megatron (default) or fsdp.")] = None,
+    stack: Annotated[S, _opt("Stack profile, e.g. torchtitan/2025 (default: wavefront-train's; --explain).")] = None,
     fsdp_gather: Annotated[Literal["micro-batch", "no-reshard", "step"], _opt("When ZeRO-3 gathers.")] = "micro-batch",
     offload_optimizer: Annotated[B, _opt("Optimizer states on the host (CPU offload).")] = False,
-    cp_comm: Annotated[Literal["ring", "all-gather"], _opt("How context parallelism moves K and V.")] = "ring",
-    attention_kernel: Annotated[Literal["fa2", "cudnn", "fa3"] | None, _opt("Attention kernel (fa2).")] = None,
+    cp_comm: Annotated[Literal["ring", "all-gather"] | None, _opt("How CP moves K and V (the stack's).")] = None,
+    attention_kernel: Annotated[Literal["fa2", "cudnn", "fa3"] | None, _opt("Attention kernel (the stack's).")] = None,
     no_dp_overlap: Annotated[B, _opt("Gradient reduction after the backward.", "--no-dp-overlap")] = False,
-    tp_overlap: Annotated[float, _opt("Fraction of TP communication hidden (0: none).", **Frac)] = 0.5,
+    tp_overlap: Annotated[F, _opt("Fraction of TP communication hidden (the stack's).", **Frac)] = None,
     ep: Annotated[I, _opt("MoE: pin the expert-parallel degree (same as --fix ep=N).", **Pos)] = None,
     moe_imbalance: Annotated[float, _opt("MoE: busiest expert's tokens over the mean (1: balanced).", min=1.0)] = 1.0,
-    ep_overlap: Annotated[float, _opt("MoE: fraction of the EP all-to-alls hidden (0: none).", **Frac)] = 0.0,
+    ep_overlap: Annotated[F, _opt("MoE: fraction of the EP all-to-alls hidden (the stack's).", **Frac)] = None,
     head_dim: Annotated[I, _opt("Head dimension (default: the model's, or hidden / heads).", **Pos)] = None,
     price: Annotated[F, _opt("$ per GPU-hour (default: the device table's).", min=0.0)] = None,
     power_fraction: Annotated[float, _opt("Board-power fraction drawn while training.", **Frac)] = 0.75,
@@ -155,6 +136,7 @@ def plan(  # one line per option; the job is built in _main
     gated: Annotated[B, _opt("Custom model: gated (SwiGLU) MLP.")] = True,
     tied: Annotated[B, _opt("Custom model: tied embeddings.")] = False,
     validate: Annotated[L, _opt("Reproduce a published table instead (repeatable).", "--validate")] = None,
+    explain: Annotated[B, _opt("Print the stack profile's terms and calibration rows.")] = False,
     json_out: JsonOut = None,
 ) -> None:
     """Rank every parallel plan of a model on a cluster, with memory and time breakdowns and KPIs."""
@@ -166,6 +148,17 @@ def _main(a: dict) -> None:
         return _run_validation(a["validate"], a["json_out"])
     from wavefront.workbench.jobs.plan import CustomDims, PlanRequest
     from wavefront.workbench.jobs.plan import plan as run_plan
+    from wavefront.workbench.planner.job import parse_fixed
+    from wavefront.workbench.planner.stacks import explain_stack
+
+    try:  # --explain: the profile's terms and rows (not into --json -); alone (no model), nothing else
+        explained = explain_stack(a["stack"], (a["gpus"] or ["8xh100"])[0]) if a["explain"] else []
+    except ValueError as exc:
+        fail(str(exc))
+    for line in explained if a["json_out"] != "-" else []:
+        console.print(line, markup=False, highlight=False)
+    if a["explain"] and not (a["model"] or a["layers"]):
+        return None
 
     dims = [a[k] for k in ("layers", "hidden", "heads", "ffn", "vocab")]
     if any(v is not None for v in dims) and not all(v is not None for v in dims):
@@ -176,7 +169,10 @@ def _main(a: dict) -> None:
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
             "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top",
             "moe_imbalance", "ep_overlap", "attention_kernel", "memory_headroom")
-    fixed = _parse_fixed(a["fix"])
+    try:
+        fixed = parse_fixed(a["fix"])
+    except ValueError as exc:
+        fail(str(exc))
     if a["ep"] is not None and fixed.setdefault("ep", a["ep"]) != a["ep"]:
         fail(f"--ep {a['ep']} contradicts --fix ep={fixed['ep']}")
     request = PlanRequest(

@@ -16,8 +16,8 @@ Doc = Annotated[
     list[str] | None,
     typer.Option(
         "--doc",
-        help="A JSON document to show (wavefront inspect/traffic/counters --json, an lce_memory result, trace figures; "
-        "repeatable). Without it, the documents stored with the newest runs are shown.",
+        help="A JSON document to show (wavefront inspect/traffic/counters --json, an lce_memory result, trace figures, "
+        "a trace analysis: its timeline; repeatable). Without it, the documents stored with the newest runs are shown.",
     ),
 ]
 ResultsDir = Annotated[str, typer.Option(help="Committed results to chart (lce_memory_*.json); '' for none.")]

@@ -17,8 +17,8 @@ from wavefront.cli._help import VerbGroup, command
 from wavefront.cli._output import JsonOut, console, err_console, output_option, write_json
 
 app = typer.Typer(name="trace", no_args_is_help=True, add_completion=False, cls=VerbGroup,
-                  help="Analyze torch.profiler, jax.profiler and nsys (SQLite) traces: breakdown, kernels, ranks.")
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
+                  help="Analyze torch.profiler, jax.profiler, nsys and rocprofv3 traces: breakdown, kernels, ranks.")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", "_trace.csv")  # rocprofv3: <pid>_kernel_trace.csv and the rest
 
 
 class Align(str, Enum):
@@ -42,7 +42,7 @@ def expand_paths(items: list[str]) -> list[Path]:
         if p.is_dir():
             found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
             if not found:
-                _fail(f"{item}: the directory holds no *.json or *.json.gz trace")
+                _fail(f"{item}: the directory holds no *.json[.gz], *.sqlite or rocprofv3 *_trace.csv trace")
             out.extend(found)
         elif p.is_file():
             out.append(p)
@@ -124,7 +124,7 @@ def render(blocks) -> None:
 
 @command(app, "analyze")
 def analyze_cmd(
-    traces: Annotated[list[str], typer.Argument(help="Trace files (.json[.gz], nsys .sqlite), one per rank, or dirs.")],
+    traces: Annotated[list[str], typer.Argument(help="Trace files (.json[.gz], .sqlite, *_trace.csv), one per rank.")],
     device: Annotated[str | None, typer.Option(help="Device-table row for the roofline (h100, mi300x, ...); "
                                                     "default: the GPU named in the trace.")] = None,
     short_us: Annotated[float, typer.Option("--short-us", min=0.001, help="Kernels shorter are 'short'.")] = 10.0,
@@ -136,7 +136,7 @@ def analyze_cmd(
     figures_out: Annotated[str | None, output_option("--figures", help="Write dashboard figure specs (JSON).")] = None,
     annotate_out: Annotated[str | None, output_option("--annotate", help="Write a copy of the (single) trace with "
                                                       "the analysis as extra tracks, for Perfetto.")] = None,
-    step_pattern: Annotated[str | None, typer.Option(help="NVTX step-range regex, nsys exports (group 1: N).")] = None,
+    step_pattern: Annotated[str | None, typer.Option(help="NVTX/ROCTx step-range regex (group 1: N).")] = None,
     json_out: JsonOut = None,
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and

@@ -25,6 +25,14 @@ multiply-add. The kernel reads the same fp32 scales (s = 2^k, x ~ q / s) and con
 of its dequantization factor 2^-k, which is 127 - k = 254 - (the biased exponent field of s): exact, no
 extra pass. Other targets (sm_90 has no MX MMA; gfx942 none either) keep the per-block kernel.
 
+On sm_90 / sm_100, ``_fp8_gemm_tma_kernel`` runs every recipe (the three scale forms above as SCALES
+"epilogue", "block", "mx") on the bf16 GEMM's persistent, warp-specialized structure (kernels/linear_tma.py,
+whose descriptor and tile-load helpers it calls): A and B tiles by TMA into the producer's ring, the scales
+by pointer in the consumers through the same helpers as the cp.async kernels, so the sums and their order
+are the same. Opt-in (``WAVEFRONT_FP8_TMA=1`` or ``tma=True``) until a GPU run proves it; it needs both
+operands addressable by a descriptor (unit stride along K, 16-byte aligned base and rows), else the cp.async
+kernels run (also the path on sm_80 and AMD, which have no TMA). docs/fp8.md has its machine code.
+
 Backward products use these kernels unchanged with other operands (ops/linear_fp8.py quantizes them along
 their reduction dims): dX = dY W: A = dY [M, N], B = W^T [K, N]; dW = dY^T X: A = dY^T [N, M], B = X^T [K, M].
 
@@ -38,6 +46,7 @@ int64 before they multiply a stride.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -45,8 +54,10 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
-from wavefront.kernels._launch import launch
+from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import grouped_tile
+from wavefront.kernels.linear_tma import _load_k_cols, _load_rows_k, _operand_desc
+from wavefront.kernels.matmul_config import tma_capable
 from wavefront.runtime import Arch
 
 
@@ -119,6 +130,55 @@ def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arc
     return Fp8GemmConfig(base.BLOCK_M, block_n, block_k, base.GROUP_M, base.num_warps, base.num_stages, reason)
 
 
+#: The persistent, warp-specialized TMA kernel (``_fp8_gemm_tma_kernel``) on sm_90 / sm_100, by Arch.family
+#: ("nvidia" split by generation below) and the interpreter. Opt-in (see :func:`tma_requested`).
+FP8_TMA_CONFIGS: dict[str, Fp8GemmConfig] = {
+    "hopper": Fp8GemmConfig(128, 128, 128, 8, 4, 4, "num_warps 4: Triton 3.9's Hopper warp specializer makes one "
+                                                   "TMA producer and two consumer warpgroups of m64n128k32 fp8 "
+                                                   "wgmma; 4 stages of (128 + 128) x 128 B = 128 KiB smem"),
+    "blackwell": Fp8GemmConfig(128, 128, 128, 8, 8, 4, "tcgen05 with the accumulator in tensor memory; 8 warps so "
+                                                       "its load in the epilogue spreads over 256 threads (4 warps: "
+                                                       "255 registers, 264 B of spills rowwise, 184 B MX); 4 stages "
+                                                       "of 32 KiB"),
+    "cpu": Fp8GemmConfig(32, 32, 128, 2, 4, 1, "interpreter: several tiles per test matrix, and several tiles per "
+                                               "program of the persistent grid"),
+}
+
+#: ``WAVEFRONT_FP8_TMA=1`` sends the FP8 GEMMs on sm_90 / sm_100 to ``_fp8_gemm_tma_kernel`` (every recipe, the
+#: auto provider included). Off by default until a GPU run proves it (``scripts/gpu_check.sh``).
+TMA_ENV_FLAG = "WAVEFRONT_FP8_TMA"
+
+
+def tma_requested() -> bool:
+    """Whether the environment asks for the FP8 TMA kernel (``WAVEFRONT_FP8_TMA=1``)."""
+    return os.environ.get(TMA_ENV_FLAG, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def tma_operands(qa: torch.Tensor, qb: torch.Tensor) -> bool:
+    """Whether both FP8 operands qualify for a tensor descriptor: unit stride along K, 16-byte aligned base
+    and rows (K % 16 == 0 for contiguous operands)."""
+    return _tma_rows(qa) and _tma_rows(qb)
+
+
+def _tma_rows(t: torch.Tensor) -> bool:
+    """A 2-D tensor whose rows a tensor descriptor can address: unit last stride, 16-byte aligned base and rows."""
+    return (t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
+            and (t.stride(0) * t.element_size()) % 16 == 0)
+
+
+def fp8_tma_config(arch: Arch, group_k: int, native_mx: bool) -> Fp8GemmConfig | None:
+    """The TMA kernel's tile, or None where it does not run (no TMA: sm_80, AMD). BLOCK_K is the scale
+    group for block scales applied by the CUDA cores (128, or 32 for MXFP8 on sm_90), the table's with
+    sm_100's native MX (4 E8M0 groups per step)."""
+    if not tma_capable(arch):
+        return None
+    family = arch.family if arch.family == "cpu" else ("blackwell" if arch.name.startswith("sm_1") else "hopper")
+    cfg = FP8_TMA_CONFIGS[family]
+    if group_k and not native_mx and group_k != cfg.BLOCK_K:
+        cfg = dataclasses.replace(cfg, BLOCK_K=group_k, reason=cfg.reason + f"; BLOCK_K = the scale group, {group_k}")
+    return cfg
+
+
 @dataclass(frozen=True)
 class Fp8Provider:
     provider: str  # "wavefront" | "vendor"
@@ -133,6 +193,8 @@ def fp8_gemm_provider(scaling: str, arch: Arch, out_dtype: torch.dtype, M: int, 
     MXFP8 without sm_100's native scaled MMA) are ours. Not yet measured on a GPU: the rule is from what
     each library supports, to be confirmed by ``wavefront bench`` on a device."""
     aligned = M % 16 == 0 and N % 16 == 0 and K % 16 == 0
+    if tma_requested() and arch.family == "nvidia" and tma_capable(arch):
+        return Fp8Provider("wavefront", f"{TMA_ENV_FLAG}=1: the persistent warp-specialized TMA kernel")
     if arch.family == "nvidia" and int(arch.name.removeprefix("sm_")) >= 89 and aligned:
         if scaling == "tensorwise":
             return Fp8Provider("vendor", "cuBLASLt FP8 with per-tensor scales")
@@ -167,6 +229,26 @@ def _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm
 
 
 @triton.jit
+def _block_scaled_step(acc, a, b, sa_ptr, sb_ptr, rows, cols, row_ok, col_ok, kb, stride_sam, stride_sak, stride_sbn,
+                       stride_sbk, B_GROUP_ROWS: tl.constexpr):
+    """acc + (a b) / (sa[rows, kb] sb[cols // B_GROUP_ROWS, kb]): one K block of a block-scaled product (a
+    [BLOCK_M, BLOCK_K], b [BLOCK_K, BLOCK_N]); the partial product is promoted to the fp32 accumulator here."""
+    part = tl.dot(a, b)
+    sa = tl.load(sa_ptr + rows * stride_sam + kb * stride_sak, mask=row_ok, other=1.0)
+    sb = tl.load(sb_ptr + (cols // B_GROUP_ROWS) * stride_sbn + kb * stride_sbk, mask=col_ok, other=1.0)
+    return acc + part * (tl.div_rn(tl.full((a.shape[0],), 1.0, tl.float32), sa)[:, None]
+                         * tl.div_rn(tl.full((b.shape[1],), 1.0, tl.float32), sb)[None, :])
+
+
+@triton.jit
+def _epilogue_scaled(acc, sa_ptr, sb_ptr, rows, cols, row_ok, col_ok, stride_sam, stride_sbn):
+    """acc / (sa[rows] sb[cols]): the tensorwise (stride 0) and rowwise scales applied once, in the epilogue."""
+    sa = tl.load(sa_ptr + rows * stride_sam, mask=row_ok, other=1.0)
+    sb = tl.load(sb_ptr + cols * stride_sbn, mask=col_ok, other=1.0)
+    return acc / (sa[:, None] * sb[None, :])
+
+
+@triton.jit
 def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
                      stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, BLOCKWISE: tl.constexpr,
                      B_GROUP_ROWS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -181,19 +263,14 @@ def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N,
         a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok, other=0.0)
         b = tl.load(b_ptrs, mask=col_ok[:, None] & k_ok, other=0.0)
         if BLOCKWISE:
-            part = tl.dot(a, tl.trans(b))
-            sa = tl.load(sa_ptr + rows * stride_sam + kb * stride_sak, mask=row_ok, other=1.0)
-            sb = tl.load(sb_ptr + (cols // B_GROUP_ROWS) * stride_sbn + kb * stride_sbk, mask=col_ok, other=1.0)
-            acc += part * (tl.div_rn(tl.full((BLOCK_M,), 1.0, tl.float32), sa)[:, None]
-                           * tl.div_rn(tl.full((BLOCK_N,), 1.0, tl.float32), sb)[None, :])
+            acc = _block_scaled_step(acc, a, tl.trans(b), sa_ptr, sb_ptr, rows, cols, row_ok, col_ok, kb, stride_sam,
+                                     stride_sak, stride_sbn, stride_sbk, B_GROUP_ROWS)
         else:
             acc = tl.dot(a, tl.trans(b), acc, max_num_imprecise_acc=BLOCK_K)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
     if not BLOCKWISE:
-        sa = tl.load(sa_ptr + rows * stride_sam, mask=row_ok, other=1.0)
-        sb = tl.load(sb_ptr + cols * stride_sbn, mask=col_ok, other=1.0)
-        acc = acc / (sa[:, None] * sb[None, :])
+        acc = _epilogue_scaled(acc, sa_ptr, sb_ptr, rows, cols, row_ok, col_ok, stride_sam, stride_sbn)
     _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm, stride_cm, HAS_BIAS, HAS_RESIDUAL)
 
 
@@ -201,6 +278,15 @@ def _fp8_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N,
 def _e8m0_of_inverse(s):
     """E8M0 byte of 1/s for a power-of-two fp32 scale s = 2^k (127 - k); 1.0 (masked groups) gives 127."""
     return (254 - ((s.to(tl.int32, bitcast=True) >> 23) & 0xFF)).to(tl.uint8)
+
+
+@triton.jit
+def _mx_step(acc, a, b, sa_ptrs, sb_ptrs, sa_ok, sb_ok, A_FORMAT: tl.constexpr, B_FORMAT: tl.constexpr):
+    """acc + a b with MX block scales applied by the matrix unit (tl.dot_scaled): a [BLOCK_M, BLOCK_K], b
+    [BLOCK_K, BLOCK_N]; sa_ptrs / sb_ptrs [rows, BLOCK_K / 32] fp32 power-of-two scales, read as E8M0 bytes."""
+    sa = _e8m0_of_inverse(tl.load(sa_ptrs, mask=sa_ok, other=1.0))
+    sb = _e8m0_of_inverse(tl.load(sb_ptrs, mask=sb_ok, other=1.0))
+    return tl.dot_scaled(a, sa, A_FORMAT, b, sb, B_FORMAT, acc)
 
 
 @triton.jit
@@ -224,9 +310,8 @@ def _mx_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, 
         g_ok = offs_g[None, :] < groups - kb * (BLOCK_K // 32)
         a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok, other=0.0)
         b = tl.load(b_ptrs, mask=col_ok[:, None] & k_ok, other=0.0)
-        sa = _e8m0_of_inverse(tl.load(sa_ptrs, mask=row_ok[:, None] & g_ok, other=1.0))
-        sb = _e8m0_of_inverse(tl.load(sb_ptrs, mask=col_ok[:, None] & g_ok, other=1.0))
-        acc = tl.dot_scaled(a, sa, A_FORMAT, tl.trans(b), sb, B_FORMAT, acc)
+        acc = _mx_step(acc, a, tl.trans(b), sa_ptrs, sb_ptrs, row_ok[:, None] & g_ok, col_ok[:, None] & g_ok,
+                       A_FORMAT, B_FORMAT)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
         sa_ptrs += (BLOCK_K // 32) * stride_sak
@@ -234,24 +319,78 @@ def _mx_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, 
     _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm, stride_cm, HAS_BIAS, HAS_RESIDUAL)
 
 
+@triton.jit
+def _fp8_gemm_tma_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                         stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, SCALES: tl.constexpr,
+                         B_GROUP_ROWS: tl.constexpr, A_FORMAT: tl.constexpr, B_FORMAT: tl.constexpr,
+                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                         NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    # Every recipe on the bf16 GEMM's persistent, warp-specialized TMA structure (kernels/linear_tma.py): A
+    # and B tiles by tensor descriptor into the producer's ring, the scales by pointer in the consumers.
+    # SCALES: "epilogue" (tensorwise, rowwise), "block" (1x128 / 128x128, per K block), "mx" (tl.dot_scaled).
+    a_desc = _operand_desc(a_ptr, M, K, stride_am, BLOCK_M, BLOCK_K, False)
+    b_desc = _operand_desc(b_ptr, N, K, stride_bn, BLOCK_N, BLOCK_K, False)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    offs_g = tl.arange(0, BLOCK_K // 32)
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, NUM_PROGRAMS, flatten=False,
+                         warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
+        rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+        row_ok = rows < M
+        col_ok = cols < N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        for kb in range(0, k_tiles):
+            a = _load_rows_k(a_desc, pid_m * BLOCK_M, kb * BLOCK_K, False)
+            b = _load_k_cols(b_desc, pid_n * BLOCK_N, kb * BLOCK_K, False)
+            if SCALES == "block":
+                acc = _block_scaled_step(acc, a, b, sa_ptr, sb_ptr, rows, cols, row_ok, col_ok, kb, stride_sam,
+                                         stride_sak, stride_sbn, stride_sbk, B_GROUP_ROWS)
+            elif SCALES == "mx":
+                g = kb * (BLOCK_K // 32) + offs_g
+                g_ok = g[None, :] < tl.cdiv(K, 32)
+                acc = _mx_step(acc, a, b, sa_ptr + rows[:, None] * stride_sam + g[None, :] * stride_sak,
+                               sb_ptr + cols[:, None] * stride_sbn + g[None, :] * stride_sbk, row_ok[:, None] & g_ok,
+                               col_ok[:, None] & g_ok, A_FORMAT, B_FORMAT)
+            else:
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
+        if SCALES == "epilogue":
+            acc = _epilogue_scaled(acc, sa_ptr, sb_ptr, rows, cols, row_ok, col_ok, stride_sam, stride_sbn)
+        _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm, stride_cm, HAS_BIAS,
+                  HAS_RESIDUAL)
+
+
 _MX_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
 def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, bias: torch.Tensor | None,
              out_dtype: torch.dtype, group_k: int, b_group_rows: int, arch: Arch | None = None,
-             residual: torch.Tensor | None = None) -> torch.Tensor:
+             residual: torch.Tensor | None = None, tma: bool | None = None) -> torch.Tensor:
     """C [M, N] = dequant(qa) dequant(qb)^T + bias + residual (residual [M, N], unit column stride).
 
     qa [M, K], qb [N, K]: fp8, unit stride along K. group_k 0: sa, sb are per-row vectors ([M, 1], [N, 1])
     or 0-dim tensorwise scales, applied in the epilogue; group_k > 0: sa [M, cdiv(K, group_k)], sb
     [cdiv(N, b_group_rows), cdiv(K, group_k)] applied per K block.
+
+    tma: None: the TMA kernel when ``WAVEFRONT_FP8_TMA=1``, the target has TMA (sm_90+, or the interpreter)
+    and both operands qualify for descriptors (:func:`tma_operands`), else the cp.async kernels; True: the
+    TMA kernel or an error; False: the cp.async kernels.
     """
     M, K = qa.shape
     N = qb.shape[0]
     c = torch.empty((M, N), dtype=out_dtype, device=qa.device)
     arch = arch or runtime.arch(qa.device)
     native = mx_native(arch, group_k, b_group_rows, qa.dtype, qb.dtype)
-    cfg = fp8_gemm_config(M, N, K, group_k, b_group_rows, arch, native)
+    tma_cfg = None
+    if tma if tma is not None else tma_requested():
+        tma_cfg = fp8_tma_config(arch, group_k, native) if tma_operands(qa, qb) else None
+        if tma_cfg is None and tma:
+            raise ValueError(f"fp8_gemm: tma=True, but {arch.name} has no TMA or an operand does not qualify for a "
+                             f"tensor descriptor (unit stride along K, 16-byte aligned base and rows; K={K})")
+    cfg = tma_cfg or fp8_gemm_config(M, N, K, group_k, b_group_rows, arch, native)
     if group_k:
         stride_sam, stride_sak = sa.stride()
         stride_sbn, stride_sbk = sb.stride()
@@ -266,6 +405,17 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
                   stride_sam=stride_sam, stride_sak=stride_sak, stride_sbn=stride_sbn, stride_sbk=stride_sbk)
     tiles = dict(HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, BLOCK_M=cfg.BLOCK_M,
                  BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M)
+    if tma_cfg is not None:
+        ensure_descriptor_allocator(qa.device)
+        programs = min(grid[0], runtime.sm_count(qa.device))
+        scales = "mx" if native else ("block" if group_k else "epilogue")
+        formats = dict(A_FORMAT=_MX_FORMATS[qa.dtype], B_FORMAT=_MX_FORMATS[qb.dtype]) if native else dict(
+            A_FORMAT="", B_FORMAT="")
+        launch(_fp8_gemm_tma_kernel, (programs,), **common,
+               constexprs=dict(SCALES=scales, B_GROUP_ROWS=max(b_group_rows, 1), **formats, **tiles,
+                               NUM_PROGRAMS=programs, WARP_SPECIALIZE=True),
+               options=cfg.options(arch))
+        return c
     if native:
         launch(_mx_gemm_kernel, grid, **common,
                constexprs=dict(A_FORMAT=_MX_FORMATS[qa.dtype], B_FORMAT=_MX_FORMATS[qb.dtype], **tiles),

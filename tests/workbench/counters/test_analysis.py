@@ -71,7 +71,7 @@ def test_matched_to_inspect_and_traffic_by_name_and_shape():
     assert len(bwd.gaps) == 3 and bwd.gaps[0].startswith("DRAM bytes 6.99x")
     assert "72 registers measured, 60 predicted" in bwd.gaps[2]
     assert attn.predicted.inspect_match == "none" and attn.predicted.traffic_match == "none" and attn.gaps == []
-    assert (fwd.predicted.source, attn.predicted.source) == ("kernels/norm.py", "kernels/attention.py")
+    assert (fwd.predicted.source, attn.predicted.source) == ("kernels/norm.py", "kernels/attention_fwd.py")
 
 
 def test_a_kernel_that_is_not_ours(tmp_path):

@@ -8,14 +8,14 @@ import re
 import shutil
 from pathlib import Path
 
-import pytest
-
-from wavefront.workbench.planner.training import FITTED_FAMILY, FITTED_SHARED
+from wavefront.workbench.planner.stacks import CALIBRATION_ROWS, FITTED, PROFILES, get_profile
 from wavefront.workbench.planner.validation import (
+    MOE_REPORT_TABLES,
     REPORT_TABLES,
-    calibration_loss,
-    fit_constants,
+    calibration_row_names,
+    fit_all,
     load_table,
+    profile_loss,
     report_tables,
     source_of,
     split_of,
@@ -24,10 +24,16 @@ from wavefront.workbench.planner.validation import (
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "published"
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "planner.md"
+#: The goals (issue 29) and what the model reaches: a figure above its goal is guarded at the reached value
+#: (it may only improve), one at or under it at the goal.
+HELD_OUT_MEDIAN_GOAL, HELD_OUT_P90_GOAL = 0.05, 0.15
+HELD_OUT_MEDIAN_REACHED = 0.051  # above the goal (with torchtitan's A100 table): the guard is the reached value
+HELD_OUT_P90_REACHED = 0.168  # above the goal: the guard is the reached value
+NEW_TABLE_GOAL = 0.08  # tables added this round: torchtitan_a100_2024, 7.3% held-out (met)
 
 
-def _params() -> dict:
-    return {f"{fam}.{k}": v for fam, d in FITTED_FAMILY.items() for k, v in d.items()} | dict(FITTED_SHARED)
+def _overall(stated: bool = True, split: str = "held-out"):
+    return next(s for s in split_summaries(report_tables(DATA, stated=stated), split) if s.source == "overall")
 
 
 def test_validation_set_is_broad_and_its_split_is_the_hash_rule():
@@ -42,46 +48,95 @@ def test_validation_set_is_broad_and_its_split_is_the_hash_rule():
     assert rows >= 60 and len(sources) >= 4
 
 
+def _table_lines(reps) -> list[str]:
+    return [f"| {s.split} | {s.source} | {s.n_runs} | {s.median_abs_error:.1%} | {s.p90_abs_error:.1%} | "
+            f"{s.signed_median_error:+.1%} |"
+            for split in ("held-out", "calibration") for s in split_summaries(reps, split)]
+
+
+def _documented(marker: str) -> list[str]:
+    block = re.search(rf"<!-- {marker}.*?-->\n(.*?)<!-- /{marker} -->", DOCS.read_text(), re.S).group(1)
+    return [line for line in block.splitlines() if line.startswith(("| held-out", "| calibration"))]
+
+
 def test_docs_state_the_computed_held_out_figures():
-    """docs/planner.md's accuracy table is what split_summaries computes from the committed data."""
-    reps = report_tables(DATA)
-    expected = [f"| {s.split} | {s.source} | {s.n_runs} | {s.median_abs_error:.1%} | {s.p90_abs_error:.1%} | "
-                f"{s.signed_median_error:+.1%} |" for split in ("held-out", "calibration")
-                for s in split_summaries(reps, split)]
-    text = DOCS.read_text()
-    block = re.search(r"<!-- accuracy-table.*?-->\n(.*?)<!-- /accuracy-table -->", text, re.S).group(1)
-    documented = [line for line in block.splitlines() if line.startswith(("| held-out", "| calibration"))]
-    assert documented == expected
-    overall = next(s for s in split_summaries(reps, "held-out") if s.source == "overall")
+    """docs/planner.md's accuracy tables are what split_summaries computes from the committed data: each
+    run priced with its own stack profile, and with the default profile (no --stack) beside it."""
+    assert _documented("accuracy-table") == _table_lines(report_tables(DATA))
+    assert _documented("default-accuracy-table") == _table_lines(report_tables(DATA, stated=False))
+    overall = _overall()
+    n_sources = len({source_of(load_table(DATA / r)) for r in REPORT_TABLES})
     assert (f"median absolute error {overall.median_abs_error:.1%} over {overall.n_runs} runs from "
-            f"{len({source_of(load_table(DATA / r)) for r in REPORT_TABLES})} sources") in " ".join(text.split())
-    # the goals this figure is held to (issue #18): overall median <= 10%, p90 <= 25%, signed within 5%
-    assert overall.median_abs_error <= 0.10 and overall.p90_abs_error <= 0.25
+            f"{n_sources} sources") in " ".join(DOCS.read_text().split())
+
+
+def test_held_out_accuracy_with_stacks_stated_holds_its_goals():
+    """Over every non-MoE held-out run, each priced with its stack profile: median 5.1% against a goal of
+    5% and p90 16.8% against 15% (neither met: guarded at the reached values; without the table added this
+    round, 4.9% over 184 runs); the table added this round, 7.3% (goal 8%, met)."""
+    overall = _overall()
+    assert overall.n_runs == 190
+    assert overall.median_abs_error <= max(HELD_OUT_MEDIAN_GOAL, HELD_OUT_MEDIAN_REACHED) + 5e-4
+    assert overall.p90_abs_error <= max(HELD_OUT_P90_GOAL, HELD_OUT_P90_REACHED) + 5e-4
     assert abs(overall.signed_median_error) <= 0.05
+    new = next(s for s in split_summaries(report_tables(DATA)) if s.source == "torchtitan_a100_2024")
+    assert new.n_runs == 6 and new.median_abs_error <= NEW_TABLE_GOAL
+
+
+def test_default_profile_is_reported_and_worse_than_stated():
+    """Without --stack every run is priced as wavefront-train's profile (physics defaults, no calibration
+    rows of its own): the published stacks differ from it, and the report says by how much."""
+    stated, default = _overall(), _overall(stated=False)
+    assert default.n_runs == stated.n_runs
+    assert default.median_abs_error > stated.median_abs_error
+
+
+def test_every_row_names_a_profile_that_lists_its_table():
+    for rel in REPORT_TABLES + MOE_REPORT_TABLES:
+        doc = load_table(DATA / rel)
+        for row in doc["rows"]:
+            name = row.get("profile", doc["defaults"].get("profile"))
+            assert name in PROFILES, (doc["name"], row["id"])
+            assert doc["name"] in get_profile(name).tables
+
+
+def test_a_profile_is_fitted_only_on_its_own_calibration_rows():
+    """Every row a profile was fitted on is a calibration row of one of its own tables priced with it."""
+    for key, profile in PROFILES.items():
+        assert profile.calibration_rows == calibration_row_names(DATA, profile), key
+        for name in profile.calibration_rows:
+            table, _, row_id = name.partition("/")
+            assert table in profile.tables and split_of(table, row_id) == "calibration", name
+        if not profile.fitted:
+            assert all(how == "physics" for _, how in profile.constants("h100").values())
+
+
+def test_committed_constants_are_the_fit():
+    """The committed per-profile constants are what fit_profile gives on the committed data (about 5 s)."""
+    fits = fit_all(DATA)
+    assert {k: f["fitted"] for k, f in fits.items() if f["fitted"]} == FITTED
+    rows = {k: f["calibration_rows"] for k, f in fits.items() if f["calibration_rows"]}
+    assert rows == CALIBRATION_ROWS
 
 
 def test_held_out_rows_never_enter_the_fit(tmp_path):
-    """Changing a held-out published figure leaves the calibration loss untouched; changing a calibration
-    figure moves it."""
+    """Changing a held-out published figure leaves a profile's fitted loss untouched, and so does changing
+    another stack's calibration row; changing its own calibration row moves it."""
     root = tmp_path / "published"
     shutil.copytree(DATA, root)
-    base = calibration_loss(root, _params())
-    path = root / "validation" / "llmfoundry_mpt.json"
-    doc = json.loads(path.read_text())
-    held = next(r for r in doc["rows"] if r["split"] == "held-out")
-    held["published"]["tokens_per_s_per_gpu"] *= 10
-    path.write_text(json.dumps(doc))
-    assert calibration_loss(root, _params()) == base
-    calib = next(r for r in doc["rows"] if r["split"] == "calibration")
-    calib["published"]["tokens_per_s_per_gpu"] *= 10
-    path.write_text(json.dumps(doc))
-    assert calibration_loss(root, _params()) > base
+    foundry, nemo = get_profile("llm-foundry/2023"), get_profile("nemo/24.07")
+    params = {"h100.scale": 0.9}
+    base, base_foundry = profile_loss(root, nemo, params), profile_loss(root, foundry, {"a100.gemm": 0.7})
 
+    def bump(rel: str, split: str) -> None:
+        path = root / rel
+        doc = json.loads(path.read_text())
+        row = next(r for r in doc["rows"] if r["split"] == split)
+        row["published"]["tokens_per_s_per_gpu"] *= 10
+        path.write_text(json.dumps(doc))
 
-@pytest.mark.slow
-def test_committed_constants_are_the_fit():
-    """One more sweep of the coordinate descent from the committed constants does not move them
-    (about 20 s: the fit evaluates the calibration rows a few hundred times)."""
-    fitted = fit_constants(DATA, _params(), sweeps=1)
-    for name, value in _params().items():
-        assert fitted[name] == pytest.approx(value, abs=0.006), name
+    bump("validation/nemo_2407_h100_fp8.json", "held-out")
+    assert profile_loss(root, nemo, params) == base
+    bump("validation/nemo_2407_h100_fp8.json", "calibration")
+    assert profile_loss(root, nemo, params) > base
+    assert profile_loss(root, foundry, {"a100.gemm": 0.7}) == base_foundry  # another stack's row

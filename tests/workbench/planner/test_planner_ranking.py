@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from wavefront.cli import build_app
 from wavefront.workbench.planner import PlanConfig, PlanRequest, Training, plan
 from wavefront.workbench.planner.search import RANK_FIGURES, TIE_RULE, rank_value
+from wavefront.workbench.planner.stacks import DEFAULT_PROFILE
 
 
 def test_rows_are_in_the_order_the_header_states():
@@ -95,17 +96,22 @@ def test_pinned_config_keeps_plan_config_fields():
 
 
 def test_a_plan_on_the_default_stack_says_so(tmp_path):
-    """The stack changes the prices (published runs: 12% median error on the defaults, 5.5% with each run's
-    stack stated), so a plan made without --stack / --attention-kernel says in one line that it defaulted."""
+    """Every plan's header names its stack profile; one made without --stack is priced as wavefront-train's
+    profile and says so in one line (the JSON lists "stack" in stack_defaulted)."""
     out = tmp_path / "d.json"
     base = ["plan", "--model", "llama3-8b", "--gpus", "8xh100", "--top", "1"]
     result = CliRunner().invoke(build_app(), [*base, "--json", str(out)])
     assert result.exit_code == 0, result.output
     text = re.sub(r"\s+", " ", result.output)
-    assert "software stack defaulted (--stack megatron, --attention-kernel fa2)" in text
-    assert json.loads(out.read_text())["stack_defaulted"] == ["stack", "attention_kernel"]
-    stated = CliRunner().invoke(build_app(), [*base, "--stack", "fsdp", "--json", str(out)])
-    assert "--stack" not in re.sub(r"\s+", " ", stated.output).split("defaulted (")[-1].split(")")[0]
-    assert json.loads(out.read_text())["stack_defaulted"] == ["attention_kernel"]
-    both = CliRunner().invoke(build_app(), [*base, "--stack", "fsdp", "--attention-kernel", "cudnn"])
-    assert both.exit_code == 0 and "defaulted" not in both.output
+    assert f"stack {DEFAULT_PROFILE}, fa2 attention" in text
+    assert f"stack profile defaulted to {DEFAULT_PROFILE}" in text and text.count("defaulted") == 1
+    doc = json.loads(out.read_text())
+    assert doc["stack_defaulted"] == ["stack"] and doc["stack_profile"]["key"] == DEFAULT_PROFILE
+    stated = CliRunner().invoke(build_app(), [*base, "--stack", "torchtitan/2025", "--json", str(out)])
+    assert stated.exit_code == 0 and "defaulted" not in stated.output
+    assert "stack torchtitan/2025, fa2 attention" in re.sub(r"\s+", " ", stated.output)
+    doc = json.loads(out.read_text())
+    assert doc["stack_defaulted"] == [] and doc["stack_profile"] == {
+        "name": "torchtitan", "version": "2025", "key": "torchtitan/2025", "calibration_rows": 0}
+    nemo = CliRunner().invoke(build_app(), [*base, "--stack", "nemo/24.07"])
+    assert "stack nemo/24.07, cudnn attention" in re.sub(r"\s+", " ", nemo.output)  # the profile's kernel

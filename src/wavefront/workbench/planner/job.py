@@ -18,13 +18,34 @@ from wavefront.workbench.planner.hf_config import dims_from_hf_config, moe_from_
 from wavefront.workbench.planner.kernel_calibration import KernelCalibration, load_kernel_calibration
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.moe import MOE_MODELS, get_moe_model
-from wavefront.workbench.planner.training import TP_OVERLAP, Efficiency, Training
+from wavefront.workbench.planner.parallel import PlanConfig
+from wavefront.workbench.planner.stacks import DEFAULT_PROFILE, StackProfile, resolve
+from wavefront.workbench.planner.training import Efficiency, Training
 
 SCHEMA = "wavefront.plan/1"
 #: Default global batch: 4M tokens (Llama 3 405B's initial batch, Dubey et al. 2024, Sec. 3.4.1).
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
-#: What a plan is priced with when the request does not state its software stack (the header says so).
-STACK_DEFAULTS = {"stack": "megatron", "attention_kernel": "fa2"}
+#: What a plan is priced with when the request does not state its software stack (the header says so):
+#: the profile of `wavefront train` (stacks.DEFAULT_PROFILE).
+STACK_DEFAULTS = {"stack": DEFAULT_PROFILE}
+
+
+def parse_fixed(items: list[str] | None) -> dict:
+    """`--fix FIELD=VALUE` items -> {field: value} of PlanConfig fields; a ValueError names --fix."""
+    fields = PlanConfig.__dataclass_fields__
+    out: dict = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise ValueError(f"--fix expects FIELD=VALUE with FIELD one of {', '.join(fields)}; got {item!r}")
+        kind = str(fields[key].type)
+        try:
+            out[key] = (raw.strip().lower() in ("1", "true", "yes", "on") if "bool" in kind
+                        else int(raw) if "int" in kind else raw.strip())
+        except ValueError:
+            raise ValueError(f"--fix {key}: {raw!r} is not a valid value") from None
+    return out
 
 
 @dataclass(frozen=True)
@@ -72,15 +93,15 @@ class PlanRequest:
     attention: str = "flash"
     dropout: bool = False
     kernels: str = "fused"
-    stack: str | None = None  # None: STACK_DEFAULTS, and the plan says it was defaulted
+    stack: str | None = None  # a stack profile (stacks.PROFILES); None: STACK_DEFAULTS, and the plan says so
     fsdp_gather: str = "micro-batch"
     offload_optimizer: bool = False
-    cp_comm: str = "ring"
+    cp_comm: str | None = None  # None: the profile's (as attention_kernel, tp_overlap, ep_overlap)
     attention_kernel: str | None = None
     moe_imbalance: float = 1.0
-    ep_overlap: float = 0.0
+    ep_overlap: float | None = None
     dp_overlap: bool = True
-    tp_overlap: float = TP_OVERLAP
+    tp_overlap: float | None = None
     price_per_gpu_hour: float | None = None
     power_fraction: float = 0.75
     train_tokens: float = 1e12
@@ -96,6 +117,11 @@ class PlanRequest:
     def defaulted(self) -> tuple[str, ...]:
         """The software-stack fields the request left unstated (priced as STACK_DEFAULTS)."""
         return tuple(k for k in STACK_DEFAULTS if getattr(self, k) is None)
+
+    def profile(self) -> tuple[StackProfile, str | None]:
+        """(the stack profile, a deprecation line for an old --stack name or None); a ValueError names
+        --stack and the profiles."""
+        return resolve(self.stack or STACK_DEFAULTS["stack"])
 
     def model_spec(self) -> ModelSpec:
         dims = self._dims()
@@ -140,12 +166,13 @@ class PlanRequest:
 
     def clusters(self) -> list[Cluster]:
         cals = tuple(load_calibration(p) for p in self.calibrations)
+        hierarchical = self.hierarchical and self.profile()[0].hierarchical
         return [make_cluster(g, gpus_per_node=self.gpus_per_node, intra_gbps=self.intra_gbps,
                              inter_gbps=self.inter_gbps, intra_latency_us=self.intra_latency_us,
                              inter_latency_us=self.inter_latency_us, price_per_gpu_hour=self.price_per_gpu_hour,
                              power_fraction=self.power_fraction, calibrations=cals,
                              nics_per_node=self.nics_per_node, nic_gbits=self.nic_gbits,
-                             hierarchical=self.hierarchical, hbm_gb=self.hbm_gb, hbm_tbps=self.hbm_tbps)
+                             hierarchical=hierarchical, hbm_gb=self.hbm_gb, hbm_tbps=self.hbm_tbps)
                 for g in self.gpus]
 
     def training(self, spec: ModelSpec) -> Training:
@@ -153,20 +180,19 @@ class PlanRequest:
             raise ValueError(f"--seq-len must be >= 1, got {self.seq_len}")
         seq = self.seq_len or spec.dims.seq_len
         tokens = self.global_batch_tokens or max(seq, DEFAULT_BATCH_TOKENS // seq * seq)
+        stated = {k: getattr(self, k) for k in ("attention_kernel", "tp_overlap", "cp_comm", "ep_overlap")
+                  if getattr(self, k) is not None}
         return Training(global_batch_tokens=tokens, seq_len=seq, precision=self.precision, optimizer=self.optimizer,
                         grad_bytes=self.grad_bytes, micro_batch_sizes=tuple(self.micro_batch_sizes),
-                        train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, tp_overlap=self.tp_overlap,
-                        stack=self.stack or STACK_DEFAULTS["stack"], fsdp_gather=self.fsdp_gather,
-                        offload_optimizer=self.offload_optimizer,
-                        cp_comm=self.cp_comm, moe_imbalance=self.moe_imbalance, ep_overlap=self.ep_overlap,
-                        attention_kernel=self.attention_kernel or STACK_DEFAULTS["attention_kernel"],
-                        memory_headroom=self.memory_headroom)
+                        train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, fsdp_gather=self.fsdp_gather,
+                        offload_optimizer=self.offload_optimizer, moe_imbalance=self.moe_imbalance,
+                        memory_headroom=self.memory_headroom, **(self.profile()[0].training_fields() | stated))
 
     def efficiency(self, cluster: Cluster) -> Efficiency | None:
         """The constants for `cluster`: None (the calibrated defaults of its GPU), the command line's
         overrides, or with `calibrate` the constants measured in a results store (kernel_calibration.py);
         an override on the command line wins over a measurement."""
-        base = Efficiency.for_gpu(cluster.gpu.key)
+        base = self.profile()[0].efficiency(cluster.gpu.key)
         if self.calibrate:
             base = self.kernel_calibration(cluster).apply(base)
         elif self.gemm_eff is None and self.attn_eff is None and self.hbm_eff is None:
@@ -184,14 +210,14 @@ class PlanRequest:
 
     def constants_from(self, clusters: list[Cluster]) -> dict:
         """Where each constant of the cost model came from (the document's "constants_from")."""
-        base = Efficiency.for_gpu(clusters[0].gpu.key)
+        base = self.profile()[0].efficiency(clusters[0].gpu.key)
         kernels = {k: f"published: {base.source}" for k in ("gemm", "attention", "hbm")}
         if self.calibrate:
             kernels = self.kernel_calibration(clusters[0]).sources(base)
         for flag, k in (("gemm_eff", "gemm"), ("attn_eff", "attention"), ("hbm_eff", "hbm")):
             if getattr(self, flag) is not None:
                 kernels[k] = f"command line (--{flag.replace('_', '-')})"
-        kernels |= {k: f"published: {base.source}" for k in ("kernel_us", "fp8_gemm", "fsdp_stack")}
+        kernels |= {k: f"published: {base.source}" for k in ("kernel_us", "fp8_gemm")}
         links = {}
         for c in clusters:
             cals = {cal.domain: cal for cal in c.calibrations}

@@ -220,7 +220,7 @@ def layer_matmul_flops(model: ModelSpec, tokens: float) -> float:
 
 def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int, tp: int, sp: bool,
                            recompute: str, kv_len: float | None = None, fp8: bool = False,
-                           routed_rows: float = 0.0) -> float:
+                           routed_rows: float = 0.0, op_saved_mm: float = 1.0) -> float:
     """Activation bytes one layer keeps for backward, per GPU, for one micro-batch (module docstring).
 
     seq_len is the local sequence (s / cp under context parallelism); kv_len the keys each query sees
@@ -234,6 +234,9 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
     and up outputs, lin*f_e down-projection input) and the 2h expert output the weighted combine needs in
     backward (all on this rank, not split by tp: expert tensor parallel 1), plus the fp32 router scores
     (4 B x E per local token). Per-op checkpointing keeps the permuted input and both GEMM outputs.
+    op_saved_mm: under recompute="op", the fraction of the weight matmuls' outputs kept (1: all, what
+    `wavefront train`'s policy keeps; 0.5: torchtitan's, which recomputes every second mm:
+    1 - Training.op_recompute_mm); the layer input, attention output and its LSE are kept either way.
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}")
@@ -261,8 +264,9 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
         # saved: the layer input, QKV, attention output (+ LSE), output projection, the MLP's first
         # matmul(s) and its output; the norms, RoPE, activation and residual adds are recomputed
         up = (2.0 if model.dims.gated_mlp else 1.0) * s * b * f
-        split = 2.0 * s * b * (2 * model.q_dim + 2 * model.kv_dim) + 4.0 * a * s * b + 2.0 * up
-        return 6.0 * sbh / sp_div + split / tp + moe_rows
+        kept = 2.0 * sbh / sp_div + (2.0 * s * b * model.q_dim + 4.0 * a * s * b) / tp
+        mm_out = 4.0 * sbh / sp_div + (2.0 * s * b * (model.q_dim + 2 * model.kv_dim) + 2.0 * up) / tp
+        return kept + op_saved_mm * mm_out + moe_rows
     lin = 1.0 if fp8 else 2.0
     masks = 2.0 * sbh if model.dropout else 0.0
     eager = model.kernels == "eager"

@@ -28,6 +28,7 @@ from wavefront.workbench.planner.memory import MemoryBreakdown, device_capacity,
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig, structural_problems
+from wavefront.workbench.planner.stacks import StackProfile
 from wavefront.workbench.planner.time import TimeBreakdown, step_time
 from wavefront.workbench.planner.training import Efficiency, Training
 
@@ -100,6 +101,7 @@ class SearchResult:
     top: int = 10  # plans the document lists (0: all feasible)
     constants_from: dict = field(default_factory=dict)  # where each constant came from (PlanRequest.constants_from)
     defaulted: list[str] = field(default_factory=list)  # software-stack fields left at their defaults
+    profile: StackProfile | None = None  # the software-stack profile the plans are priced with (stacks.py)
 
     @property
     def best(self) -> PlanResult | None:
@@ -121,11 +123,12 @@ class SearchResult:
                   f"{f', {moe.n_shared} shared' if moe.n_shared else ''}; MFU counts active parameters)" if moe else "")
         lines = [f"[bold]{spec.name}[/]: {spec.total_params / 1e9:.1f}B params{active}; batch "
                  f"{tr.global_batch_tokens:,} tokens ({tr.global_batch_seqs} x {tr.seq_len}), {tr.precision}, "
-                 f"{tr.stack} stack, {tr.attention_kernel} attention"]
-        if self.defaulted:
-            lines.append("software stack defaulted (" + ", ".join(f"--{k.replace('_', '-')} {getattr(tr, k)}"
-                                                                  for k in self.defaulted)
-                         + "): not stated; other stacks price differently, state yours with these flags")
+                 + (f"stack {self.profile.key}" if self.profile else f"no stack profile ({tr.stack} kernels)")
+                 + f", {tr.attention_kernel} attention"]
+        if "stack" in self.defaulted:
+            lines.append(f"stack profile defaulted to {self.profile.key if self.profile else tr.stack} "
+                         "(`wavefront train`'s own): other stacks price differently; name yours with --stack "
+                         "(--explain shows its terms)")
         if self.ranked:
             by = "step time" if self.rank_by == "time" else "$/step, then step time"
             usable = ", ".join(f"{device_capacity(c.gpu)[0] * tr.memory_headroom / 1e9:.1f} of "
@@ -133,6 +136,13 @@ class SearchResult:
             lines.append(f"{len(self.ranked):,} feasible plans, best {len(self.shown())} by {by} ({TIE_RULE}); "
                          f"memory headroom {tr.memory_headroom:.2f} ({usable} usable)")
         return lines
+
+    def _efficiency_of(self, c: Cluster) -> Efficiency:
+        """The constants `c` was priced with: its profile's (or its GPU's physics defaults), or the
+        request's overrides."""
+        own = self.profile.efficiency(c.gpu.key) if self.profile else Efficiency.for_gpu(c.gpu.key)
+        first = self.profile.efficiency(self.clusters[0].gpu.key) if self.profile else None
+        return own if first is None or self.efficiency.source == first.source else self.efficiency
 
     def shown(self) -> list[PlanResult]:
         return self.ranked if self.top == 0 else self.ranked[:self.top]
@@ -150,9 +160,10 @@ class SearchResult:
                                             "moe": encode(spec.moe),
                                             "mla": encode(spec.mla)},
             "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
-            "efficiency": [encode(self.efficiency if self.efficiency.source != Efficiency.for_gpu(c.gpu.key).source
-                                  else Efficiency.for_gpu(c.gpu.key)) for c in self.clusters],
+            "efficiency": [encode(self._efficiency_of(c)) for c in self.clusters],
             "constants_from": self.constants_from, "stack_defaulted": list(self.defaulted),
+            "stack_profile": ({"name": self.profile.name, "version": self.profile.version, "key": self.profile.key,
+                               "calibration_rows": len(self.profile.calibration_rows)} if self.profile else None),
             "rank_by": self.rank_by, "rank_figures": RANK_FIGURES, "tie_rule": TIE_RULE,
             "search": {"n_enumerated": self.n_enumerated, "n_feasible": len(self.ranked),
                        "n_out_of_memory": len(self.out_of_memory), "n_invalid": sum(self.rejected.values()),
@@ -321,7 +332,7 @@ def _matches(cfg: PlanConfig, fixed: dict) -> bool:
 def plan(model: PlanRequest | str | ModelDims | ModelSpec,
          cluster: str | Cluster | Sequence[str | Cluster] | None = None, training: Training | None = None, *,
          efficiency: Efficiency | None = None, rank_by: str = "time", fixed: dict | None = None,
-         configs: Iterable[PlanConfig] | None = None) -> SearchResult:
+         configs: Iterable[PlanConfig] | None = None, profile: StackProfile | None = None) -> SearchResult:
     """Search every plan of `model` on each cluster and rank the feasible ones.
 
     plan(PlanRequest(...)) is the `wavefront plan` job (job.py): the request carries everything and the
@@ -355,7 +366,7 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
             cl.n_gpus, training, spec.dims.n_layers, gpus_per_node=cl.gpus_per_node, fixed=fixed,
             n_experts=spec.moe.n_experts if spec.moe else 0)
         memo: dict = {}
-        eff = efficiency or Efficiency.for_gpu(cl.gpu.key)
+        eff = efficiency or (profile.efficiency(cl.gpu.key) if profile else Efficiency.for_gpu(cl.gpu.key))
         for cfg in grid:
             if fixed and not _matches(cfg, fixed):
                 continue
@@ -372,9 +383,10 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
     oom.sort(key=lambda r: _m(r).total_bytes / _m(r).capacity_bytes)
     misses = (pinned_misses(fixed, clusters, training, spec.dims.n_layers, spec.moe.n_experts if spec.moe else 0)
               if fixed and n_enum == 0 else [])
-    return SearchResult(spec, clusters, training, efficiency or Efficiency.for_gpu(clusters[0].gpu.key), rank_by,
-                        feasible, oom, rejected, n_enum, _time.perf_counter() - start,
-                        batch_warnings(training, clusters), misses)
+    gpu0 = clusters[0].gpu.key
+    first = efficiency or (profile.efficiency(gpu0) if profile else Efficiency.for_gpu(gpu0))
+    return SearchResult(spec, clusters, training, first, rank_by, feasible, oom, rejected, n_enum,
+                        _time.perf_counter() - start, batch_warnings(training, clusters), misses, profile=profile)
 
 
 def _run_request(req: PlanRequest) -> SearchResult:
@@ -386,11 +398,13 @@ def _run_request(req: PlanRequest) -> SearchResult:
     clusters = req.clusters()
     if req.calibrate and len({c.gpu.key for c in clusters}) > 1:
         raise ValueError("--calibrate measures one GPU; compare clusters of other GPUs without it")
+    profile, deprecation = req.profile()
     result = plan(spec, clusters, req.training(spec), efficiency=req.efficiency(clusters[0]), rank_by=req.rank_by,
-                  fixed=dict(req.fixed))
+                  fixed=dict(req.fixed), profile=profile)
     result.top = req.top
     result.constants_from = req.constants_from(clusters)
     result.defaulted = list(req.defaulted)
+    result.warnings[:0] = [deprecation] if deprecation else []
     return result
 
 

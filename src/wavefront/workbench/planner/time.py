@@ -17,7 +17,8 @@ Compute, per layer and micro-batch on one GPU (s_l = s/cp local tokens per seque
   and a 1-byte mask: 9 (4 without dropout) bytes per score element, split by tp;
 - passes: backward = 2 x forward FLOPs and bytes (2.5 x for flash attention, whose backward recomputes
   QK^T); full recomputation adds one forward of every layer, every-other half of that, selective the
-  attention core's forward (Korthikanti et al. 2022, Sec. 5), op (per-op) the memory-bound kernels.
+  attention core's forward (Korthikanti et al. 2022, Sec. 5), op (per-op) the memory-bound kernels and
+  Training.op_recompute_mm of the weight matmuls' forward (torchtitan recomputes every second one).
 The output layer (2 * b * s_l * h * V / tp forward, x3 with backward) and the float32 cross-entropy
 (16 B per logit) run on the last stage.
 
@@ -157,18 +158,19 @@ N_MOE_KERNELS = 6
 def routed_rows(model: ModelSpec, cfg: PlanConfig, training: Training) -> float:
     """Token copies the busiest EP rank runs through its experts per micro-batch: each rank routes its
     b*s/(cp*tp) tokens (sequence parallel) to top_k experts; balanced, it receives as many as it sends,
-    times Training.moe_imbalance."""
+    times Training.moe_rows_factor (the load imbalance, or the expert capacity when tokens are capped)."""
     assert model.moe is not None
     tokens = cfg.micro_batch * training.seq_len / cfg.cp / (cfg.tp if cfg.sp else 1)
-    return tokens * model.moe.top_k * training.moe_imbalance
+    return tokens * model.moe.top_k * training.moe_rows_factor
 
 
 def _moe_experts_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, peak: float,
-                   hbm: float, kernel_s: float) -> tuple[float, float, float]:
+                   hbm: float, kernel_s: float, layer_s: float = 0.0) -> tuple[float, float, float]:
     """(forward, backward, cast seconds per pass) of the routed experts of one MoE layer on the busiest
     EP rank: two grouped GEMMs (gate+up: h -> 2 f_e; down: f_e -> h) over E/ep experts of
     rows x ep / E tokens each (tokens per expert = tokens x top_k / E over the EP group), the router GEMM,
-    the permutations and the experts' activation (memory-bound), FP8 casts of the expert inputs."""
+    the permutations and the experts' activation (memory-bound), FP8 casts of the expert inputs, and the
+    dispatcher's fixed cost per layer and pass (layer_s: Efficiency.moe_layer_us; twice in the backward)."""
     moe = model.moe
     assert moe is not None
     gpu, h, fe = cluster.gpu, model.dims.hidden, moe.expert_ffn
@@ -185,13 +187,13 @@ def _moe_experts_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluste
             act_bytes = FP8_CAST_BYTES_PER_ACT if training.stack == "fsdp" else FP8_FUSED_CAST_BYTES_PER_ACT
             cast_bytes += act_bytes * rows * d_in + FP8_CAST_BYTES_PER_WEIGHT * groups * d_in * d_out
             bwd += act_bytes * rows * d_out / hbm + 2 * kernel_s
-    tokens = rows / moe.top_k / training.moe_imbalance
+    tokens = rows / moe.top_k / training.moe_rows_factor
     bf16_peak = cluster.gpu.peak_tflops("bf16") * 1e12 * peak / (cluster.gpu.peak_tflops(training.precision) * 1e12)
     router = gemm_s(gpu, int(tokens), moe.n_experts, h, bf16_peak, hbm, 2.0, kernel_s)
     ew = ((MOE_PERMUTE_BYTES_PER_ROW_H * h + MOE_ACT_BYTES_PER_ROW_F * fe) * rows
           + ROUTER_BYTES_PER_SCORE * tokens * moe.n_experts) / hbm + N_MOE_KERNELS * kernel_s
     cast_s = cast_bytes / hbm + (2 * 2 * kernel_s if fp8 else 0.0)
-    return fwd + router + ew, bwd + 2.0 * router + 2.0 * ew, cast_s
+    return fwd + router + ew + layer_s, bwd + 2.0 * router + 2.0 * ew + 2.0 * layer_s, cast_s
 
 
 def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
@@ -244,7 +246,8 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
         attn_bwd = 2.0 * attn
     ew = _elementwise_bytes(model, tokens, training.seq_len, cfg, ffn) / hbm + N_ELEMENTWISE_KERNELS * kernel_s
     if moe_layer:
-        ex_fwd, ex_bwd, ex_cast = _moe_experts_s(model, cfg, training, cluster, peak, hbm, kernel_s)
+        ex_fwd, ex_bwd, ex_cast = _moe_experts_s(model, cfg, training, cluster, peak, hbm, kernel_s,
+                                                 eff.moe_layer_us * 1e-6)
         mm_fwd, mm_bwd, cast_s = mm_fwd + ex_fwd, mm_bwd + ex_bwd, cast_s + ex_cast
     fwd = mm_fwd + cast_s + attn + ew
     total = fwd + mm_bwd + cast_s + attn_bwd + 2.0 * ew + cp_merge_s
@@ -253,7 +256,7 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     elif cfg.recompute == "every-other":
         total += 0.5 * fwd
     elif cfg.recompute == "op":
-        total += ew
+        total += ew + training.op_recompute_mm * mm_fwd
     elif cfg.recompute == "selective":
         score_bytes = 0.0
         if model.attention == "materialized":

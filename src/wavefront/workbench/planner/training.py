@@ -6,9 +6,9 @@ from dataclasses import asdict, dataclass
 from functools import cache
 
 PRECISIONS = ("bf16", "fp8")
-#: Software stacks: "megatron" (Megatron-LM, NeMo, Megatron-Bridge: Transformer Engine fused kernels) and
-#: "fsdp" (PyTorch FSDP stacks: llm-foundry/Composer, torchtitan), whose kernels reach a different fraction
-#: of the peaks (Efficiency.fsdp_stack, fitted).
+#: Kernel families of the software stacks (Training.stack, set by a stack profile, stacks.py): "megatron"
+#: (Transformer Engine: FP8 casts fused into the norm and activation kernels) and "fsdp" (PyTorch-native:
+#: separate cast kernels). What each stack's kernels reach is the profile's constants, not this field.
 STACKS = ("megatron", "fsdp")
 #: When ZeRO-3 / FSDP gathers the weights: "micro-batch" (reshard after forward: two all-gathers and one
 #: reduce-scatter per micro-batch: FSDP2's default, DeepSpeed ZeRO-3); "no-reshard" (the forward's gathered
@@ -51,7 +51,12 @@ class Efficiency:
     kernel_us: fixed microseconds per kernel (launch and tail), fitted (the fit drives it to ~0: the
         shape terms already explain small models).
     fp8_gemm: fp8 GEMMs reach gemm x fp8_gemm of the fp8 peak, fitted.
-    fsdp_stack: multiplier on gemm and attention for Training.stack = "fsdp", fitted per GPU family.
+    fsdp_stack: multiplier on gemm and attention for Training.stack = "fsdp" (1.0: a stack profile's
+        constants are its own, stacks.py).
+    moe_layer_us: fixed microseconds per MoE layer and forward pass beyond its kernels (the backward pays
+        it twice): the dispatcher copies the token counts per expert to the host to size the grouped GEMMs
+        and the all-to-all, a synchronisation that drains the launch queue, plus the per-expert bookkeeping.
+        Physics default 0 (no benchmark isolates it); a stack profile fits it on its own MoE calibration rows.
     attention_as_is: `attention` is what the run's own kernel reaches (measured with --calibrate, or given
         with --attn-eff), so Training.attention_kernel's class factor does not apply on top of it.
     Materialised attention (attention="materialized") runs its matmuls at `gemm` and streams the
@@ -64,12 +69,15 @@ class Efficiency:
     kernel_us: float = 4.0
     fp8_gemm: float = 0.75
     fsdp_stack: float = 1.0
+    moe_layer_us: float = 0.0
     attention_as_is: bool = False
     source: str = "defaults (training.py: Efficiency)"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.kernel_us <= 1000.0:
             raise ValueError(f"kernel_us must be in [0, 1000], got {self.kernel_us}")
+        if not 0.0 <= self.moe_layer_us <= 1e5:
+            raise ValueError(f"moe_layer_us must be in [0, 1e5], got {self.moe_layer_us}")
         for name in ("gemm", "attention", "hbm", "fp8_gemm", "fsdp_stack"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
@@ -81,43 +89,53 @@ class Efficiency:
 
     @staticmethod
     def for_gpu(gpu_key: str) -> Efficiency:
-        """The calibrated constants for a device-table GPU (CALIBRATED); others get the defaults."""
+        """The physics defaults for a device-table GPU (PHYSICS_FAMILY, FAMILY_OF); others get the class
+        defaults. A stack profile's fitted constants: stacks.get_profile(name).efficiency(gpu_key)."""
         return _for_gpu(gpu_key)
 
 
-#: The fitted constants (validation.fit_constants on the calibration rows of validation.REPORT_TABLES only;
-#: docs/planner.md lists the held-out errors). Per GPU family: gemm (largest-GEMM fraction of the dense
-#: peak), attention (flash fwd+bwd fraction of the bf16 peak at 16K tokens, d128), fsdp_stack (the PyTorch
-#: FSDP stacks' multiplier on both). Shared: kernel_us (fixed cost per kernel), fp8_gemm (fp8 GEMM fraction
-#: of the fp8 peak relative to gemm). Eight constants over 72 calibration runs, refitted when the attention
-#: kernel class (Training.attention_kernel: Transformer Engine's cuDNN attention on Hopper) was added.
-FITTED_SHARED = {"kernel_us": 0.003, "fp8_gemm": 0.894}
-FITTED_FAMILY = {
-    "a100": {"gemm": 0.706, "attention": 0.344, "fsdp_stack": 0.948},
-    "h100": {"gemm": 0.690, "attention": 0.208, "fsdp_stack": 0.801},
+#: Physics defaults: what the best measured kernels reach, per GPU family, from published kernel benchmarks
+#: (/anchors: stas00's MAMF tables for the largest bf16 matmul, the FlashAttention-2 paper/README for its
+#: forward + backward at 16K tokens, d128), not fitted on any training run. A software-stack profile
+#: (stacks.py) that has no calibration rows of its own prices with these, and says so.
+#:   gemm: H100 794 / 989 = 0.803 (H200 769-798 measured); A100 271 / 312 = 0.869.
+#:   attention: FlashAttention-2 fwd+bwd 338 / 989 = 0.342 (H100); 203 / 312 = 0.651 (A100).
+#:   fp8_gemm: fp8 GEMMs reach 1.5-1.9x bf16 on H100 (per-GEMM speed-ups, /anchors), 1.7 / 2 = 0.85 of the
+#:   doubled peak relative to gemm.
+#:   kernel_us: 4 us per kernel, launch and tail (Efficiency's default, not fitted).
+#:   moe_layer_us: 0 (Efficiency.moe_layer_us: no benchmark isolates the dispatcher's host sync).
+#: B200 and GB200 (the "b200" family: a profile fits it apart from H100's, since Blackwell reaches its own
+#: fraction of a different peak) start from the H100 fractions: no anchor of their own, transferred.
+PHYSICS_FAMILY = {
+    "a100": {"gemm": 0.869, "attention": 0.651},
+    "h100": {"gemm": 0.803, "attention": 0.342},
+    "b200": {"gemm": 0.803, "attention": 0.342},
 }
-#: Device-table GPU -> the family whose fitted constants it uses, and why.
-CALIBRATED: dict[str, tuple[str, str]] = {
-    "a100": ("a100", "fitted on A100 calibration runs (llm-foundry, Narayanan et al. 2021)"),
-    "a100-40gb": ("a100", "A100 family constants (same GA100 compute)"),
-    "h100": ("h100", "fitted on H100 calibration runs (llm-foundry, NeMo 24.07, Llama 3)"),
-    "h200": ("h100", "H100 family constants (same GH100 compute)"),
-    "h100-pcie": ("h100", "H100 family constants (GH100 at PCIe clocks: the lower peak is in the device table)"),
-    "h100-nvl": ("h100", "H100 family constants (GH100 at NVL clocks: the lower peak is in the device table)"),
-    "gb200": ("h100", "H100 family fractions transferred, not fitted: no GB200 run in the calibration split"),
-    "b200": ("h100", "H100 family fractions, fitted with the H100 runs (two B200 calibration runs: NeMo 25.02)"),
+PHYSICS_SHARED = {"kernel_us": 4.0, "fp8_gemm": 0.85, "moe_layer_us": 0.0}
+#: Device-table GPU -> the family whose constants (physics defaults, or a profile's fit) it uses, and why.
+FAMILY_OF: dict[str, tuple[str, str]] = {
+    "a100": ("a100", "A100"),
+    "a100-40gb": ("a100", "A100 family (same GA100 compute)"),
+    "h100": ("h100", "H100"),
+    "h200": ("h100", "H100 family (same GH100 compute)"),
+    "h100-pcie": ("h100", "H100 family (GH100 at PCIe clocks: the lower peak is in the device table)"),
+    "h100-nvl": ("h100", "H100 family (GH100 at NVL clocks: the lower peak is in the device table)"),
+    "gb200": ("b200", "B200 family (H100 physics fractions transferred, not measured)"),
+    "b200": ("b200", "B200 family (H100 physics fractions transferred, not measured)"),
 }
 
 
 @cache
 def _for_gpu(gpu_key: str) -> Efficiency:
-    if gpu_key in CALIBRATED:
-        family, source = CALIBRATED[gpu_key]
-        fam = FITTED_FAMILY[family]
-        return Efficiency(gemm=fam["gemm"], attention=fam["attention"], fsdp_stack=fam["fsdp_stack"],
-                          kernel_us=FITTED_SHARED["kernel_us"], fp8_gemm=FITTED_SHARED["fp8_gemm"], source=source)
-    return Efficiency(kernel_us=FITTED_SHARED["kernel_us"], fp8_gemm=FITTED_SHARED["fp8_gemm"],
-                      source=f"defaults: no published run calibrates {gpu_key}")
+    if gpu_key in FAMILY_OF:
+        family, why = FAMILY_OF[gpu_key]
+        fam = PHYSICS_FAMILY[family]
+        return Efficiency(gemm=fam["gemm"], attention=fam["attention"], kernel_us=PHYSICS_SHARED["kernel_us"],
+                          moe_layer_us=PHYSICS_SHARED["moe_layer_us"],
+                          fp8_gemm=PHYSICS_SHARED["fp8_gemm"],
+                          source=f"physics defaults (training.PHYSICS_FAMILY: {why}; kernel benchmarks, not fitted)")
+    return Efficiency(kernel_us=PHYSICS_SHARED["kernel_us"], fp8_gemm=PHYSICS_SHARED["fp8_gemm"],
+                      source=f"defaults: no kernel benchmark or published run calibrates {gpu_key}")
 
 
 #: Default fraction of the TP/SP all-gathers and reduce-scatters hidden behind the GEMMs. Today's stacks
@@ -152,7 +170,7 @@ class Training:
     memory_headroom: fraction of the device memory a plan may use (default MEMORY_HEADROOM, 0.90): the
         rest is room for allocator fragmentation beyond allocator_slack, for the memory model's error and
         for what the model leaves out; a plan over it is out of memory. 1.0 admits up to the full device.
-    stack: "megatron" or "fsdp" (STACKS; Efficiency.fsdp_stack).
+    stack: the kernel family, "megatron" or "fsdp" (STACKS), from the stack profile.
     fsdp_gather: when ZeRO-3 gathers weights (FSDP_GATHER).
     offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
         CPU (time.PCIE_GBPS, time.CPU_ADAM_PARAMS_PER_S).
@@ -162,8 +180,15 @@ class Training:
     moe_imbalance: tokens of the busiest expert over the mean (MoE; 1.0 = perfectly balanced, as the
         force-balanced benchmark tables run). The busiest EP rank's grouped GEMMs, activations and
         all-to-all bytes scale by it: the step waits for that rank.
+    moe_capacity_factor: expert capacity as a multiple of the mean tokens per expert (GShard, Switch;
+        Megatron-Core --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity): the busiest
+        rank runs exactly that many rows (tokens beyond it dropped, experts below it padded), whatever the
+        imbalance. None (default): dropless, the busiest rank runs moe_imbalance x the mean (moe_rows_factor).
     ep_overlap: fraction of the expert-parallel all-to-alls hidden behind compute (0: exposed, the plain
         all-to-all dispatcher; DeepSeek-V3's DualPipe and Megatron's 1F1B A2A overlap hide most of it).
+    op_recompute_mm: fraction of a layer's weight-matmul forward that recompute="op" runs again (0: every
+        matmul output saved, `wavefront train`'s policy; 0.5: torchtitan's per-op policy, which marks every
+        second mm/linear PREFER_RECOMPUTE); a fact of the stack profile (stacks.py).
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
         master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
         fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
@@ -189,7 +214,9 @@ class Training:
     offload_optimizer: bool = False
     cp_comm: str = "ring"
     moe_imbalance: float = 1.0
+    moe_capacity_factor: float | None = None
     ep_overlap: float = 0.0
+    op_recompute_mm: float = 0.0
     attention_kernel: str = "fa2"
 
     def __post_init__(self) -> None:
@@ -197,6 +224,11 @@ class Training:
             raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if self.moe_imbalance < 1.0:
             raise ValueError(f"moe_imbalance must be >= 1 (busiest expert over the mean), got {self.moe_imbalance}")
+        if self.moe_capacity_factor is not None and self.moe_capacity_factor <= 0.0:
+            raise ValueError(f"moe_capacity_factor must be > 0 (a multiple of the mean tokens per expert), "
+                             f"got {self.moe_capacity_factor}")
+        if not 0.0 <= self.op_recompute_mm <= 1.0:
+            raise ValueError(f"op_recompute_mm must be in [0, 1], got {self.op_recompute_mm}")
         if not 0.0 <= self.ep_overlap <= 1.0:
             raise ValueError(f"ep_overlap must be in [0, 1], got {self.ep_overlap}")
         if self.cp_comm not in CP_COMM:
@@ -228,6 +260,12 @@ class Training:
                              f"got {self.memory_headroom}")
         if self.train_tokens <= 0 or self.bucket_mib <= 0 or self.framework_overhead_gb < 0 or self.allocator_slack < 0:
             raise ValueError("train_tokens and bucket_mib must be > 0; overheads must be >= 0")
+
+    @property
+    def moe_rows_factor(self) -> float:
+        """Rows of the busiest EP rank over the mean: the capacity when tokens are capped and padded to it,
+        else the load imbalance (dropless)."""
+        return self.moe_imbalance if self.moe_capacity_factor is None else self.moe_capacity_factor
 
     @property
     def global_batch_seqs(self) -> int:

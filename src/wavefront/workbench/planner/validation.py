@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wavefront.shapes import ModelDims, get_model
@@ -35,8 +36,9 @@ from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig
 from wavefront.workbench.planner.search import PlanResult, _k, _m, _t, evaluate
+from wavefront.workbench.planner.stacks import DEFAULT_PROFILE, PROFILE_FIELDS, PROFILES, StackProfile, get_profile
 from wavefront.workbench.planner.time import layer_compute_s, tp_comm_per_layer_s
-from wavefront.workbench.planner.training import Efficiency, Training
+from wavefront.workbench.planner.training import FAMILY_OF, PHYSICS_FAMILY, PHYSICS_SHARED, Efficiency, Training
 
 SCHEMA = "wavefront.published/1"
 VALIDATION_SCHEMA = "wavefront.plan.validation/1"
@@ -46,7 +48,7 @@ CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-gro
 _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch", "ep")
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib", "loss_logits",
                "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm",
-               "moe_imbalance", "ep_overlap", "attention_kernel")
+               "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class RowComparison:
     plan: str
     fits: bool  # whether the planner thinks the published plan fits in the device's memory (it ran)
     split: str = ""  # "calibration" or "held-out" (tables with a split); "" otherwise
+    profile: str = ""  # the stack profile the row was priced with (stacks.py)
 
 
 @dataclass
@@ -127,9 +130,17 @@ def row_dims(doc: dict, name: str) -> ModelDims:
     return ModelDims(name=name, **spec)
 
 
-def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None):
-    """(model, plan, training, cluster, efficiency) of a published row."""
+def row_profile(doc: dict, row: dict, stated: bool = True) -> StackProfile:
+    """The stack profile a row ran on (its table's "profile", or the row's own), or with stated=False the
+    default profile: what a user who gives no --stack gets."""
+    return get_profile(_row_settings(doc, row).get("profile", DEFAULT_PROFILE) if stated else DEFAULT_PROFILE)
+
+
+def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None, stated: bool = True):
+    """(model, plan, training, cluster, efficiency) of a published row, priced with its stack profile
+    (stated) or with the default profile (stated=False: the table's stack fields are dropped too)."""
     st = _row_settings(doc, row)
+    prof = row_profile(doc, row, stated)
     hw = dict(doc["hardware"])
     if "gpu" in st:
         hw["gpu"] = st["gpu"]
@@ -140,21 +151,23 @@ def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None):
     n = int(st["n_gpus"])
     gpu = get_gpu(hw["gpu"])
     cluster = make_cluster((n, gpu), gpus_per_node=int(hw.get("gpus_per_node", 8)),
-                           inter_gbps=hw.get("inter_gbps"), intra_gbps=hw.get("intra_gbps"))
+                           inter_gbps=hw.get("inter_gbps"), intra_gbps=hw.get("intra_gbps"),
+                           hierarchical=prof.hierarchical)
     seq = int(st["seq_len"])
-    train_kw = {k: st[k] for k in _TRAIN_KEYS if k in st}
+    train_kw = prof.training_fields() | {k: st[k] for k in _TRAIN_KEYS
+                                         if k in st and (stated or k not in PROFILE_FIELDS)}
     training = Training(global_batch_tokens=int(st["global_batch"]) * seq, seq_len=seq, **train_kw)
     plan_kw = {k: st[k] for k in _PLAN_KEYS if k in st}
     model_parallel = plan_kw.get("tp", 1) * plan_kw.get("pp", 1) * plan_kw.get("cp", 1)
     if n % model_parallel:
         raise ValueError(f"{doc['name']} row {row.get('id')}: tp*pp*cp = {model_parallel} does not divide {n} GPUs")
     cfg = PlanConfig(dp=n // model_parallel, **plan_kw)
-    return model, cfg, training, cluster, efficiency or Efficiency.for_gpu(gpu.key)
+    return model, cfg, training, cluster, efficiency or prof.efficiency(gpu.key)
 
 
-def predict_row(doc: dict, row: dict, efficiency: Efficiency | None = None) -> PlanResult:
+def predict_row(doc: dict, row: dict, efficiency: Efficiency | None = None, stated: bool = True) -> PlanResult:
     """The planner's evaluation of the plan a published row ran."""
-    model, cfg, training, cluster, eff = _row_inputs(doc, row, efficiency)
+    model, cfg, training, cluster, eff = _row_inputs(doc, row, efficiency, stated)
     uneven = bool(_row_settings(doc, row).get("uneven_layers", False))
     result = evaluate(model, cfg, training, cluster, eff, allow_uneven_layers=uneven)
     if result.time is None:
@@ -164,7 +177,7 @@ def predict_row(doc: dict, row: dict, efficiency: Efficiency | None = None) -> P
 
 
 def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
-                  efficiency: Efficiency | None = None) -> float:
+                  efficiency: Efficiency | None = None, stated: bool = True) -> float:
     name, conv = metric["name"], metric["convention"]
     st = _row_settings(doc, row)
     step = _t(result).step_s
@@ -176,7 +189,7 @@ def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
     if name == "step_s":
         return step
     if name == "layer_ms":
-        model, cfg, training, cluster, eff = _row_inputs(doc, row, efficiency)
+        model, cfg, training, cluster, eff = _row_inputs(doc, row, efficiency, stated)
         layer, _ = layer_compute_s(model, cfg, training, cluster, eff)
         return (layer + tp_comm_per_layer_s(model, cfg, training, cluster)) * 1e3
     if conv == "megatron-eq3":
@@ -187,21 +200,29 @@ def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
     return _k(result).model_tflops_per_gpu
 
 
-def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=None) -> TableReport:
-    """Per-row predicted vs published values for every metric of a table.
+def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=None, stated: bool = True,
+             rows: Callable[[dict], bool] | None = None) -> TableReport:
+    """Per-row predicted vs published values for every metric of a table, each row priced with its stack
+    profile (stated) or the default profile (stated=False).
 
-    efficiency_for(gpu_key) -> Efficiency, when given, picks the constants per row's GPU."""
+    efficiency_for(gpu_key, profile) -> Efficiency | None, when given, picks the constants per row (None:
+    the profile's own); rows(row) -> bool keeps only some rows."""
     report = TableReport(doc["name"], doc["title"], doc.get("use", "validation"))
     gpu_of = (lambda row: _row_settings(doc, row).get("gpu", doc["hardware"]["gpu"]))
-    results = [(row, predict_row(doc, row, efficiency_for(get_gpu(gpu_of(row)).key) if efficiency_for else efficiency))
-               for row in doc["rows"]]
+
+    def eff_of(row: dict) -> Efficiency | None:
+        if efficiency_for is None:
+            return efficiency
+        return efficiency_for(get_gpu(gpu_of(row)).key, row_profile(doc, row, stated))
+
+    results = [(row, predict_row(doc, row, eff_of(row), stated)) for row in doc["rows"] if rows is None or rows(row)]
     for metric in doc["metrics"]:
         name, conv = metric["name"], metric["convention"]
         have = [(row, res) for row, res in results if row["published"].get(name) is not None]
         refs: dict[str, tuple[float, float]] = {}
         for row, res in have:
             pub = float(row["published"][name])
-            pred = _metric_value(metric, doc, row, res, efficiency)
+            pred = _metric_value(metric, doc, row, res, efficiency, stated)
             if conv == "ratio-within-group":
                 group = row.get("group", "")
                 if group not in refs:
@@ -210,7 +231,8 @@ def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=Non
                 pub_ref, pred_ref = refs[group]
                 pub, pred = pub / pub_ref, pred / pred_ref
             report.rows.append(RowComparison(doc["name"], str(row.get("id")), name, pub, pred, pred / pub - 1.0,
-                                             res.config.label(), _m(res).fits_device, row.get("split", "")))
+                                             res.config.label(), _m(res).fits_device, row.get("split", ""),
+                                             row_profile(doc, row, stated).key))
     return report
 
 
@@ -222,7 +244,7 @@ def validate_files(paths: list[str | Path], efficiency: Efficiency | None = None
 REPORT_TABLES = ("validation/llmfoundry_mpt.json", "validation/nemo_2407_h100_fp8.json",
                  "validation/megatron_bridge_2511.json", "narayanan2021_table1.json", "narayanan2021_table2.json",
                  "llama3_2024_table4.json", "validation/nemo_2502_fp8.json", "validation/megatron_bridge_2509.json",
-                 "validation/megatron_bridge_2602.json")
+                 "validation/megatron_bridge_2602.json", "validation/torchtitan_a100_2024.json")
 THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu")
 #: The mixture-of-experts throughput tables (docs/planner.md, "MoE accuracy"): split by the same hash rule
 #: when transcribed; no constant is fitted on them (the MoE terms reuse the dense fit).
@@ -276,57 +298,137 @@ def split_summaries(reports: list[tuple[str, TableReport]], split: str = "held-o
     return out
 
 
-def report_tables(root: str | Path, efficiency_for=None,
-                  tables: tuple[str, ...] = REPORT_TABLES) -> list[tuple[str, TableReport]]:
+def report_tables(root: str | Path, efficiency_for=None, tables: tuple[str, ...] = REPORT_TABLES,
+                  stated: bool = True) -> list[tuple[str, TableReport]]:
     """Validate every `tables` file (REPORT_TABLES, or MOE_REPORT_TABLES) under `root`
-    (tests/data/published) -> (source, report) pairs.
+    (tests/data/published) -> (source, report) pairs; stated=False prices every row with the default
+    profile (what `wavefront plan` gives without --stack).
 
-    efficiency_for(gpu_key) -> Efficiency overrides the calibrated constants (the fit uses it)."""
+    efficiency_for(gpu_key, profile) -> Efficiency | None overrides a profile's constants (the fit uses it)."""
     out = []
     for rel in tables:
         doc = load_table(Path(root) / rel)
-        out.append((source_of(doc), validate(doc, efficiency_for=efficiency_for)))
+        out.append((source_of(doc), validate(doc, efficiency_for=efficiency_for, stated=stated)))
     return out
 
 
-#: The constants fit_constants fits: per GPU family (matmul and attention efficiency) and shared ones.
-FAMILIES = {"a100": ("a100", "a100-40gb"), "h100": ("h100", "h200", "b200")}
-SHARED = ("kernel_us", "fp8_gemm")
-_BOUNDS = {"gemm": (0.3, 0.95), "attention": (0.1, 0.9), "kernel_us": (0.0, 40.0), "fp8_gemm": (0.4, 1.0),
-           "fsdp_stack": (0.4, 1.0)}
+#: A GPU family's constants are fitted only from this many calibration rows of the stack on that family
+#: (one scale needs one row); without them the family keeps the physics defaults (stacks.py).
+MIN_FIT_ROWS = 1
+#: With this many rows, gemm and attention (and, with as many fp8 and bf16 rows, fp8_gemm; kernel_us) are
+#: fitted separately; between MIN_FIT_ROWS and this, one scale on both physics defaults.
+MIN_SEPARATE_ROWS = 10
+_BOUNDS = {"gemm": (0.3, 0.99), "attention": (0.1, 0.95), "scale": (0.3, 1.15), "kernel_us": (0.0, 40.0),
+           "fp8_gemm": (0.4, 1.0), "moe_layer_us": (0.0, 5000.0)}
 
 
-def _efficiency_from(params: dict) -> Callable[[str], Efficiency]:
-    def efficiency_for(gpu_key: str) -> Efficiency:
-        family = next((f for f, keys in FAMILIES.items() if gpu_key in keys), None)
-        if family is None:
-            return Efficiency.for_gpu(gpu_key)
-        return Efficiency(gemm=params[f"{family}.gemm"], attention=params[f"{family}.attention"],
-                          kernel_us=params["kernel_us"], fp8_gemm=params["fp8_gemm"],
-                          fsdp_stack=params[f"{family}.fsdp_stack"], source="fit")
-    return efficiency_for
+def _profile_rows(root: str | Path, profile: StackProfile, moe: bool = False) -> list[tuple[dict, dict]]:
+    """(doc, row) of every calibration row priced with `profile` in its own dense (or MoE) tables."""
+    out = []
+    for rel in MOE_REPORT_TABLES if moe else REPORT_TABLES:
+        doc = load_table(Path(root) / rel)
+        if doc["name"] not in profile.tables:
+            continue
+        out += [(doc, row) for row in doc["rows"] if row.get("split") == "calibration"
+                and row_profile(doc, row).key == profile.key
+                and any(row["published"].get(m) is not None for m in THROUGHPUT_METRICS)]
+    return out
 
 
-def calibration_loss(root: str | Path, params: dict) -> float:
-    """Mean |log(predicted / published)| of the calibration rows' throughput (robust, scale-free)."""
-    import math
+def fit_params(root: str | Path, profile: StackProfile) -> dict[str, float]:
+    """The constants a profile's own calibration rows can fix (stacks.py docstring), at their physics
+    starting values: "<family>.gemm", "<family>.attention" or "<family>.scale", "fp8_gemm", "kernel_us"."""
+    rows = _profile_rows(root, profile)
+    by_family: dict[str, list[dict]] = {}
+    for doc, row in rows:
+        gpu = get_gpu(_row_settings(doc, row).get("gpu", doc["hardware"]["gpu"])).key
+        if gpu in FAMILY_OF:
+            by_family.setdefault(FAMILY_OF[gpu][0], []).append(_row_settings(doc, row))
+    params: dict[str, float] = {}
+    for family, sts in sorted(by_family.items()):
+        if len(sts) >= MIN_SEPARATE_ROWS:
+            params |= {f"{family}.{k}": v for k, v in PHYSICS_FAMILY[family].items()}
+        elif len(sts) >= MIN_FIT_ROWS:
+            params[f"{family}.scale"] = 1.0
+    every = [st for sts in by_family.values() for st in sts]
+    n_fp8 = sum(st.get("precision", "bf16") == "fp8" for st in every)
+    if n_fp8 >= MIN_SEPARATE_ROWS and len(every) - n_fp8 >= MIN_SEPARATE_ROWS:
+        params["fp8_gemm"] = PHYSICS_SHARED["fp8_gemm"]
+    if len(every) >= MIN_SEPARATE_ROWS:
+        params["kernel_us"] = PHYSICS_SHARED["kernel_us"]
+    return params
 
-    errs = [abs(math.log1p(r.rel_error)) for _, rep in report_tables(root, _efficiency_from(params))
-            for r in rep.rows if r.split == "calibration" and r.metric in THROUGHPUT_METRICS]
-    return sum(errs) / len(errs)
+
+def fitted_constants(params: dict[str, float]) -> dict:
+    """A fit's parameters as StackProfile.fitted: absolute gemm / attention per family, shared ones."""
+    out: dict = {}
+    for name, value in params.items():
+        family, _, k = name.rpartition(".")
+        if k == "scale":
+            out[family] = {c: round(min(0.99, v * value), 3) for c, v in PHYSICS_FAMILY[family].items()}
+        elif family:
+            out.setdefault(family, {})[k] = value
+        else:
+            out.setdefault("shared", {})[k] = value
+    return out
 
 
-def fit_constants(root: str | Path, start: dict, sweeps: int = 3) -> dict:
-    """Coordinate descent (golden section per constant) on calibration_loss over the calibration rows
-    only; the held-out rows never enter. Returns the fitted constants, rounded to 3 digits."""
-    params = dict(start)
+def _profile_with(profile: StackProfile, params: dict[str, float]) -> StackProfile:
+    return replace(profile, fitted=fitted_constants(params))
+
+
+def profile_loss(root: str | Path, profile: StackProfile, params: dict[str, float], moe: bool = False) -> float:
+    """Mean |log(predicted / published)| of the profile's own calibration rows' throughput: its dense
+    tables with `params` as its constants, or (moe) its MoE tables with `params` added to its constants."""
+    trial = _profile_with(profile, params) if not moe else replace(profile, fitted=profile.fitted | {
+        "shared": profile.fitted.get("shared", {}) | params})
+    errs = []
+
+    def efficiency_for(gpu: str, prof: StackProfile) -> Efficiency | None:
+        return trial.efficiency(gpu) if prof.key == profile.key else None
+
+    for rel in MOE_REPORT_TABLES if moe else REPORT_TABLES:
+        doc = load_table(Path(root) / rel)
+        if doc["name"] not in profile.tables:
+            continue
+
+        def own_calibration(row: dict, doc: dict = doc) -> bool:
+            return row.get("split") == "calibration" and row_profile(doc, row).key == profile.key
+
+        rep = validate(doc, efficiency_for=efficiency_for, rows=own_calibration)
+        errs += [abs(math.log1p(r.rel_error)) for r in rep.rows if r.metric in THROUGHPUT_METRICS]
+    return sum(errs) / len(errs) if errs else 0.0
+
+
+def calibration_row_names(root: str | Path, profile: StackProfile) -> tuple[str, ...]:
+    """"table/row id" of every row fit_profile and fit_profile_moe fit `profile` on."""
+    return tuple(f"{doc['name']}/{row['id']}" for moe in (False, True)
+                 for doc, row in _profile_rows(root, profile, moe))
+
+
+def fit_profile(root: str | Path, profile: StackProfile, sweeps: int = 3) -> dict:
+    """Coordinate descent (golden section per constant) on profile_loss over the profile's own calibration
+    rows only (no other stack's rows, no held-out row). Returns StackProfile.fitted, rounded to 3 digits."""
+    return fitted_constants(_descend(root, profile, fit_params(root, profile), False, sweeps))
+
+
+def fit_profile_moe(root: str | Path, profile: StackProfile) -> dict:
+    """The MoE term a profile's own MoE calibration rows fix, on top of its dense constants: moe_layer_us
+    (Efficiency.moe_layer_us), one constant, fitted only where the profile has MoE calibration rows."""
+    if not _profile_rows(root, profile, moe=True):
+        return {}
+    return _descend(root, profile, {"moe_layer_us": PHYSICS_SHARED["moe_layer_us"]}, True, 1)
+
+
+def _descend(root: str | Path, profile: StackProfile, params: dict[str, float], moe: bool, sweeps: int) -> dict:
+    params = dict(params)
     ratio = (5 ** 0.5 - 1) / 2
-    for _ in range(sweeps):
+    for _ in range(sweeps if params else 0):
         for name in params:
             lo, hi = _BOUNDS[name.split(".")[-1]]
 
             def loss(v: float, name: str = name) -> float:
-                return calibration_loss(root, params | {name: v})
+                return profile_loss(root, profile, params | {name: v}, moe)
 
             a, b = lo, hi
             c, d = b - ratio * (b - a), a + ratio * (b - a)
@@ -342,3 +444,16 @@ def fit_constants(root: str | Path, start: dict, sweeps: int = 3) -> dict:
                     fd = loss(d)
             params[name] = round((a + b) / 2, 3)
     return params
+
+
+def fit_all(root: str | Path) -> dict[str, dict]:
+    """Every profile's fit: key -> {"fitted": ..., "calibration_rows": ...} (what stacks.PROFILES holds):
+    the dense constants on its dense calibration rows, then its MoE term on its MoE calibration rows."""
+    out = {}
+    for key, p in PROFILES.items():
+        dense = fit_profile(root, p)
+        moe = fit_profile_moe(root, replace(p, fitted=dense))
+        fitted = dense | ({"shared": dense.get("shared", {}) | moe} if moe else {})
+        out[key] = {"fitted": fitted, "calibration_rows": calibration_row_names(root, p)}
+    return out
+

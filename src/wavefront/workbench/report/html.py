@@ -17,7 +17,7 @@ from typing import Any
 
 from wavefront.workbench.bench.records import CPU_LABEL
 from wavefront.workbench.hardware import GPUS
-from wavefront.workbench.report import charts, counters
+from wavefront.workbench.report import charts, counters, timeline
 from wavefront.workbench.report.data import ReportData
 from wavefront.workbench.report.headline import headline
 from wavefront.workbench.report.tables import INSPECT, LCE_MEMORY, TRACE_FIGURES, TRAFFIC, Document, Table
@@ -367,6 +367,9 @@ def _other_documents(page: _Page, data: ReportData) -> None:
         if doc.schema in (INSPECT, TRAFFIC, LCE_MEMORY, *counters.SCHEMAS):
             continue
         page.add(f'<h2>{_esc(doc.schema or doc.source)}</h2><p class="note">from {_esc(doc.source)}</p>')
+        if timeline.is_timeline(doc.body):  # a trace analysis (torch.profiler, nsys, rocprofv3): its timeline
+            page.add(page.figure(timeline.timeline_figure(doc.body, doc.source)))
+            page.add(page.table(timeline.kernels_table(doc.body), collapsed=False))
         if doc.scalars:
             page.add(
                 page.table(

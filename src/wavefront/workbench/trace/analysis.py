@@ -40,6 +40,7 @@ from wavefront.workbench.trace.multirank import (
     RankSteps,
     multirank,
 )
+from wavefront.workbench.trace.rocprof import group_paths
 
 SCHEMA = "wavefront.trace.analyze/2"  # 2: every time also in exact integer nanoseconds (*_ns)
 _BACKEND_PREFIXES = ("gloo:", "nccl:", "rccl:", "mpi:", "ucc:")
@@ -64,6 +65,7 @@ class RankAnalysis:
     warnings: list[str] = field(default_factory=list)
     collectives: CollectiveInstances | None = None
     hta: dict | None = None  # HTA 0.5.0's definitions on this trace (hta_compatible=True, device traces)
+    source: str = "json"  # what wrote the file: "json" (torch.profiler / jax.profiler), "nsys", "rocprofv3"
 
     def totals(self) -> dict:
         """Breakdown categories summed over steps, and the step total."""
@@ -72,7 +74,7 @@ class RankAnalysis:
 
     def as_dict(self) -> dict:
         return {"path": self.path, "rank": self.rank, "world_size": self.world_size, "host": self.host,
-                "device_name": self.device_name,
+                "device_name": self.device_name, "source": self.source,
                 "domain": self.domain, "complete": self.complete, "n_events": self.n_events,
                 "notes": self.notes, "warnings": self.warnings, "classification": self.classification,
                 "steps": [s.as_dict() for s in self.steps], "totals": self.totals(),
@@ -187,7 +189,7 @@ def analyze_trace(trace: Trace, *, device: str | None = None, short_us: float = 
     return RankAnalysis(trace.path, trace.rank, trace.world_size, trace.meta.get("host_name"), trace.device_name,
                         timeline.domain, trace.complete, trace.n_events, breakdowns, kernels, launch, classification,
                         family_time_by_step(trace, steps), notes, list(trace.warnings),
-                        _collectives(trace, classes), hta)
+                        _collectives(trace, classes), hta, trace.meta.get("source", "json"))
 
 
 @dataclass(frozen=True)
@@ -225,10 +227,11 @@ def analyze(paths: Sequence[str | Path], *, device: str | None = None, short_us:
     still analyzed); TraceLoadError only when no file could be read at all. ``annotate_to`` writes a copy
     of the (single) trace with the analysis as extra tracks (:mod:`annotate`), from the same parse.
     ``progress(path, bytes_done, bytes_total)`` reports each file. ``step_pattern``: a regular expression
-    naming the NVTX ranges that are steps in Nsight Systems exports (its first group, if any, the step
-    number); default ``ProfilerStep#N``."""
+    naming the NVTX / ROCTx ranges that are steps in Nsight Systems exports and rocprofv3 traces (its first
+    group, if any, the step number); default ``ProfilerStep#N``."""
     if not paths:
         raise ValueError("paths: expected at least one trace file")
+    paths = group_paths(paths)  # a rocprofv3 process's CSV files are one rank
     if align not in ("auto", "ends", "none"):
         raise ValueError(f"align must be 'auto', 'ends' or 'none', got {align!r}")
     if annotate_to is not None and len(paths) != 1:

@@ -280,8 +280,9 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
     """Load one rank's trace. ``progress(bytes_done, bytes_total)`` is called as it goes;
     ``raw_sink(text)`` receives every event's JSON text as written (used to copy the trace); ``workers``
     processes read a large uncompressed file in byte ranges. A file that starts with SQLite's header is
-    read as an Nsight Systems export (:mod:`wavefront.workbench.trace.nsys`), its NVTX ranges matching
-    ``step_pattern`` (default ``ProfilerStep#N``) as the steps.
+    read as an Nsight Systems export (:mod:`wavefront.workbench.trace.nsys`), a CSV whose header is a
+    rocprofv3 trace's as that process's rocprofv3 trace (:mod:`wavefront.workbench.trace.rocprof`), their
+    NVTX / ROCTx ranges matching ``step_pattern`` (default ``ProfilerStep#N``) as the steps.
 
     The typed decoder (:mod:`wavefront.workbench.trace.decode`, needs msgspec: the ``trace`` extra) reads
     sound files; a damaged file, an unusual one, or ``raw_sink`` goes through the streaming reader here,
@@ -292,13 +293,15 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trace file not found: {path}")
-    from wavefront.workbench.trace import nsys
+    from wavefront.workbench.trace import nsys, rocprof  # they import this module's TraceLoadError
 
-    if nsys.is_sqlite(path):
-        if raw_sink is not None:
-            raise TraceLoadError(f"{path}: an Nsight Systems export cannot be copied with annotations "
-                                 "(JSON traces only)")
-        return nsys.load_nsys(path, step_pattern=step_pattern or nsys.DEFAULT_STEP_PATTERN)
+    vendor = ("an Nsight Systems export" if nsys.is_sqlite(path) else
+              "a rocprofv3 trace" if rocprof.sniff(path) else None)
+    if vendor is not None and raw_sink is not None:
+        raise TraceLoadError(f"{path}: {vendor} cannot be copied with annotations (JSON traces only)")
+    if vendor is not None:
+        read = nsys.load_nsys if vendor.startswith("an Nsight") else rocprof.load_rocprof
+        return read(path, step_pattern=step_pattern or nsys.DEFAULT_STEP_PATTERN)
     trace = None
     if raw_sink is None:
         from wavefront.workbench.trace import decode
@@ -369,6 +372,9 @@ def _load_streaming(path: Path, progress: Callable[[int, int], None] | None,
     if reader.damage and complete:
         complete = False
         warnings.append(reader.damage)
+    if not saw_events and complete and "rocprofiler-sdk-tool" in meta:
+        raise TraceLoadError(f"{path}: a rocprofv3 --output-format json file, which is not read: run rocprofv3 with "
+                             "--output-format csv and give its *_kernel_trace.csv (docs/trace.md)")
     if not saw_events and complete:
         raise TraceLoadError(f"{path}: no 'traceEvents' list: not a Kineto/Chrome trace")
     return finish(b.to_parts(), path, meta, warnings, complete, nbytes)

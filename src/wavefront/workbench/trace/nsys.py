@@ -13,7 +13,9 @@ Schema followed: the export schema Nsight Systems documents for its 2024.x and 2
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` (optional): CUDA runtime/driver calls, ``start``, ``end``, ``globalTid``,
   ``correlationId``, ``nameId`` -> runtime calls (a device event links to its launch by ``correlationId``);
 - ``NVTX_EVENTS`` (optional): push/pop (``eventType`` 59) and start/end (60) ranges with ``text`` or
-  ``textId`` -> host ranges. A range whose name is a step (``ProfilerStep#N`` by default) becomes a step;
+  ``textId`` -> host ranges (the codes read by name from ``ENUM_NSYS_EVENT_TYPE`` when the export has it;
+  ranges in NCCL's own domain, ``domainId`` of the ``NvtxDomainCreate`` event named "NCCL", are collectives).
+  A range whose name is a step (``ProfilerStep#N`` by default) becomes a step;
   a range named like an operator (``aten::mm``, ``c10d::allreduce_``, ``nccl:all_reduce``: what
   ``torch.autograd.profiler.emit_nvtx`` writes) is a host operator, any other range an annotation; each
   runtime call takes the innermost non-step range enclosing it on its thread as its launching op (the
@@ -24,7 +26,7 @@ Schema followed: the export schema Nsight Systems documents for its 2024.x and 2
 
 An export without ``CUPTI_ACTIVITY_KIND_KERNEL``, ``StringIds`` or one of the columns above is refused with
 :class:`~wavefront.workbench.trace.load.TraceLoadError` naming the file and what is missing; nothing is guessed.
-Not read yet: OS runtime, CUDA graph node ids, GPU metrics, NVTX payloads and domains.
+Not read yet: OS runtime, CUDA graph node ids, GPU metrics, NVTX payloads and domains other than NCCL's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 
-from wavefront.workbench.trace.classify import is_comm_op_name
 from wavefront.workbench.trace.events import COLUMNS, DTYPES, Parts, finish
 from wavefront.workbench.trace.load import TraceLoadError
 from wavefront.workbench.trace.model import (
@@ -44,15 +45,28 @@ from wavefront.workbench.trace.model import (
     KIND_KERNEL,
     KIND_MEMCPY,
     KIND_MEMSET,
-    NO_ID,
     Trace,
+)
+from wavefront.workbench.trace.vendor import (
+    DEFAULT_STEP_PATTERN,
+    Names,
+    OpRanges,
+    device_rows,
+    empty,
+    enclosing,
+    host_ranges,
 )
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _API_VERSION = re.compile(r"_v\d{4,}$")
 SCHEMA = "Nsight Systems SQLite export (2024.x/2025.x schema)"
-NVTX_PUSH_POP, NVTX_START_END = 59, 60
-DEFAULT_STEP_PATTERN = r"^ProfilerStep#(\d+)$"
+# NVTX_EVENTS.eventType codes of the schema reference's NVTX_EVENT_TYPES list (33 NvtxCategory, 34 NvtxMark,
+# 39 NvtxThread, 59 NvtxPushPopRange, 60 NvtxStartEndRange, 75 NvtxDomainCreate, 76 NvtxDomainDestroy); an export
+# that carries ENUM_NSYS_EVENT_TYPE (id, name) is read by those names instead, and one whose enum names
+# neither range type is refused.
+NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 59, 60, 75
+NVTX_RANGE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange")
+NCCL_DOMAIN = "NCCL"
 # CUPTI_ActivityMemcpyKind, as stored in copyKind.
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
               10: "PtoP"}
@@ -110,7 +124,7 @@ def load_nsys(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> 
     try:
         have = _columns(db)
         _check_schema(path, have)
-        parts = _read(db, have, re.compile(step_pattern))
+        parts = _read(db, have, re.compile(step_pattern), path)
         meta: dict = {"source": "nsys", "schema": SCHEMA}
         if {"id", "name"} <= have.get("TARGET_INFO_GPU", set()):  # the GPU names, for the roofline's device row
             meta["deviceProperties"] = [{"id": i, "name": n} for i, n in
@@ -126,42 +140,27 @@ def _memory(kind: int) -> str:
     return MEMORY_KINDS[kind] if 0 <= kind < len(MEMORY_KINDS) else "Unknown"
 
 
-def _is_operator(name: str) -> bool:
-    return "::" in name or is_comm_op_name(name)
-
-
 def _matrix(rows: list[tuple], width: int) -> np.ndarray:
     """Rows of integers as an (n, width) int64 matrix (a NULL where a time belongs raises TypeError)."""
     return np.array(rows, dtype=np.int64).reshape(-1, width)
 
 
-class _Names:
-    def __init__(self, strings: dict[int, str]):
-        self.strings = strings
-        self.names: list[str] = []
-        self.ids: dict[str, int] = {}
-
-    def intern(self, name: str) -> int:
-        nid = self.ids.get(name)
-        if nid is None:
-            nid = self.ids[name] = len(self.names)
-            self.names.append(name)
-        return nid
-
-    def map(self, ids: np.ndarray, label) -> np.ndarray:
-        """Interned name index per row, ``label(id)`` computed once per distinct id."""
-        uniq, inverse = np.unique(ids, return_inverse=True)
-        table = np.array([self.intern(label(int(i))) for i in uniq.tolist()], dtype=np.int32)
-        return table[inverse.reshape(-1)] if len(ids) else np.zeros(0, dtype=np.int32)
+def _event_types(db: sqlite3.Connection, have: dict[str, set[str]], path: Path) -> tuple[tuple[int, ...], int]:
+    """The eventType codes of NVTX ranges and of NvtxDomainCreate: from the export's own
+    ENUM_NSYS_EVENT_TYPE when it has one, else the documented 59, 60 and 75."""
+    if not {"id", "name"} <= have.get("ENUM_NSYS_EVENT_TYPE", set()):
+        return (NVTX_PUSH_POP, NVTX_START_END), NVTX_DOMAIN_CREATE
+    ids = {str(name): int(i) for i, name in db.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE")}
+    ranges = tuple(ids[n] for n in NVTX_RANGE_NAMES if n in ids)
+    if not ranges:
+        raise TraceLoadError(f"{path}: not an {SCHEMA}: its ENUM_NSYS_EVENT_TYPE names no NVTX range type "
+                             f"(expected {' or '.join(NVTX_RANGE_NAMES)})")
+    return ranges, ids.get("NvtxDomainCreate", NVTX_DOMAIN_CREATE)
 
 
-def _col(values: list, key: str) -> np.ndarray:
-    return np.array(values, dtype=DTYPES.get(key, np.int64)).reshape(-1)
-
-
-def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -> Parts:
+def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern, path: Path) -> Parts:
     strings = dict(db.execute("SELECT id, value FROM StringIds"))
-    names = _Names(strings)
+    names = Names()
     n_events = 0
     kernel_cols = have["CUPTI_ACTIVITY_KIND_KERNEL"]
     name_col = "demangledName" if "demangledName" in kernel_cols else "shortName"
@@ -184,56 +183,37 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
     for kind, sql, label in sources:
         rows = _matrix(db.execute(sql).fetchall(), 6)
         n_events += len(rows)
-        start, end = rows[:, 0], rows[:, 1]
-        pieces.append({"ts_ns": start, "dur_ns": end - start, "kind": np.full(len(rows), kind, dtype=np.int8),
-                       "name": names.map(rows[:, 5], label), "device": rows[:, 2], "stream": rows[:, 3],
-                       "correlation": rows[:, 4], "external_id": np.full(len(rows), NO_ID, dtype=np.int64),
-                       "has_coll": np.zeros(len(rows), dtype=np.int8), "run_id": np.full(len(rows), NO_ID),
-                       "pid": np.full(len(rows), NO_ID), "tid": np.full(len(rows), NO_ID)})
+        pieces.append(device_rows(np.full(len(rows), kind), rows[:, 0], rows[:, 1], names.map(rows[:, 5], label),
+                                  rows[:, 2], rows[:, 3], rows[:, 4]))
     dev = {k: np.concatenate([p[k] for p in pieces]).astype(DTYPES.get(k, np.int64)) for k in COLUMNS["dev"]}
 
-    cpu = {k: _col([], k) for k in COLUMNS["cpu"]}
-    op_ranges: dict[int, list[tuple[int, int, int]]] = {}  # thread -> (start, end, external id) of ranges
+    cpu, op_ranges = empty("cpu"), OpRanges()
+    op_comm: dict[int, dict] = {}
     if "NVTX_EVENTS" in have:
         nvtx_cols = have["NVTX_EVENTS"]
         text = "e.text" if "text" in nvtx_cols else "NULL"
         by_id = "s.value" if "textId" in nvtx_cols else "NULL"
         join = "LEFT JOIN StringIds s ON s.id = e.textId" if "textId" in nvtx_cols else ""
-        where = (f'WHERE e.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND e."end" IS NOT NULL '
+        range_types, domain_create = _event_types(db, have, path)
+        where = (f"WHERE e.eventType IN ({', '.join(map(str, range_types))}) AND e.\"end\" IS NOT NULL "
                  "ORDER BY e.start")
-        times = _matrix(db.execute(f'SELECT e.start, e."end", COALESCE(e.globalTid, 0) FROM NVTX_EVENTS e {where}'
-                                   ).fetchall(), 3)
+        domain = "COALESCE(e.domainId, 0)" if "domainId" in nvtx_cols else "0"
+        times = _matrix(db.execute(f'SELECT e.start, e."end", COALESCE(e.globalTid, 0), {domain} '
+                                   f"FROM NVTX_EVENTS e {where}").fetchall(), 4)
         labels = [r[0] or "" for r in db.execute(f"SELECT COALESCE({text}, {by_id}) FROM NVTX_EVENTS e {join} {where}")]
         n_events += len(times)
-        uniq, inverse = np.unique(np.array(labels, dtype=object), return_inverse=True)
-        inverse = inverse.reshape(-1)
-        matches = [step.search(str(u)) for u in uniq.tolist()]
-        is_step = np.array([m is not None for m in matches], dtype=bool)[inverse] if len(uniq) else np.zeros(0, bool)
-        # An operator range (aten::mm, c10d::allreduce_, nccl:all_reduce ...: torch's emit_nvtx names) decides
-        # the class of the kernels launched in it; any other range (a user's "forward", NCCL's own ranges) is
-        # an annotation, which never does, so those kernels fall to the stream and name rules.
-        op_name = np.array([_is_operator(str(u)) for u in uniq.tolist()], dtype=bool)
-        is_op = (op_name[inverse] if len(uniq) else np.zeros(0, bool)) & ~is_step
-        # the step number: the pattern's first group when it is digits, else the step's order of appearance
-        group = [int(m.group(1)) if m and m.groups() and (m.group(1) or "").isdigit() else -1 for m in matches]
-        number = np.array(group, dtype=np.int64)[inverse] if len(uniq) else np.zeros(0, np.int64)
-        order = np.cumsum(is_step)
-        number = np.where(number >= 0, number, order)
-        name_ids = np.array([names.intern(str(u)) for u in uniq.tolist()], dtype=np.int32)
-        name = name_ids[inverse] if len(uniq) else np.zeros(0, np.int32)
-        step_names = {int(n): names.intern(f"ProfilerStep#{int(n)}") for n in np.unique(number[is_step]).tolist()}
-        name[is_step] = [step_names[int(n)] for n in number[is_step].tolist()]
-        ext = np.arange(1, len(times) + 1, dtype=np.int64)
-        cpu = {"ts_ns": times[:, 0], "dur_ns": times[:, 1] - times[:, 0], "name": name, "tid": times[:, 2],
-               "cat": np.where(is_op, CAT_CPU_OP, CAT_USER_ANNOTATION).astype(np.int8), "external_id": ext,
-               "shape": np.full(len(times), NO_ID, dtype=np.int32)}
-        ranges = ~is_step  # a launch links to its innermost range, operator or not, as External id does
-        for thread in np.unique(times[ranges, 2]).tolist():
-            sel = ranges & (times[:, 2] == thread)
-            op_ranges[thread] = list(zip(times[sel, 0].tolist(), times[sel, 1].tolist(), ext[sel].tolist(),
-                                         strict=True))
+        cpu, op_ranges = host_ranges(times[:, :3], labels, step, names)
+        # NCCL's own ranges (its NVTX domain "NCCL": ncclAllReduce, ...) are collectives: operators whose
+        # kernels are communication, the range name their collective's name
+        nccl = [] if "domainId" not in nvtx_cols else [int(r[0]) for r in db.execute(
+            f"SELECT e.domainId FROM NVTX_EVENTS e {join} WHERE e.eventType = {domain_create} "
+            f"AND COALESCE({text}, {by_id}) = '{NCCL_DOMAIN}'")]
+        in_nccl = np.isin(times[:, 3], nccl) & (cpu["cat"] == CAT_USER_ANNOTATION) if nccl else []
+        for row in np.flatnonzero(in_nccl).tolist():
+            cpu["cat"][row] = CAT_CPU_OP
+            op_comm[int(cpu["external_id"][row])] = {"Collective name": labels[row]}
 
-    rt = {k: _col([], k) for k in COLUMNS["rt"]}
+    rt = empty("rt")
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in have:
         sql = ('SELECT start, "end", COALESCE(globalTid, 0), COALESCE(correlationId, -1), nameId '
                "FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start")
@@ -242,36 +222,11 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern) -
         # nsys appends the API's version to its name (cudaLaunchKernel_v7000); torch.profiler does not
         api = names.map(rows[:, 4], lambda i: _API_VERSION.sub("", strings.get(i, f"<string {i}>")))
         rt = {"ts_ns": rows[:, 0], "dur_ns": rows[:, 1] - rows[:, 0], "name": api, "tid": rows[:, 2],
-              "correlation": rows[:, 3], "external_id": _enclosing(op_ranges, rows[:, 0], rows[:, 1], rows[:, 2])}
+              "correlation": rows[:, 3], "external_id": enclosing(op_ranges, rows[:, 0], rows[:, 1], rows[:, 2])}
 
     parts = Parts()
     parts.names = names.names
-    parts.tables = {"dev": dev, "rt": rt,
-                    "cpu": cpu,
-                    "flow": {k: _col([], k) for k in COLUMNS["flow"]}}
+    parts.tables = {"dev": dev, "rt": rt, "cpu": cpu, "flow": empty("flow")}
+    parts.op_comm = op_comm
     parts.n_events = n_events
     return parts
-
-
-def _enclosing(op_ranges: dict[int, list[tuple[int, int, int]]], start: np.ndarray, end: np.ndarray,
-               tid: np.ndarray) -> np.ndarray:
-    """External id of the innermost range on the same thread holding each runtime call (rows in
-    start order), NO_ID where none does: one sweep per thread with a stack of the open ranges."""
-    out = np.full(len(start), NO_ID, dtype=np.int64)
-    starts, ends = start.tolist(), end.tolist()
-    for thread, ranges in op_ranges.items():
-        rows = np.flatnonzero(tid == thread).tolist()
-        stack: list[tuple[int, int, int]] = []
-        i = 0
-        for row in rows:
-            s0, s1 = starts[row], ends[row]
-            while i < len(ranges) and ranges[i][0] <= s0:
-                stack.append(ranges[i])
-                i += 1
-            while stack and stack[-1][1] <= s0:  # closed before this call (push/pop ranges nest)
-                stack.pop()
-            for _r0, r1, ext in reversed(stack):
-                if r1 >= s1:
-                    out[row] = ext
-                    break
-    return out

@@ -509,3 +509,89 @@ def write_nsys_sqlite(trace: SynthTrace, path: str | Path, *, tables: dict[str, 
                 db.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * n)})", rows[table])
     db.close()
     return path
+
+
+# The rocprofv3 CSV headers write_rocprof_csv writes: ROCm 6.3/6.4's, as the "Using rocprofv3" guide shows
+# them (agent_info.csv: the columns the reader uses and a few more of the many a real one carries).
+ROCPROF_HEADERS = {
+    "kernel_trace": ("Kind", "Agent_Id", "Queue_Id", "Stream_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id",
+                     "Kernel_Name", "Correlation_Id", "Start_Timestamp", "End_Timestamp", "LDS_Block_Size",
+                     "Scratch_Size", "VGPR_Count", "Accum_VGPR_Count", "SGPR_Count", "Workgroup_Size_X",
+                     "Workgroup_Size_Y", "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z"),
+    "memory_copy_trace": ("Kind", "Direction", "Stream_Id", "Source_Agent_Id", "Destination_Agent_Id",
+                          "Correlation_Id", "Start_Timestamp", "End_Timestamp"),
+    "hip_api_trace": ("Domain", "Function", "Process_Id", "Thread_Id", "Correlation_Id", "Start_Timestamp",
+                      "End_Timestamp"),
+    "marker_api_trace": ("Domain", "Function", "Process_Id", "Thread_Id", "Correlation_Id", "Start_Timestamp",
+                         "End_Timestamp"),
+    "agent_info": ("Node_Id", "Logical_Node_Id", "Agent_Type", "Cpu_Cores_Count", "Simd_Count", "Wave_Front_Size",
+                   "Cu_Count", "Name", "Product_Name"),
+}
+
+
+def write_rocprof_csv(trace: SynthTrace, directory: str | Path, *, prefix: str = "4242_",
+                      headers: dict[str, tuple[str, ...]] | None = None) -> Path:
+    """The same timeline as ``trace`` written as ``rocprofv3 --runtime-trace`` writes it (CSV, ROCm 6.3/6.4):
+    ``<prefix>kernel_trace.csv`` (memsets as the HIP runtime's ``__amd_rocclr_fillBufferAligned`` dispatch,
+    which is how hipMemset runs), ``memory_copy_trace.csv``, ``hip_api_trace.csv`` (runtime calls with
+    their correlation ids), ``marker_api_trace.csv`` (CPU ops and annotations as ROCTx ranges, as
+    ``emit_nvtx`` writes them on ROCm) and ``agent_info.csv`` (CPU agent 0, then the GPUs: device d is
+    "Agent d+1", as rocprofv3 numbers agents). GPU-side sync
+    records and flows have no row. Returns the kernel trace's path. ``headers`` replaces the columns (to
+    write a foreign schema)."""
+    import csv
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    heads = {**ROCPROF_HEADERS, **(headers or {})}
+    rows: dict[str, list[dict]] = {k: [] for k in heads}
+
+    def ns(value: Decimal) -> int:
+        return int(value.quantize(Decimal("0.001")) * 1000)
+
+    next_corr = 1 << 20  # runtime calls that launch nothing still carry a correlation id of their own
+    directions = {"HtoD": "HOST_TO_DEVICE", "DtoH": "DEVICE_TO_HOST", "DtoD": "DEVICE_TO_DEVICE"}
+    for n, e in enumerate(e for e in trace.events if e.get("ph") == "X"):
+        start, end = ns(e["ts"]), ns(e["ts"] + e["dur"])
+        args, cat = e.get("args", {}), e["cat"]
+        times = {"Start_Timestamp": start, "End_Timestamp": end}
+        if cat in ("kernel", "gpu_memset"):
+            name = e["name"] if cat == "kernel" else "__amd_rocclr_fillBufferAligned"
+            rows["kernel_trace"].append({"Kind": "KERNEL_DISPATCH", "Agent_Id": f"Agent {args['device'] + 1}",
+                                         "Queue_Id": 1, "Stream_Id": args["stream"], "Thread_Id": trace.tid,
+                                         "Dispatch_Id": n, "Kernel_Id": 7, "Kernel_Name": name,
+                                         "Correlation_Id": args["correlation"], **times, "LDS_Block_Size": 0,
+                                         "Scratch_Size": 0, "VGPR_Count": 32, "Accum_VGPR_Count": 0,
+                                         "SGPR_Count": 16, "Workgroup_Size_X": 256, "Workgroup_Size_Y": 1,
+                                         "Workgroup_Size_Z": 1, "Grid_Size_X": 65536, "Grid_Size_Y": 1,
+                                         "Grid_Size_Z": 1})
+        elif cat == "gpu_memcpy":
+            kind = e["name"].split()[1] if len(e["name"].split()) > 1 else ""
+            rows["memory_copy_trace"].append({"Kind": "MEMORY_COPY",
+                                              "Direction": f"MEMORY_COPY_{directions.get(kind, 'NONE')}",
+                                              "Stream_Id": args["stream"], "Source_Agent_Id": "Agent 0",
+                                              "Destination_Agent_Id": f"Agent {args['device'] + 1}",
+                                              "Correlation_Id": args["correlation"], **times})
+        elif cat == "cuda_runtime":
+            corr = args.get("correlation")
+            if corr is None:
+                corr, next_corr = next_corr, next_corr + 1
+            rows["hip_api_trace"].append({"Domain": "HIP_RUNTIME_API", "Function": e["name"], "Process_Id": e["pid"],
+                                          "Thread_Id": e["tid"], "Correlation_Id": corr, **times})
+        elif cat in ("cpu_op", "user_annotation"):
+            corr, next_corr = next_corr, next_corr + 1
+            rows["marker_api_trace"].append({"Domain": "MARKER_CORE_API", "Function": e["name"],
+                                             "Process_Id": e["pid"], "Thread_Id": e["tid"], "Correlation_Id": corr,
+                                             **times})
+    rows["agent_info"] = [{"Node_Id": 0, "Logical_Node_Id": 0, "Agent_Type": "CPU", "Cpu_Cores_Count": 64,
+                           "Simd_Count": 0, "Wave_Front_Size": 0, "Cu_Count": 0, "Name": "AMD EPYC 9654",
+                           "Product_Name": "AMD EPYC 9654"}]
+    rows["agent_info"] += [{"Node_Id": p["id"] + 1, "Logical_Node_Id": p["id"] + 1, "Agent_Type": "GPU",
+                            "Cpu_Cores_Count": 0, "Simd_Count": 1216, "Wave_Front_Size": 64, "Cu_Count": 304,
+                            "Name": "gfx942", "Product_Name": p["name"]} for p in trace.meta["deviceProperties"]]
+    for kind, header in heads.items():
+        with open(directory / f"{prefix}{kind}.csv", "w", newline="") as f:
+            writer = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+            writer.writerow(header)
+            writer.writerows([r.get(c, "") for c in header] for r in rows[kind])
+    return directory / f"{prefix}kernel_trace.csv"
