@@ -10,8 +10,8 @@ request.RequestError naming it. Every result carries ``SCHEMA`` and ``as_dict()`
 :mod:`wavefront.workbench.document` encodes what lies under the top level.
 
 Modules: inspect (and --configs), traffic, roofline, bench, profile (bench --profile), gate, compare (and
---calibrate), bisect, report, trace (analyze, diff), plan (and --validate), counters, comm (and overlap), train. Shared: request (torch-free),
-ops (fields naming registered ops, dtypes and compile targets).
+--calibrate), bisect, report, trace (analyze, diff), plan (and --validate), counters, comm (and overlap), train.
+Shared: request (torch-free), ops (fields naming registered ops, dtypes and compile targets).
 
 Layers (import-linter, pyproject.toml): jobs > report > bench | distributed > static | trace | planner | counters
 > the shared modules (stats, hardware, kpi, sqlite_schema, document). This package imports no module eagerly:
