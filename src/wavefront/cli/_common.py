@@ -53,7 +53,7 @@ class Provider(str, Enum):
     grouped_mm = "grouped_mm"
 
 
-class Profiler(str, Enum):  # wavefront.workbench.bench.profile.PROFILERS
+class Profiler(str, Enum):  # wavefront.workbench.jobs.profile.PROFILERS
     ncu = "ncu"
     nsys = "nsys"
     rocprof = "rocprof"
@@ -79,7 +79,7 @@ def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
 @contextlib.contextmanager
 def request_errors() -> Iterator[None]:
     """A library RequestError (a bad request field) becomes one line naming its CLI option, exit 2."""
-    from wavefront.workbench.static.jobs import RequestError
+    from wavefront.workbench.jobs.request import RequestError
 
     try:
         yield
