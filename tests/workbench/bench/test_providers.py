@@ -90,6 +90,9 @@ def test_quack_peer_is_unavailable_with_its_reason_without_quack(monkeypatch):
     for op in QUACK:
         reason = ProviderSet(torch.device("cuda")).resolve("quack", REGISTRY[op]).reason
         assert "quack-kernels is not installed" in reason and "nvidia-cutlass-dsl" in reason, reason
+    monkeypatch.setitem(sys.modules, "quack", types.ModuleType("quack"))  # a version without the function
+    reason = ProviderSet(torch.device("cuda")).resolve("quack", REGISTRY["softmax"]).reason
+    assert reason == "the installed quack-kernels has no quack.softmax"
 
 
 def test_quack_peer_call_shapes_with_a_fake_module(monkeypatch):
