@@ -51,6 +51,7 @@ class Provider(str, Enum):
     sdpa_cudnn = "sdpa_cudnn"
     flash_attn = "flash_attn"
     grouped_mm = "grouped_mm"
+    quack = "quack"
 
 
 class Profiler(str, Enum):  # wavefront.workbench.jobs.profile.PROFILERS

@@ -362,7 +362,7 @@ def gpu_configs(targets: Iterable[str] = TARGETS, ops: Iterable[str] | None = No
                 result.configs.append(GpuConfig(name, target, key, [c.name for c in cases], small, small_sms, note,
                                                 base))
             for variant in VARIANTS:
-                if variant.op == name and target in variant.targets:
+                if variant.op == name and target in variant.targets and not variant.interpreted:
                     covered = tuple(c.name for c in spec.bench_cases if variant.covers(c))
                     if covered:
                         result.excluded.append(Excluded(name, target, variant.name, covered,
