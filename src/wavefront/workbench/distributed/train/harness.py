@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -61,6 +61,7 @@ from wavefront.workbench.distributed.train.kpi import (
 )
 from wavefront.workbench.distributed.train.mesh import Layout
 from wavefront.workbench.distributed.train.parallelize import finish_backward
+from wavefront.workbench.document import encode
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_NONFINITE, EXIT_INTERRUPTED = 1, 2, 3, 4
 
@@ -93,7 +94,7 @@ class VariantResult:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d["summary"] = self.summary.as_dict() if self.summary else None
+        d["summary"] = encode(self.summary)
         return d
 
 
@@ -108,14 +109,13 @@ class TrainResult:
     store: str | None
     comparisons: dict[str, dict] = field(default_factory=dict)  # every other variant vs the reference
 
+    SCHEMA: ClassVar[str] = SCHEMA
+
     def as_dict(self) -> dict:
-        return {"run_id": self.run_id, "config": self.config, "provenance": self.provenance,
+        """The ``wavefront train --json`` document."""
+        return {"schema": SCHEMA, "run_id": self.run_id, "config": self.config, "provenance": self.provenance,
                 "variants": [v.as_dict() for v in self.variants], "comparison": self.comparison,
                 "comparisons": self.comparisons, "out_dir": self.out_dir, "store": self.store}
-
-    def document(self) -> dict:
-        """The ``wavefront train --json`` document."""
-        return {"schema": SCHEMA, **self.as_dict()}
 
 
 @dataclass
@@ -569,7 +569,7 @@ def _provenance(env: _Env) -> dict:
 def _store_variant(cfg: TrainConfig, run_id: str, prov: dict, v: VariantResult) -> None:
     if cfg.store:
         train_store.write_variant(cfg.store, run_id=run_id, variant=v.variant, status=v.status, provenance=prov,
-                                  config=cfg.as_dict(), summary=v.summary.as_dict() if v.summary else None,
+                                  config=cfg.as_dict(), summary=encode(v.summary),
                                   steps=[asdict(r) for r in v.steps])
 
 
