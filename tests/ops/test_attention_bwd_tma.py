@@ -124,27 +124,22 @@ def test_machine_code_streams_q_and_do_by_tma_inside_the_loop(target):
     from wavefront.workbench.static.inspect import compile_jobs, job_for
     from wavefront.workbench.static.parse import sass_tma_loads_by_loop
 
-    jobs = []
-    for target in (target,):
-        q = torch.empty(1, 32, 8192, 128, dtype=torch.bfloat16)
-        kv = torch.empty(1, 8, 8192, 128, dtype=torch.bfloat16)
-        with recording(execute=False) as launches:
-            kernels.attention_bwd(q, q, kv, kv, q, torch.empty(1, 32, 8192), True, 0.1,
-                                  arch=runtime.get_arch(target))
-        (dkdv,) = [la for la in launches if la.name == "_attn_bwd_dkdv_kernel"]
-        jobs.append(job_for(dkdv, target, keep_asm=True))
-    results = compile_jobs(jobs)
-    for job in jobs:
-        res = next(r for r in results.values() if r.target == job.target)
-        assert res.ok, res.error
-        code = res.code
-        assert code.spill_bytes == 0 and code.spill_count == 0
-        assert res.shared_bytes <= runtime.get_arch(job.target).shared_mem_per_block
-        # K and V before the loop (with the pipeline's prologue copies of the first Q/dO tiles), and one Q
-        # and one dO copy per iteration inside it; 3-D copies from the group descriptors.
-        before, inside, after = sass_tma_loads_by_loop(res.asm["sass"])
-        assert inside == 2 and before >= 2 and after == 0
-        assert "cp.async.bulk.tensor.3d" in res.asm["ptx"]
-        # No pointer load of a Q/dO/K/V tile is left: the only plain global loads are lse2 and delta (32-bit).
-        assert set(code.load_widths) <= {32}
-        assert code.loop_barriers is not None and code.loop_barriers <= LOOP_BARRIERS[job.target]
+    q = torch.empty(1, 32, 8192, 128, dtype=torch.bfloat16)
+    kv = torch.empty(1, 8, 8192, 128, dtype=torch.bfloat16)
+    with recording(execute=False) as launches:
+        kernels.attention_bwd(q, q, kv, kv, q, torch.empty(1, 32, 8192), True, 0.1, arch=runtime.get_arch(target))
+    (dkdv,) = [la for la in launches if la.name == "_attn_bwd_dkdv_kernel"]
+    job = job_for(dkdv, target, keep_asm=True)
+    (res,) = compile_jobs([job]).values()
+    assert res.ok, res.error
+    code = res.code
+    assert code.spill_bytes == 0 and code.spill_count == 0
+    assert res.shared_bytes <= runtime.get_arch(target).shared_mem_per_block
+    # K and V before the loop (with the pipeline's prologue copies of the first Q/dO tiles), and one Q and
+    # one dO copy per iteration inside it, 3-D copies from the group descriptors.
+    before, inside, after = sass_tma_loads_by_loop(res.asm["sass"])
+    assert inside == 2 and before >= 2 and after == 0
+    assert "cp.async.bulk.tensor.3d" in res.asm["ptx"]
+    # No pointer load of a Q/dO/K/V tile is left: the only plain global loads are lse2 and delta (32-bit).
+    assert set(code.load_widths) <= {32}
+    assert code.loop_barriers is not None and code.loop_barriers <= LOOP_BARRIERS[target]
