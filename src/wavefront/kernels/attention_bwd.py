@@ -16,6 +16,15 @@ accumulator, and streams the K/V tiles up to the diagonal. P is recomputed in bo
 passes in all against the 5 of the field's 2.5x-forward FLOP convention): the price of writing each
 gradient exactly once, instead of accumulating dQ with fp32 atomics whose order varies run to run.
 
+Operand path on sm_90/sm_100 (USE_TMA; head_dim <= 128, tensors TMA can address): K and V arrive by TMA
+once per program; Q and dO stream by TMA into shared memory through 3-D descriptors over the GQA group,
+inside one loop over (query head, query tile) pairs that the software pipeline runs NUM_STAGES tiles deep
+(the next tile's copies are in flight while this one's products run). Traffic is the pointer path's (each
+Q/dO tile read once per key tile); what changes is that no Q/dO load sits exposed at the top of an
+iteration and no operand passes through registers on its way to shared memory. dK, dV and the atomic dQ
+equal the pointer path's bit for bit (same products, same order). Elsewhere (sm_80, AMD, d256's d_split)
+the pointer path: one loop per query head, Q and dO loaded through registers.
+
 Non-deterministic backward (``deterministic=False``, ATOMIC_DQ): the dK/dV pass alone, where each
 program also forms its key tile's share of dQ, s dS K ([BLOCK_M, D] per query tile), and adds it to an
 fp32 [B, H, S, D] buffer with relaxed atomics; the launcher rounds that buffer to the input dtype. Five
