@@ -43,6 +43,9 @@ class AttentionConfig:
     tiles wide enough for wgmma/tcgen05).
     transposed: backward only: read the operands contracted over the sequence (Q and dO for dK/dV, K for dQ)
     from [B, H, head_dim, S] copies made by the launcher (AMD: no 16-bit LDS reads of transposed tiles).
+    tma_stages: backward dK/dV kernel on its TMA path (sm_90, sm_100) only: the depth of the ring of Q/dO
+    tiles its loop keeps in flight (the loop's ``num_stages``; the kernel's own ``num_stages`` still
+    governs the pointer path, whose machine code it leaves as it was); 0: ``num_stages``.
     d_chunk: contract the score products (QK^T, and dO V^T backward) over head-dim chunks of this many columns,
     reading both operands chunk by chunk inside the key loop instead of holding the program's resident tiles at
     full width (0: whole head dim). Set only by the amd-rdna table: RDNA3's WMMA keeps operands replicated over
@@ -61,6 +64,7 @@ class AttentionConfig:
     d_split: int = 1
     transposed: bool = False
     d_chunk: int = 0
+    tma_stages: int = 0
 
     def options(self, arch: Arch) -> dict:
         """Launch options for `arch`: AMD extras only on AMD targets."""
@@ -99,12 +103,16 @@ def _cdna(m, n, w, reason, wpe=2, nonkdim=16, **kw):
 # Backward on sm_90 and sm_100 (one table: both compile the same tiles to wgmma or tcgen05).
 _TMA_BWD: dict[AttentionKernel, dict[int, tuple[AttentionConfig, ...]]] = {
     "bwd_dkdv": {
-        64: (_T(64, 128, 8, 1, "as d128"),),
+        64: (_T(64, 128, 8, 1, "as d128 (sm_90 189 regs, sm_100 156, 0 spill)", tma_stages=2),),
         128: (_T(64, 128, 8, 1, "128 keys resident over two warpgroups, 64 queries streamed: wgmma N 64/128 "
-                                "(was 16 at 32x64); sm_90 251 regs, 0 spill; num_stages 2 spills 112 B"),),
+                                "(was 16 at 32x64). Q/dO by TMA, a ring of 2 tiles: sm_90 254 regs, 0 spill, "
+                                "129 KiB, 6 barriers per query tile (pointer path 251 regs, 5); sm_100 194 regs, "
+                                "161 KiB, 8 barriers (was 15); the pointer path at num_stages 2 spilled 112 B",
+                tma_stages=2),),
         256: (_T(64, 128, 8, 1, "d256: each program owns 64 of the 256 dK/dV columns (d_split 4) and "
                                 "recomputes S and dP: 2.5x this kernel's matrix work, but wgmma N 64 and 0 "
-                                "spill (214 regs); d_split 2 spills 136 B, full width 1 KiB", d_split=4),),
+                                "spill (214 regs); d_split 2 spills 136 B, full width 1 KiB; pointer loads: a "
+                                "2-deep Q/dO ring beside resident 256-wide K and V needs 289 KiB", d_split=4),),
     },
     "bwd_dq": {
         64: (_T(128, 64, 8, 2, "as d128"),),
@@ -158,9 +166,10 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         # 16 warps 424 B (128-register cap).
         "bwd_atomic": {
             64: (_T(64, 128, 8, 1, "d64: the dK/dV tile fits with the dQ share: 213 regs, 0 spill, wgmma N >= 32 "
-                                   "(32x128: 159 regs, N 16)"),),
+                                   "(32x128: 159 regs, N 16)", tma_stages=2),),
             128: (_T(32, 128, 8, 1, "32 queries x 128 keys: 242 regs, 0 spill, all five products wgmma (N 32-128; "
-                                    "the dQ share as dQ^T = K^T dS^T, M = head dim)"),),
+                                    "the dQ share as dQ^T = K^T dS^T, M = head dim); TMA ring of 2: 233 regs, "
+                                    "9 barriers per query tile (pointer path 8)", tma_stages=2),),
             256: (_T(64, 128, 8, 1, "d256, d_split 4 as dK/dV: 247 regs, 0 spill, wgmma N >= 32", d_split=4),),
         },
     },
@@ -176,8 +185,10 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         # deterministic=False (dQ share formed in the dK/dV kernel): the dK/dV tiles spill 0 B at d128 but
         # 152 B at d256.
         "bwd_atomic": {
-            64: (_T(64, 64, 8, 1, "as d128: 104 regs, 0 spill"),),
-            128: (_T(64, 64, 8, 1, "64x64: 166 regs, 0 spill, tcgen05 N 64 (64x128 also 0 spill at 255 regs)"),),
+            64: (_T(64, 64, 8, 1, "as d128: 104 regs, 0 spill", tma_stages=2),),
+            128: (_T(64, 64, 8, 1, "64x64: 166 regs, 0 spill, tcgen05 N 64 (64x128 also 0 spill at 255 regs); "
+                                   "TMA ring of 2: 163 regs, 18 barriers per query tile (pointer path 25)",
+                     tma_stages=2),),
             256: (_T(64, 64, 8, 1, "d256, d_split 2: 254 regs, 0 spill (64x128 d_split 4 spills 152 B)",
                      d_split=2),),
         },
