@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from wavefront.workbench.distributed.train.config import ConfigError
+from wavefront.workbench.distributed.train.errors import ConfigError
 
 
 def moe_shape(config) -> tuple[int, int] | None:

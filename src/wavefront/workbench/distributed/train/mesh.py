@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from wavefront.workbench.distributed.train.config import ConfigError
+from wavefront.workbench.distributed.train.errors import ConfigError
 
 #: Mesh dimension names, outermost first.
 DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
@@ -43,6 +43,7 @@ class Layout:
     vpp: int = 1  # pipeline stages (model chunks) per rank
     pp_schedule: str = "1f1b"
     source: str = "options"  # "options" or "plan FILE rank K: LABEL"
+    ep: int = 1  # expert parallelism: the experts split over groups of `ep` data-parallel ranks (not a mesh dimension)
 
     def resolved(self, world_size: int) -> Layout:
         if self.dp_shard:
@@ -151,6 +152,15 @@ def _check_batch(lay: Layout, global_batch: int, micro_batch: int) -> None:
     if lay.pp > 1 and lay.vpp > 1 and n_micro % lay.pp:
         raise ConfigError(f"--pp-schedule {lay.pp_schedule}: micro-batches per step ({n_micro}) must be a multiple "
                           f"of --pp {lay.pp}")
+
+
+def for_plan(plan: str, options: Layout, world_size: int) -> Layout:
+    """The layout a ``--parallel`` name stands for: "single", "ddp" and "fsdp2" are degenerate meshes (nothing,
+    ``dp_replicate`` = world, ``dp_shard`` = world); "mesh" is `options` resolved for this launch."""
+    if plan == "mesh":
+        return options.resolved(world_size)
+    degrees = {"single": {}, "ddp": {"dp_replicate": world_size}, "fsdp2": {"dp_shard": world_size}}[plan]
+    return Layout(**{"dp_shard": 1, **degrees, "ep": options.ep, "source": f"--parallel {plan}"})
 
 
 def from_plan_document(doc: dict, rank: int, source: str) -> tuple[Layout, int]:
