@@ -72,6 +72,16 @@ class Layout:
         return self.dp_replicate * self.dp_shard
 
     @property
+    def replicates_only(self) -> bool:
+        """Data parallelism without sharding and nothing else split: DDP's all-reduce, not FSDP2."""
+        return self.dp_shard == 1 and self.dp_replicate > 1 and self.tp == self.cp == self.pp == 1
+
+    @property
+    def shards(self) -> bool:
+        """FSDP2 wraps the model (and gives it bf16 parameters for compute under bf16)."""
+        return self.dp > 1 and not self.replicates_only
+
+    @property
     def n_stages(self) -> int:
         return self.pp * self.vpp
 
@@ -209,6 +219,7 @@ def read_plan(path: str, rank: int) -> tuple[Layout, int, dict]:
 
 def build_mesh(layout: Layout, device_type: str):
     """One DeviceMesh with every dimension named (size-1 dimensions included, so code can always slice)."""
+    # function-local: this module is torch-free (config.py, read by the launching process, imports it)
     from torch.distributed.device_mesh import init_device_mesh
 
     return init_device_mesh(device_type, tuple(layout.degrees.values()), mesh_dim_names=DIMS)
