@@ -76,10 +76,6 @@ def _parallel(cfg: TrainConfig, world_size: int) -> None:
                           f"--parallel auto or mesh, not {plan}")
     if plan == "mesh":
         _mesh(cfg, world_size)
-    if cfg.ep != 1:
-        if cfg.patch_options and not cfg.patch_options.get("moe"):
-            raise ConfigError("--ep splits the experts of the wavefront MoE patch: keep moe in --patch-ops")
-        expert_parallel.validate(cfg.ep, world_size, plan, cfg.variants, build_config(cfg.model))
     if plan == "single" and world_size != 1:
         raise ConfigError(f"--parallel single runs one process, but {world_size} were launched; use ddp or fsdp2")
     if plan in ("ddp", "fsdp2") and world_size < 2:
@@ -88,6 +84,10 @@ def _parallel(cfg: TrainConfig, world_size: int) -> None:
     if plan != "mesh" and cfg.global_batch % (world_size * cfg.micro_batch):
         raise ConfigError(f"--global-batch {cfg.global_batch} is not divisible by world size x micro-batch = "
                           f"{world_size} x {cfg.micro_batch} = {world_size * cfg.micro_batch}")
+    if cfg.ep != 1:
+        if cfg.patch_options and not cfg.patch_options.get("moe"):
+            raise ConfigError("--ep splits the experts of the wavefront MoE patch: keep moe in --patch-ops")
+        expert_parallel.validate(cfg.ep, cfg.run_layout(world_size), cfg.variants, build_config(cfg.model))
 
 
 def _mesh(cfg: TrainConfig, world_size: int) -> None:
@@ -177,7 +177,7 @@ def _fp8(cfg: TrainConfig, world_size: int) -> None:
         if cfg.dtype == "fp32" or (cfg.dtype == "auto" and not torch.cuda.is_available()):
             raise ConfigError("--fp8 needs bf16 compute (FP8 layers take bf16 weights and inputs): pass --dtype "
                               "bf16" + (" (auto is fp32 on a CPU)" if cfg.dtype == "auto" else ""))
-    if why := all_gather_problem(cfg, world_size, cfg.resolve_parallel(world_size)):
+    if why := all_gather_problem(cfg, cfg.run_layout(world_size)):
         raise ConfigError(why)
 
 
