@@ -119,11 +119,12 @@ def apply_data_parallel(par: Parallelized, mesh, layout: Layout, opts: ParallelO
     dp_mesh = data_parallel_mesh(mesh, layout)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if opts.bf16 else \
         MixedPrecisionPolicy()
-    ignored = {"ignored_params": set(par.ep.params)} if par.ep is not None else {}
+    ignored = set(par.ep.params) if par.ep is not None else None  # the split experts: expert_parallel.py
     layers = layers if layers is not None else decoder_layers(par.module)
     for layer in layers:
-        fully_shard(layer, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=opts.reshard_after_forward, **ignored)
-    fully_shard(par.module, mesh=dp_mesh, mp_policy=mp, **ignored)
+        fully_shard(layer, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=opts.reshard_after_forward,
+                    ignored_params=ignored)
+    fully_shard(par.module, mesh=dp_mesh, mp_policy=mp, ignored_params=ignored)
     set_prefetch(layers, opts.prefetch)
     par.fsdp = True
 

@@ -169,8 +169,8 @@ def for_plan(plan: str, options: Layout, world_size: int) -> Layout:
     ``dp_replicate`` = world, ``dp_shard`` = world); "mesh" is `options` resolved for this launch."""
     if plan == "mesh":
         return options.resolved(world_size)
-    degrees = {"single": {}, "ddp": {"dp_replicate": world_size}, "fsdp2": {"dp_shard": world_size}}[plan]
-    return Layout(**{"dp_shard": 1, **degrees, "ep": options.ep, "source": f"--parallel {plan}"})
+    replicate, shard = {"single": (1, 1), "ddp": (world_size, 1), "fsdp2": (1, world_size)}[plan]
+    return Layout(dp_shard=shard, dp_replicate=replicate, ep=options.ep, source=f"--parallel {plan}")
 
 
 def from_plan_document(doc: dict, rank: int, source: str) -> tuple[Layout, int]:

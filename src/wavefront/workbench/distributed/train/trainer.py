@@ -162,7 +162,7 @@ def all_reduce(values: list[float], env: Env, op=dist.ReduceOp.SUM) -> list[floa
 class Built:
     """A variant's model before parallelization, and what is measured from it whole."""
 
-    model: nn.Module
+    model: Any  # a transformers PreTrainedModel
     n_params: int
     model_flops: float  # per token
     hw_flops: float  # per token, recompute included
@@ -235,13 +235,13 @@ class TrainState:
     accum: int  # micro-batches per step on this rank
     n_items: torch.Tensor  # the loss's token count over the step's micro-batches (gradients = the one-process mean)
     clock: Clock
+    memory: MemoryMeter
+    energy: EnergyMeter
     tail: dict = field(default_factory=dict)  # the backward's last mark (the embedding's gradient)
     start_step: int = 0
     stop: bool = False  # some rank got SIGTERM during the last step
     counts: dict = field(default_factory=dict)  # MoE tokens per expert of the last step
     profiler: Any = None
-    memory: MemoryMeter | None = None
-    energy: EnergyMeter | None = None
     energy_start: float | None = None
     moe_counts: list[dict] = field(default_factory=list)
     hooks: list = field(default_factory=list)
@@ -270,10 +270,10 @@ def setup(cfg: TrainConfig, env: Env, variant: str, peak: Peak, device_row, resu
         if cfg.async_tp:
             train_overlap.enable_async_tp(env.mesh["tp"])  # before compiling: inductor's pass reads the flag
         built.model.compile()  # nn.Module.compile: the same module object, its calls go through torch.compile
-    fused = {"fused": True} if env.device.type == "cuda" else {}
-    opt = torch.optim.AdamW(par.module.parameters(), lr=cfg.lr, **fused)
+    opt = torch.optim.AdamW(par.module.parameters(), lr=cfg.lr, fused=True if env.device.type == "cuda" else None)
     state = TrainState(cfg, env, variant, built, par, opt, batches, peak, result, accum,
-                       torch.tensor(n_items, device=env.device), Clock(env.device), device_row=device_row)
+                       torch.tensor(n_items, device=env.device), Clock(env.device), MemoryMeter(env.device),
+                       EnergyMeter(env.device), device_row=device_row)
     state.hooks.append(built.model.get_input_embeddings().register_forward_hook(_mark_backward_tail(state)))
     state.start_step = _resume(state) if cfg.resume else 0
     return state
@@ -364,7 +364,8 @@ def _pipeline_pass(state: TrainState, batch: Batch) -> _Pass:
 def _micro_batches(state: TrainState, batch: Batch) -> _Pass:
     """One micro-batch at a time; the gradients are reduced in the last one's backward."""
     env, clock, module = state.env, state.clock, state.par.module
-    p = _Pass(*(torch.zeros((), device=env.device, dtype=torch.float64) for _ in range(3)))
+    zero = torch.zeros((), device=env.device, dtype=torch.float64)
+    p = _Pass(zero.clone(), zero.clone(), zero.clone())
     for micro, ids in enumerate(batch.ids.split(state.cfg.micro_batch)):
         sync = micro == state.accum - 1
         with state.par.sync_grads(sync):
@@ -460,7 +461,7 @@ def train(cfg: TrainConfig, env: Env, variant: str, peak: Peak, device_row, out_
           on_step: Callable | None, result: VariantResult) -> None:
     """Train one variant; appends to ``result.steps`` as it goes so a failure keeps what was measured."""
     state = setup(cfg, env, variant, peak, device_row, result)
-    state.memory, state.energy = MemoryMeter(env.device), EnergyMeter(env.device)
+    last_profiled = cfg.profile_steps[1] if cfg.profile_steps is not None else -1
     state.memory.start()
     try:
         for step in range(state.start_step, cfg.steps):
@@ -476,13 +477,17 @@ def train(cfg: TrainConfig, env: Env, variant: str, peak: Peak, device_row, out_
                 state.moe_counts.append(state.counts)
             if on_step is not None and env.rank == 0:
                 on_step(variant, rec, cfg.steps)
-            if state.profiler is not None and step == cfg.profile_steps[1]:
+            if state.profiler is not None and step == last_profiled:
                 result.trace_paths.append(_stop_profiler(state.profiler, out_dir, variant, env))
                 state.profiler = None
             _after_step(state, step)
         _summarize(state)
     finally:
         _release(state, out_dir)
+        del state  # the model, its gradients and the optimizer's state go before the next variant builds its own
+        gc.collect()
+        if env.device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def _after_step(state: TrainState, step: int) -> None:
@@ -531,18 +536,13 @@ def _fp8_summary(summary: Summary, fp8, model_flops: float, peak: Peak, env: Env
 
 
 def _release(state: TrainState, out_dir: Path) -> None:
-    """Hooks off, the memory sampler joined, an open trace written, the model freed (also after a failure)."""
+    """Hooks off, the memory sampler joined, an open trace written (also after a failure)."""
     for hook in state.hooks:
         hook.remove()
-    if state.memory is not None:
-        state.memory.stop()  # joins the CPU sampler thread (stopping twice is harmless)
+    state.memory.stop()  # joins the CPU sampler thread (stopping twice is harmless)
     if state.profiler is not None:
         state.result.trace_paths.append(_stop_profiler(state.profiler, out_dir, state.variant, state.env))
         state.profiler = None
-    state.par = state.opt = state.built = None
-    gc.collect()
-    if state.env.device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _start_profiler(env: Env):
