@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from wavefront.kernels._heuristics import next_pow2, warps_for
+from wavefront.kernels._tables import Differs, FamilyTable, SingleStage
 from wavefront.runtime import Arch
 
 
@@ -83,38 +84,34 @@ class RowTable:
 # not fit: 16 warps need 128+ registers and spill 184-784 B/thread (sm_80/90/100), 32 warps are capped at 64
 # registers and spill too; so rows over 8192 columns take the two-phase path there. AMD's 512-VGPR (CDNA) and
 # 1536-VGPR (RDNA3 wave32) files hold 16384 columns without spills (92-122 VGPRs on gfx942).
-ROW_TABLES: dict[str, RowTable] = {
-    "nvidia": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                       accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
-                       accumulate_vecs_per_thread=1),
-    # 64-lane wavefronts: a block holds at most 16 waves (1024 threads), so the same widths give each lane
-    # half the elements of the NVIDIA case.
-    "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                         accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
-                         accumulate_vecs_per_thread=1, weight_first=True),
-    # RDNA wave32: 32 lanes like NVIDIA, 1024 threads per block.
-    "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                         accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
-                         accumulate_vecs_per_thread=1),
-    # The interpreter: same shape as NVIDIA so CPU tests exercise the configurations GPUs run; rows split
-    # from 16385 columns (chunks of two 4096-column blocks) so the small test shapes exercise the split.
-    "cpu": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                    accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
-                    accumulate_vecs_per_thread=1, split_min_cols=16385, split_chunk_cols=8192),
-}
+# The same widths serve 64-lane wavefronts (a block holds at most 16 waves, 1024 threads: each lane gets half
+# the elements of the NVIDIA case) and RDNA wave32 (32 lanes like NVIDIA, 1024 threads per block).
+ROW_TABLES: FamilyTable[RowTable] = FamilyTable(
+    RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
+             accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096, accumulate_vecs_per_thread=1),
+    "NVIDIA's register file bounds the accumulating kernels at 8192 columns (16384 spill 184-784 B/thread on "
+    "sm_80/90/100, above); the other widths fit every family",
+    {
+        "amd-cdna": Differs("512-VGPR file: 16384 accumulating columns take 92-122 VGPRs on gfx942, no spill; "
+                            "weight-first costs no occupancy on gfx90a/gfx942", accumulate_max_single_pass_cols=16384,
+                            weight_first=True),
+        "amd-rdna": Differs("1536-VGPR file (wave32): 16384 accumulating columns without spills",
+                            accumulate_max_single_pass_cols=16384),
+        # Otherwise NVIDIA's shape, so CPU tests exercise the configurations GPUs run.
+        "cpu": Differs("the interpreter: rows split from 16385 columns (chunks of two 4096-column blocks) so the "
+                       "small test shapes exercise the split", split_min_cols=16385, split_chunk_cols=8192),
+    },
+)
 
 
 @dataclass(frozen=True)
-class RowConfig:
+class RowConfig(SingleStage):
     BLOCK_N: int
     num_warps: int
     single_pass: bool
     rows_per_program: int = 1
     weight_first: bool = False
     prefetch: bool = False
-
-    def options(self) -> dict:
-        return {"num_warps": self.num_warps, "num_stages": 1}
 
 
 def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool = False,
