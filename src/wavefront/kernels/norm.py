@@ -221,13 +221,17 @@ def _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, r
 
 
 @triton.jit
-def _norm_fwd_stats(x_row, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, row, cols0, n_cols, stride_res_row,
-                    stride_res_out_row, eps, IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
-                    ACC: tl.constexpr, ROUND_STATS: tl.constexpr, OUT_DTYPE: tl.constexpr):
-    """Looped rows, pass 1: the row's statistics (stored) from shifted sums, and the add variant's rounded sum
-    (stored). LayerNorm shifts by K, the (refined) mean of the first block, so the sums of (x - K) and
-    (x - K)^2 see centred values: no cancellation when the mean is large against the spread, and the final
-    correction (mean - K)^2 is tiny. Returns (mean, rstd)."""
+def _norm_fwd_stats(x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row,
+                    stride_res_row, stride_res_out_row, eps, IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                    BLOCK_N: tl.constexpr, ACC: tl.constexpr, ROUND_STATS: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """Looped rows (one per program), pass 1: the row's statistics (stored) from shifted sums, and the add
+    variant's rounded sum (stored). LayerNorm shifts by K, the (refined) mean of the first block, so the sums
+    of (x - K) and (x - K)^2 see centred values: no cancellation when the mean is large against the spread,
+    and the final correction (mean - K)^2 is tiny. Returns (row, cols0, x_row, y_row, mean, rstd)."""
+    cols0 = tl.arange(0, BLOCK_N)
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x_row
+    y_row = y_ptr + row * stride_y_row
     k = tl.zeros((), dtype=ACC)
     if not IS_RMS:
         first = cols0 < n_cols
@@ -261,7 +265,7 @@ def _norm_fwd_stats(x_row, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, row, cols0,
     tl.store(rstd_ptr + row, rstd)
     if not IS_RMS:
         tl.store(mean_ptr + row, run_mean)
-    return run_mean, rstd
+    return row, cols0, x_row, y_row, run_mean, rstd
 
 
 @triton.jit
@@ -298,13 +302,9 @@ def _norm_fwd_kernel(
                        HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, ROWS_PER_PROGRAM, WEIGHT_FIRST,
                        BLOCK_N, ACC, ROUND_STATS, None, None, None, None)
     else:
-        cols0 = tl.arange(0, BLOCK_N)
-        row = tl.program_id(0).to(tl.int64)
-        x_row = x_ptr + row * stride_x_row
-        y_row = y_ptr + row * stride_y_row
-        run_mean, rstd = _norm_fwd_stats(x_row, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, row, cols0, n_cols,
-                                         stride_res_row, stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC,
-                                         ROUND_STATS, OUT_DTYPE)
+        row, cols0, x_row, y_row, run_mean, rstd = _norm_fwd_stats(
+            x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row, stride_res_row,
+            stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC, ROUND_STATS, OUT_DTYPE)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + cols0
             _norm_fwd_block(x_row, y_row, res_out_ptr, w_ptr, b_ptr, row, cols, cols < n_cols, stride_res_out_row,
@@ -330,13 +330,9 @@ def _norm_fwd_fp8_kernel(
                        IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, ROWS_PER_PROGRAM, WEIGHT_FIRST,
                        BLOCK_N, ACC, ROUND_STATS, QUANT_GROUP, FP8_MAX, Q_EPS, POW2)
     else:
-        cols0 = tl.arange(0, BLOCK_N)
-        row = tl.program_id(0).to(tl.int64)
-        x_row = x_ptr + row * stride_x_row
-        y_row = y_ptr + row * stride_y_row
-        run_mean, rstd = _norm_fwd_stats(x_row, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, row, cols0, n_cols,
-                                         stride_res_row, stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC,
-                                         ROUND_STATS, OUT_DTYPE)
+        row, cols0, x_row, y_row, run_mean, rstd = _norm_fwd_stats(
+            x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row, stride_res_row,
+            stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC, ROUND_STATS, OUT_DTYPE)
         # FP8 blocks quantize in pass 2; a rowwise scale needs the row's amax first, so rowwise takes a pass 3
         # over the stored y.
         q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
