@@ -24,11 +24,12 @@ import json
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
+from wavefront.workbench.document import encode
 from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner.cluster import make_cluster
 from wavefront.workbench.planner.model import ModelSpec
@@ -47,7 +48,8 @@ CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-gro
 _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch", "ep")
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib", "loss_logits",
                "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm",
-               "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel")
+               "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel", "pp_round",
+               "ep_dispatch")
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,6 @@ class RowComparison:
     fits: bool  # whether the planner thinks the published plan fits in the device's memory (it ran)
     split: str = ""  # "calibration" or "held-out" (tables with a split); "" otherwise
     profile: str = ""  # the stack profile the row was priced with (stacks.py)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -84,7 +83,7 @@ class TableReport:
     def as_dict(self) -> dict:
         return {"name": self.name, "title": self.title, "use": self.use,
                 "median_abs_error": {m: self.median_abs_error(m) for m in self.metrics()},
-                "rows": [r.as_dict() for r in self.rows]}
+                "rows": encode(self.rows)}
 
 
 def load_table(path: str | Path) -> dict:
@@ -265,9 +264,6 @@ class SplitSummary:
     median_abs_error: float
     p90_abs_error: float
     signed_median_error: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -462,7 +458,3 @@ def fit_all(root: str | Path) -> dict[str, dict]:
         out[key] = {"fitted": fitted, "calibration_rows": calibration_row_names(root, p)}
     return out
 
-
-def validation_document(reports: list[TableReport]) -> dict:
-    """The `wavefront plan --validate ... --json` document (docs/json/plan.md)."""
-    return {"schema": VALIDATION_SCHEMA, "tables": [r.as_dict() for r in reports]}

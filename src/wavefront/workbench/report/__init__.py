@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 SCHEMA = "wavefront.report/1"
 DEFAULT_RESULTS_DIR = "benchmarks/results"
@@ -51,6 +51,8 @@ class ReportRequest:
 
 @dataclass
 class ReportResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     report: Path
     store: str | None
     n_runs: int

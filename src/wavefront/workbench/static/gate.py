@@ -39,8 +39,10 @@ REGS_GROWTH = 0.10
 _INSPECT_FIELDS = ("ok", "error", "num_warps", "regs", "sgprs", "agprs", "spill_bytes", "spill_count", "shared_bytes",
                    "widest_load_bits", "widest_store_bits", "narrow_loads", "narrow_stores", "occupancy",
                    "matrix_families", "tma_ops", "setmaxnreg", "mma_wait_depth", "min_mma_n", "loop_barriers",
-                   "narrow_lds_ops", "consumer_warpgroups", "pingpong", "loop_mask_ops", "mma_overlap_depth")
-_TRAFFIC_FIELDS = ("error", "kernel_bytes", "host_bytes", "bytes_moved", "unique_bytes", "min_bytes", "ratio_min")
+                   "narrow_lds_ops", "row_pass_barriers", "consumer_warpgroups", "pingpong", "loop_mask_ops",
+                   "mma_overlap_depth")
+_TRAFFIC_FIELDS = ("error", "kernel_bytes", "host_bytes", "bytes_moved", "unique_bytes", "min_bytes", "ratio_min",
+                   "hbm_passes")
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,8 @@ class Finding:
     half: str
     subject: str  # "op/mode/case/kernel@target" or "op/mode/case"
     rule: str  # "compile", "missing", "spills", "load-width", "store-width", "registers", "occupancy",
-    #            "matrix", "tma", "setmaxnreg", "mma-wait", "mma-n", "loop-barriers", "narrow-lds", "bytes",
-    #            "pingpong", "loop-mask", "mma-overlap",
+    #            "matrix", "tma", "setmaxnreg", "mma-wait", "mma-n", "loop-barriers", "row-barriers", "narrow-lds",
+    #            "bytes", "hbm-passes", "pingpong", "loop-mask", "mma-overlap",
     #            "pipeline" (a hand-made pipeline's model breaks a rule: pipeline_check.py)
     message: str
 
@@ -196,6 +198,9 @@ def _design_rules(base: dict, cur: dict, add: Callable[[str, str], None]) -> Non
     b, c = base.get("loop_barriers"), cur.get("loop_barriers")
     if b is not None and c is not None and c > b:
         add("loop-barriers", f"block-wide barriers per main-loop iteration grew: {b} -> {c}")
+    b, c = base.get("row_pass_barriers"), cur.get("row_pass_barriers")
+    if b is not None and c is not None and c > b:
+        add("row-barriers", f"block-wide barriers per row pass grew: {b} -> {c}")
     b, c = base.get("narrow_lds_ops"), cur.get("narrow_lds_ops")
     if b is not None and c is not None and c > b:
         add("narrow-lds", f"8/16-bit LDS accesses grew: {b} -> {c} instructions")
@@ -228,6 +233,9 @@ def compare_traffic(baseline: dict[str, dict], current: dict[str, dict], half: s
                                     f"bytes moved grew: {b} -> {c}"))
         elif c < b:
             notes.append(f"{key}: bytes moved fell {b} -> {c}")
+        b, c = base.get("hbm_passes"), cur.get("hbm_passes")
+        if b is not None and c is not None and c > b + 1e-3:
+            findings.append(Finding(half, key, "hbm-passes", f"HBM passes per row grew: {b} -> {c}"))
     new = sorted(set(current) - set(baseline))
     if new:
         notes.append(f"{len(new)} traffic rows not in the baseline, e.g. {new[0]}")
@@ -281,21 +289,3 @@ def is_static_baseline(path: str | Path) -> bool:
         return json.loads(p.read_text()).get("schema") == BASELINE_SCHEMA
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def perf_half(baseline_ref: str, current_ref: str = "latest", *, store_path: str | Path = "wavefront-results.sqlite",
-              threshold: float = 0.05) -> tuple[HalfResult, str]:
-    """The dynamic gate as a half: one finding per case that slowed beyond threshold and noise, grew its
-    peak memory, errors now, or went missing. Returns the half and the markdown summary."""
-    from wavefront.workbench.bench.regress import gate_runs
-    from wavefront.workbench.bench.store import StoreError
-
-    try:
-        report = gate_runs(baseline_ref, current_ref, store_path=str(store_path), threshold=threshold)
-    except (StoreError, ValueError, FileNotFoundError) as exc:
-        result = HalfResult("perf", notes=[f"cannot compare: {exc}"])
-        result.findings.append(Finding("perf", str(baseline_ref), "unusable", str(exc)))
-        return result, f"## Dynamic perf gate: FAILED\n\n{exc}\n"
-    findings = [Finding("perf", r.label, r.status, r.why or r.status) for r in report.failures]
-    result = HalfResult("perf", findings=findings, notes=list(report.notes), compared=len(report.rows))
-    return result, report.markdown()

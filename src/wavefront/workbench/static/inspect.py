@@ -27,7 +27,7 @@ import platform
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -35,6 +35,7 @@ from wavefront import runtime
 from wavefront.kernels._launch import Launch, TensorArg
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
+from wavefront.workbench.document import decode
 from wavefront.workbench.hardware import gpu_for_target
 from wavefront.workbench.static.aot import CompileJob, CompileResult, TensorProxy, WorkerPool, gpu_target
 from wavefront.workbench.static.capture import capture
@@ -86,6 +87,7 @@ class KernelRow:
     mma_wait_depth: int | None = None  # smallest wgmma.wait_group N in the main loop (0: serialized)
     min_mma_n: int | None = None  # smallest N of any matrix instruction
     loop_barriers: int | None = None  # block-wide barriers per main-loop iteration
+    row_pass_barriers: int | None = None  # block-wide barriers in one pass over a row (no matrix instructions)
     narrow_lds_ops: int = 0  # AMD 8/16-bit LDS reads and writes
     lds_read_widths: dict[str, int] = field(default_factory=dict)  # AMD bits per lane -> LDS read instructions
     lds_write_widths: dict[str, int] = field(default_factory=dict)
@@ -125,14 +127,11 @@ class KernelRow:
     def as_dict(self) -> dict:
         return asdict(self) | {"key": self.key, "spills": self.spills}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> KernelRow:
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in names})
-
 
 @dataclass
 class InspectReport:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     rows: list[KernelRow]
     targets: list[str]
     dtype: str
@@ -150,7 +149,7 @@ class InspectReport:
     def from_dict(cls, d: dict) -> InspectReport:
         if d.get("schema") != SCHEMA:
             raise ValueError(f"not an inspect document: schema {d.get('schema')!r}, expected {SCHEMA!r}")
-        return cls([KernelRow.from_dict(r) for r in d["rows"]], list(d["targets"]), d["dtype"], d.get("versions", {}))
+        return cls([decode(KernelRow, r) for r in d["rows"]], list(d["targets"]), d["dtype"], d.get("versions", {}))
 
 
 @dataclass
@@ -386,6 +385,7 @@ def _row(p: _Planned, res: CompileResult, dtype: torch.dtype) -> KernelRow:
     row.matrix_families, row.matrix_ops = code.matrix_families, dict(sorted(code.matrix_ops.items()))
     row.tma_ops, row.setmaxnreg = code.tma_ops, code.setmaxnreg
     row.mma_wait_depth, row.min_mma_n, row.loop_barriers = code.mma_wait_depth, code.min_mma_n, code.loop_barriers
+    row.row_pass_barriers = code.row_pass_barriers
     row.narrow_lds_ops, row.mfma_shapes = code.narrow_lds_ops, list(code.mfma_shapes)
     row.consumer_warpgroups, row.pingpong = code.consumer_warpgroups, code.pingpong
     row.loop_mask_ops, row.mma_overlap_depth = code.loop_mask_ops, code.mma_overlap_depth

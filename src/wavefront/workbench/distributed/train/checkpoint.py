@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from wavefront.workbench.distributed.train.expert_parallel import full_optim_state, local_optim_state
+
 KEEP = 2
 
 
@@ -39,7 +41,6 @@ def save(ckpt_dir: str | Path, step: int, model, optimizer, meta: dict, ep=None)
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    from wavefront.workbench.distributed.train.expert_parallel import full_optim_state
 
     root = Path(ckpt_dir)
     path = root / _name(step)
@@ -117,7 +118,6 @@ def load(meta: dict, model, optimizer, ep=None) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from wavefront.workbench.distributed.train.expert_parallel import full_optim_state, local_optim_state
 
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": full_optim_state(optim_sd, ep, gather=False)}

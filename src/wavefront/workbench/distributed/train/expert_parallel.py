@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from wavefront.workbench.distributed.train.config import ConfigError
+from wavefront.nn import tokens_per_expert
+from wavefront.parallel import expert_parallel, expert_parameters
+from wavefront.workbench.distributed.train.errors import ConfigError
+from wavefront.workbench.distributed.train.mesh import Layout
 
 
 def moe_shape(config) -> tuple[int, int] | None:
@@ -38,17 +41,18 @@ def moe_shape(config) -> tuple[int, int] | None:
     return (int(n_experts), int(top_k)) if n_experts and top_k else None
 
 
-def validate(ep: int, world_size: int, plan: str, variants: tuple[str, ...], config) -> None:
-    """Raise ConfigError naming the problem; runs before any work."""
+def validate(ep: int, layout: Layout, variants: tuple[str, ...], config) -> None:
+    """Raise ConfigError naming the problem; runs before any work. `layout`: the run's, resolved."""
     if ep < 1:
         raise ConfigError(f"--ep must be >= 1, got {ep}")
     if ep == 1:
         return
-    if plan not in ("ddp", "fsdp2"):
+    data_parallel_only = layout.tp == layout.pp == layout.cp == 1 and 1 in (layout.dp_shard, layout.dp_replicate)
+    if layout.dp < 2 or not data_parallel_only:
         raise ConfigError(f"--ep {ep} splits experts over the data-parallel ranks of --parallel ddp or fsdp2 (auto "
-                          f"with several processes), not {plan}")
-    if world_size % ep:
-        raise ConfigError(f"--ep {ep} must divide the data-parallel world size {world_size}")
+                          f"with several processes, or --dp-shard alone), not {layout.label()}")
+    if layout.dp % ep:
+        raise ConfigError(f"--ep {ep} must divide the data-parallel world size {layout.dp}")
     shape = moe_shape(config)
     if shape is None:
         raise ConfigError(f"--ep needs a mixture-of-experts model (tiny-mixtral, tiny-qwen3-moe, ...), got "
@@ -90,8 +94,6 @@ def _groups(ep: int, world: int, rank: int):
 
 def install(model: torch.nn.Module, ep: int) -> EpState:
     """Split the experts of a patched MoE model over this rank's ep group, before DDP / FSDP2 wrap it."""
-    from wavefront.parallel import expert_parallel, expert_parameters
-
     group, replicas = _groups(ep, dist.get_world_size(), dist.get_rank())
     paths = expert_parallel(model, group)
     if not paths:
@@ -179,8 +181,6 @@ def active_matmul_params(model: torch.nn.Module, n_matmul: int) -> int:
 def step_counts(model: torch.nn.Module, device: torch.device) -> dict[str, list[int]]:
     """Tokens routed to each (global) expert of each MoE layer during this step, summed over every rank;
     resets the counters. Empty for a model without wavefront MoE modules (every rank must call it)."""
-    from wavefront.nn import tokens_per_expert
-
     local = tokens_per_expert(model, reset=True)
     if not local:
         return {}

@@ -36,6 +36,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from wavefront.nn.fp8 import Float8Linear
+from wavefront.parallel.fp8_fsdp import RECIPES as GATHERED
+from wavefront.parallel.fp8_fsdp import enable_fp8_all_gather
+from wavefront.workbench.distributed.train.mesh import Layout
+
 
 @dataclass(frozen=True)
 class Fp8Flops:
@@ -50,8 +55,6 @@ class Fp8Flops:
 
 def swapped_flops(model: nn.Module, recipe: str) -> tuple[float, int]:
     """(6 x weights of the model's Float8Linear layers, how many there are); call before sharding."""
-    from wavefront.nn.fp8 import Float8Linear
-
     layers = [m for m in model.modules() if isinstance(m, Float8Linear)]
     return 6.0 * sum(m.weight.numel() for m in layers), len(layers)
 
@@ -77,32 +80,27 @@ def mixed_mfu(tokens_per_s: float, model_flops: float, fp8: Fp8Flops, bf16_peak:
     return tokens_per_s * ideal_s_per_token / world_size
 
 
-def needs_bf16_params(plan: str, dp: int) -> bool:
+def needs_bf16_params(layout: Layout) -> bool:
     """True where nothing else gives the FP8 layers bf16 weights (no FSDP2 bf16 param_dtype)."""
-    return not (plan == "fsdp2" or (plan == "mesh" and dp > 1))
+    return not layout.shards
 
 
 def cast_params_bf16(model: nn.Module) -> None:
     model.to(torch.bfloat16)
 
 
-def all_gather_problem(cfg, world_size: int, plan: str) -> str | None:
-    """Why ``--fp8-all-gather`` cannot run with these options (a one-line error), or None."""
+def all_gather_problem(cfg, layout: Layout) -> str | None:
+    """Why ``--fp8-all-gather`` cannot run with these options on the run's resolved `layout` (a one-line error),
+    or None."""
     if not cfg.fp8_all_gather:
         return None
-    from wavefront.parallel.fp8_fsdp import RECIPES as GATHERED
-
     if cfg.fp8 is None:
         return "--fp8-all-gather gathers the weights of the FP8 layers: pass --fp8 RECIPE too"
     if cfg.fp8 not in GATHERED:
         return f"--fp8-all-gather: recipe {cfg.fp8} has no FP8 all-gather (supported: {', '.join(GATHERED)})"
-    if plan == "mesh":
-        layout = cfg.layout().resolved(world_size)
-        if layout.tp > 1 or layout.pp > 1 or layout.dp_replicate > 1 or layout.dp_shard < 2:
-            return ("--fp8-all-gather needs FSDP2 sharding only (--dp-shard >= 2, or --parallel fsdp2), not "
-                    "TP, PP or HSDP replicas")
-    elif plan != "fsdp2":
-        return f"--fp8-all-gather is an FSDP2 option: use --parallel fsdp2 or --dp-shard N, not {plan}"
+    if layout.tp > 1 or layout.pp > 1 or layout.dp_replicate > 1 or layout.dp_shard < 2:
+        return (f"--fp8-all-gather is an FSDP2 option and needs FSDP2 sharding only (--dp-shard >= 2, or --parallel "
+                f"fsdp2), not TP, PP, HSDP replicas or DDP; this run's layout: {layout.label()}")
     if cfg.ep > 1:
         return "--fp8-all-gather with --ep is not supported"
     if cfg.checkpoint_dir:
@@ -115,8 +113,6 @@ def all_gather_problem(cfg, world_size: int, plan: str) -> str | None:
 
 def enable_all_gather(model: nn.Module, shard_degree: int) -> list[str]:
     """Wrap the model's Float8Linear weights for the FP8 all-gather; the run's notes on what was wrapped."""
-    from wavefront.parallel.fp8_fsdp import enable_fp8_all_gather
-
     report = enable_fp8_all_gather(model, shard_degree, marked_only=False)
     lines = [f"fp8 all-gather: {len(report.wrapped)} weights gathered in FP8 over {shard_degree} FSDP2 ranks (half "
              f"the bytes of bf16, plus the scales)"]

@@ -31,9 +31,13 @@ import os
 import statistics
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
+
+from wavefront.shapes import ModelDims
+from wavefront.workbench import kpi
+from wavefront.workbench.hardware import get_gpu, gpu_from_device_name
 
 
 @dataclass
@@ -110,15 +114,9 @@ class Summary:
     moe_imbalance: float | None = None
     moe: dict | None = None
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def flops_per_token(config, seq_len: int, n_matmul_params: int, recompute: str) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) per token for a transformers config, PaLM convention."""
-    from wavefront.shapes import ModelDims
-    from wavefront.workbench import kpi
-
     if hasattr(config, "get_text_config"):  # a vision-language model: the text tower's dimensions
         config = config.get_text_config()
     heads = config.num_attention_heads
@@ -159,8 +157,6 @@ def measure_cpu_peak_tflops(n: int = 512, repeats: int = 5) -> Peak:
 
 def device_peak(device: torch.device, gpu_key: str | None, override: float | None, bf16: bool) -> tuple[Peak, object]:
     """The dense peak and the device-table row (None on CPU or an unknown GPU)."""
-    from wavefront.workbench.hardware import get_gpu, gpu_from_device_name
-
     row = None
     if device.type == "cuda":
         try:
@@ -272,8 +268,6 @@ def summarize(variant: str, records: list[StepRecord], *, peak: Peak, model_flop
               price_override: float | None, energy_window_j: float | None, energy_kind: str,
               is_gpu: bool) -> Summary:
     """Summary KPIs over the measured steps (all steps when none is marked measured)."""
-    from wavefront.workbench import kpi
-
     measured = [r for r in records if r.measured] or records
     step_times = [r.step_s for r in measured]
     total_s = sum(step_times)

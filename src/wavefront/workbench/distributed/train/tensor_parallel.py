@@ -36,6 +36,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from wavefront.patching.loss import vocab_parallel_head
+
 #: The families whose layout this plan covers (patching/rules/llama_like.py).
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -152,7 +154,6 @@ def _shard_head(model: nn.Module, head: str, tied_to: str | None, tp_mesh) -> No
     training loss through the vocabulary-parallel one. A tied head takes the embedding's sharded table."""
     from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
-    from wavefront.patching.loss import vocab_parallel_head
 
     module = model.get_submodule(head)
     if tied_to is not None:  # the same [V, H] table: re-tie after parallelize_module gave each its own copy
