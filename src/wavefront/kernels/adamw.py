@@ -46,6 +46,7 @@ from wavefront import runtime
 from wavefront.kernels import _memcheck
 from wavefront.kernels._heuristics import acc_dtype, tl_dtype, warps_for
 from wavefront.kernels._launch import launch, register_cache
+from wavefront.kernels._tables import FamilyTable, SingleStage
 from wavefront.runtime import Arch
 
 N_PTRS = 6  # param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, master
@@ -53,18 +54,16 @@ N_SCALARS = 7  # decay, 1 - b1, b2, 1 - b2, eps, -step_size, sqrt(bias_correctio
 
 
 @dataclass(frozen=True)
-class AdamWConfig:
+class AdamWConfig(SingleStage):
     BLOCK: int
     num_warps: int
-
-    def options(self) -> dict:
-        return {"num_warps": self.num_warps, "num_stages": 1}
 
 
 # Elements per program: 2048 gives each NVIDIA thread one 16-byte vector of a bf16 parameter and two of
 # each fp32 moment at 8 warps; AMD wave64 holds the same bytes per lane at 4 waves. Fewer, larger
 # blocks cut table reads; larger ones leave small tensors' programs mostly masked.
-ADAMW_BLOCK = {"nvidia": 2048, "amd-cdna": 2048, "amd-rdna": 2048, "cpu": 2048}
+ADAMW_BLOCK: FamilyTable[int] = FamilyTable(2048, "one block on every family: the same bytes per lane on 32- and "
+                                                  "64-lane targets (above)")
 
 
 def adamw_config(param_dtype: torch.dtype, arch: Arch) -> AdamWConfig:

@@ -82,7 +82,8 @@ per element and 4 B per group written, in place of a quantize kernel that reads 
 16-bit y). Single pass: the row is in registers, every scaling fits. Looped (wide rows): the segments
 quantize in pass 2 (BLOCK_N is a multiple of 128); a rowwise scale needs the row's amax, known only after
 pass 2, so rowwise adds a pass 3 re-reading the stored y (2n B, what the separate kernel would read).
-QUANT_GROUP None compiles to the kernel without the epilogue (same machine code, checked with inspect).
+The epilogue is its own kernel, ``_norm_fwd_fp8_kernel``, over the same row, statistics and block helpers
+as ``_norm_fwd_kernel`` (which carries no FP8 flag); in the helpers QUANT_GROUP None compiles to no epilogue.
 
 Offsets: the row index is promoted to int64 before it multiplies a stride, so tensors with 2^31 or more
 elements address correctly.
@@ -199,98 +200,162 @@ def _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr,
 
 
 @triton.jit
+def _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr, n_rows,
+                   n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
+                   IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   CAST_BEFORE_WEIGHT: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+                   BLOCK_N: tl.constexpr, ACC: tl.constexpr, ROUND_STATS: tl.constexpr, QUANT_GROUP: tl.constexpr,
+                   FP8_MAX: tl.constexpr, Q_EPS: tl.constexpr, POW2: tl.constexpr):
+    """Single pass: the program's ROWS_PER_PROGRAM rows, each held in registers (QUANT_GROUP None: no FP8)."""
+    OUT_DTYPE = y_ptr.dtype.element_ty
+    cols0 = tl.arange(0, BLOCK_N)
+    mask = cols0 < n_cols
+    # WEIGHT_FIRST: the weight (and bias) load is issued before the row's: its latency hides behind the row's
+    # load and reductions, and the program's ROWS_PER_PROGRAM rows share it (row_config.py says where).
+    w = 0.0
+    b = 0.0
+    if WEIGHT_FIRST:
+        w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS, OUT_DTYPE, ROUND_STATS)
+    first = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM
+    for i in range(ROWS_PER_PROGRAM):
+        row = first + i
+        if row < n_rows:
+            _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, q_ptr, q_scale_ptr,
+                          row, w, b, cols0, mask, n_cols, stride_x_row, stride_res_row, stride_y_row,
+                          stride_res_out_row, eps, offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS,
+                          CAST_BEFORE_WEIGHT, WEIGHT_FIRST, ACC, BLOCK_N, QUANT_GROUP, FP8_MAX, Q_EPS, POW2,
+                          ROUND_STATS)
+
+
+@triton.jit
+def _norm_fwd_stats(x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row,
+                    stride_res_row, stride_res_out_row, eps, IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                    BLOCK_N: tl.constexpr, ACC: tl.constexpr, ROUND_STATS: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """Looped rows (one per program), pass 1: the row's statistics (stored) from shifted sums, and the add
+    variant's rounded sum (stored). LayerNorm shifts by K, the (refined) mean of the first block, so the sums
+    of (x - K) and (x - K)^2 see centred values: no cancellation when the mean is large against the spread,
+    and the final correction (mean - K)^2 is tiny. Returns (row, cols0, x_row, y_row, mean, rstd)."""
+    cols0 = tl.arange(0, BLOCK_N)
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x_row
+    y_row = y_ptr + row * stride_y_row
+    k = tl.zeros((), dtype=ACC)
+    if not IS_RMS:
+        first = cols0 < n_cols
+        x0 = tl.load(x_row + cols0, mask=first, other=0.0).to(ACC)
+        if HAS_RESIDUAL:
+            r0 = tl.load(res_ptr + row * stride_res_row + cols0, mask=first, other=0.0).to(ACC)
+            x0 = (x0 + r0).to(OUT_DTYPE).to(ACC)
+        n0 = tl.minimum(n_cols, BLOCK_N)
+        k = tl.sum(x0, axis=0) / n0
+        k += tl.sum(tl.where(first, x0 - k, 0.0), axis=0) / n0
+    sum_d = tl.zeros((), dtype=ACC)
+    sum_d2 = tl.zeros((), dtype=ACC)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + cols0
+        mask = cols < n_cols
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+        if HAS_RESIDUAL:
+            res = tl.load(res_ptr + row * stride_res_row + cols, mask=mask, other=0.0)
+            s = (x + res.to(ACC)).to(OUT_DTYPE)
+            tl.store(res_out_ptr + row * stride_res_out_row + cols, s, mask=mask)
+            x = s.to(ACC)
+        d = tl.where(mask, x - k, 0.0)
+        sum_d += tl.sum(d, axis=0)
+        sum_d2 += tl.sum(_rounded(d * d, OUT_DTYPE, ACC, ROUND_STATS), axis=0)
+    run_mean = k + sum_d / n_cols
+    if IS_RMS:
+        run_m2 = sum_d2
+    else:
+        run_m2 = sum_d2 - sum_d * (sum_d / n_cols)
+    rstd = _rstd(run_m2 / n_cols, eps, IS_RMS, OUT_DTYPE, ACC, ROUND_STATS)
+    tl.store(rstd_ptr + row, rstd)
+    if not IS_RMS:
+        tl.store(mean_ptr + row, run_mean)
+    return row, cols0, x_row, y_row, run_mean, rstd
+
+
+@triton.jit
+def _norm_fwd_block(x_row, y_row, res_out_ptr, w_ptr, b_ptr, row, cols, mask, stride_res_out_row, run_mean, rstd,
+                    offset, IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, ACC: tl.constexpr,
+                    ROUND_STATS: tl.constexpr, OUT_DTYPE: tl.constexpr):
+    """Looped rows, pass 2: one block normalized and stored; returns y before rounding. The add variant
+    re-reads its own rounded sum."""
+    if HAS_RESIDUAL:
+        x = tl.load(res_out_ptr + row * stride_res_out_row + cols, mask=mask, other=0.0).to(ACC)
+    else:
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+    xc = x if IS_RMS else x - run_mean
+    w, b = _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS, OUT_DTYPE, ROUND_STATS)
+    y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
+    tl.store(y_row + cols, y.to(OUT_DTYPE), mask=mask)
+    return y
+
+
+@triton.jit
 def _norm_fwd_kernel(
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
+    eps, offset,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr, ROUND_STATS: tl.constexpr,
+):
+    OUT_DTYPE = y_ptr.dtype.element_ty
+    if SINGLE_PASS:
+        _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, None, None, n_rows,
+                       n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, IS_RMS,
+                       HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, ROWS_PER_PROGRAM, WEIGHT_FIRST,
+                       BLOCK_N, ACC, ROUND_STATS, None, None, None, None)
+    else:
+        row, cols0, x_row, y_row, run_mean, rstd = _norm_fwd_stats(
+            x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row, stride_res_row,
+            stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC, ROUND_STATS, OUT_DTYPE)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + cols0
+            _norm_fwd_block(x_row, y_row, res_out_ptr, w_ptr, b_ptr, row, cols, cols < n_cols, stride_res_out_row,
+                            run_mean, rstd, offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT,
+                            ACC, ROUND_STATS, OUT_DTYPE)
+
+
+@triton.jit
+def _norm_fwd_fp8_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
     eps, offset,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
     CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-    WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr, ROUND_STATS: tl.constexpr,
     QUANT_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, Q_EPS: tl.constexpr, POW2: tl.constexpr,
-    ROUND_STATS: tl.constexpr,
 ):
+    """_norm_fwd_kernel with the FP8 epilogue (QUANT_GROUP: 0 rowwise, else the segment width)."""
     OUT_DTYPE = y_ptr.dtype.element_ty
-    cols0 = tl.arange(0, BLOCK_N)
     if SINGLE_PASS:
-        mask = cols0 < n_cols
-        # WEIGHT_FIRST: the weight (and bias) load is issued before the row's: its latency hides behind the row's
-        # load and reductions, and the program's ROWS_PER_PROGRAM rows share it (row_config.py says where).
-        w = 0.0
-        b = 0.0
-        if WEIGHT_FIRST:
-            w, b = _load_affine(w_ptr, b_ptr, cols0, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS, OUT_DTYPE, ROUND_STATS)
-        first = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM
-        for i in range(ROWS_PER_PROGRAM):
-            row = first + i
-            if row < n_rows:
-                _norm_fwd_row(x_ptr, res_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, w_ptr, b_ptr, q_ptr, q_scale_ptr,
-                              row, w, b, cols0, mask, n_cols, stride_x_row, stride_res_row, stride_y_row,
-                              stride_res_out_row, eps, offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS,
-                              CAST_BEFORE_WEIGHT, WEIGHT_FIRST, ACC, BLOCK_N, QUANT_GROUP, FP8_MAX, Q_EPS, POW2,
-                              ROUND_STATS)
+        _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
+                       n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
+                       IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, ROWS_PER_PROGRAM, WEIGHT_FIRST,
+                       BLOCK_N, ACC, ROUND_STATS, QUANT_GROUP, FP8_MAX, Q_EPS, POW2)
     else:
-        row = tl.program_id(0).to(tl.int64)
-        x_row = x_ptr + row * stride_x_row
-        y_row = y_ptr + row * stride_y_row
-        # Pass 1: statistics from shifted sums. LayerNorm shifts by K, the (refined) mean of the first
-        # block, so the sums of (x - K) and (x - K)^2 see centred values: no cancellation when the mean
-        # is large against the spread, and the final correction (mean - K)^2 is tiny.
-        k = tl.zeros((), dtype=ACC)
-        if not IS_RMS:
-            first = cols0 < n_cols
-            x0 = tl.load(x_row + cols0, mask=first, other=0.0).to(ACC)
-            if HAS_RESIDUAL:
-                r0 = tl.load(res_ptr + row * stride_res_row + cols0, mask=first, other=0.0).to(ACC)
-                x0 = (x0 + r0).to(OUT_DTYPE).to(ACC)
-            n0 = tl.minimum(n_cols, BLOCK_N)
-            k = tl.sum(x0, axis=0) / n0
-            k += tl.sum(tl.where(first, x0 - k, 0.0), axis=0) / n0
-        sum_d = tl.zeros((), dtype=ACC)
-        sum_d2 = tl.zeros((), dtype=ACC)
+        row, cols0, x_row, y_row, run_mean, rstd = _norm_fwd_stats(
+            x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row, stride_res_row,
+            stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC, ROUND_STATS, OUT_DTYPE)
+        # FP8 blocks quantize in pass 2; a rowwise scale needs the row's amax first, so rowwise takes a pass 3
+        # over the stored y.
+        q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
+        q_amax = tl.zeros((), dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + cols0
             mask = cols < n_cols
-            x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-            if HAS_RESIDUAL:
-                res = tl.load(res_ptr + row * stride_res_row + cols, mask=mask, other=0.0)
-                s = (x + res.to(ACC)).to(OUT_DTYPE)
-                tl.store(res_out_ptr + row * stride_res_out_row + cols, s, mask=mask)
-                x = s.to(ACC)
-            d = tl.where(mask, x - k, 0.0)
-            sum_d += tl.sum(d, axis=0)
-            sum_d2 += tl.sum(_rounded(d * d, OUT_DTYPE, ACC, ROUND_STATS), axis=0)
-        run_mean = k + sum_d / n_cols
-        if IS_RMS:
-            run_m2 = sum_d2
-        else:
-            run_m2 = sum_d2 - sum_d * (sum_d / n_cols)
-        rstd = _rstd(run_m2 / n_cols, eps, IS_RMS, OUT_DTYPE, ACC, ROUND_STATS)
-        tl.store(rstd_ptr + row, rstd)
-        if not IS_RMS:
-            tl.store(mean_ptr + row, run_mean)
-        # Pass 2: normalize. The add variant re-reads its own rounded sum. FP8 blocks quantize here; a
-        # rowwise scale needs the row's amax first, so rowwise takes a pass 3 over the stored y.
-        if QUANT_GROUP is not None:
-            q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
-            q_amax = tl.zeros((), dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_N):
-            cols = start + cols0
-            mask = cols < n_cols
-            if HAS_RESIDUAL:
-                x = tl.load(res_out_ptr + row * stride_res_out_row + cols, mask=mask, other=0.0).to(ACC)
+            y = _norm_fwd_block(x_row, y_row, res_out_ptr, w_ptr, b_ptr, row, cols, mask, stride_res_out_row,
+                                run_mean, rstd, offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS,
+                                CAST_BEFORE_WEIGHT, ACC, ROUND_STATS, OUT_DTYPE)
+            if QUANT_GROUP == 0:
+                q_amax = tl.maximum(q_amax, masked_amax(y.to(OUT_DTYPE).to(tl.float32), mask))
             else:
-                x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-            xc = x if IS_RMS else x - run_mean
-            w, b = _load_affine(w_ptr, b_ptr, cols, mask, offset, ACC, HAS_WEIGHT, HAS_BIAS, OUT_DTYPE, ROUND_STATS)
-            y = _affine(xc * rstd, w, b, OUT_DTYPE, ACC, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT)
-            tl.store(y_row + cols, y.to(OUT_DTYPE), mask=mask)
-            if QUANT_GROUP is not None:
-                if QUANT_GROUP == 0:
-                    q_amax = tl.maximum(q_amax, masked_amax(y.to(OUT_DTYPE).to(tl.float32), mask))
-                else:
-                    quantize_block(y.to(OUT_DTYPE).to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP, BLOCK_N,
-                                   FP8_MAX, Q_EPS, POW2)
-        if QUANT_GROUP == 0:  # rowwise (None, the option off, is not 0)
+                quantize_block(y.to(OUT_DTYPE).to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP,
+                               BLOCK_N, FP8_MAX, Q_EPS, POW2)
+        if QUANT_GROUP == 0:
             # Pass 3 (rowwise, wide rows only): the program re-reads the y it stored, in the same layout.
             scale = _scale_from_amax(q_amax, FP8_MAX, Q_EPS, POW2)
             tl.store(s_row, scale)
@@ -476,17 +541,20 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     q, q_scale = alloc_fp8_out(quant, n_rows, n_cols, x.device)
     if n_rows == 0:
         return y, res_out, mean, rstd, q, q_scale
+    # The FP8 epilogue is its own kernel over the same helpers (the plain kernel carries no FP8 flags).
+    fp8 = dict(q_ptr=q, q_scale_ptr=q_scale) if quant is not None else {}
     launch(
-        _norm_fwd_kernel, (triton.cdiv(n_rows, cfg.rows_per_program),),
+        _norm_fwd_fp8_kernel if quant is not None else _norm_fwd_kernel, (triton.cdiv(n_rows, cfg.rows_per_program),),
         x_ptr=x, res_ptr=residual, w_ptr=weight, b_ptr=bias, y_ptr=y, res_out_ptr=res_out, mean_ptr=mean,
-        rstd_ptr=rstd, q_ptr=q, q_scale_ptr=q_scale, n_rows=n_rows, n_cols=n_cols, stride_x_row=x.stride(0),
+        rstd_ptr=rstd, **fp8, n_rows=n_rows, n_cols=n_cols, stride_x_row=x.stride(0),
         stride_res_row=residual.stride(0) if residual is not None else 0, stride_y_row=y.stride(0),
         stride_res_out_row=res_out.stride(0) if res_out is not None else 0, eps=eps, offset=offset,
         constexprs=dict(IS_RMS=is_rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
                         HAS_BIAS=bias is not None, CAST_BEFORE_WEIGHT=cast_before_weight,
                         SINGLE_PASS=cfg.single_pass, ROWS_PER_PROGRAM=cfg.rows_per_program,
                         WEIGHT_FIRST=cfg.weight_first, BLOCK_N=cfg.BLOCK_N,
-                        ACC=acc_dtype(x.dtype), ROUND_STATS=round_stats, **fp8_constexprs(quant)),
+                        ACC=acc_dtype(x.dtype), ROUND_STATS=round_stats,
+                        **(fp8_constexprs(quant) if quant is not None else {})),
         options=cfg.options(),
     )
     return y, res_out, mean, rstd, q, q_scale

@@ -47,6 +47,7 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._heuristics import next_pow2
 from wavefront.kernels._launch import launch
+from wavefront.kernels._tables import Differs, FamilyTable, SingleStage
 from wavefront.runtime import Arch
 
 TILE_SCALE, ROW_SCALE, AMAX_ONLY, GLOBAL = 0, 1, 2, 3
@@ -63,24 +64,23 @@ class QuantizeTable:
     max_warps: int
 
 
-QUANTIZE_TABLES: dict[str, QuantizeTable] = {
-    "nvidia": QuantizeTable(tile_elems=8192, max_row_block=8192, max_warps=8),
-    "amd-cdna": QuantizeTable(tile_elems=8192, max_row_block=8192, max_warps=4),
-    "amd-rdna": QuantizeTable(tile_elems=8192, max_row_block=8192, max_warps=8),
-    "cpu": QuantizeTable(tile_elems=8192, max_row_block=8192, max_warps=4),
-}
+QUANTIZE_TABLES: FamilyTable[QuantizeTable] = FamilyTable(
+    QuantizeTable(tile_elems=8192, max_row_block=8192, max_warps=8),
+    "8 warps of 32 lanes (NVIDIA, RDNA wave32): 32 fp32 values per lane, loads 16 B wide, no spill",
+    {
+        "amd-cdna": Differs("wave64: 4 wavefronts give the 8192 values the same 32 per lane", max_warps=4),
+        "cpu": Differs("the interpreter: the wave64 shape (no measurement chose it)", max_warps=4),
+    },
+)
 
 
 @dataclass(frozen=True)
-class QuantizeConfig:
+class QuantizeConfig(SingleStage):
     BLOCK_M: int
     BLOCK_N: int
     mode: int
     wide: bool  # rows looped in BLOCK_N chunks (rowwise, n_cols > max_row_block)
     num_warps: int
-
-    def options(self) -> dict:
-        return {"num_warps": self.num_warps, "num_stages": 1}
 
 
 def quantize_config(scaling: str, n_rows: int, n_cols: int, arch: Arch) -> QuantizeConfig:

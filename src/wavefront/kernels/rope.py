@@ -41,6 +41,7 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._heuristics import acc_dtype, elems_per_vector, next_pow2
 from wavefront.kernels._launch import launch
+from wavefront.kernels._tables import FamilyTable, SingleStage
 from wavefront.runtime import Arch
 
 POS_DIRECT, POS_IDS, POS_CU_SEQLENS = 0, 1, 2
@@ -56,24 +57,20 @@ class RopeTable:
     max_q_per_thread: int
 
 
-ROPE_TABLES: dict[str, RopeTable] = {
-    "nvidia": RopeTable(max_warps=8, max_q_per_thread=32),
-    "amd-cdna": RopeTable(max_warps=8, max_q_per_thread=32),
-    "amd-rdna": RopeTable(max_warps=8, max_q_per_thread=32),
-    "cpu": RopeTable(max_warps=8, max_q_per_thread=32),
-}
+ROPE_TABLES: FamilyTable[RopeTable] = FamilyTable(
+    RopeTable(max_warps=8, max_q_per_thread=32),
+    "one row on every family: 32 q values per thread measured 125 registers on sm_90 and 120 VGPRs on gfx942, "
+    "no spills (the fields' comments)",
+)
 
 
 @dataclass(frozen=True)
-class RopeConfig:
+class RopeConfig(SingleStage):
     BLOCK_HQ: int
     BLOCK_HK: int
     BLOCK_HALF: int
     BLOCK_PASS: int
     num_warps: int
-
-    def options(self) -> dict:
-        return {"num_warps": self.num_warps, "num_stages": 1}
 
 
 def rope_config(n_q_heads: int, n_k_heads: int, head_dim: int, rotary_dim: int, dtype: torch.dtype,

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from wavefront.kernels._heuristics import elems_per_vector, next_pow2, warps_for
+from wavefront.kernels._tables import Differs, FamilyTable, SingleStage
 from wavefront.runtime import Arch
 
 
@@ -106,29 +107,31 @@ class RowTable:
 # not fit: 16 warps need 128+ registers and spill 184-784 B/thread (sm_80/90/100), 32 warps are capped at 64
 # registers and spill too; so rows over 8192 columns take the two-phase path there. AMD's 512-VGPR (CDNA) and
 # 1536-VGPR (RDNA3 wave32) files hold 16384 columns without spills (92-122 VGPRs on gfx942).
-ROW_TABLES: dict[str, RowTable] = {
-    "nvidia": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                       accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
-                       accumulate_vecs_per_thread=1, bwd_row_stages=3),
-    # 64-lane wavefronts: a block holds at most 16 waves (1024 threads), so the same widths give each lane
-    # half the elements of the NVIDIA case.
-    "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                         accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
-                         accumulate_vecs_per_thread=1, weight_first=True),
-    # RDNA wave32: 32 lanes like NVIDIA, 1024 threads per block.
-    "amd-rdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                         accumulate_max_single_pass_cols=16384, accumulate_loop_block_cols=4096,
-                         accumulate_vecs_per_thread=1),
-    # The interpreter: same shape as NVIDIA so CPU tests exercise the configurations GPUs run; rows split
-    # from 16385 columns (chunks of two 4096-column blocks) so the small test shapes exercise the split.
-    "cpu": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
-                    accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
-                    accumulate_vecs_per_thread=1, split_min_cols=16385, split_chunk_cols=8192, bwd_row_stages=3),
-}
+# The same widths serve 64-lane wavefronts (a block holds at most 16 waves, 1024 threads: each lane gets half
+# the elements of the NVIDIA case) and RDNA wave32 (32 lanes like NVIDIA, 1024 threads per block).
+ROW_TABLES: FamilyTable[RowTable] = FamilyTable(
+    RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
+             accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096, accumulate_vecs_per_thread=1,
+             bwd_row_stages=3),
+    "NVIDIA's register file bounds the accumulating kernels at 8192 columns (16384 spill 184-784 B/thread on "
+    "sm_80/90/100, above); the other widths fit every family; the backward's row loop pipelines 3 rows through "
+    "shared memory by cp.async at unchanged occupancy (bwd_row_stages)",
+    {
+        "amd-cdna": Differs("512-VGPR file: 16384 accumulating columns take 92-122 VGPRs on gfx942, no spill; "
+                            "weight-first costs no occupancy on gfx90a/gfx942; a pipelined backward row loop holds "
+                            "the next rows in VGPRs (gfx942 RMSNorm 4096: 8 -> 4 waves), so 1 stage",
+                            accumulate_max_single_pass_cols=16384, weight_first=True, bwd_row_stages=1),
+        "amd-rdna": Differs("1536-VGPR file (wave32): 16384 accumulating columns without spills; the backward's row "
+                            "loop unpipelined as on CDNA", accumulate_max_single_pass_cols=16384, bwd_row_stages=1),
+        # Otherwise NVIDIA's shape, so CPU tests exercise the configurations GPUs run.
+        "cpu": Differs("the interpreter: rows split from 16385 columns (chunks of two 4096-column blocks) so the "
+                       "small test shapes exercise the split", split_min_cols=16385, split_chunk_cols=8192),
+    },
+)
 
 
 @dataclass(frozen=True)
-class RowConfig:
+class RowConfig(SingleStage):
     BLOCK_N: int
     num_warps: int
     single_pass: bool
@@ -140,9 +143,6 @@ class RowConfig:
     # Elements per 16-byte vector (capped at BLOCK_N): the width of the per-thread group whose statistics
     # are combined before any lane exchange (see "Barriers" above).
     vec: int = 1
-
-    def options(self) -> dict:
-        return {"num_warps": self.num_warps, "num_stages": 1}
 
 
 def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool = False,
