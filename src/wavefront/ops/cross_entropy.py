@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from wavefront import reference, runtime
 from wavefront.kernels._heuristics import stat_dtype
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_shape, check_tensor
@@ -64,8 +65,7 @@ def _argmax_out(logits: Tensor, want: bool) -> Tensor:
 @torch.library.custom_op("wavefront::cross_entropy_fwd", mutates_args=())
 def _ce_fwd(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
             z_loss: float, softcap: float | None, want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
-    from wavefront.kernels import cross_entropy as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
     argmax = _argmax_out(logits, want_argmax)
     with op_scope("cross_entropy"):
@@ -85,8 +85,7 @@ def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, wa
 @torch.library.custom_op("wavefront::cross_entropy_bwd", mutates_args=())
 def _ce_bwd(dloss: Tensor, logits: Tensor, target: Tensor, weight: Tensor | None, stats: Tensor, ignore_index: int,
             label_smoothing: float, z_loss: float, softcap: float | None) -> Tensor:
-    from wavefront.kernels import cross_entropy as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
     grad = torch.empty_like(logits)
     with op_scope("cross_entropy"):
@@ -120,8 +119,7 @@ _ce_fwd.register_autograd(_backward, setup_context=_setup_context)
 @torch.library.custom_op("wavefront::cross_entropy_fwd_grad_", mutates_args=("logits",))
 def _ce_fwd_grad_(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
                   z_loss: float, softcap: float | None, want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
-    from wavefront.kernels import cross_entropy as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
     one = torch.ones((), dtype=_stat(logits), device=logits.device)
     argmax = _argmax_out(logits, want_argmax)

@@ -30,7 +30,7 @@ from wavefront.patching.table import DEFAULTS, OPS, PATCHABLE
 
 def _transformers_version() -> str | None:
     try:
-        from importlib.metadata import version
+        from importlib.metadata import version  # lazy: optional importlib
 
         return version("transformers")
     except Exception:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from wavefront.archs import get_arch
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -73,8 +75,6 @@ class GPU:
     @property
     def limits(self):
         """Per-SM/CU on-chip limits of the part's architecture (registers, shared memory/LDS, warps/waves)."""
-        from wavefront.archs import get_arch
-
         return get_arch(self.arch)
 
     def as_dict(self) -> dict:

@@ -75,7 +75,7 @@ def mann_whitney_u(a, b, *, seed: int = 0) -> tuple[float, float]:
     `seed` when there are ties), otherwise the normal approximation with the tie-corrected variance and a
     continuity correction.
     """
-    from scipy import stats
+    from scipy import stats  # lazy: optional scipy
 
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -98,7 +98,7 @@ def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def _bootstrap_ratios(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     """The bootstrap distribution of median(b) / median(a), each side resampled independently."""
-    from scipy import stats
+    from scipy import stats  # lazy: optional scipy
 
     res = stats.bootstrap(
         (a, b),

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from wavefront.workbench.bench.compare import SCHEMA
 from wavefront.workbench.stats import compare
 
 
@@ -98,6 +99,4 @@ def markdown_table(results: list[CalibrationResult]) -> str:
 
 def document(results: list[CalibrationResult]) -> dict:
     """The ``wavefront compare --calibrate --json`` document."""
-    from wavefront.workbench.bench.compare import SCHEMA
-
     return {"schema": SCHEMA, "calibration": [r.as_dict() for r in results]}

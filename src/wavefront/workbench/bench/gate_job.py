@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wavefront import runtime
+from wavefront.workbench.bench.regress import check_complete, dynamic_gate
+from wavefront.workbench.bench.store import StoreError, open_run
 from wavefront.workbench.static import gate as g
+from wavefront.workbench.static import jobs
 from wavefront.workbench.static.jobs import RequestError, read_document
 
 #: on_progress(phase, done, total, what)
@@ -80,8 +83,6 @@ def split_baselines(request: GateRequest) -> tuple[Path | None, str | None]:
 
 
 def _static_half(request: GateRequest, path: Path, on_progress: ProgressFn) -> g.HalfResult:
-    from wavefront.workbench.static import jobs
-
     base = None
     if not request.update:
         try:
@@ -107,9 +108,6 @@ def _static_half(request: GateRequest, path: Path, on_progress: ProgressFn) -> g
 
 
 def _open(ref: str, store: str, argument: str):
-    from wavefront.workbench.bench.regress import check_complete
-    from wavefront.workbench.bench.store import StoreError, open_run
-
     if Path(ref).is_dir():
         raise RequestError(argument, f"{ref} is a directory; give a results document, store or run reference")
     if Path(ref).suffix in (".json", ".sqlite") and not Path(ref).exists():
@@ -123,8 +121,6 @@ def _open(ref: str, store: str, argument: str):
 
 
 def _perf_half(request: GateRequest, baseline_ref: str) -> tuple[g.HalfResult, str]:
-    from wavefront.workbench.bench.regress import dynamic_gate
-
     if Path(request.store).is_dir():
         raise RequestError("store", f"{request.store} is a directory; give the results store file")
     baseline = _open(baseline_ref, request.store, "baseline")

@@ -10,6 +10,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from wavefront.workbench.bench.timer import quantiles_us
+
 #: Timing kinds. Only "gpu" samples are performance figures.
 TIMING_GPU = "gpu"
 TIMING_CPU = "cpu-interpreter"  # CPU interpreter: not a performance figure
@@ -92,7 +94,6 @@ class Measurement:
     def _q(self, q: float) -> float | None:
         if not self.samples_us:
             return None
-        from wavefront.workbench.bench.timer import quantiles_us
 
         return quantiles_us(self.samples_us, (q,))[0]
 

@@ -155,7 +155,7 @@ def read_csv(text: str, path: str) -> Profile:
 def read_report(path: str) -> Profile:
     """A binary ``.ncu-rep`` through ``ncu_report`` (ships with Nsight Compute in extras/python, not on PyPI)."""
     try:
-        import ncu_report
+        import ncu_report  # lazy: optional ncu_report
     except ImportError:
         raise CountersLoadError(
             f"{path}: a binary file (an Nsight Compute .ncu-rep?) and NVIDIA's ncu_report module is not "

@@ -46,6 +46,7 @@ from wavefront import runtime
 from wavefront.kernels._launch import Launch, recording
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
+from wavefront.workbench.bench.correctness import check_case
 from wavefront.workbench.hardware import gpu_for_target
 from wavefront.workbench.static.capture import capture
 from wavefront.workbench.static.variants import VARIANTS
@@ -404,8 +405,6 @@ class ConfigRun:
 def run_config(cfg: GpuConfig, dtype: torch.dtype = DTYPE) -> ConfigRun:
     """Run `cfg`'s small problem forward and backward under the interpreter with its target assumed, against
     the float64 reference (the op's accuracy rule), recording the launches."""
-    from wavefront.workbench.bench.correctness import check_case
-
     if cfg.small is None:
         raise ValueError(f"{cfg.id}: no small problem selects this configuration ({cfg.note})")
     if not runtime.interpreting():

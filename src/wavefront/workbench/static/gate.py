@@ -29,6 +29,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from wavefront.workbench.bench.regress import gate_runs
+from wavefront.workbench.bench.store import StoreError
+
 SCHEMA = "wavefront.gate/1"
 BASELINE_SCHEMA = "wavefront.gate.static-baseline/1"
 DEFAULT_STATIC_BASELINE = Path("benchmarks/baselines/static.json")
@@ -248,7 +251,7 @@ def static_half(inspect_doc: dict, traffic_doc: dict, baseline: dict) -> HalfRes
 def check_pipelines(result: HalfResult) -> HalfResult:
     """Add the hand-made pipelines' model checks (workbench/static/pipeline_models.py) to a half: one finding
     per kernel whose model breaks a rule anywhere on its grid (the first failing configuration named)."""
-    from wavefront.workbench.static.pipeline_models import MODELS
+    from wavefront.workbench.static.pipeline_models import MODELS  # lazy: torch-free import
 
     for km in MODELS:
         report = km.check()
@@ -278,9 +281,6 @@ def perf_half(baseline_ref: str, current_ref: str = "latest", *, store_path: str
               threshold: float = 0.05) -> tuple[HalfResult, str]:
     """The dynamic gate as a half: one finding per case that slowed beyond threshold and noise, grew its
     peak memory, errors now, or went missing. Returns the half and the markdown summary."""
-    from wavefront.workbench.bench.regress import gate_runs
-    from wavefront.workbench.bench.store import StoreError
-
     try:
         report = gate_runs(baseline_ref, current_ref, store_path=str(store_path), threshold=threshold)
     except (StoreError, ValueError, FileNotFoundError) as exc:

@@ -25,10 +25,13 @@ from pathlib import Path
 
 import torch
 
+from wavefront import runtime
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
-from wavefront.workbench.hardware import GPU, get_gpu
-from wavefront.workbench.static.capture import op_modes
+from wavefront.workbench.bench.store import open_run
+from wavefront.workbench.hardware import GPU, get_gpu, gpu_for_target, gpu_from_device_name
+from wavefront.workbench.static.capture import capture, op_modes
+from wavefront.workbench.static.inspect import compile_jobs, job_for, specialization_key
 
 SCHEMA = "wavefront.roofline/1"
 
@@ -135,9 +138,6 @@ def measured_from_store(store_path: str | Path, run_ref: str = "latest",
                         provider: str = "wavefront") -> dict[tuple[str, str, str, str, str], float]:
     """Median times of one stored GPU run (``wavefront bench`` on a GPU) for `provider`, keyed like
     :func:`load_measured`. A CPU-timed run is refused: interpreter wall times are no performance figures."""
-    from wavefront.workbench.bench.store import open_run
-    from wavefront.workbench.hardware import gpu_from_device_name
-
     run = open_run(run_ref, store_path)
     if not run.info.is_gpu:
         raise ValueError(f"run {run.info.id} of {store_path} was not timed on a GPU ({run.info.timing}); "
@@ -181,11 +181,6 @@ def matrix_ops_from_inspect(inspect_doc: dict) -> set[str]:
 
 def detect_matrix_ops(ops: Iterable[str] | None = None, target: str = "sm_90") -> set[str]:
     """Ops whose kernels contain tt.dot, from Triton's front end only (fast; no GPU code generated)."""
-    from wavefront import runtime
-    from wavefront.workbench.hardware import gpu_for_target
-    from wavefront.workbench.static.capture import capture
-    from wavefront.workbench.static.inspect import compile_jobs, job_for
-
     names = list(ops) if ops else list(REGISTRY)
     jobs = {}
     for n in names:
@@ -196,8 +191,6 @@ def detect_matrix_ops(ops: Iterable[str] | None = None, target: str = "sm_90") -
     results = compile_jobs([j for js in jobs.values() for j in js])
     out = set()
     for n, js in jobs.items():
-        from wavefront.workbench.static.inspect import specialization_key
-
         if any(results[specialization_key(j)].uses_dot for j in js):
             out.add(n)
     return out

@@ -23,6 +23,7 @@ the minimum's) separates per-row traffic from fixed per-program costs such as gr
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -123,7 +124,7 @@ class InterpreterCounter:
         return self.by_launch.setdefault(id(self.launches[-1]), _LaunchAccesses())
 
     def __enter__(self) -> InterpreterCounter:
-        from triton.runtime import interpreter
+        from triton.runtime import interpreter  # lazy: Triton-free import
 
         if not runtime.interpreting():
             raise RuntimeError("traffic is counted under the Triton interpreter: set TRITON_INTERPRET=1 before "
@@ -181,7 +182,7 @@ class InterpreterCounter:
         return self
 
     def __exit__(self, *exc) -> None:
-        from triton.runtime import interpreter
+        from triton.runtime import interpreter  # lazy: Triton-free import
 
         for name, fn in self._saved.items():
             setattr(interpreter.InterpreterBuilder, name, fn)
@@ -364,8 +365,6 @@ class TrafficReport:
 
 
 def _arg_names(launch: Launch) -> list[str]:
-    import inspect
-
     fn = getattr(launch.kernel, "fn", launch.kernel)
     return list(inspect.signature(fn).parameters)
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.percentile imports it: once in the parent, not in every forked worker
 
+from wavefront.workbench.trace.annotate import load_annotated
 from wavefront.workbench.trace.breakdown import (
     CATEGORIES,
     StepBreakdown,
@@ -28,9 +30,11 @@ from wavefront.workbench.trace.breakdown import (
 )
 from wavefront.workbench.trace.classify import COMM, classify_device, family
 from wavefront.workbench.trace.compat import hta_equivalent
+from wavefront.workbench.trace.decode import pool_context
+from wavefront.workbench.trace.errors import TraceLoadError
 from wavefront.workbench.trace.kernels import KernelReport, family_time_by_step, kernel_table, roofline
 from wavefront.workbench.trace.launch import LaunchStats, launch_stats
-from wavefront.workbench.trace.load import TraceLoadError, load_trace
+from wavefront.workbench.trace.load import load_trace
 from wavefront.workbench.trace.model import KIND_KERNEL, KIND_NAMES, NO_ID, Trace
 from wavefront.workbench.trace.multirank import (
     XLA_IDENTITY,
@@ -245,8 +249,6 @@ def analyze(paths: Sequence[str | Path], *, device: str | None = None, short_us:
     opts = _Options(device, short_us, top, hta_compatible, max(1, workers // len(paths)), step_pattern)
     annotation = None
     if annotate_to is not None:
-        from wavefront.workbench.trace.annotate import load_annotated
-
         trace, annotation = load_annotated(paths[0], annotate_to)
         outcomes: list[RankAnalysis | str] = [analyze_trace(trace, device=device, short_us=short_us, top=top,
                                                             hta_compatible=hta_compatible)]
@@ -271,10 +273,6 @@ def _in_pool(paths: Sequence[str | Path], opts: _Options, workers: int,
              progress: Callable[[str, int, int], None] | None) -> list[RankAnalysis | str]:
     """One worker process per file (up to ``workers`` at once); if the pool breaks (a worker killed, out
     of memory), the files are analyzed here one after the other."""
-    import numpy.ma  # noqa: F401 - np.percentile imports it: once here rather than in every forked worker
-
-    from wavefront.workbench.trace.decode import pool_context  # the decoder and msgspec, likewise
-
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=pool_context()) as pool:
             futures = [pool.submit(_analyze_file, str(p), opts) for p in paths]

@@ -19,6 +19,7 @@ import gc
 import gzip
 import itertools
 import json
+import multiprocessing
 import operator
 import os
 import re
@@ -603,8 +604,6 @@ def _range_cuts(path: Path, n: int) -> list[int]:
 def pool_context():
     """fork where the platform has it: workers start at once and need no importable ``__main__``; the
     workers only decode and return columns, so nothing they inherit (a progress thread) is touched."""
-    import multiprocessing
-
     return get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
 
 

@@ -10,6 +10,7 @@ ready for ``Plotly.newPlot(div, data, layout)`` or the report's chart helper.
 
 from __future__ import annotations
 
+from wavefront.workbench.hardware import GPUS
 from wavefront.workbench.trace.analysis import TraceAnalysis
 from wavefront.workbench.trace.breakdown import CATEGORIES
 from wavefront.workbench.trace.flops import DTYPE_PEAK
@@ -38,8 +39,6 @@ def step_breakdown_figure(analysis: TraceAnalysis) -> dict:
 
 def roofline_figure(analysis: TraceAnalysis, rank_index: int = 0) -> dict | None:
     """None when the rank has no placed op or no known device."""
-    from wavefront.workbench.hardware import GPUS
-
     r = analysis.ranks[rank_index]
     points = [p for p in r.kernels.roofline if p.attainable_tflops is not None]
     if not points or r.kernels.gpu not in GPUS:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from wavefront.workbench import hardware
 from wavefront.workbench.trace.breakdown import Step
 from wavefront.workbench.trace.classify import CLASS_NAMES, DeviceClasses, family
 from wavefront.workbench.trace.flops import DTYPE_PEAK, op_cost
@@ -187,8 +188,6 @@ def family_time_by_step(trace: Trace, steps: list[Step], top_level_rows: np.ndar
 
 def resolve_gpu(trace: Trace, device: str | None):
     """The device-table row for the roofline, or (None, reason)."""
-    from wavefront.workbench import hardware
-
     try:
         if device:
             return hardware.get_gpu(device), None

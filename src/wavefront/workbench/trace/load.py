@@ -25,7 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from wavefront.workbench.trace import decode, nsys, rocprof
 from wavefront.workbench.trace.clock import ClockValueError, value_to_ns
+from wavefront.workbench.trace.errors import TraceLoadError as TraceLoadError  # re-exported: the readers raise it
 from wavefront.workbench.trace.events import (
     COLUMNS,
     COMM_ARG_KEYS,
@@ -50,10 +52,6 @@ MAX_EVENT_CHARS = 64 << 20
 
 _WS = re.compile(r"[ \t\n\r]*")
 _WS_COMMA = re.compile(r"[ \t\n\r,]*")
-
-
-class TraceLoadError(ValueError):
-    """The file is not a readable trace at all (no events could be recovered)."""
 
 
 class _Reader:
@@ -293,8 +291,6 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trace file not found: {path}")
-    from wavefront.workbench.trace import nsys, rocprof  # they import this module's TraceLoadError
-
     vendor = ("an Nsight Systems export" if nsys.is_sqlite(path) else
               "a rocprofv3 trace" if rocprof.sniff(path) else None)
     if vendor is not None and raw_sink is not None:
@@ -304,8 +300,6 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
         return read(path, step_pattern=step_pattern or nsys.DEFAULT_STEP_PATTERN)
     trace = None
     if raw_sink is None:
-        from wavefront.workbench.trace import decode
-
         trace = decode.load_fast(path, progress=progress, workers=workers)
     if trace is None:
         trace = _load_streaming(path, progress, raw_sink)

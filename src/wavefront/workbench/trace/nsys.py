@@ -25,7 +25,7 @@ Schema followed: the export schema Nsight Systems documents for its 2024.x and 2
 - ``TARGET_INFO_GPU`` (optional): ``id``, ``name`` -> the device name the roofline looks up.
 
 An export without ``CUPTI_ACTIVITY_KIND_KERNEL``, ``StringIds`` or one of the columns above is refused with
-:class:`~wavefront.workbench.trace.load.TraceLoadError` naming the file and what is missing; nothing is guessed.
+:class:`~wavefront.workbench.trace.errors.TraceLoadError` naming the file and what is missing; nothing is guessed.
 Not read yet: OS runtime, CUDA graph node ids, GPU metrics, NVTX payloads and domains other than NCCL's.
 """
 
@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wavefront.workbench.trace.errors import TraceLoadError
 from wavefront.workbench.trace.events import COLUMNS, DTYPES, Parts, finish
-from wavefront.workbench.trace.load import TraceLoadError
 from wavefront.workbench.trace.model import (
     CAT_CPU_OP,
     CAT_USER_ANNOTATION,

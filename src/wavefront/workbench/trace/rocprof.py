@@ -25,7 +25,7 @@ the integer nanoseconds written):
 
 RCCL kernels (``ncclDevKernel_*``, ``ncclKernel_*``) are communication by their names, as on the
 torch.profiler path. Device ids are the agent numbers as written ("Agent 2" -> 2), not HIP ordinals.
-A file whose header lacks a column above is refused with :class:`~wavefront.workbench.trace.load.TraceLoadError`
+A file whose header lacks a column above is refused with :class:`~wavefront.workbench.trace.errors.TraceLoadError`
 naming the file and the columns; nothing is guessed. Not read: ``--output-format json``/``pftrace``/``rocpd``
 outputs, HSA API, RCCL API (``rccl_api_trace.csv``), scratch and allocation traces, counter collection.
 """
@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from wavefront.workbench.trace import vendor
+from wavefront.workbench.trace.errors import TraceLoadError
 from wavefront.workbench.trace.events import COLUMNS, DTYPES, Parts, finish, int_id
-from wavefront.workbench.trace.load import TraceLoadError
 from wavefront.workbench.trace.model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, Trace
 
 SCHEMA = "rocprofv3 CSV trace (ROCm 6.2-6.4)"

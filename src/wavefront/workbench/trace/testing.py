@@ -13,10 +13,12 @@ trace of any size to disk for the speed benchmark.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import random
 import re
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -454,8 +456,6 @@ def write_nsys_sqlite(trace: SynthTrace, path: str | Path, *, tables: dict[str, 
     correlation ids, and CPU ops and annotations as NVTX push/pop ranges on the host thread (as
     ``torch.autograd.profiler.emit_nvtx`` writes them). GPU-side sync records and flows have no row.
     ``tables`` replaces the schema (to write a foreign one)."""
-    import sqlite3
-
     path = Path(path)
     path.unlink(missing_ok=True)
     strings: dict[str, int] = {}
@@ -539,8 +539,6 @@ def write_rocprof_csv(trace: SynthTrace, directory: str | Path, *, prefix: str =
     "Agent d+1", as rocprofv3 numbers agents). GPU-side sync
     records and flows have no row. Returns the kernel trace's path. ``headers`` replaces the columns (to
     write a foreign schema)."""
-    import csv
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     heads = {**ROCPROF_HEADERS, **(headers or {})}

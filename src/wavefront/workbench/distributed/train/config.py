@@ -11,8 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+from wavefront.workbench.distributed.train.overlap import parse_reshard, problems
+from wavefront.workbench.distributed.train.presets import PRESETS, build_config
+from wavefront.workbench.distributed.train.store import check_store
+from wavefront.workbench.hardware import get_gpu
 
 PARALLEL_PLANS = ("auto", "single", "ddp", "fsdp2", "mesh")
 DTYPES = ("auto", "fp32", "bf16")
@@ -77,8 +82,6 @@ class TrainConfig:
     async_tp: bool = False
 
     def __post_init__(self) -> None:
-        from wavefront.workbench.distributed.train.overlap import parse_reshard
-
         with contextlib.suppress(ValueError):  # the CLI passes "true"/"false"/"K"; validate() names a bad one
             object.__setattr__(self, "reshard_after_forward", parse_reshard(self.reshard_after_forward))
 
@@ -103,7 +106,7 @@ class TrainConfig:
 
     def layout(self):
         """The mesh layout of these options (unresolved: dp_shard may be 0)."""
-        from wavefront.workbench.distributed.train.mesh import Layout
+        from wavefront.workbench.distributed.train.mesh import Layout  # lazy: import cycle
 
         source = f"plan {self.plan} rank {self.plan_rank}" if self.plan else "options"
         return Layout(self.tp, self.pp, self.cp, self.dp_shard, self.dp_replicate, self.vpp, self.pp_schedule,
@@ -117,8 +120,6 @@ class TrainConfig:
 
     def validate(self, world_size: int) -> None:
         """Raise ConfigError naming the problem; called on every rank before any work."""
-        from wavefront.workbench.distributed.train.presets import PRESETS
-
         def bad(msg: str) -> None:
             raise ConfigError(msg)
 
@@ -158,7 +159,7 @@ class TrainConfig:
                 f"{world_size} x {self.micro_batch} = {world_size * self.micro_batch}")
         if self.dtype not in DTYPES:
             bad(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        from wavefront.workbench.distributed.train.recompute import POLICIES
+        from wavefront.workbench.distributed.train.recompute import POLICIES  # lazy: torch-free import
 
         if self.recompute not in POLICIES:
             bad(f"--recompute must be one of {', '.join(POLICIES)}, got {self.recompute!r}")
@@ -189,8 +190,6 @@ class TrainConfig:
         if self.price_per_hour is not None and self.price_per_hour < 0:
             bad(f"--price-per-hour must be >= 0, got {self.price_per_hour}")
         if self.gpu is not None:
-            from wavefront.workbench.hardware import get_gpu
-
             try:
                 get_gpu(self.gpu)
             except ValueError as e:
@@ -198,8 +197,6 @@ class TrainConfig:
         if self.store and Path(self.store).is_dir():
             bad(f"--store: {self.store!r} is a directory; give the path of an SQLite results file")
         if self.store:
-            from wavefront.workbench.distributed.train.store import check_store
-
             try:
                 check_store(self.store)
             except ValueError as e:
@@ -210,12 +207,12 @@ class TrainConfig:
             bad(f"--inject-failure rank {self.inject_failure[0]} is outside the {world_size} launched ranks")
         if self.fp8 is not None:
             self._validate_fp8()
-        from wavefront.workbench.distributed.train.fp8 import all_gather_problem
+        from wavefront.workbench.distributed.train.fp8 import all_gather_problem  # lazy: torch-free import
 
         if why := all_gather_problem(self, world_size, plan):
             bad(why)
         self._validate_overlap(world_size, plan)
-        from wavefront.patching.table import OPS
+        from wavefront.patching.table import OPS  # lazy: torch-free import
 
         unknown = set(self.patch_options) - set(OPS)
         if unknown:
@@ -226,17 +223,16 @@ class TrainConfig:
                 bad(f"--seq-len {self.seq_len} exceeds the model's max_position_embeddings {max_pos}")
 
     def _validate_ep(self, world_size: int, plan: str) -> None:
-        from wavefront.workbench.distributed.train import expert_parallel
-        from wavefront.workbench.distributed.train.presets import build_config
+        from wavefront.workbench.distributed.train import expert_parallel  # lazy: import cycle
 
         if self.patch_options and not self.patch_options.get("moe"):
             raise ConfigError("--ep splits the experts of the wavefront MoE patch: keep moe in --patch-ops")
         expert_parallel.validate(self.ep, world_size, plan, self.variants, build_config(self.model))
 
     def _validate_fp8(self) -> None:
-        import torch
+        import torch  # lazy: torch-free import
 
-        from wavefront.patching.fp8 import RECIPES
+        from wavefront.patching.fp8 import RECIPES  # lazy: torch-free import
 
         if self.fp8 not in RECIPES:
             raise ConfigError(f"--fp8 must be one of {', '.join(RECIPES)}, got {self.fp8!r}")
@@ -248,9 +244,7 @@ class TrainConfig:
                               + (" (auto is fp32 on a CPU)" if self.dtype == "auto" else ""))
 
     def _validate_overlap(self, world_size: int, plan: str) -> None:
-        import torch
-
-        from wavefront.workbench.distributed.train.overlap import problems
+        import torch  # lazy: torch-free import
 
         why = problems(fsdp_prefetch=self.fsdp_prefetch, reshard_after_forward=self.reshard_after_forward,
                        async_tp=self.async_tp, plan=plan, variants=self.variants, cuda=torch.cuda.is_available(),
@@ -259,8 +253,7 @@ class TrainConfig:
             raise ConfigError("; ".join(why))
 
     def _validate_mesh(self, world_size: int) -> None:
-        from wavefront.workbench.distributed.train import mesh
-        from wavefront.workbench.distributed.train.presets import build_config
+        from wavefront.workbench.distributed.train import mesh  # lazy: import cycle
 
         other = [v for v in self.variants if v in ("compile", "liger")]
         if other and not (self.async_tp and other == ["compile"]) and (self.tp > 1 or self.pp > 1 or self.cp > 1):
@@ -278,16 +271,14 @@ class TrainConfig:
 
 def apply_plan(cfg: TrainConfig) -> TrainConfig:
     """`cfg` with the degrees and micro-batch of plan number ``cfg.plan_rank`` of the ``--plan`` file."""
-    from dataclasses import replace
-
-    from wavefront.workbench.distributed.train.mesh import read_plan
+    from wavefront.workbench.distributed.train.mesh import read_plan  # lazy: import cycle
 
     if cfg.plan is None:
         return cfg
     if cfg.plan_rank < 0:
         raise ConfigError(f"--plan-rank must be >= 0, got {cfg.plan_rank}")
     lay, micro, doc = read_plan(cfg.plan, cfg.plan_rank)
-    from wavefront.workbench.distributed.train.recompute import from_plan
+    from wavefront.workbench.distributed.train.recompute import from_plan  # lazy: torch-free import
 
     planned = from_plan(doc["plans"][cfg.plan_rank]["config"].get("recompute", "none"))
     # the plan's policy unless the command line asked for one (selective runs as none: recompute.from_plan)
@@ -324,7 +315,7 @@ def _check_dir(option: str, root: Path, subdirs: list[Path]) -> None:
 
 def parse_patch_ops(text: str) -> dict[str, bool]:
     """"rms_norm,rope" -> every patchable op on or off (see wavefront.patching.table)."""
-    from wavefront.patching.table import OPS
+    from wavefront.patching.table import OPS  # lazy: torch-free import
 
     wanted = {o.strip() for o in text.split(",") if o.strip()}
     unknown = wanted - set(OPS)

@@ -38,6 +38,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from wavefront.parallel import ring_attention, shard_sequence
+
 IMPLEMENTATION = "wavefront-ring"
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
 _GROUP: list = [None]  # the cp group the registered attention runs over (one run at a time per process)
@@ -50,8 +52,6 @@ def _no_mask(*args, **kwargs) -> None:
 def _ring_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                   is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    from wavefront.parallel import ring_attention
-
     if dropout:
         raise NotImplementedError(f"{IMPLEMENTATION}: attention dropout ({dropout}) is not supported")
     if kwargs.get("sliding_window") is not None or kwargs.get("softcap") is not None:
@@ -63,8 +63,8 @@ def _ring_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, val
 
 def install(model: nn.Module, group) -> None:
     """Route `model`'s attention to ring attention over `group` (an added registry entry, this model only)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
+    from transformers import AttentionInterface  # lazy: optional transformers
+    from transformers.masking_utils import AttentionMaskInterface  # lazy: optional transformers
 
     AttentionInterface.register(IMPLEMENTATION, _ring_forward)
     AttentionMaskInterface.register(IMPLEMENTATION, _no_mask)
@@ -75,8 +75,6 @@ def install(model: nn.Module, group) -> None:
 def shard(ids: torch.Tensor, rank: int, cp: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tokens, global positions, next-token targets) of this rank's zig-zag shard of `ids` [B, S]; the
     targets are shifted on the whole sequence first (-100 after its last token), then sharded."""
-    from wavefront.parallel import shard_sequence
-
     shifted = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
     positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
     local, pos, targets = (shard_sequence(t, rank, cp, 1) for t in (ids, positions, shifted))
@@ -103,7 +101,7 @@ def pipeline_inputs(ids: torch.Tensor, rank: int, cp: int) -> tuple[torch.Tensor
 
 def reduce_grads(model: nn.Module, group) -> None:
     """Sum the gradients over the cp group: each rank's loss holds only its shard's tokens."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # lazy: torch-free import
 
     for p in model.parameters():
         if p.grad is not None:

@@ -27,6 +27,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+import wavefront
+from wavefront.workbench.distributed.train.data import Batches, synthetic_corpus
+from wavefront.workbench.distributed.train.presets import build_model
+
 EPS32 = torch.finfo(torch.float32).eps
 
 
@@ -118,10 +122,6 @@ def run_convergence(preset: str, *, steps: int = 20, batch: int = 1, seq_len: in
                     **config_overrides) -> ConvergenceResult:
     """Train ref/eager/patched copies of a tiny preset (config fields overridable, e.g.
     num_hidden_layers=1); see the module docstring for the criterion."""
-    import wavefront
-    from wavefront.workbench.distributed.train.data import Batches, synthetic_corpus
-    from wavefront.workbench.distributed.train.presets import build_model
-
     base = build_model(preset, seed=seed, **config_overrides)
     ref = copy.deepcopy(base).to(torch.float64)
     eager = copy.deepcopy(base)
@@ -172,9 +172,6 @@ def loss_envelope(preset: str, *, steps: int, seq_len: int, global_batch: int, l
     maximum over unpatched fp32 runs (one as built, `n_perturbed` moved by one ulp) of their loss distance
     from a float64 run. Two fp32 runs that differ only by rounding (a different reduction order, e.g. split
     over tensor-parallel ranks) lie within ``2 * envelope[t]`` of each other, plus a few ulps of the loss."""
-    from wavefront.workbench.distributed.train.data import Batches, synthetic_corpus
-    from wavefront.workbench.distributed.train.presets import build_model
-
     base = build_model(preset, seed=seed, attn_implementation="sdpa")
     corpus = synthetic_corpus(base.config.vocab_size, max(1 << 16, 2 * seq_len * global_batch), seed=seed)
     batches = Batches(corpus, seq_len, global_batch)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from wavefront.nn import tokens_per_expert
+from wavefront.parallel import expert_parallel, expert_parameters
 from wavefront.workbench.distributed.train.config import ConfigError
 
 
@@ -90,8 +92,6 @@ def _groups(ep: int, world: int, rank: int):
 
 def install(model: torch.nn.Module, ep: int) -> EpState:
     """Split the experts of a patched MoE model over this rank's ep group, before DDP / FSDP2 wrap it."""
-    from wavefront.parallel import expert_parallel, expert_parameters
-
     group, replicas = _groups(ep, dist.get_world_size(), dist.get_rank())
     paths = expert_parallel(model, group)
     if not paths:
@@ -158,7 +158,7 @@ def local_optim_state(optim_sd: dict, state: EpState | None) -> dict:
 
 def ddp_ignore(model: torch.nn.Module, state: EpState) -> None:
     """Tell DDP (before it wraps `model`) to leave the expert parameters out of its all-reduce."""
-    from torch.nn.parallel import DistributedDataParallel
+    from torch.nn.parallel import DistributedDataParallel  # lazy: torch-free import
 
     ids = {id(p) for p in state.params}
     names = [n for n, p in model.named_parameters() if id(p) in ids]
@@ -179,8 +179,6 @@ def active_matmul_params(model: torch.nn.Module, n_matmul: int) -> int:
 def step_counts(model: torch.nn.Module, device: torch.device) -> dict[str, list[int]]:
     """Tokens routed to each (global) expert of each MoE layer during this step, summed over every rank;
     resets the counters. Empty for a model without wavefront MoE modules (every rank must call it)."""
-    from wavefront.nn import tokens_per_expert
-
     local = tokens_per_expert(model, reset=True)
     if not local:
         return {}

@@ -36,6 +36,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from wavefront.nn.fp8 import Float8Linear
+from wavefront.parallel.fp8_fsdp import RECIPES as GATHERED
+from wavefront.parallel.fp8_fsdp import enable_fp8_all_gather
+
 
 @dataclass(frozen=True)
 class Fp8Flops:
@@ -50,8 +54,6 @@ class Fp8Flops:
 
 def swapped_flops(model: nn.Module, recipe: str) -> tuple[float, int]:
     """(6 x weights of the model's Float8Linear layers, how many there are); call before sharding."""
-    from wavefront.nn.fp8 import Float8Linear
-
     layers = [m for m in model.modules() if isinstance(m, Float8Linear)]
     return 6.0 * sum(m.weight.numel() for m in layers), len(layers)
 
@@ -90,7 +92,6 @@ def all_gather_problem(cfg, world_size: int, plan: str) -> str | None:
     """Why ``--fp8-all-gather`` cannot run with these options (a one-line error), or None."""
     if not cfg.fp8_all_gather:
         return None
-    from wavefront.parallel.fp8_fsdp import RECIPES as GATHERED
 
     if cfg.fp8 is None:
         return "--fp8-all-gather gathers the weights of the FP8 layers: pass --fp8 RECIPE too"
@@ -115,8 +116,6 @@ def all_gather_problem(cfg, world_size: int, plan: str) -> str | None:
 
 def enable_all_gather(model: nn.Module, shard_degree: int) -> list[str]:
     """Wrap the model's Float8Linear weights for the FP8 all-gather; the run's notes on what was wrapped."""
-    from wavefront.parallel.fp8_fsdp import enable_fp8_all_gather
-
     report = enable_fp8_all_gather(model, shard_degree, marked_only=False)
     lines = [f"fp8 all-gather: {len(report.wrapped)} weights gathered in FP8 over {shard_degree} FSDP2 ranks (half "
              f"the bytes of bf16, plus the scales)"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import os
 import platform
 import signal
@@ -39,15 +40,22 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+import wavefront
+from wavefront import runtime
+from wavefront.kernels._launch import recording
 from wavefront.patching.loss import loss_metrics
 from wavefront.workbench.distributed import launch as dist_launch
 from wavefront.workbench.distributed.train import checkpoint as train_checkpoint
-from wavefront.workbench.distributed.train import context_parallel
+from wavefront.workbench.distributed.train import context_parallel, pipeline, predict
 from wavefront.workbench.distributed.train import expert_parallel as train_ep
+from wavefront.workbench.distributed.train import fp8 as train_fp8
+from wavefront.workbench.distributed.train import mesh as train_mesh
 from wavefront.workbench.distributed.train import overlap as train_overlap
 from wavefront.workbench.distributed.train import recompute as train_recompute
 from wavefront.workbench.distributed.train import store as train_store
 from wavefront.workbench.distributed.train.config import ConfigError, TrainConfig
+from wavefront.workbench.distributed.train.data import Batches, load_tokens, synthetic_corpus
+from wavefront.workbench.distributed.train.fp8 import enable_all_gather
 from wavefront.workbench.distributed.train.kpi import (
     EnergyMeter,
     MemoryMeter,
@@ -60,7 +68,8 @@ from wavefront.workbench.distributed.train.kpi import (
     summarize,
 )
 from wavefront.workbench.distributed.train.mesh import Layout
-from wavefront.workbench.distributed.train.parallelize import finish_backward
+from wavefront.workbench.distributed.train.parallelize import finish_backward, parallelize
+from wavefront.workbench.distributed.train.presets import build_config, build_model
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_NONFINITE, EXIT_INTERRUPTED = 1, 2, 3, 4
 
@@ -165,8 +174,6 @@ def _init(cfg: TrainConfig) -> _Env:
     bf16 = cfg.dtype == "bf16" or (cfg.dtype == "auto" and use_cuda)
     env = _Env(rank, world, local_rank, device, cfg.resolve_parallel(world), bf16, dp_rank=rank, dp=world)
     if env.plan == "mesh":
-        from wavefront.workbench.distributed.train import mesh as train_mesh
-
         env.layout = cfg.layout().resolved(world)
         env.mesh = train_mesh.build_mesh(env.layout, device.type)
         coord = train_mesh.coordinates(env.mesh)
@@ -200,19 +207,17 @@ def _decoder_layers(model) -> list[torch.nn.Module]:
 
 def _wrap(model, env: _Env, cfg: TrainConfig, ep: train_ep.EpState | None = None):
     if env.plan == "mesh":
-        from wavefront.workbench.distributed.train.parallelize import parallelize
-
         return parallelize(model, env.mesh, env.layout, bf16=env.bf16, prefetch=cfg.fsdp_prefetch,
                            reshard_after_forward=train_overlap.parse_reshard(cfg.reshard_after_forward))
     if env.plan == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
+        from torch.nn.parallel import DistributedDataParallel  # lazy: torch-free import
 
         if ep is not None:
             train_ep.ddp_ignore(model, ep)
         return DistributedDataParallel(model, device_ids=[env.local_rank] if env.device.type == "cuda" else None)
     if env.plan == "fsdp2":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.device_mesh import init_device_mesh  # lazy: torch-free import
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # lazy: torch-free import
 
         mesh = init_device_mesh(env.device.type, (env.world,))
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if env.bf16 else \
@@ -241,8 +246,6 @@ def _all_reduce(values: list[float], env: _Env, op=dist.ReduceOp.SUM) -> list[fl
 
 
 def _batches(cfg: TrainConfig, vocab_size: int):
-    from wavefront.workbench.distributed.train.data import Batches, load_tokens, synthetic_corpus
-
     if cfg.data == "synthetic":
         n = max(1 << 16, 2 * cfg.seq_len * cfg.global_batch)
         tokens = synthetic_corpus(vocab_size, n, seed=cfg.seed)
@@ -259,9 +262,6 @@ def _patch_options(cfg: TrainConfig) -> dict:
 def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_row, out_dir: Path,
                  on_step: Callable | None, records: list[StepRecord], result: VariantResult) -> None:
     """Train one variant; appends to `records` as it goes so a failure keeps what was measured."""
-    import wavefront
-    from wavefront.workbench.distributed.train.presets import build_model
-
     model = build_model(cfg.model, seed=cfg.seed, attn_implementation=cfg.attn_implementation)
     fp8 = None
     if variant == "wavefront":
@@ -273,7 +273,7 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     if env.cp > 1:
         context_parallel.install(model, env.cp_group)
     elif variant == "liger":
-        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance  # lazy: optional liger_kernel
 
         _apply_liger_kernel_to_instance(model=model)
     train_recompute.apply(model, cfg.recompute_policy)
@@ -284,7 +284,6 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
         model.config, cfg.seq_len, train_ep.active_matmul_params(model, matmul_params(model)), cfg.recompute_policy)
     model.to(env.device).train()
     if fp8 is not None and cfg.fp8_all_gather:  # before fully_shard, after the move (train/fp8.py)
-        from wavefront.workbench.distributed.train.fp8 import enable_all_gather
 
         result.notes += enable_all_gather(model, env.world if env.plan == "fsdp2" else env.layout.dp_shard)
     ep = train_ep.install(model, cfg.ep) if cfg.ep > 1 else None
@@ -293,8 +292,6 @@ def _run_variant(cfg: TrainConfig, env: _Env, variant: str, peak: Peak, device_r
     accum = cfg.global_batch // (env.dp * cfg.micro_batch)
     pipe = par = None
     if env.plan == "mesh" and env.layout.pp > 1:
-        from wavefront.workbench.distributed.train import pipeline
-
         pipe, par = pipeline.build(model, env.mesh, env.layout, bf16=env.bf16, device=env.device, n_micro=accum,
                                    n_items=accum * cfg.micro_batch * (cfg.seq_len - 1), patched=variant == "wavefront")
         model = par.module
@@ -486,7 +483,6 @@ def _fp8_setup(cfg: TrainConfig, env: _Env, model, peak: Peak, device_row):
     """After the FP8 patch: the swapped layers' FLOPs and FP8 peak; bf16 parameters where FSDP2 does not cast."""
     if cfg.fp8 is None:
         return None
-    from wavefront.workbench.distributed.train import fp8 as train_fp8
 
     flops, n_swapped = train_fp8.swapped_flops(model, cfg.fp8)
     fp8_tflops, source = train_fp8.fp8_peak(device_row, cfg.peak_tflops)
@@ -497,8 +493,6 @@ def _fp8_setup(cfg: TrainConfig, env: _Env, model, peak: Peak, device_row):
 
 
 def _fp8_summary(summary: Summary, fp8, model_flops: float, peak: Peak, env: _Env) -> list[str]:
-    from wavefront.workbench.distributed.train import fp8 as train_fp8
-
     flops, cast = fp8
     summary.mfu_fp8 = train_fp8.mixed_mfu(summary.tokens_per_s, model_flops, flops, peak.tflops, env.world)
     summary.fp8 = {**asdict(flops), "bf16_peak_tflops": peak.tflops, "params_cast_bf16": cast}
@@ -508,8 +502,6 @@ def _fp8_summary(summary: Summary, fp8, model_flops: float, peak: Peak, env: _En
 @contextlib.contextmanager
 def _count_launches(counts: dict[str, int]):
     """Count wavefront kernel launches by kernel name inside the block (into `counts`)."""
-    from wavefront.kernels._launch import recording
-
     with recording() as launches:
         yield
     for launch in launches:
@@ -530,7 +522,7 @@ def _ckpt_dir(cfg: TrainConfig, variant: str) -> Path:
 
 
 def _start_profiler(env: _Env):
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile  # lazy: torch-free import
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.device.type == "cuda" else [])
     prof = profile(activities=activities, record_shapes=True, profile_memory=True)
@@ -555,8 +547,6 @@ def _git_sha() -> str | None:
 
 
 def _provenance(env: _Env) -> dict:
-    from wavefront import runtime
-
     info = runtime.describe(env.device)
     return {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_sha": _git_sha(),
             "host": platform.node(), "backend": info["backend"], "device_name": info["device_name"],
@@ -587,8 +577,6 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
     peak, device_row = device_peak(env.device, cfg.gpu, cfg.peak_tflops, env.bf16)
     measured_device = None
     if env.plan == "mesh" and env.device.type == "cpu" and peak.tflops:
-        from wavefront.workbench.distributed.train import predict
-
         measured_device = predict.measure(peak.tflops, env.device)
     results: list[VariantResult] = []
     for variant in run_order(cfg.variants):
@@ -628,9 +616,6 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
 
 def _prediction(cfg: TrainConfig, env: _Env, device, summary: Summary) -> dict:
     """The planner's step time for this very plan on this machine, and predicted vs measured."""
-    from wavefront.workbench.distributed.train import predict
-    from wavefront.workbench.distributed.train.presets import build_config
-
     try:
         pred = predict.predict(device, build_config(cfg.model), env.layout, world=env.world, seq_len=cfg.seq_len,
                                global_batch=cfg.global_batch, micro_batch=cfg.micro_batch,
@@ -648,8 +633,6 @@ def run_order(variants: tuple[str, ...]) -> list[str]:
 
 def unavailable(variant: str) -> str | None:
     """Why a variant cannot run in this environment (a missing optional package), or None."""
-    import importlib.util
-
     if variant == "liger" and importlib.util.find_spec("liger_kernel") is None:
         return "Liger-Kernel is not installed (pip install liger-kernel)"
     return None

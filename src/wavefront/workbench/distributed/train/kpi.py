@@ -35,6 +35,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from wavefront.shapes import ModelDims
+from wavefront.workbench import kpi
+from wavefront.workbench.hardware import get_gpu, gpu_from_device_name
+
 
 @dataclass
 class StepRecord:
@@ -116,9 +120,6 @@ class Summary:
 
 def flops_per_token(config, seq_len: int, n_matmul_params: int, recompute: str) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) per token for a transformers config, PaLM convention."""
-    from wavefront.shapes import ModelDims
-    from wavefront.workbench import kpi
-
     if hasattr(config, "get_text_config"):  # a vision-language model: the text tower's dimensions
         config = config.get_text_config()
     heads = config.num_attention_heads
@@ -159,8 +160,6 @@ def measure_cpu_peak_tflops(n: int = 512, repeats: int = 5) -> Peak:
 
 def device_peak(device: torch.device, gpu_key: str | None, override: float | None, bf16: bool) -> tuple[Peak, object]:
     """The dense peak and the device-table row (None on CPU or an unknown GPU)."""
-    from wavefront.workbench.hardware import get_gpu, gpu_from_device_name
-
     row = None
     if device.type == "cuda":
         try:
@@ -202,7 +201,7 @@ class MemoryMeter:
             with open("/proc/self/statm") as f:
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except OSError:
-            import resource
+            import resource  # lazy: Unix only
 
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -237,7 +236,7 @@ class EnergyMeter:
             return
         index = device.index if device.index is not None else torch.cuda.current_device()
         try:
-            import pynvml
+            import pynvml  # lazy: optional pynvml
 
             pynvml.nvmlInit()
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -248,7 +247,7 @@ class EnergyMeter:
         except Exception:
             pass
         try:
-            import amdsmi
+            import amdsmi  # lazy: optional amdsmi
 
             amdsmi.amdsmi_init()
             handle = amdsmi.amdsmi_get_processor_handles()[index]
@@ -272,8 +271,6 @@ def summarize(variant: str, records: list[StepRecord], *, peak: Peak, model_flop
               price_override: float | None, energy_window_j: float | None, energy_kind: str,
               is_gpu: bool) -> Summary:
     """Summary KPIs over the measured steps (all steps when none is marked measured)."""
-    from wavefront.workbench import kpi
-
     measured = [r for r in records if r.measured] or records
     step_times = [r.step_s for r in measured]
     total_s = sum(step_times)

@@ -14,6 +14,7 @@ from torch import nn
 
 from wavefront.workbench.distributed.train import tensor_parallel
 from wavefront.workbench.distributed.train.mesh import Layout
+from wavefront.workbench.distributed.train.overlap import set_prefetch
 
 
 @dataclass
@@ -47,12 +48,11 @@ def parallelize(model: nn.Module, mesh, layout: Layout, *, bf16: bool, layers: l
     if layout.tp > 1:
         out.partial_grads = tensor_parallel.apply(model, mesh["tp"])
     if layout.dp > 1:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # lazy: torch-free import
 
         dp_mesh = data_parallel_mesh(mesh, layout)
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else \
             MixedPrecisionPolicy()
-        from wavefront.workbench.distributed.train.overlap import set_prefetch
 
         layers = layers if layers is not None else decoder_layers(model)
         for layer in layers:

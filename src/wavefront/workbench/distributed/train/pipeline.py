@@ -32,7 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wavefront.workbench.distributed.train.mesh import Layout
+from wavefront import ops
+from wavefront.parallel import shard_sequence
+from wavefront.workbench.distributed.train.mesh import PP_SCHEDULES, Layout
+from wavefront.workbench.distributed.train.parallelize import Parallelized, parallelize
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[range]:
@@ -82,7 +85,7 @@ class Stage(nn.Module):
         if self.first:
             h = self.model.embed_tokens(x)
         elif self.tp_mesh is not None:
-            from torch.distributed.tensor import DTensor, Shard
+            from torch.distributed.tensor import DTensor, Shard  # lazy: torch-free import
 
             h = DTensor.from_local(x, self.tp_mesh, (Shard(1),), run_check=False)
         else:
@@ -99,8 +102,6 @@ class Stage(nn.Module):
         """[1, n_local]: the global positions of this rank's tokens (its zig-zag shard under cp)."""
         positions = torch.arange(n_local * self.cp, device=device)
         if self.cp > 1:
-            from wavefront.parallel import shard_sequence
-
             positions = shard_sequence(positions, self.cp_rank, self.cp, 0)
         return positions.unsqueeze(0)
 
@@ -149,8 +150,6 @@ def causal_lm_loss(n_items: int, patched: bool, shifted: bool = False):
             pred = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
             target = ids[:, 1:].reshape(-1)
         if patched:
-            from wavefront import ops
-
             return ops.cross_entropy(pred, target, reduction="sum") / n_items
         return F.cross_entropy(pred, target, reduction="sum") / n_items
 
@@ -162,7 +161,7 @@ class Pipeline:
 
     def __init__(self, stages: list[tuple[int, nn.Module]], layout: Layout, pp_group, device, n_micro: int,
                  loss_fn):
-        from torch.distributed import pipelining
+        from torch.distributed import pipelining  # lazy: torch-free import
 
         self.layout, self.n_micro = layout, n_micro
         self.clock = BusyClock()
@@ -200,8 +199,6 @@ class Pipeline:
 def build(whole: nn.Module, mesh, layout: Layout, *, bf16: bool, device, n_micro: int, n_items: int,
           patched: bool):
     """(Pipeline, Parallelized over this rank's stages held in one ModuleList) for this pipeline rank."""
-    from wavefront.workbench.distributed.train.parallelize import Parallelized, parallelize
-
     tp_mesh = mesh["tp"] if layout.tp > 1 else None
     stages = cut(whole, layout, mesh["pp"].get_local_rank(), tp_mesh, (mesh["cp"].get_local_rank(), layout.cp))
     pars = [parallelize(m, mesh, layout, bf16=bf16, layers=list(m.model.layers.values())) for _, m in stages]
@@ -213,6 +210,4 @@ def build(whole: nn.Module, mesh, layout: Layout, *, bf16: bool, device, n_micro
 
 
 def _schedule_class(layout: Layout) -> str:
-    from wavefront.workbench.distributed.train.mesh import PP_SCHEDULES
-
     return PP_SCHEDULES[layout.pp_schedule]

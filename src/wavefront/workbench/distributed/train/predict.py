@@ -25,7 +25,13 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
+from wavefront.workbench.distributed import comm
 from wavefront.workbench.distributed.train.mesh import Layout
+from wavefront.workbench.hardware import GPU
+from wavefront.workbench.planner import Efficiency, Link, ModelSpec, PlanConfig, Training, evaluate
+from wavefront.workbench.planner.cluster import Cluster
+from wavefront.workbench.planner.comm_model import fit_alpha_beta
+from wavefront.workbench.planner.model import ModelDims
 
 #: all_reduce sizes timed at start-up: the smallest pins the latency, the largest the bandwidth.
 _SIZES = (8, 1 << 12, 1 << 16, 1 << 20)
@@ -59,9 +65,6 @@ def _best(fn, repeats: int = 5) -> float:
 
 def measure(matmul_tflops: float, device: torch.device) -> MeasuredDevice:
     """Every rank must call it (the all_reduce fit is collective)."""
-    from wavefront.workbench.distributed import comm
-    from wavefront.workbench.planner.comm_model import fit_alpha_beta
-
     src = torch.ones(16 * 1024 * 1024, device=device)
     dst = torch.empty_like(src)
     mem_gbps = 2 * src.numel() * 4 / _best(lambda: dst.copy_(src)) / 1e9
@@ -85,8 +88,6 @@ def measure(matmul_tflops: float, device: torch.device) -> MeasuredDevice:
 def plan_config(layout: Layout, micro_batch: int, recompute: str):
     """The planner's PlanConfig for a layout: FSDP2 over dp_shard > 1 is ZeRO-3 (HSDP: shard groups of
     dp_shard), replicas only (dp_shard 1) keep whole weights like DDP (ZeRO-0)."""
-    from wavefront.workbench.planner import PlanConfig
-
     sharded = layout.dp_shard > 1
     return PlanConfig(tp=layout.tp, sp=layout.tp > 1, pp=layout.pp, vpp=layout.vpp, cp=layout.cp, dp=layout.dp,
                       zero=3 if sharded else 0, recompute=recompute, micro_batch=micro_batch,
@@ -95,10 +96,6 @@ def plan_config(layout: Layout, micro_batch: int, recompute: str):
 
 
 def _cluster(dev: MeasuredDevice, world: int):
-    from wavefront.workbench.hardware import GPU
-    from wavefront.workbench.planner import Link
-    from wavefront.workbench.planner.cluster import Cluster
-
     busbw = dev.allreduce_busbw_gbps or dev.mem_gbps
     gpu = GPU("cpu-measured", "this CPU (measured)", "cpu", "cpu", dev.matmul_tflops, None, None, dev.matmul_tflops,
               dev.mem_gbps / 1e3, dev.ram_gb, 1.0, 0.0, dev.threads, 1.0, busbw, None, dev.source)
@@ -109,9 +106,6 @@ def _cluster(dev: MeasuredDevice, world: int):
 def predict(dev: MeasuredDevice, hf_config, layout: Layout, *, world: int, seq_len: int, global_batch: int,
             micro_batch: int, recompute: str = "none") -> dict:
     """The planner's time breakdown and KPIs for this plan on this machine (a JSON-ready dict)."""
-    from wavefront.workbench.planner import Efficiency, ModelSpec, Training, evaluate
-    from wavefront.workbench.planner.model import ModelDims
-
     c = hf_config
     heads = c.num_attention_heads
     dims = ModelDims(str(getattr(c, "model_type", "model")), c.hidden_size, c.intermediate_size,

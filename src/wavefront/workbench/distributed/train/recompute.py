@@ -30,6 +30,8 @@ import functools
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from wavefront.workbench.distributed.train.kpi import flops_per_token as kpi_flops
+
 #: --recompute choices (the planner's RECOMPUTE_MODES minus "selective"; module docstring).
 POLICIES = ("none", "full", "op", "every-other")
 
@@ -60,7 +62,7 @@ def _op_contexts():
 
 def checkpointing_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The decoder layers Hugging Face can checkpoint one by one, in model order."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
+    from transformers.modeling_layers import GradientCheckpointingLayer  # lazy: optional transformers
 
     return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
 
@@ -88,8 +90,6 @@ def apply(model: torch.nn.Module, policy: str) -> int:
 def flops_per_token(config, seq_len: int, n_matmul_params: int, policy: str) -> tuple[float, float]:
     """(model, hardware) FLOPs per token under `policy`: "op" recomputes no matmul (hardware = model),
     "every-other" half of "full"'s extra forward."""
-    from wavefront.workbench.distributed.train.kpi import flops_per_token as kpi_flops
-
     if policy in ("none", "op"):
         return kpi_flops(config, seq_len, n_matmul_params, "none")
     model_f, full_f = kpi_flops(config, seq_len, n_matmul_params, "full")

@@ -36,6 +36,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from wavefront.patching.loss import vocab_parallel_head
+
 #: The families whose layout this plan covers (patching/rules/llama_like.py).
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -48,7 +50,7 @@ class SequenceParallelNorm:
         self.gather_output = gather_output
 
     def _apply(self, module: nn.Module, mesh) -> nn.Module:
-        from torch.distributed.tensor import DTensor, Replicate, Shard
+        from torch.distributed.tensor import DTensor, Replicate, Shard  # lazy: torch-free import
 
         def pre(mod, args):
             x = args[0]
@@ -64,8 +66,8 @@ class SequenceParallelNorm:
 
 
 def _style(kind: str):
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
+    from torch.distributed.tensor import Replicate, Shard  # lazy: torch-free import
+    from torch.distributed.tensor.parallel import (  # lazy: torch-free import
         ColwiseParallel,
         PrepareModuleInput,
         RowwiseParallel,
@@ -104,7 +106,7 @@ def _norm_paths(model: nn.Module) -> list[str]:
 def apply(model: nn.Module, tp_mesh) -> list[str]:
     """Parallelize `model` (a Llama-like ``*ForCausalLM``, patched or not) in place over `tp_mesh`; returns
     the names of the parameters whose gradients are partial sums over the tensor-parallel group."""
-    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module  # lazy: torch-free import
 
     family = getattr(model.config, "model_type", "")
     if family not in FAMILIES:
@@ -140,7 +142,7 @@ def apply(model: nn.Module, tp_mesh) -> list[str]:
 def _vocab_head(model: nn.Module) -> str | None:
     """The LM head to shard by vocabulary: ``lm_head`` of a Hugging Face ``*ForCausalLM`` (whose forward takes
     the labels); None for anything else (a pipeline stage keeps its head replicated)."""
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel  # lazy: optional transformers
 
     if not isinstance(model, PreTrainedModel) or not _has(model, "lm_head"):
         return None
@@ -150,9 +152,7 @@ def _vocab_head(model: nn.Module) -> str | None:
 def _shard_head(model: nn.Module, head: str, tied_to: str | None, tp_mesh) -> None:
     """Shard the LM head's rows over `tp_mesh` (Shard(0), as ColwiseParallel does for a Linear) and route the
     training loss through the vocabulary-parallel one. A tied head takes the embedding's sharded table."""
-    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
-
-    from wavefront.patching.loss import vocab_parallel_head
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor  # lazy: torch-free import
 
     module = model.get_submodule(head)
     if tied_to is not None:  # the same [V, H] table: re-tie after parallelize_module gave each its own copy
@@ -189,7 +189,7 @@ def _localize_heads(attn: nn.Module, tp: int) -> None:
 
 
 def _is_dtensor(t) -> bool:
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # lazy: torch-free import
 
     return isinstance(t, DTensor)
 
