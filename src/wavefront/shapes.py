@@ -8,6 +8,7 @@ et al. 2020 Table 2.1. Benchmark cases read these instead of inventing sizes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class ModelDims:
     tied_embeddings: bool = False
     source: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from wavefront.archs import get_arch
 
@@ -77,7 +78,7 @@ class GPU:
         """Per-SM/CU on-chip limits of the part's architecture (registers, shared memory/LDS, warps/waves)."""
         return get_arch(self.arch)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"ridge_bf16": self.ridge_bf16, "limits": asdict(self.limits)}
 
 

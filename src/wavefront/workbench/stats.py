@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class Comparison:
         """How many times faster B is than A (median(A) / median(B))."""
         return 1.0 / self.ratio if self.ratio > 0 else math.inf
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"speedup": self.speedup}
 
 

@@ -27,6 +27,7 @@ Presets (configs named in each source) are planner-local: the kernel library's s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from wavefront.shapes import ModelDims
 
@@ -58,7 +59,7 @@ class MoE:
         """Width of the shared experts taken together, one dense gated MLP (0 without them)."""
         return self.n_shared * self.expert_ffn
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -84,7 +85,7 @@ class MLA:
                 (hidden, self.kv_lora_rank + self.qk_rope), (self.kv_lora_rank, n_heads * (self.qk_nope + self.v_head)),
                 (n_heads * self.v_head, hidden)]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

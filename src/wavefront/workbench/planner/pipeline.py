@@ -21,6 +21,8 @@ forwards and backwards for the activations (the split-off weight gradients hold 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def chunk_layers(n_layers: int, pp: int, vpp: int) -> list[list[int]]:
     """layers[r][k]: layers of virtual stage k on rank r (module docstring)."""
@@ -79,7 +81,8 @@ def live_counts(pp: int, vpp: int, m: int, rank: int) -> list[tuple[int, ...]]:
                                              for o in rows))
 
 
-def schedule_live_counts(pp: int, vpp: int, m: int, rank: int, memo: dict | None = None) -> list[tuple[int, ...]]:
+def schedule_live_counts(pp: int, vpp: int, m: int, rank: int,
+                         memo: dict[tuple[Any, ...], Any] | None = None) -> list[tuple[int, ...]]:
     """live_counts, memoised on (pp, vpp, m, rank)."""
     key = ("live", pp, vpp, m, rank)
     if memo is not None and key in memo:

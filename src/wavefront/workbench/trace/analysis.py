@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.ma  # noqa: F401 - np.percentile imports it: once in the parent, not in every forked worker
@@ -62,20 +63,20 @@ class RankAnalysis:
     steps: list[StepBreakdown]
     kernels: KernelReport
     launch: LaunchStats | None
-    classification: dict  # class -> {rule: count}
+    classification: dict[str, Any]  # class -> {rule: count}
     family_step_us: dict[str, list[float]]  # per family, time per step (for diffs)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     collectives: CollectiveInstances | None = None
-    hta: dict | None = None  # HTA 0.5.0's definitions on this trace (hta_compatible=True, device traces)
+    hta: dict[str, Any] | None = None  # HTA 0.5.0's definitions on this trace (hta_compatible=True, device traces)
     source: str = "json"  # what wrote the file: "json" (torch.profiler / jax.profiler), "nsys", "rocprofv3"
 
-    def totals(self) -> dict:
+    def totals(self) -> dict[str, Any]:
         """Breakdown categories summed over steps, and the step total."""
         ns = {c: sum(s.ns(c) for s in self.steps) for c in CATEGORIES} | {"step": sum(s.dur_ns for s in self.steps)}
         return {f"{k}_us": v / 1000 for k, v in ns.items()} | {f"{k}_ns": v for k, v in ns.items()}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "rank": self.rank, "world_size": self.world_size, "host": self.host,
                 "device_name": self.device_name, "source": self.source,
                 "domain": self.domain, "complete": self.complete, "n_events": self.n_events,
@@ -92,18 +93,18 @@ class TraceAnalysis:
     warnings: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     wall_s: float | None = None  # this analysis on this machine's CPU
-    annotation: dict | None = None  # what annotate_to wrote
+    annotation: dict[str, Any] | None = None  # what annotate_to wrote
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "warnings": self.warnings, "ranks": [r.as_dict() for r in self.ranks],
                 "multirank": self.multirank.as_dict() if self.multirank else None}
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The ``wavefront.trace.analyze/2`` document (docs/json/trace.md)."""
         return self.as_dict() | {"inputs": self.inputs, "analysis_wall_s": self.wall_s, "annotation": self.annotation}
 
 
-def _identity(args: dict | None) -> tuple | None:
+def _identity(args: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """(process group, collective, sequence number) from record_param_comms args, when all are there."""
     if not args:
         return None
@@ -149,8 +150,8 @@ def _xla_collectives(trace: Trace, rows: np.ndarray) -> CollectiveInstances:
     """XLA collectives (jax.profiler) with their identity: the run id of the program execution (the same on
     every rank), the HLO op, and its turn among that op's instances in the execution."""
     names = trace.name_of(trace.device.name[rows])
-    seen: dict[tuple, int] = {}
-    identities: list[tuple | None] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    identities: list[tuple[Any, ...] | None] = []
     for run, name in zip(trace.device.run_id[rows].tolist(), names, strict=True):
         turn = seen[(run, name)] = seen.get((run, name), -1) + 1
         identities.append((XLA_IDENTITY, run, name, turn))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +112,7 @@ class StepBreakdown:
     def total_ns(self) -> int:
         return sum(self.ns(c) for c in CATEGORIES)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Every time twice: ``<name>_us`` (float microseconds, the nearest float: at Unix-epoch clocks a
         start is within 125 ns) and ``<name>_ns`` (exact integer nanoseconds)."""
         ns = {"start": self.start_ns, "dur": self.dur_ns, **{c: self.ns(c) for c in CATEGORIES},

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,7 @@ class DeviceClasses:
     runtime_row: np.ndarray  # row of the launching runtime call in trace.runtime, or -1
     op_row: np.ndarray  # row of the launching CPU op in trace.cpu, or -1
 
-    def counts(self) -> dict:
+    def counts(self) -> dict[str, Any]:
         out: dict[str, dict[str, int]] = {}
         for c, name in enumerate(CLASS_NAMES):
             sel = self.cls == c
@@ -161,7 +162,7 @@ def classify_device(trace: Trace) -> DeviceClasses:
 
 
 # Kernel families: one readable name for the many instantiations of one kernel.
-_FAMILY_RULES: tuple[tuple[re.Pattern, str], ...] = (
+_FAMILY_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)"), "nccl {0}"),
     (re.compile(r"^Memcpy (\w+)"), "Memcpy {0}"),
     (re.compile(r"^Memset"), "Memset"),

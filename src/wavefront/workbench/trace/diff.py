@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class DiffRow:
     verdict: str  # faster | slower | same | unknown (B relative to A)
     note: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -54,7 +55,7 @@ class TraceDiff:
     n_steps_b: int
     warnings: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "domain_a": self.domain_a, "domain_b": self.domain_b, "n_steps_a": self.n_steps_a,
                 "n_steps_b": self.n_steps_b, "warnings": self.warnings, "rows": [r.as_dict() for r in self.rows]}
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 DTYPE_BYTES = {
     "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8, "int": 4, "short int": 2,
@@ -62,7 +63,7 @@ def _numel(dims) -> int:
     return math.prod(int(d) for d in dims) if dims else 1
 
 
-def _tensors(dims: list, types: list) -> list[tuple[list, str]]:
+def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[list, str]]:
     """The tensor inputs: dims that are a list of ints with a dtype we know."""
     out = []
     for i, d in enumerate(dims):
@@ -85,7 +86,7 @@ def _broadcast(shapes: list[list[int]]) -> list[int]:
     return out
 
 
-def op_cost(name: str, dims: list, types: list) -> OpCost | None:
+def op_cost(name: str, dims: list[Any], types: list[Any]) -> OpCost | None:
     """FLOPs and minimal bytes of one op call, or None when the op or its shapes are not understood."""
     tensors = _tensors(dims, types)
     if not tensors:

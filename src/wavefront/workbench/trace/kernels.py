@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ class KernelStats:
     p90_ns: float = 0.0
     max_ns: int = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -66,7 +67,7 @@ class RooflinePoint:
     bound: str | None  # "memory" | "compute"
     median_ns: float = 0.0  # median_us in nanoseconds (the median of integer-nanosecond call times)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"kernels": list(self.kernels)}
 
 
@@ -79,7 +80,7 @@ class KernelReport:
     gpu: str | None = None  # device-table key used for the roofline
     notes: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"domain": self.domain, "gpu": self.gpu, "notes": self.notes,
                 "kernels": [k.as_dict() for k in self.kernels], "families": [k.as_dict() for k in self.families],
                 "roofline": [p.as_dict() for p in self.roofline]}
@@ -167,7 +168,7 @@ def _family_ids(names: list[str], name_ids: np.ndarray) -> tuple[list[str], np.n
     return labels, lut[name_ids] if len(name_ids) else np.zeros(0, dtype=np.int64)
 
 
-def family_time_by_step(trace: Trace, steps: list[Step], top_level_rows: np.ndarray | None = None) -> dict:
+def family_time_by_step(trace: Trace, steps: list[Step], top_level_rows: np.ndarray | None = None) -> dict[str, Any]:
     """Per family, the summed duration of its events that start inside each step window."""
     if len(trace.device):
         ts, dur, name_ids = trace.device.ts_ns, trace.device.dur_ns / 1e3, trace.device.name
@@ -219,7 +220,7 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
     keys, group_of_inst = np.unique(inst_key, return_inverse=True)
     n_names = len(trace.names)
     kernel_pairs = np.divmod(np.unique(group_of_inst[inv].astype(np.int64) * n_names + dev.name[sel]), n_names)
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for g, key in enumerate(keys.tolist()):
         name_id, shape_id = divmod(key, len(trace.shapes) + 1)
         name, shapes = trace.names[name_id], trace.shapes[shape_id]

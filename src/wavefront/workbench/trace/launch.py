@@ -17,6 +17,7 @@ device's work is too short to hide its launch, and how much CPU time each step s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class LaunchStats:
     delay_ns: Distribution | None = None  # delay_us and op_delay_us from the integer nanoseconds
     op_delay_ns: Distribution | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         # per_step holds thousands of flat records: read their fields directly (asdict deep-copies each)
         names = [f.name for f in fields(StepLaunch)]
         return asdict(replace(self, per_step=[])) | {"per_step": [{n: getattr(s, n) for n in names}

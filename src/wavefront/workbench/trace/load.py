@@ -22,6 +22,7 @@ import zlib
 from array import array
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -147,7 +148,7 @@ class _Builder:
             self.names.append(name)
         return nid
 
-    def row(self, table: str, values: dict) -> None:
+    def row(self, table: str, values: dict[str, Any]) -> None:
         """Append one row; every value is computed before any column grows, so a bad event adds nothing."""
         cols = self.tables[table]
         for k in COLUMNS[table]:
@@ -163,7 +164,7 @@ class _Builder:
         return p
 
 
-def _comm_args(args: dict) -> dict:
+def _comm_args(args: dict[str, Any]) -> dict[str, Any]:
     return {k: args[k] for k in COMM_ARG_KEYS if k in args}
 
 
@@ -297,7 +298,7 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
         raise TraceLoadError(f"{path}: {vendor} cannot be copied with annotations (JSON traces only)")
     if vendor is not None:
         read = nsys.load_nsys if vendor.startswith("an Nsight") else rocprof.load_rocprof
-        return read(path, step_pattern=step_pattern or nsys.DEFAULT_STEP_PATTERN)
+        return read(path, step_pattern=step_pattern or vendor.DEFAULT_STEP_PATTERN)
     trace = None
     if raw_sink is None:
         trace = decode.load_fast(path, progress=progress, workers=workers)
@@ -314,7 +315,7 @@ def _load_streaming(path: Path, progress: Callable[[int, int], None] | None,
                     raw_sink: Callable[[str], None] | None) -> Trace:
     reader = _Reader(path, progress)
     b = _Builder()
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     warnings: list[str] = []
     complete = True
     decode = json.JSONDecoder().raw_decode

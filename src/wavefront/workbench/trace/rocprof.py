@@ -37,6 +37,7 @@ import gc
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -275,7 +276,8 @@ def load_rocprof(path: str | Path, *, step_pattern: str = vendor.DEFAULT_STEP_PA
     parts.names = names.names
     parts.tables = {"dev": dev, "rt": rt, "cpu": cpu, "flow": vendor.empty("flow")}
     parts.n_events, parts.n_malformed = n_events, n_bad
-    meta: dict = {"source": "rocprofv3", "schema": SCHEMA, "files": {k: p.name for k, p in sorted(files.items())}}
+    meta: dict[str, Any] = {"source": "rocprofv3", "schema": SCHEMA,
+                            "files": {k: p.name for k, p in sorted(files.items())}}
     if AGENTS in files and (gpu := _device_name(files[AGENTS])):
         meta["deviceProperties"] = [{"id": 0, "name": gpu}]
     nbytes = sum(p.stat().st_size for p in files.values())
