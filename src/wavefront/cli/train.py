@@ -114,21 +114,17 @@ def train(
     json_out: JsonOut = None,
 ) -> None:
     """Train (single, DDP, FSDP2 or a TP/PP/FSDP2 mesh) and report tokens/s, MFU, memory, step split, $, energy."""
-    from wavefront.workbench.distributed.launch import (  # lazy: fast --help
-        relaunch_under_torchrun,
-        replace_option,
-        save_stdin,
-    )
+    from wavefront.workbench.distributed import launch  # lazy: fast --help
     from wavefront.workbench.distributed.train.config import json_dest_problem  # lazy: fast --help
     if int(os.environ.get("RANK", "0")) == 0 and (why := json_dest_problem(json_out)):
         fail(escape(why))
-    plan = save_stdin(out, "plan.json") if plan == "-" else plan  # the ranks read the file, not stdin
-    argv = replace_option(sys.argv[1:], "--plan", plan) if plan else sys.argv[1:]
+    plan = launch.save_stdin(out, "plan.json") if plan == "-" else plan  # the ranks read the file, not stdin
+    argv = launch.replace_option(sys.argv[1:], "--plan", plan) if plan else sys.argv[1:]
     if nproc_per_node is None:
         return _run(_config(dict(locals())), json_out)
     if "WORLD_SIZE" in os.environ:
         fail("--nproc-per-node launches torchrun itself; drop it when already running under torchrun")
-    code = relaunch_under_torchrun(argv, nproc_per_node, "--nproc-per-node")
+    code = launch.relaunch_under_torchrun(argv, nproc_per_node, "--nproc-per-node")
     if code:
         fail(f"training failed (torchrun exit code {code}); the rank messages above say why", code)
 

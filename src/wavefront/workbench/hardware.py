@@ -29,7 +29,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from wavefront.archs import get_arch
+from wavefront.archs import Arch, get_arch
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class GPU:
         return value
 
     @property
-    def limits(self):
+    def limits(self) -> Arch:
         """Per-SM/CU on-chip limits of the part's architecture (registers, shared memory/LDS, warps/waves)."""
         return get_arch(self.arch)
 

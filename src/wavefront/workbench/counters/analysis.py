@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,7 @@ def place(la: Launch, gpu: GPU) -> KernelRow:
     return row
 
 
-def _blocks(grid) -> int | None:
+def _blocks(grid: Sequence[int] | None) -> int | None:
     if not grid:
         return None
     out = 1

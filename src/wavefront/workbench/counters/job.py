@@ -151,7 +151,7 @@ def _value(la: Launch, metric: str, gpu: GPU | None) -> float | None:
     return float(v) if v is not None else None
 
 
-def _delta(shape, metric: str, a: list[float], b: list[float]) -> MetricDelta:
+def _delta(shape: tuple[str, int | None, int | None], metric: str, a: list[float], b: list[float]) -> MetricDelta:
     kernel, blocks, threads = shape
     if not a or not b:
         return MetricDelta(kernel, blocks, threads, metric, "not measured", len(a), len(b), None, None, None, None)
@@ -190,5 +190,7 @@ def compare(request: CompareRequest) -> CompareResult:
     if not deltas:
         raise CountersLoadError(f"{request.a} and {request.b} share no kernel launch (same name, blocks and "
                                 "threads per block); nothing to compare")
-    name = lambda s: f"{s[0]} [{s[1]} x {s[2]}]"  # noqa: E731
+    def name(s: tuple[str, int | None, int | None]) -> str:
+        return f"{s[0]} [{s[1]} x {s[2]}]"
+
     return CompareResult(a, b, deltas, [name(s) for s in ga if s not in gb], [name(s) for s in gb if s not in ga])

@@ -81,7 +81,8 @@ def _sass(metrics: dict[str, float], op: str) -> str:
     return f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"
 
 
-def launch_from_metrics(metrics: dict[str, float], *, launch_id: int, kernel: str, grid, block) -> Launch:
+def launch_from_metrics(metrics: dict[str, float], *, launch_id: int, kernel: str, grid: tuple[int, ...] | None,
+                        block: tuple[int, ...] | None) -> Launch:
     """A Launch from base-unit metrics (shared by the CSV and the ncu_report paths)."""
     m = metrics
     vector = _sum(m, *(_sass(m, op) for op in ("ffma", "fadd", "fmul", "hfma", "hadd", "hmul")),

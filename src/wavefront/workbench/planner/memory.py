@@ -50,7 +50,7 @@ backward's own activation gradients (about 0.4 of a layer) are not modelled; PP2
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from wavefront.workbench.hardware import GPU, GPUS
 from wavefront.workbench.planner.cluster import Cluster
@@ -195,7 +195,7 @@ def stage_terms(model: ModelSpec, cfg: PlanConfig, memo: dict[tuple[Any, ...], A
     and ep only)."""
     key = ("stage", cfg.tp, cfg.pp, cfg.vpp, cfg.ep)
     if memo is not None and key in memo:
-        return memo[key]
+        return cast(tuple[Any, ...], memo[key])
     terms = (stage_layer_mix(model, cfg), stage_params(model, cfg), stage_expert_params(model, cfg))
     if memo is not None:
         memo[key] = terms

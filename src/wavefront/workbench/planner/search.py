@@ -482,7 +482,7 @@ def pinned_misses(fixed: dict[str, Any], clusters: list[Cluster], training: Trai
     return out
 
 
-def _why_missing(name: str, value, n_gpus: int, n_layers: int, training: Training, n_experts: int = 0) -> str:
+def _why_missing(name: str, value: object, n_gpus: int, n_layers: int, training: Training, n_experts: int = 0) -> str:
     if name in ("tp", "cp", "pp", "dp") and isinstance(value, int) and value > 0 and n_gpus % value:
         return f" ({value} does not divide {n_gpus} GPUs)"
     if name == "ep":

@@ -59,7 +59,7 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from wavefront.workbench.planner.cluster import Cluster
 from wavefront.workbench.planner.kernels import (
@@ -398,7 +398,7 @@ def _memo_per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     key = ("time", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute) + ((cfg.ep,) if moe_layer else ())
     if key not in memo:
         memo[key] = _per_layer(model, cfg, training, cluster, eff, moe_layer)
-    return memo[key]
+    return cast(tuple[float, float, float, float, float], memo[key])
 
 
 def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,

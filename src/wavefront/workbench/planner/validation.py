@@ -31,7 +31,7 @@ from typing import Any
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.hardware import get_gpu
-from wavefront.workbench.planner.cluster import make_cluster
+from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig
@@ -49,6 +49,9 @@ _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch",
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib", "loss_logits",
                "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm",
                "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel")
+
+#: efficiency_for(gpu_key, profile): the constants to price a row with (None: the profile's own).
+EfficiencyFor = Callable[[str, StackProfile], Efficiency | None]
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def load_table(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def _row_settings(doc: dict[str, Any], row: dict[str, Any]) -> dict:
+def _row_settings(doc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     merged = dict(doc["defaults"])
     merged.update({k: v for k, v in row.items() if k != "published"})
     return merged
@@ -139,7 +142,8 @@ def row_profile(doc: dict[str, Any], row: dict[str, Any], stated: bool = True) -
     return get_profile(_row_settings(doc, row).get("profile", DEFAULT_PROFILE) if stated else DEFAULT_PROFILE)
 
 
-def _row_inputs(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency | None = None, stated: bool = True):
+def _row_inputs(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency | None = None,
+                stated: bool = True) -> tuple[ModelSpec, PlanConfig, Training, Cluster, Efficiency]:
     """(model, plan, training, cluster, efficiency) of a published row, priced with its stack profile
     (stated) or with the default profile (stated=False: the table's stack fields are dropped too)."""
     st = _row_settings(doc, row)
@@ -180,7 +184,7 @@ def predict_row(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency
     return result
 
 
-def _metric_value(metric: dict[str, Any], doc: dict[str, Any], row: dict, result: PlanResult,
+def _metric_value(metric: dict[str, Any], doc: dict[str, Any], row: dict[str, Any], result: PlanResult,
                   efficiency: Efficiency | None = None, stated: bool = True) -> float:
     name, conv = metric["name"], metric["convention"]
     st = _row_settings(doc, row)
@@ -204,7 +208,8 @@ def _metric_value(metric: dict[str, Any], doc: dict[str, Any], row: dict, result
     return _k(result).model_tflops_per_gpu
 
 
-def validate(doc: dict[str, Any], efficiency: Efficiency | None = None, efficiency_for=None, stated: bool = True,
+def validate(doc: dict[str, Any], efficiency: Efficiency | None = None, efficiency_for: EfficiencyFor | None = None,
+             stated: bool = True,
              rows: Callable[[dict[str, Any]], bool] | None = None) -> TableReport:
     """Per-row predicted vs published values for every metric of a table, each row priced with its stack
     profile (stated) or the default profile (stated=False).
@@ -212,7 +217,8 @@ def validate(doc: dict[str, Any], efficiency: Efficiency | None = None, efficien
     efficiency_for(gpu_key, profile) -> Efficiency | None, when given, picks the constants per row (None:
     the profile's own); rows(row) -> bool keeps only some rows."""
     report = TableReport(doc["name"], doc["title"], doc.get("use", "validation"))
-    gpu_of = (lambda row: _row_settings(doc, row).get("gpu", doc["hardware"]["gpu"]))
+    def gpu_of(row: dict[str, Any]) -> str:
+        return str(_row_settings(doc, row).get("gpu", doc["hardware"]["gpu"]))
 
     def eff_of(row: dict[str, Any]) -> Efficiency | None:
         if efficiency_for is None:
@@ -305,8 +311,8 @@ def split_summaries(reports: list[tuple[str, TableReport]], split: str = "held-o
     return out
 
 
-def report_tables(root: str | Path, efficiency_for=None, tables: tuple[str, ...] = REPORT_TABLES,
-                  stated: bool = True) -> list[tuple[str, TableReport]]:
+def report_tables(root: str | Path, efficiency_for: EfficiencyFor | None = None,
+                  tables: tuple[str, ...] = REPORT_TABLES, stated: bool = True) -> list[tuple[str, TableReport]]:
     """Validate every `tables` file (REPORT_TABLES, or MOE_REPORT_TABLES) under `root`
     (tests/data/published) -> (source, report) pairs; stated=False prices every row with the default
     profile (what `wavefront plan` gives without --stack).

@@ -29,7 +29,7 @@ from wavefront.workbench.trace.breakdown import (
     cpu_comm_rows,
     find_steps,
 )
-from wavefront.workbench.trace.classify import COMM, classify_device, family
+from wavefront.workbench.trace.classify import COMM, DeviceClasses, classify_device, family
 from wavefront.workbench.trace.compat import hta_equivalent
 from wavefront.workbench.trace.decode import pool_context
 from wavefront.workbench.trace.errors import TraceLoadError
@@ -115,11 +115,11 @@ def _identity(args: dict[str, Any] | None) -> tuple[Any, ...] | None:
     return (str(group), str(kind), int(seq) if str(seq).lstrip("-").isdigit() else str(seq))
 
 
-def _collectives(trace: Trace, classes) -> CollectiveInstances:
+def _collectives(trace: Trace, classes: DeviceClasses | None) -> CollectiveInstances:
     """The rank's collective instances: type, identity (from the kernel's own collective args, else its
     launching op's), start and end."""
     names = trace.names
-    if len(trace.device):
+    if len(trace.device) and classes is not None:  # classified exactly when there are device events
         rows = np.flatnonzero((classes.cls == COMM) & (trace.device.kind == KIND_KERNEL))
         kinds, identities = [], []
         if len(rows) and np.all(trace.device.run_id[rows] != NO_ID):  # XLA: the execution, the op, its turn

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class StepBreakdown:
     domain: str  # "device" | "cpu"
 
     def ns(self, category: str) -> int:
-        return getattr(self, f"{category}_ns")
+        return cast(int, getattr(self, f"{category}_ns"))
 
     def us(self, category: str) -> float:
         return self.ns(category) / 1e3
@@ -202,7 +202,7 @@ def cpu_comm_rows(trace: Trace) -> np.ndarray:
     flags = name_flags(trace.names, is_comm_op_name)[trace.cpu.name]
     if trace.op_comm_args:
         flags |= np.isin(trace.cpu.external_id, np.fromiter(trace.op_comm_args, dtype=np.int64))
-    return flags
+    return cast(np.ndarray, flags)
 
 
 def build_timeline(trace: Trace, classes: DeviceClasses | None = None) -> Timeline:

@@ -22,6 +22,7 @@ CUDA-graph launches give every kernel of the graph the correlation id of one ``c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,7 @@ def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return out
 
 
-def name_flags(names: list[str], predicate) -> np.ndarray:
+def name_flags(names: list[str], predicate: Callable[[str], object]) -> np.ndarray:
     return np.fromiter((bool(predicate(n)) for n in names), dtype=bool, count=len(names))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import itertools
 import json
 import multiprocessing
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
+from multiprocessing.context import BaseContext
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,9 @@ PARALLEL_MIN_BYTES = 96 << 20
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _HEAD_BYTES = 4 << 20  # the keys before traceEvents (deviceProperties, distributedInfo) fit in this
 
+_Getter = Callable[[Any], Any]  # an attrgetter over decoded events
+_Column = Callable[[_Getter, list[Any]], np.ndarray]
+
 
 class FastPathFailed(Exception):
     """This file is for the streaming reader (damaged, unusual, or a cut fell inside an event)."""
@@ -93,7 +98,7 @@ if msgspec is not None:
                  ("in_nelems", "In msg nelems"), ("out_nelems", "Out msg nelems"), ("group_size", "Group size"),
                  ("dtype", "dtype"), ("seq", "Seq"), ("rank", "Rank"))
 
-    def _args_type(id_type):
+    def _args_type(id_type: Any) -> type[msgspec.Struct]:
         """The args the analyses read; ``id_type`` for device, stream, correlation and External id."""
         return msgspec.defstruct("_Args", [
             ("device", id_type, None), ("stream", id_type, None), ("correlation", id_type, None),
@@ -105,7 +110,8 @@ if msgspec is not None:
             ("device_ordinal", Any, None), ("step_num", Any, None),  # step_num: jax's StepTraceAnnotation
         ], gc=False, frozen=True)
 
-    def _event_type(ph_type, cat_type, id_type, time_type, ts_default, dur_default):
+    def _event_type(ph_type: Any, cat_type: Any, id_type: Any, time_type: Any, ts_default: object,
+                    dur_default: object) -> type[msgspec.Struct]:
         args = _args_type(id_type)
         # args default to one shared frozen instance: events without args allocate nothing
         return msgspec.defstruct("_Event", [
@@ -134,11 +140,11 @@ _PH_X, _PH_F, _PH_M = 1, 2, 3
 _T_NONE, _T_DEV, _T_RT, _T_CPU, _T_SYNC, _T_XLA, _T_FLOW = 0, 1, 2, 3, 4, 5, 6
 
 
-def _phase_code(ph) -> int:
+def _phase_code(ph: object) -> int:
     return {"X": _PH_X, "f": _PH_F, "M": _PH_M}.get(ph, 0) if isinstance(ph, str) else 0
 
 
-def _category_code(cat) -> int:
+def _category_code(cat: object) -> int:
     if cat is None:
         return 8 * _T_XLA + KIND_KERNEL
     if not isinstance(cat, str):
@@ -182,7 +188,7 @@ def _ns(raws: list[Any]) -> np.ndarray:
         raise FastPathFailed(str(exc)) from None
 
 
-def _comm(args) -> dict[str, Any]:
+def _comm(args: Any) -> dict[str, Any]:
     return {key: msgspec.json.decode(raw) for key, attr in _COMM_FIELDS if (raw := getattr(args, attr)) is not _NONE}
 
 
@@ -215,22 +221,22 @@ def _typed_ids(values: list[Any]) -> np.ndarray:
 
 # Column readers: (attribute getter, events) -> numpy column, straight from the getter's iterator where
 # the decoder has typed the values (no intermediate list)
-def _float_times(get, seq: list[Any]) -> np.ndarray:
+def _float_times(get: _Getter, seq: list[Any]) -> np.ndarray:
     return _ns_of_floats(np.fromiter(map(get, seq), dtype=np.float64, count=len(seq)))
 
 
-def _raw_times(get, seq: list[Any]) -> np.ndarray:
+def _raw_times(get: _Getter, seq: list[Any]) -> np.ndarray:
     return _ns(list(map(get, seq)))
 
 
-def _typed_id_col(get, seq: list[Any]) -> np.ndarray:
+def _typed_id_col(get: _Getter, seq: list[Any]) -> np.ndarray:
     try:
         return np.fromiter(map(get, seq), dtype=np.int64, count=len(seq))
     except (TypeError, OverflowError):  # a missing id, or one past int64
         return _ids(list(map(get, seq)))
 
 
-def _id_col(get, seq: list[Any]) -> np.ndarray:
+def _id_col(get: _Getter, seq: list[Any]) -> np.ndarray:
     return _ids(list(map(get, seq)))
 
 
@@ -255,7 +261,7 @@ class _Acc:
                 ids[v] = len(ids)
         return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
 
-    def _code(self, field: str, values: list[Any], code_of) -> np.ndarray:
+    def _code(self, field: str, values: list[Any], code_of: Callable[[Any], int]) -> np.ndarray:
         table = self.codes[field]
         for v in set(values):
             if v not in table:
@@ -326,7 +332,8 @@ class _Acc:
             for k, v in cols.items():
                 t.setdefault(k, []).append(np.asarray(v, dtype=DTYPES.get(k, np.int64)))
 
-    def _device(self, dev: list[Any], kind: np.ndarray, ns, ids, n_xla: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _device(self, dev: list[Any], kind: np.ndarray, ns: _Column, ids: _Column,
+                n_xla: int) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
         """The device table of these events; the last ``n_xla`` are XLA ops."""
         args = list(map(_GET["args"], dev))
         run_id = np.full(len(dev), NO_ID)
@@ -356,7 +363,8 @@ class _Acc:
                 "correlation": corr, "external_id": ids(_ARG["external_id"], args),
                 "has_coll": coll, "run_id": run_id, "pid": pid, "tid": tid}, kernel_comm
 
-    def _cpu(self, cpu: list[Any], cat: np.ndarray, ns, ids) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _cpu(self, cpu: list[Any], cat: np.ndarray, ns: _Column,
+             ids: _Column) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
         args = list(map(_GET["args"], cpu))
         ext = ids(_ARG["external_id"], args)
         name = self.names(list(map(_GET["name"], cpu)))
@@ -484,7 +492,7 @@ def _last_cut(buf: bytes | bytearray, lo: int, hi: int) -> tuple[int, int] | Non
         window *= 8
 
 
-def _open(path: Path):
+def _open(path: Path) -> io.BufferedIOBase:
     raw = open(path, "rb")  # noqa: SIM115 - returned
     magic = raw.read(2)
     raw.seek(0)
@@ -601,7 +609,7 @@ def _range_cuts(path: Path, n: int) -> list[int]:
     return sorted(set(cuts))
 
 
-def pool_context():
+def pool_context() -> BaseContext:
     """fork where the platform has it: workers start at once and need no importable ``__main__``; the
     workers only decode and return columns, so nothing they inherit (a progress thread) is touched."""
     return get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")

@@ -70,7 +70,10 @@ def compare_samples(kind: str, key: str, a: list[float], b: list[float], *, alph
                        "no samples on one side")
     if np.all(xa > 0) and np.all(xb > 0):
         c = stats.compare(xa, xb, alpha=alpha, equivalence=equivalence)
-        none = lambda v: None if not math.isfinite(v) else v  # noqa: E731
+
+        def none(v: float) -> float | None:
+            return None if not math.isfinite(v) else v
+
         return DiffRow(kind, key, c.n_a, c.n_b, med_a, med_b, none(c.ratio), none(c.ci_low), none(c.ci_high),
                        none(c.p_value), c.verdict, None if c.verdict != "unknown" or c.n_a >= stats.MIN_SAMPLES
                        and c.n_b >= stats.MIN_SAMPLES else f"fewer than {stats.MIN_SAMPLES} steps on a side")

@@ -46,7 +46,7 @@ META_NAMES = frozenset({"process_name", "process_labels", "thread_name"})
 XLA_STEP_CAT = "user_annotation"
 
 
-def xla_step_name(step_num) -> str:
+def xla_step_name(step_num: int | str) -> str:
     return f"ProfilerStep#{int(step_num)}"
 
 COLUMNS = {
@@ -59,7 +59,7 @@ COLUMNS = {
 DTYPES = {"kind": np.int8, "has_coll": np.int8, "cat": np.int8, "name": np.int32, "shape": np.int32}
 
 
-def int_id(value) -> int:
+def int_id(value: object) -> int:
     """Ids are usually ints; strings ("stream 7", "Spans") become their digits, or a stable hash."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value

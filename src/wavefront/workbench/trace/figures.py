@@ -24,7 +24,7 @@ LABELS = {"compute": "compute", "comm_overlapped": "comm hidden by compute", "co
           "memory": "memcpy/memset", "idle_host_bound": "idle: host-bound", "idle_other": "idle: other"}
 
 
-def _step_label(rank, step) -> str:
+def _step_label(rank: int | None, step: int | str | None) -> str:
     return f"r{rank if rank is not None else '?'} s{step if step is not None else 'all'}"
 
 

@@ -187,7 +187,7 @@ def family_time_by_step(trace: Trace, steps: list[Step], top_level_rows: np.ndar
     return {labels[i]: grid[i].tolist() for i in range(len(labels))}
 
 
-def resolve_gpu(trace: Trace, device: str | None):
+def resolve_gpu(trace: Trace, device: str | None) -> tuple[hardware.GPU | None, str | None]:
     """The device-table row for the roofline, or (None, reason)."""
     try:
         if device:

@@ -114,7 +114,7 @@ def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_
     is_launch = launched | name_flags(trace.names, LAUNCH_APIS.__contains__)[rt.name] if len(rt) else launched
     is_sync = name_flags(trace.names, SYNC_APIS.__contains__)[rt.name] if len(rt) else np.zeros(0, dtype=bool)
     # runtime rows are sorted by start: each step's calls are one slice, summed with prefix sums
-    def prefix(values) -> np.ndarray:
+    def prefix(values: np.ndarray) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(values)])
 
     launch_ns, n_launch = prefix(np.where(is_launch, rt.dur_ns, 0)), prefix(is_launch.astype(np.int64))

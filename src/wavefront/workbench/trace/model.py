@@ -17,9 +17,10 @@ Tables:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
 KIND_NAMES = ("kernel", "memcpy", "memset")
@@ -40,16 +41,16 @@ class Columns:
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
-            return self.__dict__["cols"][name]
+            return cast(np.ndarray, self.__dict__["cols"][name])
         except KeyError:
             raise AttributeError(name) from None
 
-    def take(self, index) -> Columns:
+    def take(self, index: np.ndarray | slice) -> Columns:
         return Columns({k: v[index] for k, v in self.cols.items()})
 
     @property
     def end_ns(self) -> np.ndarray:
-        return self.ts_ns + self.dur_ns
+        return cast(np.ndarray, self.ts_ns + self.dur_ns)
 
 
 @dataclass
@@ -106,6 +107,6 @@ class Trace:
     def has_device_events(self) -> bool:
         return len(self.device) > 0
 
-    def name_of(self, ids) -> list[str]:
+    def name_of(self, ids: npt.ArrayLike) -> list[str]:
         names = self.names
         return [names[i] for i in np.asarray(ids).tolist()]

@@ -35,7 +35,7 @@ from __future__ import annotations
 import csv
 import gc
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,7 @@ class _Table:
         self.n = int(np.count_nonzero(keep))
 
 
-def _labels(names: vendor.Names, values: np.ndarray, label=lambda s: s) -> np.ndarray:
+def _labels(names: vendor.Names, values: np.ndarray, label: Callable[[str], str] = str) -> np.ndarray:
     """Interned name per row, ``label`` applied once per distinct value."""
     uniq, inverse = np.unique(values.astype(str), return_inverse=True)
     table = np.array([names.intern(label(u)) for u in uniq.tolist()], dtype=np.int32)

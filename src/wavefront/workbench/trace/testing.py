@@ -179,7 +179,7 @@ PLANTED_STEP2_US = {"compute": 340, "comm_overlapped": 50, "comm_exposed": 200, 
                     "idle_other": 310}
 
 
-def planted_gpu_trace(vendor: str = "nvidia", **kwargs) -> SynthTrace:
+def planted_gpu_trace(vendor: str = "nvidia", **kwargs: Any) -> SynthTrace:
     """Two steps with planted overlaps and gaps (times relative to the trace base, microseconds).
 
     Step 1 [0, 1000): mm kernel A [100, 300) and B [300, 500) on stream 7, a collective [400, 700) on the
