@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on a lent GPU (NVIDIA or ROCm), under 9 minutes, everything under $OUT as bench_<device>_<yyyymmdd>.*
+# One call on a lent GPU (NVIDIA or ROCm), under 8 minutes, everything under $OUT as bench_<device>_<yyyymmdd>.*
 # for committing under benchmarks/results/:
 #   1. provenance (device, driver, versions, git sha)                                  -> .meta.json
 #   2. smoke: one small call of every registered op, forward and backward, against the float64 reference, each
@@ -20,6 +20,9 @@
 #      before) against the default kernel and SDPA: accuracy (float64 reference) at 1, 3 and 9 key blocks
 #      (GLUON_SEQS; the first two below and past its 2-stage ring, the last a long partial sequence), then time
 #      (limit GLUON_LIMIT_S)                                              -> .gluon.jsonl (row by row), .gluon.json
+#  7b. sm_90 only: the FA3-schedule forward (kernels/attention_fa3.py, never run before; scripts/gpu_check_fa3.py):
+#      accuracy vs float64 and SDPA flash (1, 3, 9 key blocks and a shape with more tiles than SMs), then time
+#      vs the default and Gluon kernels, SDPA flash/cuDNN and flash-attn-4 (limit FA3_LIMIT_S) -> .fa3.jsonl, .fa3.json
 #   8. the dashboard and the results document                                           -> .html, .results.json
 #
 # Every step has a time limit and appends its outcome to .steps.jsonl before the next starts (its own files
@@ -42,19 +45,20 @@ DRY=0
 SMOKE_LIMIT_S=${SMOKE_LIMIT_S:-60}  # the whole smoke step; its workers stop starting ops 8 s before
 SMOKE_OP_TIMEOUT_S=${SMOKE_OP_TIMEOUT_S:-25}  # one op, forward and backward, its kernels' compile included
 SMOKE_JOBS=${SMOKE_JOBS:-6}
-TEST_LIMIT_S=${TEST_LIMIT_S:-35}
-PROFILE_LIMIT_S=${PROFILE_LIMIT_S:-30}  # each profiler: python and torch start-up, the cases, the export
-PEERS_BUDGET_S=${PEERS_BUDGET_S:-55}
-BENCH_BUDGET_S=${BENCH_BUDGET_S:-30}
-TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-90}
+TEST_LIMIT_S=${TEST_LIMIT_S:-30}
+PROFILE_LIMIT_S=${PROFILE_LIMIT_S:-25}  # each profiler: python and torch start-up, the cases, the export
+PEERS_BUDGET_S=${PEERS_BUDGET_S:-45}
+BENCH_BUDGET_S=${BENCH_BUDGET_S:-20}
+TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-60}
 TRAIN_MODEL=${TRAIN_MODEL:-llama3-8b}
-GLUON_LIMIT_S=${GLUON_LIMIT_S:-40}
+GLUON_LIMIT_S=${GLUON_LIMIT_S:-25}
 GLUON_SEQS=${GLUON_SEQS:-"128 384 1124"}  # 1, 3 and 9 key blocks of 128
-REPORT_LIMIT_S=${REPORT_LIMIT_S:-30}
+FA3_LIMIT_S=${FA3_LIMIT_S:-40}
+REPORT_LIMIT_S=${REPORT_LIMIT_S:-20}
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $arg (expected --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -139,7 +143,7 @@ SKIP_RC=2 run_step profile-ncu "$PROFILE_LIMIT_S" "$PY" -m wavefront bench --pro
   --case attn_scores_4k --mode fwd --provider wavefront --profile-dir "$stem.profile/ncu" --json "$stem.profile-ncu.json"
 
 say "optional peers: Liger-Kernel, flash-attn"
-for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn"; do
+for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn" "flash_attn.cute:flash-attn-4"; do
   module=${pair%%:*}; dist=${pair##*:}
   if "$PY" -c "import $module" >/dev/null 2>&1; then
     echo "$dist already installed" | tee -a "$LOG"
@@ -155,7 +159,7 @@ say "tests on the GPU (limit ${TEST_LIMIT_S} s)"
 run_step tests "$TEST_LIMIT_S" "$PY" -m pytest -q -x -p no:cacheprovider -n 0 tests/ops
 
 say "peers: attention vs SDPA (flash, cuDNN) and flash-attn; linear's provider rule vs the vendor BLAS (budget ${PEERS_BUDGET_S} s)"
-run_step peers $((PEERS_BUDGET_S + 55)) "$PY" -m wavefront bench --op attention --op linear --skip-correctness \
+run_step peers $((PEERS_BUDGET_S + 50)) "$PY" -m wavefront bench --op attention --op linear --skip-correctness \
   --provider wavefront --provider eager --provider vendor --provider sdpa_flash --provider sdpa_cudnn \
   --provider flash_attn --budget-s "$PEERS_BUDGET_S" --store "$stem.sqlite" --no-report --json "$stem.peers.json" \
   --label "gpu_check peers $(date -u +%F)"
@@ -163,7 +167,7 @@ run_step peers $((PEERS_BUDGET_S + 55)) "$PY" -m wavefront bench --op attention 
 say "bench: every other op (timing budget ${BENCH_BUDGET_S} s)"
 others=$(cat "$stem.ops")
 # shellcheck disable=SC2086  # one word per --op flag
-run_step bench $((BENCH_BUDGET_S + 50)) "$PY" -m wavefront bench $others --provider wavefront --provider eager \
+run_step bench $((BENCH_BUDGET_S + 45)) "$PY" -m wavefront bench $others --provider wavefront --provider eager \
   --provider torch_compile --provider liger --budget-s "$BENCH_BUDGET_S" --store "$stem.sqlite" --no-report \
   --json "$stem.json" --label "gpu_check $(date -u +%F)"
 
@@ -228,6 +232,10 @@ for d in (64, 128):
 json.dump(doc, open(sys.argv[1], "w"), indent=1)
 print("gluon: accuracy", "PASS" if all(r["pass"] for r in doc["accuracy"]) else "FAIL")
 EOF
+
+say "FA3-schedule attention forward on sm_90 vs the default, Gluon, SDPA and flash-attn-4 (limit ${FA3_LIMIT_S} s)"
+# shellcheck disable=SC2086  # one argument per sequence length
+run_step fa3 "$FA3_LIMIT_S" "$PY" scripts/gpu_check_fa3.py "$stem.fa3.json" $GLUON_SEQS
 
 say "dashboard and results document (limit ${REPORT_LIMIT_S} s)"
 run_step report "$REPORT_LIMIT_S" "$PY" -m wavefront report --store "$stem.sqlite" --out "$stem.html" \

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import wavefront
 from wavefront import runtime
 from wavefront.kernels import attention_gluon
 from wavefront.kernels._launch import recording
@@ -111,36 +110,7 @@ def _model_copies(num_stages: int) -> tuple[int, int]:
     return where.count("prologue"), where.count("loop j=0")
 
 
-def test_refused_off_sm90(monkeypatch):
-    monkeypatch.setenv(attention_gluon.ENV_FLAG, "1")
-    assert attention_gluon.requested()
-    for name in ("sm_80", "sm_100", "gfx942", "cpu"):
-        with pytest.raises(RuntimeError, match=f"{attention_gluon.ENV_FLAG}.*sm_90.*{name}"):
-            attention_gluon.check_target(runtime.get_arch(name))
-    q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="sm_90"):
-        attention_gluon.attention_fwd(q, q, q, True, 0.125)
-    with pytest.raises(RuntimeError, match=attention_gluon.ENV_FLAG):  # the public op routes through the flag
-        wavefront.ops.attention(q, q, q, causal=True)
-    attention_gluon.check_target(runtime.get_arch("sm_90"))  # no error
-    monkeypatch.setenv(attention_gluon.ENV_FLAG, "0")
-    assert not attention_gluon.requested()
-
-
-def test_inputs_it_does_not_cover_are_clear_errors():
-    sm90 = runtime.get_arch("sm_90")
-    q = torch.zeros(1, 2, 16, 96, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="head_dim 64 or 128, got 96"):
-        attention_gluon.attention_fwd(q, q, q, False, 0.1, arch=sm90)
-    q = torch.zeros(1, 2, 16, 64, dtype=torch.float32)
-    with pytest.raises(ValueError, match="bfloat16 or float16"):
-        attention_gluon.attention_fwd(q, q, q, False, 0.1, arch=sm90)
-    q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="cu_seqlens"):
-        attention_gluon.attention_fwd(q, q, q, False, 0.1, torch.tensor([0, 16]), arch=sm90)
-    odd = torch.zeros(1, 2, 16, 65, dtype=torch.bfloat16)[..., :64]
-    with pytest.raises(ValueError, match="'q' addressable by TMA"):
-        attention_gluon.attention_fwd(odd, q, q, False, 0.1, arch=sm90)
+# Refusals off sm_90 and the input errors: tests/kernels/test_attention_fa3.py, for both Hopper Gluon kernels.
 
 
 def test_launch_matches_the_forward_contract():

@@ -284,16 +284,21 @@ def _attn_fwd_sm90_gluon(
 # Host side.
 
 
+def flag_set(flag: str) -> bool:
+    """Whether the environment variable `flag` asks for an opt-in kernel ("1", "true", "yes", "on")."""
+    return os.environ.get(flag, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
 def requested() -> bool:
     """Whether the environment asks ops.attention's forward to use this kernel (``WAVEFRONT_ATTENTION_GLUON=1``)."""
-    return os.environ.get(ENV_FLAG, "0").strip().lower() in ("1", "true", "yes", "on")
+    return flag_set(ENV_FLAG)
 
 
-def check_target(arch: runtime.Arch) -> None:
-    """Refuse every target but sm_90, naming the flag (the kernel is Hopper-only: wgmma and TMA)."""
+def check_target(arch: runtime.Arch, *, flag: str = ENV_FLAG, what: str = "the Gluon forward") -> None:
+    """Refuse every target but sm_90, naming the flag (the Hopper Gluon kernels use wgmma and TMA)."""
     if arch.name != TARGET:
-        raise RuntimeError(f"attention: the Gluon forward ({ENV_FLAG}=1) runs on {TARGET} (Hopper) "
-                           f"only, but the target is {arch.name}; unset {ENV_FLAG} to use the default kernel")
+        raise RuntimeError(f"attention: {what} ({flag}=1) runs on {TARGET} (Hopper) only, but the target is "
+                           f"{arch.name}; unset {flag} to use the default kernel")
 
 
 def _tma_addressable(t: torch.Tensor) -> bool:
@@ -301,18 +306,19 @@ def _tma_addressable(t: torch.Tensor) -> bool:
     return t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all(s * size % 16 == 0 for s in t.stride()[:-1])
 
 
-def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens=None) -> None:
-    """What this kernel covers beyond ops.attention's own validation; anything else is a clear error."""
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens=None, *,
+                 what: str = "the Gluon forward") -> None:
+    """What the Hopper Gluon kernels cover beyond ops.attention's own validation; anything else is a clear error."""
     if cu_seqlens is not None:
-        raise ValueError("attention: the Gluon forward takes dense inputs only; 'cu_seqlens' must be None")
+        raise ValueError(f"attention: {what} takes dense inputs only; 'cu_seqlens' must be None")
     if q.dtype not in DTYPES:
-        raise ValueError(f"attention: the Gluon forward takes bfloat16 or float16, got {q.dtype}")
+        raise ValueError(f"attention: {what} takes bfloat16 or float16, got {q.dtype}")
     if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"attention: the Gluon forward takes head_dim 64 or 128, got {q.shape[-1]}")
+        raise ValueError(f"attention: {what} takes head_dim 64 or 128, got {q.shape[-1]}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not _tma_addressable(t):
-            raise ValueError(f"attention: the Gluon forward needs '{name}' addressable by TMA (16-byte aligned "
-                             f"base and strides, unit head_dim stride), got strides {tuple(t.stride())}")
+            raise ValueError(f"attention: {what} needs '{name}' addressable by TMA (16-byte aligned base and "
+                             f"strides, unit head_dim stride), got strides {tuple(t.stride())}")
 
 
 def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, *, arch: runtime.Arch | None = None):

@@ -86,11 +86,13 @@ def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor | None, m
                    scale: float, deterministic: bool = True) -> tuple[Tensor, Tensor]:
     # deterministic only travels to the backward (setup_context); the forward is the same either way.
     from wavefront.kernels import attention as kernels  # lazy: Triton-free import
-    from wavefront.kernels import attention_gluon  # lazy: Triton-free import
+    from wavefront.kernels import attention_fa3, attention_gluon  # lazy: Triton-free import
 
     if cu_seqlens is not None:
         max_seqlen = _resolve_max_seqlen(cu_seqlens, max_seqlen, q.shape[2])
     with op_scope(OP):
+        if attention_fa3.requested():  # opt-in, sm_90 only: FA3's schedule; compiled and inspected, never run on a GPU
+            return attention_fa3.attention_fwd(q, k, v, causal, scale, cu_seqlens)
         if attention_gluon.requested():  # opt-in, sm_90 only: compiled and inspected, not yet run on a GPU
             return attention_gluon.attention_fwd(q, k, v, causal, scale, cu_seqlens)
         return kernels.attention_fwd(q, k, v, causal, scale, cu_seqlens, max_seqlen)

@@ -32,7 +32,7 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     peers = next(line for line in log.splitlines() if "--op attention --op linear" in line)
     for provider in ("wavefront", "eager", "vendor", "sdpa_flash", "sdpa_cudnn", "flash_attn"):
         assert f"--provider {provider} " in peers
-    assert f"--budget-s 55 --store {stem}.sqlite --no-report --json {stem}.peers.json" in peers
+    assert f"--budget-s 45 --store {stem}.sqlite --no-report --json {stem}.peers.json" in peers
     # Every other registered op in the general bench, each exactly once; attention and linear not again.
     from wavefront.ops import REGISTRY
 
@@ -44,12 +44,12 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     assert "--compare eager,compile,liger,wavefront --model llama3-8b" in train and f"{stem}.train.json" in train
     _assert_verb_parses(train.split("-m wavefront ", 1)[1])
     assert f"--export-json {stem}.results.json" in log
-    # Every step that runs has a time limit, and the limits add up to less than 9 minutes with 30 s to spare
+    # Every step that runs has a time limit, and the limits add up to less than 8 minutes with 30 s to spare
     # for what runs outside a step (provenance).
     commands = [line for line in log.splitlines() if line.startswith("+ ")]
     assert all(line.startswith("+ timeout -k 5 ") for line in commands)
     limits = [int(line.split()[4]) for line in commands]
-    assert len(limits) == 9 and sum(limits) < 9 * 60 - 30
+    assert len(limits) == 10 and sum(limits) < 8 * 60 - 30
     # Right after the smoke step, a few cases profiled under nsys (rocprofv3 on ROCm) and ncu, files under $OUT.
     timeline = "rocprof" if __import__("torch").version.hip else "nsys"
     for tool, at in ((timeline, 1), ("ncu", 2)):
@@ -67,14 +67,17 @@ def test_dry_run_plans_tests_peers_bench_and_training(tmp_path):
     gluon_at = next(i for i, line in enumerate(commands) if "gluon.json" in line)
     gluon = commands[gluon_at]
     assert f"{stem}.gluon.json" in gluon  # the opt-in Gluon attention forward, checked and timed on sm_90
-    assert gluon_at > 0 and limits[gluon_at] >= 30
+    assert gluon_at > 0 and limits[gluon_at] >= 25
     # It runs at least 8 key blocks (the old schedule hung past 2), and a short sequence first.
     seqs = [int(a) for a in gluon.split(".gluon.json", 1)[1].split()]
     assert max(-(-s // 128) for s in seqs) >= 8 and min(seqs) <= 128 and seqs == sorted(seqs)
     # Each step's record, and the summary table at the end.
     records = [json.loads(line) for line in Path(f"{stem}.steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == ["smoke", "profile-timeline", "profile-ncu", "tests", "peers", "bench",
-                                            "train", "gluon", "report"]
+                                            "train", "gluon", "fa3", "report"]
+    fa3 = commands[gluon_at + 1]  # the FA3-schedule forward: its own script and limit, the same sequences
+    assert f"scripts/gpu_check_fa3.py {stem}.fa3.json" in fa3 and fa3.split(".fa3.json", 1)[1] == \
+        gluon.split(".gluon.json", 1)[1]
     assert {r["status"] for r in records} == {"planned"}
     assert "== summary" in proc.stdout and log.rstrip().endswith(f"report     planned      0       0      {limits[-1]}")
     meta = json.loads(metas[0].read_text())

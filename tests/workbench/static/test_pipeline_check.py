@@ -3,10 +3,12 @@ the whole grid, and the schedule it replaced (kept here as a fixture) is rejecte
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from wavefront.kernels import attention_gluon as ag
-from wavefront.workbench.static.pipeline_check import Deadlock, Pipeline, check_grid, run_model
+from wavefront.workbench.static.pipeline_check import POLICIES, Deadlock, Pipeline, check_grid, run_model
 from wavefront.workbench.static.pipeline_models import (
     GLUON_ATTENTION_SCHEDULE,
     MODELS,
@@ -227,8 +229,13 @@ def test_mutations_of_the_shipped_schedule_are_rejected():
 def test_the_static_gate_runs_every_model(monkeypatch):
     from wavefront.workbench.static import gate, pipeline_models
 
+    # The warp-specialized models on their quick grids (the full ones take tens of seconds; the gate runs them).
+    quick = tuple(dataclasses.replace(m, grid=pipeline_models.fa3_quick_grid, policies=POLICIES[:3])
+                  if isinstance(m, pipeline_models.WsKernelModel) else m for m in pipeline_models.MODELS)
+    monkeypatch.setattr(pipeline_models, "MODELS", quick)
     half = gate.check_pipelines(gate.HalfResult("static"))
-    assert half.passed and half.notes == ["pipeline model _attn_fwd_sm90_gluon: 2470 programs, every rule holds"]
+    assert half.passed and half.notes == ["pipeline model _attn_fwd_sm90_gluon: 2470 programs, every rule holds",
+                                          "pipeline model _attn_fwd_sm90_fa3: 360 programs, every rule holds"]
     old = pipeline_models.KernelModel("old_gluon", _old_gluon_attention_fwd, attention_grid, 2)
     monkeypatch.setattr(pipeline_models, "MODELS", (old,))
     (finding,) = gate.check_pipelines(gate.HalfResult("static")).findings

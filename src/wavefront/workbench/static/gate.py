@@ -42,7 +42,7 @@ REGS_GROWTH = 0.10
 _INSPECT_FIELDS = ("ok", "error", "num_warps", "regs", "sgprs", "agprs", "spill_bytes", "spill_count", "shared_bytes",
                    "widest_load_bits", "widest_store_bits", "narrow_loads", "narrow_stores", "occupancy",
                    "matrix_families", "tma_ops", "setmaxnreg", "mma_wait_depth", "min_mma_n", "loop_barriers",
-                   "narrow_lds_ops")
+                   "narrow_lds_ops", "consumer_warpgroups", "pingpong", "loop_mask_ops", "mma_overlap_depth")
 _TRAFFIC_FIELDS = ("error", "kernel_bytes", "host_bytes", "bytes_moved", "unique_bytes", "min_bytes", "ratio_min")
 
 
@@ -52,6 +52,7 @@ class Finding:
     subject: str  # "op/mode/case/kernel@target" or "op/mode/case"
     rule: str  # "compile", "missing", "spills", "load-width", "store-width", "registers", "occupancy",
     #            "matrix", "tma", "setmaxnreg", "mma-wait", "mma-n", "loop-barriers", "narrow-lds", "bytes",
+    #            "pingpong", "loop-mask", "mma-overlap",
     #            "pipeline" (a hand-made pipeline's model breaks a rule: pipeline_check.py)
     message: str
 
@@ -201,6 +202,14 @@ def _design_rules(base: dict, cur: dict, add: Callable[[str, str], None]) -> Non
     b, c = base.get("narrow_lds_ops"), cur.get("narrow_lds_ops")
     if b is not None and c is not None and c > b:
         add("narrow-lds", f"8/16-bit LDS accesses grew: {b} -> {c} instructions")
+    # Attention-forward design: ping-pong lost, a mask back in the main loop, the math no longer under a wgmma.
+    if base.get("pingpong") and not cur.get("pingpong"):
+        add("pingpong", "the consumer warpgroups no longer ping-pong in the main loop")
+    for what, rule, name in (("loop_mask_ops", "loop-mask", "mask instructions in the main loop grew"),
+                             ("mma_overlap_depth", "mma-overlap", "largest main-loop wgmma wait depth fell")):
+        b, c = base.get(what), cur.get(what)
+        if b is not None and c is not None and (c > b if what == "loop_mask_ops" else c < b):
+            add(rule, f"{name}: {b} -> {c}")
 
 
 def compare_traffic(baseline: dict[str, dict], current: dict[str, dict], half: str = "static") -> tuple[

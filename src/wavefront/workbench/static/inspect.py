@@ -91,6 +91,10 @@ class KernelRow:
     lds_read_widths: dict[str, int] = field(default_factory=dict)  # AMD bits per lane -> LDS read instructions
     lds_write_widths: dict[str, int] = field(default_factory=dict)
     mfma_shapes: list[str] = field(default_factory=list)  # AMD MFMA/WMMA "MxNxK"
+    consumer_warpgroups: int | None = None  # warp-specialized: warpgroups of the block less the producer's
+    pingpong: bool | None = None  # main loop waits on one named barrier, arrives on another (warpgroups alternate)
+    loop_mask_ops: int | None = None  # -INF selects and their compares in the main loop (0: an unmasked loop)
+    mma_overlap_depth: int | None = None  # largest wgmma.wait_group N in the main loop (>= 1: math under a wgmma)
     occupancy: float = 0.0  # fraction of the target's maximum resident warps (SM) / waves (SIMD)
     active: float = 0.0  # resident warps per SM (NVIDIA) or waves per SIMD (AMD)
     occupancy_unit: str = ""
@@ -384,6 +388,8 @@ def _row(p: _Planned, res: CompileResult, dtype: torch.dtype) -> KernelRow:
     row.tma_ops, row.setmaxnreg = code.tma_ops, code.setmaxnreg
     row.mma_wait_depth, row.min_mma_n, row.loop_barriers = code.mma_wait_depth, code.min_mma_n, code.loop_barriers
     row.narrow_lds_ops, row.mfma_shapes = code.narrow_lds_ops, list(code.mfma_shapes)
+    row.consumer_warpgroups, row.pingpong = code.consumer_warpgroups, code.pingpong
+    row.loop_mask_ops, row.mma_overlap_depth = code.loop_mask_ops, code.mma_overlap_depth
     row.lds_read_widths = {str(k): v for k, v in sorted(code.lds_read_widths.items())}
     row.lds_write_widths = {str(k): v for k, v in sorted(code.lds_write_widths.items())}
     occ = occupancy(arch, threads_per_block=res.threads_per_block, regs_per_thread=code.regs,

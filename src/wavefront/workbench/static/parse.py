@@ -55,6 +55,12 @@ class MachineCode:
     lds_read_widths: dict[int, int] = field(default_factory=dict)  # AMD: bits per lane -> LDS read instructions
     lds_write_widths: dict[int, int] = field(default_factory=dict)  # AMD: bits per lane -> LDS writes
     mfma_shapes: list[str] = field(default_factory=list)  # AMD matrix instruction shapes "MxNxK", sorted
+    # Attention-forward design (NVIDIA; docs/inspect.md says how each is read):
+    consumer_warpgroups: int | None = None  # warp-specialized (setmaxnreg): the block's warpgroups less the
+    #                                         producer's; None without setmaxnreg
+    pingpong: bool | None = None  # the main loop waits on one named barrier and arrives on another; None: no loop
+    loop_mask_ops: int | None = None  # -INF selects and the compares feeding them in the main loop; None: no loop
+    mma_overlap_depth: int | None = None  # largest wgmma.wait_group N in the main loop; None: no wgmma there
 
     @property
     def widest_load_bits(self) -> int:
@@ -252,7 +258,50 @@ def parse_sass(text: str, code: MachineCode | None = None) -> MachineCode:
         code.loop_barriers = loop.barriers
         has_wgmma = any(ops[i].split(".")[0].endswith("GMMA") for i in range(loop.first, loop.last + 1))
         code.mma_wait_depth = loop.wait_depth if has_wgmma else None
+        code.pingpong, code.loop_mask_ops = _sass_pingpong(ops, operands, loop), _sass_mask_ops(ops, operands, loop)
+        depths = [int(m[1], 0) for i in range(loop.first, loop.last + 1) if ops[i].startswith("WARPGROUP.DEPBAR")
+                  for m in [_SASS_WGMMA_WAIT.search(operands[i])] if m]
+        code.mma_overlap_depth = max(depths) if has_wgmma and depths else None
     return code
+
+
+_SASS_BAR_ID = re.compile(r"^\s*(0x[0-9a-f]+|\d+)")
+_SASS_PRED = re.compile(r"\bU?P[0-6]\b")
+
+
+def _sass_pingpong(ops: list[str], operands: list[str], loop: LoopStats) -> bool:
+    """A warpgroup waits for its turn on one named barrier (BAR.SYNC id) and hands the turn over on another
+    (BAR.ARV id'), both ids > 0 (id 0 is the whole block's), inside the main loop."""
+    syncs, arrives = set(), set()
+    for i in range(loop.first, loop.last + 1):
+        parts = ops[i].split(".")
+        m = _SASS_BAR_ID.match(operands[i])
+        if parts[0] == "BAR" and len(parts) > 1 and m and int(m[1], 0) > 0:
+            (arrives if parts[1] == "ARV" else syncs if parts[1] == "SYNC" else set()).add(int(m[1], 0))
+    return any(a != b for a in syncs for b in arrives)
+
+
+def _sass_mask_ops(ops: list[str], operands: list[str], loop: LoopStats) -> int:
+    """Mask instructions in the main loop: every FSEL/SEL with a -INF operand (a score set to -inf) and the
+    predicate writers (ISETP, PLOP3, FSETP) that feed their predicates, followed back through predicate
+    operands to the loop's start."""
+    marked: set[int] = set()
+    todo = [i for i in range(loop.first, loop.last + 1) if ops[i].split(".")[0] in ("FSEL", "SEL")
+            and "-INF" in operands[i]]
+    marked.update(todo)
+    while todo:
+        i = todo.pop()
+        srcs = _SASS_PRED.findall(operands[i].split(",", 1)[1] if ops[i].split(".")[0] != "FSEL" else
+                                  operands[i].rsplit(",", 1)[-1])
+        for pred in set(srcs) - {"PT"}:
+            for d in range(i - 1, loop.first - 1, -1):  # the nearest earlier writer of the predicate
+                if ops[d].split(".")[0] in ("ISETP", "PLOP3", "FSETP") and \
+                        _SASS_PRED.findall(operands[d].split(",", 1)[0]) == [pred]:
+                    if d not in marked:
+                        marked.add(d)
+                        todo.append(d)
+                    break
+    return len(marked)
 
 
 def _sass_main_loop(ops: list[str], operands: list[str], address: dict[int, int]) -> LoopStats | None:
@@ -372,7 +421,24 @@ def parse_nvidia(resource_text: str, sass_text: str, kernel_name: str | None = N
     ns = [n for _, n in tcgen05_shapes(ptx_text)] if ptx_text else []
     if ns:
         code.min_mma_n = min(ns + ([code.min_mma_n] if code.min_mma_n else []))
+    code.consumer_warpgroups = ptx_consumer_warpgroups(ptx_text) if code.setmaxnreg else None
     return code
+
+
+_PTX_NTID = re.compile(r"^\.(?:reqntid|maxntid)\s+(\d+)", re.M)
+_PTX_SETMAXNREG = re.compile(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)")
+PRODUCER_MAX_REGS = 64  # a partition that gives its registers back below this only issues copies
+
+
+def ptx_consumer_warpgroups(ptx: str) -> int | None:
+    """The warpgroups of a warp-specialized block that run the math: the block's threads (``.reqntid``) / 128,
+    less one producer warpgroup when a ``setmaxnreg.dec`` lowers a partition below PRODUCER_MAX_REGS (Triton
+    gives each partition whole warpgroups for setmaxnreg; the kernels here have at most one producer)."""
+    m = _PTX_NTID.search(ptx)
+    if not m:
+        return None
+    producer = any(kind == "dec" and int(n) < PRODUCER_MAX_REGS for kind, n in _PTX_SETMAXNREG.findall(ptx))
+    return -(-int(m[1]) // 128) - producer
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ that copy's phase.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -312,4 +313,246 @@ class GridReport:
 def check_grid(name: str, model: Callable[..., None], grid: Iterable[dict], n_warpgroups: int = 1) -> GridReport:
     """Run the model over every configuration of the grid (dicts of keyword arguments)."""
     runs = [run_model(model, n_warpgroups, **params) for params in grid]
+    return GridReport(name, len(runs), tuple(r for r in runs if not r.ok))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Warp-specialized programs: several agents (a producer partition, consumer warpgroups) that talk only through
+# mbarriers (ready / empty per stage), named barriers (bar.sync / bar.arrive) and the data in the stages.
+#
+# A model is a set of agents, each a generator of events in its program order (see :class:`WsEvent`); the
+# simulator interleaves them one event at a time under a scheduling *policy* and lands each asynchronous copy
+# at a time the policy picks, so one model is checked under several timings (the producer far ahead, copies
+# landing as late as possible, the consumers first, seeded random orders). Rules, besides the single-program
+# ones above (``refill-while-read``, ``read-wrong-block``, ``read-not-ready``, ``copy-past-end``,
+# ``copy-not-consumed``, ``mma-in-flight-at-exit``, ``refill-before-consumed``):
+#
+# ``deadlock``
+#     no agent can make progress and no copy is in flight, but some agent has not finished.
+# ``barrier-overrun``
+#     an agent arrives on a named barrier a second time before the barrier completed (undefined in hardware).
+# ``barrier-unbalanced``
+#     a named barrier with arrivals pending when every agent has finished.
+# ``pingpong-order``
+#     two GEMM bursts in a row by the same consumer (the named barriers should alternate them).
+# ``release-while-read``
+#     an arrive on a stage's *empty* barrier while this agent's matrix op reading the stage is not retired.
+
+WS_VIOLATION_KINDS = ("deadlock", "barrier-overrun", "barrier-unbalanced", "pingpong-order", "release-while-read")
+POLICIES = ("producer-first", "late-copies", "consumers-first", "random-1", "random-2")
+
+
+@dataclass
+class _MBar:
+    count: int
+    arrivals: int = 0
+    completed: int = 0  # phases completed
+    in_flight: list = field(default_factory=list)  # copies (ring, stage, block, at) whose bytes are pending
+    releases: tuple[str, int] | None = None  # (ring, stage) this barrier says is free (an *empty* barrier)
+
+
+@dataclass
+class _NamedBar:
+    arrived: set = field(default_factory=set)
+    generation: int = 0
+
+
+class WarpSpecialized:
+    """The shared state of one program of a warp-specialized kernel, driven by :func:`run_ws_model`.
+
+    Events (tuples an agent yields, in its program order):
+    ``("copy", ring, stage, block, bar, row0, at)`` expect-tx on `bar` and a TMA copy of `block` (first row
+    `row0` of the ring's tensor) into `stage`; ``("wait", bar, parity, at)``; ``("arrive", bar, at)``;
+    ``("mma", reads, at)`` an asynchronous matrix op of this agent reading (ring, stage, block) operands;
+    ``("mma_wait", depth, at)``; ``("bar_sync", id, at)``; ``("bar_arrive", id, at)``; ``("burst", at)`` the
+    start of a GEMM burst (for the ping-pong order)."""
+
+    def __init__(self) -> None:
+        self.rings: dict[str, tuple[int, int | None]] = {}
+        self.contents: dict[tuple[str, int], object] = {}
+        self.reads_of: dict[tuple[str, int], set] = {}  # copies read: (ring, stage) -> blocks
+        self.copies: list[tuple[str, int, object, str]] = []
+        self.read_copies: set = set()
+        self.mbars: dict[str, _MBar] = {}
+        self.named: dict[int, _NamedBar] = {}
+        self.groups: dict[str, list[list]] = {}  # agent -> [[reads, at, retired]]
+        self.bursts: list[str] = []
+        self.violations: list[Violation] = []
+        self.issued = 0
+
+    def ring(self, name: str, n_stages: int, *, n_rows: int | None = None) -> None:
+        self.rings[name] = (n_stages, n_rows)
+
+    def mbarrier(self, name: str, count: int, *, releases: tuple[str, int] | None = None) -> None:
+        self.mbars[name] = _MBar(count, releases=releases)
+
+    def _flag(self, kind: str, at: str, ring: str = "", stage: int = 0, block=None, detail: str = "") -> None:
+        self.violations.append(Violation(kind, at, ring, stage, block, detail))
+
+    def _live_readers(self, ring: str, stage: int) -> list[tuple[str, str]]:
+        return [(agent, g[1]) for agent, gs in self.groups.items() for g in gs
+                if not g[2] and any((r, s) == (ring, stage) for r, s, _ in g[0])]
+
+    # -- whether an agent's next event can run now ------------------------------------------------------
+    def ready(self, agent: str, ev: tuple, state: dict) -> bool:
+        if ev[0] == "wait":
+            b = self.mbars[ev[1]]
+            return (b.completed & 1) != ev[2]  # try_wait.parity: the phase of that parity has completed
+        if ev[0] == "bar_sync" and agent in state.get("syncing", {}):
+            return self.named[ev[1]].generation > state["syncing"][agent]
+        return True
+
+    # -- running it --------------------------------------------------------------------------------------
+    def run(self, agent: str, ev: tuple, state: dict) -> bool:
+        """Apply one event; False when the agent stays on it (a bar.sync that has arrived and now waits)."""
+        kind, at = ev[0], ev[-1]
+        if kind == "copy":
+            _, ring, stage, block, bar, row0, _ = ev
+            n_stages, n_rows = self.rings[ring]
+            if not 0 <= stage < n_stages:
+                raise ValueError(f"{at}: stage {stage} is outside ring {ring!r} of {n_stages} stages")
+            for who, where in self._live_readers(ring, stage):
+                self._flag("refill-while-read", at, ring, stage, block,
+                           f"copy while {who}'s matrix op issued at {where} may still read the stage")
+            if any((c[0], c[1]) == (ring, stage) for b in self.mbars.values() for c in b.in_flight):
+                self._flag("refill-before-consumed", at, ring, stage, block, "copy while another copy into "
+                           "the stage is in flight")
+            if n_rows is not None and row0 >= n_rows:
+                self._flag("copy-past-end", at, ring, stage, block, f"first row {row0} is past the {n_rows} rows")
+            b = self.mbars[bar]
+            b.in_flight.append((ring, stage, block, at))
+            self.contents[(ring, stage)] = None  # being overwritten
+            self.copies.append((ring, stage, block, at))
+            self.issued += 1
+            self._arrive(bar)  # expect-tx arrives; the phase completes when the bytes land
+        elif kind == "wait":
+            pass  # ready() said the parity has passed; what it lets the agent read is checked at the read
+        elif kind == "arrive":
+            rel = self.mbars[ev[1]].releases
+            if rel is not None:
+                for who, where in self._live_readers(*rel):
+                    if who == agent:
+                        self._flag("release-while-read", at, rel[0], rel[1], None,
+                                   f"marks the stage free while its matrix op issued at {where} is not retired")
+            self._arrive(ev[1])
+        elif kind == "mma":
+            for ring, stage, block in ev[1]:
+                held = self.contents.get((ring, stage), "empty")
+                if held is None:
+                    self._flag("read-not-ready", at, ring, stage, block, "reads the stage while a copy into it is "
+                               "in flight")
+                elif held != block:
+                    self._flag("read-wrong-block", at, ring, stage, block, f"the stage holds {held}")
+                else:
+                    self.read_copies.add((ring, stage, block))
+            self.groups.setdefault(agent, []).append([tuple(ev[1]), at, False])
+        elif kind == "mma_wait":
+            live = [g for g in self.groups.get(agent, []) if not g[2]]
+            for g in live[:max(len(live) - ev[1], 0)]:
+                g[2] = True
+        elif kind in ("bar_sync", "bar_arrive"):
+            nb = self.named.setdefault(ev[1], _NamedBar())
+            if kind == "bar_sync" and agent in state.setdefault("syncing", {}):
+                del state["syncing"][agent]  # the barrier completed: go on
+                return True
+            if agent in nb.arrived:
+                self._flag("barrier-overrun", at, f"bar{ev[1]}", 0, None, f"{agent} arrives again before the "
+                           "barrier completed")
+            nb.arrived.add(agent)
+            gen = nb.generation
+            if len(nb.arrived) == 2:  # 256 threads: two warpgroups
+                nb.arrived, nb.generation = set(), nb.generation + 1
+            if kind == "bar_sync" and nb.generation == gen:
+                state["syncing"][agent] = gen
+                return False
+        elif kind == "burst":
+            if self.bursts and self.bursts[-1] == agent:
+                self._flag("pingpong-order", at, "", 0, None, f"{agent} issues two GEMM bursts in a row")
+            self.bursts.append(agent)
+        else:
+            raise ValueError(f"unknown event {kind!r}")
+        return True
+
+    def _arrive(self, bar: str) -> None:
+        b = self.mbars[bar]
+        b.arrivals += 1
+        self._maybe_complete(b)
+
+    def _maybe_complete(self, b: _MBar) -> None:
+        if b.arrivals >= b.count and not b.in_flight:
+            b.arrivals -= b.count
+            b.completed += 1
+
+    def land(self, bar: str) -> None:
+        """The oldest copy in flight on `bar` lands: its stage holds the block, the barrier may complete."""
+        b = self.mbars[bar]
+        ring, stage, block, _ = b.in_flight.pop(0)
+        self.contents[(ring, stage)] = block
+        self._maybe_complete(b)
+
+    def finish(self, at: str = "exit") -> None:
+        for ring, stage, block, where in self.copies:
+            if (ring, stage, block) not in self.read_copies:
+                self._flag("copy-not-consumed", where, ring, stage, block, "never read by a matrix op")
+        for agent, gs in self.groups.items():
+            for reads, where, retired in gs:
+                if not retired:
+                    self._flag("mma-in-flight-at-exit", at, reads[0][0] if reads else "", reads[0][1] if reads
+                               else 0, None, f"{agent}'s matrix op issued at {where} is never retired")
+        for bid, nb in self.named.items():
+            if nb.arrived:
+                self._flag("barrier-unbalanced", at, f"bar{bid}", 0, None,
+                           f"arrivals of {sorted(nb.arrived)} pending at exit")
+
+
+def _pick(policy: str, options: list[tuple[str, object]], rng) -> tuple[str, object]:
+    """options: ("agent", name) or ("land", bar), in agent order (producer first) then landings."""
+    agents = [o for o in options if o[0] == "agent"]
+    lands = [o for o in options if o[0] == "land"]
+    if policy == "producer-first":
+        return (agents[:1] if agents and agents[0][1] == "producer" else lands[:1] or agents[:1])[0]
+    if policy == "late-copies":
+        return (agents or lands)[0]
+    if policy == "consumers-first":
+        consumers = [o for o in agents if o[1] != "producer"]
+        return (consumers or lands or agents)[0]
+    return options[rng.randrange(len(options))]
+
+
+def run_ws_model(model: Callable[..., dict], policy: str = "producer-first", **params) -> ModelRun:
+    """Run a warp-specialized model: ``model(ws, **params)`` declares rings and barriers on `ws` and returns
+    {agent name: event generator}; the agents run interleaved under `policy` (see :data:`POLICIES`)."""
+    ws = WarpSpecialized()
+    agents = model(ws, **params)
+    rng = random.Random(policy)
+    pending: dict[str, tuple | None] = {name: next(gen, None) for name, gen in agents.items()}
+    state: dict = {}
+    deadlocked = False
+    for _ in range(10_000_000):
+        options: list[tuple[str, object]] = [("agent", n) for n, ev in pending.items()
+                                             if ev is not None and ws.ready(n, ev, state)]
+        options += [("land", b) for b, mb in ws.mbars.items() if mb.in_flight]
+        if not options:
+            stuck = {n: ev for n, ev in pending.items() if ev is not None}
+            if stuck:
+                deadlocked = True
+                for n, ev in stuck.items():
+                    ws._flag("deadlock", ev[-1], "", 0, None, f"{n} waits forever on {ev[:-1]}")
+            break
+        what, name = _pick(policy, options, rng)
+        if what == "land":
+            ws.land(name)
+            continue
+        if ws.run(name, pending[name], state):
+            pending[name] = next(agents[name], None)
+    if not deadlocked:
+        ws.finish()
+    return ModelRun(dict(params, policy=policy), tuple(ws.violations), deadlocked, ws.issued, 0)
+
+
+def check_ws_grid(name: str, model: Callable[..., dict], grid: Iterable[dict],
+                  policies: Iterable[str] = POLICIES) -> GridReport:
+    """A warp-specialized model over every configuration of the grid and every scheduling policy."""
+    policies = tuple(policies)
+    runs = [run_ws_model(model, policy, **params) for params in grid for policy in policies]
     return GridReport(name, len(runs), tuple(r for r in runs if not r.ok))

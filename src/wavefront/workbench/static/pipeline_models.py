@@ -15,8 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from wavefront.kernels import attention_fa3 as fa3
 from wavefront.kernels import attention_gluon as ag
-from wavefront.workbench.static.pipeline_check import GridReport, Pipeline, check_grid
+from wavefront.workbench.static.pipeline_check import (
+    POLICIES,
+    GridReport,
+    Pipeline,
+    WarpSpecialized,
+    check_grid,
+    check_ws_grid,
+)
 
 
 def _python(f: Callable) -> Callable:
@@ -110,6 +118,159 @@ def attention_grid(max_blocks: int = 12, stages: tuple[int, ...] = (1, 2, 3, 4))
                            "head_dim": head_dim}
 
 
+# ---------------------------------------------------------------------------------------------------
+# The FA3-schedule forward (kernels/attention_fa3.py): a producer and two consumer warpgroups per program.
+
+
+@dataclass(frozen=True)
+class Fa3Schedule:
+    """The schedule functions of the FA3-schedule forward (the kernel's helpers of the same names)."""
+
+    tile_coords: Callable[[int, int, int, bool], tuple[int, int]]
+    key_blocks: Callable[[int, int, int, int, bool], tuple[int, int]]
+    kv_stage: Callable[[int, int], int]
+    kv_phase: Callable[[int, int], int]
+    kv_free_phase: Callable[[int, int], int]
+
+
+FA3_SCHEDULE = Fa3Schedule(_python(fa3._tile_coords), _python(fa3._key_blocks), _python(fa3._kv_stage),
+                           _python(fa3._kv_phase), _python(fa3._kv_free_phase))
+
+
+def fa3_attention_fwd(ws: WarpSpecialized, *, seqlen: int, n_bh: int, causal: bool, num_stages: int,
+                      n_programs: int, pid: int, block_m: int = fa3.BLOCK_M, block_n: int = fa3.BLOCK_N,
+                      schedule: Fa3Schedule = FA3_SCHEDULE, pre_arrive: bool = True,
+                      release_before_wait: bool = False) -> dict:
+    """Program `pid` of ``_attn_fwd_sm90_fa3`` on a grid of `n_programs`: the producer and the two consumers as
+    event generators, each in its partition's program order. The two keyword flags below `schedule` break the
+    protocol on purpose (the checker's negative tests): no opening arrive of consumer 1 on consumer 0's turn
+    barrier, and a consumer marking K's and V's stages free before the waits that retire its wgmmas."""
+    sch, ns, bar = schedule, num_stages, int(fa3.PINGPONG_BAR)
+    n_m_blocks = -(-seqlen // block_m)
+    n_tiles = n_m_blocks * n_bh
+    tiles = range(pid, n_tiles, n_programs)
+    ws.ring("q", 1)
+    ws.ring("k", ns, n_rows=seqlen)
+    ws.ring("v", ns, n_rows=seqlen)
+    ws.mbarrier("q_ready", 1)
+    ws.mbarrier("q_empty", 2, releases=("q", 0))
+    for i in range(ns):
+        for r in ("k", "v"):
+            ws.mbarrier(f"{r}_ready{i}", 1)
+            ws.mbarrier(f"{r}_empty{i}", 2, releases=(r, i))
+
+    def blocks(tile: int) -> tuple[int, int, int]:
+        bh, m_block = sch.tile_coords(tile, n_bh, n_m_blocks, causal)
+        n_unmasked, n_blocks = sch.key_blocks(m_block, seqlen, block_m, block_n, causal)
+        assert 0 <= n_unmasked <= n_blocks, (n_unmasked, n_blocks)
+        return bh, m_block, n_blocks
+
+    def producer():
+        count = 0
+        for local, tile in enumerate(tiles):
+            bh, m_block, n_blocks = blocks(tile)
+            at = f"producer tile {tile}"
+            yield ("wait", "q_empty", (local & 1) ^ 1, at)
+            yield ("copy", "q", 0, tile, "q_ready", m_block * block_m, at)
+            for j in range(n_blocks):
+                st, free = sch.kv_stage(count + j, ns), sch.kv_free_phase(count + j, ns)
+                for r in ("k", "v"):
+                    yield ("wait", f"{r}_empty{st}", free, f"{at} {r}{j}")
+                    yield ("copy", r, st, (bh, j), f"{r}_ready{st}", j * block_n, f"{at} {r}{j}")
+            count += n_blocks
+
+    def consumer(c: int):
+        me, other = bar + c, bar + 1 - c
+
+        def wait(r: str, n: int, at: str):
+            return ("wait", f"{r}_ready{sch.kv_stage(n, ns)}", sch.kv_phase(n, ns), at)
+
+        def release(r: str, n: int, at: str):
+            return ("arrive", f"{r}_empty{sch.kv_stage(n, ns)}", at)
+
+        if c == 1 and pre_arrive:
+            yield ("bar_arrive", bar, "consumer 1 start")
+        count = 0
+        for local, tile in enumerate(tiles):
+            bh, m_block, n_blocks = blocks(tile)
+            at = f"consumer {c} tile {tile}"
+            yield ("wait", "q_ready", local & 1, at)
+            yield ("bar_sync", me, at)
+            yield ("burst", at)
+            yield wait("k", count, at)
+            yield ("mma", [("q", 0, tile), ("k", sch.kv_stage(count, ns), (bh, 0))], f"{at} S_0")
+            yield ("bar_arrive", other, at)
+            yield ("mma_wait", 0, at)
+            yield release("k", count, at)
+            for j in range(n_blocks - 1):  # the unmasked and the masked loop: the same events
+                it, nxt = count + j, count + j + 1
+                a = f"{at} j={j}"
+                yield ("bar_sync", me, a)
+                yield ("burst", a)
+                yield wait("k", nxt, a)
+                yield ("mma", [("q", 0, tile), ("k", sch.kv_stage(nxt, ns), (bh, j + 1))], f"{a} S_{j + 1}")
+                yield wait("v", it, a)
+                yield ("mma", [("v", sch.kv_stage(it, ns), (bh, j))], f"{a} PV_{j}")
+                if release_before_wait:
+                    yield release("k", nxt, a)
+                    yield release("v", it, a)
+                yield ("bar_arrive", other, a)
+                yield ("mma_wait", 1, a)
+                if not release_before_wait:
+                    yield release("k", nxt, a)
+                yield ("mma_wait", 0, a)
+                if not release_before_wait:
+                    yield release("v", it, a)
+            yield ("arrive", "q_empty", at)
+            last = count + n_blocks - 1
+            yield ("bar_sync", me, at)
+            yield ("burst", at)
+            yield wait("v", last, at)
+            yield ("mma", [("v", sch.kv_stage(last, ns), (bh, n_blocks - 1))], f"{at} PV_last")
+            yield ("bar_arrive", other, at)
+            yield ("mma_wait", 0, at)
+            yield release("v", last, at)
+            count += n_blocks
+        if c == 0:
+            yield ("bar_sync", bar, "consumer 0 end")
+
+    return {"producer": producer(), "consumer0": consumer(0), "consumer1": consumer(1)}
+
+
+def fa3_grid(lengths: tuple[int, ...] = (1, 64, 127, 128, 129, 255, 256, 257, 385, 640),
+             programs: tuple[int, ...] = (1, 2, 5), n_bh: tuple[int, ...] = (1, 3)) -> Iterator[dict]:
+    """Sequence lengths (one row, partial and full last tiles, 1..several key blocks), causal and not, the
+    kernel's ring depths and deeper ones, BLOCK_N = 128 (one diagonal block per tile) and 64 (two straddling
+    blocks per causal tile), grids of one program and of more programs than tiles (programs with no tile)."""
+    for block_n, stages in ((128, sorted({*fa3.NUM_STAGES.values(), 4})), (64, [2, 3])):
+        for ns in stages:
+            for causal in (False, True):
+                for seqlen in lengths:
+                    for bh in n_bh:
+                        for n_programs in programs:
+                            for pid in range(n_programs):
+                                yield {"seqlen": seqlen, "n_bh": bh, "causal": causal, "num_stages": ns,
+                                       "n_programs": n_programs, "pid": pid, "block_n": block_n}
+
+
+def fa3_quick_grid() -> Iterator[dict]:
+    """A few seconds' worth of :func:`fa3_grid` for the default test run (the full grid is the slow test)."""
+    return fa3_grid(lengths=(1, 129, 385), programs=(1, 3), n_bh=(2,))
+
+
+@dataclass(frozen=True)
+class WsKernelModel:
+    """A warp-specialized kernel's model, its configuration grid and the scheduling policies it runs under."""
+
+    kernel: str
+    model: Callable[..., dict]
+    grid: Callable[[], Iterator[dict]]
+    policies: tuple[str, ...] = POLICIES
+
+    def check(self) -> GridReport:
+        return check_ws_grid(self.kernel, self.model, self.grid(), self.policies)
+
+
 @dataclass(frozen=True)
 class KernelModel:
     """A hand-pipelined kernel's model, its configuration grid and its warpgroups per program."""
@@ -123,6 +284,7 @@ class KernelModel:
         return check_grid(self.kernel, self.model, self.grid(), self.n_warpgroups)
 
 
-MODELS: tuple[KernelModel, ...] = (
+MODELS: tuple[KernelModel | WsKernelModel, ...] = (
     KernelModel("_attn_fwd_sm90_gluon", gluon_attention_fwd, attention_grid, ag.NUM_WARPS // 4),
+    WsKernelModel("_attn_fwd_sm90_fa3", fa3_attention_fwd, fa3_grid),
 )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wavefront.kernels import attention_gluon
+from wavefront.kernels import attention_fa3, attention_gluon
 from wavefront.kernels._launch import Launch, recording
 from wavefront.ops._spec import Case, OpInputs, OpSpec
 from wavefront.workbench.static.capture import NoCompute, _triton_path, seed
@@ -42,9 +42,17 @@ def _gluon_attention_run(inputs: OpInputs):
     return attention_gluon.attention_fwd(q, k, v, bool(inputs.kwargs.get("causal", False)), scale)
 
 
+def _fa3_attention_run(inputs: OpInputs):
+    q, k, v = inputs.args
+    scale = inputs.kwargs.get("scale") or q.shape[-1] ** -0.5
+    return attention_fa3.attention_fwd(q, k, v, bool(inputs.kwargs.get("causal", False)), scale)
+
+
 VARIANTS: tuple[Variant, ...] = (
     # The Gluon attention forward: compiled and read, never run here (kernels/attention_gluon.py).
     Variant("attention", "gluon_sm90", "fwd", ("sm_90",), _gluon_attention_covers, _gluon_attention_run),
+    # The FA3-schedule forward (warp-specialized, ping-pong, persistent; kernels/attention_fa3.py): same cover.
+    Variant("attention", "fa3_sm90", "fwd", ("sm_90",), _gluon_attention_covers, _fa3_attention_run),
 )
 
 
