@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-output", type=Path, metavar="FILE", help="a saved mypy output instead of a run")
     args = parser.parse_args(argv)
     counts = count_errors(args.from_output.read_text() if args.from_output else run_mypy())
+    if not BASELINE.exists() and not args.update:
+        raise SystemExit(f"no {BASELINE.relative_to(ROOT)}: write the first one with --update")
     baseline = read_baseline() if BASELINE.exists() else {}
-    worse, better = compare(counts, baseline)
+    worse, better = compare(counts, baseline) if BASELINE.exists() else ([], [])
     total, was = sum(counts.values()), sum(baseline.values())
     if worse:
         print("mypy: more errors than the baseline allows (fix them; the baseline is never raised):")
