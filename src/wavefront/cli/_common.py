@@ -79,7 +79,7 @@ def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
 @contextlib.contextmanager
 def request_errors() -> Iterator[None]:
     """A library RequestError (a bad request field) becomes one line naming its CLI option, exit 2."""
-    from wavefront.workbench.static.jobs import RequestError  # lazy: fast --help
+    from wavefront.workbench.static.jobs import RequestError  # lazy: --help
 
     try:
         yield
@@ -92,7 +92,7 @@ class Bars:
     ``bars.phase(name)`` is an ``on_progress(done, total, what)`` callback for the library jobs."""
 
     def __init__(self, enabled: bool = True):
-        from rich.progress import (  # lazy: fast --help
+        from rich.progress import (  # lazy: --help
             BarColumn,
             MofNCompleteColumn,
             Progress,

@@ -31,8 +31,8 @@ def bisect(
 ) -> None:
     """Find the first commit between --good and --bad where the case regresses: git bisect run in a
     temporary worktree, with the dynamic gate's rule as the test. Exits 1 if no commit was singled out."""
-    from wavefront.workbench.bench import bisect as B  # lazy: fast --help
-    from wavefront.workbench.bench.gitwork import GitError  # lazy: fast --help
+    from wavefront.workbench.bench import bisect as B  # lazy: --help
+    from wavefront.workbench.bench.gitwork import GitError  # lazy: --help
 
     request = B.BisectRequest(good, bad, op=op, case=case, mode=mode.value, dtype=dtype.value,
                               provider=provider.value, reps=reps, command=command_, threshold=threshold, repo=repo)
@@ -40,7 +40,7 @@ def bisect(
     try:
         request.measure_command()  # validate before any git work
         if op is not None:
-            import torch  # lazy: fast --help
+            import torch  # lazy: --help
 
             if not torch.cuda.is_available():
                 err_console.print("[yellow]note:[/] no GPU: commits are timed under the CPU interpreter "

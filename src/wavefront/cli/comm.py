@@ -23,7 +23,7 @@ Backend = Enum("Backend", {k: k for k in ("auto", "nccl", "gloo")}, type=str)
 
 def _start(rank_main, request, json_out: str | None, nproc: int | None, verb: str) -> None:
     """Validate, then run `rank_main((request, json_out))` here (under a launcher) or on `nproc` ranks."""
-    from wavefront.workbench.distributed.launch import LaunchError, spawn, under_launcher  # lazy: fast --help
+    from wavefront.workbench.distributed.launch import LaunchError, spawn, under_launcher  # lazy: --help
 
     try:
         request.validate(int(os.environ["WORLD_SIZE"]) if under_launcher() else nproc)
@@ -41,15 +41,9 @@ def _start(rank_main, request, json_out: str | None, nproc: int | None, verb: st
 
 
 def _comm_rank(args) -> None:
-    from rich.progress import (  # lazy: fast --help
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: --help
 
-    from wavefront.workbench.distributed import comm as job  # lazy: fast --help
+    from wavefront.workbench.distributed import comm as job  # lazy: --help
 
     request, json_out = args
     bar = Progress(TextColumn("[bold]comm"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -75,7 +69,7 @@ def _comm_rank(args) -> None:
 
 
 def _render_comm(result) -> None:
-    from rich.table import Table  # lazy: fast --help
+    from rich.table import Table  # lazy: --help
 
     info, report = result.runtime, result.report
     table = Table(title=f"collectives on {info['backend']} ({info['device']}, {info['world_size']} ranks)")
@@ -121,7 +115,7 @@ def comm(
 ) -> None:
     """Benchmark collectives (time, algbw, busbw with nccl-tests conventions), check every result, fit
     t = alpha + factor*S/busbw per collective and group size, and store the fit for the planner."""
-    from wavefront.workbench.distributed.comm import COLLECTIVES, CommRequest  # lazy: fast --help
+    from wavefront.workbench.distributed.comm import COLLECTIVES, CommRequest  # lazy: --help
 
     request = CommRequest(
         ops=tuple(o.value for o in op) if op else COLLECTIVES, min_bytes=min_bytes, max_bytes=max_bytes,
@@ -131,7 +125,7 @@ def comm(
 
 
 def _overlap_rank(args) -> None:
-    from wavefront.workbench.distributed import overlap as job  # lazy: fast --help
+    from wavefront.workbench.distributed import overlap as job  # lazy: --help
 
     request, json_out = args
     result = job.run(request)
@@ -144,9 +138,9 @@ def _overlap_rank(args) -> None:
 
 
 def _render_overlap(result) -> None:
-    from rich.table import Table  # lazy: fast --help
+    from rich.table import Table  # lazy: --help
 
-    from wavefront.workbench.distributed.comm import CPU_NOTE  # lazy: fast --help
+    from wavefront.workbench.distributed.comm import CPU_NOTE  # lazy: --help
 
     info, fit, proxy = result.runtime, result.all_reduce_fit, result.proxy
     t = Table(title=f"overlap probe: all_reduce vs matmuls ({info['backend']}, {info['world_size']} ranks)")
@@ -190,7 +184,7 @@ def overlap(
 ) -> None:
     """Measure exposed communication and overlap efficiency of a collective running beside compute, and
     the effect of DDP's bucket cap on exposed gradient all-reduce, measured and predicted."""
-    from wavefront.workbench.distributed.overlap import OverlapRequest  # lazy: fast --help
+    from wavefront.workbench.distributed.overlap import OverlapRequest  # lazy: --help
 
     defaults = OverlapRequest()
     request = OverlapRequest(

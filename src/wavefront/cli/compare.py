@@ -25,7 +25,7 @@ def _table(deltas, title: str):
 
 
 def _calibrate(trials: int, json_out: str | None) -> None:
-    from wavefront.workbench.bench import calibration  # lazy: fast --help
+    from wavefront.workbench.bench import calibration  # lazy: --help
 
     results = calibration.calibrate(trials=trials)
     if json_out != "-":
@@ -62,9 +62,9 @@ def compare(
         return _calibrate(trials, json_out)
     if run_a is None or run_b is None:
         fail("give two runs: wavefront compare RUN_A RUN_B (or --git REV_A REV_B, or --calibrate)")
-    from wavefront.workbench.bench import compare as C  # lazy: fast --help
-    from wavefront.workbench.bench.gitwork import GitError  # lazy: fast --help
-    from wavefront.workbench.bench.store import StoreError  # lazy: fast --help
+    from wavefront.workbench.bench import compare as C  # lazy: --help
+    from wavefront.workbench.bench.gitwork import GitError  # lazy: --help
+    from wavefront.workbench.bench.store import StoreError  # lazy: --help
 
     show = json_out != "-"
     request = C.CompareRequest(run_a, run_b, git=git_revs, ops=tuple(op or ()), cases=tuple(case or ()),

@@ -51,8 +51,8 @@ def gate_cmd(
     stops compiling, or moves more bytes; or when, against a perf baseline, a case slows beyond both the
     threshold and its noise band or its peak memory grows. Both halves run in one command. Bad input
     (an unreadable baseline, a malformed document, an interrupted run) exits 2."""
-    from wavefront.workbench.bench.gate_job import GateRequest, run  # lazy: fast --help
-    from wavefront.workbench.static.jobs import split_targets  # lazy: fast --help
+    from wavefront.workbench.bench.gate_job import GateRequest, run  # lazy: --help
+    from wavefront.workbench.static.jobs import split_targets  # lazy: --help
 
     show = json_out != "-"
     with request_errors():

@@ -29,7 +29,7 @@ def _render(result) -> None:
     for line in result.header():
         console.print(line)
     if shown:
-        from wavefront.workbench.planner.search import rank_text as fig  # lazy: fast --help
+        from wavefront.workbench.planner.search import rank_text as fig  # lazy: --help
 
         cost = result.rank_by == "cost"
         console.print(_table(f"best {len(shown)}", "#|plan|step s|tok/s/GPU|MFU|GB" + ("|$/step" if cost else ""),
@@ -62,7 +62,7 @@ def _render(result) -> None:
 
 
 def _run_validation(paths: list[str], json_out: str | None) -> None:
-    from wavefront.workbench.planner.validation import validate_files, validation_document  # lazy: fast --help
+    from wavefront.workbench.planner.validation import validate_files, validation_document  # lazy: --help
 
     try:
         reports = validate_files(paths)
@@ -146,10 +146,10 @@ def plan(  # one line per option; the job is built in _main
 def _main(a: dict) -> None:
     if a["validate"]:
         return _run_validation(a["validate"], a["json_out"])
-    from wavefront.workbench.planner import CustomDims, PlanRequest  # lazy: fast --help
-    from wavefront.workbench.planner import plan as run_plan  # lazy: fast --help
-    from wavefront.workbench.planner.job import parse_fixed  # lazy: fast --help
-    from wavefront.workbench.planner.stacks import explain_stack  # lazy: fast --help
+    from wavefront.workbench.planner import CustomDims, PlanRequest  # lazy: --help
+    from wavefront.workbench.planner import plan as run_plan  # lazy: --help
+    from wavefront.workbench.planner.job import parse_fixed  # lazy: --help
+    from wavefront.workbench.planner.stacks import explain_stack  # lazy: --help
 
     try:  # --explain: the profile's terms and rows (not into --json -); alone (no model), nothing else
         explained = explain_stack(a["stack"], (a["gpus"] or ["8xh100"])[0]) if a["explain"] else []

@@ -52,9 +52,9 @@ def expand_paths(items: list[str]) -> list[Path]:
 
 
 def _run_analysis(paths: list[Path], quiet: bool, **options):
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: fast --help
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: --help
 
-    from wavefront.workbench.trace import TraceLoadError, analyze  # lazy: fast --help
+    from wavefront.workbench.trace import TraceLoadError, analyze  # lazy: --help
 
     # auto_refresh=False: no refresh thread while the analysis forks its worker processes
     with Progress(TextColumn("[bold]analyzing[/] {task.description}"), BarColumn(), TimeElapsedColumn(),
@@ -140,7 +140,7 @@ def analyze_cmd(
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and
     multi-rank skew and collective waits."""
-    from wavefront.workbench.trace.report import blocks  # lazy: fast --help
+    from wavefront.workbench.trace.report import blocks  # lazy: --help
 
     paths = expand_paths(traces)
     if annotate_out and len(paths) != 1:
@@ -157,7 +157,7 @@ def analyze_cmd(
                       "analysis on this machine's CPU)[/]")
     try:
         if figures_out:
-            from wavefront.workbench.trace.figures import FIGURES_SCHEMA, figures  # lazy: fast --help
+            from wavefront.workbench.trace.figures import FIGURES_SCHEMA, figures  # lazy: --help
 
             write_json({"schema": FIGURES_SCHEMA, "figures": figures(result)}, figures_out)
         if json_out:
@@ -176,8 +176,8 @@ def diff_cmd(
 ) -> None:
     """B against A, per step: step time, each breakdown category and the top kernel families, each with
     a verdict (faster / slower / same / unknown) from bootstrap CI + Mann-Whitney."""
-    from wavefront.workbench.trace.diff import diff  # lazy: fast --help
-    from wavefront.workbench.trace.report import diff_table  # lazy: fast --help
+    from wavefront.workbench.trace.diff import diff  # lazy: --help
+    from wavefront.workbench.trace.report import diff_table  # lazy: --help
 
     quiet = json_out == "-"
     pa, pb = expand_paths([a]), expand_paths([b])

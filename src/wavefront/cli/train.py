@@ -44,7 +44,7 @@ def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
 
 
 def kpi_table(result):
-    from rich.table import Table  # lazy: fast --help
+    from rich.table import Table  # lazy: --help
     measured = [v for v in result.variants if v.summary]
     ref = measured[0].variant if measured else ""
     cpu = on_cpu(result.provenance)
@@ -114,8 +114,8 @@ def train(
     json_out: JsonOut = None,
 ) -> None:
     """Train (single, DDP, FSDP2 or a TP/PP/FSDP2 mesh) and report tokens/s, MFU, memory, step split, $, energy."""
-    from wavefront.workbench.distributed import launch  # lazy: fast --help
-    from wavefront.workbench.distributed.train.config import json_dest_problem  # lazy: fast --help
+    from wavefront.workbench.distributed import launch  # lazy: --help
+    from wavefront.workbench.distributed.train.config import json_dest_problem  # lazy: --help
     if int(os.environ.get("RANK", "0")) == 0 and (why := json_dest_problem(json_out)):
         fail(escape(why))
     plan = launch.save_stdin(out, "plan.json") if plan == "-" else plan  # the ranks read the file, not stdin
@@ -131,7 +131,7 @@ def train(
 
 def _config(o: dict):
     """The typed request from the options, validated for this launch; exit 2 with one line if bad."""
-    from wavefront.workbench.distributed.train import config as c  # lazy: fast --help
+    from wavefront.workbench.distributed.train import config as c  # lazy: --help
     o = {k: v.value if isinstance(v, Enum) else v for k, v in o.items()}
     try:
         if o["compare"] and o["no_patch"]:
@@ -156,9 +156,9 @@ def _config(o: dict):
 
 
 def _run(cfg, json_out: str | None) -> None:
-    from rich import progress as rp  # lazy: fast --help
+    from rich import progress as rp  # lazy: --help
 
-    from wavefront.workbench.distributed.train import harness, readout  # lazy: fast --help
+    from wavefront.workbench.distributed.train import harness, readout  # lazy: --help
 
     rank, order = int(os.environ.get("RANK", "0")), tuple(harness.run_order(cfg.variants))
     progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
