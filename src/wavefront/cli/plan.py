@@ -4,7 +4,7 @@ result owns the --json document. No torch import, so it answers fast."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeAlias
 
 import typer
 
@@ -78,8 +78,11 @@ def _run_validation(paths: list[str], json_out: str | None) -> None:
             console.print(f"  median |error| {metric}: {rep.median_abs_error(metric):.1%}")
 
 
-S, F, I, B = str | None, float | None, int | None, bool
-L = list[str] | None
+S: TypeAlias = str | None
+F: TypeAlias = float | None
+I: TypeAlias = int | None
+B: TypeAlias = bool
+L: TypeAlias = list[str] | None
 
 
 def plan(  # one line per option; the job is built in _main

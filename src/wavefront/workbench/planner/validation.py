@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -246,7 +246,7 @@ def validate(doc: dict[str, Any], efficiency: Efficiency | None = None, efficien
     return report
 
 
-def validate_files(paths: list[str | Path], efficiency: Efficiency | None = None) -> list[TableReport]:
+def validate_files(paths: Sequence[str | Path], efficiency: Efficiency | None = None) -> list[TableReport]:
     return [validate(load_table(p), efficiency) for p in paths]
 
 
