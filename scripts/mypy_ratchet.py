@@ -4,11 +4,14 @@
     python scripts/mypy_ratchet.py            # run mypy on src/wavefront, compare with the baseline (CI)
     python scripts/mypy_ratchet.py --update   # after fixing errors: write the lower counts to the baseline
     python scripts/mypy_ratchet.py --from-output mypy.txt   # compare a saved mypy output instead of running it
+    python scripts/mypy_ratchet.py --reset    # rewrite it from this run, rises included (say why in the commit)
 
 The settings are pyproject.toml's [tool.mypy]: default strictness everywhere, strict on the torch-free
 packages (its [[tool.mypy.overrides]]). Exit 1 when a file has more errors than its baseline count or a
 file without a baseline count has any; the baseline (benchmarks/baselines/mypy.json) is never raised by
 --update, so fix the new errors (or, where mypy is wrong, a `# type: ignore[code]` naming the code).
+--reset is for the one case a rise is not a regression of the code checked: merging branches that were
+never checked against this baseline.
 """
 
 from __future__ import annotations
@@ -74,19 +77,20 @@ def run_mypy() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="write the lower counts to the baseline")
+    parser.add_argument("--reset", action="store_true", help="write this run's counts, rises included")
     parser.add_argument("--from-output", type=Path, metavar="FILE", help="a saved mypy output instead of a run")
     args = parser.parse_args(argv)
     counts = count_errors(args.from_output.read_text() if args.from_output else run_mypy())
-    if not BASELINE.exists() and not args.update:
+    if not BASELINE.exists() and not (args.update or args.reset):
         raise SystemExit(f"no {BASELINE.relative_to(ROOT)}: write the first one with --update")
     baseline = read_baseline() if BASELINE.exists() else {}
     worse, better = compare(counts, baseline) if BASELINE.exists() else ([], [])
     total, was = sum(counts.values()), sum(baseline.values())
     if worse:
-        print("mypy: more errors than the baseline allows (fix them; the baseline is never raised):")
+        print("mypy: more errors than the baseline allows (fix them: --update never raises a count):")
         print("\n".join("  " + w for w in worse))
-    if args.update:
-        if worse and BASELINE.exists():
+    if args.update or args.reset:
+        if worse and not args.reset:
             print(f"not updating {BASELINE.relative_to(ROOT)}: fix the files above first")
             return 1
         write_baseline(counts)

@@ -52,6 +52,9 @@ def test_the_checker_fails_on_growth_and_never_raises_the_baseline(tmp_path, mon
     assert "src/wavefront/b.py: 2 errors, baseline 1" in capsys.readouterr().out
     assert ratchet.main(["--from-output", str(out), "--update"]) == 1  # refuses to raise it
     assert json.loads(baseline.read_text())["files"]["src/wavefront/b.py"] == 1
+    assert ratchet.main(["--from-output", str(out), "--reset"]) == 0  # the merge case, said out loud
+    assert json.loads(baseline.read_text())["files"]["src/wavefront/b.py"] == 2
+    out.write_text(OUTPUT)
     out.write_text(OUTPUT.replace("src/wavefront/b.py:1: error", "src/wavefront/b.py:1: note"))
     assert ratchet.main(["--from-output", str(out)]) == 0
     assert "--update" in capsys.readouterr().out  # says how to lower it

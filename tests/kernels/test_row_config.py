@@ -92,3 +92,22 @@ def test_long_rows_split_only_when_the_rows_are_too_few():
     assert n == 3 and chunk % 4096 == 0 and (n - 1) * chunk < 262144 <= n * chunk
     assert row_splits(8192, 128256, 4096, sm_90, 132) == (1, 128256)
     assert row_splits(1, 32768, 4096, sm_90, 132) == (1, 32768)
+
+
+def test_norm_backward_row_loop_is_pipelined_on_nvidia_only():
+    """Stages of the accumulating (norm backward) row loop: 3 on NVIDIA (cp.async into shared memory, no
+    occupancy cost, measured in row_config.py), 1 on AMD (the next rows would sit in VGPRs); never for the
+    two-phase path or for non-accumulating kernels."""
+    nv, cdna = ARCHS["sm_90"], ARCHS["gfx942"]
+    assert row_config(4096, torch.bfloat16, nv, accumulate=True).row_stages == 3
+    assert row_config(4096, torch.bfloat16, cdna, accumulate=True).row_stages == 1
+    assert row_config(65536, torch.bfloat16, nv, accumulate=True).row_stages == 1  # two-phase
+    assert row_config(4096, torch.bfloat16, nv).row_stages == 1
+
+
+def test_vec_is_one_16_byte_vector_capped_at_the_block():
+    nv = ARCHS["sm_90"]
+    assert row_config(4096, torch.bfloat16, nv).vec == 8
+    assert row_config(4096, torch.float32, nv).vec == 4
+    assert row_config(4096, torch.float64, nv).vec == 2
+    assert row_config(2, torch.bfloat16, nv).vec == 2  # BLOCK_N = 2

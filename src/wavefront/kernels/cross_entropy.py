@@ -53,6 +53,15 @@ Traffic per row, 16-bit logits, vocabulary V: forward reads 2V B and writes 12 B
 (softcap adds ~10V), intensity ~3 FLOP/B; backward reads 2V B, writes 2V B. Class weights are read per
 row too but stay in L2 (4V B shared by all rows).
 
+Gradient in the forward (the op's ``grad_in_forward`` / ``inplace_backward``): the forward launch writes the
+gradient scaled by the upstream scale the caller's reduction gives when the loss itself is differentiated
+(``assumed``: 1/denominator for a mean), and the backward runs ``_ce_rescale_kernel``: per row it compares
+the upstream scale that arrived with the assumed one, on the device (no host synchronization), and touches
+the row only when they differ (then it multiplies by their ratio: reads and writes 2V B for 16-bit). A loss
+differentiated as returned moves 2V B read + 2V B written per row in all (the logits read once), against
+2V + 2V + 2V B for the forward/backward pair. Rows wider than the single-pass limit read the logits twice
+in that forward launch (statistics, then gradient: the second read from L2 when the row stays resident).
+
 Targets outside [0, V) other than ignore_index never address memory out of bounds: the row's target
 logit is read at index 0 instead and the row's loss and gradient are NaN, so the error is visible in the
 result. (The op layer raises a ValueError first where checking is free of a device synchronization.)
@@ -71,6 +80,7 @@ from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels._math import tanh, tanh_parts
 from wavefront.kernels.row_config import row_config, row_splits
+from wavefront.kernels.softmax import row_max_sum
 
 
 @triton.jit
@@ -256,8 +266,8 @@ def _ce_kernel(
                     else:
                         _, arg = argmax_lanes(m_lane, best_col)
                     tl.store(argmax_ptr + row, arg.to(tl.int64))
-                m = tl.max(m_lane, axis=0)
-                s = tl.sum(s_lane * tl.exp2((m_lane - m) * log2e), axis=0)
+                # The lanes' (max, sum) pairs in one reduction: one block-wide barrier, not three.
+                m, s = row_max_sum(m_lane, s_lane, ACC)
                 if HAS_SMOOTHING:
                     sum_wx = tl.sum(wx_lane, axis=0)
                     if HAS_WEIGHT:
@@ -325,7 +335,6 @@ def _ce_partial_kernel(
     """A split row's chunk (program (row, part)): its max m, sum exp(x' - m) and smoothing sums, 16 B to
     part_ptr[row, part] (and with WRITE_ARGMAX its raw max and the first column of it, 8 B more). An ignored
     row's chunks are not read (the combine writes its zeros)."""
-    log2e: tl.constexpr = 1.4426950408889634
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1).to(tl.int64)
     out = part_ptr + (row * tl.num_programs(1) + part) * 4
@@ -354,11 +363,10 @@ def _ce_partial_kernel(
             at = row * tl.num_programs(1) + part
             tl.store(part_best_ptr + at, top)
             tl.store(part_col_ptr + at, arg)
-        m = tl.max(m_lane, axis=0)
         # A chunk of only -inf logits (a padded vocabulary) has m = -inf and s = 0; the combine weighs it 0.
-        m_ref = tl.where(m == -float("inf"), 0.0, m)
+        m, s = row_max_sum(m_lane, s_lane, ACC)
         tl.store(out, m)
-        tl.store(out + 1, tl.sum(s_lane * tl.exp2((m_lane - m_ref) * log2e), axis=0))
+        tl.store(out + 1, s)
         tl.store(out + 2, tl.sum(wx_lane, axis=0))
         tl.store(out + 3, tl.sum(w_lane, axis=0))
 
@@ -403,6 +411,37 @@ def _ce_combine_kernel(
         tl.store(stats_ptr + 2 * row + 1, tl.zeros((), ACC))
         if WRITE_ARGMAX:
             tl.store(argmax_ptr + row, tl.zeros((), tl.int64) + ignore_index)
+
+
+@triton.jit
+def _ce_rescale_kernel(grad_ptr, dloss_ptr, assumed_ptr, n_cols, stride_grad_row, stride_dloss, stride_assumed,
+                       BLOCK_N: tl.constexpr, ACC: tl.constexpr):
+    """grad[row] *= dloss[row] / assumed[row], only where they differ: an equal pair reads 8 bytes, no row."""
+    row = tl.program_id(0).to(tl.int64)
+    dloss = tl.load(dloss_ptr + row * stride_dloss).to(ACC)
+    assumed = tl.load(assumed_ptr + row * stride_assumed).to(ACC)
+    if dloss != assumed:  # NaN upstream also takes this branch and poisons the row, as it should
+        ratio = dloss / assumed
+        g_row = grad_ptr + row * stride_grad_row
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < n_cols
+            g = tl.load(g_row + cols, mask=mask, other=0.0).to(ACC)
+            tl.store(g_row + cols, (g * ratio).to(grad_ptr.dtype.element_ty), mask=mask)
+
+
+def rescale_rows_(grad: torch.Tensor, dloss: torch.Tensor, assumed: torch.Tensor) -> torch.Tensor:
+    """In place: each row of grad [n_rows, V] (unit column stride) scaled by dloss / assumed (0-d or
+    [n_rows] tensors), rows whose pair is equal untouched. Returns grad."""
+    n_rows, n_cols = grad.shape
+    if n_rows == 0 or n_cols == 0:
+        return grad
+    cfg = row_config(n_cols, grad.dtype, runtime.arch(grad.device))
+    launch(_ce_rescale_kernel, (n_rows,), grad_ptr=grad, dloss_ptr=dloss, assumed_ptr=assumed, n_cols=n_cols,
+           stride_grad_row=grad.stride(0), stride_dloss=dloss.stride(0) if dloss.dim() else 0,
+           stride_assumed=assumed.stride(0) if assumed.dim() else 0,
+           constexprs=dict(BLOCK_N=cfg.BLOCK_N, ACC=acc_dtype(grad.dtype)), options=cfg.options())
+    return grad
 
 
 def check_column_slice(n_cols: int, col_offset: int, n_classes: int | None, compute_stats: bool) -> int:

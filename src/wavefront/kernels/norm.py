@@ -43,9 +43,16 @@ forward program also reads w (and b): 2n B more requested per row, served from L
 shared by every row), which a persistent forward would avoid at the price of registers: holding w across
 rows cost 14-49 more registers per thread on sm_90 and halved occupancy at 8192-16384 columns (measured
 with `wavefront inspect`), so the forward keeps one row per program. Backward reads x, dy and writes dx:
-6n B; per program, once, w and the 4n B dw (db) partial. With PREFETCH the single-pass backward loads row r + 1's
-x and dy before row r's reductions (software pipelining); off on every target today (it cost occupancy
-everywhere, measured in row_config.py).
+6n B; per program, once, w and the 4n B dw (db) partial. The single-pass backward's row loop is
+software-pipelined by Triton where row_config.py says so (``STAGES`` = 3 on NVIDIA): rows r + 1 and r + 2 are
+copied into shared memory by cp.async while row r is reduced, so the next row's load latency hides behind
+this row's barriers and reductions, at no occupancy cost (the copies are not in registers; measured in
+row_config.py; the machine code shows the wait `DEPBAR.LE SB0, 0x3` before row r's barrier leaving row r + 1's
+three copies in flight). With PREFETCH the next row is held in registers instead (manual double buffering):
+off on every target (it cost occupancy everywhere, measured in row_config.py). Predicted (modelled, never
+measured): at 4096-8192 columns a program's reductions take about as long as one row's load latency, so
+hiding it lifts the backward from roughly 70-80% to 85-90% of HBM bandwidth on an H100 at the same
+occupancy.
 Rows wider than the single-pass limit (row_config.py) are read twice: the forward in two passes (6n B,
 plus w per row); the backward in two phases over column blocks (10n B): phase A accumulates each row's two
 sums c1, c2 block by block in a small per-row scratch, phase B computes dx and keeps the block's dw/db
@@ -344,6 +351,7 @@ def _norm_bwd_kernel(
     offset,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DRES: tl.constexpr,
     SINGLE_PASS: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    STAGES: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     # int64 loop bounds: the loop variable multiplies row strides.
@@ -384,7 +392,7 @@ def _norm_bwd_kernel(
                 dw_acc += dy * xhat
                 db_acc += dy
         else:
-            for row in range(row_start, row_end):
+            for row in tl.range(row_start, row_end, num_stages=STAGES):
                 xhat, g, dy, rstd = _xhat_g(x_ptr, dy_ptr, mean_ptr, rstd_ptr, row, stride_x_row, stride_dy_row,
                                             cols0, mask, w, IS_RMS, HAS_WEIGHT, ACC)
                 c2 = 0.0
@@ -508,7 +516,7 @@ def norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, has
             stride_dres_row=d_residual.stride(0) if d_residual is not None else 0, stride_dx_row=dx.stride(0),
             offset=offset,
             constexprs=dict(IS_RMS=mean is None, HAS_WEIGHT=weight is not None, HAS_BIAS=has_bias,
-                            HAS_DRES=d_residual is not None, SINGLE_PASS=cfg.single_pass, PREFETCH=cfg.prefetch,
+                            HAS_DRES=d_residual is not None, SINGLE_PASS=cfg.single_pass, PREFETCH=cfg.prefetch, STAGES=cfg.row_stages,
                             BLOCK_N=cfg.BLOCK_N,
                             ACC=acc_dtype(x.dtype)),
             options=cfg.options(),

@@ -13,6 +13,19 @@ Kernels that also accumulate a column vector across the rows they own (the norms
 weight gradient partial, the weight and the row's xhat and g live: about four fp32 values per element)
 ask with ``accumulate=True`` for one vector per thread (more threads, fewer registers each) and a lower
 single-pass limit where registers run out.
+
+Barriers. A reduction whose lanes span several warps costs a block-wide barrier (each warp writes its
+partial to shared memory, all read them back); one that stays inside a warp is shuffles only. The rule,
+per shape, for kernels that need the row's statistics (softmax: max and sum): every row pass has at most
+one cross-warp exchange. The statistics are combined with an associative rule (the online softmax's
+(max, sum) merge) first inside each thread over its 16-byte vector (``vec`` elements: a [BLOCK_N / vec,
+vec] tile whose second axis never leaves the thread), then across lanes with one ``tl.reduce`` over the
+pair; wide rows carry the per-thread running pair across their column blocks and reduce once after the
+loop. So a row costs one barrier when ``num_warps > 1`` (every width above ``warp_size * vec *
+vecs_per_thread`` columns: 512 bf16 on NVIDIA and RDNA, 1024 on CDNA) and none when one warp holds it
+(the reduction is then warp-shuffles only). Rows are never split across warps for fewer barriers: a warp
+per row at 4096-16384 columns would hold 128-512 fp32 values per lane (spills), and a row loop inside one
+warp would read a wide row twice.
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wavefront.kernels._heuristics import next_pow2, warps_for
+from wavefront.kernels._heuristics import elems_per_vector, next_pow2, warps_for
 from wavefront.runtime import Arch
 
 
@@ -66,6 +79,16 @@ class RowTable:
     # on only where it cost nothing, until a GPU measurement says the trade pays.
     weight_first: bool = False
     prefetch_next_row: bool = False
+    # Norm backward, single pass: software-pipeline stages of the persistent row loop
+    # (``tl.range(..., num_stages=...)``). 3 on NVIDIA: Triton copies rows r + 1 and r + 2 into shared memory
+    # with cp.async (LDGSTS) while row r is reduced (the wait before row r leaves row r + 1's copies in
+    # flight: `DEPBAR.LE SB0, 0x3`), so registers barely move: sm_90 bf16, `wavefront inspect`, RMSNorm 4096
+    # columns 60 -> 62 registers, 8192 columns 96 -> 119, occupancy unchanged (0.5, 0.25), shared memory
+    # +16 KB and +48 KB per program. 2 stages give one buffer, whose refill is issued only after the row is
+    # consumed: no overlap. 1 (no pipelining) on AMD: the pipeliner holds the next rows in VGPRs there
+    # (gfx942 RMSNorm 4096: 62 -> 81 VGPRs, 8 -> 4 waves; 16384 spills 40 B). Unlike ``prefetch_next_row``
+    # (the next row in registers), this costs no occupancy where it is on.
+    bwd_row_stages: int = 1
     # Cross-entropy rows at least split_min_cols wide are split over several programs when the rows are too
     # few to give every SM/CU split_programs_per_sm programs (a 1-8 row eval or decode batch at a 128k-262k
     # vocabulary would otherwise run 1-8 programs on a 132-304 SM/CU GPU); each program covers at least
@@ -86,7 +109,7 @@ class RowTable:
 ROW_TABLES: dict[str, RowTable] = {
     "nvidia": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
                        accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
-                       accumulate_vecs_per_thread=1),
+                       accumulate_vecs_per_thread=1, bwd_row_stages=3),
     # 64-lane wavefronts: a block holds at most 16 waves (1024 threads), so the same widths give each lane
     # half the elements of the NVIDIA case.
     "amd-cdna": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
@@ -100,7 +123,7 @@ ROW_TABLES: dict[str, RowTable] = {
     # from 16385 columns (chunks of two 4096-column blocks) so the small test shapes exercise the split.
     "cpu": RowTable(max_single_pass_cols=16384, loop_block_cols=8192, vecs_per_thread=2, max_warps=16,
                     accumulate_max_single_pass_cols=8192, accumulate_loop_block_cols=4096,
-                    accumulate_vecs_per_thread=1, split_min_cols=16385, split_chunk_cols=8192),
+                    accumulate_vecs_per_thread=1, split_min_cols=16385, split_chunk_cols=8192, bwd_row_stages=3),
 }
 
 
@@ -112,6 +135,11 @@ class RowConfig:
     rows_per_program: int = 1
     weight_first: bool = False
     prefetch: bool = False
+    # Software-pipeline stages of an accumulating kernel's row loop (RowTable.bwd_row_stages); 1 elsewhere.
+    row_stages: int = 1
+    # Elements per 16-byte vector (capped at BLOCK_N): the width of the per-thread group whose statistics
+    # are combined before any lane exchange (see "Barriers" above).
+    vec: int = 1
 
     def options(self) -> dict:
         return {"num_warps": self.num_warps, "num_stages": 1}
@@ -136,7 +164,9 @@ def row_config(n_cols: int, dtype: torch.dtype, arch: Arch, *, accumulate: bool 
     rows = table.rows_per_program if multi_row and single_pass and n_cols <= table.multi_row_max_cols else 1
     return RowConfig(BLOCK_N=block_n, num_warps=num_warps, single_pass=single_pass, rows_per_program=rows,
                      weight_first=table.weight_first and not accumulate,
-                     prefetch=table.prefetch_next_row and accumulate and single_pass)
+                     prefetch=table.prefetch_next_row and accumulate and single_pass,
+                     row_stages=table.bwd_row_stages if accumulate and single_pass else 1,
+                     vec=min(elems_per_vector(dtype), block_n))
 
 
 def row_splits(n_rows: int, n_cols: int, block_n: int, arch: Arch, n_sms: int) -> tuple[int, int]:

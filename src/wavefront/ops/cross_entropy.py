@@ -6,14 +6,18 @@ statistics and writes the gradient). The reduction is plain tensor arithmetic on
 gradient reaches the backward kernel as a per-row scale and the mean's denominator (the count, or class
 weight, of the non-ignored targets) stays on the device: no ``.item()``, CUDA-graph safe.
 
-``inplace_backward=True`` (opt-in) uses ``wavefront::cross_entropy_fwd_grad_``, which writes the
-per-row gradient into the logits buffer during the forward, so the backward allocates nothing of size
-[tokens x vocab]; the caller's logits are overwritten (see docs/kernels-loss-pointwise.md).
+``grad_in_forward=True`` (opt-in) uses ``wavefront::cross_entropy_fwd_with_grad``: the forward launch also
+writes the gradient for the upstream scale the reduction gives when the returned loss is differentiated
+directly; the backward (``rescale_rows_``) rescales only rows whose upstream scale differs, compared on the
+device. ``inplace_backward=True`` does the same into the logits buffer (``wavefront::cross_entropy_fwd_grad_``),
+so the backward allocates nothing of size [tokens x vocab]; the caller's logits are overwritten (see
+docs/kernels-loss-pointwise.md).
 
-Why the default does not compute the gradient in the forward: the logits stay alive for the backward
-anyway (the caller holds them), so recomputing softmax from the saved statistics costs no extra memory, and it
-moves fewer bytes (forward reads once, backward reads once and writes once: 3 passes over [N, V]) than
-writing a gradient in the forward and scaling it by the upstream gradient in the backward (4 passes).
+Why the default does not compute the gradient in the forward: the gradient buffer would be held from the
+forward to the backward (the default holds nothing beyond the logits the caller keeps), and when the
+caller scales the loss the rescale moves as many bytes as the default backward: forward read + write,
+then read + write again (4 passes over [N, V]) against the default's 3. When the loss is differentiated
+as returned, the opt-in moves 2 passes (the logits read once, the gradient written once) against 3.
 """
 
 from __future__ import annotations
@@ -116,53 +120,90 @@ def _backward(ctx, dloss, dstats, dargmax):
 _ce_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-@torch.library.custom_op("wavefront::cross_entropy_fwd_grad_", mutates_args=("logits",))
-def _ce_fwd_grad_(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
-                  z_loss: float, softcap: float | None, want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _fwd_with_grad(logits: Tensor, grad: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
+                   label_smoothing: float, z_loss: float, softcap: float | None, assumed: Tensor,
+                   want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
     from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
-    one = torch.ones((), dtype=_stat(logits), device=logits.device)
     argmax = _argmax_out(logits, want_argmax)
     with op_scope("cross_entropy"):
         loss, stats = kernels.cross_entropy_rows(logits, target, weight, ignore_index=ignore_index,
                                                  label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
-                                                 grad=logits, scale=one, argmax=argmax if want_argmax else None)
+                                                 grad=grad, scale=assumed, argmax=argmax if want_argmax else None)
     return loss, stats, argmax
 
 
+@torch.library.custom_op("wavefront::cross_entropy_fwd_grad_", mutates_args=("logits",))
+def _ce_fwd_grad_(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
+                  z_loss: float, softcap: float | None, assumed: Tensor,
+                  want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
+    return _fwd_with_grad(logits, logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, assumed,
+                          want_argmax)
+
+
 @_ce_fwd_grad_.register_fake
-def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, want_argmax):
+def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, assumed, want_argmax):
     n_rows = logits.shape[0]
     return (logits.new_empty(n_rows, dtype=_stat(logits)), logits.new_empty((n_rows, 2), dtype=_stat(logits)),
             _argmax_out(logits, want_argmax))
 
 
-class _InplaceCrossEntropy(torch.autograd.Function):
-    """Forward overwrites the logits rows with d(loss_row)/d(logits); backward scales them in place.
+@torch.library.custom_op("wavefront::cross_entropy_fwd_with_grad", mutates_args=())
+def _ce_fwd_with_grad(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
+                      label_smoothing: float, z_loss: float, softcap: float | None, assumed: Tensor,
+                      want_argmax: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    grad = torch.empty_like(logits)
+    loss, stats, argmax = _fwd_with_grad(logits, grad, target, weight, ignore_index, label_smoothing, z_loss,
+                                         softcap, assumed, want_argmax)
+    return loss, stats, argmax, grad
 
-    ``state`` carries the rows and their version counter after the forward (see :func:`_inplace_loss`): a
-    change to the rows after the loss would corrupt the gradient, so the backward refuses it.
+
+@_ce_fwd_with_grad.register_fake
+def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, assumed, want_argmax):
+    n_rows = logits.shape[0]
+    return (logits.new_empty(n_rows, dtype=_stat(logits)), logits.new_empty((n_rows, 2), dtype=_stat(logits)),
+            _argmax_out(logits, want_argmax), torch.empty_like(logits))
+
+
+class _GradInForward(torch.autograd.Function):
+    """Forward writes d(loss)/d(logits) for the assumed upstream scale per row (``assumed``: what the
+    reduction hands each row when the returned loss is differentiated directly), into the logits rows
+    (``inplace``) or a new buffer; backward rescales in place only the rows whose upstream scale differs
+    (kernels/cross_entropy.py, ``rescale_rows_``: no host synchronization).
+
+    ``state`` carries the gradient (and, in place, the rows' version counter after the forward, see
+    :func:`_grad_in_forward_loss`): a change to the rows after the loss would corrupt the gradient, so the
+    backward refuses it; it runs once (it rescales in place).
     """
 
     @staticmethod
-    def forward(ctx, rows, target, weight, ignore_index, label_smoothing, z_loss, softcap, want_argmax, state):
-        loss_rows, stats, argmax = torch.ops.wavefront.cross_entropy_fwd_grad_(
-            rows, target, weight, ignore_index, label_smoothing, z_loss, softcap, want_argmax)
-        ctx.state = state
-        state["rows"] = rows
+    def forward(ctx, rows, target, weight, ignore_index, label_smoothing, z_loss, softcap, assumed, want_argmax,
+                inplace, state):
+        args = (rows, target, weight, ignore_index, label_smoothing, z_loss, softcap, assumed, want_argmax)
+        if inplace:
+            loss_rows, stats, argmax = torch.ops.wavefront.cross_entropy_fwd_grad_(*args)
+            grad = rows
+        else:
+            loss_rows, stats, argmax, grad = torch.ops.wavefront.cross_entropy_fwd_with_grad(*args)
+        ctx.state, ctx.inplace, ctx.assumed = state, inplace, assumed
+        state["grad"] = grad
         ctx.mark_non_differentiable(stats, argmax)
         return loss_rows, stats, argmax
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dloss, dstats, dargmax):
-        grad = ctx.state.pop("rows", None)
+        from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
+
+        flag = "inplace_backward" if ctx.inplace else "grad_in_forward"
+        grad = ctx.state.pop("grad", None)
         if grad is None:
-            raise RuntimeError("cross_entropy: with inplace_backward=True the backward can run only once")
-        if grad._version != ctx.state["version"]:
+            raise RuntimeError(f"cross_entropy: with {flag}=True the backward can run only once")
+        if ctx.inplace and grad._version != ctx.state["version"]:
             raise RuntimeError("cross_entropy: the logits were modified in place after the loss with "
                                "inplace_backward=True, where they hold the gradient; pass inplace_backward=False")
-        return grad.mul_(dloss[:, None].to(grad.dtype)), None, None, None, None, None, None, None, None
+        grad = kernels.rescale_rows_(grad, dloss, ctx.assumed)
+        return grad, None, None, None, None, None, None, None, None, None, None
 
 
 class _Overwritten(torch.autograd.Function):
@@ -182,12 +223,25 @@ class _Overwritten(torch.autograd.Function):
                            "inplace_backward=False")
 
 
-def _inplace_loss(rows: Tensor, *args) -> tuple[Tensor, Tensor, Tensor]:
+def _grad_in_forward_loss(rows: Tensor, *args, inplace: bool) -> tuple[Tensor, Tensor, Tensor]:
     state: dict = {}
-    out = _InplaceCrossEntropy.apply(rows, *args, state)
-    _Overwritten.apply(rows)
-    state["version"] = rows._version
+    out = _GradInForward.apply(rows, *args, inplace, state)
+    if inplace:
+        _Overwritten.apply(rows)
+        state["version"] = rows._version
     return out
+
+
+def assumed_row_scale(reduction: str, denom: Tensor | None, divisor, dtype: torch.dtype, device) -> Tensor:
+    """The upstream scale each row's loss receives when the reduced loss is differentiated with gradient 1:
+    computed by the same tensor operations autograd's backward of reference.reduce_loss performs, so the two
+    agree bit for bit in that case."""
+    one = torch.ones((), dtype=dtype, device=device)
+    if reduction == "mean":
+        return one / torch.where(denom > 0, denom, torch.ones_like(denom))
+    if reduction == "sum" and divisor is not None:
+        return one / divisor
+    return one
 
 
 def check_inplace_backward(op: str, logits: Tensor) -> None:
@@ -339,7 +393,7 @@ def check_target(op: str, target, batch_shape: tuple[int, ...], n_classes: int, 
 def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
                   z_loss: float = 0.0, softcap: float | None = None, weight: Tensor | None = None,
                   reduction: str = "mean", divisor: Tensor | float | None = None,
-                  inplace_backward: bool = False, z_loss_reduction: str = "token",
+                  inplace_backward: bool = False, grad_in_forward: bool = False, z_loss_reduction: str = "token",
                   loss_dtype: torch.dtype | None = None, return_z_loss: bool = False,
                   return_predicted_tokens: bool = False, return_token_accuracy: bool = False) -> Tensor | LossOutput:
     """Cross-entropy over the last dim of ``logits [..., V]`` with integer ``target [...]``.
@@ -367,7 +421,21 @@ def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, l
     pass). Refused (ValueError) for leaf logits; a backward through another op that used the logits after
     the loss, or after an in-place change to them, raises RuntimeError. A read without autograd (``argmax``
     under no_grad) cannot be detected and sees the gradient. Under torch.compile the option is ignored
-    (the compiler plans the buffers).
+    (the compiler plans the buffers). It implies ``grad_in_forward``'s backward (below).
+
+    ``grad_in_forward=True`` (opt-in, when the loss is the last op: ``loss.backward()``) computes the gradient
+    in the forward launch, so the logits are read once (rows up to the single-pass width) instead of once in
+    the forward and once more in the backward. The forward assumes the upstream gradient of the returned
+    loss is 1: each row's gradient is scaled by what the reduction then gives it (1 / the mean's
+    denominator, 1 / ``divisor``, or 1). The backward compares the upstream gradient that arrives with
+    that, per row, on the device: equal, it returns the stored gradient untouched (8 bytes read per row);
+    different (the caller scaled the loss: ``loss * 0.5``, a gradient-accumulation divisor, a GradScaler's
+    scale, or used it twice), it multiplies the stored rows by the ratio in place (one read and one write of
+    the gradient): still the exact gradient up to one extra rounding to the logits' dtype (none for a
+    power-of-two ratio). The backward runs once (a second backward through the same graph raises
+    RuntimeError); the gradient buffer ([..., V] in the logits' dtype) is held from the forward to the
+    backward, where the default path holds nothing extra. Ignored under torch.compile, like
+    ``inplace_backward``.
     """
     op = "cross_entropy"
     check_tensor(op, "logits", logits)
@@ -401,15 +469,18 @@ def cross_entropy(logits: Tensor, target: Tensor, *, ignore_index: int = -100, l
     flat_target = target.reshape(-1)
     w, by_tokens = mean_class_weight(flat_target, options[0], weight, options[2], reduction, z_loss_reduction)
     w = w.contiguous() if w is not None else None
-    if (inplace_backward and torch.is_grad_enabled() and logits.requires_grad
+    denom = (reference.cross_entropy_denominator(flat_target, ignore_index, None if by_tokens else w,
+                                                 _stat(logits)) if reduction == "mean" else None)
+    if ((inplace_backward or grad_in_forward) and torch.is_grad_enabled() and logits.requires_grad
             and not torch.compiler.is_compiling()):
-        check_inplace_backward(op, logits)
-        loss_rows, stats, predicted = _inplace_loss(rows, flat_target, w, *options, want_argmax)
+        if inplace_backward:
+            check_inplace_backward(op, logits)
+        assumed = assumed_row_scale(reduction, denom, divisor, _stat(logits), logits.device)
+        loss_rows, stats, predicted = _grad_in_forward_loss(rows, flat_target, w, *options, assumed, want_argmax,
+                                                            inplace=inplace_backward)
     else:
         loss_rows, stats, predicted = torch.ops.wavefront.cross_entropy_fwd(rows, flat_target, w, *options,
                                                                             want_argmax)
-    denom = (reference.cross_entropy_denominator(flat_target, ignore_index, None if by_tokens else w,
-                                                 loss_rows.dtype) if reduction == "mean" else None)
     out = reference.reduce_loss(loss_rows, denom, reduction, divisor)
     out = out.view(target.shape) if reduction == "none" else out
     return loss_result(out, stats, predicted, target, **result)

@@ -191,15 +191,18 @@ def test_70b_on_64_h100_ranks_what_people_run_not_context_parallelism_at_8k():
     """Defect 7: every top-20 plan used CP at 8K and torchtitan's TP8 + FSDP ranked ~997th, because TP
     communication was fully exposed by default and CP's ring cost nothing. TP overlap is now a fact of the
     stack profile (0.5 for Megatron-Core + Transformer Engine, training.TP_OVERLAP) and CP pays for its
-    s/(2 cp) chunks and merges: on that stack the top plans are TP4 with FSDP or a pipeline (Megatron-Bridge
-    25.11 runs tp4 pp8) and no CP plan is within 1% of the best; CP ranks first where memory forces it (long
+    s/(2 cp) chunks and merges: on that stack the best plans are TP4 with FSDP or a pipeline (Megatron-Bridge
+    25.11 runs tp4 pp8), and CP is at most 2 among the top 10, most of which use none. CP2 at 8K within 1%
+    of the best is not the defect: with the device's capacity as CUDA reports it (85.0 GB) TP2 PP4 CP2 fits,
+    and NeMo's own Llama 3 70B pretraining recipe at 8K tokens is TP4 PP4 VP5 CP2 (NeMo 2.0,
+    nemo/collections/llm/recipes/llama3_70b.py, trainer()). CP ranks first where memory forces it (long
     sequences). On a stack without TP overlap (wavefront-train, torchtitan) CP2 does rank first at 8K:
     its TP collectives are all exposed (docs/planner.md)."""
     result = plan(PlanRequest(model="llama3-70b", gpus=("64xh100",), stack="megatron-core-te/2025"))
-    best = result.best.time.step_s
-    assert all(r.config.cp == 1 for r in result.ranked if r.time.step_s < 1.01 * best)
+    assert result.best.config.cp == 1
     top = [r.config for r in result.ranked[:10]]
-    assert all(c.tp in (4, 8) and (c.zero == 3 or c.pp > 1) for c in top)
+    assert all(c.cp <= 2 for c in top) and sum(c.cp == 1 for c in top) > len(top) // 2
+    assert all(c.tp in (4, 8) and (c.zero == 3 or c.pp > 1) for c in top if c.cp == 1)
     tp8_fsdp = next(r for r in result.ranked if r.config.tp == 8 and r.config.zero == 3 and r.config.pp == 1)
     exposed = evaluate(LLAMA70, tp8_fsdp.config, replace(result.training, tp_overlap=0.0), make_cluster("64xh100"),
                        result.efficiency)

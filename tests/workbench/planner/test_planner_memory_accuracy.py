@@ -46,21 +46,22 @@ def test_splits_are_the_hash_rule_written_before_prediction():
 
 
 def test_memory_against_published_peaks_regression_guard():
-    """Held-out median |error| 15.8% over torchtitan's Dec 2024 table (10 rows: target 15%, not reached; was
-    41% before the loss's fp32 logits, Table 5's micro-batches and the pipelined FSDP's unsharded gradients).
-    The H200 table's two rows (both calibration by the hash) are +73%: torch.compile, the float8 all-gather
-    and torchtitan's every-other-matmul 'op' policy are not modelled (docs/planner.md, Memory)."""
+    """Held-out median |error| 11.6% over torchtitan's Dec 2024 table (10 rows, target 15%; was 15.8% before
+    the stack profile's per-op policy reached the memory model (torchtitan keeps every other matmul output:
+    its two per-op rows went from +15%/+21% to -8%), 41% before the loss's fp32 logits, Table 5's
+    micro-batches and the pipelined FSDP's unsharded gradients). The H200 table's two rows (both calibration
+    by the hash) are +73%: torch.compile and the float8 all-gather are not modelled (docs/planner.md, Memory)."""
     rows = _memory_rows()
     summary = _summary(rows)
     for (table, split), (n, med, signed) in summary.items():
         print(f"\n{split:11s} {table:34s} {n:2d} rows  median |error| {med:6.1%}  signed {signed:+6.1%}")
     assert len(rows) == 15
     n, med, _ = summary[("torchtitan_llama3_h100_202412", "held-out")]
-    assert n == 10 and med <= 0.16
+    assert n == 10 and med <= 0.12
     n, med, signed = summary[("torchtitan_llama3_8b_h200_202506", "calibration")]
     assert n == 2 and med <= 0.74 and signed > 0
-    # the fully recomputed rows are under the reserved peak (an upper bound of what is allocated)
-    assert all(-0.27 <= r.rel_error <= 0.0 for r, _ in rows if r.table.endswith("202412") and "lbs2" not in r.row)
+    # every row is under the reserved peak (an upper bound of what is allocated), the per-op rows too
+    assert all(-0.27 <= r.rel_error <= 0.0 for r, _ in rows if r.table.endswith("202412"))
 
 
 def test_docs_memory_table_is_what_the_model_computes():

@@ -189,7 +189,8 @@ def test_hugging_face_moe_configs_give_the_presets_parameters(tmp_path):
         "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129280,
         "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
         "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-        "v_head_dim": 128, "max_position_embeddings": 163840, "tie_word_embeddings": False})
+        "v_head_dim": 128, "max_position_embeddings": 163840, "tie_word_embeddings": False, "n_group": 8,
+        "topk_group": 4})
     mixtral = _hf_config(tmp_path, "mixtral", {
         "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
@@ -243,3 +244,25 @@ def test_all_to_all_across_nodes_sends_each_ranks_remote_share_through_its_own_n
     assert cluster.all_to_all_s(size, 8) == pytest.approx(cluster.intra.time_s("all_to_all", size, 8))
     # unlike a reduce-scatter, nothing shrinks by the 8 GPUs of a node: the NICs carry the remote share
     assert cluster.all_to_all_s(size, 32) > 3 * cluster.collective_s("reduce_scatter", size, 32, 1)
+
+
+def test_deepep_sends_a_token_once_per_node_and_node_limited_routing_caps_the_nodes():
+    """DeepEP's normal kernels (DeepSeek-V3 report, Sec. 3.2.2): a token crosses to each node holding one of
+    its experts once, and DeepSeek-V3 routes each token to at most 4 of 8 expert groups: over 8 nodes
+    (ep64) it reaches 8 (1 - C(7,4)/C(8,4)) = 4 nodes, 3.5 of them other nodes, where the plain all-to-all
+    moves 7 of its 8 copies across nodes. Inside one node nothing changes."""
+    dsv3, qwen = MOE_MODELS["deepseek-v3"].moe, MOE_MODELS["qwen3-235b-a22b"].moe
+    assert dsv3.remote_nodes_per_token(8) == pytest.approx(3.5)
+    assert dsv3.remote_nodes_per_token(1) == 0.0
+    assert qwen.remote_nodes_per_token(4) == pytest.approx(4 * (1 - 0.75 ** 8) * 0.75)
+    spec, cluster = _as_model("deepseek-v3"), make_cluster("256xh100")
+    cfg = PlanConfig(dp=64, pp=4, ep=64)
+    plain = Training(global_batch_tokens=512 * 4096, seq_len=4096)
+    deepep = replace(plain, ep_dispatch="deepep")
+    a2a, dedup = (ep_comm_per_layer_s(spec, cfg, t, cluster) for t in (plain, deepep))
+    assert 0.45 < dedup / a2a < 0.55  # inter-node bound: 3.5 of 7 copies
+    small = PlanConfig(dp=8, ep=8)
+    assert ep_comm_per_layer_s(spec, small, deepep, make_cluster("8xh100")) == ep_comm_per_layer_s(
+        spec, small, plain, make_cluster("8xh100"))
+    with pytest.raises(ValueError, match="ep_dispatch"):
+        Training(global_batch_tokens=4096, seq_len=4096, ep_dispatch="nvshmem")

@@ -106,7 +106,8 @@ def test_torchtitan_relative_throughput_and_memory():
     Memory: the fully recomputed rows stay below the caching allocator's reserved peak (an upper bound of what
     is allocated), now within 27% (were 41-64% under: the torch-native loss's fp32 logits, Table 5's
     micro-batches and the pipelined FSDP's unsharded fp32 gradients). The two per-op-checkpointed rows are
-    over, by 15% and 21% (docs/planner.md, Memory)."""
+    under too, by 8% each, with torchtitan's policy (every other matmul output kept, the profile's
+    op_recompute_mm); with every output kept they were over by 15% and 21% (docs/planner.md, Memory)."""
     rep = _report("torchtitan_llama3_h100_202412")
     ratios = [r for r in rep.rows if r.metric == "tokens_per_s_per_gpu"]
     assert len(ratios) == 8
@@ -121,7 +122,7 @@ def test_torchtitan_relative_throughput_and_memory():
     full = [r for r in mem if recompute[r.row] == "full"]
     op = [r for r in mem if recompute[r.row] == "op"]
     assert len(full) == 11 and all(-0.27 <= r.rel_error <= 0.0 for r in full)
-    assert len(op) == 2 and all(0.0 < r.rel_error <= 0.21 for r in op)
+    assert len(op) == 2 and all(-0.15 <= r.rel_error <= 0.0 for r in op)
 
 
 def test_narayanan_zero3_rows_are_a_flat_single_nic_setting_not_per_micro_batch_gathers():

@@ -88,7 +88,8 @@ class Cluster:
     #: for the whole buffer (what the planner assumed before, and what 2021 DeepSpeed ZeRO-3 reached).
     hierarchical: bool = True
     nics_per_node: int = 0  # 0: one per GPU (rail-optimised)
-    _seconds: dict[tuple[str, float, int, int], float] = field(  # collective_s memo
+    # collective_s and all_to_all_s memo: (collective, bytes, group, stride[, inter-node fraction]) -> s
+    _seconds: dict[tuple[str, float, int, int] | tuple[str, float, int, int, float | None], float] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -139,7 +140,8 @@ class Cluster:
         outer = self.inter.time_s(collective, size_bytes / per_node, nodes) if nodes > 1 else 0.0
         return inner + outer
 
-    def all_to_all_s(self, size_bytes: float, group: int, stride: int = 1) -> float:
+    def all_to_all_s(self, size_bytes: float, group: int, stride: int = 1,
+                     inter_fraction: float | None = None) -> float:
         """Seconds of one all-to-all (expert-parallel dispatch or combine) of `size_bytes` per rank over
         `group` ranks `stride` apart. Inside a node it is the nccl-tests all_to_all on the scale-up link.
         Across nodes an all-to-all reduces nothing, so the hierarchical formula (S/k per member) does not
@@ -148,10 +150,12 @@ class Cluster:
 
             t = alpha_inter + max((k-1)/g S / busbw_intra, (g-k)/g S / busbw_inter)
 
-        A `wavefront comm` inter-node calibration of all_to_all replaces the inter-node part's link."""
+        A `wavefront comm` inter-node calibration of all_to_all replaces the inter-node part's link.
+        inter_fraction replaces (g-k)/g: the share of S that crosses nodes (a dispatcher that sends a token
+        once per node moves less, Training.ep_dispatch)."""
         if group <= 1:
             return 0.0
-        key = ("a2a", size_bytes, group, stride)
+        key = ("a2a", size_bytes, group, stride, inter_fraction)
         cached = self._seconds.get(key)
         if cached is None:
             if group * stride <= self.gpus_per_node:
@@ -160,7 +164,8 @@ class Cluster:
                 k = max(1, min(group, self.gpus_per_node // stride))
                 intra, inter = self.link("all_to_all", k, stride), self.link("all_to_all", group, stride)
                 cached = inter.latency_us * 1e-6 + max((k - 1) / group * size_bytes / (intra.busbw_gbps * 1e9),
-                                                       (group - k) / group * size_bytes / (inter.busbw_gbps * 1e9))
+                                                       ((group - k) / group if inter_fraction is None
+                                                        else inter_fraction) * size_bytes / (inter.busbw_gbps * 1e9))
             self._seconds[key] = cached
         return cached
 

@@ -70,7 +70,9 @@ def moe_from_hf_config(path: str | Path) -> tuple[MoE | None, MLA | None]:
     if not n_shared and cfg.get("shared_expert_intermediate_size"):
         n_shared = max(1, round(cfg["shared_expert_intermediate_size"] / expert_ffn))
     return MoE(n_experts=int(n_experts), top_k=_int(cfg, "num_experts_per_tok"), expert_ffn=expert_ffn,
-               n_shared=n_shared, first_dense=int(cfg.get("first_k_dense_replace") or 0)), mla
+               n_shared=n_shared, first_dense=int(cfg.get("first_k_dense_replace") or 0),
+               n_group=int(cfg.get("n_group") or 0) if cfg.get("topk_group") else 0,
+               topk_group=int(cfg.get("topk_group") or 0) if cfg.get("n_group") else 0), mla
 
 
 def dims_from_hf_config(path: str | Path) -> ModelDims:

@@ -58,6 +58,7 @@ from wavefront.workbench.planner.model import (
     ModelSpec,
     embedding_activation_bytes,
     layer_activation_bytes,
+    op_policy_fractions,
     output_activation_bytes,
 )
 from wavefront.workbench.planner.parallel import PlanConfig, layers_per_stage, n_micro_batches
@@ -255,18 +256,20 @@ def pipeline_ranks(model: ModelSpec, cfg: PlanConfig,
 
 
 def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: float, per_moe: float,
-                        emb_act: float, out_act: float,
-                        memo: dict[tuple[Any, ...], Any] | None = None) -> list[tuple[Any, ...]]:
+                        emb_act: float, out_act: float, memo: dict[tuple[Any, ...], Any] | None = None,
+                        round_size: int = 0) -> list[tuple[Any, ...]]:
     """(stage name, parameters, routed-expert parameters, peak activation bytes, micro-batches in flight
     on its fullest chunk) for each candidate rank of a pipeline: the schedule's live sets
     (pipeline.schedule_live_counts; ZB-H1 keeps 1F1B's) weighed by each chunk's layers, the embedding
-    output on rank 0's first chunk per live micro-batch and the output layer's inputs on the last rank."""
+    output on rank 0's first chunk per live micro-batch and the output layer's inputs on the last rank;
+    round_size: micro-batches per round of the interleaved schedule (Training.pp_round)."""
     out = []
     for r, dense, moe, params, experts in pipeline_ranks(model, cfg, memo):
         chunk_bytes = [d * per_layer + e * per_moe for d, e in zip(dense, moe, strict=True)]
         if r == 0:
             chunk_bytes[0] += emb_act
-        acts, inflight = peak(schedule_live_counts(cfg.pp, 1 if cfg.zero_bubble else cfg.vpp, m, r, memo),
+        vpp = 1 if cfg.zero_bubble else cfg.vpp
+        acts, inflight = peak(schedule_live_counts(cfg.pp, vpp, m, r, memo, round_size if vpp > 1 else 0),
                               chunk_bytes)
         if r == cfg.pp - 1:
             acts += out_act
@@ -284,8 +287,9 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     m = n_micro_batches(cfg, training.global_batch_seqs)
     layers = layers_per_stage(dims.n_layers, cfg)
     act_kw: dict[str, Any] = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
-                        fp8=training.precision == "fp8")
-    key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute)
+                        fp8=training.precision == "fp8",
+                        op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1])
+    key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute, training.op_recompute_mm)
     if memo is not None and key in memo:
         per_layer, full = memo[key]
     else:
@@ -299,7 +303,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         if memo is not None and key in memo:
             per_moe, full_moe = memo[key]
         else:
-            rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * model.moe.top_k * training.moe_imbalance
+            rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * model.moe.top_k * training.moe_rows_factor
             per_moe = layer_activation_bytes(model, recompute=cfg.recompute, routed_rows=rows, **act_kw)
             full_moe = layer_activation_bytes(model, recompute="none", routed_rows=rows, **act_kw)
             if memo is not None:
@@ -315,11 +319,12 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         candidates.append(("only", p_first, e_first, stage_first + emb_act + out_act, 1))
     else:
         pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep,
-                training.loss_logits)
+                training.loss_logits, training.op_recompute_mm, training.pp_round)
         if memo is not None and pkey in memo:
             candidates = memo[pkey]
         else:
-            candidates = pipeline_candidates(model, cfg, m, per_layer, per_moe, emb_act, out_act, memo)
+            candidates = pipeline_candidates(model, cfg, m, per_layer, per_moe, emb_act, out_act, memo,
+                                             training.pp_round)
             if memo is not None:
                 memo[pkey] = candidates
 

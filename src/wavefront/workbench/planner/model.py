@@ -218,6 +218,43 @@ def layer_matmul_flops(model: ModelSpec, tokens: float) -> float:
     return 2.0 * tokens * model.layer_matmul_params
 
 
+def layer_matmuls(model: ModelSpec) -> list[tuple[str, int, int]]:
+    """(name, d_in, d_out) of one dense layer's weight matmuls in the order a forward runs them, unsplit:
+    Llama-style blocks run q, k and v as three projections (torchtitan, Hugging Face), then the output
+    projection, then the MLP's gate, up and down (plain MLP: fc1, fc2). MLA: its five projections."""
+    h, f = model.dims.hidden, model.dims.ffn_hidden
+    if model.mla is not None:
+        attn = [(f"mla{i}", i_, o) for i, (i_, o) in enumerate(model.attn_linear_shapes(1))]
+    else:
+        attn = [("q", h, model.q_dim), ("k", h, model.kv_dim), ("v", h, model.kv_dim), ("o", model.q_dim, h)]
+    mlp = [("gate", h, f), ("up", h, f), ("down", f, h)] if model.dims.gated_mlp else [("fc1", h, f), ("fc2", f, h)]
+    return attn + mlp
+
+
+def op_recomputed_matmuls(n: int, fraction: float) -> list[bool]:
+    """Which of a layer's n matmuls (in order) a per-op policy that recomputes `fraction` of them by count
+    reruns: the k-th (from 1) when floor(k f) > floor((k - 1) f). f = 0.5 is torchtitan's policy (its
+    counter recomputes every second mm of a block: the 2nd, 4th, 6th), 0 saves every output, 1 none."""
+    return [int(k * fraction + 1e-9) > int((k - 1) * fraction + 1e-9) for k in range(1, n + 1)]
+
+
+def op_policy_fractions(model: ModelSpec, fraction: float, *, tp: int = 1, sp: bool = True) -> tuple[float, float]:
+    """(share of the layer's matmul forward FLOPs recomputed, share of its matmul output bytes kept) under
+    a per-op policy recomputing `fraction` of the matmuls by count (op_recomputed_matmuls), over
+    layer_matmuls: Llama 3 8B at 0.5 (k, o, up recomputed) reruns 37% of the FLOPs and keeps 55% of the
+    bytes. Outputs split as the activation list splits them (o and down: by tp only with sequence
+    parallelism)."""
+    mms = layer_matmuls(model)
+    if fraction <= 0.0:
+        return 0.0, 1.0
+    again = op_recomputed_matmuls(len(mms), fraction)
+    flops = [i * o for _, i, o in mms]
+    out = [o / (tp if (sp or name not in ("o", "down", "fc2")) else 1) for name, _, o in mms]
+    recomputed = sum(x for x, r in zip(flops, again, strict=True) if r) / sum(flops)
+    kept = sum(x for x, r in zip(out, again, strict=True) if not r) / sum(out)
+    return recomputed, kept
+
+
 def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int, tp: int, sp: bool,
                            recompute: str, kv_len: float | None = None, fp8: bool = False,
                            routed_rows: float = 0.0, op_saved_mm: float = 1.0) -> float:
@@ -234,9 +271,10 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
     and up outputs, lin*f_e down-projection input) and the 2h expert output the weighted combine needs in
     backward (all on this rank, not split by tp: expert tensor parallel 1), plus the fp32 router scores
     (4 B x E per local token). Per-op checkpointing keeps the permuted input and both GEMM outputs.
-    op_saved_mm: under recompute="op", the fraction of the weight matmuls' outputs kept (1: all, what
-    `wavefront train`'s policy keeps; 0.5: torchtitan's, which recomputes every second mm:
-    1 - Training.op_recompute_mm); the layer input, attention output and its LSE are kept either way.
+    op_saved_mm: under recompute="op", the fraction of the weight matmuls' output bytes kept (1: all, what
+    `wavefront train`'s policy keeps; torchtitan's, which recomputes every second mm, keeps
+    op_policy_fractions(model, Training.op_recompute_mm)[1]: 0.55 for Llama 3 8B); the layer input,
+    attention output and its LSE are kept either way.
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}")

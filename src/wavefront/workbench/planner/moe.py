@@ -27,6 +27,7 @@ Presets (configs named in each source) are planner-local: the kernel library's s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from math import comb
 from typing import Any
 
 from wavefront.shapes import ModelDims
@@ -41,6 +42,8 @@ class MoE:
     expert_ffn: int
     n_shared: int = 0
     first_dense: int = 0
+    n_group: int = 0  # node-limited routing: experts in n_group groups, a token's top_k within topk_group of them
+    topk_group: int = 0  # (DeepSeek-V3: 8 and 4, "each token is sent to at most 4 nodes"); 0: no limit
 
     def __post_init__(self) -> None:
         if self.n_experts < 1 or not 1 <= self.top_k <= self.n_experts:
@@ -48,6 +51,26 @@ class MoE:
                              f"{self.top_k}")
         if self.expert_ffn < 1 or self.n_shared < 0 or self.first_dense < 0:
             raise ValueError("MoE expert_ffn must be >= 1, n_shared and first_dense >= 0")
+        if self.n_group < 0 or not 0 <= self.topk_group <= max(self.n_group, 0):
+            raise ValueError(f"MoE needs 0 <= topk_group <= n_group, got {self.topk_group}, {self.n_group}")
+
+    def remote_nodes_per_token(self, nodes: int) -> float:
+        """Expected other nodes one token's top_k experts sit on, experts spread evenly over `nodes` nodes
+        and routed uniformly: R (1 - (1 - 1/R)^top_k) nodes reached of the R it may reach (all nodes, or under
+        node-limited routing the topk_group groups' share of them; with groups as wide as nodes or wider, the
+        chance a node holds one of the topk_group groups), less its own node's share. What an all-to-all that
+        sends a token once per node moves across nodes (DeepEP's normal kernels; DeepSeek-V3, Sec. 3.2.2)."""
+        if nodes <= 1:
+            return 0.0
+        if self.n_group and self.topk_group and nodes <= self.n_group and self.n_group % nodes == 0:
+            per_node = self.n_group // nodes
+            reached = nodes * (1.0 - _choose(self.n_group - per_node, self.topk_group)
+                               / _choose(self.n_group, self.topk_group))
+        else:
+            r = float(nodes) if not (self.n_group and self.topk_group) else min(
+                float(nodes), self.topk_group * nodes / self.n_group)
+            reached = r * (1.0 - (1.0 - 1.0 / r) ** self.top_k)
+        return reached * (nodes - 1) / nodes
 
     def experts_params(self, hidden: int, n: int) -> int:
         """Weights of `n` experts, routed or shared alike: each a gated MLP of width expert_ffn (gate and up
@@ -119,10 +142,15 @@ MOE_MODELS: dict[str, MoEModel] = {
                   source="deepseek-ai/DeepSeek-V3 config.json (n_routed_experts 256, num_experts_per_tok 8, "
                          "n_shared_experts 1, moe_intermediate_size 2048, first_k_dense_replace 3, q_lora_rank "
                          "1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128); "
-                         "4K pre-training sequence (arXiv:2412.19437, Sec. 4.2); the MTP module is not modelled"),
-        MoE(n_experts=256, top_k=8, expert_ffn=2048, n_shared=1, first_dense=3),
+                         "n_group 8, topk_group 4); 4K pre-training sequence (arXiv:2412.19437, Sec. 4.2); the "
+                         "MTP module is not modelled"),
+        MoE(n_experts=256, top_k=8, expert_ffn=2048, n_shared=1, first_dense=3, n_group=8, topk_group=4),
         MLA(q_lora_rank=1536, kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head=128)),
 }
+
+
+def _choose(n: int, k: int) -> float:
+    return float(comb(n, k)) if 0 <= k <= n else 0.0
 
 
 def get_moe_model(name: str) -> MoEModel | None:

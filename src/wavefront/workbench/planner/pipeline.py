@@ -11,12 +11,15 @@ without interleaving, one layer fewer on the first and on the last stage).
 
 Schedule (Megatron-LM's, Narayanan et al. 2021): 1F1B runs min(pp - r - 1, m) warm-up forwards on rank
 r, then alternates one forward and one backward, then drains the backwards. The interleaved schedule
-takes micro-batches in groups of pp per chunk (forward k is chunk (k mod pp*vpp) // pp of micro-batch
-(k // (pp*vpp)) pp + k mod pp; backwards run the chunks in reverse) with min(2 (pp - r - 1) +
-(vpp - 1) pp, m vpp) warm-up forwards. A forward makes its (micro-batch, chunk) activations live, its
-backward frees them; the peak is the largest live set after a forward. ZB-H1 keeps 1F1B's order of
-forwards and backwards for the activations (the split-off weight gradients hold no more), so it uses
-1F1B's counts. The counts are per chunk, so uneven chunks weigh in exactly.
+takes micro-batches in rounds of N = pp per chunk (forward k is chunk (k mod N*vpp) // N of micro-batch
+(k // (N*vpp)) N + k mod N; backwards run the chunks in reverse) with min(2 (pp - r - 1) +
+(vpp - 1) N, m vpp) warm-up forwards. Llama 3's schedule (Dubey et al. 2024, Sec. 3.3.2 and Fig. 6)
+makes N, the contiguous micro-batches of a round, tunable instead of pp (`round_size`; PyTorch's
+Interleaved1F1B has the same warm-up, (vpp - 1) N + 2 (pp - 1 - r)): a smaller N holds fewer chunks in
+flight at the cost of bubbles when N < pp; N must divide m here. A forward makes its (micro-batch,
+chunk) activations live, its backward frees them; the peak is the largest live set after a forward.
+ZB-H1 keeps 1F1B's order of forwards and backwards for the activations (the split-off weight gradients
+hold no more), so it uses 1F1B's counts. The counts are per chunk, so uneven chunks weigh in exactly.
 """
 
 from __future__ import annotations
@@ -35,60 +38,63 @@ def chunk_layers(n_layers: int, pp: int, vpp: int) -> list[list[int]]:
     return [[counts[k * pp + r] for k in range(vpp)] for r in range(pp)]
 
 
-def _warmup(pp: int, vpp: int, m: int, rank: int) -> int:
-    return min(pp - rank - 1, m) if vpp == 1 else min(2 * (pp - rank - 1) + (vpp - 1) * pp, m * vpp)
+def _warmup(pp: int, vpp: int, m: int, rank: int, n: int = 0) -> int:
+    n = n or pp
+    return min(pp - rank - 1, m) if vpp == 1 else min(2 * (pp - rank - 1) + (vpp - 1) * n, m * vpp)
 
 
-def _order(pp: int, vpp: int, m: int, rank: int) -> list[tuple[bool, int, int]]:
+def _order(pp: int, vpp: int, m: int, rank: int, round_size: int = 0) -> list[tuple[bool, int, int]]:
     """(is_forward, micro-batch, chunk) in the order rank `rank` runs them (the reference that
-    live_counts' closed form is tested against)."""
-    total, group = m * vpp, pp * vpp
+    live_counts' closed form is tested against); round_size N: micro-batches per round (0: pp)."""
+    n = round_size or pp
+    total, group = m * vpp, n * vpp
 
     def op(forward: bool, k: int) -> tuple[bool, int, int]:
-        chunk = (k % group) // pp
-        return forward, (k // group) * pp + k % pp, chunk if forward else vpp - 1 - chunk
+        chunk = (k % group) // n
+        return forward, (k // group) * n + k % n, chunk if forward else vpp - 1 - chunk
 
-    warm = _warmup(pp, vpp, m, rank)
+    warm = _warmup(pp, vpp, m, rank, n)
     ops = [op(True, k) for k in range(warm)]
     for i in range(total - warm):
         ops += [op(True, warm + i), op(False, i)]
     return ops + [op(False, k) for k in range(total - warm, total)]
 
 
-def _prefix(n: int, pp: int, vpp: int) -> tuple[int, ...]:
-    """Per chunk, how many of the first n forwards (in schedule order) ran on it."""
-    group = pp * vpp
-    return tuple((n // group) * pp + min(pp, max(0, n % group - k * pp)) for k in range(vpp))
+def _prefix(n: int, size: int, vpp: int) -> tuple[int, ...]:
+    """Per chunk, how many of the first n forwards (in schedule order, rounds of `size`) ran on it."""
+    group = size * vpp
+    return tuple((n // group) * size + min(size, max(0, n % group - k * size)) for k in range(vpp))
 
 
-def live_counts(pp: int, vpp: int, m: int, rank: int) -> list[tuple[int, ...]]:
+def live_counts(pp: int, vpp: int, m: int, rank: int, round_size: int = 0) -> list[tuple[int, ...]]:
     """The live sets after each forward of `rank` that no other contains, as per-chunk micro-batch
     counts; the peak for per-chunk bytes w is the largest dot product (peak).
 
     After forward j the first j+1 forwards and the first max(0, j - warm-up) backwards have run (_order);
     both are prefixes of a fixed order, so the counts per chunk are closed-form; the warm-up only adds,
     and past it one group of pp*vpp forwards repeats the same live sets, so only the end of the warm-up
-    and one group after it are evaluated."""
-    if vpp > 1 and m % pp:
-        raise ValueError(f"the interleaved schedule needs micro-batches ({m}) divisible by pp ({pp})")
-    warm = _warmup(pp, vpp, m, rank)
+    and one group after it are evaluated. round_size: N micro-batches per round (0: pp; module docstring)."""
+    n = round_size or pp
+    if vpp > 1 and m % n:
+        raise ValueError(f"the interleaved schedule needs micro-batches ({m}) divisible by the round size ({n})")
+    warm = _warmup(pp, vpp, m, rank, n)
     rows = set()
-    for j in range(max(0, warm - 1), min(m * vpp, warm + pp * vpp)):  # the warm-up only adds: its last set
-        fwd, bwd = _prefix(j + 1, pp, vpp), _prefix(max(0, j - warm), pp, vpp)[::-1]  # backwards: chunks reversed
+    for j in range(max(0, warm - 1), min(m * vpp, warm + n * vpp)):  # the warm-up only adds: its last set
+        fwd, bwd = _prefix(j + 1, n, vpp), _prefix(max(0, j - warm), n, vpp)[::-1]  # backwards: chunks reversed
         rows.add(tuple(f - b for f, b in zip(fwd, bwd, strict=True)))
     # a live set that another holds chunk by chunk can never be the peak (bytes are >= 0): drop it
     return sorted(r for r in rows if not any(o != r and all(a >= b for a, b in zip(o, r, strict=True))
                                              for o in rows))
 
 
-def schedule_live_counts(pp: int, vpp: int, m: int, rank: int,
-                         memo: dict[tuple[Any, ...], Any] | None = None) -> list[tuple[int, ...]]:
-    """live_counts, memoised on (pp, vpp, m, rank)."""
-    key = ("live", pp, vpp, m, rank)
+def schedule_live_counts(pp: int, vpp: int, m: int, rank: int, memo: dict[tuple[Any, ...], Any] | None = None,
+                         round_size: int = 0) -> list[tuple[int, ...]]:
+    """live_counts, memoised on (pp, vpp, m, rank, round_size)."""
+    key = ("live", pp, vpp, m, rank, round_size)
     if memo is not None and key in memo:
         out: list[tuple[int, ...]] = memo[key]
         return out
-    out = live_counts(pp, vpp, m, rank)
+    out = live_counts(pp, vpp, m, rank, round_size)
     if memo is not None:
         memo[key] = out
     return out

@@ -32,7 +32,8 @@ from wavefront.workbench.planner.training import (
 )
 
 #: Training fields a profile sets (and that a published table may restate for one run).
-PROFILE_FIELDS = ("stack", "attention_kernel", "tp_overlap", "cp_comm", "ep_overlap", "op_recompute_mm")
+PROFILE_FIELDS = ("stack", "attention_kernel", "tp_overlap", "cp_comm", "ep_overlap", "op_recompute_mm",
+                  "loss_logits")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class StackProfile:
     hierarchical: bool = True
     ep_overlap: float = 0.0
     op_recompute_mm: float = 0.0
+    loss_logits: str = "vocab-parallel"  # how the loss holds the logits (training.LOSS_LOGITS)
     facts: tuple[tuple[str, str], ...] = ()
     tables: tuple[str, ...] = ()
     calibration_rows: tuple[str, ...] = ()
@@ -86,7 +88,7 @@ class StackProfile:
         """The Training fields this profile sets (PROFILE_FIELDS)."""
         return {"stack": self.kernel_family, "attention_kernel": self.attention_kernel,
                 "tp_overlap": self.tp_overlap, "cp_comm": self.cp_comm, "ep_overlap": self.ep_overlap,
-                "op_recompute_mm": self.op_recompute_mm}
+                "op_recompute_mm": self.op_recompute_mm, "loss_logits": self.loss_logits}
 
     def explain(self, gpu_key: str) -> list[str]:
         """What `--explain` prints: the profile's terms, where each constant came from, the rows it was
@@ -97,7 +99,7 @@ class StackProfile:
                  f"  kernels {self.kernel_family} (FP8 casts {casts}), "
                  f"attention {self.attention_kernel}, TP overlap {self.tp_overlap:g}, CP {self.cp_comm}, "
                  f"EP overlap {self.ep_overlap:g}, op recompute of matmuls {self.op_recompute_mm:g}, "
-                 f"collectives {'hierarchical' if self.hierarchical else 'flat'}"]
+                 f"loss logits {self.loss_logits}, collectives {'hierarchical' if self.hierarchical else 'flat'}"]
         lines += [f"  {term}: {text}" for term, text in self.facts]
         lines.append(f"  constants ({family.upper()} family): " + ", ".join(
             f"{k} {v:g} ({how})" for k, (v, how) in self.constants(family).items()))
@@ -255,16 +257,19 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
 _PROFILES = (
     StackProfile(
         "wavefront-train", __version__, "`wavefront train`: PyTorch-native FSDP2 + DTensor TP/SP + PP + ring CP, "
-        "SDPA flash attention (FlashAttention-2 class)", "fsdp", "fa2", 0.0, "ring",
-        facts=(_NO_TP_OVERLAP, _FSDP2, ("CP comm", "ring attention (torch context_parallel)"))),
+        "SDPA flash attention (FlashAttention-2 class)", "fsdp", "fa2", 0.0, "ring", loss_logits="fused",
+        facts=(_NO_TP_OVERLAP, _FSDP2, ("CP comm", "ring attention (wavefront.parallel.ring_attention, zigzag)"),
+               ("loss", "the patched model's fused LM-head cross-entropy (patching/loss.py, on by default): no "
+                        "logits formed"))),
     StackProfile(
         "torchtitan", "2025", "torchtitan (PyTorch-native FSDP2 + TP + PP, SDPA flash attention, torch.compile)",
-        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5,
+        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5, loss_logits="native",
         facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC,
                ("CP comm", "ring attention (torch context_parallel, allgather/alltoall rotation)"))),
     StackProfile(
         "torchtitan", "2024", "torchtitan 2024 (PyTorch-native FSDP2 + TP + PP, SDPA flash attention)",
-        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5, facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC),
+        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5, loss_logits="native",
+        facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC),
         tables=("torchtitan_a100_2024", "torchtitan_llama3_h100_202412")),
     StackProfile(
         "llm-foundry", "2023", "MosaicML llm-foundry on Composer, FSDP1 (FULL_SHARD/HYBRID_SHARD), "

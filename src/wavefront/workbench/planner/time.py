@@ -18,7 +18,9 @@ Compute, per layer and micro-batch on one GPU (s_l = s/cp local tokens per seque
 - passes: backward = 2 x forward FLOPs and bytes (2.5 x for flash attention, whose backward recomputes
   QK^T); full recomputation adds one forward of every layer, every-other half of that, selective the
   attention core's forward (Korthikanti et al. 2022, Sec. 5), op (per-op) the memory-bound kernels and
-  Training.op_recompute_mm of the weight matmuls' forward (torchtitan recomputes every second one).
+  the forward of the matmuls the policy reruns (Training.op_recompute_mm of them by count, in the order
+  model.layer_matmuls runs them: torchtitan reruns every second one, k, o and up in a Llama block, 37% of
+  the matmul FLOPs of Llama 3 8B; model.op_policy_fractions; a MoE layer's experts at the same share).
 The output layer (2 * b * s_l * h * V / tp forward, x3 with backward) and the float32 cross-entropy
 (16 B per logit) run on the last stage.
 
@@ -73,7 +75,7 @@ from wavefront.workbench.planner.kernels import (
     linear_fwd_bwd_s,
 )
 from wavefront.workbench.planner.memory import stage_terms
-from wavefront.workbench.planner.model import ModelSpec, attention_core_flops
+from wavefront.workbench.planner.model import ModelSpec, attention_core_flops, op_policy_fractions
 from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
@@ -260,7 +262,7 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     elif cfg.recompute == "every-other":
         total += 0.5 * fwd
     elif cfg.recompute == "op":
-        total += ew + training.op_recompute_mm * mm_fwd
+        total += ew + op_policy_fractions(model, training.op_recompute_mm)[0] * mm_fwd
     elif cfg.recompute == "selective":
         score_bytes = 0.0
         if model.attention == "materialized":
@@ -298,12 +300,18 @@ def ep_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, c
     """Exposed expert-parallel all-to-alls of one MoE layer per micro-batch: dispatch and combine in the
     forward and again in the backward (4; +2 with full recomputation, +1 every other layer), each moving
     the busiest rank's routed rows x h in bf16 over the ep group (consecutive ranks: stride 1), priced by
-    Cluster.all_to_all_s; Training.ep_overlap hides a fraction."""
+    Cluster.all_to_all_s; Training.ep_overlap hides a fraction. Training.ep_dispatch "deepep": across
+    nodes a token goes once to each node that holds one of its experts (MoE.remote_nodes_per_token of the
+    top_k copies) and is forwarded inside the node over the scale-up link."""
     if model.moe is None or cfg.ep == 1:
         return 0.0
     size = 2.0 * routed_rows(model, cfg, training) * model.dims.hidden
     n = 4 + {"full": 2, "every-other": 1}.get(cfg.recompute, 0)
-    return n * cluster.all_to_all_s(size, cfg.ep, 1) * (1.0 - training.ep_overlap)
+    inter = None
+    nodes = cfg.ep // cluster.gpus_per_node
+    if training.ep_dispatch == "deepep" and nodes > 1 and cfg.ep % cluster.gpus_per_node == 0:
+        inter = model.moe.remote_nodes_per_token(nodes) / model.moe.top_k
+    return n * cluster.all_to_all_s(size, cfg.ep, 1, inter) * (1.0 - training.ep_overlap)
 
 
 def cp_comm_exposed_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,

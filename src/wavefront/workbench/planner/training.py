@@ -29,6 +29,10 @@ ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
 #: F.cross_entropy on logits cast to fp32, torchtitan: bf16 logits + fp32 copy + fp32 log-softmax, 10sbV/t at
 #: the loss), "fused" (a fused LM-head + cross-entropy that never forms the logits: wavefront's own).
 LOSS_LOGITS = ("vocab-parallel", "native", "fused")
+#: Expert-parallel dispatch across nodes: "all-to-all" (every token copy goes to its expert's GPU, NCCL
+#: all-to-all) or "deepep" (DeepEP's normal kernels: a token crosses to each node holding one of its
+#: experts once, then NVLink forwards it to the GPUs there: DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.2.2).
+EP_DISPATCH = ("all-to-all", "deepep")
 
 #: Bytes per parameter kept by each optimizer: (fp32 master copy, optimizer states). AdamW keeps an fp32
 #: master weight and two fp32 moments (the 12 of ZeRO's 2 + 2 + 12 = 16 bytes per parameter, Rajbhandari
@@ -193,6 +197,10 @@ class Training:
     op_recompute_mm: fraction of a layer's weight-matmul forward that recompute="op" runs again (0: every
         matmul output saved, `wavefront train`'s policy; 0.5: torchtitan's per-op policy, which marks every
         second mm/linear PREFER_RECOMPUTE); a fact of the stack profile (stacks.py).
+    ep_dispatch: how the expert-parallel all-to-all crosses nodes (EP_DISPATCH).
+    pp_round: micro-batches per round of the interleaved pipeline schedule (pipeline.py): 0 (default) is
+        pp, Megatron-LM's; Llama 3's schedule makes it tunable (Dubey et al. 2024, Sec. 3.3.2). Memory
+        only: the time model keeps the (pp - 1)/(vpp m) bubble, which does not hold for a round below pp.
     zero3_16bit_shard: ZeRO-3 keeps a sharded 16-bit working copy of the parameters besides the fp32
         master (DeepSpeed, and the ZeRO paper's (2 + 2 + K) psi / Nd); False (default) is FSDP2, where the
         fp32 sharded parameter is the master and the 16-bit copy exists only while gathered.
@@ -222,6 +230,8 @@ class Training:
     ep_overlap: float = 0.0
     op_recompute_mm: float = 0.0
     attention_kernel: str = "fa2"
+    pp_round: int = 0
+    ep_dispatch: str = "all-to-all"
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -231,6 +241,10 @@ class Training:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor <= 0.0:
             raise ValueError(f"moe_capacity_factor must be > 0 (a multiple of the mean tokens per expert), "
                              f"got {self.moe_capacity_factor}")
+        if self.ep_dispatch not in EP_DISPATCH:
+            raise ValueError(f"ep_dispatch must be one of {EP_DISPATCH}, got {self.ep_dispatch!r}")
+        if self.pp_round < 0:
+            raise ValueError(f"pp_round must be >= 0 (0: pp micro-batches per round), got {self.pp_round}")
         if not 0.0 <= self.op_recompute_mm <= 1.0:
             raise ValueError(f"op_recompute_mm must be in [0, 1], got {self.op_recompute_mm}")
         if not 0.0 <= self.ep_overlap <= 1.0:

@@ -42,8 +42,10 @@ REGS_GROWTH = 0.10
 _INSPECT_FIELDS = ("ok", "error", "num_warps", "regs", "sgprs", "agprs", "spill_bytes", "spill_count", "shared_bytes",
                    "widest_load_bits", "widest_store_bits", "narrow_loads", "narrow_stores", "occupancy",
                    "matrix_families", "tma_ops", "setmaxnreg", "mma_wait_depth", "min_mma_n", "loop_barriers",
-                   "narrow_lds_ops", "consumer_warpgroups", "pingpong", "loop_mask_ops", "mma_overlap_depth")
-_TRAFFIC_FIELDS = ("error", "kernel_bytes", "host_bytes", "bytes_moved", "unique_bytes", "min_bytes", "ratio_min")
+                   "narrow_lds_ops", "row_pass_barriers", "consumer_warpgroups", "pingpong", "loop_mask_ops",
+                   "mma_overlap_depth")
+_TRAFFIC_FIELDS = ("error", "kernel_bytes", "host_bytes", "bytes_moved", "unique_bytes", "min_bytes", "ratio_min",
+                   "hbm_passes")
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,8 @@ class Finding:
     half: str
     subject: str  # "op/mode/case/kernel@target" or "op/mode/case"
     rule: str  # "compile", "missing", "spills", "load-width", "store-width", "registers", "occupancy",
-    #            "matrix", "tma", "setmaxnreg", "mma-wait", "mma-n", "loop-barriers", "narrow-lds", "bytes",
-    #            "pingpong", "loop-mask", "mma-overlap",
+    #            "matrix", "tma", "setmaxnreg", "mma-wait", "mma-n", "loop-barriers", "row-barriers", "narrow-lds",
+    #            "bytes", "hbm-passes", "pingpong", "loop-mask", "mma-overlap",
     #            "pipeline" (a hand-made pipeline's model breaks a rule: pipeline_check.py)
     message: str
 
@@ -199,6 +201,9 @@ def _design_rules(base: dict, cur: dict, add: Callable[[str, str], None]) -> Non
     b, c = base.get("loop_barriers"), cur.get("loop_barriers")
     if b is not None and c is not None and c > b:
         add("loop-barriers", f"block-wide barriers per main-loop iteration grew: {b} -> {c}")
+    b, c = base.get("row_pass_barriers"), cur.get("row_pass_barriers")
+    if b is not None and c is not None and c > b:
+        add("row-barriers", f"block-wide barriers per row pass grew: {b} -> {c}")
     b, c = base.get("narrow_lds_ops"), cur.get("narrow_lds_ops")
     if b is not None and c is not None and c > b:
         add("narrow-lds", f"8/16-bit LDS accesses grew: {b} -> {c} instructions")
@@ -231,6 +236,9 @@ def compare_traffic(baseline: dict[str, dict], current: dict[str, dict], half: s
                                     f"bytes moved grew: {b} -> {c}"))
         elif c < b:
             notes.append(f"{key}: bytes moved fell {b} -> {c}")
+        b, c = base.get("hbm_passes"), cur.get("hbm_passes")
+        if b is not None and c is not None and c > b + 1e-3:
+            findings.append(Finding(half, key, "hbm-passes", f"HBM passes per row grew: {b} -> {c}"))
     new = sorted(set(current) - set(baseline))
     if new:
         notes.append(f"{len(new)} traffic rows not in the baseline, e.g. {new[0]}")

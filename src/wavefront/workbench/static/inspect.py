@@ -87,6 +87,7 @@ class KernelRow:
     mma_wait_depth: int | None = None  # smallest wgmma.wait_group N in the main loop (0: serialized)
     min_mma_n: int | None = None  # smallest N of any matrix instruction
     loop_barriers: int | None = None  # block-wide barriers per main-loop iteration
+    row_pass_barriers: int | None = None  # block-wide barriers in one pass over a row (no matrix instructions)
     narrow_lds_ops: int = 0  # AMD 8/16-bit LDS reads and writes
     lds_read_widths: dict[str, int] = field(default_factory=dict)  # AMD bits per lane -> LDS read instructions
     lds_write_widths: dict[str, int] = field(default_factory=dict)
@@ -387,6 +388,7 @@ def _row(p: _Planned, res: CompileResult, dtype: torch.dtype) -> KernelRow:
     row.matrix_families, row.matrix_ops = code.matrix_families, dict(sorted(code.matrix_ops.items()))
     row.tma_ops, row.setmaxnreg = code.tma_ops, code.setmaxnreg
     row.mma_wait_depth, row.min_mma_n, row.loop_barriers = code.mma_wait_depth, code.min_mma_n, code.loop_barriers
+    row.row_pass_barriers = code.row_pass_barriers
     row.narrow_lds_ops, row.mfma_shapes = code.narrow_lds_ops, list(code.mfma_shapes)
     row.consumer_warpgroups, row.pingpong = code.consumer_warpgroups, code.pingpong
     row.loop_mask_ops, row.mma_overlap_depth = code.loop_mask_ops, code.mma_overlap_depth

@@ -18,6 +18,14 @@ instructions (the first in program order on a tie). On NVIDIA a backward branch 
 kernel's ``EXIT`` closes no loop: it is the jump back from a slow path ptxas placed after the exit (an
 mbarrier wait's retry). A kernel without matrix instructions in a loop has no main loop, and the
 per-iteration fields (``mma_wait_depth``, ``loop_barriers``) are None.
+
+**Barriers per row pass** (``row_pass_barriers``, kernels without matrix instructions: the row-wise and
+pointwise kernels): the most block-wide barriers one pass over a row meets, read from the same loops: the
+barriers in the body of each loop (a column-block loop, or a persistent kernel's row loop; an outer loop's
+body counts its inner loops' barriers once) and those in the code outside every loop (a row held in
+registers, one row per program); the largest of these counts. A row kernel's reductions are what put
+barriers there (a cross-warp reduction: shared-memory exchange behind a barrier; a reused buffer: one more
+before it is rewritten).
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ class MachineCode:
     #                               MxNxK); None without matrix instructions or when no shape is readable
     loop_barriers: int | None = None  # block-wide barriers (BAR.SYNC / BAR.RED / s_barrier) per main-loop
     #                                   iteration; None without a main loop
+    row_pass_barriers: int | None = None  # block-wide barriers in one pass over a row (module docstring);
+    #                                       None for kernels with matrix instructions
     narrow_lds_ops: int = 0  # AMD LDS accesses of 8 or 16 bits (ds_read_u8/i8/u16/i16, ds_write_b8/b16...)
     lds_read_widths: dict[int, int] = field(default_factory=dict)  # AMD: bits per lane -> LDS read instructions
     lds_write_widths: dict[int, int] = field(default_factory=dict)  # AMD: bits per lane -> LDS writes
@@ -174,6 +184,16 @@ def main_loop(ops: list[str], targets: list[tuple[int, int]], is_matrix, is_barr
                      min(waits) if waits else None)
 
 
+def row_pass_barriers(n_ops: int, targets: list[tuple[int, int]], is_barrier) -> int:
+    """The most barriers in one loop body, or in the code outside every loop (see the module docstring).
+    targets: (branch index, target index) of every branch; is_barrier(i) -> bool."""
+    loops = [(t, b) for b, t in targets if t <= b]
+    in_loop = set().union(*(range(t, b + 1) for t, b in loops)) if loops else set()
+    counts = [sum(is_barrier(i) for i in range(t, b + 1)) for t, b in loops]
+    counts.append(sum(is_barrier(i) for i in range(n_ops) if i not in in_loop))
+    return max(counts)
+
+
 def _min_n(matrix_ops: dict[str, int]) -> int | None:
     ns = [s[1] for s in (matrix_shape(op) for op in matrix_ops) if s]
     return min(ns) if ns else None
@@ -254,6 +274,9 @@ def parse_sass(text: str, code: MachineCode | None = None) -> MachineCode:
     code.min_mma_n = _min_n(code.matrix_ops)
 
     loop = _sass_main_loop(ops, operands, address)
+    if not code.matrix_ops:
+        code.row_pass_barriers = row_pass_barriers(len(ops), _sass_branches(ops, operands, address),
+                                                   lambda i: _sass_is_barrier(ops[i]))
     if loop is not None:
         code.loop_barriers = loop.barriers
         has_wgmma = any(ops[i].split(".")[0].endswith("GMMA") for i in range(loop.first, loop.last + 1))
@@ -307,17 +330,7 @@ def _sass_mask_ops(ops: list[str], operands: list[str], loop: LoopStats) -> int:
 
 def _sass_main_loop(ops: list[str], operands: list[str], address: dict[int, int]) -> LoopStats | None:
     """The main loop of a SASS listing (opcodes, operands, address -> index)."""
-    branches = []
-    for i, (op, rest) in enumerate(zip(ops, operands, strict=True)):
-        if op.split(".")[0] == "BRA":
-            hits = _SASS_BRANCH_TARGET.findall(rest)
-            if hits and int(hits[-1], 16) in address:
-                branches.append((i, address[int(hits[-1], 16)]))
-
-    # ptxas moves slow paths (an mbarrier wait's retry loop) past the kernel's EXIT and jumps back into the
-    # body from there: such a backward branch closes no loop, and its span (most of the kernel) is not one.
-    exits = [i for i, op in enumerate(ops) if op.split(".")[0] == "EXIT"]
-    branches = [(b, t) for b, t in branches if not (t <= b and any(t <= e <= b for e in exits))]
+    branches = _sass_branches(ops, operands, address)
 
     def is_matrix(i: int) -> bool:
         return bool(_NV_MATRIX.match(ops[i].split(".")[0]))
@@ -329,6 +342,21 @@ def _sass_main_loop(ops: list[str], operands: list[str], address: dict[int, int]
         return int(m[1], 0) if m else None
 
     return main_loop(ops, branches, is_matrix, lambda i: _sass_is_barrier(ops[i]), wait_depth)
+
+
+def _sass_branches(ops: list[str], operands: list[str], address: dict[int, int]) -> list[tuple[int, int]]:
+    """(branch index, target index) of every branch that can close a loop or skip code."""
+    branches = []
+    for i, (op, rest) in enumerate(zip(ops, operands, strict=True)):
+        if op.split(".")[0] == "BRA":
+            hits = _SASS_BRANCH_TARGET.findall(rest)
+            if hits and int(hits[-1], 16) in address:
+                branches.append((i, address[int(hits[-1], 16)]))
+
+    # ptxas moves slow paths (an mbarrier wait's retry loop) past the kernel's EXIT and jumps back into the
+    # body from there: such a backward branch closes no loop, and its span (most of the kernel) is not one.
+    exits = [i for i, op in enumerate(ops) if op.split(".")[0] == "EXIT"]
+    return [(b, t) for b, t in branches if not (t <= b and any(t <= e <= b for e in exits))]
 
 
 def sass_tma_loads_by_loop(text: str) -> tuple[int, int, int]:
@@ -552,8 +580,12 @@ def parse_amdgcn(text: str) -> MachineCode:
     code.min_mma_n = _min_n(code.matrix_ops)
     code.mfma_shapes = sorted({"x".join(map(str, shape)) for shape in map(matrix_shape, code.matrix_ops) if shape})
     branches = [(i, labels[name]) for i, name in branch_to if name in labels]
-    loop = main_loop(ops, branches, lambda i: bool(_AMD_MATRIX.match(ops[i])),
-                     lambda i: ops[i] in ("s_barrier", "s_barrier_wait"), lambda i: None)
+    def is_barrier(i: int) -> bool:
+        return ops[i] in ("s_barrier", "s_barrier_wait")
+
+    loop = main_loop(ops, branches, lambda i: bool(_AMD_MATRIX.match(ops[i])), is_barrier, lambda i: None)
+    if not code.matrix_ops:
+        code.row_pass_barriers = row_pass_barriers(len(ops), branches, is_barrier)
     if loop is not None:
         code.loop_barriers = loop.barriers
     return code

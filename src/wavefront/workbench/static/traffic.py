@@ -18,6 +18,14 @@ Ratios per op x mode x case: ``bytes_moved / min_bytes`` (goal 1.00 for memory-b
 once, each output written once) and ``eager_bytes / bytes_moved``. For row-wise ops (a case with
 ``n_rows``) the case is also run with more rows, and the marginal ratio (extra bytes per extra row, over
 the minimum's) separates per-row traffic from fixed per-program costs such as gradient partials.
+
+**HBM passes per row** (``hbm_passes``, row-wise cases): how many times a row of the most-read row-sized
+input is loaded, from the same two runs: per pointer argument (summed over the mode's launches), the extra
+bytes loaded over the extra bytes of the tensor's extent; row-sized arguments only (those whose extent grows
+by at least ``n_cols`` bytes per extra row, so per-row statistics and scales do not count); the largest.
+1.0 is one read of each row; a wide row whose statistics pass is followed by a writing pass reads 2.0. It
+is a cache-less count (requested bytes): a second read served from L2 still counts. A 0-d output (a loss)
+gets the upstream gradient 1, what ``loss.backward()`` passes; other outputs get random gradients.
 """
 
 from __future__ import annotations
@@ -309,6 +317,7 @@ class TrafficRow:
     min_bytes: int
     eager_bytes: int
     marginal_ratio: float | None = None  # extra bytes per extra row over the minimum's; row-wise ops only
+    hbm_passes: float | None = None  # loads of a row of the most-read row-sized input, per row (see above)
     error: str | None = None
     wall_s: float = 0.0  # CPU interpreter: not a performance figure
 
@@ -442,7 +451,7 @@ def _run_counted(fn, inputs, grad_argnums, modes, gen, *, kernels: bool) -> dict
         counts["fwd"] = _summarize(fwd_launches, counter, fwd_aten.total)
         if "bwd" in modes:
             diff = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
-            dys = [torch.randn(o.shape, generator=gen).to(o.dtype) for o in diff]
+            dys = [torch.randn(o.shape, generator=gen).to(o.dtype) if o.dim() else torch.ones_like(o) for o in diff]
             targets = [args[i] for i in grad_argnums]
             with recording(execute=True) as bwd_launches:
                 if counter is not None:
@@ -468,6 +477,25 @@ def _summarize(launches: list[Launch], counter: InterpreterCounter | None, aten_
             sizes.append(s)
     unique = union_bytes(np.concatenate(addrs), np.concatenate(sizes)) if addrs else 0
     return _ModeCount(kernels, sum(k.requested_bytes for k in kernels), unique, aten_bytes)
+
+
+def _loads_by_arg(count: _ModeCount) -> dict[str, tuple[int, int]]:
+    """Pointer argument -> (bytes loaded over the mode's launches, its largest extent)."""
+    out: dict[str, tuple[int, int]] = {}
+    for k in count.kernels:
+        for t in k.tensors:
+            loaded, extent = out.get(t.arg, (0, 0))
+            out[t.arg] = (loaded + t.loaded_bytes, max(extent, t.extent_bytes))
+    return out
+
+
+def hbm_passes(base: _ModeCount, taller: _ModeCount, extra_rows: int, n_cols: int) -> float | None:
+    """Loads of a row of the most-read row-sized input per row, from a case and its taller copy (see the
+    module docstring); None without a row-sized input."""
+    b, t = _loads_by_arg(base), _loads_by_arg(taller)
+    passes = [(t[a][0] - b[a][0]) / (t[a][1] - b[a][1]) for a in t
+              if a in b and t[a][1] - b[a][1] >= n_cols * extra_rows]
+    return round(max(passes), 3) if passes else None
 
 
 def measure_case(spec: OpSpec, case: Case, dtype: torch.dtype, modes: tuple[str, ...] | None = None,
@@ -529,6 +557,7 @@ def traffic_rows(spec: OpSpec, case: Case, dtype: torch.dtype, modes: tuple[str,
             d_min = spec.min_bytes(_grow_rows(case, MARGINAL_FACTOR), dtype, m) - row.min_bytes
             d_ours = big.kernel_bytes + big.host_bytes - row.bytes_moved
             row.marginal_ratio = d_ours / d_min if d_min else None
+            row.hbm_passes = hbm_passes(ours, big, case.dims["n_rows"] * (MARGINAL_FACTOR - 1), case.dims["n_cols"])
         rows.append(row)
     return rows
 
