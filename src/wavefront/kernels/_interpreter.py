@@ -119,7 +119,7 @@ def _replacements():
 
 def _tree_reduce(original):
     """ReduceOps.generic_reduce folding a power-of-two axis as a pairwise tree (see "Reductions" above)."""
-    import triton.language as tl
+    import triton.language as tl  # lazy: Triton-free import
 
     def generic_reduce(self, input):
         axis = self.axis
