@@ -25,6 +25,7 @@ import platform
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
+from importlib import metadata
 from typing import Literal
 
 from wavefront.archs import (  # noqa: F401  (re-exported: the runtime's public face)
@@ -236,8 +237,6 @@ def check_triton_version() -> None:
 
 def _triton_version() -> str | None:
     try:
-        from importlib.metadata import version  # lazy: optional importlib
-
-        return version("triton")
+        return metadata.version("triton")
     except Exception:
         return None
