@@ -9,31 +9,39 @@
 #      (Nsight Systems; rocprofv3 on ROCm) and, where installed, Nsight Compute (`wavefront bench --profile`),
 #      each step under its own limit (PROFILE_LIMIT_S); a tool that is not on PATH is recorded as skipped. The
 #      files are real vendor output for the readers' tests -> .profile/{nsys,rocprof,ncu}/
-#   3b. the test suite on the GPU (limit TEST_LIMIT_S)
+#   3b. the test suite on the GPU, as far as it gets in TEST_LIMIT_S (the smoke step covers every op)
 #   4. peers: attention forward/backward against F.scaled_dot_product_attention's flash and cuDNN backends and
 #      flash-attn (if installed); linear's provider choice (wavefront = the auto rule) against the vendor BLAS
 #      (torch.mm / addmm) and eager, at the bench shapes                                -> .sqlite, .peers.json
-#   5. every other op against eager, torch.compile and Liger-Kernel (budget BENCH_BUDGET_S) -> .sqlite, .json
+#   5. every other op against eager, torch.compile, Liger-Kernel and quack-kernels (softmax, rms_norm,
+#      layer_norm forward, cross_entropy; budget BENCH_BUDGET_S)                         -> .sqlite, .json
 #   6. a training step of an 8B-shaped Llama: eager HF, torch.compile, Liger's patch, wavefront, same data
 #      (skipped with a note if the train verb rejects the --compare list)          -> .train.json
 #   7. sm_90 only, after the smoke step: the Gluon attention forward (kernels/attention_gluon.py, never run
 #      before) against the default kernel and SDPA: accuracy (float64 reference) at 1, 3 and 9 key blocks
-#      (GLUON_SEQS; the first two below and past its 2-stage ring, the last a long partial sequence), then time
-#      (limit GLUON_LIMIT_S)                                              -> .gluon.jsonl (row by row), .gluon.json
+#      (GLUON_SEQS; the first two below and past its 2-stage ring, the last a long partial sequence); its time
+#      is step 7b's (limit GLUON_LIMIT_S)                                 -> .gluon.jsonl (row by row), .gluon.json
 #  7b. sm_90 only: the FA3-schedule forward (kernels/attention_fa3.py, never run before; scripts/gpu_check_fa3.py):
 #      accuracy vs float64 and SDPA flash (1, 3, 9 key blocks and a shape with more tiles than SMs), then time
 #      vs the default and Gluon kernels, SDPA flash/cuDNN and flash-attn-4 (limit FA3_LIMIT_S) -> .fa3.jsonl, .fa3.json
+#  7c. sm_90 / sm_100 only (skipped elsewhere): the opt-in FP8 GEMM on the persistent TMA kernel
+#      (WAVEFRONT_FP8_TMA=1, kernels/linear_fp8.py, never run before): its float64 accuracy tests on the GPU, every
+#      recipe (limit FP8_TMA_TEST_LIMIT_S), then linear_fp8's forward at the bench shapes with the flag (budget
+#      FP8_TMA_BUDGET_S; the default kernels' rows are step 5's)                   -> .sqlite, .fp8-tma.json
 #   8. the dashboard and the results document                                           -> .html, .results.json
 #
 # Every step has a time limit and appends its outcome to .steps.jsonl before the next starts (its own files
 # are written as it goes where the tool allows: the smoke and Gluon rows line by line, the bench store per
 # record); the summary table prints at the end however the script ends (a failed or timed-out step, a kill).
+# The limits sum to 445 s (smoke 60, profiles 20 each, tests 20, peers 35 + 50 of start-up, bench 20 + 45, train 60,
+# Gluon 20, FA3 40, FP8 TMA tests 20 and bench 5 + 10, report 20), with the provenance outside any step.
 #
 #   OUT=/some/dir scripts/gpu_check.sh            # on the GPU machine
 #   OUT=/tmp/x scripts/gpu_check.sh --dry-run     # anywhere: print the plan, write provenance, run nothing
 #
-# Liger-Kernel / flash-attn: if not importable, wheels carried with the call in .whl/ are installed offline
-# (pip install --no-index --find-links .whl ...); without them their columns say "unavailable". The package is
+# Liger-Kernel / flash-attn / quack-kernels: if not importable, wheels carried with the call in .whl/ are installed
+# offline (pip install --no-index --find-links .whl ...); without them their columns say "unavailable" (quack
+# needs sm_90/sm_100 and the CUTLASS DSL, nvidia-cutlass-dsl, among the wheels). The package is
 # used from src/ (PYTHONPATH), never pip-installed in editable mode. Each step has its own time limit, so the
 # script ends in time even when one step hangs; a step that fails does not stop the others.
 set -uo pipefail
@@ -45,20 +53,23 @@ DRY=0
 SMOKE_LIMIT_S=${SMOKE_LIMIT_S:-60}  # the whole smoke step; its workers stop starting ops 8 s before
 SMOKE_OP_TIMEOUT_S=${SMOKE_OP_TIMEOUT_S:-25}  # one op, forward and backward, its kernels' compile included
 SMOKE_JOBS=${SMOKE_JOBS:-6}
-TEST_LIMIT_S=${TEST_LIMIT_S:-30}
-PROFILE_LIMIT_S=${PROFILE_LIMIT_S:-25}  # each profiler: python and torch start-up, the cases, the export
-PEERS_BUDGET_S=${PEERS_BUDGET_S:-45}
+TEST_LIMIT_S=${TEST_LIMIT_S:-20}
+PROFILE_LIMIT_S=${PROFILE_LIMIT_S:-20}  # each profiler: python and torch start-up, the cases, the export
+PEERS_BUDGET_S=${PEERS_BUDGET_S:-35}
 BENCH_BUDGET_S=${BENCH_BUDGET_S:-20}
 TRAIN_LIMIT_S=${TRAIN_LIMIT_S:-60}
 TRAIN_MODEL=${TRAIN_MODEL:-llama3-8b}
-GLUON_LIMIT_S=${GLUON_LIMIT_S:-25}
+GLUON_LIMIT_S=${GLUON_LIMIT_S:-20}
 GLUON_SEQS=${GLUON_SEQS:-"128 384 1124"}  # 1, 3 and 9 key blocks of 128
 FA3_LIMIT_S=${FA3_LIMIT_S:-40}
+FP8_TMA_TEST_LIMIT_S=${FP8_TMA_TEST_LIMIT_S:-20}
+FP8_TMA_BUDGET_S=${FP8_TMA_BUDGET_S:-5}
+FP8_TMA_BENCH_LIMIT_S=$((FP8_TMA_BUDGET_S + 10))
 REPORT_LIMIT_S=${REPORT_LIMIT_S:-20}
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $arg (expected --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -115,7 +126,7 @@ for cmd in (["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.
             meta[cmd[0]] = out.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         pass
-for dist in ("liger-kernel", "flash-attn"):
+for dist in ("liger-kernel", "flash-attn", "quack-kernels"):
     try:
         meta[dist.replace("-", "_")] = metadata.version(dist)
     except Exception:
@@ -142,8 +153,8 @@ SKIP_RC=2 run_step profile-timeline "$PROFILE_LIMIT_S" "$PY" -m wavefront bench 
 SKIP_RC=2 run_step profile-ncu "$PROFILE_LIMIT_S" "$PY" -m wavefront bench --profile ncu --op softmax \
   --case attn_scores_4k --mode fwd --provider wavefront --profile-dir "$stem.profile/ncu" --json "$stem.profile-ncu.json"
 
-say "optional peers: Liger-Kernel, flash-attn"
-for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn" "flash_attn.cute:flash-attn-4"; do
+say "optional peers: Liger-Kernel, flash-attn, quack-kernels"
+for pair in "liger_kernel:liger-kernel" "flash_attn:flash-attn" "flash_attn.cute:flash-attn-4" "quack:quack-kernels"; do
   module=${pair%%:*}; dist=${pair##*:}
   if "$PY" -c "import $module" >/dev/null 2>&1; then
     echo "$dist already installed" | tee -a "$LOG"
@@ -168,7 +179,8 @@ say "bench: every other op (timing budget ${BENCH_BUDGET_S} s)"
 others=$(cat "$stem.ops")
 # shellcheck disable=SC2086  # one word per --op flag
 run_step bench $((BENCH_BUDGET_S + 45)) "$PY" -m wavefront bench $others --provider wavefront --provider eager \
-  --provider torch_compile --provider liger --budget-s "$BENCH_BUDGET_S" --store "$stem.sqlite" --no-report \
+  --provider torch_compile --provider liger --provider quack --budget-s "$BENCH_BUDGET_S" --store "$stem.sqlite" \
+  --no-report \
   --json "$stem.json" --label "gpu_check $(date -u +%F)"
 
 say "training step, ${TRAIN_MODEL}-shaped Llama: eager, compile, liger, wavefront (limit ${TRAIN_LIMIT_S} s)"
@@ -177,13 +189,11 @@ SKIP_RC=2 run_step train "$TRAIN_LIMIT_S" "$PY" -m wavefront train --compare eag
   --model "$TRAIN_MODEL" --seq-len 2048 --global-batch 1 --micro-batch 1 --steps 4 --warmup-steps 2 --activation-checkpointing \
   --store "$stem.sqlite" --json "$stem.train.json"
 
-say "Gluon attention forward on sm_90 vs the default kernel and SDPA, sequences $GLUON_SEQS (limit ${GLUON_LIMIT_S} s)"
+say "Gluon attention forward on sm_90: accuracy beside the default kernel and SDPA, sequences $GLUON_SEQS (limit ${GLUON_LIMIT_S} s)"
 # shellcheck disable=SC2086  # one argument per sequence length
 run_step gluon "$GLUON_LIMIT_S" "$PY" - "$stem.gluon.json" $GLUON_SEQS <<'EOF'
 import json, sys
 import torch
-import torch.nn.functional as F
-from triton.testing import do_bench
 from wavefront import reference
 from wavefront.kernels import attention as default_kernel, attention_gluon
 from wavefront.ops._spec import Tolerance
@@ -191,7 +201,7 @@ cap = torch.cuda.get_device_capability()
 if cap != (9, 0):
     print(f"gluon: skipped, the device is sm_{cap[0]}{cap[1]}, not sm_90")
     raise SystemExit(0)
-doc, gen = {"accuracy": [], "timing": []}, torch.Generator("cuda").manual_seed(0)
+doc, gen = {"accuracy": []}, torch.Generator("cuda").manual_seed(0)  # its time: the FA3 step's rows
 rows = open(sys.argv[1].removesuffix(".json") + ".jsonl", "a")  # row by row: a hang leaves the rows before it
 def keep(kind, row):
     doc[kind].append(row); print(row, flush=True)
@@ -217,18 +227,6 @@ for s in sorted(int(a) for a in sys.argv[2:]):
         row["bound"] = Tolerance().bound(row["err_eager"], ref.abs().max().item(), q.dtype)
         row["pass"] = row["err_gluon"] <= row["bound"]
         keep("accuracy", row)
-for d in (64, 128):
-    for causal in (False, True):
-        q, k, v = qkv(2, 32, 8, 4096, d)
-        flops = 4 * 2 * 32 * 4096 * 4096 * d / (2 if causal else 1)
-        kv = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
-        for name, fn in (("gluon", lambda: attention_gluon.attention_fwd(q, k, v, causal, d ** -0.5)),
-                         ("default", lambda: default_kernel.attention_fwd(q, k, v, causal, d ** -0.5)),
-                         ("sdpa", lambda: F.scaled_dot_product_attention(q, *kv, is_causal=causal))):
-            ms = do_bench(fn, warmup=25, rep=100)
-            row = {"impl": name, "head_dim": d, "causal": causal, "shape_b_h_hkv_s": [2, 32, 8, 4096], "ms": ms,
-                   "tflops": flops / ms / 1e9}
-            keep("timing", row)
 json.dump(doc, open(sys.argv[1], "w"), indent=1)
 print("gluon: accuracy", "PASS" if all(r["pass"] for r in doc["accuracy"]) else "FAIL")
 EOF
@@ -236,6 +234,25 @@ EOF
 say "FA3-schedule attention forward on sm_90 vs the default, Gluon, SDPA and flash-attn-4 (limit ${FA3_LIMIT_S} s)"
 # shellcheck disable=SC2086  # one argument per sequence length
 run_step fa3 "$FA3_LIMIT_S" "$PY" scripts/gpu_check_fa3.py "$stem.fa3.json" $GLUON_SEQS
+
+say "FP8 GEMM on the TMA kernel (WAVEFRONT_FP8_TMA=1), sm_90/sm_100 only: float64 accuracy tests, then a bench"
+fp8_tma_skip=""
+if [[ $DRY == 0 ]]; then
+  fp8_tma_skip=$("$PY" -c "import torch; c = torch.cuda.get_device_capability(); print('' if torch.version.cuda \
+and c[0] in (9, 10) else f'{torch.cuda.get_device_name()} (capability {c[0]}.{c[1]})')" 2>&1 | tail -n 1)
+fi
+if [[ -n $fp8_tma_skip ]]; then
+  skip_step fp8-tma-tests "$FP8_TMA_TEST_LIMIT_S" "$fp8_tma_skip, not sm_90/sm_100"
+  skip_step fp8-tma-bench "$FP8_TMA_BENCH_LIMIT_S" "$fp8_tma_skip, not sm_90/sm_100"
+else
+  # The ragged case over three K blocks (partial last block, bias and residual), every recipe, on the GPU's own
+  # tiles; in parallel workers: each recipe compiles its own kernels.
+  run_step fp8-tma-tests "$FP8_TMA_TEST_LIMIT_S" env WAVEFRONT_FP8_TMA=1 "$PY" -m pytest -q -p no:cacheprovider \
+    -n 4 tests/ops/test_linear_fp8_tma.py -k "test_tma_kernel_matches_float64 and 70-36-272"
+  run_step fp8-tma-bench "$FP8_TMA_BENCH_LIMIT_S" env WAVEFRONT_FP8_TMA=1 "$PY" -m wavefront bench --op linear_fp8 \
+    --mode fwd --provider wavefront --budget-s "$FP8_TMA_BUDGET_S" --store "$stem.sqlite" --no-report \
+    --json "$stem.fp8-tma.json" --label "gpu_check fp8-tma $(date -u +%F)"
+fi
 
 say "dashboard and results document (limit ${REPORT_LIMIT_S} s)"
 run_step report "$REPORT_LIMIT_S" "$PY" -m wavefront report --store "$stem.sqlite" --out "$stem.html" \

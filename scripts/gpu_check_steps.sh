@@ -5,6 +5,7 @@
 #   steps_init FILE LOG DRY      # FILE: the step records (JSON lines); DRY=1: show the commands, run nothing
 #   run_step NAME LIMIT_S CMD... # returns the command's exit status (124/137: it ran past LIMIT_S);
 #                                # SKIP_RC=N run_step ...: exit status N means "skipped" (recorded so, returns 0)
+#   skip_step NAME LIMIT_S WHY   # a step this machine cannot run: recorded as skipped, WHY in the summary
 #   STEP_NOTES+=("text")          # lines the summary prints under the table (e.g. the smoke step's verdict)
 
 STEP_NAMES=()
@@ -67,6 +68,13 @@ run_step() {
   fi
   _step_record "$name" "$status" "$rc" $((SECONDS - start)) "$limit"
   return "$rc"
+}
+
+skip_step() {
+  local name=$1 limit=$2 why=$3
+  echo "$name: skipped, $why" | tee -a "$STEPS_LOG"
+  _step_record "$name" skipped 0 0 "$limit"
+  STEP_NOTES+=("$name: skipped, $why")
 }
 
 steps_summary() {

@@ -7,8 +7,7 @@ et al. 2020 Table 2.1. Benchmark cases read these instead of inventing sizes.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -25,9 +24,6 @@ class ModelDims:
     gated_mlp: bool = True  # SwiGLU/GeGLU (three matrices) vs a plain two-matrix MLP
     tied_embeddings: bool = False
     source: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 MODELS: dict[str, ModelDims] = {

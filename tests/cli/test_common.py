@@ -19,7 +19,7 @@ OWNED = ("bench", "compare", "bisect", "gate", "inspect", "report", "plan", "tra
 def test_choices_mirror_the_library():
     from wavefront.workbench.bench.providers import PROVIDERS
     from wavefront.workbench.bench.runnable import MODES
-    from wavefront.workbench.static.jobs import DTYPES
+    from wavefront.workbench.jobs.request import DTYPES
 
     assert tuple(m.value for m in _common.Mode) == tuple(MODES)
     assert tuple(p.value for p in _common.Provider) == tuple(PROVIDERS)
@@ -42,7 +42,8 @@ def test_cli_module_is_thin(name):
 
 
 def test_schemas_live_beside_their_producers():
-    from wavefront.workbench.bench import bisect, compare, job
+    from wavefront.workbench.bench import bisect, compare
+    from wavefront.workbench.jobs import bench as job
     from wavefront.workbench.static import gate, inspect, roofline, traffic
 
     schemas = {job.SCHEMA, compare.SCHEMA, bisect.SCHEMA, gate.SCHEMA, inspect.SCHEMA, traffic.SCHEMA,
@@ -72,13 +73,13 @@ def test_json_document_equals_the_library_call(tmp_path):
     from typer.testing import CliRunner
 
     from wavefront.cli import build_app
-    from wavefront.cli._output import _clean
-    from wavefront.workbench.static import jobs
+    from wavefront.workbench.document import encode
+    from wavefront.workbench.jobs import roofline
 
     inspect_doc = tmp_path / "inspect.json"
     inspect_doc.write_text(json.dumps({"rows": [{"op": "softmax", "matrix_families": []}]}))
     r = CliRunner().invoke(build_app(), ["roofline", "--device", "mi300x", "--op", "softmax", "--inspect",
                                          str(inspect_doc), "--json", "-"])
     assert r.exit_code == 0, r.output
-    doc = jobs.roofline(jobs.RooflineRequest(device="mi300x", ops=("softmax",), inspect=str(inspect_doc))).as_dict()
-    assert json.loads(r.stdout) == json.loads(json.dumps(_clean(doc)))
+    doc = roofline.roofline(roofline.RooflineRequest(device="mi300x", ops=("softmax",), inspect=str(inspect_doc)))
+    assert json.loads(r.stdout) == json.loads(json.dumps(encode(doc.as_dict())))

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from wavefront.cli import build_app
-from wavefront.workbench.counters import job
+from wavefront.workbench.jobs import counters as job
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "counters"
 NCU_A, NCU_B = str(DATA / "ncu_raw_h100_a.csv"), str(DATA / "ncu_raw_h100_b.csv")

@@ -16,6 +16,7 @@ import torch
 
 from wavefront import runtime
 from wavefront.ops import REGISTRY
+from wavefront.workbench.bench.correctness import check_case
 from wavefront.workbench.hardware import gpu_for_target
 from wavefront.workbench.static import configs as gc
 
@@ -64,7 +65,7 @@ def _varlen_params():
 
 @pytest.mark.parametrize("cfg", [*_params(), *_varlen_params()])
 def test_gpu_config_numerics(cfg):
-    run = gc.run_config(cfg)
+    run = gc.run_config(cfg, check_case)
     assert run.ran == gc.unmoded(cfg.key), (
         f"the small problem ran another configuration than the bench case's:\n"
         f"  ran only: {sorted(run.ran - gc.unmoded(cfg.key))}\n  chosen only: {sorted(gc.unmoded(cfg.key) - run.ran)}")

@@ -51,9 +51,10 @@ class Provider(str, Enum):
     sdpa_cudnn = "sdpa_cudnn"
     flash_attn = "flash_attn"
     grouped_mm = "grouped_mm"
+    quack = "quack"
 
 
-class Profiler(str, Enum):  # wavefront.workbench.bench.profile.PROFILERS
+class Profiler(str, Enum):  # wavefront.workbench.jobs.profile.PROFILERS
     ncu = "ncu"
     nsys = "nsys"
     rocprof = "rocprof"
@@ -79,7 +80,7 @@ def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
 @contextlib.contextmanager
 def request_errors() -> Iterator[None]:
     """A library RequestError (a bad request field) becomes one line naming its CLI option, exit 2."""
-    from wavefront.workbench.static.jobs import RequestError  # lazy: --help
+    from wavefront.workbench.jobs.request import RequestError
 
     try:
         yield

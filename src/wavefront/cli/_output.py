@@ -2,48 +2,25 @@
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
+
+from wavefront.workbench.document import dumps
 
 console = Console()
 err_console = Console(stderr=True)
 
 
-def _clean(obj: Any) -> Any:
-    """JSON-safe: non-finite floats become null (JSON has no NaN/inf), tuples become lists."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def _encode(doc: dict) -> bytes:
-    """Indented JSON; msgspec's C encoder when installed (the ``trace`` extra: documents of thousands of trace
-    steps took seconds in the standard library's pure-Python indenting encoder). Both write non-finite floats
-    as null; objects msgspec cannot encode (numpy scalars) take the standard library's path."""
-    try:
-        import msgspec  # lazy: --help
-
-        return msgspec.json.format(msgspec.json.encode(doc), indent=2)
-    except (ImportError, TypeError):
-        return json.dumps(_clean(doc), indent=2, sort_keys=False).encode()
-
-
 def write_json(doc: dict, dest: str | Path) -> None:
     """Write `doc` as JSON to `dest` ("-" is stdout). A destination that cannot be written is one line on
     stderr and exit 2 (the verbs check it before the job too: :func:`output_problem`)."""
-    text = _encode(doc) + b"\n"
+    text = dumps(doc) + b"\n"
     if str(dest) == "-":
         sys.stdout.flush()
         sys.stdout.buffer.write(text)

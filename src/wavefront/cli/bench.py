@@ -1,4 +1,4 @@
-"""`wavefront bench`: the main job (wavefront.workbench.bench.job) with its options, progress and summary.
+"""`wavefront bench`: the main job (wavefront.workbench.jobs.bench) with its options, progress and summary.
 Every row goes to the store, the dashboard and --json; the terminal gets the plan, failures and a summary."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ ProfileDirOpt = Annotated[str | None, typer.Option("--profile-dir", help="Defaul
 
 
 def _profile(request, json_out) -> None:
-    from wavefront.workbench.bench import profile  # lazy: --help
+    from wavefront.workbench.jobs import profile
 
     with request_errors():
         profile.check_can_profile(request.tool, request.device)
@@ -161,14 +161,14 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
     dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails.
     With --profile, the chosen cases run under a vendor profiler instead (nothing measured or stored)."""
     if profile is not None:
-        from wavefront.workbench.bench.profile import ProfileRequest, selection  # lazy: --help
+        from wavefront.workbench.jobs.profile import ProfileRequest, selection
 
         chosen = selection(op or (), values(mode), values(provider), values(dtype), case or ())
         _profile(ProfileRequest(profile.value, profile_dir or str(Path(store).parent / "profiles" / profile.value),
                                 chosen, device.value if device else "cuda"), json_out)
         return
-    from wavefront.workbench.bench import job  # lazy: --help
-    from wavefront.workbench.static.jobs import split_targets  # lazy: --help
+    from wavefront.workbench.jobs import bench as job
+    from wavefront.workbench.jobs.ops import split_targets
 
     show = json_out != "-"
     with request_errors():
@@ -185,7 +185,7 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
                 err_console.print(line, highlight=False)  # wrapped at word boundaries, never mid-word
         try:
             with Bars(show) as bars:
-                result = job.run(request, bars.update, bench_plan)
+                result = job.run(request, bars.phase, bench_plan)
         except KeyboardInterrupt:
             fail("interrupted: the run stays marked incomplete in the store (the gate refuses it)", 130)
     if show:

@@ -31,10 +31,10 @@ def bisect(
 ) -> None:
     """Find the first commit between --good and --bad where the case regresses: git bisect run in a
     temporary worktree, with the dynamic gate's rule as the test. Exits 1 if no commit was singled out."""
-    from wavefront.workbench.bench import bisect as B  # lazy: --help
-    from wavefront.workbench.bench.gitwork import GitError  # lazy: --help
+    from wavefront.workbench.bench.gitwork import GitError
+    from wavefront.workbench.jobs import bisect as job
 
-    request = B.BisectRequest(good, bad, op=op, case=case, mode=mode.value, dtype=dtype.value,
+    request = job.BisectRequest(good, bad, op=op, case=case, mode=mode.value, dtype=dtype.value,
                               provider=provider.value, reps=reps, command=command_, threshold=threshold, repo=repo)
     show = json_out != "-"
     try:
@@ -45,8 +45,8 @@ def bisect(
             if not torch.cuda.is_available():
                 err_console.print("[yellow]note:[/] no GPU: commits are timed under the CPU interpreter "
                                   "(not a performance figure)", soft_wrap=True)
-        result = B.run(request, progress=(lambda msg: err_console.print(f"[dim]{msg}[/]")) if show else None)
-    except (GitError, B.MeasureError, ValueError) as exc:
+        result = job.bisect(request, (lambda done, total, what: err_console.print(f"[dim]{what}[/]")) if show else None)
+    except (GitError, job.MeasureError, ValueError) as exc:
         fail(str(exc))
     if show:
         for s in result.steps:

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from wavefront.cli._common import JsonOut, command, output_option
-from wavefront.cli._output import console, err_console, fail, write_json
+from wavefront.cli._common import Bars, JsonOut, command, output_option
+from wavefront.cli._output import console, fail, write_json
 
 Collective = Enum("Collective", {k: k for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
                                                 "all_to_all", "send_recv")}, type=str)
@@ -41,27 +41,15 @@ def _start(rank_main, request, json_out: str | None, nproc: int | None, verb: st
 
 
 def _comm_rank(args) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: --help
-
-    from wavefront.workbench.distributed import comm as job  # lazy: --help
+    from wavefront.workbench.jobs import comm as job
 
     request, json_out = args
-    bar = Progress(TextColumn("[bold]comm"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.description}"), console=err_console, transient=True, disable=json_out == "-")
-
-    def progress(total: int):
-        task = bar.add_task("", total=total)
-        bar.start()
-        return lambda desc: bar.update(task, description=desc, advance=1)
-
-    try:
-        result = job.run(request, progress=progress)
-    finally:
-        bar.stop()
+    with Bars(json_out != "-") as bars:
+        result = job.comm(request, bars.phase("comm"))
     if result is None:
         return
     if json_out:
-        write_json(result.document(), json_out)
+        write_json(result.as_dict(), json_out)
     if json_out != "-":
         _render_comm(result)
     if result.report.failures:
@@ -125,14 +113,14 @@ def comm(
 
 
 def _overlap_rank(args) -> None:
-    from wavefront.workbench.distributed import overlap as job  # lazy: --help
+    from wavefront.workbench.jobs import comm as job
 
     request, json_out = args
-    result = job.run(request)
+    result = job.overlap(request)
     if result is None:
         return
     if json_out:
-        write_json(result.document(), json_out)
+        write_json(result.as_dict(), json_out)
     if json_out != "-":
         _render_overlap(result)
 

@@ -25,13 +25,13 @@ def _table(deltas, title: str):
 
 
 def _calibrate(trials: int, json_out: str | None) -> None:
-    from wavefront.workbench.bench import calibration  # lazy: --help
+    from wavefront.workbench.jobs import compare as job
 
-    results = calibration.calibrate(trials=trials)
+    report = job.calibrate(job.CalibrateRequest(trials=trials))
     if json_out != "-":
-        console.print(calibration.markdown_table(results), soft_wrap=True)
+        console.print(report.markdown(), soft_wrap=True)
     if json_out:
-        write_json(calibration.document(results), json_out)
+        write_json(report.as_dict(), json_out)
 
 
 def compare(
@@ -62,17 +62,17 @@ def compare(
         return _calibrate(trials, json_out)
     if run_a is None or run_b is None:
         fail("give two runs: wavefront compare RUN_A RUN_B (or --git REV_A REV_B, or --calibrate)")
-    from wavefront.workbench.bench import compare as C  # lazy: --help
-    from wavefront.workbench.bench.gitwork import GitError  # lazy: --help
-    from wavefront.workbench.bench.store import StoreError  # lazy: --help
+    from wavefront.workbench.bench.gitwork import GitError
+    from wavefront.workbench.bench.store import StoreError
+    from wavefront.workbench.jobs import compare as job
 
     show = json_out != "-"
-    request = C.CompareRequest(run_a, run_b, git=git_revs, ops=tuple(op or ()), cases=tuple(case or ()),
+    request = job.CompareRequest(run_a, run_b, git=git_revs, ops=tuple(op or ()), cases=tuple(case or ()),
                                modes=values(mode), providers=values(provider), rounds=rounds,
                                reps_per_round=reps_per_round, repo=repo, store=store)
     try:
         with Bars(show and git_revs) as bars:
-            result = C.run(request, bars.phase("compare"))
+            result = job.compare(request, bars.phase("compare"))
     except (GitError, StoreError, ValueError) as exc:
         fail(str(exc))
     if show:

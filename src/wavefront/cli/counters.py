@@ -1,6 +1,6 @@
 """`wavefront counters PROFILE [PROFILE_B]`: hardware counters of a vendor profile on the device roofline,
 beside inspect and traffic predictions; with two profiles, A/B per kernel and metric (the jobs are
-wavefront.workbench.counters.job.counters and .compare)."""
+wavefront.workbench.jobs.counters.counters and .compare)."""
 
 from __future__ import annotations
 
@@ -54,12 +54,12 @@ def _compare_table(doc: dict):
 
 
 def _run(call, request):
-    from wavefront.workbench.counters.job import CountersRequestError  # lazy: --help
-    from wavefront.workbench.counters.model import CountersLoadError  # lazy: --help
+    from wavefront.workbench.counters.model import CountersLoadError
+    from wavefront.workbench.jobs.request import RequestError
 
     try:
         return call(request)
-    except CountersRequestError as exc:
+    except RequestError as exc:
         fail(f"--{exc.argument}: {exc.message}")
     except CountersLoadError as exc:
         fail(str(exc))
@@ -82,7 +82,7 @@ def counters(
     """Per launch: duration, FLOP/s per pipe, DRAM/L2/L1 bytes, occupancy, stalls, registers, placed on the
     device roofline and matched to wavefront's kernels; gaps to the predictions called out. With two
     profiles: per kernel and metric, the `compare` statistics where launches repeat (5+), else a plain delta."""
-    from wavefront.workbench.counters import job  # lazy: --help
+    from wavefront.workbench.jobs import counters as job
 
     show = json_out != "-"
     if profile_b is not None:

@@ -1,5 +1,5 @@
 """`wavefront gate`: regression gates for CI, one clear line per regression, exit 1 on any, exit 2 on bad
-input (the job and its baseline policy are wavefront.workbench.bench.gate_job)."""
+input (the job and its baseline policy are wavefront.workbench.jobs.gate)."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def gate_cmd(
     stops compiling, or moves more bytes; or when, against a perf baseline, a case slows beyond both the
     threshold and its noise band or its peak memory grows. Both halves run in one command. Bad input
     (an unreadable baseline, a malformed document, an interrupted run) exits 2."""
-    from wavefront.workbench.bench.gate_job import GateRequest, run  # lazy: --help
-    from wavefront.workbench.static.jobs import split_targets  # lazy: --help
+    from wavefront.workbench.jobs.gate import GateRequest, run
+    from wavefront.workbench.jobs.ops import split_targets
 
     show = json_out != "-"
     with request_errors():
@@ -61,7 +61,7 @@ def gate_cmd(
                               inspect=str(inspect_json) if inspect_json else None,
                               traffic=str(traffic_json) if traffic_json else None)
         with Bars(show) as bars:
-            result = run(request, bars.update)
+            result = run(request, bars.phase)
     if result.perf_markdown is not None and markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(result.perf_markdown)

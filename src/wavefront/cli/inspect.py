@@ -1,6 +1,6 @@
 """`wavefront inspect`, `wavefront traffic`, `wavefront roofline`: machine code, bytes and roofs without a GPU.
-The jobs are wavefront.workbench.static.jobs; this module declares options and renders tables that never cut
-a number (text columns wrap, always-empty columns are hidden)."""
+The jobs are wavefront.workbench.jobs.inspect, .traffic and .roofline; this module declares options and
+renders tables that never cut a number (text columns wrap, always-empty columns are hidden)."""
 
 from __future__ import annotations
 
@@ -42,12 +42,13 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
     """Compile every registered op's kernels at its bench shapes for GPU targets (no GPU needed) and report
     registers, spills, shared memory/LDS, occupancy, the widest global load/store, matrix instructions and
     the design (TMA, setmaxnreg, wgmma wait depth)."""
-    from wavefront.workbench.static import jobs  # lazy: --help
+    from wavefront.workbench.jobs import inspect as jobs
+    from wavefront.workbench.jobs.ops import split_targets
 
     show = json_out != "-"
     if configs:
         with request_errors():
-            found = jobs.gpu_configs(jobs.ConfigsRequest(ops=tuple(op or ()), targets=jobs.split_targets(targets),
+            found = jobs.gpu_configs(jobs.ConfigsRequest(ops=tuple(op or ()), targets=split_targets(targets),
                                                          dtype=dtype.value))
         if show:
             console.print(configs_table(found))
@@ -59,7 +60,7 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
             write_json(found.as_dict(), json_out)
         return
     with request_errors(), Bars(show) as bars:
-        req = jobs.InspectRequest(ops=tuple(op or ()), targets=jobs.split_targets(targets), dtype=dtype.value,
+        req = jobs.InspectRequest(ops=tuple(op or ()), targets=split_targets(targets), dtype=dtype.value,
                                   asm_dir=str(asm) if asm else None, workers=workers)
         report = jobs.inspect(req, bars.phase("compile"))
     if show:
@@ -107,7 +108,7 @@ def traffic_cmd(op: OpsOption = None,
                 json_out: JsonOut = None) -> None:
     """Count the bytes each op's kernels load and store (instrumented Triton interpreter) at small versions
     of its bench cases; compare with the op's minimum and with eager PyTorch."""
-    from wavefront.workbench.static import jobs  # lazy: --help
+    from wavefront.workbench.jobs import traffic as jobs
 
     show = json_out != "-"
     with request_errors(), Bars(show) as bars:
@@ -159,7 +160,7 @@ def roofline_cmd(
 ) -> None:
     """Arithmetic intensity, attainable time on a device of the table and, given measured times, the
     achieved percentage of the roof, for every bench case of every registered op."""
-    from wavefront.workbench.static import jobs  # lazy: --help
+    from wavefront.workbench.jobs import roofline as jobs
 
     req = jobs.RooflineRequest(device=device, ops=tuple(op or ()), dtype=dtype.value,
                                traffic=str(traffic) if traffic else None,

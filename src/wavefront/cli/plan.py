@@ -56,21 +56,21 @@ def _render(result) -> None:
                   f"{len(result.out_of_memory):,} out of memory, {sum(result.rejected.values()):,} invalid")
     for reason, count in result.rejected.most_common(3):
         console.print(f"  [dim]{count:,} x {reason}[/]")
-    eff = result.document()["efficiency"][0]
+    eff = result.as_dict()["efficiency"][0]
     console.print(f"[dim]model, not measurement: gemm {eff['gemm']}, attention {eff['attention']} ({eff['source']})"
                   f"; held-out accuracy in docs/planner.md.[/]")
 
 
 def _run_validation(paths: list[str], json_out: str | None) -> None:
-    from wavefront.workbench.planner.validation import validate_files, validation_document  # lazy: --help
+    from wavefront.workbench.jobs import plan as job
 
     try:
-        reports = validate_files(paths)
+        report = job.validate(job.ValidateRequest(tuple(paths)))
     except ValueError as exc:
         fail(str(exc))
     if json_out:
-        write_json(validation_document(reports), json_out)
-    for rep in reports if json_out != "-" else []:
+        write_json(report.as_dict(), json_out)
+    for rep in report.tables if json_out != "-" else []:
         console.print(_table(f"{rep.name} ({rep.use})", "row|metric|published|predicted|error|split",
                              [[r.row, r.metric, f"{r.published:,.3f}", f"{r.predicted:,.3f}", f"{r.rel_error:+.1%}",
                                r.split or "-"] for r in rep.rows]))
@@ -149,10 +149,10 @@ def plan(  # one line per option; the job is built in _main
 def _main(a: dict) -> None:
     if a["validate"]:
         return _run_validation(a["validate"], a["json_out"])
-    from wavefront.workbench.planner import CustomDims, PlanRequest  # lazy: --help
-    from wavefront.workbench.planner import plan as run_plan  # lazy: --help
-    from wavefront.workbench.planner.job import parse_fixed  # lazy: --help
-    from wavefront.workbench.planner.stacks import explain_stack  # lazy: --help
+    from wavefront.workbench.jobs.plan import CustomDims, PlanRequest
+    from wavefront.workbench.jobs.plan import plan as run_plan
+    from wavefront.workbench.planner.job import parse_fixed
+    from wavefront.workbench.planner.stacks import explain_stack
 
     try:  # --explain: the profile's terms and rows (not into --json -); alone (no model), nothing else
         explained = explain_stack(a["stack"], (a["gpus"] or ["8xh100"])[0]) if a["explain"] else []
@@ -188,7 +188,7 @@ def _main(a: dict) -> None:
     except ValueError as exc:
         fail(str(exc))
     if a["json_out"]:
-        write_json(result.document(), a["json_out"])
+        write_json(result.as_dict(), a["json_out"])
     if a["json_out"] != "-":
         _render(result)
     if not result.ranked:

@@ -43,10 +43,10 @@ def report(
 ) -> None:
     """Write the dashboard: inspect heat map, traffic bars, one roofline with a device selector, the fused-loss
     memory result, correctness, speedups vs each baseline and history (GPU runs), training KPIs."""
-    from wavefront.workbench.bench.store import StoreError  # lazy: --help
-    from wavefront.workbench.hardware import get_gpu  # lazy: --help
-    from wavefront.workbench.report import ReportRequest, run  # lazy: --help
-    from wavefront.workbench.report.tables import DocumentError  # lazy: --help
+    from wavefront.workbench.bench.store import StoreError
+    from wavefront.workbench.hardware import get_gpu
+    from wavefront.workbench.jobs import report as job
+    from wavefront.workbench.report.tables import DocumentError
 
     if no_store and (export_json or export_csv):
         fail("--export-json/--export-csv need a store; drop --no-store")
@@ -55,7 +55,7 @@ def report(
             get_gpu(d)
         except ValueError as exc:
             fail(f"--device: {exc}")
-    request = ReportRequest(
+    request = job.ReportRequest(
         out=out,
         store=None if no_store else store,
         documents=tuple(doc or ()),
@@ -66,7 +66,7 @@ def report(
         export_csv=export_csv,
     )
     try:
-        result = run(request)
+        result = job.report(request)
     except StoreError as exc:
         hint = " (run `wavefront bench` first, or pass --no-store)" if str(exc).startswith("no results store") else ""
         fail(f"--store: {exc}{hint}")

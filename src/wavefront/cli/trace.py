@@ -1,5 +1,5 @@
-"""`wavefront trace analyze` and `wavefront trace diff`: options, rendering and exit codes over
-:func:`wavefront.workbench.trace.analyze` and :func:`~wavefront.workbench.trace.diff` (no torch import:
+"""`wavefront trace analyze` and `wavefront trace diff`: options, rendering and exit codes over the jobs
+:func:`wavefront.workbench.jobs.trace.analyze` and :func:`~wavefront.workbench.jobs.trace.diff` (no torch import:
 ``python -m wavefront.cli.trace`` runs where only the ``trace`` extra is installed)."""
 
 from __future__ import annotations
@@ -51,19 +51,20 @@ def expand_paths(items: list[str]) -> list[Path]:
     return out
 
 
-def _run_analysis(paths: list[Path], quiet: bool, **options):
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: --help
+def _run(job, request, n_files: int, quiet: bool):
+    """A trace job under a progress bar (one step per file); its errors are one line, exit 2."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from wavefront.workbench.trace import TraceLoadError, analyze  # lazy: --help
+    from wavefront.workbench.trace import TraceLoadError
 
     # auto_refresh=False: no refresh thread while the analysis forks its worker processes
     with Progress(TextColumn("[bold]analyzing[/] {task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=err_console, disable=quiet or not err_console.is_terminal, transient=True,
                   auto_refresh=False) as progress:
-        task = progress.add_task(f"{len(paths)} trace file(s)", total=len(paths))
+        task = progress.add_task(f"{n_files} trace file(s)", total=n_files)
         progress.refresh()
         try:
-            return analyze(paths, progress=lambda *_: progress.update(task, advance=1, refresh=True), **options)
+            return job(request, lambda done, total, what: progress.update(task, completed=done, refresh=True))
         except (TraceLoadError, ValueError, OSError) as exc:
             _fail(str(exc))
 
@@ -140,14 +141,16 @@ def analyze_cmd(
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and
     multi-rank skew and collective waits."""
-    from wavefront.workbench.trace.report import blocks  # lazy: --help
+    from wavefront.workbench.jobs import trace as job
+    from wavefront.workbench.trace.report import blocks
 
     paths = expand_paths(traces)
     if annotate_out and len(paths) != 1:
         _fail(f"--annotate takes exactly one trace file; got {len(paths)}")
-    result = _run_analysis(paths, json_out == "-", device=device, short_us=short_us, top=top, align=align.value,
-                           workers=workers, annotate_to=annotate_out, hta_compatible=hta_compatible,
-                           step_pattern=step_pattern)
+    request = job.AnalyzeRequest(tuple(paths), device=device, short_us=short_us, top=top, align=align.value,
+                                 workers=workers, annotate_to=annotate_out, hta_compatible=hta_compatible,
+                                 step_pattern=step_pattern)
+    result = _run(job.analyze, request, len(paths), json_out == "-")
     if json_out != "-":
         render(blocks(result, top))
         if result.annotation:
@@ -157,11 +160,9 @@ def analyze_cmd(
                       "analysis on this machine's CPU)[/]")
     try:
         if figures_out:
-            from wavefront.workbench.trace.figures import FIGURES_SCHEMA, figures  # lazy: --help
-
-            write_json({"schema": FIGURES_SCHEMA, "figures": figures(result)}, figures_out)
+            write_json(job.figures_document(result), figures_out)
         if json_out:
-            write_json(result.to_json(), json_out)
+            write_json(result.as_dict(), json_out)
     except OSError as exc:
         _fail(f"cannot write the output: {exc}")
 
@@ -176,20 +177,18 @@ def diff_cmd(
 ) -> None:
     """B against A, per step: step time, each breakdown category and the top kernel families, each with
     a verdict (faster / slower / same / unknown) from bootstrap CI + Mann-Whitney."""
-    from wavefront.workbench.trace.diff import diff  # lazy: --help
-    from wavefront.workbench.trace.report import diff_table  # lazy: --help
+    from wavefront.workbench.jobs import trace as job
+    from wavefront.workbench.trace.report import diff_table
 
     quiet = json_out == "-"
     pa, pb = expand_paths([a]), expand_paths([b])
-    ra = _run_analysis(pa, quiet, top=50)
-    rb = _run_analysis(pb, quiet, top=50)
-    result = diff(ra, rb, top=top, alpha=alpha)
+    result = _run(job.diff, job.DiffRequest(tuple(pa), tuple(pb), top=top, alpha=alpha), len(pa) + len(pb), quiet)
     if not quiet:
-        for w in ra.warnings + rb.warnings + result.warnings:
+        for w in result.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}")
-        console.print(fit_table(diff_table(result), console.width))
+        console.print(fit_table(diff_table(result.diff), console.width))
     if json_out:
-        write_json(result.as_dict() | {"a": [str(p) for p in pa], "b": [str(p) for p in pb]}, json_out)
+        write_json(result.as_dict(), json_out)
 
 
 def register(root: typer.Typer) -> None:

@@ -191,7 +191,7 @@ def _run(cfg, json_out: str | None) -> None:
         for line in notes(result):
             console.print(f"[dim]{escape(line)}[/]")
     if rank == 0 and json_out:
-        write_json(result.document(), json_out)
+        write_json(result.as_dict(), json_out)
     harness.shutdown(failed=False)
 
 

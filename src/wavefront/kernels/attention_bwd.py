@@ -16,6 +16,15 @@ accumulator, and streams the K/V tiles up to the diagonal. P is recomputed in bo
 passes in all against the 5 of the field's 2.5x-forward FLOP convention): the price of writing each
 gradient exactly once, instead of accumulating dQ with fp32 atomics whose order varies run to run.
 
+Operand path on sm_90/sm_100 (USE_TMA; head_dim <= 128, tensors TMA can address): K and V arrive by TMA
+once per program; Q and dO stream by TMA into shared memory through 3-D descriptors over the GQA group,
+inside one loop over (query head, query tile) pairs that the software pipeline runs NUM_STAGES tiles deep
+(the next tile's copies are in flight while this one's products run). Traffic is the pointer path's (each
+Q/dO tile read once per key tile); what changes is that no Q/dO load sits exposed at the top of an
+iteration and no operand passes through registers on its way to shared memory. dK, dV and the atomic dQ
+equal the pointer path's bit for bit (same products, same order). Elsewhere (sm_80, AMD, d256's d_split)
+the pointer path: one loop per query head, Q and dO loaded through registers.
+
 Non-deterministic backward (``deterministic=False``, ATOMIC_DQ): the dK/dV pass alone, where each
 program also forms its key tile's share of dQ, s dS K ([BLOCK_M, D] per query tile), and adds it to an
 fp32 [B, H, S, D] buffer with relaxed atomics; the launcher rounds that buffer to the input dtype. Five
@@ -45,7 +54,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
-from wavefront.kernels._launch import launch
+from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import xcd_remap
 from wavefront.kernels.attention_common import (
     LOG2E,
@@ -61,6 +70,7 @@ from wavefront.kernels.attention_common import (
     _tile_base,
     _transposed,
     _transposed_strides,
+    _use_tma,
     _valid_keys,
 )
 from wavefront.kernels.attention_config import AttentionConfig, attention_config, has_tma, padded_head_dim
@@ -89,6 +99,14 @@ def _attn_bwd_delta_kernel(
 
 
 @triton.jit
+def _rows_desc(base, seqlen, stride_row, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """A tensor descriptor over one (batch, head) sequence [seqlen, HEAD_DIM]: TMA blocks past its rows or
+    columns arrive as zero."""
+    return tl.make_tensor_descriptor(base, shape=[seqlen, HEAD_DIM], strides=[stride_row, 1],
+                                     block_shape=[BLOCK_ROWS, BLOCK_COLS])
+
+
+@triton.jit
 def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, offs_do, seqlen, HEAD_DIM: tl.constexpr,
                          BLOCK_D: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr):
     """The [rows, BLOCK_D / D_SPLIT] operand a gradient product contracts over its rows (dV += P^T dO,
@@ -105,11 +123,56 @@ def _contraction_operand(tile, base, base_t, offs_rows, stride_row, stride_t, of
 
 
 @triton.jit
+def _dkdv_step(dk, dv, k, v, k_dq, q, do, q_c, do_c, lse2, delta, k_base, v_base, q_base, do_base, dqa_base, stride_ks,
+               stride_vs, stride_qs, stride_dos, stride_dqas, offs_m, offs_n, offs_do, seqlen, qk_scale, sm_scale,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+               DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr):
+    """One query tile against this program's key tile: dV += P^T dO, dK += dS^T Q (unscaled), and with
+    ATOMIC_DQ this key tile's share of dQ. q_c, do_c: the columns of Q, dO the program's dK, dV own."""
+    # Transposed scores [BLOCK_N, BLOCK_M]: dK and dV accumulate along the key rows this program owns.
+    if D_CHUNK < BLOCK_D:
+        # K and V re-read chunk by chunk each query step (cache hits) instead of held at full width.
+        s_t = _scores_by_chunks(k_base, offs_n, stride_ks, q_base, offs_m, stride_qs, seqlen, HEAD_DIM, BLOCK_D,
+                                D_CHUNK, True)
+    else:
+        s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
+    p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
+    if IS_CAUSAL:
+        p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+    dv = tl.dot(p_t.to(do_c.dtype), do_c, dv, input_precision="ieee")
+    if D_CHUNK < BLOCK_D:
+        dp_t = _scores_by_chunks(v_base, offs_n, stride_vs, do_base, offs_m, stride_dos, seqlen, HEAD_DIM, BLOCK_D,
+                                 D_CHUNK, True)
+    else:
+        dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
+    ds_t = p_t * (dp_t - delta[None, :])
+    dk = tl.dot(ds_t.to(q_c.dtype), q_c, dk, input_precision="ieee")
+    if ATOMIC_DQ:
+        # The fifth product: this key tile's share of dQ = s dS K, added to the fp32 dQ buffer (its
+        # columns offs_do; relaxed order: the sums need atomicity, not ordering). DQ_TRANSPOSED forms
+        # dQ^T = K^T dS^T, so the head dim is the MMA's M: wgmma needs M >= 64, and BLOCK_M (the query
+        # rows) is 32 in sm_90's spill-free tile (the transposed form spills on sm_80, so it is not
+        # the only form).
+        if DQ_TRANSPOSED:
+            dq_t = tl.dot(tl.trans(k_dq), ds_t.to(k_dq.dtype), input_precision="ieee") * sm_scale
+            dq_ptrs = dqa_base + offs_m[None, :].to(tl.int64) * stride_dqas + offs_do[:, None]
+            tl.atomic_add(dq_ptrs, dq_t, mask=(offs_m[None, :] < seqlen) & (offs_do[:, None] < HEAD_DIM),
+                          sem="relaxed")
+        else:
+            dq = tl.dot(tl.trans(ds_t.to(k_dq.dtype)), k_dq, input_precision="ieee") * sm_scale
+            dq_ptrs = dqa_base + offs_m[:, None].to(tl.int64) * stride_dqas + offs_do[None, :]
+            tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen) & (offs_do[None, :] < HEAD_DIM),
+                          sem="relaxed")
+    return dk, dv
+
+
+@triton.jit
 def _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, dot_base, lse_base, delta_base, dqa_base,
                  stride_ks, stride_vs, stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
                  qk_scale, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                  IS_CAUSAL: tl.constexpr, D_SPLIT: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
                  DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr):
+    """The pointer path: the query tiles of one query head, Q and dO loaded through registers."""
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, seqlen, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -119,45 +182,55 @@ def _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, d
         do = _load_tile(do_base, offs_m, stride_dos, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
         lse2 = tl.load(lse_base + offs_m, mask=offs_m < seqlen, other=0.0)
         delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen, other=0.0)
-        # Transposed scores [BLOCK_N, BLOCK_M]: dK and dV accumulate along the key rows this program owns.
-        if D_CHUNK < BLOCK_D:
-            # K and V re-read chunk by chunk each query step (cache hits) instead of held at full width.
-            s_t = _scores_by_chunks(k_base, offs_n, stride_ks, q_base, offs_m, stride_qs, seqlen, HEAD_DIM, BLOCK_D,
-                                    D_CHUNK, True)
-        else:
-            s_t = tl.dot(k, tl.trans(q), input_precision="ieee")
-        p_t = tl.math.exp2(s_t * qk_scale - lse2[None, :])
-        if IS_CAUSAL:
-            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         # This program's columns of dK and dV (all of them unless D_SPLIT), contracted over the query rows.
         do_c = _contraction_operand(do, do_base, dot_base, offs_m, stride_dos, stride_t, offs_do, seqlen, HEAD_DIM,
                                     BLOCK_D, D_SPLIT, TRANSPOSED)
-        dv = tl.dot(p_t.to(do.dtype), do_c, dv, input_precision="ieee")
-        if D_CHUNK < BLOCK_D:
-            dp_t = _scores_by_chunks(v_base, offs_n, stride_vs, do_base, offs_m, stride_dos, seqlen, HEAD_DIM, BLOCK_D,
-                                     D_CHUNK, True)
-        else:
-            dp_t = tl.dot(v, tl.trans(do), input_precision="ieee")
-        ds_t = p_t * (dp_t - delta[None, :])
         q_c = _contraction_operand(q, q_base, qt_base, offs_m, stride_qs, stride_t, offs_do, seqlen, HEAD_DIM, BLOCK_D,
                                    D_SPLIT, TRANSPOSED)
-        dk = tl.dot(ds_t.to(q.dtype), q_c, dk, input_precision="ieee")
-        if ATOMIC_DQ:
-            # The fifth product: this key tile's share of dQ = s dS K, added to the fp32 dQ buffer (its
-            # columns offs_do; relaxed order: the sums need atomicity, not ordering). DQ_TRANSPOSED forms
-            # dQ^T = K^T dS^T, so the head dim is the MMA's M: wgmma needs M >= 64, and BLOCK_M (the query
-            # rows) is 32 in sm_90's spill-free tile (the transposed form spills on sm_80, so it is not
-            # the only form).
-            if DQ_TRANSPOSED:
-                dq_t = tl.dot(tl.trans(k_dq), ds_t.to(k.dtype), input_precision="ieee") * sm_scale
-                dq_ptrs = dqa_base + offs_m[None, :].to(tl.int64) * stride_dqas + offs_do[:, None]
-                tl.atomic_add(dq_ptrs, dq_t, mask=(offs_m[None, :] < seqlen) & (offs_do[:, None] < HEAD_DIM),
-                              sem="relaxed")
-            else:
-                dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k_dq, input_precision="ieee") * sm_scale
-                dq_ptrs = dqa_base + offs_m[:, None].to(tl.int64) * stride_dqas + offs_do[None, :]
-                tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < seqlen) & (offs_do[None, :] < HEAD_DIM),
-                              sem="relaxed")
+        dk, dv = _dkdv_step(dk, dv, k, v, k_dq, q, do, q_c, do_c, lse2, delta, k_base, v_base, q_base, do_base,
+                            dqa_base, stride_ks, stride_vs, stride_qs, stride_dos, stride_dqas, offs_m, offs_n, offs_do,
+                            seqlen, qk_scale, sm_scale, HEAD_DIM, BLOCK_D, IS_CAUSAL, ATOMIC_DQ, DQ_TRANSPOSED, D_CHUNK)
+    return dk, dv
+
+
+@triton.jit
+def _group_desc(base, group_size, seqlen, stride_h, stride_row, BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                HEAD_DIM: tl.constexpr):
+    """A tensor descriptor over the query heads of one K/V head's group, [group_size, seqlen, HEAD_DIM]:
+    blocks past a sequence's rows or the head dim arrive as zero."""
+    return tl.make_tensor_descriptor(base, shape=[group_size, seqlen, HEAD_DIM], strides=[stride_h, stride_row, 1],
+                                     block_shape=[1, BLOCK_ROWS, BLOCK_COLS])
+
+
+@triton.jit
+def _dkdv_blocks_tma(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dqa_base, stride_qh, stride_qs, stride_doh,
+                     stride_dos, stride_lh, stride_dqah, stride_dqas, offs_n, offs_do, lo, seqlen, group_size, qk_scale,
+                     sm_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                     IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr,
+                     NUM_STAGES: tl.constexpr):
+    """The TMA path: one loop over (query head of the group, query tile) pairs, so dK and dV stay in the
+    accumulators (registers on sm_90, tensor memory on sm_100) across the whole group. Q and dO arrive by
+    TMA into shared memory through 3-D descriptors over the group's heads, NUM_STAGES tiles in flight (the
+    loop's software pipeline issues tile j+1's copies before tile j's products); the descriptors' bounds
+    zero-fill rows past the sequence and the padded head dim. lse2 and delta (BLOCK_M fp32 each) stay
+    pointer loads: a sequence start in packed input need not be 16-byte aligned for a TMA base."""
+    q_src = _group_desc(q_base, group_size, seqlen, stride_qh, stride_qs, BLOCK_M, BLOCK_D, HEAD_DIM)
+    do_src = _group_desc(do_base, group_size, seqlen, stride_doh, stride_dos, BLOCK_M, BLOCK_D, HEAD_DIM)
+    n_tiles = tl.cdiv(seqlen - lo, BLOCK_M)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for i in tl.range(0, group_size * n_tiles, num_stages=NUM_STAGES):
+        g = i // n_tiles
+        start_m = lo + (i - g * n_tiles) * BLOCK_M
+        offs_m = start_m + offs_m0
+        q = tl.reshape(q_src.load([g, start_m, 0]), (BLOCK_M, BLOCK_D))
+        do = tl.reshape(do_src.load([g, start_m, 0]), (BLOCK_M, BLOCK_D))
+        stat = g.to(tl.int64) * stride_lh + offs_m  # delta [B, H, S] has lse2's strides
+        lse2 = tl.load(lse_base + stat, mask=offs_m < seqlen, other=0.0)
+        delta = tl.load(delta_base + stat, mask=offs_m < seqlen, other=0.0)
+        dk, dv = _dkdv_step(dk, dv, k, v, k, q, do, q, do, lse2, delta, q_base, q_base, q_base, do_base,
+                            dqa_base + g.to(tl.int64) * stride_dqah, 0, 0, stride_qs, stride_dos, stride_dqas, offs_m,
+                            offs_n, offs_do, seqlen, qk_scale, sm_scale, HEAD_DIM, BLOCK_D, IS_CAUSAL, ATOMIC_DQ,
+                            DQ_TRANSPOSED, BLOCK_D)
     return dk, dv
 
 
@@ -171,6 +244,7 @@ def _attn_bwd_dkdv_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
     TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr,
+    USE_TMA: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
@@ -190,12 +264,16 @@ def _attn_bwd_dkdv_kernel(
     # Key rows past the sequence read as zero; the dK/dV rows they produce are masked off at the store.
     k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
     v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
-    k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
-    v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+    if USE_TMA:
+        # USE_TMA implies D_SPLIT 1 (the launcher's rule): K is also the dQ share's operand.
+        k = _rows_desc(k_base, seqlen, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM).load([start_n, 0])
+        v = _rows_desc(v_base, seqlen, stride_vs, BLOCK_N, BLOCK_D, HEAD_DIM).load([start_n, 0])
+    else:
+        k = _load_tile(k_base, offs_n, stride_ks, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
+        v = _load_tile(v_base, offs_n, stride_vs, offs_d, seqlen, HEAD_DIM, BLOCK_D, True)
     # ATOMIC_DQ: the K columns of this program's dQ share (all of K unless D_SPLIT).
     if ATOMIC_DQ and D_SPLIT > 1:
-        k_dq = _load_tile(_tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks), offs_n,
-                          stride_ks, offs_do, seqlen, HEAD_DIM, BLOCK_D, True)
+        k_dq = _load_tile(k_base, offs_n, stride_ks, offs_do, seqlen, HEAD_DIM, BLOCK_D, True)
     else:
         k_dq = k
     dk = tl.zeros((BLOCK_N, BLOCK_D // D_SPLIT), tl.float32)
@@ -205,25 +283,37 @@ def _attn_bwd_dkdv_kernel(
     # spilled registers on sm_80, sm_90 and sm_100 at head_dim 128 (each loop's pipelined buffers stay
     # live), while the single loop fits in 189 registers on sm_90.
     lo = start_n // BLOCK_M * BLOCK_M if IS_CAUSAL else 0
-    for g in range(0, group_size):
-        h = kvh * group_size + g
-        q_base = _tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs)
-        do_base = _tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos)
-        # delta [B, H, S] has lse2's strides.
-        lse_base = lse_ptr + b_mem * stride_lb + h * stride_lh + seq_start
-        delta_base = delta_ptr + b_mem * stride_lb + h * stride_lh + seq_start
-        dqa_base = dqa_ptr + b_mem * stride_dqab + h * stride_dqah + seq_start * stride_dqas if ATOMIC_DQ else q_base
-        # The transposed copies [B, H, head_dim, S] (TRANSPOSED only) share their strides.
-        if TRANSPOSED:
-            qt_base = qt_ptr + b_mem * stride_tb + h * stride_th + seq_start
-            dot_base = dot_ptr + b_mem * stride_tb + h * stride_th + seq_start
-        else:
-            qt_base = q_base
-            dot_base = do_base
-        dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, dot_base, lse_base,
-                              delta_base, dqa_base, stride_ks, stride_vs, stride_qs, stride_dos, stride_t, stride_dqas,
-                              offs_n, offs_d, offs_do, lo, seqlen, qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M,
-                              IS_CAUSAL, D_SPLIT, TRANSPOSED, ATOMIC_DQ, DQ_TRANSPOSED, D_CHUNK)
+    h0 = kvh * group_size  # the group's first query head
+    # delta [B, H, S] has lse2's strides; the atomic dQ buffer is [B, H, S, D].
+    lse_base = lse_ptr + b_mem * stride_lb + h0 * stride_lh + seq_start
+    delta_base = delta_ptr + b_mem * stride_lb + h0 * stride_lh + seq_start
+    if USE_TMA:
+        dqa_base = dqa_ptr + b_mem * stride_dqab + h0 * stride_dqah + seq_start * stride_dqas if ATOMIC_DQ else q_ptr
+        q_base = _tile_base(q_ptr, b_mem, h0, seq_start, stride_qb, stride_qh, stride_qs)
+        do_base = _tile_base(do_ptr, b_mem, h0, seq_start, stride_dob, stride_doh, stride_dos)
+        dk, dv = _dkdv_blocks_tma(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dqa_base, stride_qh, stride_qs,
+                                  stride_doh, stride_dos, stride_lh, stride_dqah, stride_dqas, offs_n, offs_do, lo,
+                                  seqlen, group_size, qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL,
+                                  ATOMIC_DQ, DQ_TRANSPOSED, NUM_STAGES)
+    else:
+        for g in range(0, group_size):
+            h = h0 + g
+            q_base = _tile_base(q_ptr, b_mem, h, seq_start, stride_qb, stride_qh, stride_qs)
+            do_base = _tile_base(do_ptr, b_mem, h, seq_start, stride_dob, stride_doh, stride_dos)
+            dqa_base = dqa_ptr + b_mem * stride_dqab + h * stride_dqah + seq_start * stride_dqas if ATOMIC_DQ \
+                else q_base
+            # The transposed copies [B, H, head_dim, S] (TRANSPOSED only) share their strides.
+            if TRANSPOSED:
+                qt_base = qt_ptr + b_mem * stride_tb + h * stride_th + seq_start
+                dot_base = dot_ptr + b_mem * stride_tb + h * stride_th + seq_start
+            else:
+                qt_base = q_base
+                dot_base = do_base
+            dk, dv = _dkdv_blocks(dk, dv, k, v, k_dq, k_base, v_base, q_base, do_base, qt_base, dot_base,
+                                  lse_base + g * stride_lh, delta_base + g * stride_lh, dqa_base, stride_ks, stride_vs,
+                                  stride_qs, stride_dos, stride_t, stride_dqas, offs_n, offs_d, offs_do, lo, seqlen,
+                                  qk_scale, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, D_SPLIT, TRANSPOSED,
+                                  ATOMIC_DQ, DQ_TRANSPOSED, D_CHUNK)
     _store_tile(_tile_base(dk_ptr, b_mem, kvh, seq_start, stride_dkb, stride_dkh, stride_dks), offs_n, stride_dks,
                 offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
@@ -319,17 +409,28 @@ def _dq_transposed(arch: runtime.Arch, cfg: AttentionConfig) -> bool:
     return (has_tma(arch) or arch.family == "cpu") and cfg.BLOCK_M < 64
 
 
+def _dkdv_tma(arch: runtime.Arch, cfg: AttentionConfig, block_d: int, *tensors: torch.Tensor) -> bool:
+    """The dK/dV kernel reads K, V, Q and dO by TMA where the forward would (:func:`_use_tma`) and the entry
+    reads them as stored (no transposed copies, no head-dim chunks: AMD-only options)."""
+    return (cfg.d_split == 1 and not cfg.transposed and _d_chunk(cfg, block_d) == block_d
+            and _use_tma(arch, *tensors))
+
+
 def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
                   arch: runtime.Arch | None = None, dkdv_config: AttentionConfig | None = None,
                   dq_config: AttentionConfig | None = None, deterministic: bool = True,
-                  grad_dtype: torch.dtype | None = None):
+                  grad_dtype: torch.dtype | None = None, tma: bool | None = None):
     """Returns (dq, dk, dv) shaped and strided like q, k, v (dense strides where those are not), in
     `grad_dtype` (default: the inputs' dtype; torch.float32 keeps partial gradients unrounded for a caller
     that sums several, e.g. ring attention: the kernels store in the output buffer's dtype).
 
     deterministic=False: one pass of the dK/dV kernel that also adds each key tile's share of dQ to an fp32
     buffer by atomics (5 products instead of 7; dQ's summation order varies run to run). dkdv_config then
-    defaults to the ``bwd_atomic`` entry and dq_config is unused."""
+    defaults to the ``bwd_atomic`` entry and dq_config is unused.
+
+    tma: force the dK/dV kernel's tensor-descriptor path (K, V, Q and dO by TMA) on or off (default: on
+    sm_90/sm_100 and under the interpreter when :func:`_use_tma` allows, and the entry has no transposed
+    copies or head-dim chunks)."""
     arch = arch or runtime.arch(q.device)
     B, H, S, D = q.shape
     H_kv = k.shape[1]
@@ -354,6 +455,13 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
     dv = torch.empty_like(v, dtype=grad_dtype)
     cfg = dkdv_config or attention_config("bwd_dkdv" if deterministic else "bwd_atomic", D, q.dtype, arch)
     qt, dot = (_transposed(q), _transposed(do)) if cfg.transposed else (None, None)
+    if tma and (cfg.d_split > 1 or cfg.transposed or _d_chunk(cfg, block_d) < block_d):
+        raise ValueError("attention_bwd: tma=True needs a dK/dV entry with d_split 1, no transposed copies and no "
+                         f"head-dim chunks (got d_split={cfg.d_split}, transposed={cfg.transposed}, "
+                         f"d_chunk={cfg.d_chunk})")
+    use_tma = _dkdv_tma(arch, cfg, block_d, q, k, v, do) if tma is None else tma
+    if use_tma:
+        ensure_descriptor_allocator(q.device)
     # Atomic dQ accumulates in fp32 (zeros: every row's sum starts empty), strided like q where q is dense.
     dq_acc = None if deterministic else torch.zeros_like(q, dtype=torch.float32)
     n_n_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_N)
@@ -376,7 +484,9 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
                         VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
                         ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg),
-                        D_CHUNK=_d_chunk(cfg, block_d)),
+                        D_CHUNK=_d_chunk(cfg, block_d), USE_TMA=use_tma,
+                        # The pointer path keeps the loop's default pipelining (its machine code unchanged).
+                        NUM_STAGES=(cfg.tma_stages or cfg.num_stages) if use_tma else None),
         options=cfg.options(arch),
     )
     if dq_acc is not None:

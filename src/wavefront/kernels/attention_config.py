@@ -43,6 +43,9 @@ class AttentionConfig:
     tiles wide enough for wgmma/tcgen05).
     transposed: backward only: read the operands contracted over the sequence (Q and dO for dK/dV, K for dQ)
     from [B, H, head_dim, S] copies made by the launcher (AMD: no 16-bit LDS reads of transposed tiles).
+    tma_stages: backward dK/dV kernel on its TMA path (sm_90, sm_100) only: the depth of the ring of Q/dO
+    tiles its loop keeps in flight (the loop's ``num_stages``; the kernel's own ``num_stages`` still
+    governs the pointer path, whose machine code it leaves as it was); 0: ``num_stages``.
     d_chunk: contract the score products (QK^T, and dO V^T backward) over head-dim chunks of this many columns,
     reading both operands chunk by chunk inside the key loop instead of holding the program's resident tiles at
     full width (0: whole head dim). Set only by the amd-rdna table: RDNA3's WMMA keeps operands replicated over
@@ -61,6 +64,7 @@ class AttentionConfig:
     d_split: int = 1
     transposed: bool = False
     d_chunk: int = 0
+    tma_stages: int = 0
 
     def options(self, arch: Arch) -> dict:
         """Launch options for `arch`: AMD extras only on AMD targets."""
@@ -84,10 +88,11 @@ def _wide(dtype: torch.dtype) -> bool:
     return torch.empty((), dtype=dtype).element_size() > 2
 
 
-def _cdna(m, n, w, reason, wpe=2, **kw):
-    # nonkdim 16 selects the 16x16 MFMA; num_stages 1 is what AMD's stream pipeliner wants for attention
-    # with everything else in registers.
-    return AttentionConfig(m, n, w, kw.pop("num_stages", 1), reason, waves_per_eu=wpe, matrix_instr_nonkdim=16, **kw)
+def _cdna(m, n, w, reason, wpe=2, nonkdim=16, **kw):
+    # nonkdim selects the MFMA shape (16: 16x16x16, 32: 32x32x8); num_stages (default 1) picks AMD's stream
+    # pipeliner's depth: 2 prefetches the next tile into registers, 3 also double-buffers it in LDS.
+    return AttentionConfig(m, n, w, kw.pop("num_stages", 1), reason, waves_per_eu=wpe, matrix_instr_nonkdim=nonkdim,
+                           **kw)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -98,12 +103,16 @@ def _cdna(m, n, w, reason, wpe=2, **kw):
 # Backward on sm_90 and sm_100 (one table: both compile the same tiles to wgmma or tcgen05).
 _TMA_BWD: dict[AttentionKernel, dict[int, tuple[AttentionConfig, ...]]] = {
     "bwd_dkdv": {
-        64: (_T(64, 128, 8, 1, "as d128"),),
+        64: (_T(64, 128, 8, 1, "as d128 (sm_90 189 regs, sm_100 156, 0 spill)", tma_stages=2),),
         128: (_T(64, 128, 8, 1, "128 keys resident over two warpgroups, 64 queries streamed: wgmma N 64/128 "
-                                "(was 16 at 32x64); sm_90 251 regs, 0 spill; num_stages 2 spills 112 B"),),
+                                "(was 16 at 32x64). Q/dO by TMA, a ring of 2 tiles: sm_90 254 regs, 0 spill, "
+                                "129 KiB, 6 barriers per query tile (pointer path 251 regs, 5); sm_100 194 regs, "
+                                "161 KiB, 8 barriers (was 15); the pointer path at num_stages 2 spilled 112 B",
+                tma_stages=2),),
         256: (_T(64, 128, 8, 1, "d256: each program owns 64 of the 256 dK/dV columns (d_split 4) and "
                                 "recomputes S and dP: 2.5x this kernel's matrix work, but wgmma N 64 and 0 "
-                                "spill (214 regs); d_split 2 spills 136 B, full width 1 KiB", d_split=4),),
+                                "spill (214 regs); d_split 2 spills 136 B, full width 1 KiB; pointer loads: a "
+                                "2-deep Q/dO ring beside resident 256-wide K and V needs 289 KiB", d_split=4),),
     },
     "bwd_dq": {
         64: (_T(128, 64, 8, 2, "as d128"),),
@@ -157,9 +166,10 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         # 16 warps 424 B (128-register cap).
         "bwd_atomic": {
             64: (_T(64, 128, 8, 1, "d64: the dK/dV tile fits with the dQ share: 213 regs, 0 spill, wgmma N >= 32 "
-                                   "(32x128: 159 regs, N 16)"),),
+                                   "(32x128: 159 regs, N 16)", tma_stages=2),),
             128: (_T(32, 128, 8, 1, "32 queries x 128 keys: 242 regs, 0 spill, all five products wgmma (N 32-128; "
-                                    "the dQ share as dQ^T = K^T dS^T, M = head dim)"),),
+                                    "the dQ share as dQ^T = K^T dS^T, M = head dim); TMA ring of 2: 233 regs, "
+                                    "9 barriers per query tile (pointer path 8)", tma_stages=2),),
             256: (_T(64, 128, 8, 1, "d256, d_split 4 as dK/dV: 247 regs, 0 spill, wgmma N >= 32", d_split=4),),
         },
     },
@@ -175,43 +185,66 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
         # deterministic=False (dQ share formed in the dK/dV kernel): the dK/dV tiles spill 0 B at d128 but
         # 152 B at d256.
         "bwd_atomic": {
-            64: (_T(64, 64, 8, 1, "as d128: 104 regs, 0 spill"),),
-            128: (_T(64, 64, 8, 1, "64x64: 166 regs, 0 spill, tcgen05 N 64 (64x128 also 0 spill at 255 regs)"),),
+            64: (_T(64, 64, 8, 1, "as d128: 104 regs, 0 spill", tma_stages=2),),
+            128: (_T(64, 64, 8, 1, "64x64: 166 regs, 0 spill, tcgen05 N 64 (64x128 also 0 spill at 255 regs); "
+                                   "TMA ring of 2: 163 regs, 18 barriers per query tile (pointer path 25)",
+                     tma_stages=2),),
             256: (_T(64, 64, 8, 1, "d256, d_split 2: 254 regs, 0 spill (64x128 d_split 4 spills 152 B)",
                      d_split=2),),
         },
     },
     "amd-cdna": {
-        # 64 KiB LDS per CU. waves_per_eu=2 budgets 256 VGPRs per lane so two waves per SIMD overlap
-        # memory with MFMA, the setting AMD's Triton attention kernels start from; d256 needs 1.
+        # 64 KiB LDS per CU. Every entry runs 32x32x8 MFMA (matrix_instr_nonkdim 32) with 32 rows of the
+        # streamed or stationary tile per wave, so each wave reads a K/V (or Q/dO) tile from LDS once per 32 of
+        # its rows instead of per 16: half the LDS bytes per MFMA FLOP of the 16x16 entries these replaced
+        # (whose LDS read time equalled their MFMA time). num_stages 3 makes AMD's stream pipeliner allocate two
+        # LDS buffers per streamed operand (the TTGIR's local_alloc is 2 x tile) with the next tile's global
+        # loads issued a block ahead; num_stages 2 keeps one LDS buffer and prefetches into registers. waves_per_eu
+        # 1 gives a wave the 512 unified VGPRs/AGPRs where the stationary tiles and accumulators need more than
+        # 256 (one wave per SIMD; the latency is then covered by the prefetch, not by a second wave).
         # transposed: the operand each product contracts over the sequence (V forward; Q, dO and K backward)
         # comes from a [.., head_dim, S] copy, so no tile is transposed through LDS 16 bits at a time.
+        # Figures: gfx942, bf16, the bench shapes (wavefront inspect --op attention --targets gfx942 --all), Triton
+        # 3.9; "was" quotes the 16x16 entry each replaced.
         "fwd": {
-            64: (_cdna(128, 64, 8, "as d128", transposed=True),),
-            128: (_cdna(128, 64, 8, "128x64, 8 waves, V^T copy: no 16-bit LDS ops (gfx90a had 256 ds_*_b16/u16 "
-                                    "with V as stored); gfx942 174 VGPRs, 0 spill, 4 barriers per key block",
-                        transposed=True),
-                  _cdna(128, 64, 4, "32 query rows per wave (halves K/V LDS reads per row): 254 VGPRs, 0 spill, 0 "
-                                    "narrow LDS ops, but 8 barriers per key block; untimed, so second",
-                        transposed=True)),
-            256: (_cdna(64, 32, 4, "d256: 64x32, 4 waves (16 rows each), waves_per_eu 1, V^T copy: 250 VGPRs, 0 spill, "
-                                   "0 narrow LDS ops (8 waves: 32)", wpe=1, transposed=True),),
+            64: (_cdna(128, 32, 4, "as d128", nonkdim=32, num_stages=3, transposed=True),),
+            128: (_cdna(128, 32, 4, "32 query rows per wave, 32x32 MFMA, LDS double-buffered (num_stages 3), V^T copy: "
+                                    "211 VGPRs, 0 spill, 0 narrow LDS ops, 2 barriers per key block (was 16x16 at "
+                                    "128x64 x 8 waves: 174 VGPRs, 4 barriers, one LDS buffer)",
+                        nonkdim=32, num_stages=3, transposed=True),
+                  _cdna(128, 64, 8, "the 16x16 entry this replaced (16 rows per wave, one LDS buffer): 174 VGPRs, 0 "
+                                    "spill; kept second until a GPU times both", transposed=True)),
+            256: (_cdna(128, 32, 4, "d256: 32 rows per wave, 32x32 MFMA, LDS double-buffered (64 KiB), waves_per_eu 1: "
+                                    "350 VGPRs+AGPRs, 0 spill, 0 narrow LDS ops (was 64x32 at 16 rows per wave)",
+                        wpe=1, nonkdim=32, num_stages=3, transposed=True),),
         },
         "bwd_dkdv": {
-            64: (_cdna(32, 64, 4, "as d128", transposed=True),),
-            128: (_cdna(32, 64, 4, "d128: 4 waves so each owns 16 key rows, one MFMA tile: P^T and dS^T feed the next "
-                                   "MFMA from registers (8 waves sent them through LDS as 32 ds_write_b16/ds_read_u16 "
-                                   "per iteration); Q^T, dO^T copies: 0 narrow LDS ops, 202 VGPRs, 0 spill",
-                           transposed=True),),
-            256: (_cdna(16, 64, 4, "d256: 16x64, 4 waves, waves_per_eu 1: 277 VGPRs (AGPRs included), 0 spill, "
-                                   "0 narrow LDS ops", wpe=1, transposed=True),),
+            64: (_cdna(32, 128, 4, "as d128", wpe=1, nonkdim=32, transposed=True),),
+            128: (_cdna(32, 128, 4, "d128: 32 keys per wave stationary (K, V, dK, dV), 32x32 MFMA, waves_per_eu 1: 329 "
+                                    "VGPRs+AGPRs, 0 spill, 8 barriers per query block, one LDS buffer, no prefetch (was "
+                                    "32x64 x 4 waves, 16 keys per wave, 16x16: 202 VGPRs, 8 barriers); Q^T, dO^T "
+                                    "copies: 0 narrow LDS ops",
+                           wpe=1, nonkdim=32, transposed=True),
+                  _cdna(32, 128, 4, "the prefetching form (num_stages 2, kpack 2): 2 barriers per query block and the "
+                                    "next Q/dO tile loaded a block ahead, but 474 VGPRs+AGPRs with 7 VGPRs spilled to "
+                                    "AGPRs (no scratch); double-buffered LDS (num_stages 3) spills 352 B of scratch. "
+                                    "Second until a GPU times both",
+                           wpe=1, nonkdim=32, num_stages=2, kpack=2, transposed=True)),
+            256: (_cdna(32, 128, 4, "d256: as d128 with d_split 4 (each program 64 of the 256 dK/dV columns, S and dP "
+                                    "recomputed): 429 VGPRs+AGPRs, 0 spill, 2 barriers; d_split 2 spills 376 B, full "
+                                    "width 2 KiB (was 16x64 at 16 rows per wave, 8 barriers)",
+                           wpe=1, nonkdim=32, num_stages=2, transposed=True, d_split=4),),
         },
         "bwd_dq": {
-            64: (_cdna(128, 32, 8, "as d128", transposed=True),),
-            128: (_cdna(128, 32, 8, "d128: K^T copy: 0 narrow LDS ops (was 128 ds_read_u16 per kernel), 130 VGPRs",
-                            transposed=True),),
-            256: (_cdna(64, 32, 4, "d256: 64x32, 4 waves, waves_per_eu 1, K^T copy: 224 VGPRs, 0 spill, 0 narrow "
-                                   "LDS ops", wpe=1, transposed=True),),
+            64: (_cdna(128, 32, 4, "as d128", wpe=1, nonkdim=32, num_stages=3, transposed=True),),
+            128: (_cdna(128, 32, 4, "d128: 32 query rows per wave, 32x32 MFMA, LDS double-buffered (num_stages 3), K^T "
+                                    "copy, waves_per_eu 1: 274 VGPRs+AGPRs, 0 spill, 0 narrow LDS ops, 2 barriers per "
+                                    "key block (was 128x32 x 8 waves, 16x16: 130 VGPRs, 6 barriers); at waves_per_eu 2 "
+                                    "it spills 100 B",
+                            wpe=1, nonkdim=32, num_stages=3, transposed=True),),
+            256: (_cdna(128, 32, 4, "d256: as d128 with d_split 2 and one LDS buffer: 412 VGPRs+AGPRs, 0 spill; full "
+                                    "width spills 120 B (num_stages 2) to 268 B (3)",
+                            wpe=1, nonkdim=32, num_stages=2, transposed=True, d_split=2),),
         },
     },
     "amd-rdna": {

@@ -88,7 +88,7 @@ def test_bisect_verb_with_a_command(tmp_path, monkeypatch, make_repo):
 
 
 def test_findings_state_what_the_static_sections_found():
-    from wavefront.workbench.bench.job import finding
+    from wavefront.workbench.jobs.bench import finding
 
     rows = [{"ok": True, "spills": False, "widest_load_bits": 128, "widest_store_bits": 128},
             {"ok": True, "spills": True, "widest_load_bits": 0, "widest_store_bits": 32},

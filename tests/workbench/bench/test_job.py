@@ -7,11 +7,13 @@ import json
 import pytest
 
 from wavefront.ops import REGISTRY
-from wavefront.workbench.bench import compare, job
-from wavefront.workbench.bench.gate_job import GateRequest, split_baselines
+from wavefront.workbench.bench import compare
 from wavefront.workbench.bench.records import RunInfo, StoredRun
 from wavefront.workbench.bench.store import ResultStore
-from wavefront.workbench.static.jobs import QUICK_TRAFFIC_MAX_BYTES, RequestError, quick_traffic_cases
+from wavefront.workbench.jobs import bench as job
+from wavefront.workbench.jobs.gate import GateRequest, split_baselines
+from wavefront.workbench.jobs.request import RequestError
+from wavefront.workbench.jobs.traffic import QUICK_TRAFFIC_MAX_BYTES, quick_traffic_cases
 
 
 def test_quick_sweep_is_one_case_per_op_and_dtype():
@@ -63,12 +65,12 @@ def test_interrupted_run_stays_marked_incomplete(tmp_path):
     done = job.run(req)
     assert done.as_dict()["run"]["info"]["extra"]["status"] == "complete" and done.exit_code == 0
 
-    def interrupt(phase, i, n, what):
+    def interrupt(i, n, what):
         if i == n:  # after the last check, before the run is marked complete
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        job.run(req, interrupt)
+        job.run(req, lambda phase: interrupt)
     with ResultStore(store) as st:
         assert [r.extra["status"] for r in st.runs()] == ["complete", "incomplete"]
         assert list(st.statuses().values()) == ["complete", "incomplete"], "the store's own run status"
@@ -115,15 +117,14 @@ def test_memcheck_request_checks_the_correctness_phase(monkeypatch, memcheck):
     """BenchRequest(memcheck=True) (`wavefront bench --memcheck`) runs every correctness case under memcheck,
     and only then."""
     from wavefront import memcheck as mc
-    from wavefront.workbench.bench import correctness
 
-    seen, real = [], correctness.check_case
+    seen, real = [], job.check_case
 
     def spy(*args, **kwargs):
         seen.append(mc.enabled())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(correctness, "check_case", spy)
+    monkeypatch.setattr(job, "check_case", spy)
     req = job.BenchRequest(op=("softmax",), dtype=("fp32",), device="cpu", store=None, report=None,
                            inspect_targets=(), traffic=False, memcheck=memcheck)
     done = job.run(req)

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from wavefront.cli import build_app
 from wavefront.cli._common import Profiler
-from wavefront.workbench.bench import profile
-from wavefront.workbench.static.jobs import RequestError
+from wavefront.workbench.jobs import profile
+from wavefront.workbench.jobs.request import RequestError
 from wavefront.workbench.trace.testing import planted_gpu_trace, write_nsys_sqlite, write_rocprof_csv
 
 runner = CliRunner()

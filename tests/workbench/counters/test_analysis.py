@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from wavefront.workbench.counters import job
 from wavefront.workbench.counters.analysis import BYTES_GAP, place, same_registers
 from wavefront.workbench.counters.load import load
 from wavefront.workbench.counters.model import CountersLoadError
 from wavefront.workbench.hardware import get_gpu
+from wavefront.workbench.jobs import counters as job
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "counters"
 NCU_A, NCU_B = DATA / "ncu_raw_h100_a.csv", DATA / "ncu_raw_h100_b.csv"
@@ -110,18 +110,18 @@ def test_amd_registers_compare_in_allocation_granules():
 def test_device_from_the_profile_or_the_request():
     assert _result(NCU_A).device.key == "h100"
     assert _result(NCU_A, "h200").device.key == "h200"
-    with pytest.raises(job.CountersRequestError, match="names no device"):
+    with pytest.raises(job.RequestError, match="names no device"):
         job.counters(job.CountersRequest(V3))
-    with pytest.raises(job.CountersRequestError, match="unknown GPU 'z80'"):
+    with pytest.raises(job.RequestError, match="unknown GPU 'z80'"):
         job.counters(job.CountersRequest(V3, "z80"))
 
 
 def test_prediction_documents_are_checked(tmp_path):
-    with pytest.raises(job.CountersRequestError, match="is not a wavefront.inspect/1 document"):
+    with pytest.raises(job.RequestError, match="is not a wavefront.inspect/1 document"):
         job.counters(job.CountersRequest(NCU_A, inspect=TRAFFIC))
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    with pytest.raises(job.CountersRequestError, match="cannot read JSON document"):
+    with pytest.raises(job.RequestError, match="cannot read JSON document"):
         job.counters(job.CountersRequest(NCU_A, traffic=bad))
 
 

@@ -74,19 +74,19 @@ def test_the_store_gives_the_efficiencies_its_timings_encode(store):
 def test_plan_uses_the_measured_constants_and_says_where_each_came_from(store, tmp_path):
     calibrated = plan(PlanRequest(model="llama3-8b", gpus=("8xh100",), calibrate=str(store), top=3))
     published = plan(PlanRequest(model="llama3-8b", gpus=("8xh100",), top=3))
-    doc = calibrated.document()
+    doc = calibrated.as_dict()
     eff = doc["efficiency"][0]
     assert (eff["gemm"], eff["attention"], eff["hbm"]) == pytest.approx((GEMM, ATTN, HBM), rel=1e-3)
     kernels = doc["constants_from"]["kernels"]
     assert all(kernels[k].startswith("measured:") and str(store) in kernels[k] for k in ("gemm", "attention", "hbm"))
     assert kernels["fp8_gemm"].startswith("published:")
     assert doc["constants_from"]["links"]["8xh100 intra"].startswith("default")
-    assert published.document()["constants_from"]["kernels"]["gemm"].startswith("published:")
+    assert published.as_dict()["constants_from"]["kernels"]["gemm"].startswith("published:")
     assert calibrated.best.time.step_s != pytest.approx(published.best.time.step_s, rel=1e-3)
     # a command-line override still wins over the store
     over = plan(PlanRequest(model="llama3-8b", gpus=("8xh100",), calibrate=str(store), gemm_eff=0.5, top=1))
-    assert over.document()["efficiency"][0]["gemm"] == 0.5
-    assert over.document()["constants_from"]["kernels"]["gemm"] == "command line (--gemm-eff)"
+    assert over.as_dict()["efficiency"][0]["gemm"] == 0.5
+    assert over.as_dict()["constants_from"]["kernels"]["gemm"] == "command line (--gemm-eff)"
 
 
 def test_stores_that_cannot_calibrate_are_refused_clearly(store, tmp_path):

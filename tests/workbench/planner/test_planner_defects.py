@@ -180,7 +180,7 @@ def test_plan_tables_never_cut_numbers(columns, monkeypatch):
                                               "--fix", "tp=8"])
     assert result.exit_code == 0, result.output
     assert "\u2026" not in result.output  # rich's ellipsis: nothing truncated
-    doc = plan(PlanRequest(model="llama3-70b", gpus=("64xh100",), top=5, fixed={"tp": 8})).document()
+    doc = plan(PlanRequest(model="llama3-70b", gpus=("64xh100",), top=5, fixed={"tp": 8})).as_dict()
     flat = re.sub(r"\s+", "", result.output)
     for p in doc["plans"]:
         assert re.sub(r"\s+", "", p["config"]["label"]) in flat

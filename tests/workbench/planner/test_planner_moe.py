@@ -134,7 +134,7 @@ def test_search_ranks_expert_parallel_plans_and_pins_ep():
     missing = plan("qwen3-30b-a3b", "8xh100", TRAIN, fixed={"ep": 3})
     assert not missing.ranked
     assert any("ep=3" in line and "expert-parallel degrees" in line for line in missing.explain())
-    doc = result.document()
+    doc = result.as_dict()
     assert doc["model"]["moe"]["n_experts"] == 128 and doc["model"]["active_params"] < doc["model"]["params"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_browser import ARTIFACTS, CHROMIUM, DRIVER, _axis_titles, _chart_id, _load, _select, browser  # noqa: F401
 
-from wavefront.workbench.counters import job
+from wavefront.workbench.jobs import counters as job
 from wavefront.workbench.report import counters as view
 from wavefront.workbench.report import write_report
 from wavefront.workbench.report.tables import DocumentError, load_document_tables

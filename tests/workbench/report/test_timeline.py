@@ -29,9 +29,9 @@ ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
 
 
 def _docs(tmp_path: Path) -> tuple[Path, Path]:
-    nsys = analyze([write_nsys_sqlite(planted_gpu_trace(), tmp_path / "p.sqlite")]).to_json()
+    nsys = analyze([write_nsys_sqlite(planted_gpu_trace(), tmp_path / "p.sqlite")]).as_dict()
     ranks = planted_ranks([0.0, 0.0], late_rank=1, late_us=100.0, same_host=True, vendor="amd")
-    roc = analyze([write_rocprof_csv(t, tmp_path / "roc", prefix=f"{i}_") for i, t in enumerate(ranks)]).to_json()
+    roc = analyze([write_rocprof_csv(t, tmp_path / "roc", prefix=f"{i}_") for i, t in enumerate(ranks)]).as_dict()
     paths = tmp_path / "nsys.trace.json", tmp_path / "rocprof.trace.json"
     for path, doc in zip(paths, (nsys, roc), strict=True):
         path.write_text(json.dumps(doc))

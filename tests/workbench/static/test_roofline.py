@@ -104,7 +104,9 @@ def test_measured_times_come_from_a_stored_gpu_run(tmp_path):
 
     from wavefront.workbench.bench.records import Measurement, RunInfo, StoredRun
     from wavefront.workbench.bench.store import ResultStore
-    from wavefront.workbench.static.roofline import measured_from_store, roofline
+    from wavefront.workbench.jobs.request import RequestError
+    from wavefront.workbench.jobs.roofline import measured_from_store
+    from wavefront.workbench.static.roofline import roofline
 
     def run(timing, device):
         info = RunInfo("2026-01-01T00:00:00Z", "fixture", "a" * 40, False, device, "sm_90", "cuda", "2.13", "3.9",
@@ -122,5 +124,5 @@ def test_measured_times_come_from_a_stored_gpu_run(tmp_path):
                  if p.case == "llama3-8b_hidden" and p.mode == "fwd")
     assert point.measured_us == 250.0
     assert point.pct_of_roof == pytest.approx(point.attainable_us / 250.0 * 100)
-    with pytest.raises(ValueError, match="not timed on a GPU"):
+    with pytest.raises(RequestError, match="not timed on a GPU"):
         measured_from_store(tmp_path / "r.sqlite", "latest")

@@ -25,10 +25,12 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from wavefront.ops import REGISTRY
 from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.regress import DEFAULT_THRESHOLD, is_regression
+from wavefront.workbench.document import encode
 
 EXIT_GOOD, EXIT_BAD, EXIT_SKIP = 0, 1, 125
 SCHEMA = "wavefront.bisect/1"
@@ -85,9 +87,6 @@ class MeasureCommand:
             raise MeasureError(f"the measure command exited {proc.returncode}: {tail[:300]}")
         return parse_samples(proc.stdout)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def shell_command(cmd: str, timeout_s: float = 600.0) -> MeasureCommand:
     """A user's measure command, run by the shell in the checkout."""
@@ -113,6 +112,8 @@ class BisectStep:
 
 @dataclass
 class BisectResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     found: bool
     first_bad: str | None
     subject: str | None
@@ -134,7 +135,7 @@ class BisectResult:
 
 def _write_config(path: Path, command: MeasureCommand, baseline: Sequence[float], threshold: float,
                   probe_dir: Path | None, log_path: Path) -> None:
-    path.write_text(json.dumps({"command": command.as_dict(), "baseline_samples": list(baseline),
+    path.write_text(json.dumps({"command": encode(command), "baseline_samples": list(baseline),
                                 "threshold": threshold, "probe_dir": str(probe_dir) if probe_dir else None,
                                 "log": str(log_path)}))
 

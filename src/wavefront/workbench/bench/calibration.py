@@ -14,7 +14,7 @@ verdict, which is what the calibration targets are about:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,9 +49,6 @@ class CalibrationResult:
     slower: float
     faster: float
     unknown: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
@@ -95,8 +92,3 @@ def markdown_table(results: list[CalibrationResult]) -> str:
         lines.append(f"| {r.scenario.name} | {r.scenario.n} | {r.trials} | {r.same:.1%} | {r.slower:.1%} | "
                      f"{r.faster:.1%} | {r.unknown:.1%} |")
     return "\n".join(lines)
-
-
-def document(results: list[CalibrationResult]) -> dict:
-    """The ``wavefront compare --calibrate --json`` document."""
-    return {"schema": SCHEMA, "calibration": [r.as_dict() for r in results]}

@@ -19,13 +19,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from wavefront import runtime
 from wavefront.ops import REGISTRY
 from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.provenance import utc_now
 from wavefront.workbench.bench.records import TIMING_CPU, TIMING_GPU, Measurement, RunInfo, StoredRun
-from wavefront.workbench.bench.store import StoreError, open_run
+from wavefront.workbench.document import encode
 from wavefront.workbench.stats import Comparison, compare
 
 
@@ -238,6 +239,8 @@ class CompareRequest:
 
 @dataclass
 class CompareResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     request: CompareRequest
     a: StoredRun
     b: StoredRun
@@ -249,7 +252,7 @@ class CompareResult:
         return verdict_counts(self.deltas)
 
     def as_dict(self) -> dict:
-        return {"schema": SCHEMA, "a": self.a.info.as_dict(), "b": self.b.info.as_dict(), "notes": self.notes,
+        return {"schema": SCHEMA, "a": encode(self.a.info), "b": encode(self.b.info), "notes": self.notes,
                 "counts": self.counts, "cases": [d.as_dict() for d in self.deltas]}
 
 

@@ -14,11 +14,13 @@
 - ``sdpa_flash``, ``sdpa_cudnn``: ``F.scaled_dot_product_attention`` restricted to its FlashAttention or
   cuDNN backend (``torch.nn.attention.sdpa_kernel``), GQA through ``enable_gqa``; ``flash_attn``: the
   flash-attn package's ``flash_attn_func`` when installed. Attention only (:data:`ATTENTION_PEERS`);
+- ``quack``: quack-kernels (Dao-AILab's CuTe-DSL kernels for NVIDIA sm_90/sm_100), when it is installed and
+  runs on the device, for the memory-bound ops it has (:data:`QUACK`);
 - ``grouped_mm``: ``torch._grouped_mm`` (cuBLAS / CUTLASS grouped GEMM) where the installed torch has it, for
   grouped_linear, with SwiGLU as separate PyTorch ops (:data:`GROUPED_MM_PEERS`).
 
-:data:`LIGER`, :data:`VENDOR`, :data:`ATTENTION_PEERS` and :data:`GROUPED_MM_PEERS` are the only per-op tables
-in the harness.
+:data:`LIGER`, :data:`QUACK`, :data:`VENDOR`, :data:`ATTENTION_PEERS` and :data:`GROUPED_MM_PEERS` are the only
+per-op tables in the harness.
 
 A provider that cannot run an op says why (:class:`Unavailable`); the harness records the reason and
 goes on.
@@ -35,7 +37,7 @@ from typing import Any
 import torch
 
 PROVIDERS: tuple[str, ...] = ("wavefront", "eager", "torch_compile", "liger", "vendor", "sdpa_flash", "sdpa_cudnn",
-                              "flash_attn", "grouped_mm")
+                              "flash_attn", "grouped_mm", "quack")
 BASELINES: tuple[str, ...] = PROVIDERS[1:]
 
 #: Ops whose function takes ``provider=`` ("auto" | "wavefront" | "vendor") to route their GEMM products.
@@ -121,6 +123,73 @@ LIGER: dict[str, tuple[str, str, Callable[[Any], Callable[..., Any]]]] = {
     "swiglu": ("liger_kernel.ops.swiglu", "LigerSiLUMulFunction", _liger_swiglu),
     "geglu": ("liger_kernel.ops.geglu", "LigerGELUMulFunction", _liger_geglu),
     "rope": ("liger_kernel.ops.rope", "LigerRopeFunction", _liger_rope),
+}
+
+
+def _quack_softmax(fn):
+    def call(x):
+        # quack's softmax takes [M, N] rows: a view of x's rows, reshaped back.
+        return fn(x.reshape(-1, x.shape[-1])).view(x.shape)
+    return call
+
+
+def _quack_rms_norm(fn):
+    def call(x, w, eps=1e-6, offset=0.0, cast="llama", **fp8):
+        _no_fp8_output(fp8, "quack's RMSNorm")
+        if offset != 0.0:
+            raise NotImplementedError("quack's RMSNorm has no weight offset (Gemma's weight + 1)")
+        if cast == "input":
+            raise NotImplementedError("quack's RMSNorm computes in fp32 (no input-dtype mode)")
+        # quack multiplies the fp32 normalized value by the weight before its one rounding to x's dtype (our
+        # cast="gemma" order); cast="llama" rounds before the multiply: at most one rounding apart, which the
+        # bench's max_diff_vs_eager column shows.
+        return fn(x, w, eps=eps)
+    return call
+
+
+def _quack_layer_norm(fn):
+    def call(x, w=None, b=None, eps=1e-5, **fp8):
+        _no_fp8_output(fp8, "quack's LayerNorm")
+        if w is None:
+            raise NotImplementedError("quack's LayerNorm needs a weight")
+        # Forward only (quack has no LayerNorm autograd): a bwd row says no output requires grad. Its weight
+        # and bias are fp32 by contract; the casts are two [N] vectors, noise beside the [M, N] pass.
+        out = fn(x.reshape(-1, x.shape[-1]), w.float(), None if b is None else b.float(), eps=eps)
+        return out.view(x.shape)
+    return call
+
+
+#: wavefront.ops.cross_entropy's options quack has no counterpart for, with their defaults.
+_CE_DEFAULTS: dict[str, Any] = {"label_smoothing": 0.0, "z_loss": 0.0, "softcap": None, "weight": None,
+                                "divisor": None, "loss_dtype": None, "return_z_loss": False,
+                                "return_predicted_tokens": False, "return_token_accuracy": False}
+
+
+def _quack_cross_entropy(fn):
+    def call(logits, target, *, ignore_index=-100, reduction="mean", inplace_backward=False,
+             z_loss_reduction="token", **options):
+        unknown = sorted(k for k in options if k not in _CE_DEFAULTS)
+        used = sorted(k for k, v in options.items() if k in _CE_DEFAULTS
+                      and ((v is not None) if _CE_DEFAULTS[k] is None else v != _CE_DEFAULTS[k]))
+        if unknown or used:
+            raise NotImplementedError(f"quack's cross-entropy has no {', '.join(used + unknown)}")
+        # inplace_backward=False whatever the caller asked: the in-place gradient overwrites the logits, which
+        # a replayed timing reads again (why Liger's cross-entropy is not mapped).
+        return fn(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=ignore_index,
+                  reduction=reduction, inplace_backward=False)
+    return call
+
+
+#: op name -> (quack module, function, adapter from our call signature to quack's). API as of quack-kernels
+#: 0.6.5: ``quack.softmax(x)``, ``quack.rmsnorm(x, weight, ..., eps=)`` and ``quack.cross_entropy(x, target,
+#: ..., ignore_index=, reduction=, inplace_backward=)`` on [M, N] rows with autograd; the LayerNorm is the
+#: forward ``quack.rmsnorm.layernorm_fwd(x, weight, bias, eps=)`` (the package's ``rmsnorm`` attribute is the
+#: function, so the module is imported by name).
+QUACK: dict[str, tuple[str, str, Callable[[Any], Callable[..., Any]]]] = {
+    "softmax": ("quack", "softmax", _quack_softmax),
+    "rms_norm": ("quack", "rmsnorm", _quack_rms_norm),
+    "layer_norm": ("quack.rmsnorm", "layernorm_fwd", _quack_layer_norm),
+    "cross_entropy": ("quack", "cross_entropy", _quack_cross_entropy),
 }
 
 
@@ -236,6 +305,8 @@ class ProviderSet:
             if self.device.type != "cuda":
                 return Unavailable(f"{provider} runs on GPUs only")
             return ATTENTION_PEERS[provider]()
+        if provider == "quack":
+            return self._quack(spec)
         return self._liger(spec)
 
     def _liger(self, spec) -> Callable[..., Any] | Unavailable:
@@ -243,11 +314,26 @@ class ProviderSet:
             return Unavailable(f"no Liger-Kernel counterpart mapped for {spec.name!r}")
         if self.device.type != "cuda":
             return Unavailable("Liger-Kernel runs on GPUs only")
-        module, attr, adapter = LIGER[spec.name]
-        try:
-            fn = getattr(importlib.import_module(module), attr)
-        except ImportError:
-            return Unavailable("Liger-Kernel is not installed (pip install 'wavefront[liger]')")
-        except AttributeError:
-            return Unavailable(f"the installed Liger-Kernel has no {module}.{attr}")
-        return adapter(fn)
+        return _load(LIGER[spec.name], "Liger-Kernel", "pip install 'wavefront[liger]'")
+
+    def _quack(self, spec) -> Callable[..., Any] | Unavailable:
+        if spec.name not in QUACK:
+            return Unavailable(f"no quack-kernels counterpart mapped for {spec.name!r}")
+        if self.device.type != "cuda" or torch.version.hip:
+            return Unavailable("quack-kernels runs on NVIDIA GPUs only (sm_90/sm_100, CUTLASS CuTe DSL)")
+        return _load(QUACK[spec.name], "quack-kernels",
+                     "pip install quack-kernels; it needs an sm_90/sm_100 GPU and nvidia-cutlass-dsl")
+
+
+def _load(entry, package: str, install: str) -> Callable[..., Any] | Unavailable:
+    """A peer's function through its adapter, or why it cannot be loaded."""
+    module, attr, adapter = entry
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        return Unavailable(f"{package} is not installed ({install}): {exc}")
+    except AttributeError:
+        return Unavailable(f"the installed {package} has no {module}.{attr}")
+    except Exception as exc:  # a DSL runtime can fail at import without a driver or a supported GPU
+        return Unavailable(f"{package} failed to import: {type(exc).__name__}: {exc}")
+    return adapter(fn)

@@ -7,10 +7,10 @@ back from SQLite or from an exported file is the same object.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from wavefront.workbench.bench.timer import quantiles_us
+from wavefront.workbench.document import decode, encode
 
 #: Timing kinds. Only "gpu" samples are performance figures.
 TIMING_GPU = "gpu"
@@ -44,13 +44,6 @@ class RunInfo:
     @property
     def is_gpu(self) -> bool:
         return self.timing == TIMING_GPU
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunInfo:
-        return cls(**{f.name: d.get(f.name) for f in fields(cls) if f.name in d})
 
 
 @dataclass
@@ -113,10 +106,6 @@ class Measurement:
         return asdict(self) | {"median_us": self.median_us, "p10_us": self.p10_us, "p90_us": self.p90_us,
                                "n_reps": len(self.samples_us)}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Measurement:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
-
 
 @dataclass
 class CorrectnessRow:
@@ -145,13 +134,6 @@ class CorrectnessRow:
                 setattr(row, f"{mode}_bound", _finite(worst.bound))
         return row
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CorrectnessRow:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
-
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
@@ -167,10 +149,10 @@ class StoredRun:
         return {m.key: m for m in self.measurements}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"info": self.info.as_dict(), "measurements": [m.as_dict() for m in self.measurements],
-                "correctness": [c.as_dict() for c in self.correctness]}
+        return {"info": encode(self.info), "measurements": encode(self.measurements),
+                "correctness": encode(self.correctness)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StoredRun:
-        return cls(RunInfo.from_dict(d["info"]), [Measurement.from_dict(m) for m in d.get("measurements", [])],
-                   [CorrectnessRow.from_dict(c) for c in d.get("correctness", [])])
+        return cls(decode(RunInfo, d["info"]), [decode(Measurement, m) for m in d.get("measurements", [])],
+                   [decode(CorrectnessRow, c) for c in d.get("correctness", [])])

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: The documents of ``wavefront counters`` (one profile) and of its A/B form (two profiles).
+SCHEMA = "wavefront.counters/1"
+COMPARE_SCHEMA = "wavefront.counters.compare/1"
+
 
 class CountersLoadError(ValueError):
     """A profile that cannot be read: the message names the file and what was expected (one line)."""

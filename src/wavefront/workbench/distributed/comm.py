@@ -24,22 +24,15 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
 
-from wavefront.workbench.distributed.launch import init_process_group
-from wavefront.workbench.planner.comm_model import (
-    COLLECTIVES,
-    AlphaBeta,
-    Calibration,
-    algbw_gbps,
-    bus_factor,
-    fit_alpha_beta,
-    save_calibration,
-)
+from wavefront.workbench.document import encode
+from wavefront.workbench.planner.comm_model import COLLECTIVES, AlphaBeta, algbw_gbps, bus_factor, fit_alpha_beta
 
 MODES = {"all_reduce": ("in-place",), "broadcast": ("in-place",), "all_gather": ("in-place", "out-of-place"),
          "reduce_scatter": ("in-place", "out-of-place"), "all_to_all": ("out-of-place",),
@@ -60,9 +53,6 @@ class CommResult:
     algbw_gbps: float
     busbw_gbps: float
     correct: bool
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def sizes_pow2(min_bytes: int, max_bytes: int) -> list[int]:
@@ -251,7 +241,7 @@ class BenchReport:
     failures: list[str]  # cases whose result was wrong
 
     def as_dict(self) -> dict:
-        return {"results": [r.as_dict() for r in self.results], "fits": [f.as_dict() for f in self.fits],
+        return {"results": encode(self.results), "fits": encode(self.fits),
                 "unsupported": dict(self.unsupported), "failures": list(self.failures)}
 
 
@@ -307,7 +297,7 @@ def runtime_info(device: torch.device) -> dict:
             if device.type == "cpu" else ""}
 
 
-#: The JSON document of a collective benchmark (:meth:`CommJobResult.document`); docs/json/comm.md.
+#: The JSON document of a collective benchmark (:meth:`CommJobResult.as_dict`); docs/json/comm.md.
 SCHEMA = "wavefront.comm/1"
 CPU_NOTE = "CPU gloo: timings check the method on this machine; not a GPU or network performance figure."
 MODE_CHOICES = ("in-place", "out-of-place", "both")
@@ -367,7 +357,9 @@ class CommJobResult:
     calibration: str | None
     notes: list[str]
 
-    def document(self) -> dict:
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    def as_dict(self) -> dict:
         """The ``wavefront comm --json`` document."""
         return {"schema": SCHEMA, "runtime": self.runtime, "config": self.config, **self.report.as_dict(),
                 "calibration": self.calibration}
@@ -393,11 +385,23 @@ def _plan(request: CommRequest, device: torch.device, world: int, notes: list[st
     return sizes_pow2(request.min_bytes, min(max_bytes, cap)), request.groups(world)
 
 
-def run(request: CommRequest, *,
-        progress: Callable[[int], Callable[[str], None]] | None = None) -> CommJobResult | None:
+def _ticker(on_progress: Callable[[int, int, str], None], total: int) -> Callable[[str], None]:
+    done = [0]
+
+    def tick(what: str) -> None:
+        done[0] += 1
+        on_progress(done[0], total, what)
+
+    return tick
+
+
+def run(request: CommRequest, on_progress: Callable[[int, int, str], None] | None = None) -> CommJobResult | None:
     """Run the benchmark on this rank of a launched job (wavefront.workbench.distributed.launch): every rank
-    calls it; rank 0 gets the result (and saves the calibration), the others None. `progress(n_cases)`
-    returns a callback ticked once per case. Raises ValueError for a plan the world size cannot run."""
+    calls it; rank 0 gets the result (and saves the calibration), the others None. Rank 0 reports
+    `on_progress(done, total, what)` once per case. Raises ValueError for a plan the world size cannot run."""
+    from wavefront.workbench.distributed.launch import init_process_group
+    from wavefront.workbench.planner.comm_model import Calibration, save_calibration
+
     request.validate()
     device = init_process_group(request.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -406,7 +410,7 @@ def run(request: CommRequest, *,
         sizes, groups = _plan(request, device, world, notes)
         modes = ("in-place", "out-of-place") if request.mode == "both" else (request.mode,)
         per_op = sum(len([m for m in MODES[c] if m in modes] or [1]) for c in request.ops)
-        tick = progress(per_op * len(groups) * len(sizes)) if progress is not None and rank == 0 else None
+        tick = _ticker(on_progress, per_op * len(groups) * len(sizes)) if on_progress and rank == 0 else None
         report = run_benchmark(request.ops, sizes, group_sizes=groups, modes=modes, dtype=request.dtype,
                                warmup=request.warmup, iters=request.iters, repeats=request.repeats, device=device,
                                progress=tick)

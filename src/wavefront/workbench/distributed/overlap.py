@@ -26,15 +26,15 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from wavefront.shapes import ModelDims, get_model
-from wavefront.workbench.distributed import comm
-from wavefront.workbench.distributed.launch import init_process_group
+from wavefront.shapes import ModelDims
+from wavefront.workbench.document import encode
 from wavefront.workbench.planner.comm_model import AlphaBeta
 
 #: torch DDP's small first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB).
@@ -60,9 +60,6 @@ class OverlapResult:
     both_ms: float
     exposed_comm_ms: float
     overlap_efficiency: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def overlap_metrics(compute_s: float, comm_s: float, both_s: float) -> tuple[float, float]:
@@ -213,9 +210,6 @@ class BucketResult:
     exposed_ms: float  # measured: step - no_sync
     predicted_exposed_ms: float | None
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def ddp_bucket_sweep(dims: ModelDims, bucket_caps_mib: Sequence[float], *, shrink: int, n_layers: int,
                      tokens: int = 64, steps: int = 7, all_reduce: AlphaBeta | None = None,
@@ -319,12 +313,14 @@ class OverlapJobResult:
     proxy: dict
     buckets: list[BucketResult]
 
-    def document(self) -> dict:
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    def as_dict(self) -> dict:
         """The ``wavefront overlap --json`` document."""
         return {"schema": SCHEMA, "runtime": self.runtime,
-                "all_reduce_fit": self.all_reduce_fit.as_dict() if self.all_reduce_fit else None,
-                "probes": [p.as_dict() for p in self.probes],
-                "ddp": {"model": self.model, "proxy": self.proxy, "buckets": [b.as_dict() for b in self.buckets]}}
+                "all_reduce_fit": encode(self.all_reduce_fit),
+                "probes": encode(self.probes),
+                "ddp": {"model": self.model, "proxy": self.proxy, "buckets": encode(self.buckets)}}
 
 
 def run(request: OverlapRequest) -> OverlapJobResult | None:

@@ -3,7 +3,7 @@ over parallel plans, calibrated by `wavefront comm` measurements and validated a
 
     from wavefront.workbench.planner import PlanRequest, plan
     result = plan(PlanRequest(model="llama3-70b", gpus=("64xh100",)))   # the `wavefront plan` job
-    result.best.time.step_s, result.best.memory.total_bytes, result.explain(), result.document()
+    result.best.time.step_s, result.best.memory.total_bytes, result.explain(), result.as_dict()
     plan("llama3-70b", "64xh100")                                        # the same search from parts
 
 Formulas and their sources are in the module docstrings: model.py (parameters, FLOPs, activation memory

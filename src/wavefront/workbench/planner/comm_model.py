@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from wavefront.workbench.document import encode
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 CALIBRATION_SCHEMA = "wavefront.comm.calibration/1"
@@ -72,9 +74,6 @@ class AlphaBeta:
     def time_s(self, size_bytes: float) -> float:
         wire_s = bus_factor(self.collective, self.group_size) * size_bytes / (self.busbw_gbps * 1e9)
         return self.alpha_us * 1e-6 + wire_s
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def fit_alpha_beta(collective: str, group_size: int, sizes_bytes: Sequence[float],
@@ -140,7 +139,7 @@ class Calibration:
         return {"schema": CALIBRATION_SCHEMA, "backend": self.backend, "device": self.device,
                 "world_size": self.world_size, "domain": self.domain, "created_utc": self.created_utc,
                 "torch_version": self.torch_version, "note": self.note,
-                "fits": [f.as_dict() for f in self.fits], "unsupported": dict(self.unsupported)}
+                "fits": encode(self.fits), "unsupported": dict(self.unsupported)}
 
 
 def save_calibration(cal: Calibration, path: str | Path) -> None:

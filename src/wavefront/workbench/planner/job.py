@@ -3,7 +3,7 @@ document (schema below). The CLI only declares options, renders and maps exit co
 
     from wavefront.workbench.planner import PlanRequest, plan
     result = plan(PlanRequest(model="llama3-70b", gpus=("64xh100",), precision="fp8"))
-    doc = result.document()          # schema "wavefront.plan/1" (docs/json/plan.md)
+    doc = result.as_dict()          # schema "wavefront.plan/1" (docs/json/plan.md)
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class PlanRequest:
         if self.head_dim is not None:
             if self.head_dim < 1:
                 raise ValueError(f"--head-dim must be >= 1, got {self.head_dim}")
-            dims = ModelDims(**(dims.as_dict() | {"head_dim": self.head_dim}))
+            dims = replace(dims, head_dim=self.head_dim)
         moe_layout, mla = None, None
         if self.model and not self.custom:
             preset = get_moe_model(self.model)

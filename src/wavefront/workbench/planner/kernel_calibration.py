@@ -74,11 +74,6 @@ class KernelCalibration:
                 out[k] = f"published: {base.source} (no usable {k} measurement in {self.path})"
         return out
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "run_id": self.run_id, "device_name": self.device_name,
-                "device_model": self.device_model, "gemm": self.gemm, "attention": self.attention,
-                "hbm": self.hbm, "n_cases": dict(self.n_cases)}
-
 
 def _open(path: Path) -> sqlite3.Connection:
     if not path.is_file():

@@ -26,7 +26,7 @@ Presets (configs named in each source) are planner-local: the kernel library's s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from math import comb
 from typing import Any
 
@@ -82,9 +82,6 @@ class MoE:
         """Width of the shared experts taken together, one dense gated MLP (0 without them)."""
         return self.n_shared * self.expert_ffn
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class MLA:
@@ -107,9 +104,6 @@ class MLA:
         return [(hidden, self.q_lora_rank), (q_in, n_heads * self.qk_head),
                 (hidden, self.kv_lora_rank + self.qk_rope), (self.kv_lora_rank, n_heads * (self.qk_nope + self.v_head)),
                 (n_heads * self.v_head, hidden)]
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

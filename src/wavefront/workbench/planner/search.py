@@ -17,10 +17,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import ClassVar
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
+from wavefront.workbench.document import encode
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
 from wavefront.workbench.planner.memory import MemoryBreakdown, device_capacity, memory_breakdown
@@ -51,9 +52,6 @@ class Kpis:
     time_to_train_days: float
     dollars_to_train: float | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
-
 
 @dataclass(frozen=True)
 class PlanResult:
@@ -81,8 +79,8 @@ class PlanResult:
             "cluster": self.cluster.label, "config": self.config.as_dict(), "feasible": self.feasible,
             "reasons": list(self.reasons),
             "memory": self.memory.as_dict() if self.memory else None,
-            "time": self.time.as_dict() if self.time else None,
-            "kpis": self.kpis.as_dict() if self.kpis else None,
+            "time": encode(self.time),
+            "kpis": encode(self.kpis),
         }
 
 
@@ -150,18 +148,20 @@ class SearchResult:
     def shown(self) -> list[PlanResult]:
         return self.ranked if self.top == 0 else self.ranked[:self.top]
 
-    def document(self) -> dict[str, Any]:
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    def as_dict(self) -> dict:
         """The `wavefront plan --json` document, schema SCHEMA (docs/json/plan.md)."""
         spec = self.model
         return {
             "schema": SCHEMA,
-            "model": spec.dims.as_dict() | {"params": spec.total_params, "active_params": spec.active_params,
+            "model": encode(spec.dims) | {"params": spec.total_params, "active_params": spec.active_params,
                                             "attention": spec.attention, "dropout": spec.dropout,
                                             "kernels": spec.kernels,
-                                            "moe": spec.moe.as_dict() if spec.moe else None,
-                                            "mla": spec.mla.as_dict() if spec.mla else None},
+                                            "moe": encode(spec.moe),
+                                            "mla": encode(spec.mla)},
             "clusters": [c.as_dict() for c in self.clusters], "training": self.training.as_dict(),
-            "efficiency": [self._efficiency_of(c).as_dict() for c in self.clusters],
+            "efficiency": [encode(self._efficiency_of(c)) for c in self.clusters],
             "constants_from": self.constants_from, "stack_defaulted": list(self.defaulted),
             "stack_profile": ({"name": self.profile.name, "version": self.profile.version, "key": self.profile.key,
                                "calibration_rows": len(self.profile.calibration_rows)} if self.profile else None),

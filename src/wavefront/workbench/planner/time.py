@@ -60,8 +60,7 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, cast
+from dataclasses import dataclass
 
 from wavefront.workbench.planner.cluster import Cluster
 from wavefront.workbench.planner.kernels import (
@@ -111,9 +110,6 @@ class TimeBreakdown:
     dp_comm_total_s: float  # before overlap
     n_micro: int
     ep_comm_s: float = 0.0  # exposed expert-parallel all-to-alls (MoE)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def parts(self) -> dict[str, float]:
         return {"compute": self.compute_s, "tp comm": self.tp_comm_s, "cp comm": self.cp_comm_s,

@@ -88,9 +88,6 @@ class Efficiency:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"efficiency {name} must be in (0, 1], got {value}")
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def stack_factor(self, stack: str) -> float:
         """Multiplier on the matmul and attention efficiencies for a software stack (Training.stack)."""
         return self.fsdp_stack if stack == "fsdp" else 1.0

@@ -23,13 +23,14 @@ import hashlib
 import json
 import math
 import statistics
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
+from wavefront.workbench.document import encode
 from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.model import ModelSpec
@@ -68,9 +69,6 @@ class RowComparison:
     split: str = ""  # "calibration" or "held-out" (tables with a split); "" otherwise
     profile: str = ""  # the stack profile the row was priced with (stacks.py)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class TableReport:
@@ -89,7 +87,7 @@ class TableReport:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "use": self.use,
                 "median_abs_error": {m: self.median_abs_error(m) for m in self.metrics()},
-                "rows": [r.as_dict() for r in self.rows]}
+                "rows": encode(self.rows)}
 
 
 def load_table(path: str | Path) -> dict[str, Any]:
@@ -274,9 +272,6 @@ class SplitSummary:
     median_abs_error: float
     p90_abs_error: float
     signed_median_error: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -473,7 +468,3 @@ def fit_all(root: str | Path) -> dict[str, dict[str, Any]]:
         out[key] = {"fitted": fitted, "calibration_rows": calibration_row_names(root, p)}
     return out
 
-
-def validation_document(reports: list[TableReport]) -> dict[str, Any]:
-    """The `wavefront plan --validate ... --json` document (docs/json/plan.md)."""
-    return {"schema": VALIDATION_SCHEMA, "tables": [r.as_dict() for r in reports]}

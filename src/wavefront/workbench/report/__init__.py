@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from wavefront.workbench.bench.store import ResultStore, write_document
 from wavefront.workbench.hardware import GPUS, get_gpu
@@ -54,6 +54,8 @@ class ReportRequest:
 
 @dataclass
 class ReportResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     report: Path
     store: str | None
     n_runs: int

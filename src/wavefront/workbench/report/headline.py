@@ -21,9 +21,6 @@ class Headline:
     changed: str
     bad: bool  # something failed (a correctness case, a compile)
 
-    def as_dict(self) -> dict[str, object]:
-        return {"passed": self.passed, "slow": self.slow, "changed": self.changed, "bad": self.bad}
-
 
 def _few(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")

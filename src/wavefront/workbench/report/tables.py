@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wavefront.workbench.counters.job import COMPARE_SCHEMA as COUNTERS_COMPARE
-from wavefront.workbench.counters.job import SCHEMA as COUNTERS
+from wavefront.workbench.counters.model import COMPARE_SCHEMA as COUNTERS_COMPARE
+from wavefront.workbench.counters.model import SCHEMA as COUNTERS
 
 MAX_ROWS = 2000
 MAX_CELL_CHARS = 120

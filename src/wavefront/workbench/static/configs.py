@@ -38,7 +38,7 @@ import itertools
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -289,6 +289,8 @@ class Excluded:
 
 @dataclass
 class GpuConfigs:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     targets: tuple[str, ...]
     dtype: str
     configs: list[GpuConfig] = field(default_factory=list)
@@ -361,7 +363,7 @@ def gpu_configs(targets: Iterable[str] = TARGETS, ops: Iterable[str] | None = No
                 result.configs.append(GpuConfig(name, target, key, [c.name for c in cases], small, small_sms, note,
                                                 base))
             for variant in VARIANTS:
-                if variant.op == name and target in variant.targets:
+                if variant.op == name and target in variant.targets and not variant.interpreted:
                     covered = tuple(c.name for c in spec.bench_cases if variant.covers(c))
                     if covered:
                         result.excluded.append(Excluded(name, target, variant.name, covered,
@@ -402,9 +404,11 @@ class ConfigRun:
     ran: frozenset[str]
 
 
-def run_config(cfg: GpuConfig, dtype: torch.dtype = DTYPE) -> ConfigRun:
-    """Run `cfg`'s small problem forward and backward under the interpreter with its target assumed, against
-    the float64 reference (the op's accuracy rule), recording the launches."""
+def run_config(cfg: GpuConfig, check_case: Callable[[OpSpec, Case, torch.dtype], Any],
+               dtype: torch.dtype = DTYPE) -> ConfigRun:
+    """Run `cfg`'s small problem forward and backward under the interpreter with its target assumed, recording
+    the launches; `check_case(spec, case, dtype)` checks it against the float64 reference (the op's accuracy
+    rule: bench.correctness.check_case, passed in so that static needs nothing from bench)."""
     if cfg.small is None:
         raise ValueError(f"{cfg.id}: no small problem selects this configuration ({cfg.note})")
     if not runtime.interpreting():

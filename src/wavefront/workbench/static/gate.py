@@ -292,18 +292,3 @@ def is_static_baseline(path: str | Path) -> bool:
         return json.loads(p.read_text()).get("schema") == BASELINE_SCHEMA
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def perf_half(baseline_ref: str, current_ref: str = "latest", *, store_path: str | Path = "wavefront-results.sqlite",
-              threshold: float = 0.05) -> tuple[HalfResult, str]:
-    """The dynamic gate as a half: one finding per case that slowed beyond threshold and noise, grew its
-    peak memory, errors now, or went missing. Returns the half and the markdown summary."""
-    try:
-        report = gate_runs(baseline_ref, current_ref, store_path=str(store_path), threshold=threshold)
-    except (StoreError, ValueError, FileNotFoundError) as exc:
-        result = HalfResult("perf", notes=[f"cannot compare: {exc}"])
-        result.findings.append(Finding("perf", str(baseline_ref), "unusable", str(exc)))
-        return result, f"## Dynamic perf gate: FAILED\n\n{exc}\n"
-    findings = [Finding("perf", r.label, r.status, r.why or r.status) for r in report.failures]
-    result = HalfResult("perf", findings=findings, notes=list(report.notes), compared=len(report.rows))
-    return result, report.markdown()

@@ -28,7 +28,7 @@ import platform
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -36,6 +36,7 @@ from wavefront import runtime
 from wavefront.kernels._launch import Launch, TensorArg
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
+from wavefront.workbench.document import decode
 from wavefront.workbench.hardware import gpu_for_target
 from wavefront.workbench.static.aot import CompileJob, CompileResult, TensorProxy, WorkerPool, gpu_target
 from wavefront.workbench.static.capture import capture
@@ -127,14 +128,11 @@ class KernelRow:
     def as_dict(self) -> dict:
         return asdict(self) | {"key": self.key, "spills": self.spills}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> KernelRow:
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in names})
-
 
 @dataclass
 class InspectReport:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     rows: list[KernelRow]
     targets: list[str]
     dtype: str
@@ -152,7 +150,7 @@ class InspectReport:
     def from_dict(cls, d: dict) -> InspectReport:
         if d.get("schema") != SCHEMA:
             raise ValueError(f"not an inspect document: schema {d.get('schema')!r}, expected {SCHEMA!r}")
-        return cls([KernelRow.from_dict(r) for r in d["rows"]], list(d["targets"]), d["dtype"], d.get("versions", {}))
+        return cls([decode(KernelRow, r) for r in d["rows"]], list(d["targets"]), d["dtype"], d.get("versions", {}))
 
 
 @dataclass

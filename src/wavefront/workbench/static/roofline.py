@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 from wavefront import runtime
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
-from wavefront.workbench.bench.store import open_run
-from wavefront.workbench.hardware import GPU, get_gpu, gpu_for_target, gpu_from_device_name
-from wavefront.workbench.static.capture import capture, op_modes
-from wavefront.workbench.static.inspect import compile_jobs, job_for, specialization_key
+from wavefront.workbench.document import encode
+from wavefront.workbench.hardware import GPU, get_gpu, gpu_from_device_name
+from wavefront.workbench.static.capture import op_modes
 
 SCHEMA = "wavefront.roofline/1"
 
@@ -62,12 +62,11 @@ class RooflinePoint:
     measured_us: float | None = None
     pct_of_roof: float | None = None
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
 class RooflineReport:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     device: GPU
     dtype: str
     points: list[RooflinePoint]
@@ -75,7 +74,7 @@ class RooflineReport:
     def as_dict(self) -> dict:
         return {"schema": SCHEMA, "device": self.device.as_dict(), "dtype": self.dtype,
                 "note": "modeled from dense vendor peaks; not a measurement",
-                "points": [p.as_dict() for p in self.points]}
+                "points": encode(self.points)}
 
 
 def point(spec: OpSpec, case: Case, mode: str, dtype: torch.dtype, gpu: GPU, *, uses_matrix: bool = False,
@@ -134,13 +133,12 @@ def load_measured(path: str | Path) -> dict[tuple[str, str, str, str, str], floa
     return out
 
 
-def measured_from_store(store_path: str | Path, run_ref: str = "latest",
-                        provider: str = "wavefront") -> dict[tuple[str, str, str, str, str], float]:
-    """Median times of one stored GPU run (``wavefront bench`` on a GPU) for `provider`, keyed like
-    :func:`load_measured`. A CPU-timed run is refused: interpreter wall times are no performance figures."""
-    run = open_run(run_ref, store_path)
+def measured_times(run, provider: str = "wavefront") -> dict[tuple[str, str, str, str, str], float]:
+    """Median times of one stored GPU run (``wavefront bench`` on a GPU; a bench StoredRun) for `provider`,
+    keyed like :func:`load_measured`. A CPU-timed run is refused: interpreter wall times are no performance
+    figures."""
     if not run.info.is_gpu:
-        raise ValueError(f"run {run.info.id} of {store_path} was not timed on a GPU ({run.info.timing}); "
+        raise ValueError(f"run {run.info.id} was not timed on a GPU ({run.info.timing}); "
                          "its times are not performance figures")
     key = gpu_from_device_name(run.info.device_name).key
     return {(m.op, m.case, m.mode, m.dtype, key): m.median_us for m in run.measurements

@@ -35,6 +35,7 @@ import inspect
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -354,6 +355,8 @@ class TrafficRow:
 
 @dataclass
 class TrafficReport:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     rows: list[TrafficRow]
     dtype: str
     note: str = "bytes counted by the Triton interpreter on CPU; wall times are not performance figures"

@@ -4,17 +4,21 @@ dispatch reaches (opt-in, or not yet run on a GPU) but whose machine code is par
 A variant names its op, the targets it is planned for, the cases it covers, and a function that launches it
 on an op's inputs (recorded without executing, as the op's own launches are; see ``static.capture``). Its
 rows sit beside the op's rows under the same op/mode/case with the variant kernel's own name, so every
-existing row is unchanged.
+existing row is unchanged. A variant that runs the op itself with an opt-in switched on names the kernels that
+are its own (``kernels``): the op's other launches (quantization, say) are its default rows already.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from wavefront.kernels import attention_fa3, attention_gluon
+from wavefront import ops
+from wavefront.kernels import linear_fp8 as fp8_kernels
 from wavefront.kernels._launch import Launch, recording
 from wavefront.ops._spec import Case, OpInputs, OpSpec
 from wavefront.workbench.static.capture import NoCompute, _triton_path, seed
@@ -28,6 +32,10 @@ class Variant:
     targets: tuple[str, ...]
     covers: Callable[[Case], bool]
     run: Callable[[OpInputs], object]
+    #: the kernels whose launches are this variant's rows; empty: every launch of ``run``
+    kernels: tuple[str, ...] = ()
+    #: the interpreter runs it (its own tests), so the GPU configurations do not list it as unrun
+    interpreted: bool = False
 
 
 def _gluon_attention_covers(case: Case) -> bool:
@@ -48,11 +56,36 @@ def _fa3_attention_run(inputs: OpInputs):
     return attention_fa3.attention_fwd(q, k, v, bool(inputs.kwargs.get("causal", False)), scale)
 
 
+@contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _fp8_tma_run(inputs: OpInputs):
+    # The op's forward as a user with the flag gets it: every recipe's product on _fp8_gemm_tma_kernel (the
+    # flag makes the auto provider ours for tensorwise and rowwise too); its quantize launches are filtered out.
+    with _env(fp8_kernels.TMA_ENV_FLAG, "1"):
+        return ops.linear_fp8(*inputs.args, **inputs.kwargs)
+
+
 VARIANTS: tuple[Variant, ...] = (
     # The Gluon attention forward: compiled and read, never run here (kernels/attention_gluon.py).
     Variant("attention", "gluon_sm90", "fwd", ("sm_90",), _gluon_attention_covers, _gluon_attention_run),
     # The FA3-schedule forward (warp-specialized, ping-pong, persistent; kernels/attention_fa3.py): same cover.
     Variant("attention", "fa3_sm90", "fwd", ("sm_90",), _gluon_attention_covers, _fa3_attention_run),
+    # The FP8 GEMMs on the persistent, warp-specialized TMA kernel (WAVEFRONT_FP8_TMA=1, kernels/linear_fp8.py):
+    # the forward product of every bench recipe. Opt-in until a GPU run proves it; the interpreter runs it
+    # (tests/ops/test_linear_fp8_tma.py).
+    Variant("linear_fp8", "fp8_tma", "fwd", ("sm_90", "sm_100"), lambda case: True, _fp8_tma_run,
+            kernels=("_fp8_gemm_tma_kernel",), interpreted=True),
 )
 
 
@@ -71,4 +104,4 @@ def capture_variant(spec: OpSpec, case: Case, dtype: torch.dtype, variant: Varia
                 variant.run(inputs)
             except ValueError:
                 return []
-    return launches
+    return [la for la in launches if not variant.kernels or la.name in variant.kernels]

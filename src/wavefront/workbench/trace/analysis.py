@@ -1,5 +1,5 @@
 """One call from trace files to every analysis: :func:`analyze` returns a :class:`TraceAnalysis`
-(dataclasses) whose ``to_json()`` is the ``wavefront.trace.analyze/2`` document (:data:`SCHEMA`).
+(dataclasses) whose ``as_dict()`` is the ``wavefront.trace.analyze/2`` document (:data:`SCHEMA`).
 
 Each file is parsed once. Ranks are analyzed in parallel processes (``workers``, default: the CPUs this
 process may use), each returning its :class:`RankAnalysis`; a single large uncompressed file is read in
@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import numpy.ma  # noqa: F401 - np.percentile imports it: once in the parent, not in every forked worker
@@ -95,13 +95,13 @@ class TraceAnalysis:
     wall_s: float | None = None  # this analysis on this machine's CPU
     annotation: dict[str, Any] | None = None  # what annotate_to wrote
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "warnings": self.warnings, "ranks": [r.as_dict() for r in self.ranks],
-                "multirank": self.multirank.as_dict() if self.multirank else None}
+    SCHEMA: ClassVar[str] = SCHEMA
 
-    def to_json(self) -> dict[str, Any]:
+    def as_dict(self) -> dict:
         """The ``wavefront.trace.analyze/2`` document (docs/json/trace.md)."""
-        return self.as_dict() | {"inputs": self.inputs, "analysis_wall_s": self.wall_s, "annotation": self.annotation}
+        return {"schema": SCHEMA, "warnings": self.warnings, "ranks": [r.as_dict() for r in self.ranks],
+                "multirank": self.multirank.as_dict() if self.multirank else None, "inputs": self.inputs,
+                "analysis_wall_s": self.wall_s, "annotation": self.annotation}
 
 
 def _identity(args: dict[str, Any] | None) -> tuple[Any, ...] | None:

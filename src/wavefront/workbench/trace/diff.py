@@ -15,12 +15,13 @@ sides, or the same values on both sides, is ``same``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from wavefront.workbench import stats
+from wavefront.workbench.document import encode
 from wavefront.workbench.trace.analysis import TraceAnalysis
 from wavefront.workbench.trace.breakdown import CATEGORIES
 
@@ -42,22 +43,26 @@ class DiffRow:
     verdict: str  # faster | slower | same | unknown (B relative to A)
     note: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
 class TraceDiff:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     rows: list[DiffRow]
     domain_a: str
     domain_b: str
     n_steps_a: int
     n_steps_b: int
     warnings: list[str] = field(default_factory=list)
+    a: list[str] = field(default_factory=list)  # the trace files of A (TraceAnalysis.inputs)
+    b: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict:
+        """The ``wavefront.trace.diff/1`` document (docs/json/trace.md)."""
         return {"schema": SCHEMA, "domain_a": self.domain_a, "domain_b": self.domain_b, "n_steps_a": self.n_steps_a,
-                "n_steps_b": self.n_steps_b, "warnings": self.warnings, "rows": [r.as_dict() for r in self.rows]}
+                "n_steps_b": self.n_steps_b, "warnings": self.warnings, "rows": encode(self.rows), "a": self.a,
+                "b": self.b}
 
 
 def compare_samples(kind: str, key: str, a: list[float], b: list[float], *, alpha: float = 0.01,
@@ -128,4 +133,4 @@ def diff(a: TraceAnalysis, b: TraceAnalysis, *, top: int = 15, alpha: float = 0.
     for fam in sorted(total, key=lambda f: -total[f])[:top]:
         rows.append(compare_samples("family", fam, fa.get(fam, [0.0] * n_a), fb.get(fam, [0.0] * n_b),
                                     alpha=alpha, equivalence=equivalence))
-    return TraceDiff(rows, dom_a, dom_b, n_a, n_b, warnings)
+    return TraceDiff(rows, dom_a, dom_b, n_a, n_b, warnings, list(a.inputs), list(b.inputs))

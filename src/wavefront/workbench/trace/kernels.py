@@ -15,12 +15,11 @@ peak for the dtype and its HBM bandwidth from :mod:`wavefront.workbench.hardware
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from wavefront.workbench import hardware
+from wavefront.workbench.document import encode
 from wavefront.workbench.trace.breakdown import Step
 from wavefront.workbench.trace.classify import CLASS_NAMES, DeviceClasses, family
 from wavefront.workbench.trace.flops import DTYPE_PEAK, op_cost
@@ -45,9 +44,6 @@ class KernelStats:
     p90_ns: float = 0.0
     max_ns: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class RooflinePoint:
@@ -67,9 +63,6 @@ class RooflinePoint:
     bound: str | None  # "memory" | "compute"
     median_ns: float = 0.0  # median_us in nanoseconds (the median of integer-nanosecond call times)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"kernels": list(self.kernels)}
-
 
 @dataclass
 class KernelReport:
@@ -82,8 +75,8 @@ class KernelReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"domain": self.domain, "gpu": self.gpu, "notes": self.notes,
-                "kernels": [k.as_dict() for k in self.kernels], "families": [k.as_dict() for k in self.families],
-                "roofline": [p.as_dict() for p in self.roofline]}
+                "kernels": encode(self.kernels), "families": encode(self.families),
+                "roofline": encode(self.roofline)}
 
 
 def top_level_cpu_ops(trace: Trace) -> np.ndarray:

@@ -38,8 +38,9 @@ def _name(step: int) -> str:
 def save(ckpt_dir: str | Path, step: int, model, optimizer, meta: dict, ep=None) -> Path:
     """Save after `step` completed (resume starts at step + 1). Collective: every rank calls it. ep: the
     run's expert-parallel state (expert weights and their optimizer states are stored full, (E, ...))."""
-    import torch.distributed.checkpoint as dcp  # lazy: torch-free import
-    from torch.distributed.checkpoint.state_dict import get_state_dict  # lazy: torch-free import
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
 
     root = Path(ckpt_dir)
     path = root / _name(step)
@@ -114,8 +115,9 @@ def resume_point(ckpt_dir: str | Path) -> ResumePoint:
 
 def load(meta: dict, model, optimizer, ep=None) -> None:
     """Load a checkpoint found by :func:`resume_point` into the (already wrapped) model and optimizer."""
-    import torch.distributed.checkpoint as dcp  # lazy: torch-free import
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # lazy: torch-free import
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
 
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": full_optim_state(optim_sd, ep, gather=False)}

@@ -30,7 +30,8 @@ import torch.distributed as dist
 
 from wavefront.nn import tokens_per_expert
 from wavefront.parallel import expert_parallel, expert_parameters
-from wavefront.workbench.distributed.train.config import ConfigError
+from wavefront.workbench.distributed.train.errors import ConfigError
+from wavefront.workbench.distributed.train.mesh import Layout
 
 
 def moe_shape(config) -> tuple[int, int] | None:
@@ -40,17 +41,18 @@ def moe_shape(config) -> tuple[int, int] | None:
     return (int(n_experts), int(top_k)) if n_experts and top_k else None
 
 
-def validate(ep: int, world_size: int, plan: str, variants: tuple[str, ...], config) -> None:
-    """Raise ConfigError naming the problem; runs before any work."""
+def validate(ep: int, layout: Layout, variants: tuple[str, ...], config) -> None:
+    """Raise ConfigError naming the problem; runs before any work. `layout`: the run's, resolved."""
     if ep < 1:
         raise ConfigError(f"--ep must be >= 1, got {ep}")
     if ep == 1:
         return
-    if plan not in ("ddp", "fsdp2"):
+    data_parallel_only = layout.tp == layout.pp == layout.cp == 1 and 1 in (layout.dp_shard, layout.dp_replicate)
+    if layout.dp < 2 or not data_parallel_only:
         raise ConfigError(f"--ep {ep} splits experts over the data-parallel ranks of --parallel ddp or fsdp2 (auto "
-                          f"with several processes), not {plan}")
-    if world_size % ep:
-        raise ConfigError(f"--ep {ep} must divide the data-parallel world size {world_size}")
+                          f"with several processes, or --dp-shard alone), not {layout.label()}")
+    if layout.dp % ep:
+        raise ConfigError(f"--ep {ep} must divide the data-parallel world size {layout.dp}")
     shape = moe_shape(config)
     if shape is None:
         raise ConfigError(f"--ep needs a mixture-of-experts model (tiny-mixtral, tiny-qwen3-moe, ...), got "

@@ -39,6 +39,7 @@ from torch import nn
 from wavefront.nn.fp8 import Float8Linear
 from wavefront.parallel.fp8_fsdp import RECIPES as GATHERED
 from wavefront.parallel.fp8_fsdp import enable_fp8_all_gather
+from wavefront.workbench.distributed.train.mesh import Layout
 
 
 @dataclass(frozen=True)
@@ -79,31 +80,27 @@ def mixed_mfu(tokens_per_s: float, model_flops: float, fp8: Fp8Flops, bf16_peak:
     return tokens_per_s * ideal_s_per_token / world_size
 
 
-def needs_bf16_params(plan: str, dp: int) -> bool:
+def needs_bf16_params(layout: Layout) -> bool:
     """True where nothing else gives the FP8 layers bf16 weights (no FSDP2 bf16 param_dtype)."""
-    return not (plan == "fsdp2" or (plan == "mesh" and dp > 1))
+    return not layout.shards
 
 
 def cast_params_bf16(model: nn.Module) -> None:
     model.to(torch.bfloat16)
 
 
-def all_gather_problem(cfg, world_size: int, plan: str) -> str | None:
-    """Why ``--fp8-all-gather`` cannot run with these options (a one-line error), or None."""
+def all_gather_problem(cfg, layout: Layout) -> str | None:
+    """Why ``--fp8-all-gather`` cannot run with these options on the run's resolved `layout` (a one-line error),
+    or None."""
     if not cfg.fp8_all_gather:
         return None
-
     if cfg.fp8 is None:
         return "--fp8-all-gather gathers the weights of the FP8 layers: pass --fp8 RECIPE too"
     if cfg.fp8 not in GATHERED:
         return f"--fp8-all-gather: recipe {cfg.fp8} has no FP8 all-gather (supported: {', '.join(GATHERED)})"
-    if plan == "mesh":
-        layout = cfg.layout().resolved(world_size)
-        if layout.tp > 1 or layout.pp > 1 or layout.dp_replicate > 1 or layout.dp_shard < 2:
-            return ("--fp8-all-gather needs FSDP2 sharding only (--dp-shard >= 2, or --parallel fsdp2), not "
-                    "TP, PP or HSDP replicas")
-    elif plan != "fsdp2":
-        return f"--fp8-all-gather is an FSDP2 option: use --parallel fsdp2 or --dp-shard N, not {plan}"
+    if layout.tp > 1 or layout.pp > 1 or layout.dp_replicate > 1 or layout.dp_shard < 2:
+        return (f"--fp8-all-gather is an FSDP2 option and needs FSDP2 sharding only (--dp-shard >= 2, or --parallel "
+                f"fsdp2), not TP, PP, HSDP replicas or DDP; this run's layout: {layout.label()}")
     if cfg.ep > 1:
         return "--fp8-all-gather with --ep is not supported"
     if cfg.checkpoint_dir:

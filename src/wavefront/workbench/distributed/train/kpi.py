@@ -31,7 +31,7 @@ import os
 import statistics
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
@@ -113,9 +113,6 @@ class Summary:
     #: step's, and the tokens per expert (train/expert_parallel.py); MFU and HFU then count active parameters
     moe_imbalance: float | None = None
     moe: dict | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def flops_per_token(config, seq_len: int, n_matmul_params: int, recompute: str) -> tuple[float, float]:

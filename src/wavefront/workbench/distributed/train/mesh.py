@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from wavefront.workbench.distributed.train.config import ConfigError
+from wavefront.workbench.distributed.train.errors import ConfigError
 
 #: Mesh dimension names, outermost first.
 DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
@@ -43,6 +43,7 @@ class Layout:
     vpp: int = 1  # pipeline stages (model chunks) per rank
     pp_schedule: str = "1f1b"
     source: str = "options"  # "options" or "plan FILE rank K: LABEL"
+    ep: int = 1  # expert parallelism: the experts split over groups of `ep` data-parallel ranks (not a mesh dimension)
 
     def resolved(self, world_size: int) -> Layout:
         if self.dp_shard:
@@ -69,6 +70,16 @@ class Layout:
     def dp(self) -> int:
         """Data-parallel replicas of the batch (each reads its own slice)."""
         return self.dp_replicate * self.dp_shard
+
+    @property
+    def replicates_only(self) -> bool:
+        """Data parallelism without sharding and nothing else split: DDP's all-reduce, not FSDP2."""
+        return self.dp_shard == 1 and self.dp_replicate > 1 and self.tp == self.cp == self.pp == 1
+
+    @property
+    def shards(self) -> bool:
+        """FSDP2 wraps the model (and gives it bf16 parameters for compute under bf16)."""
+        return self.dp > 1 and not self.replicates_only
 
     @property
     def n_stages(self) -> int:
@@ -153,6 +164,15 @@ def _check_batch(lay: Layout, global_batch: int, micro_batch: int) -> None:
                           f"of --pp {lay.pp}")
 
 
+def for_plan(plan: str, options: Layout, world_size: int) -> Layout:
+    """The layout a ``--parallel`` name stands for: "single", "ddp" and "fsdp2" are degenerate meshes (nothing,
+    ``dp_replicate`` = world, ``dp_shard`` = world); "mesh" is `options` resolved for this launch."""
+    if plan == "mesh":
+        return options.resolved(world_size)
+    replicate, shard = {"single": (1, 1), "ddp": (world_size, 1), "fsdp2": (1, world_size)}[plan]
+    return Layout(dp_shard=shard, dp_replicate=replicate, ep=options.ep, source=f"--parallel {plan}")
+
+
 def from_plan_document(doc: dict, rank: int, source: str) -> tuple[Layout, int]:
     """(layout, micro_batch) of plan number `rank` (0 = best) in a ``wavefront.plan/1`` document."""
     if not isinstance(doc, dict) or doc.get("schema") != "wavefront.plan/1":
@@ -199,7 +219,8 @@ def read_plan(path: str, rank: int) -> tuple[Layout, int, dict]:
 
 def build_mesh(layout: Layout, device_type: str):
     """One DeviceMesh with every dimension named (size-1 dimensions included, so code can always slice)."""
-    from torch.distributed.device_mesh import init_device_mesh  # lazy: torch-free import
+    # function-local: this module is torch-free (config.py, read by the launching process, imports it)
+    from torch.distributed.device_mesh import init_device_mesh
 
     return init_device_mesh(device_type, tuple(layout.degrees.values()), mesh_dim_names=DIMS)
 

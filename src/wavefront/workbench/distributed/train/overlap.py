@@ -48,12 +48,12 @@ def problems(*, fsdp_prefetch: int, reshard_after_forward, async_tp: bool, plan:
         reshard = parse_reshard(reshard_after_forward)
     except ValueError as e:
         return [str(e)]
-    fsdp = plan == "fsdp2" or (plan == "mesh" and layout is not None and layout.dp > 1)
+    fsdp = plan == "fsdp2" or (plan == "mesh" and layout is not None and layout.shards)  # replicas only: DDP
     if fsdp_prefetch < 0:
         out.append(f"--fsdp-prefetch must be >= 0, got {fsdp_prefetch}")
     if (fsdp_prefetch or reshard is not True) and not fsdp:
         out.append("--fsdp-prefetch/--reshard-after-forward set FSDP2 options, but this run does not shard with "
-                   "FSDP2 (use --parallel fsdp2, or a mesh with --dp-shard/--dp-replicate > 1)")
+                   "FSDP2 (use --parallel fsdp2, or a mesh with --dp-shard > 1; replicas alone run DDP)")
     if (fsdp_prefetch or reshard is not True) and layout is not None and layout.pp > 1:
         out.append("--fsdp-prefetch/--reshard-after-forward are not applied to pipeline stages yet; drop them with "
                    "--pp")
@@ -139,7 +139,9 @@ def _dim_of_cpu_op(name: str, in_fsdp: bool, degrees: dict[str, int]) -> str:
 def _cpu_compute(trace, comm_rows):
     """CPU operators that are not collectives and enclose none on their thread: an op that issued a blocking
     collective (a DTensor-dispatched linear, FSDP's hooks) is waiting, not computing, while it runs."""
-    import numpy as np  # lazy: numpy-free import
+    # function-local (here and in comm_by_dim): the CLI imports this module for its help texts, and
+    # `wavefront train --help` should not load numpy and the trace reader; only a profiled run needs them
+    import numpy as np
 
     from wavefront.workbench.trace.intervals import IntervalSet  # lazy: numpy-free import
     from wavefront.workbench.trace.model import CAT_CPU_OP  # lazy: numpy-free import
@@ -163,7 +165,7 @@ def comm_by_dim(path: str, degrees: dict[str, int], n_steps: int = 1) -> dict[st
     Device traces attribute each communication kernel by its process group (the profiler's collective
     args); CPU (gloo) traces by the rules of :func:`_dim_of_cpu_op`. Dimensions without communication in
     the trace are absent."""
-    import numpy as np  # lazy: numpy-free import
+    import numpy as np  # function-local: see _cpu_compute
 
     from wavefront.workbench.trace.breakdown import build_timeline, cpu_comm_rows  # lazy: numpy-free import
     from wavefront.workbench.trace.classify import COMM, classify_device  # lazy: numpy-free import

@@ -1,69 +1,56 @@
-"""Apply a mesh layout to a model: tensor + sequence parallelism over ``tp``, then FSDP2 over the
-data-parallel dimensions (HSDP when ``dp_replicate`` > 1), in torchtitan's order (TP first, so FSDP2
-shards the tensor-parallel DTensors along a second mesh dimension).
+"""Apply a layout to a model: the pipeline cut first, then per stage TP, CP, EP and data parallelism
+(dimensions.py), in torchtitan's order. Single process, DDP and FSDP2 are degenerate layouts of the one mesh
+(mesh.for_plan): every run builds the mesh and goes through here.
 
-Pipeline parallelism cuts the model first (pipeline.py) and calls :func:`parallelize` on each stage.
+Why this order: the cut decides which modules a rank holds at all, so it comes first; TP turns weights into
+DTensors that FSDP2 then shards along a second mesh dimension; CP only reroutes attention; EP splits the
+experts before data parallelism, which must leave them out of its reduction; data parallelism wraps what
+the others left. To add a dimension: a degree on :class:`mesh.Layout` and one function in dimensions.py,
+placed in :func:`dimensions.parallelize_stage` (docs/developing.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import torch
 from torch import nn
 
-from wavefront.workbench.distributed.train import tensor_parallel
+from wavefront.workbench.distributed.train import pipeline
+from wavefront.workbench.distributed.train.dimensions import (
+    Parallelized,
+    ParallelOptions,
+    finish_backward,
+    parallelize_stage,
+)
 from wavefront.workbench.distributed.train.mesh import Layout
 from wavefront.workbench.distributed.train.overlap import set_prefetch
 
-
-@dataclass
-class Parallelized:
-    """What the training step needs to know about a parallelized module."""
-
-    module: nn.Module
-    partial_grads: list[str] = field(default_factory=list)  # summed over tp after backward
-    fsdp: bool = False
+__all__ = ["Parallelized", "ParallelOptions", "RunLayout", "finish_backward", "parallelize", "resolve"]
 
 
-def data_parallel_mesh(mesh, layout: Layout):
-    """The mesh FSDP2 shards over: (dp_replicate, dp_shard) for HSDP, else dp_shard."""
-    if layout.dp_replicate > 1:
-        return mesh["dp_replicate", "dp_shard"]
-    return mesh["dp_shard"]
+@dataclass(frozen=True)
+class RunLayout:
+    """The layout a launch runs and how the run reports it."""
+
+    layout: Layout
+    label: str  # provenance "parallel": the --parallel name, or "mesh <label>"
+    document: dict | None  # provenance "layout": the mesh's degrees when asked for as a mesh
+    #: asked for as a mesh (not a --parallel name): the run reports the planner's prediction (predict.py) and,
+    #: when profiled, the communication per mesh dimension (as FSDP2 runs do)
+    as_mesh: bool
 
 
-def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    if not names:
-        return [m for n, m in model.named_modules() if n.rsplit(".", 1)[-1].isdigit() and ".layers" in f".{n}"]
-    return [m for m in model.modules() if type(m).__name__ in names]
+def resolve(cfg, world_size: int) -> RunLayout:
+    """The run's layout: the mesh options, or the degenerate mesh its ``--parallel`` name stands for."""
+    plan = cfg.resolve_parallel(world_size)
+    layout = cfg.run_layout(world_size)
+    if plan == "mesh":
+        return RunLayout(layout, f"mesh {layout.label()}", layout.as_dict(), True)
+    return RunLayout(layout, plan, None, False)
 
 
-def parallelize(model: nn.Module, mesh, layout: Layout, *, bf16: bool, layers: list[nn.Module] | None = None,
-                reshard_after_forward: bool | int = True, prefetch: int = 0) -> Parallelized:
-    """TP/SP over ``mesh["tp"]`` when tp > 1, then FSDP2 per decoder layer and at the root when dp > 1
-    (``reshard_after_forward`` and explicit ``prefetch`` of that many layers: overlap.py)."""
-    out = Parallelized(model)
-    if layout.tp > 1:
-        out.partial_grads = tensor_parallel.apply(model, mesh["tp"])
-    if layout.dp > 1:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # lazy: torch-free import
-
-        dp_mesh = data_parallel_mesh(mesh, layout)
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else \
-            MixedPrecisionPolicy()
-
-        layers = layers if layers is not None else decoder_layers(model)
-        for layer in layers:
-            fully_shard(layer, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
-        fully_shard(model, mesh=dp_mesh, mp_policy=mp)
-        set_prefetch(layers, prefetch)
-        out.fsdp = True
-    return out
-
-
-def finish_backward(p: Parallelized, mesh, layout: Layout) -> None:
-    """What the gradients need after the last micro-batch's backward: the tp sum of partial ones."""
-    if layout.tp > 1:
-        tensor_parallel.reduce_partial_grads(p.module, p.partial_grads, mesh["tp"])
+def parallelize(model: nn.Module, layout: Layout, mesh, opts: ParallelOptions) -> Parallelized:
+    """`model` (on its device) parallelized in place over `mesh`; ``.module`` is what trains."""
+    if layout.pp > 1:
+        return pipeline.build_stages(model, mesh, layout, opts)[1]
+    return parallelize_stage(Parallelized(model, root=model), mesh, layout, opts)

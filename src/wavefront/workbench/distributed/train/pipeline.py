@@ -31,11 +31,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed import pipelining
+from torch.distributed.tensor import DTensor, Shard
 
 from wavefront import ops
 from wavefront.parallel import shard_sequence
+from wavefront.workbench.distributed.train.dimensions import Parallelized, ParallelOptions, parallelize_stage
 from wavefront.workbench.distributed.train.mesh import PP_SCHEDULES, Layout
-from wavefront.workbench.distributed.train.parallelize import Parallelized, parallelize
 
 
 def split_layers(n_layers: int, n_stages: int) -> list[range]:
@@ -85,8 +87,6 @@ class Stage(nn.Module):
         if self.first:
             h = self.model.embed_tokens(x)
         elif self.tp_mesh is not None:
-            from torch.distributed.tensor import DTensor, Shard  # lazy: torch-free import
-
             h = DTensor.from_local(x, self.tp_mesh, (Shard(1),), run_check=False)
         else:
             h = x
@@ -161,8 +161,6 @@ class Pipeline:
 
     def __init__(self, stages: list[tuple[int, nn.Module]], layout: Layout, pp_group, device, n_micro: int,
                  loss_fn):
-        from torch.distributed import pipelining  # lazy: torch-free import
-
         self.layout, self.n_micro = layout, n_micro
         self.clock = BusyClock()
         self.pipe_stages = []
@@ -198,15 +196,23 @@ class Pipeline:
 
 def build(whole: nn.Module, mesh, layout: Layout, *, bf16: bool, device, n_micro: int, n_items: int,
           patched: bool):
-    """(Pipeline, Parallelized over this rank's stages held in one ModuleList) for this pipeline rank."""
+    """(Pipeline, Parallelized over this rank's stages held in one ModuleList) for this pipeline rank: the cut,
+    then every other dimension on each stage (dimensions.py)."""
+    opts = ParallelOptions(bf16=bf16, device=device, n_micro=n_micro, n_items=n_items, patched=patched)
+    return build_stages(whole, mesh, layout, opts)
+
+
+def build_stages(whole: nn.Module, mesh, layout: Layout, opts: ParallelOptions) -> tuple[Pipeline, Parallelized]:
     tp_mesh = mesh["tp"] if layout.tp > 1 else None
     stages = cut(whole, layout, mesh["pp"].get_local_rank(), tp_mesh, (mesh["cp"].get_local_rank(), layout.cp))
-    pars = [parallelize(m, mesh, layout, bf16=bf16, layers=list(m.model.layers.values())) for _, m in stages]
+    pars = [parallelize_stage(Parallelized(m, root=whole), mesh, layout, opts, layers=list(m.model.layers.values()))
+            for _, m in stages]
     holder = nn.ModuleList([m for _, m in stages])
     names = [f"{i}.{n}" for i, par in enumerate(pars) for n in par.partial_grads]
-    pipe = Pipeline(stages, layout, mesh["pp"].get_group(), device, n_micro,
-                    causal_lm_loss(n_items, patched, shifted=layout.cp > 1))
-    return pipe, Parallelized(holder, names, any(p.fsdp for p in pars))
+    pipe = Pipeline(stages, layout, mesh["pp"].get_group(), opts.device, opts.n_micro,
+                    causal_lm_loss(opts.n_items, opts.patched, shifted=layout.cp > 1))
+    return pipe, Parallelized(holder, names, any(p.fsdp for p in pars), root=whole, pipe=pipe,
+                              cp_group=pars[0].cp_group)
 
 
 def _schedule_class(layout: Layout) -> str:

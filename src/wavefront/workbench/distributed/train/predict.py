@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from wavefront.workbench.distributed import comm
 from wavefront.workbench.distributed.train.mesh import Layout
+from wavefront.workbench.document import encode
 from wavefront.workbench.hardware import GPU
 from wavefront.workbench.planner import Efficiency, Link, ModelSpec, PlanConfig, Training, evaluate
 from wavefront.workbench.planner.cluster import Cluster
@@ -49,9 +50,6 @@ class MeasuredDevice:
     ram_gb: float
     threads: int
     source: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _best(fn, repeats: int = 5) -> float:
@@ -120,9 +118,9 @@ def predict(dev: MeasuredDevice, hf_config, layout: Layout, *, world: int, seq_l
                      source="measured rates are achieved rates: efficiencies 1")
     result = evaluate(spec, plan_config(layout, micro_batch, recompute), training, _cluster(dev, world), eff)
     if result.time is None:
-        return {"ok": False, "reasons": list(result.reasons), "device": dev.as_dict()}
+        return {"ok": False, "reasons": list(result.reasons), "device": encode(dev)}
     t = result.time
-    return {"ok": True, "plan": result.config.label(), "device": dev.as_dict(), "time": t.as_dict(),
+    return {"ok": True, "plan": result.config.label(), "device": encode(dev), "time": encode(t),
             "tokens_per_s": global_batch * seq_len / t.step_s,
             "memory_bytes": result.memory.total_bytes if result.memory is not None else None}
 

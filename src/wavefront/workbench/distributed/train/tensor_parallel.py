@@ -152,7 +152,8 @@ def _vocab_head(model: nn.Module) -> str | None:
 def _shard_head(model: nn.Module, head: str, tied_to: str | None, tp_mesh) -> None:
     """Shard the LM head's rows over `tp_mesh` (Shard(0), as ColwiseParallel does for a Linear) and route the
     training loss through the vocabulary-parallel one. A tied head takes the embedding's sharded table."""
-    from torch.distributed.tensor import DTensor, Shard, distribute_tensor  # lazy: torch-free import
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
 
     module = model.get_submodule(head)
     if tied_to is not None:  # the same [V, H] table: re-tie after parallelize_module gave each its own copy

@@ -1,6 +1,6 @@
 """``wavefront counters`` as library calls: a request in, a result that owns its JSON document out.
 
-    from wavefront.workbench.counters import job
+    from wavefront.workbench.jobs import counters as job
     job.counters(job.CountersRequest("profile.csv", device="h100", inspect="inspect.json")).as_dict()
     job.compare(job.CompareRequest("a.csv", "b.csv")).as_dict()         # wavefront.counters.compare/1
 
@@ -17,26 +17,17 @@ import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from wavefront.workbench import stats
 from wavefront.workbench.counters.analysis import KernelRow, analyse, occupancy
 from wavefront.workbench.counters.load import load
-from wavefront.workbench.counters.model import CountersLoadError, Launch, Profile
+from wavefront.workbench.counters.model import COMPARE_SCHEMA, SCHEMA, CountersLoadError, Launch, Profile
 from wavefront.workbench.hardware import GPU, get_gpu, gpu_from_device_name
+from wavefront.workbench.jobs.request import RequestError
 
-SCHEMA = "wavefront.counters/1"
-COMPARE_SCHEMA = "wavefront.counters.compare/1"
 #: Metrics compared A/B, per kernel shape (duration in us, bytes, FLOP, occupancy fraction, registers).
 COMPARED = ("duration_us", "dram_bytes", "l2_bytes", "l1_bytes", "flops", "achieved_occupancy", "registers")
-
-
-class CountersRequestError(ValueError):
-    """A bad request field; ``argument`` names it (and the CLI option)."""
-
-    def __init__(self, argument: str, message: str):
-        super().__init__(f"{argument}: {message}")
-        self.argument, self.message = argument, message
 
 
 @dataclass(frozen=True)
@@ -53,10 +44,10 @@ def _document(path: str | Path | None, schema: str, argument: str) -> dict[str, 
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CountersRequestError(argument, f"cannot read JSON document {path}: {exc}") from None
+        raise RequestError(argument, f"cannot read JSON document {path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != schema or not isinstance(doc.get("rows"), list):
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise CountersRequestError(argument, f"{path} is not a {schema} document with rows (schema {got!r})")
+        raise RequestError(argument, f"{path} is not a {schema} document with rows (schema {got!r})")
     return doc
 
 
@@ -67,12 +58,14 @@ def device_for(profile: Profile, device: str | None) -> GPU:
         if profile.device:
             return gpu_from_device_name(profile.device)
     except ValueError as exc:
-        raise CountersRequestError("device", str(exc)) from None
-    raise CountersRequestError("device", f"{profile.path} names no device; give a device-table name (h100, mi300x)")
+        raise RequestError("device", str(exc)) from None
+    raise RequestError("device", f"{profile.path} names no device; give a device-table name (h100, mi300x)")
 
 
 @dataclass
 class CountersResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     profile: Profile
     device: GPU
     rows: list[KernelRow]
@@ -90,7 +83,7 @@ class CountersResult:
 
 
 def counters(request: CountersRequest) -> CountersResult:
-    """Read, place on the roofline, match to predictions. CountersLoadError / CountersRequestError: one line."""
+    """Read, place on the roofline, match to predictions. CountersLoadError / RequestError: one line."""
     profile = load(request.profile)
     gpu = device_for(profile, request.device)
     inspect_doc = _document(request.inspect, "wavefront.inspect/1", "inspect")
@@ -130,6 +123,8 @@ class MetricDelta:
 
 @dataclass
 class CompareResult:
+    SCHEMA: ClassVar[str] = COMPARE_SCHEMA
+
     a: Profile
     b: Profile
     deltas: list[MetricDelta]

@@ -1,7 +1,7 @@
 """The job behind ``wavefront gate``: the static half and the perf half in one call, with the policy of
 which ``--baseline`` feeds which half.
 
-    from wavefront.workbench.bench.gate_job import GateRequest, run
+    from wavefront.workbench.jobs.gate import GateRequest, run
     result = run(GateRequest(baseline=("benchmarks/baselines/static.json",)))
     result.as_dict()      # wavefront.gate/1; result.exit_code: 0 pass, 1 regression
 
@@ -9,26 +9,29 @@ Policy: a baseline whose JSON schema is the static baseline's feeds the static h
 (a results document or store) feeds the perf half; with ``static=True`` and no static baseline, a
 missing ``.json`` baseline is taken as the static baseline to create (``update``) or to report missing.
 Bad input (an unreadable or absent baseline, inspect/traffic documents without a list of rows, an
-interrupted run) raises :class:`~wavefront.workbench.static.jobs.RequestError`: it is a usage error
+interrupted run) raises :class:`~wavefront.workbench.jobs.request.RequestError`: it is a usage error
 (exit 2), never a regression (exit 1).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from wavefront import runtime
 from wavefront.workbench.bench.regress import check_complete, dynamic_gate
 from wavefront.workbench.bench.store import StoreError, open_run
+from wavefront.workbench.jobs import inspect as inspect_job
+from wavefront.workbench.jobs import traffic as traffic_job
+from wavefront.workbench.jobs.ops import use_interpreter
+from wavefront.workbench.jobs.request import PhaseProgress, RequestError, phases, read_document
 from wavefront.workbench.static import gate as g
-from wavefront.workbench.static import jobs
-from wavefront.workbench.static.jobs import RequestError, read_document
 
-#: on_progress(phase, done, total, what)
-ProgressFn = Callable[[str, int, int, str], None]
+SCHEMA = g.SCHEMA
+#: The phases run() reports progress for (one ProgressFn each).
+PHASES = ("compile", "traffic")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class GateRequest:
 
 @dataclass
 class GateResult:
+    SCHEMA: ClassVar[str] = SCHEMA
+
     halves: list[g.HalfResult]
     perf_markdown: str | None = None
 
@@ -82,7 +87,7 @@ def split_baselines(request: GateRequest) -> tuple[Path | None, str | None]:
     return static_path, str(perf[0]) if perf else None
 
 
-def _static_half(request: GateRequest, path: Path, on_progress: ProgressFn) -> g.HalfResult:
+def _static_half(request: GateRequest, path: Path, progress: PhaseProgress) -> g.HalfResult:
     base = None
     if not request.update:
         try:
@@ -93,13 +98,12 @@ def _static_half(request: GateRequest, path: Path, on_progress: ProgressFn) -> g
     inspect_doc = read_document(request.inspect, "inspect", row_keys=("key",)) if request.inspect else None
     traffic_doc = read_document(request.traffic, "traffic", row_keys=("key",)) if request.traffic else None
     if traffic_doc is None:
-        jobs.use_interpreter()  # before any kernel module loads
+        use_interpreter()  # before any kernel module loads
     if inspect_doc is None:
-        inspect_doc = jobs.inspect(jobs.InspectRequest(targets=request.targets),
-                                   lambda d, t, w: on_progress("compile", d, t, w)).as_dict()
+        inspect_doc = inspect_job.inspect(inspect_job.InspectRequest(targets=request.targets),
+                                          progress("compile")).as_dict()
     if traffic_doc is None:
-        traffic_doc = jobs.traffic(jobs.TrafficRequest(marginal=False),
-                                   lambda d, t, w: on_progress("traffic", d, t, w)).as_dict()
+        traffic_doc = traffic_job.traffic(traffic_job.TrafficRequest(marginal=False), progress("traffic")).as_dict()
     if request.update:
         g.write_baseline(g.static_snapshot(inspect_doc, traffic_doc), path)
         n = len(inspect_doc["rows"]) + len(traffic_doc["rows"])
@@ -136,12 +140,13 @@ def _perf_half(request: GateRequest, baseline_ref: str) -> tuple[g.HalfResult, s
     return half, report.markdown()
 
 
-def run(request: GateRequest, on_progress: ProgressFn | None = None) -> GateResult:
-    """Run the gate's halves; see the module docstring. Raises RequestError on bad input."""
+def run(request: GateRequest, on_progress: PhaseProgress | None = None) -> GateResult:
+    """Run the gate's halves; see the module docstring; `on_progress(phase)` gives each phase's ProgressFn
+    (:data:`PHASES`). Raises RequestError on bad input."""
     if request.threshold < 0:
         raise RequestError("threshold", f"must be >= 0; got {request.threshold}")
     static_path, perf_ref = split_baselines(request)
-    progress = on_progress or (lambda *a: None)
+    progress = phases(on_progress)
     result = GateResult([])
     if static_path is not None:
         result.halves.append(_static_half(request, static_path, progress))

@@ -1,6 +1,6 @@
 """The main job, ``wavefront bench``, as a library call: a BenchRequest in, a BenchResult out.
 
-    from wavefront.workbench.bench.job import BenchRequest, plan, run
+    from wavefront.workbench.jobs.bench import BenchRequest, plan, run
     result = run(BenchRequest(op=("softmax",), store=None, report=None))
     result.as_dict()        # the wavefront.bench/1 document; result.exit_code: 1 if a case failed
 
@@ -12,7 +12,7 @@ What runs (:func:`plan` says it up front, with a rough duration):
 - the modeled roofline of every bench case on a device of the table (arithmetic only);
 - timings against the baselines on a GPU (on a CPU only with ``cpu_timing``, labelled: not performance);
 - on a CPU, the static sections of the dashboard: machine code for two targets (inspect) and bytes moved
-  (traffic); the quick sweep takes a representative case per op (workbench/static/jobs.py);
+  (traffic); the quick sweep takes a representative case per op (jobs/inspect.py, jobs/traffic.py);
 - the run goes to the results store, marked ``extra["status"] = "incomplete"`` until it completes (an
   interrupted run stays so, and the gate refuses it), and the dashboard is written.
 """
@@ -21,19 +21,35 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sqlite3
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 from wavefront import runtime
 from wavefront.kernels._memcheck import env_mode
+from wavefront.memcheck import checking
 from wavefront.ops import REGISTRY
-from wavefront.workbench.static.jobs import DTYPES, RequestError, check_ops, check_targets, torch_dtype
+from wavefront.ops._spec import dtype_name
+from wavefront.workbench.bench import harness as H
+from wavefront.workbench.bench.correctness import check_case, iter_checks
+from wavefront.workbench.bench.model import model_case
+from wavefront.workbench.bench.provenance import collect_run_info
+from wavefront.workbench.bench.providers import PROVIDERS
+from wavefront.workbench.bench.records import TIMING_CPU, TIMING_GPU, TIMING_NONE, CorrectnessRow, StoredRun
+from wavefront.workbench.bench.runnable import MODES, modes_for
+from wavefront.workbench.bench.store import ResultStore, StoreError
+from wavefront.workbench.document import write_json
+from wavefront.workbench.hardware import get_gpu, gpu_from_device_name
+from wavefront.workbench.jobs import inspect as inspect_job
+from wavefront.workbench.jobs import traffic as traffic_job
+from wavefront.workbench.jobs.ops import check_ops, check_targets, torch_dtype
+from wavefront.workbench.jobs.request import DTYPES, PhaseProgress, RequestError, phases
+from wavefront.workbench.report import write_report
 
 SCHEMA = "wavefront.bench/1"
 DEFAULT_STORE = "wavefront-results.sqlite"
@@ -47,8 +63,8 @@ FULL_SWEEP_COST = "about 17 min and 7.5 GiB peak on 2 CPU cores"
 _COST_S = {"check": 0.3, "inspect": 0.6, "traffic": 1.5, "timing": 2.0, "fixed": 10.0}
 STATUS_COMPLETE, STATUS_INCOMPLETE = "complete", "incomplete"
 
-#: on_progress(phase, done, total, what); phases: correctness, timing, inspect, traffic.
-ProgressFn = Callable[[str, int, int, str], None]
+#: The phases run() reports progress for (one ProgressFn each): correctness, timing, inspect, traffic.
+PHASES = ("correctness", "timing", "inspect", "traffic")
 
 
 @dataclass(frozen=True)
@@ -126,6 +142,9 @@ class BenchPlan:
 class BenchResult:
     """The outcome of a run; ``as_dict()`` is its ``wavefront.bench/1`` document."""
 
+    SCHEMA: ClassVar[str] = SCHEMA
+
+
     plan: BenchPlan
     runtime: dict
     run_id: int | None
@@ -170,8 +189,6 @@ def _device(request: BenchRequest) -> str:
 
 
 def _gpu(request: BenchRequest, device: str):
-    from wavefront.workbench.hardware import get_gpu, gpu_from_device_name
-
     try:
         if request.device_model:
             return get_gpu(request.device_model)
@@ -183,8 +200,6 @@ def _gpu(request: BenchRequest, device: str):
 
 
 def _checks(request: BenchRequest, device: str) -> list[tuple]:
-    from wavefront.workbench.bench.correctness import iter_checks
-
     if request.skip_correctness:
         return []
     dtypes = [torch_dtype(d) for d in request.dtype] or None
@@ -208,12 +223,6 @@ def _check_cases(request: BenchRequest) -> None:
 
 def plan(request: BenchRequest) -> BenchPlan:
     """Validate a request and resolve what it will run (nothing runs). Raises RequestError."""
-    from wavefront.workbench.bench import harness as H
-    from wavefront.workbench.bench.model import model_case
-    from wavefront.workbench.bench.providers import PROVIDERS
-    from wavefront.workbench.bench.records import TIMING_CPU, TIMING_GPU, TIMING_NONE
-    from wavefront.workbench.bench.runnable import MODES, modes_for
-
     check_ops(request.op)
     for m in request.mode:
         if m not in MODES:
@@ -267,8 +276,6 @@ def plan(request: BenchRequest) -> BenchPlan:
 
 
 def _open_store(request: BenchRequest):
-    from wavefront.workbench.bench.store import ResultStore, StoreError
-
     path = (Path(tempfile.mkdtemp(prefix="wavefront-bench-")) / "run.sqlite" if request.store is None
             else Path(request.store))
     try:
@@ -277,26 +284,22 @@ def _open_store(request: BenchRequest):
         raise RequestError("store", f"{path}: {exc}") from None
 
 
-def _correctness(p: BenchPlan, on_progress: ProgressFn) -> list:
-    from wavefront.memcheck import checking
-    from wavefront.ops._spec import dtype_name
-    from wavefront.workbench.bench.correctness import check_case
-
+def _correctness(p: BenchPlan, progress: PhaseProgress) -> list:
+    on_progress = progress("correctness")
     results = []
     with checking() if p.request.memcheck else contextlib.nullcontext():
         for i, (spec, case, dtype) in enumerate(p.checks):
-            on_progress("correctness", i, len(p.checks), f"{spec.name}/{case.name}/{dtype_name(dtype)}")
+            on_progress(i, len(p.checks), f"{spec.name}/{case.name}/{dtype_name(dtype)}")
             results.append(check_case(spec, case, dtype, p.device))
-    on_progress("correctness", len(p.checks), len(p.checks), "done")
+    on_progress(len(p.checks), len(p.checks), "done")
     return results
 
 
-def _timing(p: BenchPlan, st, info, on_progress: ProgressFn) -> list:
-    from wavefront.workbench.bench import harness as H
-
+def _timing(p: BenchPlan, st, info, progress: PhaseProgress) -> list:
+    on_progress = progress("timing")
     ctx = None
     if p.device == "cuda":
-        on_progress("timing", 0, len(p.timing_items), "measuring device-to-device copy bandwidth")
+        on_progress(0, len(p.timing_items), "measuring device-to-device copy bandwidth")
         ctx = H.gpu_context(torch.device(p.device), p.gpu)
         info.copy_gbps, info.flush_bytes = ctx.copy_gbps, ctx.flusher.n_bytes
         st.update_run(info)
@@ -305,7 +308,7 @@ def _timing(p: BenchPlan, st, info, on_progress: ProgressFn) -> list:
     def on_item(item, rows):
         st.add_measurements(info.id, rows)  # committed as it goes: an interrupted run keeps them
         done[0] += 1
-        on_progress("timing", done[0], len(p.timing_items), item.label)
+        on_progress(done[0], len(p.timing_items), item.label)
 
     measurements = []
     for rows in H.Harness(p.timing_config, p.device, gpu_ctx=ctx).run(on_item, p.timing_items):
@@ -313,19 +316,17 @@ def _timing(p: BenchPlan, st, info, on_progress: ProgressFn) -> list:
     return measurements
 
 
-def _static_documents(p: BenchPlan, out_dir: Path, on_progress: ProgressFn) -> tuple[dict[str, str], dict[str, str]]:
+def _static_documents(p: BenchPlan, out_dir: Path, progress: PhaseProgress) -> tuple[dict[str, str], dict[str, str]]:
     """The CPU main job's static sections, written as JSON documents beside the report. A failure is
     recorded in `skipped` and the job goes on (the correctness results stand)."""
-    from wavefront.workbench.static import jobs
-
     ops = p.request.op
     todo: list[tuple[str, Callable]] = []
     if p.inspect_targets:
-        req = jobs.InspectRequest(ops=ops, targets=p.inspect_targets, quick=p.quick)
-        todo.append(("inspect", lambda: jobs.inspect(req, lambda d, t, w: on_progress("inspect", d, t, w))))
+        req = inspect_job.InspectRequest(ops=ops, targets=p.inspect_targets, quick=p.quick)
+        todo.append(("inspect", lambda: inspect_job.inspect(req, progress("inspect"))))
     if p.traffic:
-        treq = jobs.TrafficRequest(ops=ops, quick=p.quick)
-        todo.append(("traffic", lambda: jobs.traffic(treq, lambda d, t, w: on_progress("traffic", d, t, w))))
+        treq = traffic_job.TrafficRequest(ops=ops, quick=p.quick)
+        todo.append(("traffic", lambda: traffic_job.traffic(treq, progress("traffic"))))
     docs, skipped = {}, {}
     for name, job in todo:
         try:
@@ -334,7 +335,7 @@ def _static_documents(p: BenchPlan, out_dir: Path, on_progress: ProgressFn) -> t
             skipped[name] = f"{type(exc).__name__}: {exc}"
             continue
         path = out_dir / f"{name}.json"
-        _write_json(doc, path)
+        write_json(doc, path)
         docs[name] = str(path)
     return docs, skipped
 
@@ -360,31 +361,12 @@ def finding(name: str, doc: dict) -> str:
     return f"{len(rows)} rows"
 
 
-def _json_safe(obj):
-    """Non-finite floats become null (JSON has no NaN/inf)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
-def _write_json(doc: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_json_safe(doc), indent=2) + "\n")
-
-
-def run(request: BenchRequest, on_progress: ProgressFn | None = None, bench_plan: BenchPlan | None = None
+def run(request: BenchRequest, on_progress: PhaseProgress | None = None, bench_plan: BenchPlan | None = None
         ) -> BenchResult:
-    """Run the main job (see the module docstring). Raises RequestError for a bad request."""
-    from wavefront import runtime
-    from wavefront.workbench.bench.provenance import collect_run_info
-    from wavefront.workbench.bench.records import CorrectnessRow, StoredRun
-
+    """Run the main job (see the module docstring); `on_progress(phase)` gives each phase's ProgressFn
+    (:data:`PHASES`). Raises RequestError for a bad request."""
     p = bench_plan or plan(request)
-    progress = on_progress or (lambda *a: None)
+    progress = phases(on_progress)
     info = collect_run_info(p.device, label=request.label, timing=p.timing, device_model=p.gpu.key)
     info.extra = {"status": STATUS_INCOMPLETE, "sweep": "quick" if p.quick else "full"}
     stored = StoredRun(info)
@@ -407,8 +389,6 @@ def run(request: BenchRequest, on_progress: ProgressFn | None = None, bench_plan
         st.finish_run(run_id)
     report_path = None
     if request.report is not None:
-        from wavefront.workbench.report import write_report
-
         try:
             report_path = str(write_report(request.report, store_path, [*request.doc, *docs.values()]))
         except (ValueError, OSError) as exc:

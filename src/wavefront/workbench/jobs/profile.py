@@ -26,10 +26,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
-from wavefront.workbench.static.jobs import RequestError
+from wavefront.workbench.jobs.request import RequestError
 from wavefront.workbench.trace import analyze as trace_analyze
 
 SCHEMA = "wavefront.bench.profile/1"
@@ -52,6 +53,8 @@ class ProfileRequest:
 @dataclass
 class ProfileResult:
     """What ran and what it left; ``as_dict()`` is the ``wavefront.bench.profile/1`` document."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
 
     tool: str
     commands: list[list[str]]
@@ -141,7 +144,7 @@ def run_profile(request: ProfileRequest, *, runner: Runner = subprocess.run, exe
                            f"{'bench_nsys.sqlite' if request.tool == 'nsys' else 'rocprof/**/*_kernel_trace.csv'})")
     if analyze is None:
         def analyze(paths):
-            return trace_analyze(paths).to_json()
+            return trace_analyze(paths).as_dict()
 
     doc_path = out / f"bench_{request.tool}.trace.json"
     doc_path.write_text(json.dumps(analyze([str(p) for p in timeline]), indent=1))

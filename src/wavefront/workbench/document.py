@@ -1,0 +1,87 @@
+"""The one document protocol and its encoder.
+
+Every job result is a JSON document: its class carries ``SCHEMA = "wavefront.<verb>/<n>"`` and one method,
+``as_dict()``, that returns the document (the top level; it may compute or rename fields). Everything under
+the top level is plain data: dataclasses, enums, paths, tuples, numpy scalars, which :func:`encode` turns
+into JSON values at the edge, so a sub-record needs no serialization method of its own. A sub-record keeps
+an ``as_dict()`` only where it computes or renames something (a derived field, a rounded figure); the
+encoder uses it when present.
+
+    encode(result)          # -> dicts, lists, str, int, float, bool, None
+    dumps(result)           # -> the indented UTF-8 JSON bytes every verb writes (``--json``)
+    decode(Record, d)       # -> Record(**the fields of d it knows); the inverse for flat records
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from pathlib import Path, PurePath
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def encode(obj: Any) -> Any:
+    """`obj` as JSON values: an object with ``as_dict()`` is its document (encoded in turn), a dataclass is a
+    dict of its fields (recursively, in field order), an enum its value, a path its string, a tuple or set a
+    list, a numpy scalar or array its Python value(s); a non-finite float is None (JSON has no NaN/inf)."""
+    if isinstance(obj, enum.Enum):
+        return encode(obj.value)
+    if obj is None or type(obj) in (bool, int, str):
+        return obj
+    if isinstance(obj, float):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, bool | int | str):  # subclasses (torch's version string): the plain value
+        return (bool if isinstance(obj, bool) else int if isinstance(obj, int) else str)(obj)
+    if isinstance(obj, dict):
+        return {_key(k): encode(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [encode(v) for v in obj]
+    as_dict = getattr(obj, "as_dict", None)
+    if callable(as_dict) and not isinstance(obj, type):
+        return encode(as_dict())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if hasattr(obj, "tolist"):  # numpy scalars and arrays, without importing numpy
+        return encode(obj.tolist())
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+def _key(k: Any) -> str:
+    if isinstance(k, enum.Enum):
+        k = k.value
+    return str(k)
+
+
+def decode(cls: type[T], d: dict[str, Any]) -> T:
+    """A flat record (a dataclass whose fields are plain values) from its document: the keys naming its fields,
+    others (derived fields its document adds) ignored; missing ones take the field's default."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def dumps(obj: Any) -> bytes:
+    """The indented JSON bytes of `obj`'s document (its ``as_dict()``, or `obj`). msgspec's C encoder writes it
+    when installed and the document holds only what it encodes natively (the ``trace`` extra: documents of
+    thousands of trace steps took seconds in the standard library's pure-Python indenting encoder); otherwise
+    the standard library writes :func:`encode`'s output. Both write non-finite floats as null."""
+    as_dict = getattr(obj, "as_dict", None)
+    doc = as_dict() if callable(as_dict) and not isinstance(obj, type) else obj
+    try:
+        import msgspec  # optional: the trace extra
+
+        return msgspec.json.format(msgspec.json.encode(doc), indent=2)
+    except (ImportError, TypeError):
+        return json.dumps(encode(doc), indent=2).encode()
+
+
+def write_json(obj: Any, path: str | Path) -> None:
+    """The document of `obj` to the file `path` (its directory created), newline-terminated."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(dumps(obj) + b"\n")
