@@ -80,7 +80,7 @@ def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
 @contextlib.contextmanager
 def request_errors() -> Iterator[None]:
     """A library RequestError (a bad request field) becomes one line naming its CLI option, exit 2."""
-    from wavefront.workbench.jobs.request import RequestError
+    from wavefront.workbench.jobs.request import RequestError  # lazy: --help
 
     try:
         yield

@@ -41,7 +41,7 @@ def _start(rank_main, request, json_out: str | None, nproc: int | None, verb: st
 
 
 def _comm_rank(args) -> None:
-    from wavefront.workbench.jobs import comm as job
+    from wavefront.workbench.jobs import comm as job  # lazy: --help
 
     request, json_out = args
     with Bars(json_out != "-") as bars:
@@ -113,7 +113,7 @@ def comm(
 
 
 def _overlap_rank(args) -> None:
-    from wavefront.workbench.jobs import comm as job
+    from wavefront.workbench.jobs import comm as job  # lazy: --help
 
     request, json_out = args
     result = job.overlap(request)

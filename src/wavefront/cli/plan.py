@@ -62,7 +62,7 @@ def _render(result) -> None:
 
 
 def _run_validation(paths: list[str], json_out: str | None) -> None:
-    from wavefront.workbench.jobs import plan as job
+    from wavefront.workbench.jobs import plan as job  # lazy: --help
 
     try:
         report = job.validate(job.ValidateRequest(tuple(paths)))
@@ -149,10 +149,10 @@ def plan(  # one line per option; the job is built in _main
 def _main(a: dict) -> None:
     if a["validate"]:
         return _run_validation(a["validate"], a["json_out"])
-    from wavefront.workbench.jobs.plan import CustomDims, PlanRequest
-    from wavefront.workbench.jobs.plan import plan as run_plan
-    from wavefront.workbench.planner.job import parse_fixed
-    from wavefront.workbench.planner.stacks import explain_stack
+    from wavefront.workbench.jobs.plan import CustomDims, PlanRequest  # lazy: --help
+    from wavefront.workbench.jobs.plan import plan as run_plan  # lazy: --help
+    from wavefront.workbench.planner.job import parse_fixed  # lazy: --help
+    from wavefront.workbench.planner.stacks import explain_stack  # lazy: --help
 
     try:  # --explain: the profile's terms and rows (not into --json -); alone (no model), nothing else
         explained = explain_stack(a["stack"], (a["gpus"] or ["8xh100"])[0]) if a["explain"] else []

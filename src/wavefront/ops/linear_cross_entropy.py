@@ -366,7 +366,7 @@ _lce_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 def _check_weight_is_whole(op: str, weight, n_hidden: int) -> None:
     try:
-        from torch.distributed.tensor import DTensor  # lazy: torch-free import
+        from torch.distributed.tensor import DTensor  # lazy: torch submodule on use
     except ImportError:  # a torch build without distributed support
         DTensor = ()
     if isinstance(weight, DTensor):

@@ -141,7 +141,7 @@ def _divided(loss: torch.Tensor, call: _LossCall) -> torch.Tensor:
 
 def vocab_shard(t: torch.Tensor, what: str, dim: int = 0):
     """(local tensor, process group) of `t`, a DTensor sharded on `dim` over a one-dimensional mesh."""
-    from torch.distributed.tensor import DTensor  # lazy: torch-free import
+    from torch.distributed.tensor import DTensor  # lazy: torch submodule on use
 
     def sharded_on_dim(p) -> bool:
         return p.is_shard() and p.dim % t.ndim == dim % t.ndim
@@ -155,7 +155,7 @@ def vocab_shard(t: torch.Tensor, what: str, dim: int = 0):
 
 def _gathered_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """The whole logits of a vocabulary-sharded head (eval, no labels): local logits, all-gathered."""
-    from torch.distributed.tensor import DTensor, Shard  # lazy: torch-free import
+    from torch.distributed.tensor import DTensor, Shard  # lazy: torch submodule on use
 
     w, _ = vocab_shard(weight, "weight")
     local = F.linear(hidden, w, None if bias is None else vocab_shard(bias, "bias")[0])

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wavefront.workbench.bench.compare import SCHEMA
 from wavefront.workbench.stats import compare
 
 

@@ -26,6 +26,7 @@ from wavefront.ops import REGISTRY
 from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.provenance import utc_now
 from wavefront.workbench.bench.records import TIMING_CPU, TIMING_GPU, Measurement, RunInfo, StoredRun
+from wavefront.workbench.bench.store import StoreError, open_run
 from wavefront.workbench.document import encode
 from wavefront.workbench.stats import Comparison, compare
 

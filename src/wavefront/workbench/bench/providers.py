@@ -202,7 +202,7 @@ def _no_varlen(cu_seqlens, who: str, fp8: dict | None = None) -> None:
 
 def _sdpa(backend: str):
     def make():
-        from torch.nn.attention import SDPBackend, sdpa_kernel  # lazy: torch-free import
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # lazy: torch submodule on use
 
         chosen = getattr(SDPBackend, backend)
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from wavefront.workbench.bench.timer import quantiles_us
 from wavefront.workbench.document import decode, encode
 
 #: Timing kinds. Only "gpu" samples are performance figures.

@@ -17,7 +17,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from wavefront.workbench import stats
 from wavefront.workbench.counters.analysis import KernelRow, analyse, occupancy

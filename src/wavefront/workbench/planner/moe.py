@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb
-from typing import Any
 
 from wavefront.shapes import ModelDims
 

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
@@ -150,7 +150,7 @@ class SearchResult:
 
     SCHEMA: ClassVar[str] = SCHEMA
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The `wavefront plan --json` document, schema SCHEMA (docs/json/plan.md)."""
         spec = self.model
         return {

@@ -61,6 +61,7 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from wavefront.workbench.planner.cluster import Cluster
 from wavefront.workbench.planner.kernels import (

@@ -46,7 +46,6 @@ from wavefront import runtime
 from wavefront.kernels._launch import Launch, recording
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
-from wavefront.workbench.bench.correctness import check_case
 from wavefront.workbench.hardware import gpu_for_target
 from wavefront.workbench.static.capture import capture
 from wavefront.workbench.static.variants import VARIANTS

@@ -29,9 +29,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from wavefront.workbench.bench.regress import gate_runs
-from wavefront.workbench.bench.store import StoreError
-
 SCHEMA = "wavefront.gate/1"
 BASELINE_SCHEMA = "wavefront.gate.static-baseline/1"
 DEFAULT_STATIC_BASELINE = Path("benchmarks/baselines/static.json")

@@ -30,8 +30,9 @@ from wavefront import runtime
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
 from wavefront.workbench.document import encode
-from wavefront.workbench.hardware import GPU, get_gpu, gpu_from_device_name
-from wavefront.workbench.static.capture import op_modes
+from wavefront.workbench.hardware import GPU, get_gpu, gpu_for_target, gpu_from_device_name
+from wavefront.workbench.static.capture import capture, op_modes
+from wavefront.workbench.static.inspect import compile_jobs, job_for, specialization_key
 
 SCHEMA = "wavefront.roofline/1"
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from wavefront import ops
+from wavefront.kernels import attention_fa3, attention_gluon
 from wavefront.kernels import linear_fp8 as fp8_kernels
 from wavefront.kernels._launch import Launch, recording
 from wavefront.ops._spec import Case, OpInputs, OpSpec

@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.ma  # noqa: F401 - np.percentile imports it: once in the parent, not in every forked worker
@@ -97,7 +97,7 @@ class TraceAnalysis:
 
     SCHEMA: ClassVar[str] = SCHEMA
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The ``wavefront.trace.analyze/2`` document (docs/json/trace.md)."""
         return {"schema": SCHEMA, "warnings": self.warnings, "ranks": [r.as_dict() for r in self.ranks],
                 "multirank": self.multirank.as_dict() if self.multirank else None, "inputs": self.inputs,

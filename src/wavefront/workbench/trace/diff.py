@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class TraceDiff:
     a: list[str] = field(default_factory=list)  # the trace files of A (TraceAnalysis.inputs)
     b: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The ``wavefront.trace.diff/1`` document (docs/json/trace.md)."""
         return {"schema": SCHEMA, "domain_a": self.domain_a, "domain_b": self.domain_b, "n_steps_a": self.n_steps_a,
                 "n_steps_b": self.n_steps_b, "warnings": self.warnings, "rows": encode(self.rows), "a": self.a,

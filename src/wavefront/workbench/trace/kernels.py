@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from wavefront.workbench import hardware
 from wavefront.workbench.document import encode
 from wavefront.workbench.trace.breakdown import Step
 from wavefront.workbench.trace.classify import CLASS_NAMES, DeviceClasses, family

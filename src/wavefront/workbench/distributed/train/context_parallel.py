@@ -101,7 +101,7 @@ def pipeline_inputs(ids: torch.Tensor, rank: int, cp: int) -> tuple[torch.Tensor
 
 def reduce_grads(model: nn.Module, group) -> None:
     """Sum the gradients over the cp group: each rank's loss holds only its shard's tokens."""
-    from torch.distributed.tensor import DTensor  # lazy: torch-free import
+    from torch.distributed.tensor import DTensor  # lazy: torch submodule on use
 
     for p in model.parameters():
         if p.grad is not None:

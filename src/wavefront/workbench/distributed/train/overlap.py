@@ -141,7 +141,7 @@ def _cpu_compute(trace, comm_rows):
     collective (a DTensor-dispatched linear, FSDP's hooks) is waiting, not computing, while it runs."""
     # function-local (here and in comm_by_dim): the CLI imports this module for its help texts, and
     # `wavefront train --help` should not load numpy and the trace reader; only a profiled run needs them
-    import numpy as np
+    import numpy as np  # lazy: numpy-free import
 
     from wavefront.workbench.trace.intervals import IntervalSet  # lazy: numpy-free import
     from wavefront.workbench.trace.model import CAT_CPU_OP  # lazy: numpy-free import
@@ -165,7 +165,7 @@ def comm_by_dim(path: str, degrees: dict[str, int], n_steps: int = 1) -> dict[st
     Device traces attribute each communication kernel by its process group (the profiler's collective
     args); CPU (gloo) traces by the rules of :func:`_dim_of_cpu_op`. Dimensions without communication in
     the trace are absent."""
-    import numpy as np  # function-local: see _cpu_compute
+    import numpy as np  # lazy: numpy-free import (see _cpu_compute)
 
     from wavefront.workbench.trace.breakdown import build_timeline, cpu_comm_rows  # lazy: numpy-free import
     from wavefront.workbench.trace.classify import COMM, classify_device  # lazy: numpy-free import

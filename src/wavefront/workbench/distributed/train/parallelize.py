@@ -23,7 +23,6 @@ from wavefront.workbench.distributed.train.dimensions import (
     parallelize_stage,
 )
 from wavefront.workbench.distributed.train.mesh import Layout
-from wavefront.workbench.distributed.train.overlap import set_prefetch
 
 __all__ = ["Parallelized", "ParallelOptions", "RunLayout", "finish_backward", "parallelize", "resolve"]
 
