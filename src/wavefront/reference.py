@@ -462,7 +462,7 @@ def attention_sdpa_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
                         scale: float | None = None, cu_seqlens: torch.Tensor | None = None,
                         max_seqlen: int | None = None) -> torch.Tensor:
     """PyTorch's math SDPA in the inputs' dtype: the eager baseline that sets attention's tolerance."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # lazy: torch submodule on use
 
     def one(qs, ks, vs):
         with sdpa_kernel(SDPBackend.MATH):

@@ -25,6 +25,7 @@ import platform
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
+from importlib import metadata
 from typing import Literal
 
 from wavefront.archs import (  # noqa: F401  (re-exported: the runtime's public face)
@@ -46,7 +47,7 @@ def interpreting() -> bool:
 
 @functools.cache
 def _gpu_kind() -> Literal["cuda", "hip", None]:
-    import torch
+    import torch  # lazy: torch-free import
 
     if not torch.cuda.is_available():
         return None
@@ -55,7 +56,7 @@ def _gpu_kind() -> Literal["cuda", "hip", None]:
 
 def backend(device=None) -> Backend:
     """The backend that runs ops on `device` (a torch.device, a string, or None for the default)."""
-    import torch
+    import torch  # lazy: torch-free import
 
     dev = torch.device(device) if device is not None else None
     if dev is None:
@@ -99,7 +100,7 @@ def uses_triton(device) -> bool:
 
 @functools.cache
 def _device_arch_name(index: int) -> str:
-    import torch
+    import torch  # lazy: torch-free import
 
     props = torch.cuda.get_device_properties(index)
     if _gpu_kind() == "hip":
@@ -134,7 +135,7 @@ def arch(device=None) -> Arch:
     A GPU architecture missing from :data:`ARCHS` borrows the limits of its family's closest entry
     (NVIDIA: the newest not newer than it; AMD: gfx942 for CDNA, gfx1100 for RDNA), keeping its own name.
     """
-    import torch
+    import torch  # lazy: torch-free import
 
     assumed = _ASSUMED.get()
     if assumed is not None:
@@ -165,7 +166,7 @@ INTERPRETER_SM_COUNT = 2
 
 def sm_count(device=None) -> int:
     """Streaming multiprocessors (NVIDIA) or compute units (AMD) of `device`; a small constant on CPU."""
-    import torch
+    import torch  # lazy: torch-free import
 
     assumed = _ASSUMED.get()
     if assumed is not None:
@@ -179,7 +180,7 @@ def sm_count(device=None) -> int:
 
 def describe(device=None) -> dict:
     """What is in use, as a JSON-ready dict (backend, arch, lane width, versions, device name)."""
-    import torch
+    import torch  # lazy: torch-free import
 
     b = backend(device)
     a = arch(device)
@@ -227,7 +228,7 @@ def _tested_range() -> str:
 
 def check_triton_version() -> None:
     """Warn once, at the first kernel import, when the installed Triton is outside the tested range."""
-    import triton
+    import triton  # lazy: Triton-free import
 
     problem = triton_version_problem(triton.__version__)
     if problem is not None:
@@ -236,8 +237,6 @@ def check_triton_version() -> None:
 
 def _triton_version() -> str | None:
     try:
-        from importlib.metadata import version
-
-        return version("triton")
+        return metadata.version("triton")
     except Exception:
         return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 try:
     import typer
@@ -39,14 +40,14 @@ def _configure_backend() -> None:
     module is imported). An explicit TRITON_INTERPRET in the environment wins."""
     if "TRITON_INTERPRET" in os.environ:
         return
-    import torch
+    import torch  # lazy: --help
 
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
 
 
 def build_app() -> typer.Typer:
-    from wavefront.cli._common import VerbGroup
+    from wavefront.cli._common import VerbGroup  # lazy: --help
 
     app = typer.Typer(name="wavefront", no_args_is_help=True, add_completion=False, cls=VerbGroup,
                       help="Fused Triton kernels for transformer training, and the workbench that proves them.")
@@ -72,8 +73,6 @@ def _needs_backend(argv: list[str]) -> bool:
 
 
 def main() -> None:
-    import sys
-
     if _needs_backend(sys.argv):
         _configure_backend()
     build_app()()

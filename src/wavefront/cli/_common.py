@@ -80,7 +80,7 @@ def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
 @contextlib.contextmanager
 def request_errors() -> Iterator[None]:
     """A library RequestError (a bad request field) becomes one line naming its CLI option, exit 2."""
-    from wavefront.workbench.jobs.request import RequestError
+    from wavefront.workbench.jobs.request import RequestError  # lazy: --help
 
     try:
         yield
@@ -93,7 +93,7 @@ class Bars:
     ``bars.phase(name)`` is an ``on_progress(done, total, what)`` callback for the library jobs."""
 
     def __init__(self, enabled: bool = True):
-        from rich.progress import (
+        from rich.progress import (  # lazy: --help
             BarColumn,
             MofNCompleteColumn,
             Progress,

@@ -60,7 +60,7 @@ def output_problem(dest: str | Path) -> str | None:
 def fail(message: str, code: int = 2) -> None:
     """Print one clear line on stderr (never wrapped at the terminal width) and exit non-zero (no stack
     trace)."""
-    from rich.markup import escape
+    from rich.markup import escape  # lazy: --help
 
     text = " ".join(str(message).split())
     err_console.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True, highlight=False)
@@ -85,8 +85,8 @@ class FitTable:
         self.dropped: list[str] = []
 
     def build(self, keep: Sequence[str], narrowest: bool = False):
-        from rich import box
-        from rich.table import Table
+        from rich import box  # lazy: --help
+        from rich.table import Table  # lazy: --help
 
         out = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                     collapse_padding=True)
@@ -101,7 +101,7 @@ class FitTable:
         return out
 
     def __rich_console__(self, console, options):
-        from rich.measure import Measurement
+        from rich.measure import Measurement  # lazy: --help
 
         keep = list(self.keep)
         unbounded = options.update(max_width=1 << 16)

@@ -21,8 +21,8 @@ class OneLineTable:
         self.dropped: list[str] = []
 
     def __rich_console__(self, console, options):
-        from rich.table import Table
-        from rich.text import Text
+        from rich.table import Table  # lazy: --help
+        from rich.text import Text  # lazy: --help
 
         def width(cell: str) -> int:
             return Text.from_markup(cell).cell_len
@@ -72,7 +72,7 @@ def _narrow(bits: int) -> str:
 def inspect_table(report, all_rows: bool = False) -> OneLineTable:
     """One line per kernel x target, its worst case over the op's cases (`all_rows`: per case), under a heading
     per op and mode (and case). Kernels that failed to compile are listed under the table."""
-    from wavefront.workbench.static.inspect import summarize
+    from wavefront.workbench.static.inspect import summarize  # lazy: --help
 
     rows: list[list[str]] = []
     for k in (k for k in summarize(report, all_rows) if k.ok):

@@ -69,7 +69,7 @@ ProfileDirOpt = Annotated[str | None, typer.Option("--profile-dir", help="Defaul
 
 
 def _profile(request, json_out) -> None:
-    from wavefront.workbench.jobs import profile
+    from wavefront.workbench.jobs import profile  # lazy: --help
 
     with request_errors():
         profile.check_can_profile(request.tool, request.device)
@@ -99,7 +99,7 @@ def _failures_table(failures):
 
 
 def _timing_summary(measurements, on_gpu: bool) -> None:
-    from wavefront.workbench.bench.records import CPU_LABEL
+    from wavefront.workbench.bench.records import CPU_LABEL  # lazy: --help
 
     ok = [m for m in measurements if m.ok]
     bad = [m for m in measurements if not m.ok]
@@ -161,14 +161,14 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
     dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails.
     With --profile, the chosen cases run under a vendor profiler instead (nothing measured or stored)."""
     if profile is not None:
-        from wavefront.workbench.jobs.profile import ProfileRequest, selection
+        from wavefront.workbench.jobs.profile import ProfileRequest, selection  # lazy: --help
 
         chosen = selection(op or (), values(mode), values(provider), values(dtype), case or ())
         _profile(ProfileRequest(profile.value, profile_dir or str(Path(store).parent / "profiles" / profile.value),
                                 chosen, device.value if device else "cuda"), json_out)
         return
-    from wavefront.workbench.jobs import bench as job
-    from wavefront.workbench.jobs.ops import split_targets
+    from wavefront.workbench.jobs import bench as job  # lazy: --help
+    from wavefront.workbench.jobs.ops import split_targets  # lazy: --help
 
     show = json_out != "-"
     with request_errors():

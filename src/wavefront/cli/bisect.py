@@ -31,8 +31,8 @@ def bisect(
 ) -> None:
     """Find the first commit between --good and --bad where the case regresses: git bisect run in a
     temporary worktree, with the dynamic gate's rule as the test. Exits 1 if no commit was singled out."""
-    from wavefront.workbench.bench.gitwork import GitError
-    from wavefront.workbench.jobs import bisect as job
+    from wavefront.workbench.bench.gitwork import GitError  # lazy: --help
+    from wavefront.workbench.jobs import bisect as job  # lazy: --help
 
     request = job.BisectRequest(good, bad, op=op, case=case, mode=mode.value, dtype=dtype.value,
                               provider=provider.value, reps=reps, command=command_, threshold=threshold, repo=repo)
@@ -40,7 +40,7 @@ def bisect(
     try:
         request.measure_command()  # validate before any git work
         if op is not None:
-            import torch
+            import torch  # lazy: --help
 
             if not torch.cuda.is_available():
                 err_console.print("[yellow]note:[/] no GPU: commits are timed under the CPU interpreter "

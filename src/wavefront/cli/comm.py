@@ -5,6 +5,7 @@ writes the files."""
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from typing import Annotated
 
@@ -22,9 +23,7 @@ Backend = Enum("Backend", {k: k for k in ("auto", "nccl", "gloo")}, type=str)
 
 def _start(rank_main, request, json_out: str | None, nproc: int | None, verb: str) -> None:
     """Validate, then run `rank_main((request, json_out))` here (under a launcher) or on `nproc` ranks."""
-    import os
-
-    from wavefront.workbench.distributed.launch import LaunchError, spawn, under_launcher
+    from wavefront.workbench.distributed.launch import LaunchError, spawn, under_launcher  # lazy: --help
 
     try:
         request.validate(int(os.environ["WORLD_SIZE"]) if under_launcher() else nproc)
@@ -42,7 +41,7 @@ def _start(rank_main, request, json_out: str | None, nproc: int | None, verb: st
 
 
 def _comm_rank(args) -> None:
-    from wavefront.workbench.jobs import comm as job
+    from wavefront.workbench.jobs import comm as job  # lazy: --help
 
     request, json_out = args
     with Bars(json_out != "-") as bars:
@@ -58,7 +57,7 @@ def _comm_rank(args) -> None:
 
 
 def _render_comm(result) -> None:
-    from rich.table import Table
+    from rich.table import Table  # lazy: --help
 
     info, report = result.runtime, result.report
     table = Table(title=f"collectives on {info['backend']} ({info['device']}, {info['world_size']} ranks)")
@@ -104,7 +103,7 @@ def comm(
 ) -> None:
     """Benchmark collectives (time, algbw, busbw with nccl-tests conventions), check every result, fit
     t = alpha + factor*S/busbw per collective and group size, and store the fit for the planner."""
-    from wavefront.workbench.distributed.comm import COLLECTIVES, CommRequest
+    from wavefront.workbench.distributed.comm import COLLECTIVES, CommRequest  # lazy: --help
 
     request = CommRequest(
         ops=tuple(o.value for o in op) if op else COLLECTIVES, min_bytes=min_bytes, max_bytes=max_bytes,
@@ -114,7 +113,7 @@ def comm(
 
 
 def _overlap_rank(args) -> None:
-    from wavefront.workbench.jobs import comm as job
+    from wavefront.workbench.jobs import comm as job  # lazy: --help
 
     request, json_out = args
     result = job.overlap(request)
@@ -127,9 +126,9 @@ def _overlap_rank(args) -> None:
 
 
 def _render_overlap(result) -> None:
-    from rich.table import Table
+    from rich.table import Table  # lazy: --help
 
-    from wavefront.workbench.distributed.comm import CPU_NOTE
+    from wavefront.workbench.distributed.comm import CPU_NOTE  # lazy: --help
 
     info, fit, proxy = result.runtime, result.all_reduce_fit, result.proxy
     t = Table(title=f"overlap probe: all_reduce vs matmuls ({info['backend']}, {info['world_size']} ranks)")
@@ -173,7 +172,7 @@ def overlap(
 ) -> None:
     """Measure exposed communication and overlap efficiency of a collective running beside compute, and
     the effect of DDP's bucket cap on exposed gradient all-reduce, measured and predicted."""
-    from wavefront.workbench.distributed.overlap import OverlapRequest
+    from wavefront.workbench.distributed.overlap import OverlapRequest  # lazy: --help
 
     defaults = OverlapRequest()
     request = OverlapRequest(

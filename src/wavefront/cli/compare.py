@@ -25,7 +25,7 @@ def _table(deltas, title: str):
 
 
 def _calibrate(trials: int, json_out: str | None) -> None:
-    from wavefront.workbench.jobs import compare as job
+    from wavefront.workbench.jobs import compare as job  # lazy: --help
 
     report = job.calibrate(job.CalibrateRequest(trials=trials))
     if json_out != "-":
@@ -62,9 +62,9 @@ def compare(
         return _calibrate(trials, json_out)
     if run_a is None or run_b is None:
         fail("give two runs: wavefront compare RUN_A RUN_B (or --git REV_A REV_B, or --calibrate)")
-    from wavefront.workbench.bench.gitwork import GitError
-    from wavefront.workbench.bench.store import StoreError
-    from wavefront.workbench.jobs import compare as job
+    from wavefront.workbench.bench.gitwork import GitError  # lazy: --help
+    from wavefront.workbench.bench.store import StoreError  # lazy: --help
+    from wavefront.workbench.jobs import compare as job  # lazy: --help
 
     show = json_out != "-"
     request = job.CompareRequest(run_a, run_b, git=git_revs, ops=tuple(op or ()), cases=tuple(case or ()),

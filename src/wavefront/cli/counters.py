@@ -54,8 +54,8 @@ def _compare_table(doc: dict):
 
 
 def _run(call, request):
-    from wavefront.workbench.counters.model import CountersLoadError
-    from wavefront.workbench.jobs.request import RequestError
+    from wavefront.workbench.counters.model import CountersLoadError  # lazy: --help
+    from wavefront.workbench.jobs.request import RequestError  # lazy: --help
 
     try:
         return call(request)
@@ -82,7 +82,7 @@ def counters(
     """Per launch: duration, FLOP/s per pipe, DRAM/L2/L1 bytes, occupancy, stalls, registers, placed on the
     device roofline and matched to wavefront's kernels; gaps to the predictions called out. With two
     profiles: per kernel and metric, the `compare` statistics where launches repeat (5+), else a plain delta."""
-    from wavefront.workbench.jobs import counters as job
+    from wavefront.workbench.jobs import counters as job  # lazy: --help
 
     show = json_out != "-"
     if profile_b is not None:

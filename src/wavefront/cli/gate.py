@@ -51,8 +51,8 @@ def gate_cmd(
     stops compiling, or moves more bytes; or when, against a perf baseline, a case slows beyond both the
     threshold and its noise band or its peak memory grows. Both halves run in one command. Bad input
     (an unreadable baseline, a malformed document, an interrupted run) exits 2."""
-    from wavefront.workbench.jobs.gate import GateRequest, run
-    from wavefront.workbench.jobs.ops import split_targets
+    from wavefront.workbench.jobs.gate import GateRequest, run  # lazy: --help
+    from wavefront.workbench.jobs.ops import split_targets  # lazy: --help
 
     show = json_out != "-"
     with request_errors():

@@ -42,8 +42,8 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
     """Compile every registered op's kernels at its bench shapes for GPU targets (no GPU needed) and report
     registers, spills, shared memory/LDS, occupancy, the widest global load/store, matrix instructions and
     the design (TMA, setmaxnreg, wgmma wait depth)."""
-    from wavefront.workbench.jobs import inspect as jobs
-    from wavefront.workbench.jobs.ops import split_targets
+    from wavefront.workbench.jobs import inspect as jobs  # lazy: --help
+    from wavefront.workbench.jobs.ops import split_targets  # lazy: --help
 
     show = json_out != "-"
     if configs:
@@ -64,7 +64,7 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
                                   asm_dir=str(asm) if asm else None, workers=workers)
         report = jobs.inspect(req, bars.phase("compile"))
     if show:
-        from wavefront.workbench.static.inspect import LEGEND
+        from wavefront.workbench.static.inspect import LEGEND  # lazy: --help
 
         console.print(inspect_table(report, all_rows))
         console.print(f"[dim]{LEGEND}[/]", highlight=False)
@@ -108,7 +108,7 @@ def traffic_cmd(op: OpsOption = None,
                 json_out: JsonOut = None) -> None:
     """Count the bytes each op's kernels load and store (instrumented Triton interpreter) at small versions
     of its bench cases; compare with the op's minimum and with eager PyTorch."""
-    from wavefront.workbench.jobs import traffic as jobs
+    from wavefront.workbench.jobs import traffic as jobs  # lazy: --help
 
     show = json_out != "-"
     with request_errors(), Bars(show) as bars:
@@ -160,7 +160,7 @@ def roofline_cmd(
 ) -> None:
     """Arithmetic intensity, attainable time on a device of the table and, given measured times, the
     achieved percentage of the roof, for every bench case of every registered op."""
-    from wavefront.workbench.jobs import roofline as jobs
+    from wavefront.workbench.jobs import roofline as jobs  # lazy: --help
 
     req = jobs.RooflineRequest(device=device, ops=tuple(op or ()), dtype=dtype.value,
                                traffic=str(traffic) if traffic else None,

@@ -4,7 +4,7 @@ result owns the --json document. No torch import, so it answers fast."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeAlias
 
 import typer
 
@@ -29,7 +29,7 @@ def _render(result) -> None:
     for line in result.header():
         console.print(line)
     if shown:
-        from wavefront.workbench.planner.search import rank_text as fig
+        from wavefront.workbench.planner.search import rank_text as fig  # lazy: --help
 
         cost = result.rank_by == "cost"
         console.print(_table(f"best {len(shown)}", "#|plan|step s|tok/s/GPU|MFU|GB" + ("|$/step" if cost else ""),
@@ -62,7 +62,7 @@ def _render(result) -> None:
 
 
 def _run_validation(paths: list[str], json_out: str | None) -> None:
-    from wavefront.workbench.jobs import plan as job
+    from wavefront.workbench.jobs import plan as job  # lazy: --help
 
     try:
         report = job.validate(job.ValidateRequest(tuple(paths)))
@@ -78,8 +78,11 @@ def _run_validation(paths: list[str], json_out: str | None) -> None:
             console.print(f"  median |error| {metric}: {rep.median_abs_error(metric):.1%}")
 
 
-S, F, I, B = str | None, float | None, int | None, bool
-L = list[str] | None
+S: TypeAlias = str | None
+F: TypeAlias = float | None
+I: TypeAlias = int | None
+B: TypeAlias = bool
+L: TypeAlias = list[str] | None
 
 
 def plan(  # one line per option; the job is built in _main
@@ -146,10 +149,10 @@ def plan(  # one line per option; the job is built in _main
 def _main(a: dict) -> None:
     if a["validate"]:
         return _run_validation(a["validate"], a["json_out"])
-    from wavefront.workbench.jobs.plan import CustomDims, PlanRequest
-    from wavefront.workbench.jobs.plan import plan as run_plan
-    from wavefront.workbench.planner.job import parse_fixed
-    from wavefront.workbench.planner.stacks import explain_stack
+    from wavefront.workbench.jobs.plan import CustomDims, PlanRequest  # lazy: --help
+    from wavefront.workbench.jobs.plan import plan as run_plan  # lazy: --help
+    from wavefront.workbench.planner.job import parse_fixed  # lazy: --help
+    from wavefront.workbench.planner.stacks import explain_stack  # lazy: --help
 
     try:  # --explain: the profile's terms and rows (not into --json -); alone (no model), nothing else
         explained = explain_stack(a["stack"], (a["gpus"] or ["8xh100"])[0]) if a["explain"] else []

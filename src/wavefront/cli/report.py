@@ -43,10 +43,10 @@ def report(
 ) -> None:
     """Write the dashboard: inspect heat map, traffic bars, one roofline with a device selector, the fused-loss
     memory result, correctness, speedups vs each baseline and history (GPU runs), training KPIs."""
-    from wavefront.workbench.bench.store import StoreError
-    from wavefront.workbench.hardware import get_gpu
-    from wavefront.workbench.jobs import report as job
-    from wavefront.workbench.report.tables import DocumentError
+    from wavefront.workbench.bench.store import StoreError  # lazy: --help
+    from wavefront.workbench.hardware import get_gpu  # lazy: --help
+    from wavefront.workbench.jobs import report as job  # lazy: --help
+    from wavefront.workbench.report.tables import DocumentError  # lazy: --help
 
     if no_store and (export_json or export_csv):
         fail("--export-json/--export-csv need a store; drop --no-store")

@@ -53,9 +53,9 @@ def expand_paths(items: list[str]) -> list[Path]:
 
 def _run(job, request, n_files: int, quiet: bool):
     """A trace job under a progress bar (one step per file); its errors are one line, exit 2."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: --help
 
-    from wavefront.workbench.trace import TraceLoadError
+    from wavefront.workbench.trace import TraceLoadError  # lazy: --help
 
     # auto_refresh=False: no refresh thread while the analysis forks its worker processes
     with Progress(TextColumn("[bold]analyzing[/] {task.description}"), BarColumn(), TimeElapsedColumn(),
@@ -141,8 +141,8 @@ def analyze_cmd(
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and
     multi-rank skew and collective waits."""
-    from wavefront.workbench.jobs import trace as job
-    from wavefront.workbench.trace.report import blocks
+    from wavefront.workbench.jobs import trace as job  # lazy: --help
+    from wavefront.workbench.trace.report import blocks  # lazy: --help
 
     paths = expand_paths(traces)
     if annotate_out and len(paths) != 1:
@@ -177,8 +177,8 @@ def diff_cmd(
 ) -> None:
     """B against A, per step: step time, each breakdown category and the top kernel families, each with
     a verdict (faster / slower / same / unknown) from bootstrap CI + Mann-Whitney."""
-    from wavefront.workbench.jobs import trace as job
-    from wavefront.workbench.trace.report import diff_table
+    from wavefront.workbench.jobs import trace as job  # lazy: --help
+    from wavefront.workbench.trace.report import diff_table  # lazy: --help
 
     quiet = json_out == "-"
     pa, pb = expand_paths([a]), expand_paths([b])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import fields
 from enum import Enum
 from typing import Annotated
 
@@ -43,7 +44,7 @@ def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
 
 
 def kpi_table(result):
-    from rich.table import Table
+    from rich.table import Table  # lazy: --help
     measured = [v for v in result.variants if v.summary]
     ref = measured[0].variant if measured else ""
     cpu = on_cpu(result.provenance)
@@ -113,26 +114,24 @@ def train(
     json_out: JsonOut = None,
 ) -> None:
     """Train (single, DDP, FSDP2 or a TP/PP/FSDP2 mesh) and report tokens/s, MFU, memory, step split, $, energy."""
-    from wavefront.workbench.distributed.launch import relaunch_under_torchrun, replace_option, save_stdin
-    from wavefront.workbench.distributed.train.config import json_dest_problem
+    from wavefront.workbench.distributed import launch  # lazy: --help
+    from wavefront.workbench.distributed.train.config import json_dest_problem  # lazy: --help
     if int(os.environ.get("RANK", "0")) == 0 and (why := json_dest_problem(json_out)):
         fail(escape(why))
-    plan = save_stdin(out, "plan.json") if plan == "-" else plan  # the ranks read the file, not stdin
-    argv = replace_option(sys.argv[1:], "--plan", plan) if plan else sys.argv[1:]
+    plan = launch.save_stdin(out, "plan.json") if plan == "-" else plan  # the ranks read the file, not stdin
+    argv = launch.replace_option(sys.argv[1:], "--plan", plan) if plan else sys.argv[1:]
     if nproc_per_node is None:
         return _run(_config(dict(locals())), json_out)
     if "WORLD_SIZE" in os.environ:
         fail("--nproc-per-node launches torchrun itself; drop it when already running under torchrun")
-    code = relaunch_under_torchrun(argv, nproc_per_node, "--nproc-per-node")
+    code = launch.relaunch_under_torchrun(argv, nproc_per_node, "--nproc-per-node")
     if code:
         fail(f"training failed (torchrun exit code {code}); the rank messages above say why", code)
 
 
 def _config(o: dict):
     """The typed request from the options, validated for this launch; exit 2 with one line if bad."""
-    from dataclasses import fields
-
-    from wavefront.workbench.distributed.train import config as c
+    from wavefront.workbench.distributed.train import config as c  # lazy: --help
     o = {k: v.value if isinstance(v, Enum) else v for k, v in o.items()}
     try:
         if o["compare"] and o["no_patch"]:
@@ -157,9 +156,9 @@ def _config(o: dict):
 
 
 def _run(cfg, json_out: str | None) -> None:
-    from rich import progress as rp
+    from rich import progress as rp  # lazy: --help
 
-    from wavefront.workbench.distributed.train import harness, readout
+    from wavefront.workbench.distributed.train import harness, readout  # lazy: --help
 
     rank, order = int(os.environ.get("RANK", "0")), tuple(harness.run_order(cfg.variants))
     progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),

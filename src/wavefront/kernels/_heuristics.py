@@ -49,7 +49,7 @@ def warps_for(elems: int, dtype: torch.dtype, arch: Arch, *, vecs_per_lane: int 
 
 def acc_dtype(dtype: torch.dtype):
     """The kernels' accumulation dtype (a Triton type): fp64 for fp64 inputs, fp32 otherwise."""
-    import triton.language as tl
+    import triton.language as tl  # lazy: Triton-free import
 
     return tl.float64 if dtype == torch.float64 else tl.float32
 
@@ -61,7 +61,7 @@ def stat_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def tl_dtype(dtype: torch.dtype):
     """The Triton element type of a floating torch dtype (pointer casts of table-driven kernels)."""
-    import triton.language as tl
+    import triton.language as tl  # lazy: Triton-free import
 
     return {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
             torch.float64: tl.float64}[dtype]

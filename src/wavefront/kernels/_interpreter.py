@@ -69,7 +69,7 @@ _DEPTH = 0
 def gpu_rounding() -> Iterator[None]:
     """Inside the block, the interpreter rounds to bf16 and computes dots as the GPU does (see above)."""
     global _DEPTH
-    from triton.runtime import interpreter
+    from triton.runtime import interpreter  # lazy: Triton-free import
 
     convert_float, create_dot = _replacements()
     builder, grid = interpreter.InterpreterBuilder, interpreter.GridExecutor
@@ -94,9 +94,9 @@ def gpu_rounding() -> Iterator[None]:
 @functools.cache
 def _replacements():
     """(convert_float, create_dot): GPU-faithful versions wrapping Triton's originals (built once)."""
-    import triton.language as tl
-    from triton._C.libtriton import ir
-    from triton.runtime import interpreter
+    import triton.language as tl  # lazy: Triton-free import
+    from triton._C.libtriton import ir  # lazy: Triton-free import
+    from triton.runtime import interpreter  # lazy: Triton-free import
 
     original = interpreter._convert_float
     fp8 = _fp8_dtypes()
@@ -119,7 +119,7 @@ def _replacements():
 
 def _tree_reduce(original):
     """ReduceOps.generic_reduce folding a power-of-two axis as a pairwise tree (see "Reductions" above)."""
-    import triton.language as tl
+    import triton.language as tl  # lazy: Triton-free import
 
     def generic_reduce(self, input):
         axis = self.axis
@@ -155,8 +155,8 @@ def _patch_once_per_run(original_patch, original_call):
     ``tl.core``) patched once per grid run (see "Speed" above). Each grid run gets a fresh record, so the
     kernel's own patch (the first call of its run) always happens and is restored by Triton at the end of
     the run; a function that sees no language module goes to Triton's patch (and its error)."""
-    import triton.language as tl
-    from triton.runtime import interpreter
+    import triton.language as tl  # lazy: Triton-free import
+    from triton.runtime import interpreter  # lazy: Triton-free import
 
     patched: list[set[int]] = []  # per active grid run (innermost last): ids of the patched language modules
 
@@ -183,14 +183,14 @@ def _patch_once_per_run(original_patch, original_call):
 @functools.cache
 def _fp8_dtypes() -> dict:
     """Triton fp8 element type -> the torch dtype with the same encoding."""
-    import triton.language as tl
+    import triton.language as tl  # lazy: Triton-free import
 
     return {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2,
             tl.float8e4b8: torch.float8_e4m3fnuz, tl.float8e5b16: torch.float8_e5m2fnuz}
 
 
 def _torch_dtype(tl_dtype) -> torch.dtype:
-    import triton.language as tl
+    import triton.language as tl  # lazy: Triton-free import
 
     table = {**_fp8_dtypes(), tl.float16: torch.float16, tl.bfloat16: torch.bfloat16, tl.float32: torch.float32,
              tl.float64: torch.float64}
@@ -210,9 +210,9 @@ def _torch_cast(data, input_dtype, output_dtype):
 
 
 def _gpu_faithful_dot(interpreter):
-    import triton.language as tl
-    from triton._C.libtriton import interpreter as native
-    from triton._C.libtriton import ir
+    import triton.language as tl  # lazy: Triton-free import
+    from triton._C.libtriton import interpreter as native  # lazy: Triton-free import
+    from triton._C.libtriton import ir  # lazy: Triton-free import
 
     original = interpreter.InterpreterBuilder.create_dot
 

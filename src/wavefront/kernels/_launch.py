@@ -46,6 +46,7 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._interpreter import gpu_rounding
 from wavefront.kernels._memcheck import install_from_env
+from wavefront.kernels._scope import _OP, op_scope
 
 runtime.check_triton_version()
 
@@ -90,7 +91,6 @@ class _Recorder:
 
 
 _RECORDER: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("wavefront_recorder", default=None)
-_OP: contextvars.ContextVar[str] = contextvars.ContextVar("wavefront_op", default="")
 
 
 @contextlib.contextmanager
@@ -102,16 +102,6 @@ def recording(execute: bool = True) -> Iterator[list[Launch]]:
         yield rec.launches
     finally:
         _RECORDER.reset(token)
-
-
-@contextlib.contextmanager
-def op_scope(name: str) -> Iterator[None]:
-    """Label launches made inside the block with the op they belong to."""
-    token = _OP.set(name)
-    try:
-        yield
-    finally:
-        _OP.reset(token)
 
 
 def _describe(arg: Any) -> Any:
@@ -218,8 +208,8 @@ def ensure_descriptor_allocator(device: torch.device | None = None) -> None:
     """Tensor descriptors made inside a kernel (TMA) need a little global scratch per program; Triton asks the
     allocator set with ``triton.set_allocator``. Set ours on the first CUDA launch that needs it, unless the
     application set one. Nothing to do under the interpreter or on another device."""
-    import triton
-    from triton.runtime import _allocation
+    import triton  # lazy: Triton-free import
+    from triton.runtime import _allocation  # lazy: Triton-free import
 
     if runtime.interpreting() or (device is not None and device.type != "cuda"):
         return

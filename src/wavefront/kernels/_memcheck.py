@@ -182,7 +182,7 @@ class _Run:
 
     def _error(self, op: str, bad: np.ndarray, size: int, n_active: int,
                kind: str = "out of bounds") -> MemcheckError:
-        from triton.runtime import interpreter
+        from triton.runtime import interpreter  # lazy: Triton-free import
 
         pid = tuple(int(v) for v in interpreter.interpreter_builder.grid_idx)
         first = int(bad[0])
@@ -322,7 +322,7 @@ def _install() -> None:
     _DEPTH += 1
     if _DEPTH > 1:
         return
-    from triton.runtime import interpreter
+    from triton.runtime import interpreter  # lazy: Triton-free import
 
     builder, grid = interpreter.InterpreterBuilder, interpreter.GridExecutor
     names = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas",
@@ -368,7 +368,7 @@ def _uninstall() -> None:
     _DEPTH -= 1
     if _DEPTH > 0:
         return
-    from triton.runtime import interpreter
+    from triton.runtime import interpreter  # lazy: Triton-free import
 
     grid = interpreter.GridExecutor
     grid.__call__, grid._init_args_hst = _SAVED.pop("__call__"), _SAVED.pop("_init_args_hst")
@@ -379,7 +379,7 @@ def _uninstall() -> None:
 
 
 def _call_wrapper(original):
-    from triton.runtime.errors import InterpreterError
+    from triton.runtime.errors import InterpreterError  # lazy: Triton-free import
 
     def grid_call(self, *args, **kwargs):
         depth = len(_RUNS)
@@ -398,7 +398,7 @@ def _call_wrapper(original):
 def _init_args_hst_wrapper(original):
     """GridExecutor._init_args_hst, then the host arguments' storages moved between red zones (unless
     :func:`keep_addresses`), their extents recorded for the run."""
-    from triton.runtime import interpreter
+    from triton.runtime import interpreter  # lazy: Triton-free import
 
     def init_args_hst(self, args_dev, kwargs):
         args_hst, kwargs_hst = original(self, args_dev, kwargs)

@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from wavefront import reference, runtime
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_shape, check_tensor
@@ -27,8 +28,7 @@ FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
                          mutates_args=("params", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "masters"))
 def _adamw_(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
             max_exp_avg_sqs: list[Tensor], masters: list[Tensor], scalars: Tensor, maximize: bool) -> None:
-    from wavefront.kernels import adamw as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import adamw as kernels  # lazy: Triton-free import
 
     # An empty list is an absent column (the schema has no optional tensor lists).
     with op_scope("adamw"):
@@ -67,8 +67,7 @@ def adamw_(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], ex
         torch.ops.wavefront.adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or [], masters or [],
                                    scalars, maximize)
         return
-    from wavefront.kernels import adamw as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import adamw as kernels  # lazy: Triton-free import
 
     with op_scope("adamw"):
         kernels.adamw_multi_tensor(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or None, masters or None,

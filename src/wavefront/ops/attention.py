@@ -39,6 +39,7 @@ from torch import Tensor
 
 from wavefront import reference, runtime
 from wavefront.archs import Arch, compiles_fp8_e4m3
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._fused_quantize import register_fp8_autograd
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
@@ -84,9 +85,8 @@ def _resolve_max_seqlen(cu_seqlens: Tensor, max_seqlen: int, total: int, *, on_d
 def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor | None, max_seqlen: int, causal: bool,
                    scale: float, deterministic: bool = True) -> tuple[Tensor, Tensor]:
     # deterministic only travels to the backward (setup_context); the forward is the same either way.
-    from wavefront.kernels import attention as kernels
-    from wavefront.kernels import attention_fa3, attention_gluon
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import attention as kernels  # lazy: Triton-free import
+    from wavefront.kernels import attention_fa3, attention_gluon  # lazy: Triton-free import
 
     if cu_seqlens is not None:
         max_seqlen = _resolve_max_seqlen(cu_seqlens, max_seqlen, q.shape[2])
@@ -109,8 +109,7 @@ def _attention_fwd_fp8(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor | Non
                        scale: float, deterministic: bool, scaling: str, fp8_dtype: str,
                        pow2_scale: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """attention_fwd plus the FP8 copy of O and its scales (see the module docstring)."""
-    from wavefront.kernels import attention as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import attention as kernels  # lazy: Triton-free import
 
     check_fp8_target(OP, q.device)  # in the op body: torch.compile does not trace runtime.arch
     if cu_seqlens is not None:
@@ -134,8 +133,7 @@ def _attention_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse2:
                    max_seqlen: int, causal: bool, scale: float, deterministic: bool = True,
                    fp32_grads: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """fp32_grads: dq, dk, dv in float32 whatever the inputs' dtype (partials a caller sums: ring attention)."""
-    from wavefront.kernels import attention as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import attention as kernels  # lazy: Triton-free import
 
     if cu_seqlens is not None:
         max_seqlen = _resolve_max_seqlen(cu_seqlens, max_seqlen, q.shape[2])

@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from wavefront import reference, runtime
 from wavefront.kernels._heuristics import stat_dtype
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._rows import bench_row_cases, numel, randn, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_shape, check_tensor
@@ -68,8 +69,7 @@ def _argmax_out(logits: Tensor, want: bool) -> Tensor:
 @torch.library.custom_op("wavefront::cross_entropy_fwd", mutates_args=())
 def _ce_fwd(logits: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, label_smoothing: float,
             z_loss: float, softcap: float | None, want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
-    from wavefront.kernels import cross_entropy as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
     argmax = _argmax_out(logits, want_argmax)
     with op_scope("cross_entropy"):
@@ -89,8 +89,7 @@ def _(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, wa
 @torch.library.custom_op("wavefront::cross_entropy_bwd", mutates_args=())
 def _ce_bwd(dloss: Tensor, logits: Tensor, target: Tensor, weight: Tensor | None, stats: Tensor, ignore_index: int,
             label_smoothing: float, z_loss: float, softcap: float | None) -> Tensor:
-    from wavefront.kernels import cross_entropy as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
     grad = torch.empty_like(logits)
     with op_scope("cross_entropy"):
@@ -124,8 +123,7 @@ _ce_fwd.register_autograd(_backward, setup_context=_setup_context)
 def _fwd_with_grad(logits: Tensor, grad: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int,
                    label_smoothing: float, z_loss: float, softcap: float | None, assumed: Tensor,
                    want_argmax: bool) -> tuple[Tensor, Tensor, Tensor]:
-    from wavefront.kernels import cross_entropy as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
     argmax = _argmax_out(logits, want_argmax)
     with op_scope("cross_entropy"):
@@ -195,7 +193,7 @@ class _GradInForward(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dloss, dstats, dargmax):
-        from wavefront.kernels import cross_entropy as kernels
+        from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
         flag = "inplace_backward" if ctx.inplace else "grad_in_forward"
         grad = ctx.state.pop("grad", None)

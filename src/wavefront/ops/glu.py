@@ -15,6 +15,7 @@ from torch import Tensor
 
 from wavefront import reference, runtime
 from wavefront.archs import compiles_fp8_e4m3
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._fused_quantize import (
     check_quantize,
     fake_fp8_out,
@@ -35,6 +36,8 @@ from wavefront.ops._validate import (
     check_shape,
     check_tensor,
 )
+from wavefront.ops.quantize import check_fp8_target
+from wavefront.shapes import MODELS
 
 # Activation codes shared with kernels/_math.py (kept here so importing the op does not import Triton).
 ACTS = {"silu": 0, "gelu_tanh": 1, "gelu_none": 2}
@@ -48,8 +51,7 @@ _WHY_NOT_ROWWISE = {"rowwise": "each program owns a block of up to 4096 columns 
 
 @torch.library.custom_op("wavefront::glu_fwd", mutates_args=())
 def _glu_fwd(gate: Tensor, up: Tensor, act: int, gate_mult: float, out_mult: float) -> Tensor:
-    from wavefront.kernels import glu as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import glu as kernels  # lazy: Triton-free import
 
     with op_scope("swiglu" if act == 0 else "geglu"):
         return kernels.glu_fwd(gate, up, act, gate_mult=gate_mult, out_mult=out_mult)
@@ -63,8 +65,7 @@ def _(gate, up, act, gate_mult, out_mult):
 @torch.library.custom_op("wavefront::glu_bwd", mutates_args=())
 def _glu_bwd(dy: Tensor, gate: Tensor, up: Tensor, act: int, gate_mult: float,
              out_mult: float) -> tuple[Tensor, Tensor]:
-    from wavefront.kernels import glu as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import glu as kernels  # lazy: Triton-free import
 
     with op_scope("swiglu" if act == 0 else "geglu"):
         return kernels.glu_bwd(dy, gate, up, act, gate_mult, out_mult)
@@ -93,9 +94,7 @@ _glu_fwd.register_autograd(_backward, setup_context=_setup_context)
 @torch.library.custom_op("wavefront::glu_fwd_fp8", mutates_args=())
 def _glu_fwd_fp8(gate: Tensor, up: Tensor, act: int, gate_mult: float, out_mult: float, quantize: str,
                  fp8_dtype: str, pow2_scale: bool) -> tuple[Tensor, Tensor, Tensor]:
-    from wavefront.kernels import glu as kernels
-    from wavefront.kernels._launch import op_scope
-    from wavefront.ops.quantize import check_fp8_target
+    from wavefront.kernels import glu as kernels  # lazy: Triton-free import
 
     op = "swiglu" if act == 0 else "geglu"
     check_fp8_target(op, gate.device)  # in the op body: torch.compile does not trace runtime.arch
@@ -223,8 +222,6 @@ _EXTRA = (
 
 
 def _bench_cases(fp8: bool = False):
-    from wavefront.shapes import MODELS
-
     widths = {f"{m}_ffn": MODELS[m].ffn_hidden for m in ("llama3-8b", "llama3-70b", "qwen2.5-7b", "gemma2-9b")}
     cases = bench_row_cases(widths)
     # muP multipliers (Falcon-H1): the same bytes, two multiplies more per element (three in the backward).

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._linear_autograd import input_grads, save_operands, saved_operands
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
@@ -36,8 +37,7 @@ OFFSET_DTYPES = (torch.int32, torch.int64)
 @torch.library.custom_op("wavefront::grouped_linear_fwd", mutates_args=())
 def _grouped_linear_fwd(x: Tensor, weight: Tensor, offsets: Tensor, swiglu: bool, save_z: bool
                         ) -> tuple[Tensor, Tensor]:
-    from wavefront.kernels import grouped_linear as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import grouped_linear as kernels  # lazy: Triton-free import
 
     with op_scope(OP):
         y, z = kernels.grouped_linear_fwd(x, weight, offsets, swiglu, save_z)
@@ -54,8 +54,7 @@ def _(x, weight, offsets, swiglu, save_z):
 @torch.library.custom_op("wavefront::grouped_linear_bwd", mutates_args=())
 def _grouped_linear_bwd(dy: Tensor, x: Tensor, weight: Tensor, offsets: Tensor, z: Tensor, swiglu: bool,
                         needs_dx: bool, needs_dw: bool) -> tuple[Tensor, Tensor]:
-    from wavefront.kernels import grouped_linear as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import grouped_linear as kernels  # lazy: Triton-free import
 
     with op_scope(OP):
         dz = kernels.swiglu_bwd(dy, z) if swiglu else dy

@@ -21,6 +21,8 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.kernels._scope import op_scope
+from wavefront.kernels.matmul_config import gemm_provider
 from wavefront.ops._linear_autograd import input_grads, save_operands, saved_operands
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
@@ -36,7 +38,6 @@ def _choose(provider: str, product: str, device, **flags) -> str:
     """"wavefront" or "vendor" for one product: the forced provider, or the rule of the config table."""
     if provider != "auto":
         return provider
-    from wavefront.kernels.matmul_config import gemm_provider
 
     return gemm_provider(product, runtime.arch(device), **flags).provider
 
@@ -72,8 +73,7 @@ def _vendor_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor
 @torch.library.custom_op("wavefront::linear_fwd", mutates_args=())
 def _linear_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str,
                 save_grad: bool, provider: str) -> tuple[Tensor, Tensor]:
-    from wavefront.kernels import linear as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import linear as kernels  # lazy: Triton-free import
 
     who = _choose(provider, "fwd", x.device, activation=bool(activation), bias=bias is not None,
                   residual=residual is not None)
@@ -94,8 +94,7 @@ def _(x, weight, bias, residual, activation, save_grad, provider):
 @torch.library.custom_op("wavefront::linear_bwd", mutates_args=())
 def _linear_bwd(dy: Tensor, x: Tensor, weight: Tensor, g: Tensor | None, needs_dx: bool, needs_dw: bool,
                 has_bias: bool, provider: str) -> tuple[Tensor, Tensor, Tensor]:
-    from wavefront.kernels import linear as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import linear as kernels  # lazy: Triton-free import
 
     act = g is not None
     ours_dx = needs_dx and _choose(provider, "dx", x.device, activation=act) == "wavefront"

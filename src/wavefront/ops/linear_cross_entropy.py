@@ -55,6 +55,7 @@ from torch import Tensor
 
 from wavefront import reference, runtime
 from wavefront.kernels._heuristics import stat_dtype
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_same_dtype, check_shape, check_tensor
@@ -69,6 +70,7 @@ from wavefront.ops.cross_entropy import (
     predicted_bytes,
     reference_rows,
 )
+from wavefront.shapes import MODELS
 
 #: Upper bound on the chunk's logits buffer. 128 MiB keeps it at 1/16 of the full bf16 logits at 8k tokens
 #: and vocab 128k while each chunk's GEMM (512 x H x 128k) stays large enough to run at full rate.
@@ -157,8 +159,7 @@ def _rows_ce(logits, target, class_weight, options, stats=None, grad=None, scale
     kw = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
               stats=stats, grad=grad, scale=scale, col_offset=col_offset, n_classes=n_classes, argmax=argmax)
     if runtime.uses_triton(logits.device):
-        from wavefront.kernels import cross_entropy as kernels
-        from wavefront.kernels._launch import op_scope
+        from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
         with op_scope("linear_cross_entropy"):
             return kernels.cross_entropy_rows(logits, target, class_weight, **kw)
@@ -365,7 +366,7 @@ _lce_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 def _check_weight_is_whole(op: str, weight, n_hidden: int) -> None:
     try:
-        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor import DTensor  # lazy: torch submodule on use
     except ImportError:  # a torch build without distributed support
         DTensor = ()
     if isinstance(weight, DTensor):
@@ -495,8 +496,6 @@ def _bytes(case: Case, dtype: torch.dtype, mode: Mode) -> int:
 
 
 def _bench(name: str, model: str, n_tokens: int, options: dict | None = None) -> Case:
-    from wavefront.shapes import MODELS
-
     m = MODELS[model]
     return Case(name, f"{model}: {n_tokens} tokens, hidden {m.hidden}, vocab {m.vocab}",
                 {"n_rows": n_tokens, "n_cols": m.vocab, "hidden": m.hidden}, dict(options or {}))

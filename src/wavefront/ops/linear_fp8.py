@@ -44,9 +44,11 @@ from torch import Tensor
 
 from wavefront import reference, runtime
 from wavefront.archs import compiles_fp8_e4m3
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_same_dtype, check_tensor
+from wavefront.ops.quantize import _scale_shape as scale_shape
 from wavefront.ops.quantize import check_fp8_target
 from wavefront.shapes import MODELS
 
@@ -71,7 +73,7 @@ def _quantized(t: Tensor, recipe: str, role: str, fnuz: bool,
     fmt, scaling, pow2 = reference.fp8_recipe_operand(recipe, role, fnuz)
     if given is not None:
         return given[0], given[1], scaling
-    from wavefront.kernels import quantize as kq
+    from wavefront.kernels import quantize as kq  # lazy: Triton-free import
 
     q, s = kq.quantize(t, reference.FP8_FORMATS[fmt], scaling, pow2)
     return q, s, scaling
@@ -82,7 +84,7 @@ def _product(a: Tensor | None, b: Tensor | None, roles: tuple[str, str], recipe:
              given_a: tuple[Tensor, Tensor] | None = None, given_b: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """dequant(Q(a)) dequant(Q(b))^T + bias + residual for a [M, R], b [N, R] quantized along R; given_a /
     given_b: the (q, s) of an operand quantized ahead of time (its high-precision tensor is then unused)."""
-    from wavefront.kernels import linear_fp8 as kernels
+    from wavefront.kernels import linear_fp8 as kernels  # lazy: Triton-free import
 
     qa, sa, a_scaling = _quantized(a, recipe, roles[0], fnuz, given_a)
     qb, sb, b_scaling = _quantized(b, recipe, roles[1], fnuz, given_b)
@@ -115,8 +117,6 @@ def _pair(q: Tensor | None, s: Tensor | None) -> tuple[Tensor, Tensor] | None:
 def _linear_fp8_fwd(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None, recipe: str, fnuz: int,
                     provider: str, x_q: Tensor | None = None, x_s: Tensor | None = None, w_q: Tensor | None = None,
                     w_s: Tensor | None = None) -> Tensor:
-    from wavefront.kernels._launch import op_scope
-
     check_fp8_target(OP, x.device)  # in the op body: torch.compile does not trace runtime.arch
     with op_scope(OP):
         return _product(x, weight, ("act", "weight"), recipe, _resolve_fnuz(fnuz, x.device), bias, x.dtype, provider,
@@ -132,8 +132,6 @@ def _(x, weight, bias, residual, recipe, fnuz, provider, x_q=None, x_s=None, w_q
 def _linear_fp8_bwd(dy: Tensor, x: Tensor, weight: Tensor, recipe: str, fnuz: int, needs_dx: bool, needs_dw: bool,
                     needs_db: bool, provider: str, wt_q: Tensor | None = None,
                     wt_s: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    from wavefront.kernels._launch import op_scope
-
     fnuz = _resolve_fnuz(fnuz, x.device)
     with op_scope(OP):
         dx = (_product(dy, weight.t(), ("grad", "weight"), recipe, fnuz, None, x.dtype, provider,
@@ -211,8 +209,6 @@ def check_quantized(op: str, name: str, given, shape: tuple[int, ...], recipe: s
                     fnuz: bool | None) -> None:
     """`given` is a :class:`Quantized` of `shape` in the layout ops.quantize returns for `role` in `recipe`
     (fnuz None: the OCP or the FNUZ format, the device's default being resolved inside the op)."""
-    from wavefront.ops.quantize import _scale_shape as scale_shape
-
     fmt, scaling, _ = reference.fp8_recipe_operand(recipe, role, bool(fnuz))
     formats = {reference.FP8_FORMATS[fmt]} if fnuz is not None else {reference.FP8_FORMATS[fmt],
                                                                       reference.FP8_FORMATS[fmt + "fnuz"]}

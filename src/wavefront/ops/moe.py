@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_choice, check_same_device, check_tensor
 
@@ -34,8 +35,7 @@ def _stat(dtype: torch.dtype) -> torch.dtype:
 @torch.library.custom_op("wavefront::moe_router_fwd", mutates_args=())
 def _router_fwd(logits: Tensor, bias: Tensor | None, top_k: int, sigmoid: bool, topk_first: bool,
                 normalize: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    from wavefront.kernels import moe_router as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import moe_router as kernels  # lazy: Triton-free import
 
     with op_scope("moe_router"):
         return kernels.moe_router_fwd(logits, bias, top_k, sigmoid, topk_first, normalize)
@@ -53,8 +53,7 @@ def _(logits, bias, top_k, sigmoid, topk_first, normalize):
 @torch.library.custom_op("wavefront::moe_router_bwd", mutates_args=())
 def _router_bwd(logits: Tensor, indices: Tensor, weights: Tensor, dweights: Tensor, dpsum: Tensor, dlse: Tensor,
                 sigmoid: bool, topk_first: bool, normalize: bool) -> Tensor:
-    from wavefront.kernels import moe_router as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import moe_router as kernels  # lazy: Triton-free import
 
     with op_scope("moe_router"):
         return kernels.moe_router_bwd(logits, indices, weights, dweights, dpsum, dlse, sigmoid, topk_first,
@@ -150,8 +149,7 @@ def moe_router(logits: Tensor, top_k: int, *, score: str = "softmax", order: str
 @torch.library.custom_op("wavefront::moe_permute_fwd", mutates_args=())
 def _permute_fwd(x: Tensor, indices: Tensor, starts: Tensor, counts: Tensor, top_k: int, n_rows: int
                  ) -> tuple[Tensor, Tensor]:
-    from wavefront.kernels import moe_permute as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import moe_permute as kernels  # lazy: Triton-free import
 
     with op_scope("moe_permute"):
         row_map = kernels.moe_row_map(indices, starts, counts, n_rows)
@@ -166,8 +164,7 @@ def _(x, indices, starts, counts, top_k, n_rows):
 
 @torch.library.custom_op("wavefront::moe_gather_rows", mutates_args=())
 def _gather_rows(src: Tensor, row_map: Tensor, weights: Tensor | None, n_tokens: int, top_k: int) -> Tensor:
-    from wavefront.kernels import moe_permute as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import moe_permute as kernels  # lazy: Triton-free import
 
     with op_scope("moe_permute" if weights is None else "moe_unpermute"):
         return kernels.moe_gather_rows(src, row_map, n_tokens, top_k, weights)
@@ -181,8 +178,7 @@ def _(src, row_map, weights, n_tokens, top_k):
 @torch.library.custom_op("wavefront::moe_unpermute_bwd", mutates_args=())
 def _unpermute_bwd(dout: Tensor, y_sorted: Tensor, row_map: Tensor, weights: Tensor, top_k: int
                    ) -> tuple[Tensor, Tensor]:
-    from wavefront.kernels import moe_permute as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import moe_permute as kernels  # lazy: Triton-free import
 
     with op_scope("moe_unpermute"):
         n_rows = y_sorted.shape[0]

@@ -21,6 +21,7 @@ from torch import Tensor
 from wavefront import reference, runtime
 from wavefront.archs import compiles_fp8_e4m3
 from wavefront.kernels._heuristics import stat_dtype
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._fused_quantize import (
     check_quantize,
     fake_fp8_out,
@@ -41,6 +42,7 @@ from wavefront.ops._validate import (
     check_shape,
     check_tensor,
 )
+from wavefront.ops.quantize import check_fp8_target
 
 #: RMSNorm casting modes: "llama" rounds xhat before the weight multiply, "gemma" multiplies in fp32,
 #: "input" computes in the input dtype (every step rounded where eager PyTorch without an upcast rounds).
@@ -55,8 +57,7 @@ def _stat_dtype(x: Tensor) -> torch.dtype:
 def _norm_fwd(x: Tensor, weight: Tensor | None, bias: Tensor | None, residual: Tensor | None, eps: float,
               offset: float, is_rms: bool, cast_before_weight: bool,
               round_stats: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    from wavefront.kernels import norm as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import norm as kernels  # lazy: Triton-free import
 
     with op_scope("rms_norm" if is_rms else "layer_norm"):
         y, res_out, mean, rstd, _, _ = kernels.norm_fwd(x, weight, bias, residual, eps, offset, is_rms,
@@ -76,8 +77,7 @@ def _norm_fwd_fake(x, weight, bias, residual, eps, offset, is_rms, cast_before_w
 @torch.library.custom_op("wavefront::norm_bwd", mutates_args=())
 def _norm_bwd(dy: Tensor, x: Tensor, weight: Tensor | None, mean: Tensor, rstd: Tensor,
               d_residual: Tensor | None, is_rms: bool, has_bias: bool, offset: float) -> tuple[Tensor, Tensor, Tensor]:
-    from wavefront.kernels import norm as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import norm as kernels  # lazy: Triton-free import
 
     with op_scope("rms_norm" if is_rms else "layer_norm"):
         dx, dw, db = kernels.norm_bwd(dy, x, weight, has_bias, None if is_rms else mean, rstd, d_residual,
@@ -119,9 +119,7 @@ _norm_fwd.register_autograd(_backward, setup_context=_setup_context)
 def _norm_fwd_fp8(x: Tensor, weight: Tensor | None, bias: Tensor | None, residual: Tensor | None, eps: float,
                   offset: float, is_rms: bool, cast_before_weight: bool, round_stats: bool, quantize: str,
                   fp8_dtype: str, pow2_scale: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    from wavefront.kernels import norm as kernels
-    from wavefront.kernels._launch import op_scope
-    from wavefront.ops.quantize import check_fp8_target
+    from wavefront.kernels import norm as kernels  # lazy: Triton-free import
 
     op = "rms_norm" if is_rms else "layer_norm"
     check_fp8_target(op, x.device)  # in the op body: torch.compile does not trace runtime.arch

@@ -20,9 +20,11 @@ from torch import Tensor
 
 from wavefront import reference, runtime
 from wavefront.archs import compiles_fp8_e4m3
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, Tolerance, itemsize
 from wavefront.ops._validate import check_choice, check_tensor
+from wavefront.shapes import MODELS
 
 OP = "quantize"
 FORMATS = tuple(reference.FP8_FORMATS)
@@ -43,8 +45,7 @@ def _scale_shape(shape: tuple[int, ...], scaling: str) -> tuple[int, ...]:
 
 @torch.library.custom_op("wavefront::quantize_fp8", mutates_args=())
 def _quantize_fp8(x: Tensor, dtype: str, scaling: str, pow2_scale: bool) -> tuple[Tensor, Tensor]:
-    from wavefront.kernels import quantize as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import quantize as kernels  # lazy: Triton-free import
 
     check_fp8_target(OP, x.device)  # in the op body: torch.compile does not trace runtime.arch
     with op_scope(OP):
@@ -162,8 +163,6 @@ CASES = (
 
 
 def _bench_cases() -> tuple[Case, ...]:
-    from wavefront.shapes import MODELS
-
     m = MODELS["llama3-8b"]
     tokens = 8192
     return (

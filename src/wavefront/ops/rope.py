@@ -8,10 +8,12 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensor
 
 from wavefront import reference, runtime
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._rows import randn
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import check_same_device, check_same_dtype, check_tensor
 from wavefront.ops.cross_entropy import INDEX_DTYPES, values_checkable
+from wavefront.shapes import MODELS
 
 POS_DIRECT, POS_IDS, POS_CU_SEQLENS = 0, 1, 2  # kernels/rope.py's codes (importing it would import Triton)
 
@@ -19,8 +21,7 @@ POS_DIRECT, POS_IDS, POS_CU_SEQLENS = 0, 1, 2  # kernels/rope.py's codes (import
 @torch.library.custom_op("wavefront::rope", mutates_args=())
 def _rope(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, pos_mode: int,
           backward: bool) -> tuple[Tensor, Tensor]:
-    from wavefront.kernels import rope as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import rope as kernels  # lazy: Triton-free import
 
     if pos_mode == POS_CU_SEQLENS and not backward:
         # Here, not in rope(): the op's body runs with real values in eager mode, under torch.compile and
@@ -252,8 +253,6 @@ def _case(name, reason, batch, seq, heads, kv_heads, head_dim, rotary=None, layo
 
 
 def _bench(model: str, seq: int) -> Case:
-    from wavefront.shapes import MODELS
-
     m = MODELS[model]
     return _case(f"{model}_{seq}", f"{model}: {m.n_heads} q / {m.n_kv_heads} kv heads of {m.head_dim}, seq {seq}",
                  1, seq, m.n_heads, m.n_kv_heads, m.head_dim)

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.kernels._scope import op_scope
 from wavefront.ops._rows import bench_row_cases, numel, row_cases, row_tensor
 from wavefront.ops._spec import Case, Mode, OpInputs, OpSpec, itemsize
 from wavefront.ops._validate import as_rows, check_tensor
@@ -13,8 +14,7 @@ from wavefront.ops._validate import as_rows, check_tensor
 
 @torch.library.custom_op("wavefront::softmax_fwd", mutates_args=())
 def _softmax_fwd(x: Tensor) -> Tensor:
-    from wavefront.kernels import softmax as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import softmax as kernels  # lazy: Triton-free import
 
     with op_scope("softmax"):
         return kernels.softmax_fwd(x)
@@ -27,8 +27,7 @@ def _(x):
 
 @torch.library.custom_op("wavefront::softmax_bwd", mutates_args=())
 def _softmax_bwd(dy: Tensor, y: Tensor) -> Tensor:
-    from wavefront.kernels import softmax as kernels
-    from wavefront.kernels._launch import op_scope
+    from wavefront.kernels import softmax as kernels  # lazy: Triton-free import
 
     with op_scope("softmax"):
         return kernels.softmax_bwd(dy, y)

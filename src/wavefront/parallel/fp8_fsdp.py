@@ -48,7 +48,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils._pytree import tree_map
 
-from wavefront import reference
+from wavefront import ops, reference
 from wavefront.nn.fp8 import Float8Linear, PrequantizedWeight
 from wavefront.ops.linear_fp8 import Quantized, backward_prequantized, default_fnuz, forward_prequantized
 
@@ -111,8 +111,6 @@ class _Copy:
 
 def _quantize_shard(w: Tensor, recipe: str, fnuz: bool, axis: str, group) -> _Copy:
     """Quantize the padded shard w [c, K] (already in param_dtype) for `axis`; the scale collectives run here."""
-    from wavefront import ops
-
     fmt, scaling, pow2 = _weight_operand(recipe, fnuz)
     fmt_name = next(k for k, v in reference.FP8_FORMATS.items() if v == fmt)
     if scaling == "tensorwise" or axis == "col":
@@ -192,8 +190,6 @@ class Fp8ShardedWeight(torch.Tensor, PrequantizedWeight):
 
     def fp8_linear(self, x: Tensor, bias: Tensor | None, residual: Tensor | None, provider: str) -> Tensor:
         """Outside FSDP2 (or before fully_shard): the plain FP8 linear on the inner weight."""
-        from wavefront import ops
-
         return ops.linear_fp8(x, _Unwrap.apply(self), bias, residual=residual, recipe=self.recipe, fnuz=self.fnuz,
                               provider=provider)
 

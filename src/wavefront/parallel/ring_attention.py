@@ -64,7 +64,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+import wavefront.ops.attention  # noqa: F401  (registers torch.ops.wavefront.attention_fwd/_bwd)
 from wavefront import reference, runtime
+from wavefront.ops.attention import _check
 from wavefront.parallel._agree import check_agreement, fingerprint
 from wavefront.parallel.vocab_parallel import check_group
 
@@ -132,8 +134,6 @@ def _uses_kernels(q: Tensor) -> bool:
 
 def _block_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
     if _uses_kernels(q):
-        import wavefront.ops.attention  # noqa: F401  (registers torch.ops.wavefront.attention_fwd/_bwd)
-
         return torch.ops.wavefront.attention_fwd(q, k, v, None, -1, causal, scale)
     return reference.attention_block(q, k, v, causal, scale)
 
@@ -141,8 +141,6 @@ def _block_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> t
 def _block_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse2: Tensor, causal: bool,
                scale: float) -> tuple[Tensor, Tensor, Tensor]:
     if _uses_kernels(q):
-        import wavefront.ops.attention  # noqa: F401
-
         return torch.ops.wavefront.attention_bwd(do, q, k, v, o, lse2, None, -1, causal, scale, True, True)
     return reference.attention_block_bwd(do, q, k, v, o, lse2, causal, scale)
 
@@ -296,8 +294,6 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, group: dist.ProcessGroup | N
     it in ``layout`` ("zigzag": causal load balancing; "contiguous"). Returns this rank's rows of the output,
     [B, H, S / P, D] in q's dtype; gradients reach this rank's q, k, v. scale defaults to 1/sqrt(D).
     """
-    from wavefront.ops.attention import _check
-
     op = "ring_attention"
     if dist.is_available() and dist.is_initialized():
         check_group(op, group)

@@ -51,6 +51,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from wavefront import reference, runtime
+from wavefront.kernels._scope import op_scope
 from wavefront.ops import LossOutput
 from wavefront.ops._validate import as_rows, check_same_device, check_same_dtype, check_shape, check_tensor
 from wavefront.ops.cross_entropy import (
@@ -90,8 +91,7 @@ def _shard_stats(logits: Tensor, target: Tensor, class_weight: Tensor | None, op
     kw = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, softcap=softcap, col_offset=col_offset,
               n_classes=n_classes, argmax=argmax)
     if runtime.uses_triton(logits.device) and logits.dtype != torch.float64:
-        from wavefront.kernels import vocab_parallel as kernels
-        from wavefront.kernels._launch import op_scope
+        from wavefront.kernels import vocab_parallel as kernels  # lazy: Triton-free import
 
         with op_scope("vocab_parallel_cross_entropy"):
             return kernels.vocab_shard_stats(logits, target, class_weight, **kw)
@@ -105,8 +105,7 @@ def _shard_grad_(logits: Tensor, target: Tensor, class_weight: Tensor | None, op
     kw = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
               stats=stats, grad=grad, scale=scale, col_offset=col_offset, n_classes=n_classes)
     if runtime.uses_triton(logits.device) and logits.dtype != torch.float64:
-        from wavefront.kernels import cross_entropy as kernels
-        from wavefront.kernels._launch import op_scope
+        from wavefront.kernels import cross_entropy as kernels  # lazy: Triton-free import
 
         with op_scope("vocab_parallel_cross_entropy"):
             kernels.cross_entropy_rows(logits, target, class_weight, **kw)

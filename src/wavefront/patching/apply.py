@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from importlib import metadata
 
 from torch import nn
 
@@ -30,9 +31,7 @@ from wavefront.patching.table import DEFAULTS, OPS, PATCHABLE
 
 def _transformers_version() -> str | None:
     try:
-        from importlib.metadata import version
-
-        return version("transformers")
+        return metadata.version("transformers")
     except Exception:
         return None
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from wavefront import ops
+from wavefront.nn.attention import hf_attention_forward
 from wavefront.patching.patcher import Patcher
 from wavefront.patching.report import Replacement
 
@@ -32,10 +34,8 @@ IMPLEMENTATION = "wavefront"
 
 def register() -> None:
     """Make "wavefront" a valid ``attn_implementation`` (idempotent, adds two registry entries)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    from wavefront.nn.attention import hf_attention_forward
+    from transformers import AttentionInterface  # lazy: optional transformers
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # lazy: optional transformers
 
     AttentionInterface.register(IMPLEMENTATION, hf_attention_forward)
     AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
@@ -57,8 +57,6 @@ class AttnImplementation:
 
 
 def apply_attention(p: Patcher) -> None:
-    from wavefront import ops
-
     rule = p.family.attention
     if rule is None:
         p.absent("attention", f"{p.family.name} models have no attention rule")

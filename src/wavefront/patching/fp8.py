@@ -42,6 +42,10 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from wavefront.nn import LayerNorm, RMSNorm
+from wavefront.nn.fp8 import HANDOFF_ATTR, Float8Linear, Fp8HandOff
+from wavefront.patching.attention import IMPLEMENTATION
+from wavefront.patching.mlp import FusedGateUpMLP, GatedMLP
 from wavefront.patching.patcher import Patcher
 from wavefront.patching.report import HandOff
 
@@ -80,8 +84,6 @@ def resolve(fp8) -> Fp8Config | None:
 
 
 def apply_fp8(p: Patcher, cfg: Fp8Config) -> None:
-    from wavefront.nn.fp8 import Float8Linear
-
     if p.family is None:
         model_type = getattr(getattr(p.model, "config", None), "model_type", None)
         p.unmatched("fp8", f"wavefront has no rules for model_type {model_type!r} (FP8 swaps the "
@@ -119,9 +121,6 @@ def apply_fp8(p: Patcher, cfg: Fp8Config) -> None:
 
 def _why_not_fused(p: Patcher, kind: str, producer: nn.Module, scaling: str) -> str | None:
     """Why `producer` cannot emit the recipe's activation copy; None when it can."""
-    from wavefront.nn import LayerNorm, RMSNorm
-    from wavefront.patching.mlp import FusedGateUpMLP, GatedMLP
-
     if kind == "norm":
         return None if isinstance(producer, RMSNorm | LayerNorm) else "the norm is not wavefront's (rms_norm=False)"
     if scaling not in _BLOCK_GROUP:
@@ -130,7 +129,6 @@ def _why_not_fused(p: Patcher, kind: str, producer: nn.Module, scaling: str) -> 
                 f"cross-program reduction and a second pass over the output (what the fusion saves)")
     if kind == "gated":
         return None if isinstance(producer, GatedMLP | FusedGateUpMLP) else "the MLP is not patched (mlp=False)"
-    from wavefront.patching.attention import IMPLEMENTATION
 
     if getattr(p.model.config, "_attn_implementation", None) != IMPLEMENTATION:
         return "the model's own attention function runs (attention=False)"
@@ -142,8 +140,6 @@ def _why_not_fused(p: Patcher, kind: str, producer: nn.Module, scaling: str) -> 
 
 def link_producers(p: Patcher, cfg: Fp8Config) -> None:
     """Link each family producer to the Float8Linear layers it feeds (Fp8Config.fused_producers)."""
-    from wavefront.nn.fp8 import HANDOFF_ATTR, Float8Linear, Fp8HandOff
-
     if cfg.recipe == "tensorwise":
         p.absent("fp8", "fused producers: none under tensorwise (its one scale needs the whole tensor's amax "
                         "before any element is quantized: a second pass over the output)")

@@ -57,6 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from wavefront import ops
+from wavefront.parallel import vocab_parallel_cross_entropy, vocab_parallel_linear_cross_entropy
 from wavefront.patching.patcher import Hooks, Patcher
 from wavefront.patching.report import Replacement, qualname
 
@@ -139,7 +141,7 @@ def _divided(loss: torch.Tensor, call: _LossCall) -> torch.Tensor:
 
 def vocab_shard(t: torch.Tensor, what: str, dim: int = 0):
     """(local tensor, process group) of `t`, a DTensor sharded on `dim` over a one-dimensional mesh."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # lazy: torch submodule on use
 
     def sharded_on_dim(p) -> bool:
         return p.is_shard() and p.dim % t.ndim == dim % t.ndim
@@ -153,7 +155,7 @@ def vocab_shard(t: torch.Tensor, what: str, dim: int = 0):
 
 def _gathered_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """The whole logits of a vocabulary-sharded head (eval, no labels): local logits, all-gathered."""
-    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor import DTensor, Shard  # lazy: torch submodule on use
 
     w, _ = vocab_shard(weight, "weight")
     local = F.linear(hidden, w, None if bias is None else vocab_shard(bias, "bias")[0])
@@ -167,8 +169,6 @@ def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     the head is this rank's vocabulary rows (a DTensor, see the module docstring). ``accuracy`` given: a
     LossOutput with the z-loss term (divided like the loss) and, if True, the token accuracy, both from the
     same pass."""
-    from wavefront import ops
-
     flat = hidden.reshape(-1, hidden.shape[-1])
     target = _targets(call, flat.shape[0], hidden.device)
     kw = dict(bias=bias, ignore_index=call.ignore_index, softcap=softcap, reduction=_reduction(call),
@@ -177,8 +177,6 @@ def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     if metrics:
         kw.update(return_z_loss=True, return_token_accuracy=accuracy)
     if vocab_parallel:
-        from wavefront.parallel import vocab_parallel_linear_cross_entropy
-
         w, group = vocab_shard(weight, "weight")
         kw["bias"] = None if bias is None else vocab_shard(bias, "bias")[0]
         loss = vocab_parallel_linear_cross_entropy(flat, w, target, group, **kw)
@@ -204,8 +202,6 @@ def vocab_parallel_logits_loss(logits: torch.Tensor, call: _LossCall, group,
     """The causal-LM loss from this rank's vocabulary shard of the logits [..., V / P] (upcast to fp32 as
     transformers' ForCausalLMLoss does; `softcap`: the model's final-logit softcapping, which the model would
     apply to the logits after the head)."""
-    from wavefront.parallel import vocab_parallel_cross_entropy
-
     rows = logits.reshape(-1, logits.shape[-1]).float()
     target = _targets(call, rows.shape[0], logits.device)
     loss = vocab_parallel_cross_entropy(rows, target, group, ignore_index=call.ignore_index, softcap=softcap,
@@ -303,8 +299,6 @@ class _PutLoss:
 
 
 def apply_loss(p: Patcher) -> None:
-    from wavefront import ops
-
     rule = p.family.loss
     if rule is None:
         p.absent("loss", f"{p.family.name} models have no causal-LM head")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from wavefront import ops
 from wavefront.patching.patcher import Patcher
 
 #: Hugging Face activation names (transformers.activations.ACT2FN keys) -> (wavefront op, its options).
@@ -29,8 +30,6 @@ ACTIVATIONS: dict[str, tuple[str, dict]] = {
 
 
 def _gated(module: nn.Module, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    from wavefront import ops
-
     fn = getattr(ops, module.kernel)
     handoff = getattr(module, "fp8_handoff", None)
     if handoff is not None and handoff.active(gate):
@@ -80,8 +79,6 @@ def _activation_name(config, attrs: tuple[str, ...]) -> str | None:
 
 
 def apply_mlp(p: Patcher) -> None:
-    from wavefront import ops
-
     rule = p.family.mlp
     if rule is None:
         p.absent("mlp", f"{p.family.name} models have no gated MLP")

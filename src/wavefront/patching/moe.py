@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from wavefront import ops
+from wavefront.nn.moe import MoEExperts, group_limited_bias
 from wavefront.patching.patcher import Patcher
 
 #: Activations the grouped expert GEMM fuses (``grouped_linear(activation="swiglu")``).
@@ -29,9 +31,6 @@ _SUBCLASSES: dict[tuple[type, object], type] = {}  # (router class, its MoERule)
 
 
 def _router_forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    from wavefront import ops
-    from wavefront.nn.moe import group_limited_bias
-
     rule = self._wavefront_rule  # the family's MoERule (rule_types.py)
     x = hidden_states.reshape(-1, self.weight.shape[1])
     logits = F.linear(x.float(), self.weight.float()) if rule.fp32_logits else F.linear(x, self.weight)
@@ -103,9 +102,6 @@ def _experts_problem(experts: nn.Module) -> str | None:
 
 
 def apply_moe(p: Patcher) -> None:
-    from wavefront import ops
-    from wavefront.nn.moe import MoEExperts
-
     rule = p.family.moe
     if rule is None:
         p.absent("moe", f"{p.family.name} models have no mixture-of-experts blocks")

@@ -12,14 +12,13 @@ import re
 
 from torch import nn
 
+from wavefront.nn import LayerNorm, RMSNorm
 from wavefront.patching.patcher import Patcher
 
 _NORM_NAME = re.compile(r"norm$", re.IGNORECASE)
 
 
 def apply_rms_norm(p: Patcher) -> None:
-    from wavefront.nn import RMSNorm
-
     rule = p.family.rms_norm
     if rule is None:
         p.absent("rms_norm", f"{p.family.name} models have no RMSNorm")
@@ -44,8 +43,6 @@ def apply_rms_norm(p: Patcher) -> None:
 
 
 def apply_layer_norm(p: Patcher) -> None:
-    from wavefront.nn import LayerNorm
-
     found = [(path, m) for path, m in p.modules() if type(m) is nn.LayerNorm]
     if not found:
         family = p.family.name if p.family else p.report.model_type

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from wavefront import ops
 from wavefront.patching.patcher import Patcher
 
 
@@ -31,8 +32,6 @@ def wavefront_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
     """Drop-in for Hugging Face's ``apply_rotary_pos_emb``: q, k are [batch, heads, seq, head_dim] (or
     [batch, seq, heads, head_dim] with unsqueeze_dim=2), cos/sin [batch, seq, rotary_dim] with
     rotary_dim <= head_dim (partial rotary rotates the first rotary_dim dims)."""
-    from wavefront import ops
-
     if unsqueeze_dim == 2:
         q_out, k_out = ops.rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
         return q_out.transpose(1, 2), k_out.transpose(1, 2)
@@ -92,8 +91,6 @@ def _subclass(cls: type, function: str) -> type:
 
 def apply_rope(p: Patcher) -> None:
     """Swap the class of each attention module whose forward calls the rule's rotary function."""
-    from wavefront import ops
-
     rule = p.family.rope
     if rule is None:
         p.absent("rope", f"{p.family.name} models have no rotary embedding")

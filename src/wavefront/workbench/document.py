@@ -73,7 +73,7 @@ def dumps(obj: Any) -> bytes:
     as_dict = getattr(obj, "as_dict", None)
     doc = as_dict() if callable(as_dict) and not isinstance(obj, type) else obj
     try:
-        import msgspec  # optional: the trace extra
+        import msgspec  # lazy: optional msgspec (the trace extra)
 
         return msgspec.json.format(msgspec.json.encode(doc), indent=2)
     except (ImportError, TypeError):

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
+
+from wavefront.archs import Arch, get_arch
 
 
 @dataclass(frozen=True)
@@ -71,13 +74,11 @@ class GPU:
         return value
 
     @property
-    def limits(self):
+    def limits(self) -> Arch:
         """Per-SM/CU on-chip limits of the part's architecture (registers, shared memory/LDS, warps/waves)."""
-        from wavefront.archs import get_arch
-
         return get_arch(self.arch)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"ridge_bf16": self.ridge_bf16, "limits": asdict(self.limits)}
 
 

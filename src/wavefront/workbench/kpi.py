@@ -19,6 +19,7 @@ speak the same conventions. Sources are in ../shared/facts/training-math.md.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from wavefront.shapes import ModelDims
 
@@ -35,7 +36,7 @@ class ParamCount:
         """Parameters that take part in matmuls (the N of 6N): total minus an untied input embedding."""
         return self.total - (self.embedding if self.lm_head else 0)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"matmul": self.matmul}
 
 

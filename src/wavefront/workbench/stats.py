@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 import numpy as np
+import numpy.typing as npt
 
 Verdict = Literal["faster", "slower", "same", "unknown"]
 
@@ -64,18 +65,18 @@ class Comparison:
         """How many times faster B is than A (median(A) / median(B))."""
         return 1.0 / self.ratio if self.ratio > 0 else math.inf
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"speedup": self.speedup}
 
 
-def mann_whitney_u(a, b, *, seed: int = 0) -> tuple[float, float]:
+def mann_whitney_u(a: npt.ArrayLike, b: npt.ArrayLike, *, seed: int = 0) -> tuple[float, float]:
     """Two-sided Mann-Whitney U test. Returns (U of sample a, p-value).
 
     Exact p-value when one side has at most :data:`EXACT_MAX_N` samples (a permutation test seeded by
     `seed` when there are ties), otherwise the normal approximation with the tie-corrected variance and a
     continuity correction.
     """
-    from scipy import stats
+    from scipy import stats  # lazy: optional scipy
 
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -93,12 +94,12 @@ def mann_whitney_u(a, b, *, seed: int = 0) -> tuple[float, float]:
 
 
 def _median_ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(b, axis=axis) / np.median(a, axis=axis)
+    return cast(np.ndarray, np.median(b, axis=axis) / np.median(a, axis=axis))
 
 
 def _bootstrap_ratios(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     """The bootstrap distribution of median(b) / median(a), each side resampled independently."""
-    from scipy import stats
+    from scipy import stats  # lazy: optional scipy
 
     res = stats.bootstrap(
         (a, b),
@@ -120,7 +121,8 @@ def _interval(ratios: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def bootstrap_ratio_ci(a, b, *, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0):
+def bootstrap_ratio_ci(a: npt.ArrayLike, b: npt.ArrayLike, *, confidence: float = 0.95, n_boot: int = 2000,
+                       seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap CI of median(b) / median(a), resampling each side independently."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -130,8 +132,8 @@ def bootstrap_ratio_ci(a, b, *, confidence: float = 0.95, n_boot: int = 2000, se
 
 
 def compare(
-    a,
-    b,
+    a: npt.ArrayLike,
+    b: npt.ArrayLike,
     *,
     alpha: float = 0.01,
     equivalence: float = 0.05,

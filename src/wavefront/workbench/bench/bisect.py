@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from wavefront.ops import REGISTRY
 from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.regress import DEFAULT_THRESHOLD, is_regression
 from wavefront.workbench.document import encode
@@ -241,9 +242,7 @@ class BisectRequest:
             raise ValueError(f"threshold must be >= 0; got {self.threshold}")
         if self.command is not None:
             return shell_command(self.command)
-        import torch
-
-        from wavefront.ops import REGISTRY
+        import torch  # lazy: torch-free import
 
         if self.op not in REGISTRY:
             raise ValueError(f"--op: unknown op {self.op!r}; registered ops: {', '.join(sorted(REGISTRY))}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -20,9 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from wavefront import runtime
+from wavefront.ops import REGISTRY
 from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.provenance import utc_now
 from wavefront.workbench.bench.records import TIMING_CPU, TIMING_GPU, Measurement, RunInfo, StoredRun
+from wavefront.workbench.bench.store import StoreError, open_run
 from wavefront.workbench.document import encode
 from wavefront.workbench.stats import Comparison, compare
 
@@ -196,8 +200,6 @@ def compare_revisions(repo: str | Path, rev_a: str, rev_b: str, cases: Sequence[
 
 def _environment() -> dict[str, str | None]:
     """The probes run this interpreter: its torch, triton, python and host describe both sides."""
-    from wavefront import runtime
-
     d = runtime.describe("cpu")
     b = runtime.backend()
     return {"arch": runtime.arch().name, "backend": b, "torch": d["torch"], "triton": d["triton"],
@@ -207,7 +209,7 @@ def _environment() -> dict[str, str | None]:
 def _device_name(timing: str) -> str:
     if timing != TIMING_GPU:
         return "cpu"
-    import torch
+    import torch  # lazy: torch-free import
 
     return torch.cuda.get_device_name()
 
@@ -267,8 +269,6 @@ def empty_notes(a: StoredRun, b: StoredRun) -> list[str]:
 
 
 def probe_cases(request: CompareRequest, on_gpu: bool) -> list[ProbeCase]:
-    from wavefront.ops import REGISTRY
-
     for name in request.ops:
         if name not in REGISTRY:
             raise ValueError(f"unknown op {name!r}; registered ops: {', '.join(sorted(REGISTRY))}")
@@ -284,16 +284,12 @@ def probe_cases(request: CompareRequest, on_gpu: bool) -> list[ProbeCase]:
 def run(request: CompareRequest, progress: Callable[[int, int, str], None] | None = None) -> CompareResult:
     """Compare two runs or two revisions. Raises StoreError / GitError / ValueError on bad input."""
     if request.git:
-        import torch
+        import torch  # lazy: torch-free import
 
         a, b, deltas = compare_revisions(request.repo, request.run_a, request.run_b,
                                          probe_cases(request, torch.cuda.is_available()), rounds=request.rounds,
                                          reps_per_round=request.reps_per_round, progress=progress)
     else:
-        import sqlite3
-
-        from wavefront.workbench.bench.store import StoreError, open_run
-
         try:
             a, b = open_run(request.run_a, request.store), open_run(request.run_b, request.store)
         except (sqlite3.Error, StoreError) as exc:  # a directory, a locked, damaged or foreign file

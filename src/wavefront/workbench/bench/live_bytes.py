@@ -122,7 +122,7 @@ class LargestTensorMeter(TorchDispatchMode):
         self.max_bytes = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor import DTensor  # lazy: torch submodule on use
 
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):

@@ -30,7 +30,7 @@ class Missing(LookupError):
 
 
 def _setup():
-    import torch
+    import torch  # lazy: torch-free import
 
     if not torch.cuda.is_available():
         # Set before any kernel module is imported, as the CLI and the tests do.
@@ -46,7 +46,7 @@ _CONTEXT: dict[str, object] = {}
 
 
 def _find(op: str, case: str):
-    from wavefront.ops import REGISTRY
+    from wavefront.ops import REGISTRY  # lazy: the portable probe imports the revision under test on use
 
     if op not in REGISTRY:
         raise Missing(f"op {op!r} is not registered in this revision")
@@ -58,7 +58,7 @@ def _find(op: str, case: str):
 
 
 def _provider_fn(spec, provider: str):
-    import torch
+    import torch  # lazy: torch-free import
 
     if provider == "wavefront":
         return spec.fn
@@ -70,7 +70,7 @@ def _provider_fn(spec, provider: str):
 
 
 def _clock_and_flush(torch, device, flush_bytes: int):
-    from . import timer
+    from . import timer  # lazy: the portable probe imports the revision under test on use
 
     if device.type != "cuda":
         return timer.WallClock(), None
@@ -82,7 +82,7 @@ def _clock_and_flush(torch, device, flush_bytes: int):
 
 def measure(req: dict) -> dict:
     """Samples of one (op, case, mode, dtype, provider); see the module docstring."""
-    from . import runnable, timer
+    from . import runnable, timer  # lazy: the portable probe imports the revision under test on use
 
     torch = _setup()
     spec, case = _find(req["op"], req["case"])

@@ -6,13 +6,13 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+import wavefront
+from wavefront import runtime
 from wavefront.workbench.bench.records import RunInfo
 
 
 def source_root() -> Path:
     """The checkout this wavefront was imported from (src/wavefront -> the repository root)."""
-    import wavefront
-
     return Path(wavefront.__file__).resolve().parents[2]
 
 
@@ -37,8 +37,6 @@ def utc_now() -> str:
 
 def collect_run_info(device, *, label: str = "", timing: str, device_model: str | None = None) -> RunInfo:
     """Provenance of a run on `device` (a torch device or its name)."""
-    from wavefront import runtime
-
     info = runtime.describe(device)
     sha, dirty = git_revision()
     return RunInfo(created_utc=utc_now(), label=label, git_sha=sha, git_dirty=dirty,

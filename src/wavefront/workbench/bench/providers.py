@@ -202,7 +202,7 @@ def _no_varlen(cu_seqlens, who: str, fp8: dict | None = None) -> None:
 
 def _sdpa(backend: str):
     def make():
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # lazy: torch submodule on use
 
         chosen = getattr(SDPBackend, backend)
 
@@ -217,7 +217,7 @@ def _sdpa(backend: str):
 
 def _flash_attn():
     try:
-        from flash_attn import flash_attn_func
+        from flash_attn import flash_attn_func  # lazy: optional flash_attn
     except ImportError:
         return Unavailable("flash-attn is not installed")
 

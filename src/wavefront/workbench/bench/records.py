@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from wavefront.workbench.bench.timer import quantiles_us
 from wavefront.workbench.document import decode, encode
 
 #: Timing kinds. Only "gpu" samples are performance figures.
@@ -87,7 +88,6 @@ class Measurement:
     def _q(self, q: float) -> float | None:
         if not self.samples_us:
             return None
-        from wavefront.workbench.bench.timer import quantiles_us
 
         return quantiles_us(self.samples_us, (q,))[0]
 

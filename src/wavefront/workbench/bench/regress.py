@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from wavefront.workbench.bench.records import Measurement, StoredRun
+from wavefront.workbench.bench.store import open_run
 from wavefront.workbench.stats import MIN_SAMPLES, Comparison, compare
 
 DEFAULT_THRESHOLD = 0.05
@@ -221,8 +222,6 @@ def gate_runs(baseline: str, current: str = "latest", *, store_path: str = "wave
               **options) -> GateReport:
     """The gate on two run references (a results JSON file, an SQLite store, ``FILE.sqlite:REF``, or a run
     id / ``latest`` / label in the store at `store_path`): what ``wavefront gate --baseline FILE`` calls."""
-    from wavefront.workbench.bench.store import open_run
-
     runs = [open_run(ref, store_path) for ref in (baseline, current)]
     for run, ref in zip(runs, (baseline, current), strict=True):
         check_complete(run, ref)

@@ -57,7 +57,7 @@ def smoke_case(spec: OpSpec) -> Case:
 
 def smoke_dtype(spec: OpSpec) -> torch.dtype:
     """bfloat16 where the op takes it (what training runs), else its first dtype."""
-    import torch
+    import torch  # lazy: torch-free import
 
     return torch.bfloat16 if torch.bfloat16 in spec.dtypes else spec.dtypes[0]
 
@@ -96,9 +96,9 @@ def final_status(records: Sequence[dict]) -> dict[str, dict]:
 
 
 def _check(spec: OpSpec, device: str) -> dict:
-    import torch
+    import torch  # lazy: torch-free import
 
-    from wavefront.workbench.bench.correctness import check_case
+    from wavefront.workbench.bench.correctness import check_case  # lazy: torch-free worker
 
     case, dtype = smoke_case(spec), smoke_dtype(spec)
     res = check_case(spec, case, dtype, device)
@@ -120,7 +120,7 @@ def run_worker(path: Path, ops: Sequence[str], device: str, timeout_s: float,
     """Check each op in turn, appending to `path`; ops that already have a final line are skipped. At an
     op's limit the process ends (see the module docstring): the driver starts the next worker."""
     if specs is None:
-        from wavefront.ops import REGISTRY as specs
+        from wavefront.ops import REGISTRY as specs  # lazy: torch-free worker
     done = final_status(read_records(path))
     for name in ops:
         if name in done:
@@ -202,7 +202,7 @@ def run_smoke(path: Path, ops: Sequence[str] | None = None, *, device: str = "cu
     final line in `path` or `budget_s` is spent; see the module docstring. `command` builds a worker's
     command line (tests plant ops through it)."""
     if ops is None:
-        from wavefront.ops import REGISTRY
+        from wavefront.ops import REGISTRY  # lazy: torch-free worker
 
         ops = list(REGISTRY)
     path = Path(path)
@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from wavefront.ops import REGISTRY
+    from wavefront.ops import REGISTRY  # lazy: torch-free worker
 
     unknown = [o for o in args.ops if o not in REGISTRY]
     if unknown or args.timeout_s <= 0 or args.budget_s <= 0 or args.jobs < 1:

@@ -24,6 +24,7 @@ repetitions, quantiles). This module imports only numpy and torch, and its sibli
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -105,8 +106,6 @@ class WallClock:
     method = "wall"
 
     def __init__(self, sync: Callable[[], None] | None = None):
-        import time
-
         self._now_ns = time.perf_counter_ns
         self._sync = sync or (lambda: None)
         self._pairs: list[tuple[int, int]] = []
@@ -134,7 +133,7 @@ class EventClock:
     method = "events"
 
     def __init__(self):
-        import torch
+        import torch  # lazy: torch-free import
 
         self._torch = torch
         self._pairs: list[tuple[Any, Any]] = []
@@ -200,7 +199,7 @@ class CacheFlusher:
     """Overwrites a device buffer of `n_bytes` (allocated once, outside any timed region)."""
 
     def __init__(self, n_bytes: int, device):
-        import torch
+        import torch  # lazy: torch-free import
 
         self.n_bytes = int(n_bytes)
         self._buf = torch.empty(self.n_bytes // 4, dtype=torch.int32, device=device)
@@ -235,7 +234,7 @@ def time_graph(make_call: Callable[[int], Callable[[], Any]], n_sets: int, *, cl
 
 
 def capture_cuda_graph(calls: Sequence[Callable[[], Any]]):
-    import torch
+    import torch  # lazy: torch-free import
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import wavefront
 from wavefront.workbench.counters.model import Launch, Profile, short_name
@@ -159,7 +161,7 @@ def place(la: Launch, gpu: GPU) -> KernelRow:
     return row
 
 
-def _blocks(grid) -> int | None:
+def _blocks(grid: Sequence[int] | None) -> int | None:
     if not grid:
         return None
     out = 1
@@ -178,7 +180,7 @@ def same_registers(predicted: int | None, measured: int | None, gpu: GPU) -> boo
     return predicted == measured
 
 
-def _match_inspect(row: KernelRow, inspect_rows: list[dict], gpu: GPU) -> None:
+def _match_inspect(row: KernelRow, inspect_rows: list[dict[str, Any]], gpu: GPU) -> None:
     name = short_name(row.kernel)
     named = [r for r in inspect_rows if r.get("ok", True) and r.get("target") == gpu.arch
              and short_name(str(r.get("kernel", ""))) == name]
@@ -198,7 +200,7 @@ def _match_inspect(row: KernelRow, inspect_rows: list[dict], gpu: GPU) -> None:
     p.occupancy_limiter = r.get("occupancy_limiter")
 
 
-def _match_traffic(row: KernelRow, traffic_rows: list[dict]) -> None:
+def _match_traffic(row: KernelRow, traffic_rows: list[dict[str, Any]]) -> None:
     name, p = short_name(row.kernel), row.predicted
     found = [(t, k) for t in traffic_rows if not t.get("error") for k in t.get("kernels", [])
              if short_name(str(k.get("kernel", ""))) == name]
@@ -241,8 +243,8 @@ def _gaps(row: KernelRow, gpu: GPU) -> list[str]:
     return out
 
 
-def analyse(profile: Profile, gpu: GPU, inspect_doc: dict | None = None,
-            traffic_doc: dict | None = None) -> list[KernelRow]:
+def analyse(profile: Profile, gpu: GPU, inspect_doc: dict[str, Any] | None = None,
+            traffic_doc: dict[str, Any] | None = None) -> list[KernelRow]:
     rows = []
     ours = wavefront_kernels()
     for la in profile.launches:

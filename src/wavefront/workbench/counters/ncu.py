@@ -81,7 +81,8 @@ def _sass(metrics: dict[str, float], op: str) -> str:
     return f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"
 
 
-def launch_from_metrics(metrics: dict[str, float], *, launch_id: int, kernel: str, grid, block) -> Launch:
+def launch_from_metrics(metrics: dict[str, float], *, launch_id: int, kernel: str, grid: tuple[int, ...] | None,
+                        block: tuple[int, ...] | None) -> Launch:
     """A Launch from base-unit metrics (shared by the CSV and the ncu_report paths)."""
     m = metrics
     vector = _sum(m, *(_sass(m, op) for op in ("ffma", "fadd", "fmul", "hfma", "hadd", "hmul")),
@@ -155,7 +156,7 @@ def read_csv(text: str, path: str) -> Profile:
 def read_report(path: str) -> Profile:
     """A binary ``.ncu-rep`` through ``ncu_report`` (ships with Nsight Compute in extras/python, not on PyPI)."""
     try:
-        import ncu_report
+        import ncu_report  # lazy: optional ncu_report
     except ImportError:
         raise CountersLoadError(
             f"{path}: a binary file (an Nsight Compute .ncu-rep?) and NVIDIA's ncu_report module is not "

@@ -31,8 +31,17 @@ from typing import ClassVar
 import torch
 import torch.distributed as dist
 
+from wavefront.workbench.distributed.launch import init_process_group
 from wavefront.workbench.document import encode
-from wavefront.workbench.planner.comm_model import COLLECTIVES, AlphaBeta, algbw_gbps, bus_factor, fit_alpha_beta
+from wavefront.workbench.planner.comm_model import (
+    COLLECTIVES,
+    AlphaBeta,
+    Calibration,
+    algbw_gbps,
+    bus_factor,
+    fit_alpha_beta,
+    save_calibration,
+)
 
 MODES = {"all_reduce": ("in-place",), "broadcast": ("in-place",), "all_gather": ("in-place", "out-of-place"),
          "reduce_scatter": ("in-place", "out-of-place"), "all_to_all": ("out-of-place",),
@@ -399,9 +408,6 @@ def run(request: CommRequest, on_progress: Callable[[int, int, str], None] | Non
     """Run the benchmark on this rank of a launched job (wavefront.workbench.distributed.launch): every rank
     calls it; rank 0 gets the result (and saves the calibration), the others None. Rank 0 reports
     `on_progress(done, total, what)` once per case. Raises ValueError for a plan the world size cannot run."""
-    from wavefront.workbench.distributed.launch import init_process_group
-    from wavefront.workbench.planner.comm_model import Calibration, save_calibration
-
     request.validate()
     device = init_process_group(request.backend)
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -8,7 +8,10 @@ either re-runs its own command line under torchrun (:func:`relaunch_under_torchr
 
 from __future__ import annotations
 
+import gc
+import importlib
 import os
+import pkgutil
 import socket
 import subprocess
 import sys
@@ -50,8 +53,6 @@ C10D_THREAD_PREFIXES = ("pt_gloo", "gloo_", "pt_nccl", "pt_tcpstore")
 
 def import_world_defaults() -> None:
     """Import :data:`WORLD_DEFAULT_MODULES` now; call it before init_process_group."""
-    import importlib
-
     for name in WORLD_DEFAULT_MODULES:
         importlib.import_module(name)
 
@@ -78,9 +79,7 @@ def destroy_process_group(*, barrier: bool) -> list[str]:
     elsewhere lives on with its backend threads, and a gloo worker thread that drops a finished collective's
     tensors after the interpreter began finalizing aborts the process ("terminate called without an active
     exception"). Freed here instead, each group's destructor joins its threads while Python is fully alive."""
-    import gc
-
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch-free import
 
     if dist.is_initialized():
         try:
@@ -99,8 +98,6 @@ def _drop_mesh_groups() -> None:
     """Empty the group registry of every DeviceMesh still alive. A mesh used by DTensor/FSDP2 outlives its model
     (torch keeps it referenced from outside Python's view) and holds its groups in ``_pg_registry``; after
     destroy_process_group those entries name destroyed groups, and dropping them frees the groups now."""
-    import gc
-
     device_mesh = sys.modules.get("torch.distributed.device_mesh")
     mesh_type = getattr(device_mesh, "DeviceMesh", None)
     if mesh_type is None:  # no mesh was ever made in this process
@@ -113,8 +110,8 @@ def _drop_mesh_groups() -> None:
 def init_process_group(backend: str):
     """Initialise the default process group from the environment; returns this rank's device.
     backend: "auto" (nccl with GPUs, else gloo), "nccl" or "gloo"."""
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: torch-free import
+    import torch.distributed as dist  # lazy: torch-free import
 
     import_world_defaults()
 
@@ -144,10 +141,7 @@ def spawn(fn: Callable, request, nproc: int, preload: Sequence[str] = ()) -> Non
     preload: modules to import here first (``pkg.*``: every submodule of pkg); the ranks then fork from this
     process with them loaded instead of each importing them again (several CPU seconds per rank for torch and
     transformers). Only for a caller that has computed nothing yet, so no thread pool exists to fork."""
-    import importlib
-    import pkgutil
-
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # lazy: torch-free import
 
     for name in preload:
         if name.endswith(".*"):

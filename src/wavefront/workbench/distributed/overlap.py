@@ -33,7 +33,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from wavefront.shapes import ModelDims
+from wavefront.shapes import ModelDims, get_model
+from wavefront.workbench.distributed import comm
+from wavefront.workbench.distributed.launch import init_process_group
 from wavefront.workbench.document import encode
 from wavefront.workbench.planner.comm_model import AlphaBeta
 
@@ -44,7 +46,7 @@ FIRST_BUCKET_BYTES = 1024 * 1024
 def ddp_first_bucket_bytes(bucket_cap_bytes: int, cap_given: bool = True) -> int:
     """The first bucket's cap in this torch: releases with DDP's _BucketCapacityConfig (2.10+) use the
     1 MiB first bucket only when bucket_cap_mb is left at its default; older ones always do."""
-    import torch.nn.parallel.distributed as ddp_module
+    import torch.nn.parallel.distributed as ddp_module  # lazy: torch submodule on use
 
     if hasattr(ddp_module, "_BucketCapacityConfig") and cap_given:
         return bucket_cap_bytes
@@ -290,8 +292,6 @@ class OverlapRequest:
 
     def validate(self, world: int | None = None) -> None:
         """Raise ValueError naming the option (`world` is accepted for symmetry with CommRequest)."""
-        from wavefront.shapes import get_model
-
         try:
             get_model(self.model)
         except ValueError as exc:
@@ -328,10 +328,6 @@ class OverlapJobResult:
 def run(request: OverlapRequest) -> OverlapJobResult | None:
     """Run the probe and the DDP bucket sweep on this rank of a launched job; rank 0 gets the result, the
     others None. The prediction uses an all-reduce fit measured first in the same job."""
-    from wavefront.shapes import get_model
-    from wavefront.workbench.distributed import comm
-    from wavefront.workbench.distributed.launch import init_process_group
-
     request.validate()
     device = init_process_group(request.backend)
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -17,7 +17,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from wavefront.workbench import stats
 from wavefront.workbench.counters.analysis import KernelRow, analyse, occupancy
@@ -38,7 +38,7 @@ class CountersRequest:
     traffic: str | Path | None = None  # a wavefront.traffic/1 document
 
 
-def _document(path: str | Path | None, schema: str, argument: str) -> dict | None:
+def _document(path: str | Path | None, schema: str, argument: str) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
@@ -72,7 +72,7 @@ class CountersResult:
     inspect: str | None = None
     traffic: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         gaps = sum(bool(r.gaps) for r in self.rows)
         return {"schema": SCHEMA, "profile": self.profile.path, "tool": self.profile.tool,
                 "format": self.profile.format, "device": self.device.key, "device_name": self.device.name,
@@ -131,7 +131,7 @@ class CompareResult:
     only_a: list[str] = field(default_factory=list)
     only_b: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"schema": COMPARE_SCHEMA, "a": self.a.path, "b": self.b.path, "tool_a": self.a.tool,
                 "tool_b": self.b.tool, "min_samples": stats.MIN_SAMPLES, "only_a": self.only_a,
                 "only_b": self.only_b, "deltas": [asdict(d) for d in self.deltas]}
@@ -146,7 +146,7 @@ def _value(la: Launch, metric: str, gpu: GPU | None) -> float | None:
     return float(v) if v is not None else None
 
 
-def _delta(shape, metric: str, a: list[float], b: list[float]) -> MetricDelta:
+def _delta(shape: tuple[str, int | None, int | None], metric: str, a: list[float], b: list[float]) -> MetricDelta:
     kernel, blocks, threads = shape
     if not a or not b:
         return MetricDelta(kernel, blocks, threads, metric, "not measured", len(a), len(b), None, None, None, None)
@@ -162,8 +162,8 @@ def _delta(shape, metric: str, a: list[float], b: list[float]) -> MetricDelta:
                        c.median_b - c.median_a, c.ci_low, c.ci_high, c.p_value, verdict)
 
 
-def _groups(profile: Profile) -> dict[tuple, list[Launch]]:
-    out: dict[tuple, list[Launch]] = defaultdict(list)
+def _groups(profile: Profile) -> dict[tuple[Any, ...], list[Launch]]:
+    out: dict[tuple[Any, ...], list[Launch]] = defaultdict(list)
     for la in profile.launches:
         out[la.shape].append(la)
     return out
@@ -185,5 +185,7 @@ def compare(request: CompareRequest) -> CompareResult:
     if not deltas:
         raise CountersLoadError(f"{request.a} and {request.b} share no kernel launch (same name, blocks and "
                                 "threads per block); nothing to compare")
-    name = lambda s: f"{s[0]} [{s[1]} x {s[2]}]"  # noqa: E731
+    def name(s: tuple[str, int | None, int | None]) -> str:
+        return f"{s[0]} [{s[1]} x {s[2]}]"
+
     return CompareResult(a, b, deltas, [name(s) for s in ga if s not in gb], [name(s) for s in gb if s not in ga])

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from wavefront.workbench.hardware import GPU, get_gpu
 from wavefront.workbench.planner.comm_model import Calibration, bus_factor
@@ -87,7 +88,9 @@ class Cluster:
     #: for the whole buffer (what the planner assumed before, and what 2021 DeepSpeed ZeRO-3 reached).
     hierarchical: bool = True
     nics_per_node: int = 0  # 0: one per GPU (rail-optimised)
-    _seconds: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # collective_s memo
+    # collective_s and all_to_all_s memo: (collective, bytes, group, stride[, inter-node fraction]) -> s
+    _seconds: dict[tuple[str, float, int, int] | tuple[str, float, int, int, float | None], float] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.n_gpus < 1 or self.gpus_per_node < 1:
@@ -166,7 +169,7 @@ class Cluster:
             self._seconds[key] = cached
         return cached
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "gpu": self.gpu.key, "gpu_name": self.gpu.name, "n_gpus": self.n_gpus,
             "gpus_per_node": self.gpus_per_node, "n_nodes": self.n_nodes,

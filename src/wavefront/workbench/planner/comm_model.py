@@ -135,7 +135,7 @@ class Calibration:
             return None
         return min(cands, key=lambda f: (abs(math.log2(f.group_size) - math.log2(max(group_size, 1))), -f.group_size))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"schema": CALIBRATION_SCHEMA, "backend": self.backend, "device": self.device,
                 "world_size": self.world_size, "domain": self.domain, "created_utc": self.created_utc,
                 "torch_version": self.torch_version, "note": self.note,

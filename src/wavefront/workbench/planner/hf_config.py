@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from wavefront.shapes import ModelDims
 from wavefront.workbench.planner.moe import MLA, MoE
@@ -28,7 +29,7 @@ GATED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "
 DEFAULT_SEQ_CAP = 8192
 
 
-def _int(cfg: dict, *keys: str, default: int | None = None) -> int:
+def _int(cfg: dict[str, Any], *keys: str, default: int | None = None) -> int:
     for key in keys:
         value = cfg.get(key)
         if value is not None:
@@ -40,7 +41,7 @@ def _int(cfg: dict, *keys: str, default: int | None = None) -> int:
     return default
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path) -> dict[str, Any]:
     try:
         cfg = json.loads(path.read_text())
     except FileNotFoundError:

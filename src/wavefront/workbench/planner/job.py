@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
@@ -30,10 +31,10 @@ DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 STACK_DEFAULTS = {"stack": DEFAULT_PROFILE}
 
 
-def parse_fixed(items: list[str] | None) -> dict:
+def parse_fixed(items: list[str] | None) -> dict[str, Any]:
     """`--fix FIELD=VALUE` items -> {field: value} of PlanConfig fields; a ValueError names --fix."""
     fields = PlanConfig.__dataclass_fields__
-    out: dict = {}
+    out: dict[str, Any] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
@@ -109,7 +110,7 @@ class PlanRequest:
     attn_eff: float | None = None
     hbm_eff: float | None = None
     memory_headroom: float = 0.90
-    fixed: dict = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)
     rank_by: str = "time"
     top: int = 10
 
@@ -208,7 +209,7 @@ class PlanRequest:
             raise ValueError("no --calibrate store in this request")
         return load_kernel_calibration(self.calibrate, cluster.gpu.key)
 
-    def constants_from(self, clusters: list[Cluster]) -> dict:
+    def constants_from(self, clusters: list[Cluster]) -> dict[str, Any]:
         """Where each constant of the cost model came from (the document's "constants_from")."""
         base = self.profile()[0].efficiency(clusters[0].gpu.key)
         kernels = {k: f"published: {base.source}" for k in ("gemm", "attention", "hbm")}

@@ -32,6 +32,7 @@ import sqlite3
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from wavefront.workbench.hardware import GPU, get_gpu
 from wavefront.workbench.planner.kernels import attention_curve, wave_quantization
@@ -115,9 +116,9 @@ def _pick_run(db: sqlite3.Connection, path: Path, run_id: int | None) -> tuple[i
     return rid, name, model
 
 
-def _fastest(db: sqlite3.Connection, run_id: int) -> list[dict]:
+def _fastest(db: sqlite3.Connection, run_id: int) -> list[dict[str, Any]]:
     """Per (op, case, mode, dtype): the fastest provider's median microseconds, FLOPs, bytes and dims."""
-    best: dict[tuple, dict] = {}
+    best: dict[tuple[Any, ...], dict[str, Any]] = {}
     for op, case, mode, dtype, status, dims, samples, flops, n_bytes in db.execute(
             "SELECT op, case_name, mode, dtype, status, dims, samples_us, flops, min_bytes FROM measurements "
             "WHERE run_id=?", (run_id,)):
@@ -134,7 +135,7 @@ def _fastest(db: sqlite3.Connection, run_id: int) -> list[dict]:
     return list(best.values())
 
 
-def _efficiencies(rows: list[dict], gpu: GPU) -> tuple[dict[str, float], dict[str, int]]:
+def _efficiencies(rows: list[dict[str, Any]], gpu: GPU) -> tuple[dict[str, float], dict[str, int]]:
     peak = gpu.peak_tflops("bf16") * 1e12
     ridge = peak / (gpu.hbm_tbps * 1e12)
     gemm: list[float] = []

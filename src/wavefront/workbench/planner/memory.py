@@ -50,6 +50,7 @@ backward's own activation gradients (about 0.4 of a layer) are not modelled; PP2
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 from wavefront.workbench.hardware import GPU, GPUS
 from wavefront.workbench.planner.cluster import Cluster
@@ -127,7 +128,7 @@ class MemoryBreakdown:
         """Within the device's whole memory (what a run that ran must satisfy)."""
         return self.total_bytes <= self.capacity_bytes
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = asdict(self) | {"fits": self.fits, "fits_device": self.fits_device}
         d["total_gib"] = self.total_bytes / 2**30
         d["total_gb"] = self.total_bytes / 1e9
@@ -189,13 +190,13 @@ def stage_params(model: ModelSpec, cfg: PlanConfig) -> tuple[float, float]:
     return first + emb, last + emb + dims.hidden
 
 
-def stage_terms(model: ModelSpec, cfg: PlanConfig, memo: dict | None = None) -> tuple:
+def stage_terms(model: ModelSpec, cfg: PlanConfig, memo: dict[tuple[Any, ...], Any] | None = None) -> tuple[Any, ...]:
     """((first mix, last mix), (params first, last), (routed-expert params first, last)): stage_layer_mix,
     stage_params and stage_expert_params, shared through the search's memo (they depend on tp, pp, vpp
     and ep only)."""
     key = ("stage", cfg.tp, cfg.pp, cfg.vpp, cfg.ep)
     if memo is not None and key in memo:
-        return memo[key]
+        return cast(tuple[Any, ...], memo[key])
     terms = (stage_layer_mix(model, cfg), stage_params(model, cfg), stage_expert_params(model, cfg))
     if memo is not None:
         memo[key] = terms
@@ -222,13 +223,14 @@ def state_bytes(params: float, cfg: PlanConfig, training: Training,
     return params * max(master, WEIGHT_BYTES) / d, params * g / d, params * states / d
 
 
-def pipeline_ranks(model: ModelSpec, cfg: PlanConfig, memo: dict | None = None) -> list[tuple]:
+def pipeline_ranks(model: ModelSpec, cfg: PlanConfig,
+                   memo: dict[tuple[Any, ...], Any] | None = None) -> list[tuple[Any, ...]]:
     """For each candidate rank of a pipeline (pipeline.candidate_ranks): (rank, dense layers per chunk,
     MoE layers per chunk, parameters, routed-expert parameters) on one GPU of it, the chunks laid out as
     pipeline.chunk_layers does (uneven: fewer layers on the first and last chunks)."""
     key = ("ranks", cfg.tp, cfg.pp, cfg.vpp, cfg.ep)
     if memo is not None and key in memo:
-        cached: list[tuple] = memo[key]
+        cached: list[tuple[Any, ...]] = memo[key]
         return cached
     dims = model.dims
     layers = chunk_layers(dims.n_layers, cfg.pp, cfg.vpp)
@@ -254,8 +256,8 @@ def pipeline_ranks(model: ModelSpec, cfg: PlanConfig, memo: dict | None = None) 
 
 
 def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: float, per_moe: float,
-                        emb_act: float, out_act: float, memo: dict | None = None,
-                        round_size: int = 0) -> list[tuple]:
+                        emb_act: float, out_act: float, memo: dict[tuple[Any, ...], Any] | None = None,
+                        round_size: int = 0) -> list[tuple[Any, ...]]:
     """(stage name, parameters, routed-expert parameters, peak activation bytes, micro-batches in flight
     on its fullest chunk) for each candidate rank of a pipeline: the schedule's live sets
     (pipeline.schedule_live_counts; ZB-H1 keeps 1F1B's) weighed by each chunk's layers, the embedding
@@ -277,14 +279,14 @@ def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: fl
 
 
 def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
-                     memo: dict | None = None) -> MemoryBreakdown:
+                     memo: dict[tuple[Any, ...], Any] | None = None) -> MemoryBreakdown:
     """Bytes per GPU (module docstring); `memo` shares per-layer activation terms between plans."""
     dims = model.dims
     s_local = training.seq_len / cfg.cp
     b = cfg.micro_batch
     m = n_micro_batches(cfg, training.global_batch_seqs)
     layers = layers_per_stage(dims.n_layers, cfg)
-    act_kw: dict = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
+    act_kw: dict[str, Any] = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
                         fp8=training.precision == "fp8",
                         op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1])
     key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute, training.op_recompute_mm)
@@ -353,7 +355,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     capacity, capacity_source = device_capacity(cluster.gpu)
 
     transient = working + transient_states
-    best: tuple | None = None
+    best: tuple[Any, ...] | None = None
     for stage, params, experts, acts, inflight in candidates:
         w, gr, opt = state_bytes(params - experts, cfg, training)
         if experts:

@@ -10,6 +10,7 @@ of a layer over the tp ranks (Korthikanti et al. 2022).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
 
@@ -63,7 +64,7 @@ class PlanConfig:
         ep = f" ep{self.ep}" if self.ep > 1 else ""
         return f"tp{self.tp}{'+sp' if self.sp else ''} {pp}{cp} dp{self.dp}{ep} {z} {rc} mb{self.micro_batch}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"n_gpus": self.n_gpus, "schedule": self.schedule, "label": self.label()}
 
 

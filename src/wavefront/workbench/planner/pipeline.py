@@ -24,6 +24,8 @@ hold no more), so it uses 1F1B's counts. The counts are per chunk, so uneven chu
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def chunk_layers(n_layers: int, pp: int, vpp: int) -> list[list[int]]:
     """layers[r][k]: layers of virtual stage k on rank r (module docstring)."""
@@ -85,7 +87,7 @@ def live_counts(pp: int, vpp: int, m: int, rank: int, round_size: int = 0) -> li
                                              for o in rows))
 
 
-def schedule_live_counts(pp: int, vpp: int, m: int, rank: int, memo: dict | None = None,
+def schedule_live_counts(pp: int, vpp: int, m: int, rank: int, memo: dict[tuple[Any, ...], Any] | None = None,
                          round_size: int = 0) -> list[tuple[int, ...]]:
     """live_counts, memoised on (pp, vpp, m, rank, round_size)."""
     key = ("live", pp, vpp, m, rank, round_size)

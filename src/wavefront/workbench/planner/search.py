@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
@@ -74,7 +74,7 @@ class PlanResult:
             return None
         return kpis_for(self.model, self.config, self.training, self.cluster, self.time)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "cluster": self.cluster.label, "config": self.config.as_dict(), "feasible": self.feasible,
             "reasons": list(self.reasons),
@@ -93,13 +93,14 @@ class SearchResult:
     rank_by: str
     ranked: list[PlanResult]  # feasible, best first
     out_of_memory: list[PlanResult]  # valid but over capacity, smallest overshoot first
-    rejected: Counter = field(default_factory=Counter)  # structural reason -> count
+    rejected: Counter[str] = field(default_factory=Counter)  # structural reason -> count
     n_enumerated: int = 0
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)  # tiny batches per GPU and the like
     pinned_misses: list[str] = field(default_factory=list)  # why no grid plan matches the pinned fields
     top: int = 10  # plans the document lists (0: all feasible)
-    constants_from: dict = field(default_factory=dict)  # where each constant came from (PlanRequest.constants_from)
+    # where each constant came from (PlanRequest.constants_from)
+    constants_from: dict[str, Any] = field(default_factory=dict)
     defaulted: list[str] = field(default_factory=list)  # software-stack fields left at their defaults
     profile: StackProfile | None = None  # the software-stack profile the plans are priced with (stacks.py)
 
@@ -149,7 +150,7 @@ class SearchResult:
 
     SCHEMA: ClassVar[str] = SCHEMA
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The `wavefront plan --json` document, schema SCHEMA (docs/json/plan.md)."""
         spec = self.model
         return {
@@ -208,7 +209,7 @@ def _ep_choices(n_experts: int, ranks: int) -> list[int]:
 
 
 def enumerate_configs(n_gpus: int, training: Training, n_layers: int, *, gpus_per_node: int = 8,
-                      fixed: dict | None = None, n_experts: int = 0) -> Iterator[PlanConfig]:
+                      fixed: dict[str, Any] | None = None, n_experts: int = 0) -> Iterator[PlanConfig]:
     """Every point of the plan grid for n_gpus (valid or not; structural_problems decides).
 
     Pipeline degrees need not divide the layers (uneven stages); interleaving takes every degree that
@@ -250,7 +251,7 @@ def enumerate_configs(n_gpus: int, training: Training, n_layers: int, *, gpus_pe
                                         yield PlanConfig(tp, sp, pp, vpp, cp, dp, zero, rc, mb, zb, shard, ep)
 
 
-def _pinned(fixed: dict, name: str, choices: list[int]) -> list[int]:
+def _pinned(fixed: dict[str, Any], name: str, choices: list[int]) -> list[int]:
     """The grid's choices for a degree, or only the pinned value when it is one of them (a degree that
     does not divide the GPUs stays out: pinned_misses says why)."""
     if name not in fixed:
@@ -277,7 +278,7 @@ def kpis_for(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
 
 def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
              efficiency: Efficiency | None = None, *, allow_uneven_layers: bool = True,
-             memo: dict | None = None) -> PlanResult:
+             memo: dict[tuple[Any, ...], Any] | None = None) -> PlanResult:
     """One plan: its structural problems, or its memory, time and KPIs (infeasible if over memory).
 
     efficiency defaults to the calibrated constants of the cluster's GPU (Efficiency.for_gpu); memo (one
@@ -325,13 +326,13 @@ def _as_clusters(cluster: str | Cluster | Sequence[str | Cluster]) -> list[Clust
     return out
 
 
-def _matches(cfg: PlanConfig, fixed: dict) -> bool:
+def _matches(cfg: PlanConfig, fixed: dict[str, Any]) -> bool:
     return all(getattr(cfg, k) == v for k, v in fixed.items())
 
 
 def plan(model: PlanRequest | str | ModelDims | ModelSpec,
          cluster: str | Cluster | Sequence[str | Cluster] | None = None, training: Training | None = None, *,
-         efficiency: Efficiency | None = None, rank_by: str = "time", fixed: dict | None = None,
+         efficiency: Efficiency | None = None, rank_by: str = "time", fixed: dict[str, Any] | None = None,
          configs: Iterable[PlanConfig] | None = None, profile: StackProfile | None = None) -> SearchResult:
     """Search every plan of `model` on each cluster and rank the feasible ones.
 
@@ -359,13 +360,13 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
 
     feasible: list[PlanResult] = []
     oom: list[PlanResult] = []
-    rejected: Counter = Counter()
+    rejected: Counter[str] = Counter()
     n_enum = 0
     for cl in clusters:
         grid = configs if configs is not None else enumerate_configs(
             cl.n_gpus, training, spec.dims.n_layers, gpus_per_node=cl.gpus_per_node, fixed=fixed,
             n_experts=spec.moe.n_experts if spec.moe else 0)
-        memo: dict = {}
+        memo: dict[tuple[Any, ...], Any] = {}
         eff = efficiency or (profile.efficiency(cl.gpu.key) if profile else Efficiency.for_gpu(cl.gpu.key))
         for cfg in grid:
             if fixed and not _matches(cfg, fixed):
@@ -429,7 +430,7 @@ def rank_text(x: float) -> str:
     return f"{v:.{max(0, RANK_FIGURES - 1 - math.floor(math.log10(abs(v))))}f}"
 
 
-def rank_key(r: PlanResult, rank_by: str = "time") -> tuple:
+def rank_key(r: PlanResult, rank_by: str = "time") -> tuple[Any, ...]:
     """Ascending: the ranked quantity at RANK_FIGURES figures, then memory, then the label."""
     step = rank_value(_t(r).step_s)
     if rank_by == "cost":
@@ -461,7 +462,7 @@ def batch_warnings(training: Training, clusters: list[Cluster]) -> list[str]:
     return out
 
 
-def pinned_misses(fixed: dict, clusters: list[Cluster], training: Training, n_layers: int,
+def pinned_misses(fixed: dict[str, Any], clusters: list[Cluster], training: Training, n_layers: int,
                   n_experts: int = 0) -> list[str]:
     """For each pinned field whose value no grid plan has, what the default grid offers instead; if every
     value exists alone (or is one the search adds when pinned), say that the combination is what no plan has."""
@@ -481,7 +482,7 @@ def pinned_misses(fixed: dict, clusters: list[Cluster], training: Training, n_la
     return out
 
 
-def _why_missing(name: str, value, n_gpus: int, n_layers: int, training: Training, n_experts: int = 0) -> str:
+def _why_missing(name: str, value: object, n_gpus: int, n_layers: int, training: Training, n_experts: int = 0) -> str:
     if name in ("tp", "cp", "pp", "dp") and isinstance(value, int) and value > 0 and n_gpus % value:
         return f" ({value} does not divide {n_gpus} GPUs)"
     if name == "ep":

@@ -20,6 +20,7 @@ dp_overlap, ep_overlap, flat or hierarchical collectives), with the source that 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from wavefront import __version__
 from wavefront.workbench.hardware import get_gpu
@@ -56,7 +57,7 @@ class StackProfile:
     facts: tuple[tuple[str, str], ...] = ()
     tables: tuple[str, ...] = ()
     calibration_rows: tuple[str, ...] = ()
-    fitted: dict = field(default_factory=dict)
+    fitted: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -83,7 +84,7 @@ class StackProfile:
                           fp8_gemm=c["fp8_gemm"][0], moe_layer_us=c["moe_layer_us"][0],
                           source=f"stack {self.key}: {how}; {why}")
 
-    def training_fields(self) -> dict:
+    def training_fields(self) -> dict[str, Any]:
         """The Training fields this profile sets (PROFILE_FIELDS)."""
         return {"stack": self.kernel_family, "attention_kernel": self.attention_kernel,
                 "tp_overlap": self.tp_overlap, "cp_comm": self.cp_comm, "ep_overlap": self.ep_overlap,
@@ -129,7 +130,7 @@ _TITAN_OP_AC = ("per-op checkpointing", "saves mm / attention / reduce-scatter o
 
 # <fitted: generated from validation.fit_all(tests/data/published); test_planner_accuracy.py checks it>
 #: Each profile's constants fitted on its own calibration rows (validation.fit_profile); absent: physics.
-FITTED: dict[str, dict] = {
+FITTED: dict[str, dict[str, Any]] = {
     "torchtitan/2024": {
         "a100": {"attention": 0.505, "gemm": 0.674},
     },

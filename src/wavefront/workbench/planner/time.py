@@ -61,6 +61,7 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 from wavefront.workbench.planner.cluster import Cluster
 from wavefront.workbench.planner.kernels import (
@@ -398,15 +399,15 @@ def _per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: C
 
 
 def _memo_per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, eff: Efficiency,
-                    memo: dict, moe_layer: bool) -> tuple[float, float, float, float, float]:
+                    memo: dict[tuple[Any, ...], Any], moe_layer: bool) -> tuple[float, float, float, float, float]:
     key = ("time", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute) + ((cfg.ep,) if moe_layer else ())
     if key not in memo:
         memo[key] = _per_layer(model, cfg, training, cluster, eff, moe_layer)
-    return memo[key]
+    return cast(tuple[float, float, float, float, float], memo[key])
 
 
 def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
-              eff: Efficiency, memo: dict | None = None) -> TimeBreakdown:
+              eff: Efficiency, memo: dict[tuple[Any, ...], Any] | None = None) -> TimeBreakdown:
     """Seconds per step (module docstring). `memo` (a dict the search keeps for one model, training,
     cluster and efficiency) shares the per-layer terms between plans of the same layer shape."""
     m = n_micro_batches(cfg, training.global_batch_seqs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import cache
+from typing import Any
 
 PRECISIONS = ("bf16", "fp8")
 #: Kernel families of the software stacks (Training.stack, set by a stack profile, stacks.py): "megatron"
@@ -285,5 +286,5 @@ class Training:
     def global_batch_seqs(self) -> int:
         return self.global_batch_tokens // self.seq_len
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"global_batch_seqs": self.global_batch_seqs}

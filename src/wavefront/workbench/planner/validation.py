@@ -23,15 +23,16 @@ import hashlib
 import json
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.document import encode
 from wavefront.workbench.hardware import get_gpu
-from wavefront.workbench.planner.cluster import make_cluster
+from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig
@@ -50,6 +51,9 @@ _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap
                "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm",
                "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel", "pp_round",
                "ep_dispatch")
+
+#: efficiency_for(gpu_key, profile): the constants to price a row with (None: the profile's own).
+EfficiencyFor = Callable[[str, StackProfile], Efficiency | None]
 
 
 @dataclass(frozen=True)
@@ -80,13 +84,13 @@ class TableReport:
         errs = [abs(r.rel_error) for r in self.rows if metric is None or r.metric == metric]
         return statistics.median(errs) if errs else float("nan")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "use": self.use,
                 "median_abs_error": {m: self.median_abs_error(m) for m in self.metrics()},
                 "rows": encode(self.rows)}
 
 
-def load_table(path: str | Path) -> dict:
+def load_table(path: str | Path) -> dict[str, Any]:
     """Read and check a published-table document; malformed files are a ValueError naming the problem."""
     path = Path(path)
     try:
@@ -109,7 +113,7 @@ def load_table(path: str | Path) -> dict:
     return doc
 
 
-def _row_settings(doc: dict, row: dict) -> dict:
+def _row_settings(doc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     merged = dict(doc["defaults"])
     merged.update({k: v for k, v in row.items() if k != "published"})
     return merged
@@ -122,7 +126,7 @@ def split_of(table: str, row_id: str) -> str:
     return "calibration" if digest % 10 < 3 else "held-out"
 
 
-def row_dims(doc: dict, name: str) -> ModelDims:
+def row_dims(doc: dict[str, Any], name: str) -> ModelDims:
     """A model named by a row: the table's own "models" (with their sources) first, then the presets."""
     spec = doc.get("models", {}).get(name)
     if spec is None:
@@ -131,13 +135,14 @@ def row_dims(doc: dict, name: str) -> ModelDims:
     return ModelDims(name=name, **spec)
 
 
-def row_profile(doc: dict, row: dict, stated: bool = True) -> StackProfile:
+def row_profile(doc: dict[str, Any], row: dict[str, Any], stated: bool = True) -> StackProfile:
     """The stack profile a row ran on (its table's "profile", or the row's own), or with stated=False the
     default profile: what a user who gives no --stack gets."""
     return get_profile(_row_settings(doc, row).get("profile", DEFAULT_PROFILE) if stated else DEFAULT_PROFILE)
 
 
-def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None, stated: bool = True):
+def _row_inputs(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency | None = None,
+                stated: bool = True) -> tuple[ModelSpec, PlanConfig, Training, Cluster, Efficiency]:
     """(model, plan, training, cluster, efficiency) of a published row, priced with its stack profile
     (stated) or with the default profile (stated=False: the table's stack fields are dropped too)."""
     st = _row_settings(doc, row)
@@ -166,7 +171,8 @@ def _row_inputs(doc: dict, row: dict, efficiency: Efficiency | None = None, stat
     return model, cfg, training, cluster, efficiency or prof.efficiency(gpu.key)
 
 
-def predict_row(doc: dict, row: dict, efficiency: Efficiency | None = None, stated: bool = True) -> PlanResult:
+def predict_row(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency | None = None,
+                stated: bool = True) -> PlanResult:
     """The planner's evaluation of the plan a published row ran."""
     model, cfg, training, cluster, eff = _row_inputs(doc, row, efficiency, stated)
     uneven = bool(_row_settings(doc, row).get("uneven_layers", False))
@@ -177,7 +183,7 @@ def predict_row(doc: dict, row: dict, efficiency: Efficiency | None = None, stat
     return result
 
 
-def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
+def _metric_value(metric: dict[str, Any], doc: dict[str, Any], row: dict[str, Any], result: PlanResult,
                   efficiency: Efficiency | None = None, stated: bool = True) -> float:
     name, conv = metric["name"], metric["convention"]
     st = _row_settings(doc, row)
@@ -201,17 +207,19 @@ def _metric_value(metric: dict, doc: dict, row: dict, result: PlanResult,
     return _k(result).model_tflops_per_gpu
 
 
-def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=None, stated: bool = True,
-             rows: Callable[[dict], bool] | None = None) -> TableReport:
+def validate(doc: dict[str, Any], efficiency: Efficiency | None = None, efficiency_for: EfficiencyFor | None = None,
+             stated: bool = True,
+             rows: Callable[[dict[str, Any]], bool] | None = None) -> TableReport:
     """Per-row predicted vs published values for every metric of a table, each row priced with its stack
     profile (stated) or the default profile (stated=False).
 
     efficiency_for(gpu_key, profile) -> Efficiency | None, when given, picks the constants per row (None:
     the profile's own); rows(row) -> bool keeps only some rows."""
     report = TableReport(doc["name"], doc["title"], doc.get("use", "validation"))
-    gpu_of = (lambda row: _row_settings(doc, row).get("gpu", doc["hardware"]["gpu"]))
+    def gpu_of(row: dict[str, Any]) -> str:
+        return str(_row_settings(doc, row).get("gpu", doc["hardware"]["gpu"]))
 
-    def eff_of(row: dict) -> Efficiency | None:
+    def eff_of(row: dict[str, Any]) -> Efficiency | None:
         if efficiency_for is None:
             return efficiency
         return efficiency_for(get_gpu(gpu_of(row)).key, row_profile(doc, row, stated))
@@ -237,7 +245,7 @@ def validate(doc: dict, efficiency: Efficiency | None = None, efficiency_for=Non
     return report
 
 
-def validate_files(paths: list[str | Path], efficiency: Efficiency | None = None) -> list[TableReport]:
+def validate_files(paths: Sequence[str | Path], efficiency: Efficiency | None = None) -> list[TableReport]:
     return [validate(load_table(p), efficiency) for p in paths]
 
 
@@ -276,7 +284,7 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def source_of(doc: dict) -> str:
+def source_of(doc: dict[str, Any]) -> str:
     return str(doc.get("source_group", doc["name"]))
 
 
@@ -299,8 +307,8 @@ def split_summaries(reports: list[tuple[str, TableReport]], split: str = "held-o
     return out
 
 
-def report_tables(root: str | Path, efficiency_for=None, tables: tuple[str, ...] = REPORT_TABLES,
-                  stated: bool = True) -> list[tuple[str, TableReport]]:
+def report_tables(root: str | Path, efficiency_for: EfficiencyFor | None = None,
+                  tables: tuple[str, ...] = REPORT_TABLES, stated: bool = True) -> list[tuple[str, TableReport]]:
     """Validate every `tables` file (REPORT_TABLES, or MOE_REPORT_TABLES) under `root`
     (tests/data/published) -> (source, report) pairs; stated=False prices every row with the default
     profile (what `wavefront plan` gives without --stack).
@@ -323,7 +331,8 @@ _BOUNDS = {"gemm": (0.3, 0.99), "attention": (0.1, 0.95), "scale": (0.3, 1.15), 
            "fp8_gemm": (0.4, 1.0), "moe_layer_us": (0.0, 5000.0)}
 
 
-def _profile_rows(root: str | Path, profile: StackProfile, moe: bool = False) -> list[tuple[dict, dict]]:
+def _profile_rows(root: str | Path, profile: StackProfile,
+                  moe: bool = False) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(doc, row) of every calibration row priced with `profile` in its own dense (or MoE) tables."""
     out = []
     for rel in MOE_REPORT_TABLES if moe else REPORT_TABLES:
@@ -340,7 +349,7 @@ def fit_params(root: str | Path, profile: StackProfile) -> dict[str, float]:
     """The constants a profile's own calibration rows can fix (stacks.py docstring), at their physics
     starting values: "<family>.gemm", "<family>.attention" or "<family>.scale", "fp8_gemm", "kernel_us"."""
     rows = _profile_rows(root, profile)
-    by_family: dict[str, list[dict]] = {}
+    by_family: dict[str, list[dict[str, Any]]] = {}
     for doc, row in rows:
         gpu = get_gpu(_row_settings(doc, row).get("gpu", doc["hardware"]["gpu"])).key
         if gpu in FAMILY_OF:
@@ -360,9 +369,9 @@ def fit_params(root: str | Path, profile: StackProfile) -> dict[str, float]:
     return params
 
 
-def fitted_constants(params: dict[str, float]) -> dict:
+def fitted_constants(params: dict[str, float]) -> dict[str, Any]:
     """A fit's parameters as StackProfile.fitted: absolute gemm / attention per family, shared ones."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, value in params.items():
         family, _, k = name.rpartition(".")
         if k == "scale":
@@ -393,7 +402,7 @@ def profile_loss(root: str | Path, profile: StackProfile, params: dict[str, floa
         if doc["name"] not in profile.tables:
             continue
 
-        def own_calibration(row: dict, doc: dict = doc) -> bool:
+        def own_calibration(row: dict[str, Any], doc: dict[str, Any] = doc) -> bool:
             return row.get("split") == "calibration" and row_profile(doc, row).key == profile.key
 
         rep = validate(doc, efficiency_for=efficiency_for, rows=own_calibration)
@@ -407,13 +416,13 @@ def calibration_row_names(root: str | Path, profile: StackProfile) -> tuple[str,
                  for doc, row in _profile_rows(root, profile, moe))
 
 
-def fit_profile(root: str | Path, profile: StackProfile, sweeps: int = 3) -> dict:
+def fit_profile(root: str | Path, profile: StackProfile, sweeps: int = 3) -> dict[str, Any]:
     """Coordinate descent (golden section per constant) on profile_loss over the profile's own calibration
     rows only (no other stack's rows, no held-out row). Returns StackProfile.fitted, rounded to 3 digits."""
     return fitted_constants(_descend(root, profile, fit_params(root, profile), False, sweeps))
 
 
-def fit_profile_moe(root: str | Path, profile: StackProfile) -> dict:
+def fit_profile_moe(root: str | Path, profile: StackProfile) -> dict[str, Any]:
     """The MoE term a profile's own MoE calibration rows fix, on top of its dense constants: moe_layer_us
     (Efficiency.moe_layer_us), one constant, fitted only where the profile has MoE calibration rows."""
     if not _profile_rows(root, profile, moe=True):
@@ -421,7 +430,8 @@ def fit_profile_moe(root: str | Path, profile: StackProfile) -> dict:
     return _descend(root, profile, {"moe_layer_us": PHYSICS_SHARED["moe_layer_us"]}, True, 1)
 
 
-def _descend(root: str | Path, profile: StackProfile, params: dict[str, float], moe: bool, sweeps: int) -> dict:
+def _descend(root: str | Path, profile: StackProfile, params: dict[str, float], moe: bool,
+             sweeps: int) -> dict[str, Any]:
     params = dict(params)
     ratio = (5 ** 0.5 - 1) / 2
     for _ in range(sweeps if params else 0):
@@ -447,7 +457,7 @@ def _descend(root: str | Path, profile: StackProfile, params: dict[str, float], 
     return params
 
 
-def fit_all(root: str | Path) -> dict[str, dict]:
+def fit_all(root: str | Path) -> dict[str, dict[str, Any]]:
     """Every profile's fit: key -> {"fitted": ..., "calibration_rows": ...} (what stacks.PROFILES holds):
     the dense constants on its dense calibration rows, then its MoE term on its MoE calibration rows."""
     out = {}

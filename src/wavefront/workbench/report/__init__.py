@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from wavefront.workbench.bench.store import ResultStore, write_document
+from wavefront.workbench.hardware import GPUS, get_gpu
+
 SCHEMA = "wavefront.report/1"
 DEFAULT_RESULTS_DIR = "benchmarks/results"
 
@@ -27,8 +30,8 @@ def write_report(
 
 
 def _write(dest, store_path, documents, *, title, devices, results_dir):
-    from wavefront.workbench.report.data import build_report_data
-    from wavefront.workbench.report.html import render_html
+    from wavefront.workbench.report.data import build_report_data  # lazy: torch-free import
+    from wavefront.workbench.report.html import render_html  # lazy: torch-free import
 
     data = build_report_data(store_path, list(documents), title=title, devices=devices, results_dir=results_dir)
     dest = Path(dest)
@@ -79,9 +82,6 @@ class ReportResult:
 def run(request: ReportRequest) -> ReportResult:
     """Write the dashboard (and the exports asked for). StoreError / DocumentError / ValueError carry one-line
     messages for bad input."""
-    from wavefront.workbench.bench.store import ResultStore, write_document
-    from wavefront.workbench.hardware import GPUS, get_gpu
-
     devices = [get_gpu(d).key for d in request.devices] if request.devices else None
     path, data = _write(
         request.out,

@@ -26,6 +26,7 @@ from wavefront.workbench.bench.providers import BASELINES
 from wavefront.workbench.bench.records import StoredRun
 from wavefront.workbench.bench.runnable import modes_for
 from wavefront.workbench.bench.store import ResultStore
+from wavefront.workbench.distributed.train.store import has_training, read_runs, read_steps
 from wavefront.workbench.hardware import GPUS, get_gpu, gpu_from_device_name
 from wavefront.workbench.report import DEFAULT_RESULTS_DIR
 from wavefront.workbench.report.tables import (
@@ -278,8 +279,6 @@ def target_device(runs: list[StoredRun], keys: list[str]) -> str | None:
 
 def training(store_path: str | Path) -> tuple[list[dict], dict[str, list[dict]]]:
     """`wavefront train` runs stored beside the benchmarks, and the newest run's per-step rows."""
-    from wavefront.workbench.distributed.train.store import has_training, read_runs, read_steps
-
     if not has_training(store_path):
         return [], {}
     runs = read_runs(store_path)

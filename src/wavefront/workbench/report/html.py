@@ -395,7 +395,7 @@ def _headline(data: ReportData) -> str:
 def render_html(data: ReportData, *, plotly_js: str | None = None) -> str:
     """The dashboard as one HTML string (plotly.js inlined; `plotly_js` overrides it in tests)."""
     if plotly_js is None:
-        from plotly.offline import get_plotlyjs
+        from plotly.offline import get_plotlyjs  # lazy: optional plotly
 
         plotly_js = get_plotlyjs()
     page = _Page()

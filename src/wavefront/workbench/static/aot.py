@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wavefront.runtime import get_arch
 from wavefront.workbench.static.parse import MachineCode, parse_amdgcn, parse_nvidia, parse_ptx_widths
 
 
@@ -87,9 +88,7 @@ class CompileResult:
 
 def gpu_target(name: str):
     """The triton GPUTarget for a compile-target name ("sm_90", "gfx942", ...)."""
-    from triton.backends.compiler import GPUTarget
-
-    from wavefront.runtime import get_arch
+    from triton.backends.compiler import GPUTarget  # lazy: Triton-free import
 
     arch = get_arch(name)
     if arch.family == "nvidia":
@@ -100,7 +99,7 @@ def gpu_target(name: str):
 
 
 def _load_kernel(job: CompileJob):
-    from triton.runtime.jit import JITFunction
+    from triton.runtime.jit import JITFunction  # lazy: Triton-free import
 
     try:
         module = importlib.import_module(job.module)
@@ -122,8 +121,8 @@ def _load_kernel(job: CompileJob):
 
 def specialize(fn, target, args: tuple, constexprs: dict, options: dict):
     """(signature, constexprs, attrs, options) exactly as the JIT derives them for `target`."""
-    from triton.compiler.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
+    from triton.compiler.compiler import make_backend  # lazy: Triton-free import
+    from triton.runtime.jit import create_function_from_signature  # lazy: Triton-free import
 
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
@@ -134,8 +133,8 @@ def specialize(fn, target, args: tuple, constexprs: dict, options: dict):
 
 def frontend_ir(src, target, options: dict) -> str:
     """The TTIR Triton's front end makes for `src` (the first step of ``triton.compile``, without the rest)."""
-    from triton._C.libtriton import ir
-    from triton.compiler.compiler import make_backend
+    from triton._C.libtriton import ir  # lazy: Triton-free import
+    from triton.compiler.compiler import make_backend  # lazy: Triton-free import
 
     backend = make_backend(target)
     opts = backend.parse_options(dict(options))
@@ -158,7 +157,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _run_tool(tool: str, *args: str) -> str:
-    from triton import knobs
+    from triton import knobs  # lazy: Triton-free import
 
     path = getattr(knobs.nvidia, tool).path
     out = subprocess.run([path, *args], capture_output=True, text=True, check=False)
@@ -170,10 +169,10 @@ def _run_tool(tool: str, *args: str) -> str:
 def _source_class(fn):
     """Triton's AST source for a ``@triton.jit`` kernel, Gluon's for a ``@gluon.jit`` one (``triton.compile``
     takes either; a Gluon kernel's IR starts with explicit layouts)."""
-    from triton.compiler import ASTSource
+    from triton.compiler import ASTSource  # lazy: Triton-free import
 
     if getattr(fn, "is_gluon", lambda: False)():
-        from triton.experimental.gluon._runtime import GluonASTSource
+        from triton.experimental.gluon._runtime import GluonASTSource  # lazy: Triton-free import
 
         return GluonASTSource
     return ASTSource
@@ -184,9 +183,7 @@ def compile_job(job: CompileJob) -> CompileResult:
     t0 = time.perf_counter()
     result = CompileResult(ok=False, target=job.target, kernel=job.qualname.split(".")[-1])
     try:
-        import triton
-
-        from wavefront.runtime import get_arch
+        import triton  # lazy: Triton-free import
 
         fn = _load_kernel(job)
         target = gpu_target(job.target)

@@ -265,7 +265,7 @@ def static_half(inspect_doc: dict, traffic_doc: dict, baseline: dict) -> HalfRes
 def check_pipelines(result: HalfResult) -> HalfResult:
     """Add the hand-made pipelines' model checks (workbench/static/pipeline_models.py) to a half: one finding
     per kernel whose model breaks a rule anywhere on its grid (the first failing configuration named)."""
-    from wavefront.workbench.static.pipeline_models import MODELS
+    from wavefront.workbench.static.pipeline_models import MODELS  # lazy: torch-free import
 
     for km in MODELS:
         report = km.check()

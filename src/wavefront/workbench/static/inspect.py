@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
+import json
 import os
 import platform
 from collections.abc import Callable, Iterable
@@ -202,7 +203,7 @@ def summarize(report: InspectReport, per_case: bool = False) -> list[KernelSumma
 
 
 def versions() -> dict[str, str | None]:
-    import triton
+    import triton  # lazy: Triton-free import
 
     return {"triton": triton.__version__, "torch": torch.__version__, "python": platform.python_version()}
 
@@ -238,8 +239,8 @@ def job_for(launch: Launch, target: str, keep_asm: bool = False, frontend_only: 
 
 def specialization_key(job: CompileJob) -> tuple:
     """Two jobs with equal keys compile to the same binary: Triton's own per-argument specialization."""
-    from triton._C.libtriton import native_specialize_impl
-    from triton.compiler.compiler import make_backend
+    from triton._C.libtriton import native_specialize_impl  # lazy: Triton-free import
+    from triton.compiler.compiler import make_backend  # lazy: Triton-free import
 
     backend = type(make_backend(gpu_target(job.target)))
     spec = tuple(native_specialize_impl(backend, a, False, True, True) if a is not None else None
@@ -443,8 +444,6 @@ def _write_asm(root: Path, results: dict[tuple, CompileResult], planned: list[_P
                rows: list[KernelRow]) -> None:
     """One file per distinct compiled kernel and listing (ptx, sass, resources, amdgcn), and index.json:
     file stem -> the row keys compiled from it."""
-    import json
-
     root.mkdir(parents=True, exist_ok=True)
     stems: dict[tuple, str] = {}
     for i, (key, res) in enumerate(sorted(results.items(), key=lambda kv: repr(kv[0]))):

@@ -295,7 +295,8 @@ _SASS_PRED = re.compile(r"\bU?P[0-6]\b")
 def _sass_pingpong(ops: list[str], operands: list[str], loop: LoopStats) -> bool:
     """A warpgroup waits for its turn on one named barrier (BAR.SYNC id) and hands the turn over on another
     (BAR.ARV id'), both ids > 0 (id 0 is the whole block's), inside the main loop."""
-    syncs, arrives = set(), set()
+    syncs: set[int] = set()
+    arrives: set[int] = set()
     for i in range(loop.first, loop.last + 1):
         parts = ops[i].split(".")
         m = _SASS_BAR_ID.match(operands[i])
@@ -534,7 +535,7 @@ def parse_amdgcn(text: str) -> MachineCode:
     loads: Counter = Counter()
     stores: Counter = Counter()
     matrix: Counter = Counter()
-    lds = {"read": Counter(), "write": Counter()}
+    lds: dict[str, Counter] = {"read": Counter(), "write": Counter()}
     ops: list[str] = []
     labels: dict[str, int] = {}
     branch_to: list[tuple[int, str]] = []

@@ -505,7 +505,7 @@ class WarpSpecialized:
                            f"arrivals of {sorted(nb.arrived)} pending at exit")
 
 
-def _pick(policy: str, options: list[tuple[str, object]], rng) -> tuple[str, object]:
+def _pick(policy: str, options: list[tuple[str, str]], rng) -> tuple[str, str]:
     """options: ("agent", name) or ("land", bar), in agent order (producer first) then landings."""
     agents = [o for o in options if o[0] == "agent"]
     lands = [o for o in options if o[0] == "land"]
@@ -529,7 +529,7 @@ def run_ws_model(model: Callable[..., dict], policy: str = "producer-first", **p
     state: dict = {}
     deadlocked = False
     for _ in range(10_000_000):
-        options: list[tuple[str, object]] = [("agent", n) for n, ev in pending.items()
+        options: list[tuple[str, str]] = [("agent", n) for n, ev in pending.items()
                                              if ev is not None and ws.ready(n, ev, state)]
         options += [("land", b) for b, mb in ws.mbars.items() if mb.in_flight]
         if not options:

@@ -26,11 +26,13 @@ from typing import ClassVar
 
 import torch
 
+from wavefront import runtime
 from wavefront.ops import REGISTRY
 from wavefront.ops._spec import Case, OpSpec, dtype_name
 from wavefront.workbench.document import encode
-from wavefront.workbench.hardware import GPU, get_gpu, gpu_from_device_name
-from wavefront.workbench.static.capture import op_modes
+from wavefront.workbench.hardware import GPU, get_gpu, gpu_for_target, gpu_from_device_name
+from wavefront.workbench.static.capture import capture, op_modes
+from wavefront.workbench.static.inspect import compile_jobs, job_for, specialization_key
 
 SCHEMA = "wavefront.roofline/1"
 
@@ -178,11 +180,6 @@ def matrix_ops_from_inspect(inspect_doc: dict) -> set[str]:
 
 def detect_matrix_ops(ops: Iterable[str] | None = None, target: str = "sm_90") -> set[str]:
     """Ops whose kernels contain tt.dot, from Triton's front end only (fast; no GPU code generated)."""
-    from wavefront import runtime
-    from wavefront.workbench.hardware import gpu_for_target
-    from wavefront.workbench.static.capture import capture
-    from wavefront.workbench.static.inspect import compile_jobs, job_for
-
     names = list(ops) if ops else list(REGISTRY)
     jobs = {}
     for n in names:
@@ -193,8 +190,6 @@ def detect_matrix_ops(ops: Iterable[str] | None = None, target: str = "sm_90") -
     results = compile_jobs([j for js in jobs.values() for j in js])
     out = set()
     for n, js in jobs.items():
-        from wavefront.workbench.static.inspect import specialization_key
-
         if any(results[specialization_key(j)].uses_dot for j in js):
             out.add(n)
     return out

@@ -31,6 +31,7 @@ gets the upstream gradient 1, what ``loss.backward()`` passes; other outputs get
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -132,7 +133,7 @@ class InterpreterCounter:
         return self.by_launch.setdefault(id(self.launches[-1]), _LaunchAccesses())
 
     def __enter__(self) -> InterpreterCounter:
-        from triton.runtime import interpreter
+        from triton.runtime import interpreter  # lazy: Triton-free import
 
         if not runtime.interpreting():
             raise RuntimeError("traffic is counted under the Triton interpreter: set TRITON_INTERPRET=1 before "
@@ -190,7 +191,7 @@ class InterpreterCounter:
         return self
 
     def __exit__(self, *exc) -> None:
-        from triton.runtime import interpreter
+        from triton.runtime import interpreter  # lazy: Triton-free import
 
         for name, fn in self._saved.items():
             setattr(interpreter.InterpreterBuilder, name, fn)
@@ -376,8 +377,6 @@ class TrafficReport:
 
 
 def _arg_names(launch: Launch) -> list[str]:
-    import inspect
-
     fn = getattr(launch.kernel, "fn", launch.kernel)
     return list(inspect.signature(fn).parameters)
 

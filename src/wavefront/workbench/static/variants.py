@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from wavefront import ops
+from wavefront.kernels import attention_fa3, attention_gluon
 from wavefront.kernels import linear_fp8 as fp8_kernels
 from wavefront.kernels._launch import Launch, recording
 from wavefront.ops._spec import Case, OpInputs, OpSpec
@@ -39,24 +40,18 @@ class Variant:
 
 
 def _gluon_attention_covers(case: Case) -> bool:
-    from wavefront.kernels import attention_gluon
-
     # The fused-FP8-output cases are the plain forward plus an epilogue the Gluon kernel does not have.
     return (case.dims.get("head_dim") in attention_gluon.HEAD_DIMS and "seqlens" not in case.options
             and "quantize" not in case.options)
 
 
 def _gluon_attention_run(inputs: OpInputs):
-    from wavefront.kernels import attention_gluon
-
     q, k, v = inputs.args
     scale = inputs.kwargs.get("scale") or q.shape[-1] ** -0.5
     return attention_gluon.attention_fwd(q, k, v, bool(inputs.kwargs.get("causal", False)), scale)
 
 
 def _fa3_attention_run(inputs: OpInputs):
-    from wavefront.kernels import attention_fa3
-
     q, k, v = inputs.args
     scale = inputs.kwargs.get("scale") or q.shape[-1] ** -0.5
     return attention_fa3.attention_fwd(q, k, v, bool(inputs.kwargs.get("causal", False)), scale)

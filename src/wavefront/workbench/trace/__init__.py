@@ -10,7 +10,8 @@ Definitions are in the module docstrings and docs/trace.md.
 from wavefront.workbench.trace.analysis import RankAnalysis, TraceAnalysis, analyze, analyze_trace
 from wavefront.workbench.trace.breakdown import CATEGORIES, StepBreakdown
 from wavefront.workbench.trace.diff import TraceDiff, diff
-from wavefront.workbench.trace.load import TraceLoadError, load_trace
+from wavefront.workbench.trace.errors import TraceLoadError
+from wavefront.workbench.trace.load import load_trace
 
 __all__ = ["CATEGORIES", "RankAnalysis", "StepBreakdown", "TraceAnalysis", "TraceDiff", "TraceLoadError", "analyze",
            "analyze_trace", "diff", "load_trace"]

@@ -16,10 +16,12 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.percentile imports it: once in the parent, not in every forked worker
 
+from wavefront.workbench.trace.annotate import load_annotated
 from wavefront.workbench.trace.breakdown import (
     CATEGORIES,
     StepBreakdown,
@@ -27,11 +29,13 @@ from wavefront.workbench.trace.breakdown import (
     cpu_comm_rows,
     find_steps,
 )
-from wavefront.workbench.trace.classify import COMM, classify_device, family
+from wavefront.workbench.trace.classify import COMM, DeviceClasses, classify_device, family
 from wavefront.workbench.trace.compat import hta_equivalent
+from wavefront.workbench.trace.decode import pool_context
+from wavefront.workbench.trace.errors import TraceLoadError
 from wavefront.workbench.trace.kernels import KernelReport, family_time_by_step, kernel_table, roofline
 from wavefront.workbench.trace.launch import LaunchStats, launch_stats
-from wavefront.workbench.trace.load import TraceLoadError, load_trace
+from wavefront.workbench.trace.load import load_trace
 from wavefront.workbench.trace.model import KIND_KERNEL, KIND_NAMES, NO_ID, Trace
 from wavefront.workbench.trace.multirank import (
     XLA_IDENTITY,
@@ -59,20 +63,20 @@ class RankAnalysis:
     steps: list[StepBreakdown]
     kernels: KernelReport
     launch: LaunchStats | None
-    classification: dict  # class -> {rule: count}
+    classification: dict[str, Any]  # class -> {rule: count}
     family_step_us: dict[str, list[float]]  # per family, time per step (for diffs)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     collectives: CollectiveInstances | None = None
-    hta: dict | None = None  # HTA 0.5.0's definitions on this trace (hta_compatible=True, device traces)
+    hta: dict[str, Any] | None = None  # HTA 0.5.0's definitions on this trace (hta_compatible=True, device traces)
     source: str = "json"  # what wrote the file: "json" (torch.profiler / jax.profiler), "nsys", "rocprofv3"
 
-    def totals(self) -> dict:
+    def totals(self) -> dict[str, Any]:
         """Breakdown categories summed over steps, and the step total."""
         ns = {c: sum(s.ns(c) for s in self.steps) for c in CATEGORIES} | {"step": sum(s.dur_ns for s in self.steps)}
         return {f"{k}_us": v / 1000 for k, v in ns.items()} | {f"{k}_ns": v for k, v in ns.items()}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "rank": self.rank, "world_size": self.world_size, "host": self.host,
                 "device_name": self.device_name, "source": self.source,
                 "domain": self.domain, "complete": self.complete, "n_events": self.n_events,
@@ -89,18 +93,18 @@ class TraceAnalysis:
     warnings: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     wall_s: float | None = None  # this analysis on this machine's CPU
-    annotation: dict | None = None  # what annotate_to wrote
+    annotation: dict[str, Any] | None = None  # what annotate_to wrote
 
     SCHEMA: ClassVar[str] = SCHEMA
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The ``wavefront.trace.analyze/2`` document (docs/json/trace.md)."""
         return {"schema": SCHEMA, "warnings": self.warnings, "ranks": [r.as_dict() for r in self.ranks],
                 "multirank": self.multirank.as_dict() if self.multirank else None, "inputs": self.inputs,
                 "analysis_wall_s": self.wall_s, "annotation": self.annotation}
 
 
-def _identity(args: dict | None) -> tuple | None:
+def _identity(args: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """(process group, collective, sequence number) from record_param_comms args, when all are there."""
     if not args:
         return None
@@ -111,11 +115,11 @@ def _identity(args: dict | None) -> tuple | None:
     return (str(group), str(kind), int(seq) if str(seq).lstrip("-").isdigit() else str(seq))
 
 
-def _collectives(trace: Trace, classes) -> CollectiveInstances:
+def _collectives(trace: Trace, classes: DeviceClasses | None) -> CollectiveInstances:
     """The rank's collective instances: type, identity (from the kernel's own collective args, else its
     launching op's), start and end."""
     names = trace.names
-    if len(trace.device):
+    if len(trace.device) and classes is not None:  # classified exactly when there are device events
         rows = np.flatnonzero((classes.cls == COMM) & (trace.device.kind == KIND_KERNEL))
         kinds, identities = [], []
         if len(rows) and np.all(trace.device.run_id[rows] != NO_ID):  # XLA: the execution, the op, its turn
@@ -146,8 +150,8 @@ def _xla_collectives(trace: Trace, rows: np.ndarray) -> CollectiveInstances:
     """XLA collectives (jax.profiler) with their identity: the run id of the program execution (the same on
     every rank), the HLO op, and its turn among that op's instances in the execution."""
     names = trace.name_of(trace.device.name[rows])
-    seen: dict[tuple, int] = {}
-    identities: list[tuple | None] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    identities: list[tuple[Any, ...] | None] = []
     for run, name in zip(trace.device.run_id[rows].tolist(), names, strict=True):
         turn = seen[(run, name)] = seen.get((run, name), -1) + 1
         identities.append((XLA_IDENTITY, run, name, turn))
@@ -246,8 +250,6 @@ def analyze(paths: Sequence[str | Path], *, device: str | None = None, short_us:
     opts = _Options(device, short_us, top, hta_compatible, max(1, workers // len(paths)), step_pattern)
     annotation = None
     if annotate_to is not None:
-        from wavefront.workbench.trace.annotate import load_annotated
-
         trace, annotation = load_annotated(paths[0], annotate_to)
         outcomes: list[RankAnalysis | str] = [analyze_trace(trace, device=device, short_us=short_us, top=top,
                                                             hta_compatible=hta_compatible)]
@@ -272,10 +274,6 @@ def _in_pool(paths: Sequence[str | Path], opts: _Options, workers: int,
              progress: Callable[[str, int, int], None] | None) -> list[RankAnalysis | str]:
     """One worker process per file (up to ``workers`` at once); if the pool breaks (a worker killed, out
     of memory), the files are analyzed here one after the other."""
-    import numpy.ma  # noqa: F401 - np.percentile imports it: once here rather than in every forked worker
-
-    from wavefront.workbench.trace.decode import pool_context  # the decoder and msgspec, likewise
-
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=pool_context()) as pool:
             futures = [pool.submit(_analyze_file, str(p), opts) for p in paths]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 from wavefront.workbench.trace.breakdown import CATEGORIES, build_timeline, find_steps
 from wavefront.workbench.trace.clock import ns_to_us_text
@@ -20,7 +21,7 @@ PID = "wavefront analysis"
 TRACKS = ("steps", "comm exposed", "comm hidden by compute", "idle: host-bound", "idle: other")
 
 
-def _events(track: str, name: str, s: IntervalSet, args: dict | None = None) -> list[str]:
+def _events(track: str, name: str, s: IntervalSet, args: dict[str, Any] | None = None) -> list[str]:
     """The events' JSON texts, times written as exact decimal microseconds (a float would move them by up
     to 128 ns at Unix-epoch clocks)."""
     head = json.dumps({"ph": "X", "cat": "wavefront", "name": name, "pid": PID, "tid": track})[:-1]
@@ -29,13 +30,13 @@ def _events(track: str, name: str, s: IntervalSet, args: dict | None = None) -> 
             for a, b in zip(s.starts.tolist(), s.ends.tolist(), strict=True)]
 
 
-def write_annotated(src: str | Path, dst: str | Path) -> dict:
+def write_annotated(src: str | Path, dst: str | Path) -> dict[str, Any]:
     """Copy ``src`` to ``dst`` (gzip when it ends in .gz) with the analysis tracks added. Returns the
     number of events copied and added."""
     return load_annotated(src, dst)[1]
 
 
-def load_annotated(src: str | Path, dst: str | Path) -> tuple[Trace, dict]:
+def load_annotated(src: str | Path, dst: str | Path) -> tuple[Trace, dict[str, Any]]:
     """:func:`write_annotated`, returning the loaded trace too (so the caller's analysis parses once)."""
     dst = Path(dst)
     tmp = dst.with_name(dst.name + ".events.tmp")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class StepBreakdown:
     domain: str  # "device" | "cpu"
 
     def ns(self, category: str) -> int:
-        return getattr(self, f"{category}_ns")
+        return cast(int, getattr(self, f"{category}_ns"))
 
     def us(self, category: str) -> float:
         return self.ns(category) / 1e3
@@ -111,7 +112,7 @@ class StepBreakdown:
     def total_ns(self) -> int:
         return sum(self.ns(c) for c in CATEGORIES)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Every time twice: ``<name>_us`` (float microseconds, the nearest float: at Unix-epoch clocks a
         start is within 125 ns) and ``<name>_ns`` (exact integer nanoseconds)."""
         ns = {"start": self.start_ns, "dur": self.dur_ns, **{c: self.ns(c) for c in CATEGORIES},
@@ -201,7 +202,7 @@ def cpu_comm_rows(trace: Trace) -> np.ndarray:
     flags = name_flags(trace.names, is_comm_op_name)[trace.cpu.name]
     if trace.op_comm_args:
         flags |= np.isin(trace.cpu.external_id, np.fromiter(trace.op_comm_args, dtype=np.int64))
-    return flags
+    return cast(np.ndarray, flags)
 
 
 def build_timeline(trace: Trace, classes: DeviceClasses | None = None) -> Timeline:

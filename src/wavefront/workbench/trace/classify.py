@@ -22,7 +22,9 @@ CUDA-graph launches give every kernel of the graph the correlation id of one ``c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +73,7 @@ class DeviceClasses:
     runtime_row: np.ndarray  # row of the launching runtime call in trace.runtime, or -1
     op_row: np.ndarray  # row of the launching CPU op in trace.cpu, or -1
 
-    def counts(self) -> dict:
+    def counts(self) -> dict[str, Any]:
         out: dict[str, dict[str, int]] = {}
         for c, name in enumerate(CLASS_NAMES):
             sel = self.cls == c
@@ -98,7 +100,7 @@ def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return out
 
 
-def name_flags(names: list[str], predicate) -> np.ndarray:
+def name_flags(names: list[str], predicate: Callable[[str], object]) -> np.ndarray:
     return np.fromiter((bool(predicate(n)) for n in names), dtype=bool, count=len(names))
 
 
@@ -161,7 +163,7 @@ def classify_device(trace: Trace) -> DeviceClasses:
 
 
 # Kernel families: one readable name for the many instantiations of one kernel.
-_FAMILY_RULES: tuple[tuple[re.Pattern, str], ...] = (
+_FAMILY_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)"), "nccl {0}"),
     (re.compile(r"^Memcpy (\w+)"), "Memcpy {0}"),
     (re.compile(r"^Memset"), "Memset"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import warnings
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import cast
 
 import numpy as np
 
@@ -57,7 +58,7 @@ def ns_to_us_text(ns: int) -> str:
     return f"{sign}{ns // 1000}.{ns % 1000:03d}"
 
 
-def value_to_ns(value) -> int:
+def value_to_ns(value: object) -> int:
     """A decoded ``ts``/``dur``: an int (whole microseconds), a decimal text, or a float (exact only
     where the float is; used for hand-built events)."""
     if isinstance(value, bool):
@@ -121,7 +122,7 @@ def _split_at_dot(joined: bytes, n: int) -> np.ndarray | None:
             return None
         frac = numbers[first[with_dot] + 1].astype(np.int64)
         whole[with_dot] += frac * _POW10[3 - n_dec]
-    return np.where(negative, -whole, whole)
+    return cast(np.ndarray, np.where(negative, -whole, whole))
 
 
 def _by_character(joined: bytes, n: int) -> np.ndarray:

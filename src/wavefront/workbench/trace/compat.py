@@ -18,6 +18,8 @@ HTA's ``^nccl.*Kernel`` pattern (RCCL renames, custom collectives) differ on pur
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from wavefront.workbench.trace.breakdown import find_steps
@@ -26,7 +28,7 @@ from wavefront.workbench.trace.intervals import IntervalSet, intersect, union
 from wavefront.workbench.trace.model import Trace
 
 
-def hta_equivalent(trace: Trace, classes: DeviceClasses | None = None, *, hta_rounding: bool = True) -> dict:
+def hta_equivalent(trace: Trace, classes: DeviceClasses | None = None, *, hta_rounding: bool = True) -> dict[str, Any]:
     """HTA's per-rank temporal breakdown and overlap, in microseconds (``*_us``), exact integer nanoseconds
     (``*_ns``) and percent. ValueError when HTA's definitions do not apply (no launch records)."""
     if len(trace.device) == 0:

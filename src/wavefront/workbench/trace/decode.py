@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import itertools
 import json
+import multiprocessing
 import operator
 import os
 import re
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
+from multiprocessing.context import BaseContext
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -62,6 +65,9 @@ PARALLEL_MIN_BYTES = 96 << 20
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _HEAD_BYTES = 4 << 20  # the keys before traceEvents (deviceProperties, distributedInfo) fit in this
 
+_Getter = Callable[[Any], Any]  # an attrgetter over decoded events
+_Column = Callable[[_Getter, list[Any]], np.ndarray]
+
 
 class FastPathFailed(Exception):
     """This file is for the streaming reader (damaged, unusual, or a cut fell inside an event)."""
@@ -92,7 +98,7 @@ if msgspec is not None:
                  ("in_nelems", "In msg nelems"), ("out_nelems", "Out msg nelems"), ("group_size", "Group size"),
                  ("dtype", "dtype"), ("seq", "Seq"), ("rank", "Rank"))
 
-    def _args_type(id_type):
+    def _args_type(id_type: Any) -> type[msgspec.Struct]:
         """The args the analyses read; ``id_type`` for device, stream, correlation and External id."""
         return msgspec.defstruct("_Args", [
             ("device", id_type, None), ("stream", id_type, None), ("correlation", id_type, None),
@@ -104,7 +110,8 @@ if msgspec is not None:
             ("device_ordinal", Any, None), ("step_num", Any, None),  # step_num: jax's StepTraceAnnotation
         ], gc=False, frozen=True)
 
-    def _event_type(ph_type, cat_type, id_type, time_type, ts_default, dur_default):
+    def _event_type(ph_type: Any, cat_type: Any, id_type: Any, time_type: Any, ts_default: object,
+                    dur_default: object) -> type[msgspec.Struct]:
         args = _args_type(id_type)
         # args default to one shared frozen instance: events without args allocate nothing
         return msgspec.defstruct("_Event", [
@@ -133,11 +140,11 @@ _PH_X, _PH_F, _PH_M = 1, 2, 3
 _T_NONE, _T_DEV, _T_RT, _T_CPU, _T_SYNC, _T_XLA, _T_FLOW = 0, 1, 2, 3, 4, 5, 6
 
 
-def _phase_code(ph) -> int:
+def _phase_code(ph: object) -> int:
     return {"X": _PH_X, "f": _PH_F, "M": _PH_M}.get(ph, 0) if isinstance(ph, str) else 0
 
 
-def _category_code(cat) -> int:
+def _category_code(cat: object) -> int:
     if cat is None:
         return 8 * _T_XLA + KIND_KERNEL
     if not isinstance(cat, str):
@@ -157,7 +164,7 @@ class _Inexact(Exception):
     """Times that a float cannot carry exactly: decode the range again with their raw text."""
 
 
-def _ns_of_floats(values: list | np.ndarray) -> np.ndarray:
+def _ns_of_floats(values: list[Any] | np.ndarray) -> np.ndarray:
     """Microseconds decoded as floats to integer nanoseconds, exactly, or :class:`_Inexact`.
 
     msgspec rounds a number's text ``v`` to the nearest float ``f``. With ``N = rint(f * 1000)``: when
@@ -173,7 +180,7 @@ def _ns_of_floats(values: list | np.ndarray) -> np.ndarray:
     return ns.astype(np.int64)
 
 
-def _ns(raws: list) -> np.ndarray:
+def _ns(raws: list[Any]) -> np.ndarray:
     """A missing ``ts`` is an empty text: ns_column refuses it, and the file goes to the streaming reader."""
     try:
         return ns_column(b",".join(raws), len(raws))
@@ -181,17 +188,17 @@ def _ns(raws: list) -> np.ndarray:
         raise FastPathFailed(str(exc)) from None
 
 
-def _comm(args) -> dict:
+def _comm(args: Any) -> dict[str, Any]:
     return {key: msgspec.json.decode(raw) for key, attr in _COMM_FIELDS if (raw := getattr(args, attr)) is not _NONE}
 
 
-def _take(events: list, rows: np.ndarray) -> list:
+def _take(events: list[Any], rows: np.ndarray) -> list[Any]:
     if len(rows) == len(events):
         return events
     return [events[i] for i in rows.tolist()]
 
 
-def _ids(values: list, fallback: list | None = None) -> np.ndarray:
+def _ids(values: list[Any], fallback: list[Any] | None = None) -> np.ndarray:
     """int_id of each value (a missing one: its ``fallback`` value, else NO_ID); plain ints in one call."""
     try:
         out = np.array(values)
@@ -204,7 +211,7 @@ def _ids(values: list, fallback: list | None = None) -> np.ndarray:
     return int_ids([NO_ID if v is None else v for v in values])
 
 
-def _typed_ids(values: list) -> np.ndarray:
+def _typed_ids(values: list[Any]) -> np.ndarray:
     """Ids the decoder already typed ``int | None``: plain ints convert without inspection."""
     try:
         return np.fromiter(values, dtype=np.int64, count=len(values))
@@ -214,22 +221,22 @@ def _typed_ids(values: list) -> np.ndarray:
 
 # Column readers: (attribute getter, events) -> numpy column, straight from the getter's iterator where
 # the decoder has typed the values (no intermediate list)
-def _float_times(get, seq: list) -> np.ndarray:
+def _float_times(get: _Getter, seq: list[Any]) -> np.ndarray:
     return _ns_of_floats(np.fromiter(map(get, seq), dtype=np.float64, count=len(seq)))
 
 
-def _raw_times(get, seq: list) -> np.ndarray:
+def _raw_times(get: _Getter, seq: list[Any]) -> np.ndarray:
     return _ns(list(map(get, seq)))
 
 
-def _typed_id_col(get, seq: list) -> np.ndarray:
+def _typed_id_col(get: _Getter, seq: list[Any]) -> np.ndarray:
     try:
         return np.fromiter(map(get, seq), dtype=np.int64, count=len(seq))
     except (TypeError, OverflowError):  # a missing id, or one past int64
         return _ids(list(map(get, seq)))
 
 
-def _id_col(get, seq: list) -> np.ndarray:
+def _id_col(get: _Getter, seq: list[Any]) -> np.ndarray:
     return _ids(list(map(get, seq)))
 
 
@@ -244,24 +251,24 @@ class _Acc:
         self.keep_flows = keep_flows
         self.name_ids: dict[str, int] = {}
         self.shape_ids: dict[tuple[bytes, bytes], int] = {}
-        self.codes: dict[str, dict] = {"ph": {}, "cat": {}}
+        self.codes: dict[str, dict[str, Any]] = {"ph": {}, "cat": {}}
         self.chunks: dict[str, dict[str, list[np.ndarray]]] = {}
 
-    def names(self, values: list) -> np.ndarray:
+    def names(self, values: list[Any]) -> np.ndarray:
         ids = self.name_ids
         for v in dict.fromkeys(values):
             if v not in ids:
                 ids[v] = len(ids)
         return np.fromiter(map(ids.__getitem__, values), dtype=np.int32, count=len(values))
 
-    def _code(self, field: str, values: list, code_of) -> np.ndarray:
+    def _code(self, field: str, values: list[Any], code_of: Callable[[Any], int]) -> np.ndarray:
         table = self.codes[field]
         for v in set(values):
             if v not in table:
                 table[v] = code_of(v)
         return np.fromiter(map(table.__getitem__, values), dtype=np.int8, count=len(values))
 
-    def add(self, events: list, level: str) -> None:
+    def add(self, events: list[Any], level: str) -> None:
         """Keep the events' columns. The columns are computed before any is stored, so a range that raises
         :class:`_Inexact` can be decoded again (names and shapes it interned are found again then)."""
         n = len(events)
@@ -274,14 +281,14 @@ class _Acc:
         table = np.where(ph == _PH_X, cat >> 3, _T_NONE)
         kind = cat & 7
         out: dict[str, dict[str, Any]] = {}
-        kernel_comm: dict[int, dict] = {}
-        op_comm: dict[int, dict] = {}
+        kernel_comm: dict[int, dict[str, Any]] = {}
+        op_comm: dict[int, dict[str, Any]] = {}
 
         dev_rows, cpu_rows = np.flatnonzero(table == _T_DEV), np.flatnonzero(table == _T_CPU)
         dev, cpu = _take(events, dev_rows), _take(events, cpu_rows)
         dev_kind, cpu_cat = kind[dev_rows], kind[cpu_rows]
         xla = _take(events, np.flatnonzero(table == _T_XLA))
-        ops: list = []
+        ops: list[Any] = []
         if xla:  # jax.profiler: XLA ops are device work, step annotations the steps
             ops = [e for e in xla if e.args.hlo_op is not None]
             steps = [msgspec.structs.replace(e, name=xla_step_name(e.args.step_num), cat=XLA_STEP_CAT)
@@ -325,7 +332,8 @@ class _Acc:
             for k, v in cols.items():
                 t.setdefault(k, []).append(np.asarray(v, dtype=DTYPES.get(k, np.int64)))
 
-    def _device(self, dev: list, kind: np.ndarray, ns, ids, n_xla: int) -> tuple[dict, dict]:
+    def _device(self, dev: list[Any], kind: np.ndarray, ns: _Column, ids: _Column,
+                n_xla: int) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
         """The device table of these events; the last ``n_xla`` are XLA ops."""
         args = list(map(_GET["args"], dev))
         run_id = np.full(len(dev), NO_ID)
@@ -355,7 +363,8 @@ class _Acc:
                 "correlation": corr, "external_id": ids(_ARG["external_id"], args),
                 "has_coll": coll, "run_id": run_id, "pid": pid, "tid": tid}, kernel_comm
 
-    def _cpu(self, cpu: list, cat: np.ndarray, ns, ids) -> tuple[dict, dict]:
+    def _cpu(self, cpu: list[Any], cat: np.ndarray, ns: _Column,
+             ids: _Column) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
         args = list(map(_GET["args"], cpu))
         ext = ids(_ARG["external_id"], args)
         name = self.names(list(map(_GET["name"], cpu)))
@@ -395,7 +404,7 @@ class _Acc:
 def _decode_range(acc: _Acc, data: bytes | memoryview) -> None:
     """Events of one cut range given with its brackets: ``[`` whole events separated by commas ``]``.
     A range the current level cannot take is decoded again at the next (see LEVELS)."""
-    events: list | None = None
+    events: list[Any] | None = None
     try:
         while True:
             level = LEVELS[acc.level]
@@ -420,7 +429,7 @@ def _bracketed(text: bytes) -> bytes:
     return b"[" + text + b"]"
 
 
-def _head(data: bytes) -> tuple[int, dict]:
+def _head(data: bytes) -> tuple[int, dict[str, Any]]:
     """Where the events start (just after the array's '['), and the top-level keys before it."""
     stripped = data.lstrip()
     if stripped[:1] == b"[":
@@ -436,12 +445,12 @@ def _head(data: bytes) -> tuple[int, dict]:
     return m.end(), meta
 
 
-def _skip(ws: re.Pattern, s: str, pos: int) -> int:
+def _skip(ws: re.Pattern[str], s: str, pos: int) -> int:
     m = ws.match(s, pos)
     return m.end() if m is not None else pos
 
 
-def _tail(acc: _Acc, text: bytes, meta: dict) -> None:
+def _tail(acc: _Acc, text: bytes, meta: dict[str, Any]) -> None:
     """The last events (after the last cut), the array's end and the top-level keys after it."""
     s = text.decode("utf-8")
     dec = json.JSONDecoder()
@@ -483,14 +492,14 @@ def _last_cut(buf: bytes | bytearray, lo: int, hi: int) -> tuple[int, int] | Non
         window *= 8
 
 
-def _open(path: Path):
+def _open(path: Path) -> io.BufferedIOBase:
     raw = open(path, "rb")  # noqa: SIM115 - returned
     magic = raw.read(2)
     raw.seek(0)
     return gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
 
 
-def _consume(readinto: Callable[[memoryview], int], head: bytes, acc: _Acc, meta: dict, *, tail: bool,
+def _consume(readinto: Callable[[memoryview], int], head: bytes, acc: _Acc, meta: dict[str, Any], *, tail: bool,
              progress: Callable[[], None] | None = None) -> None:
     """Decode the events in ``head`` and what ``readinto`` fills after it, one range at a time, in one
     buffer allocated once (the range is decoded in place: the bytes just before and after it, a
@@ -530,7 +539,7 @@ def _consume(readinto: Callable[[memoryview], int], head: bytes, acc: _Acc, meta
 
 
 def _read_serial(path: Path, progress: Callable[[int, int], None] | None,
-                 keep_flows: bool = False) -> tuple[Parts, dict, int]:
+                 keep_flows: bool = False) -> tuple[Parts, dict[str, Any], int]:
     """Read a file front to back (gzip, or not large)."""
     acc = _Acc(keep_flows)
     total = os.path.getsize(path)
@@ -546,7 +555,7 @@ def _read_serial(path: Path, progress: Callable[[int, int], None] | None,
     return acc.result(), meta, total
 
 
-def _tail_with_cut(acc: _Acc, buf: bytes, start: int, meta: dict) -> None:
+def _tail_with_cut(acc: _Acc, buf: bytes, start: int, meta: dict[str, Any]) -> None:
     """The end of the file: the events up to the last cut fast, the rest (the array's end) exactly.
     A cut inside the top-level keys after the array fails to decode: then the cut before it is tried."""
     hi = len(buf)
@@ -566,12 +575,12 @@ def _tail_with_cut(acc: _Acc, buf: bytes, start: int, meta: dict) -> None:
     _tail(acc, buf[start:], meta)
 
 
-def _read_range(path: str, lo: int, hi: int, last: bool, keep_flows: bool = False) -> tuple[Parts, dict]:
+def _read_range(path: str, lo: int, hi: int, last: bool, keep_flows: bool = False) -> tuple[Parts, dict[str, Any]]:
     """One worker's share of an uncompressed file: from the cut at ``lo`` to the cut at ``hi`` (both the
     ``{`` of an event), or to the file's end when ``last``."""
     gc.disable()
     acc = _Acc(keep_flows)
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     with open(path, "rb") as f:
         f.seek(lo)
 
@@ -600,11 +609,9 @@ def _range_cuts(path: Path, n: int) -> list[int]:
     return sorted(set(cuts))
 
 
-def pool_context():
+def pool_context() -> BaseContext:
     """fork where the platform has it: workers start at once and need no importable ``__main__``; the
     workers only decode and return columns, so nothing they inherit (a progress thread) is touched."""
-    import multiprocessing
-
     return get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
 
 
@@ -637,7 +644,7 @@ def load_fast(path: Path, *, progress: Callable[[int, int], None] | None = None,
     return finish(parts, path, meta, [], True, size)
 
 
-def _read_parallel(path: Path, workers: int, keep_flows: bool) -> tuple[Parts, dict]:
+def _read_parallel(path: Path, workers: int, keep_flows: bool) -> tuple[Parts, dict[str, Any]]:
     with open(path, "rb") as f:
         _, meta = _head(f.read(_HEAD_BYTES))
     cuts = _range_cuts(path, workers)

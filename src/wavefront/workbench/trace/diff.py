@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class TraceDiff:
     a: list[str] = field(default_factory=list)  # the trace files of A (TraceAnalysis.inputs)
     b: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The ``wavefront.trace.diff/1`` document (docs/json/trace.md)."""
         return {"schema": SCHEMA, "domain_a": self.domain_a, "domain_b": self.domain_b, "n_steps_a": self.n_steps_a,
                 "n_steps_b": self.n_steps_b, "warnings": self.warnings, "rows": encode(self.rows), "a": self.a,
@@ -75,7 +75,10 @@ def compare_samples(kind: str, key: str, a: list[float], b: list[float], *, alph
                        "no samples on one side")
     if np.all(xa > 0) and np.all(xb > 0):
         c = stats.compare(xa, xb, alpha=alpha, equivalence=equivalence)
-        none = lambda v: None if not math.isfinite(v) else v  # noqa: E731
+
+        def none(v: float) -> float | None:
+            return None if not math.isfinite(v) else v
+
         return DiffRow(kind, key, c.n_a, c.n_b, med_a, med_b, none(c.ratio), none(c.ci_low), none(c.ci_high),
                        none(c.p_value), c.verdict, None if c.verdict != "unknown" or c.n_a >= stats.MIN_SAMPLES
                        and c.n_b >= stats.MIN_SAMPLES else f"fewer than {stats.MIN_SAMPLES} steps on a side")

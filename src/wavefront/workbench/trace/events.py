@@ -13,6 +13,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ META_NAMES = frozenset({"process_name", "process_labels", "thread_name"})
 XLA_STEP_CAT = "user_annotation"
 
 
-def xla_step_name(step_num) -> str:
+def xla_step_name(step_num: int | str) -> str:
     return f"ProfilerStep#{int(step_num)}"
 
 COLUMNS = {
@@ -58,7 +59,7 @@ COLUMNS = {
 DTYPES = {"kind": np.int8, "has_coll": np.int8, "cat": np.int8, "name": np.int32, "shape": np.int32}
 
 
-def int_id(value) -> int:
+def int_id(value: object) -> int:
     """Ids are usually ints; strings ("stream 7", "Spans") become their digits, or a stable hash."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -71,7 +72,7 @@ def int_id(value) -> int:
     return int(digits) if digits and len(digits) < 18 else zlib.crc32(text.encode()) + (1 << 40)
 
 
-def int_ids(values: list) -> np.ndarray:
+def int_ids(values: list[Any]) -> np.ndarray:
     """int_id of each value; a list of plain ints (the usual case) converts in one numpy call."""
     try:
         out = np.array(values)
@@ -93,9 +94,9 @@ class Parts:
     names: list[str] = field(default_factory=list)
     tables: dict[str, dict[str, np.ndarray]] = field(default_factory=lambda: {t: empty_table(t) for t in COLUMNS})
     shapes: list[OpShapes] = field(default_factory=list)
-    op_comm: dict[int, dict] = field(default_factory=dict)  # External id -> collective args
-    kernel_comm: dict[int, dict] = field(default_factory=dict)  # correlation -> collective args
-    meta_events: dict[str, dict] = field(default_factory=dict)
+    op_comm: dict[int, dict[str, Any]] = field(default_factory=dict)  # External id -> collective args
+    kernel_comm: dict[int, dict[str, Any]] = field(default_factory=dict)  # correlation -> collective args
+    meta_events: dict[str, dict[str, Any]] = field(default_factory=dict)
     n_sync: int = 0
     n_events: int = 0
     n_malformed: int = 0
@@ -139,7 +140,7 @@ class Parts:
         return out
 
 
-def finish(parts: Parts, path: Path, meta: dict, warnings: list[str], complete: bool, nbytes: int) -> Trace:
+def finish(parts: Parts, path: Path, meta: dict[str, Any], warnings: list[str], complete: bool, nbytes: int) -> Trace:
     """The loaded trace: every table sorted by start time (stable), flows linked, warnings noted."""
 
     def cols(table: dict[str, np.ndarray]) -> Columns:

@@ -10,6 +10,9 @@ ready for ``Plotly.newPlot(div, data, layout)`` or the report's chart helper.
 
 from __future__ import annotations
 
+from typing import Any
+
+from wavefront.workbench.hardware import GPUS
 from wavefront.workbench.trace.analysis import TraceAnalysis
 from wavefront.workbench.trace.breakdown import CATEGORIES
 from wavefront.workbench.trace.flops import DTYPE_PEAK
@@ -21,11 +24,11 @@ LABELS = {"compute": "compute", "comm_overlapped": "comm hidden by compute", "co
           "memory": "memcpy/memset", "idle_host_bound": "idle: host-bound", "idle_other": "idle: other"}
 
 
-def _step_label(rank, step) -> str:
+def _step_label(rank: int | None, step: int | str | None) -> str:
     return f"r{rank if rank is not None else '?'} s{step if step is not None else 'all'}"
 
 
-def step_breakdown_figure(analysis: TraceAnalysis) -> dict:
+def step_breakdown_figure(analysis: TraceAnalysis) -> dict[str, Any]:
     x = [_step_label(r.rank, s.step) for r in analysis.ranks for s in r.steps]
     domains = {r.domain for r in analysis.ranks}
     data = [{"type": "bar", "name": LABELS[c], "x": x, "marker": {"color": COLORS[c]},
@@ -36,10 +39,8 @@ def step_breakdown_figure(analysis: TraceAnalysis) -> dict:
                        "legend": {"orientation": "h"}}}
 
 
-def roofline_figure(analysis: TraceAnalysis, rank_index: int = 0) -> dict | None:
+def roofline_figure(analysis: TraceAnalysis, rank_index: int = 0) -> dict[str, Any] | None:
     """None when the rank has no placed op or no known device."""
-    from wavefront.workbench.hardware import GPUS
-
     r = analysis.ranks[rank_index]
     points = [p for p in r.kernels.roofline if p.attainable_tflops is not None]
     if not points or r.kernels.gpu not in GPUS:
@@ -65,7 +66,7 @@ def roofline_figure(analysis: TraceAnalysis, rank_index: int = 0) -> dict | None
                        "yaxis": {"type": "log", "title": "TFLOP/s"}}}
 
 
-def step_skew_figure(analysis: TraceAnalysis) -> dict | None:
+def step_skew_figure(analysis: TraceAnalysis) -> dict[str, Any] | None:
     mr = analysis.multirank
     if mr is None or not mr.steps:
         return None
@@ -76,7 +77,7 @@ def step_skew_figure(analysis: TraceAnalysis) -> dict | None:
             "layout": {"xaxis": {"title": "step"}, "yaxis": {"title": "ms"}}}
 
 
-def figures(analysis: TraceAnalysis) -> list[dict]:
+def figures(analysis: TraceAnalysis) -> list[dict[str, Any]]:
     """Every figure that applies to this analysis."""
     out = [step_breakdown_figure(analysis)]
     for i in range(len(analysis.ranks)):

@@ -19,7 +19,9 @@ below and the trace has its input shapes (``record_shapes=True``). Conventions:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 DTYPE_BYTES = {
     "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8, "int": 4, "short int": 2,
@@ -58,11 +60,11 @@ class OpCost:
         return self.flops / self.bytes_moved if self.bytes_moved > 0 else math.inf
 
 
-def _numel(dims) -> int:
+def _numel(dims: Sequence[int] | None) -> int:
     return math.prod(int(d) for d in dims) if dims else 1
 
 
-def _tensors(dims: list, types: list) -> list[tuple[list, str]]:
+def _tensors(dims: list[Any], types: list[Any]) -> list[tuple[list[int], str]]:
     """The tensor inputs: dims that are a list of ints with a dtype we know."""
     out = []
     for i, d in enumerate(dims):
@@ -85,7 +87,7 @@ def _broadcast(shapes: list[list[int]]) -> list[int]:
     return out
 
 
-def op_cost(name: str, dims: list, types: list) -> OpCost | None:
+def op_cost(name: str, dims: list[Any], types: list[Any]) -> OpCost | None:
     """FLOPs and minimal bytes of one op call, or None when the op or its shapes are not understood."""
     tensors = _tensors(dims, types)
     if not tensors:
@@ -116,7 +118,7 @@ def op_cost(name: str, dims: list, types: list) -> OpCost | None:
     return None
 
 
-def _matmul(name: str, tensors, elt: int, dtype: str) -> OpCost | None:
+def _matmul(name: str, tensors: list[tuple[list[int], str]], elt: int, dtype: str) -> OpCost | None:
     shapes = [t[0] for t in tensors]
     bias = None
     if name in ("aten::addmm", "aten::baddbmm"):

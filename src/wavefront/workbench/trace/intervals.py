@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class IntervalSet:
         return IntervalSet(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     @staticmethod
-    def union_of(starts, ends) -> IntervalSet:
+    def union_of(starts: npt.ArrayLike, ends: npt.ArrayLike) -> IntervalSet:
         """The union of possibly overlapping intervals (zero-length ones dropped)."""
         starts = np.asarray(starts)
         ends = np.asarray(ends)

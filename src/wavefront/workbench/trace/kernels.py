@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from wavefront.workbench import hardware
 from wavefront.workbench.document import encode
 from wavefront.workbench.trace.breakdown import Step
 from wavefront.workbench.trace.classify import CLASS_NAMES, DeviceClasses, family
@@ -73,7 +75,7 @@ class KernelReport:
     gpu: str | None = None  # device-table key used for the roofline
     notes: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"domain": self.domain, "gpu": self.gpu, "notes": self.notes,
                 "kernels": encode(self.kernels), "families": encode(self.families),
                 "roofline": encode(self.roofline)}
@@ -161,7 +163,7 @@ def _family_ids(names: list[str], name_ids: np.ndarray) -> tuple[list[str], np.n
     return labels, lut[name_ids] if len(name_ids) else np.zeros(0, dtype=np.int64)
 
 
-def family_time_by_step(trace: Trace, steps: list[Step], top_level_rows: np.ndarray | None = None) -> dict:
+def family_time_by_step(trace: Trace, steps: list[Step], top_level_rows: np.ndarray | None = None) -> dict[str, Any]:
     """Per family, the summed duration of its events that start inside each step window."""
     if len(trace.device):
         ts, dur, name_ids = trace.device.ts_ns, trace.device.dur_ns / 1e3, trace.device.name
@@ -180,10 +182,8 @@ def family_time_by_step(trace: Trace, steps: list[Step], top_level_rows: np.ndar
     return {labels[i]: grid[i].tolist() for i in range(len(labels))}
 
 
-def resolve_gpu(trace: Trace, device: str | None):
+def resolve_gpu(trace: Trace, device: str | None) -> tuple[hardware.GPU | None, str | None]:
     """The device-table row for the roofline, or (None, reason)."""
-    from wavefront.workbench import hardware
-
     try:
         if device:
             return hardware.get_gpu(device), None
@@ -215,7 +215,7 @@ def roofline(trace: Trace, classes: DeviceClasses, device: str | None = None, to
     keys, group_of_inst = np.unique(inst_key, return_inverse=True)
     n_names = len(trace.names)
     kernel_pairs = np.divmod(np.unique(group_of_inst[inv].astype(np.int64) * n_names + dev.name[sel]), n_names)
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for g, key in enumerate(keys.tolist()):
         name_id, shape_id = divmod(key, len(trace.shapes) + 1)
         name, shapes = trace.names[name_id], trace.shapes[shape_id]

@@ -17,6 +17,7 @@ device's work is too short to hide its launch, and how much CPU time each step s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class LaunchStats:
     delay_ns: Distribution | None = None  # delay_us and op_delay_us from the integer nanoseconds
     op_delay_ns: Distribution | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         # per_step holds thousands of flat records: read their fields directly (asdict deep-copies each)
         names = [f.name for f in fields(StepLaunch)]
         return asdict(replace(self, per_step=[])) | {"per_step": [{n: getattr(s, n) for n in names}
@@ -113,7 +114,7 @@ def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_
     is_launch = launched | name_flags(trace.names, LAUNCH_APIS.__contains__)[rt.name] if len(rt) else launched
     is_sync = name_flags(trace.names, SYNC_APIS.__contains__)[rt.name] if len(rt) else np.zeros(0, dtype=bool)
     # runtime rows are sorted by start: each step's calls are one slice, summed with prefix sums
-    def prefix(values) -> np.ndarray:
+    def prefix(values: np.ndarray) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(values)])
 
     launch_ns, n_launch = prefix(np.where(is_launch, rt.dur_ns, 0)), prefix(is_launch.astype(np.int64))

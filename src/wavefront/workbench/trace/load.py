@@ -22,10 +22,13 @@ import zlib
 from array import array
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from wavefront.workbench.trace import decode, nsys, rocprof
 from wavefront.workbench.trace.clock import ClockValueError, value_to_ns
+from wavefront.workbench.trace.errors import TraceLoadError as TraceLoadError  # re-exported: the readers raise it
 from wavefront.workbench.trace.events import (
     COLUMNS,
     COMM_ARG_KEYS,
@@ -43,6 +46,7 @@ from wavefront.workbench.trace.events import (
 )
 from wavefront.workbench.trace.flops import SHAPED_OPS
 from wavefront.workbench.trace.model import KIND_KERNEL, NO_ID, OpShapes, Trace
+from wavefront.workbench.trace.vendor import DEFAULT_STEP_PATTERN
 
 CHUNK_BYTES = 8 << 20
 # A single event larger than this is treated as corruption rather than read on forever.
@@ -50,10 +54,6 @@ MAX_EVENT_CHARS = 64 << 20
 
 _WS = re.compile(r"[ \t\n\r]*")
 _WS_COMMA = re.compile(r"[ \t\n\r,]*")
-
-
-class TraceLoadError(ValueError):
-    """The file is not a readable trace at all (no events could be recovered)."""
 
 
 class _Reader:
@@ -95,16 +95,16 @@ class _Reader:
             self.progress(self.raw.tell(), self.total)
         return bool(data) or bool(text)
 
-    def skip(self, pattern=_WS) -> str:
+    def skip(self, pattern: re.Pattern[str] = _WS) -> str:
         """Skip whitespace; return the next character ('' at end of input)."""
         while True:
-            self.pos = pattern.match(self.buf, self.pos).end()
+            self.pos = pattern.match(self.buf, self.pos).end()  # type: ignore[union-attr]  # matches ""
             if self.pos < len(self.buf):
                 return self.buf[self.pos]
             if not self.more():
                 return ""
 
-    def value(self, decode):
+    def value(self, decode: Callable[[str, int], tuple[Any, int]]) -> Any:
         """Decode one JSON value at the cursor, reading more input until it is complete."""
         while True:
             self.last_start = self.pos
@@ -132,16 +132,16 @@ class _Reader:
 class _Builder:
     """Accumulates the kept fields of each event (times as exact integer nanoseconds) into typed arrays."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.names: list[str] = []
         self.name_ids: dict[str, int] = {}
-        codes = {np.int8: "b", np.int32: "i"}
+        codes: dict[type | None, str] = {np.int8: "b", np.int32: "i"}
         self.tables = {t: {k: array(codes.get(DTYPES.get(k), "q")) for k in cols} for t, cols in COLUMNS.items()}
         self.shapes: list[OpShapes] = []
         self.shape_ids: dict[str, int] = {}
         self.parts = Parts()
 
-    def intern(self, name) -> int:
+    def intern(self, name: Any) -> int:
         nid = self.name_ids.get(name)
         if nid is None:
             name = str(name)
@@ -149,7 +149,7 @@ class _Builder:
             self.names.append(name)
         return nid
 
-    def row(self, table: str, values: dict) -> None:
+    def row(self, table: str, values: dict[str, Any]) -> None:
         """Append one row; every value is computed before any column grows, so a bad event adds nothing."""
         cols = self.tables[table]
         for k in COLUMNS[table]:
@@ -165,11 +165,11 @@ class _Builder:
         return p
 
 
-def _comm_args(args: dict) -> dict:
+def _comm_args(args: dict[str, Any]) -> dict[str, Any]:
     return {k: args[k] for k in COMM_ARG_KEYS if k in args}
 
 
-def _handle(b: _Builder, e) -> None:
+def _handle(b: _Builder, e: dict[str, Any]) -> None:
     """Keep what the analyses need of one decoded event (floats arrive as their text: exact clocks)."""
     p = b.parts
     p.n_events += 1
@@ -241,7 +241,7 @@ def _add_events(reader: _Reader, b: _Builder, raw_sink: Callable[[str], None] | 
     decode = json.JSONDecoder(parse_float=str).raw_decode
     ws_comma = _WS_COMMA.match
 
-    def handle(e) -> None:
+    def handle(e: dict[str, Any]) -> None:
         _handle(b, e)
 
     while True:
@@ -293,19 +293,15 @@ def load_trace(path: str | Path, *, progress: Callable[[int, int], None] | None 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trace file not found: {path}")
-    from wavefront.workbench.trace import nsys, rocprof  # they import this module's TraceLoadError
-
     vendor = ("an Nsight Systems export" if nsys.is_sqlite(path) else
               "a rocprofv3 trace" if rocprof.sniff(path) else None)
     if vendor is not None and raw_sink is not None:
         raise TraceLoadError(f"{path}: {vendor} cannot be copied with annotations (JSON traces only)")
     if vendor is not None:
         read = nsys.load_nsys if vendor.startswith("an Nsight") else rocprof.load_rocprof
-        return read(path, step_pattern=step_pattern or nsys.DEFAULT_STEP_PATTERN)
+        return read(path, step_pattern=step_pattern or DEFAULT_STEP_PATTERN)
     trace = None
     if raw_sink is None:
-        from wavefront.workbench.trace import decode
-
         trace = decode.load_fast(path, progress=progress, workers=workers)
     if trace is None:
         trace = _load_streaming(path, progress, raw_sink)
@@ -320,7 +316,7 @@ def _load_streaming(path: Path, progress: Callable[[int, int], None] | None,
                     raw_sink: Callable[[str], None] | None) -> Trace:
     reader = _Reader(path, progress)
     b = _Builder()
-    meta: dict = {}
+    meta: dict[str, Any] = {}
     warnings: list[str] = []
     complete = True
     decode = json.JSONDecoder().raw_decode

@@ -17,8 +17,10 @@ Tables:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
 KIND_NAMES = ("kernel", "memcpy", "memset")
@@ -39,25 +41,25 @@ class Columns:
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
-            return self.__dict__["cols"][name]
+            return cast(np.ndarray, self.__dict__["cols"][name])
         except KeyError:
             raise AttributeError(name) from None
 
-    def take(self, index) -> Columns:
+    def take(self, index: np.ndarray | slice) -> Columns:
         return Columns({k: v[index] for k, v in self.cols.items()})
 
     @property
     def end_ns(self) -> np.ndarray:
-        return self.ts_ns + self.dur_ns
+        return cast(np.ndarray, self.ts_ns + self.dur_ns)
 
 
 @dataclass
 class OpShapes:
     """Input shapes and dtypes of a CPU op recorded with ``record_shapes=True``."""
 
-    dims: list
-    types: list
-    concrete: list | None = None
+    dims: list[Any]
+    types: list[Any]
+    concrete: list[Any] | None = None
 
 
 @dataclass
@@ -70,12 +72,13 @@ class Trace:
     runtime: Columns  # ts_ns, dur_ns, name, tid, correlation, external_id
     cpu: Columns  # ts_ns, dur_ns, name, tid, cat, external_id, shape
     shapes: list[OpShapes] = field(default_factory=list)  # distinct input shapes; cpu.shape indexes it
-    op_comm_args: dict[int, dict] = field(default_factory=dict)  # collective args of CPU ops, by External id
-    kernel_comm_args: dict[int, dict] = field(default_factory=dict)  # collective args on kernels, by correlation
+    op_comm_args: dict[int, dict[str, Any]] = field(default_factory=dict)  # collective args of CPU ops, by External id
+    # collective args on kernels, by correlation
+    kernel_comm_args: dict[int, dict[str, Any]] = field(default_factory=dict)
     n_sync_events: int = 0  # GPU-side cuda_sync events: kept out of busy time
     n_events: int = 0  # every event in the file, kept or not
     n_malformed: int = 0  # events skipped as malformed (not an object, a bad ts, ...)
-    meta: dict = field(default_factory=dict)  # deviceProperties, distributedInfo, host_name, ...
+    meta: dict[str, Any] = field(default_factory=dict)  # deviceProperties, distributedInfo, host_name, ...
     warnings: list[str] = field(default_factory=list)
     complete: bool = True  # False when the file was truncated or corrupt after some events
     bytes_read: int = 0
@@ -104,6 +107,6 @@ class Trace:
     def has_device_events(self) -> bool:
         return len(self.device) > 0
 
-    def name_of(self, ids) -> list[str]:
+    def name_of(self, ids: npt.ArrayLike) -> list[str]:
         names = self.names
         return [names[i] for i in np.asarray(ids).tolist()]

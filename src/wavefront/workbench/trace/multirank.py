@@ -38,7 +38,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +58,7 @@ class CollectiveInstances:
     identity when the trace records one, its start and end in integer nanoseconds."""
 
     kinds: list[str]
-    identities: list[tuple | None]
+    identities: list[tuple[Any, ...] | None]
     start_ns: np.ndarray
     end_ns: np.ndarray
 
@@ -99,17 +101,17 @@ class MultiRankReport:
     matching: str  # MATCH_IDENTITY or MATCH_ORDER
     n_matched_collectives: int
     steps: list[StepSkew]
-    wait_us: dict[int, dict]  # rank -> {step: wait_us}
+    wait_us: dict[int, dict[int | str | None, float]]  # rank -> {step: wait_us}
     wait_total_us: dict[int, float]
     last_arrivals: dict[int, int]  # rank -> how many matched collectives it entered last
     warnings: list[str] = field(default_factory=list)
     # the times above in exact nanoseconds (the residual is a median: a half nanosecond at most)
     clock_offset_ns: dict[int, int] = field(default_factory=dict)
     alignment_residual_ns: float | None = None
-    wait_ns: dict[int, dict] = field(default_factory=dict)
+    wait_ns: dict[int, dict[int | str | None, int]] = field(default_factory=dict)
     wait_total_ns: dict[int, int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = asdict(replace(self, steps=[]))
         names = [f.name for f in fields(StepSkew)]  # thousands of flat records: asdict would deep-copy each
         d["steps"] = [{n: getattr(s, n) for n in names}
@@ -129,7 +131,7 @@ Instance = dict[int, tuple[int, int]]  # rank -> (start_ns, end_ns)
 def _by_identity(ranks: list[RankSteps], warnings: list[str]) -> list[Instance]:
     """Instances keyed by (process group, type, sequence number); the kernels of one instance on one
     rank (a collective split into several kernels) are merged into their span."""
-    by_id: dict[tuple, Instance] = {}
+    by_id: dict[tuple[Any, ...], Instance] = {}
     for r in ranks:
         c = r.collectives
         for ident, s, e in zip(c.identities, c.start_ns.tolist(), c.end_ns.tolist(), strict=True):
@@ -194,7 +196,7 @@ def _step_skews(ranks: list[RankSteps], warnings: list[str]) -> list[StepSkew]:
     common = set.intersection(*step_sets.values()) if step_sets else set()
     every = set.union(*step_sets.values()) if step_sets else set()
 
-    def order(x):
+    def order(x: int | None) -> tuple[bool, int]:
         return (x is None, x or 0)
 
     if every and not common:
@@ -216,7 +218,7 @@ def _step_skews(ranks: list[RankSteps], warnings: list[str]) -> list[StepSkew]:
     return skews
 
 
-def _step_finder(steps: list[tuple[int | None, int, int]]):
+def _step_finder(steps: list[tuple[int | None, int, int]]) -> Callable[[int], int | str | None]:
     """``find(t)``: the first step (in list order) whose window ``[start, start + dur)`` holds ``t``, else
     "outside steps". By bisection on the sorted starts, then back over the windows that may still reach
     ``t`` (one or two: neighbouring steps overlap by a rounding nanosecond at most, usually)."""
@@ -225,7 +227,7 @@ def _step_finder(steps: list[tuple[int | None, int, int]]):
     ends = [steps[i][1] + steps[i][2] for i in order]
     reach = list(itertools.accumulate(ends, max))  # the latest end among the windows up to each
 
-    def find(t: int):
+    def find(t: int) -> int | str | None:
         k = bisect.bisect_right(starts, t) - 1
         first = None
         while k >= 0 and reach[k] > t:
@@ -271,7 +273,7 @@ def multirank(ranks: list[RankSteps], align: str = "auto") -> MultiRankReport:
             warnings.append(f"matched collectives end {residual_ns / 1e3:,.1f} us apart after clock alignment (median "
                             f"spread): the ranks probably come from different runs, or the clocks drift")
 
-    wait_ns: dict[int, dict] = {r: {} for r in ids}
+    wait_ns: dict[int, dict[int | str | None, int]] = {r: {} for r in ids}
     last = {r: 0 for r in ids}
     step_of = {r.rank: _step_finder(r.steps) for r in ranks}
     for inst in matched:

@@ -25,7 +25,7 @@ Schema followed: the export schema Nsight Systems documents for its 2024.x and 2
 - ``TARGET_INFO_GPU`` (optional): ``id``, ``name`` -> the device name the roofline looks up.
 
 An export without ``CUPTI_ACTIVITY_KIND_KERNEL``, ``StringIds`` or one of the columns above is refused with
-:class:`~wavefront.workbench.trace.load.TraceLoadError` naming the file and what is missing; nothing is guessed.
+:class:`~wavefront.workbench.trace.errors.TraceLoadError` naming the file and what is missing; nothing is guessed.
 Not read yet: OS runtime, CUDA graph node ids, GPU metrics, NVTX payloads and domains other than NCCL's.
 """
 
@@ -34,11 +34,12 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from wavefront.workbench.trace.errors import TraceLoadError
 from wavefront.workbench.trace.events import COLUMNS, DTYPES, Parts, finish
-from wavefront.workbench.trace.load import TraceLoadError
 from wavefront.workbench.trace.model import (
     CAT_CPU_OP,
     CAT_USER_ANNOTATION,
@@ -125,7 +126,7 @@ def load_nsys(path: str | Path, *, step_pattern: str = DEFAULT_STEP_PATTERN) -> 
         have = _columns(db)
         _check_schema(path, have)
         parts = _read(db, have, re.compile(step_pattern), path)
-        meta: dict = {"source": "nsys", "schema": SCHEMA}
+        meta: dict[str, Any] = {"source": "nsys", "schema": SCHEMA}
         if {"id", "name"} <= have.get("TARGET_INFO_GPU", set()):  # the GPU names, for the roofline's device row
             meta["deviceProperties"] = [{"id": i, "name": n} for i, n in
                                         db.execute("SELECT id, name FROM TARGET_INFO_GPU ORDER BY id")]
@@ -140,7 +141,7 @@ def _memory(kind: int) -> str:
     return MEMORY_KINDS[kind] if 0 <= kind < len(MEMORY_KINDS) else "Unknown"
 
 
-def _matrix(rows: list[tuple], width: int) -> np.ndarray:
+def _matrix(rows: list[tuple[Any, ...]], width: int) -> np.ndarray:
     """Rows of integers as an (n, width) int64 matrix (a NULL where a time belongs raises TypeError)."""
     return np.array(rows, dtype=np.int64).reshape(-1, width)
 
@@ -158,7 +159,7 @@ def _event_types(db: sqlite3.Connection, have: dict[str, set[str]], path: Path) 
     return ranges, ids.get("NvtxDomainCreate", NVTX_DOMAIN_CREATE)
 
 
-def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern, path: Path) -> Parts:
+def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern[str], path: Path) -> Parts:
     strings = dict(db.execute("SELECT id, value FROM StringIds"))
     names = Names()
     n_events = 0
@@ -188,7 +189,7 @@ def _read(db: sqlite3.Connection, have: dict[str, set[str]], step: re.Pattern, p
     dev = {k: np.concatenate([p[k] for p in pieces]).astype(DTYPES.get(k, np.int64)) for k in COLUMNS["dev"]}
 
     cpu, op_ranges = empty("cpu"), OpRanges()
-    op_comm: dict[int, dict] = {}
+    op_comm: dict[int, dict[str, Any]] = {}
     if "NVTX_EVENTS" in have:
         nvtx_cols = have["NVTX_EVENTS"]
         text = "e.text" if "text" in nvtx_cols else "NULL"

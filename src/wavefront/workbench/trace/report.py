@@ -5,8 +5,10 @@ cutting numbers. The CLI (``wavefront trace analyze``) renders them; nothing her
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wavefront.workbench.trace.analysis import RankAnalysis, TraceAnalysis
 from wavefront.workbench.trace.breakdown import CATEGORIES
@@ -47,7 +49,7 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:,.3f}"
 
 
-def _shown(steps: list) -> tuple[list, list, int]:
+def _shown(steps: list[Any]) -> tuple[list[Any], list[Any], int]:
     """The steps printed before and after the elision, and how many are left out."""
     if len(steps) <= MAX_STEP_ROWS:
         return steps, [], 0
@@ -55,7 +57,7 @@ def _shown(steps: list) -> tuple[list, list, int]:
     return steps[:half], steps[-half:], len(steps) - 2 * half
 
 
-def _step_rows(t: Table, steps: list, row) -> None:
+def _step_rows(t: Table, steps: list[Any], row: Callable[[Any], list[str]]) -> None:
     head, tail, left_out = _shown(steps)
     t.rows.extend(row(s) for s in head)
     if left_out:

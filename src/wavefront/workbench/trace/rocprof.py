@@ -25,7 +25,7 @@ the integer nanoseconds written):
 
 RCCL kernels (``ncclDevKernel_*``, ``ncclKernel_*``) are communication by their names, as on the
 torch.profiler path. Device ids are the agent numbers as written ("Agent 2" -> 2), not HIP ordinals.
-A file whose header lacks a column above is refused with :class:`~wavefront.workbench.trace.load.TraceLoadError`
+A file whose header lacks a column above is refused with :class:`~wavefront.workbench.trace.errors.TraceLoadError`
 naming the file and the columns; nothing is guessed. Not read: ``--output-format json``/``pftrace``/``rocpd``
 outputs, HSA API, RCCL API (``rccl_api_trace.csv``), scratch and allocation traces, counter collection.
 """
@@ -35,14 +35,15 @@ from __future__ import annotations
 import csv
 import gc
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from wavefront.workbench.trace import vendor
+from wavefront.workbench.trace.errors import TraceLoadError
 from wavefront.workbench.trace.events import COLUMNS, DTYPES, Parts, finish, int_id
-from wavefront.workbench.trace.load import TraceLoadError
 from wavefront.workbench.trace.model import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, Trace
 
 SCHEMA = "rocprofv3 CSV trace (ROCm 6.2-6.4)"
@@ -192,7 +193,7 @@ class _Table:
         self.n = int(np.count_nonzero(keep))
 
 
-def _labels(names: vendor.Names, values: np.ndarray, label=lambda s: s) -> np.ndarray:
+def _labels(names: vendor.Names, values: np.ndarray, label: Callable[[str], str] = str) -> np.ndarray:
     """Interned name per row, ``label`` applied once per distinct value."""
     uniq, inverse = np.unique(values.astype(str), return_inverse=True)
     table = np.array([names.intern(label(u)) for u in uniq.tolist()], dtype=np.int32)
@@ -275,7 +276,8 @@ def load_rocprof(path: str | Path, *, step_pattern: str = vendor.DEFAULT_STEP_PA
     parts.names = names.names
     parts.tables = {"dev": dev, "rt": rt, "cpu": cpu, "flow": vendor.empty("flow")}
     parts.n_events, parts.n_malformed = n_events, n_bad
-    meta: dict = {"source": "rocprofv3", "schema": SCHEMA, "files": {k: p.name for k, p in sorted(files.items())}}
+    meta: dict[str, Any] = {"source": "rocprofv3", "schema": SCHEMA,
+                            "files": {k: p.name for k, p in sorted(files.items())}}
     if AGENTS in files and (gpu := _device_name(files[AGENTS])):
         meta["deviceProperties"] = [{"id": 0, "name": gpu}]
     nbytes = sum(p.stat().st_size for p in files.values())

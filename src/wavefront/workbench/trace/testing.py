@@ -13,14 +13,17 @@ trace of any size to disk for the speed benchmark.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import random
 import re
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 Num = float | int | Decimal  # a time in microseconds; Decimal keeps an epoch-scale clock exact
 
@@ -49,8 +52,8 @@ class SynthTrace:
         self.pid, self.tid = pid, tid
         self.base = Decimal(str(base_us))
         self.whole_us = whole_us
-        self.events: list[dict] = []
-        self.meta: dict = {"schemaVersion": 1, "host_name": host, "record_shapes": 1,
+        self.events: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] = {"schemaVersion": 1, "host_name": host, "record_shapes": 1,
                            "deviceProperties": [] if cpu_only else [{"id": 0, "name": device_name or self.v["device"],
                                                                     "totalGlobalMem": 85_000_000_000}]}
         if rank is not None:
@@ -74,12 +77,12 @@ class SynthTrace:
             return str(int(value))
         return f"{value.quantize(Decimal('0.001')):f}"
 
-    def op(self, name: str, ts: Num, dur: Num, *, tid: int | None = None, dims: list | None = None,
-           types: list | None = None, cat: str = "cpu_op", args: dict | None = None) -> int:
+    def op(self, name: str, ts: Num, dur: Num, *, tid: int | None = None, dims: list[Any] | None = None,
+           types: list[Any] | None = None, cat: str = "cpu_op", args: dict[str, Any] | None = None) -> int:
         """A CPU op (or user annotation); returns its External id."""
         ext = self._next_ext
         self._next_ext += 1
-        a: dict = {"External id": ext, "Record function id": 0}
+        a: dict[str, Any] = {"External id": ext, "Record function id": 0}
         if dims is not None:
             a["Input Dims"], a["Input type"] = dims, types or []
         a.update(args or {})
@@ -91,7 +94,7 @@ class SynthTrace:
         self.op(f"ProfilerStep#{n}", ts, dur, cat="user_annotation")
 
     def runtime(self, name: str, ts: Num, dur: Num, *, ext: int | None = None, corr: int | None = None) -> None:
-        args: dict = {"cbid": 0}
+        args: dict[str, Any] = {"cbid": 0}
         if ext is not None:
             args["External id"] = ext
         if corr is not None:
@@ -100,7 +103,7 @@ class SynthTrace:
                             "ts": self._t(ts), "dur": self._dur(dur), "args": args})
 
     def _device(self, cat: str, name: str, ts: Num, dur: Num, stream: int, corr: int, ext: int | None,
-                extra: dict | None) -> None:
+                extra: dict[str, Any] | None) -> None:
         args = {"External id": ext if ext is not None else 0, "device": 0, "stream": stream, "correlation": corr}
         args.update(extra or {})
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": self._t(ts),
@@ -110,7 +113,7 @@ class SynthTrace:
 
     def launch(self, name: str, ts: Num, dur: Num, *, launch_ts: Num, launch_dur: Num = 5.0,
                stream: int = 7, op: int | None = None, api: str | None = None, cat: str = "kernel",
-               extra: dict | None = None) -> int:
+               extra: dict[str, Any] | None = None) -> int:
         """One device event launched by one runtime call; returns the correlation id."""
         corr = self._next_corr
         self._next_corr += 1
@@ -136,7 +139,7 @@ class SynthTrace:
         self.events.append({"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": stream,
                             "ts": self._t(ts), "dur": self._dur(dur), "args": {"stream": stream, "device": 0}})
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The trace as Python objects; times become floats (inexact at Unix-epoch clocks: use text())."""
         events = [{k: float(v) if isinstance(v, Decimal) else v for k, v in e.items()} for e in self.events]
         return {**self.meta, "traceEvents": events}
@@ -145,7 +148,7 @@ class SynthTrace:
         """The trace as JSON, every time written exactly."""
         numbers: list[str] = []
 
-        def mark(e: dict) -> dict:
+        def mark(e: dict[str, Any]) -> dict[str, Any]:
             out = {}
             for k, v in e.items():
                 if isinstance(v, Decimal):
@@ -176,7 +179,7 @@ PLANTED_STEP2_US = {"compute": 340, "comm_overlapped": 50, "comm_exposed": 200, 
                     "idle_other": 310}
 
 
-def planted_gpu_trace(vendor: str = "nvidia", **kwargs) -> SynthTrace:
+def planted_gpu_trace(vendor: str = "nvidia", **kwargs: Any) -> SynthTrace:
     """Two steps with planted overlaps and gaps (times relative to the trace base, microseconds).
 
     Step 1 [0, 1000): mm kernel A [100, 300) and B [300, 500) on stream 7, a collective [400, 700) on the
@@ -323,7 +326,7 @@ def fsdp_ranks(n_ranks: int = 4, *, n_steps: int = 3, n_layers: int = 4, seed: i
 
 def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, rank: int = 0, world_size: int = 1,
                       vendor: str = "nvidia", clock_offset_us: float = 0.0, whole_us: bool = False,
-                      progress: Callable[[int, int], None] | None = None) -> dict:
+                      progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Stream a realistic multi-step GPU trace of about ``target_bytes`` to ``path`` (Kineto's indented
     layout, near enough). Each step: forward/backward CPU ops with shapes, their runtime launches and kernels on two
     compute streams, an NCCL all-reduce overlapping the backward, a memcpy, launch gaps. Times have
@@ -350,7 +353,7 @@ def write_large_trace(path: str | Path, target_bytes: int, *, seed: int = 0, ran
 
         digits = 0 if whole_us else 3
 
-        def emit(ev: dict) -> None:
+        def emit(ev: dict[str, Any]) -> None:
             nonlocal n_events, written
             for key in ("ts", "dur"):
                 if key in ev:
@@ -454,8 +457,6 @@ def write_nsys_sqlite(trace: SynthTrace, path: str | Path, *, tables: dict[str, 
     correlation ids, and CPU ops and annotations as NVTX push/pop ranges on the host thread (as
     ``torch.autograd.profiler.emit_nvtx`` writes them). GPU-side sync records and flows have no row.
     ``tables`` replaces the schema (to write a foreign one)."""
-    import sqlite3
-
     path = Path(path)
     path.unlink(missing_ok=True)
     strings: dict[str, int] = {}
@@ -466,7 +467,7 @@ def write_nsys_sqlite(trace: SynthTrace, path: str | Path, *, tables: dict[str, 
     def ns(value: Decimal) -> int:
         return int(value.quantize(Decimal("0.001")) * 1000)
 
-    rows: dict[str, list[tuple]] = {t: [] for t in NSYS_TABLES}
+    rows: dict[str, list[tuple[Any, ...]]] = {t: [] for t in NSYS_TABLES}
     next_corr = 1 << 20  # runtime calls that launch nothing still carry a correlation id of their own
     for e in trace.events:
         if e.get("ph") != "X":
@@ -539,12 +540,10 @@ def write_rocprof_csv(trace: SynthTrace, directory: str | Path, *, prefix: str =
     "Agent d+1", as rocprofv3 numbers agents). GPU-side sync
     records and flows have no row. Returns the kernel trace's path. ``headers`` replaces the columns (to
     write a foreign schema)."""
-    import csv
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     heads = {**ROCPROF_HEADERS, **(headers or {})}
-    rows: dict[str, list[dict]] = {k: [] for k in heads}
+    rows: dict[str, list[dict[str, Any]]] = {k: [] for k in heads}
 
     def ns(value: Decimal) -> int:
         return int(value.quantize(Decimal("0.001")) * 1000)

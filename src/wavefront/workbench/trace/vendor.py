@@ -68,7 +68,7 @@ def is_operator(name: str) -> bool:
     return "::" in name or is_comm_op_name(name)
 
 
-def host_ranges(times: np.ndarray, labels: list[str], step: re.Pattern,
+def host_ranges(times: np.ndarray, labels: list[str], step: re.Pattern[str],
                 names: Names) -> tuple[dict[str, np.ndarray], OpRanges]:
     """The ``cpu`` table of host ranges ``times`` (rows of start, end, thread; in start order) named
     ``labels``, and the non-step ranges per thread for :func:`enclosing`. A step takes its number from

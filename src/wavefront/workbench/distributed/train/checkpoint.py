@@ -38,8 +38,8 @@ def _name(step: int) -> str:
 def save(ckpt_dir: str | Path, step: int, model, optimizer, meta: dict, ep=None) -> Path:
     """Save after `step` completed (resume starts at step + 1). Collective: every rank calls it. ep: the
     run's expert-parallel state (expert weights and their optimizer states are stored full, (E, ...))."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    import torch.distributed.checkpoint as dcp  # lazy: torch submodule on use
+    from torch.distributed.checkpoint.state_dict import get_state_dict  # lazy: torch submodule on use
 
 
     root = Path(ckpt_dir)
@@ -68,7 +68,7 @@ def _missing(path: Path) -> str | None:
     if not (path / ".metadata").is_file():
         return "it has no .metadata"
     try:
-        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint import FileSystemReader  # lazy: torch submodule on use
 
         metadata = FileSystemReader(str(path)).read_metadata()
     except Exception as exc:
@@ -115,8 +115,8 @@ def resume_point(ckpt_dir: str | Path) -> ResumePoint:
 
 def load(meta: dict, model, optimizer, ep=None) -> None:
     """Load a checkpoint found by :func:`resume_point` into the (already wrapped) model and optimizer."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    import torch.distributed.checkpoint as dcp  # lazy: torch submodule on use
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # lazy: torch submodule on use
 
 
     model_sd, optim_sd = get_state_dict(model, optimizer)

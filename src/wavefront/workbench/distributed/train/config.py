@@ -115,7 +115,7 @@ class TrainConfig:
         """Raise ConfigError naming the problem; called on every rank before any work (checks.py)."""
         # function-local: checks.py imports torch (via the dimensions' own checks); this module stays torch-free,
         # the CLI's launching process reads it before torchrun starts the ranks
-        from wavefront.workbench.distributed.train.checks import validate
+        from wavefront.workbench.distributed.train.checks import validate  # lazy: torch-free import
 
         validate(self, world_size)
 
@@ -128,7 +128,7 @@ def apply_plan(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError(f"--plan-rank must be >= 0, got {cfg.plan_rank}")
     lay, micro, doc = read_plan(cfg.plan, cfg.plan_rank)
     # function-local: recompute.py imports torch, which this module (read by the launching process) does not need
-    from wavefront.workbench.distributed.train.recompute import from_plan
+    from wavefront.workbench.distributed.train.recompute import from_plan  # lazy: torch-free import
 
     planned = from_plan(doc["plans"][cfg.plan_rank]["config"].get("recompute", "none"))
     # the plan's policy unless the command line asked for one (selective runs as none: recompute.from_plan)
@@ -155,7 +155,7 @@ def json_dest_problem(dest: str | None) -> str | None:
 
 def parse_patch_ops(text: str) -> dict[str, bool]:
     """"rms_norm,rope" -> every patchable op on or off (see wavefront.patching.table)."""
-    from wavefront.patching.table import OPS  # function-local: the patch table imports torch; this module does not
+    from wavefront.patching.table import OPS  # lazy: torch-free import (the patch table imports torch)
 
     wanted = {o.strip() for o in text.split(",") if o.strip()}
     unknown = wanted - set(OPS)

@@ -63,8 +63,8 @@ def _ring_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, val
 
 def install(model: nn.Module, group) -> None:
     """Route `model`'s attention to ring attention over `group` (an added registry entry, this model only)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
+    from transformers import AttentionInterface  # lazy: optional transformers
+    from transformers.masking_utils import AttentionMaskInterface  # lazy: optional transformers
 
     AttentionInterface.register(IMPLEMENTATION, _ring_forward)
     AttentionMaskInterface.register(IMPLEMENTATION, _no_mask)
@@ -101,7 +101,7 @@ def pipeline_inputs(ids: torch.Tensor, rank: int, cp: int) -> tuple[torch.Tensor
 
 def reduce_grads(model: nn.Module, group) -> None:
     """Sum the gradients over the cp group: each rank's loss holds only its shard's tokens."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # lazy: torch submodule on use
 
     for p in model.parameters():
         if p.grad is not None:

@@ -60,7 +60,7 @@ def load_tokens(path: str | Path, *, vocab_size: int, token_dtype: str = "uint16
     else:
         text = p.read_text(encoding="utf-8")
         if tokenizer_dir is not None and Path(tokenizer_dir, "tokenizer_config.json").is_file():
-            from transformers import AutoTokenizer
+            from transformers import AutoTokenizer  # lazy: optional transformers
 
             tok = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
             tokens = torch.tensor(tok(text)["input_ids"], dtype=torch.int64)

@@ -160,7 +160,7 @@ def local_optim_state(optim_sd: dict, state: EpState | None) -> dict:
 
 def ddp_ignore(model: torch.nn.Module, state: EpState) -> None:
     """Tell DDP (before it wraps `model`) to leave the expert parameters out of its all-reduce."""
-    from torch.nn.parallel import DistributedDataParallel
+    from torch.nn.parallel import DistributedDataParallel  # lazy: torch submodule on use
 
     ids = {id(p) for p in state.params}
     names = [n for n, p in model.named_parameters() if id(p) in ids]

@@ -198,7 +198,7 @@ class MemoryMeter:
             with open("/proc/self/statm") as f:
                 return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except OSError:
-            import resource
+            import resource  # lazy: Unix only
 
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -233,7 +233,7 @@ class EnergyMeter:
             return
         index = device.index if device.index is not None else torch.cuda.current_device()
         try:
-            import pynvml
+            import pynvml  # lazy: optional pynvml
 
             pynvml.nvmlInit()
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -244,7 +244,7 @@ class EnergyMeter:
         except Exception:
             pass
         try:
-            import amdsmi
+            import amdsmi  # lazy: optional amdsmi
 
             amdsmi.amdsmi_init()
             handle = amdsmi.amdsmi_get_processor_handles()[index]

@@ -220,7 +220,7 @@ def read_plan(path: str, rank: int) -> tuple[Layout, int, dict]:
 def build_mesh(layout: Layout, device_type: str):
     """One DeviceMesh with every dimension named (size-1 dimensions included, so code can always slice)."""
     # function-local: this module is torch-free (config.py, read by the launching process, imports it)
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import init_device_mesh  # lazy: torch-free import
 
     return init_device_mesh(device_type, tuple(layout.degrees.values()), mesh_dim_names=DIMS)
 

@@ -95,8 +95,8 @@ def set_prefetch(layers: list, n: int) -> int:
 
 def enable_async_tp(tp_mesh) -> None:
     """Turn on PyTorch's async TP for ``tp_mesh``'s group: symmetric memory and the inductor pass."""
-    from torch._inductor import config as inductor_config
-    from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+    from torch._inductor import config as inductor_config  # lazy: torch-free import
+    from torch.distributed._symmetric_memory import enable_symm_mem_for_group  # lazy: torch-free import
 
     enable_symm_mem_for_group(tp_mesh.get_group().group_name)
     inductor_config._micro_pipeline_tp = True
@@ -141,10 +141,10 @@ def _cpu_compute(trace, comm_rows):
     collective (a DTensor-dispatched linear, FSDP's hooks) is waiting, not computing, while it runs."""
     # function-local (here and in comm_by_dim): the CLI imports this module for its help texts, and
     # `wavefront train --help` should not load numpy and the trace reader; only a profiled run needs them
-    import numpy as np
+    import numpy as np  # lazy: numpy-free import
 
-    from wavefront.workbench.trace.intervals import IntervalSet
-    from wavefront.workbench.trace.model import CAT_CPU_OP
+    from wavefront.workbench.trace.intervals import IntervalSet  # lazy: numpy-free import
+    from wavefront.workbench.trace.model import CAT_CPU_OP  # lazy: numpy-free import
 
     cpu = trace.cpu
     ops = cpu.cat == CAT_CPU_OP
@@ -165,12 +165,12 @@ def comm_by_dim(path: str, degrees: dict[str, int], n_steps: int = 1) -> dict[st
     Device traces attribute each communication kernel by its process group (the profiler's collective
     args); CPU (gloo) traces by the rules of :func:`_dim_of_cpu_op`. Dimensions without communication in
     the trace are absent."""
-    import numpy as np  # function-local: see _cpu_compute
+    import numpy as np  # lazy: numpy-free import (see _cpu_compute)
 
-    from wavefront.workbench.trace.breakdown import build_timeline, cpu_comm_rows
-    from wavefront.workbench.trace.classify import COMM, classify_device
-    from wavefront.workbench.trace.intervals import IntervalSet, subtract
-    from wavefront.workbench.trace.load import load_trace
+    from wavefront.workbench.trace.breakdown import build_timeline, cpu_comm_rows  # lazy: numpy-free import
+    from wavefront.workbench.trace.classify import COMM, classify_device  # lazy: numpy-free import
+    from wavefront.workbench.trace.intervals import IntervalSet, subtract  # lazy: numpy-free import
+    from wavefront.workbench.trace.load import load_trace  # lazy: numpy-free import
 
     trace = load_trace(path)
     names = np.asarray(trace.names, dtype=object)

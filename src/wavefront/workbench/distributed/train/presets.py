@@ -37,7 +37,7 @@ class Preset:
     auto: str = "causal_lm"
 
     def build_config(self, **overrides):
-        from transformers import AutoConfig
+        from transformers import AutoConfig  # lazy: optional transformers
 
         if "text_config" in self.config:
             return AutoConfig.for_model(self.model_type, **{
@@ -142,7 +142,7 @@ def build_config(model: str, **overrides):
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ValueError(f"model directory {model!r} has no config.json")
-        from transformers import AutoConfig
+        from transformers import AutoConfig  # lazy: optional transformers
 
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
         for k, v in overrides.items():
@@ -156,8 +156,8 @@ def build_model(model: str, *, seed: int = 0, dtype=None, attn_implementation: s
     weights (``model.safetensors`` or ``pytorch_model.bin``) loads them instead. Same seed, same weights.
     A model class that does not support the requested attention implementation (Gemma 2 has no sdpa
     path, because sdpa cannot softcap) gets "eager"."""
-    import torch
-    import transformers
+    import torch  # lazy: torch-free import
+    import transformers  # lazy: optional transformers
 
     config = build_config(model, **overrides)
     auto = PRESETS[model].auto if model in PRESETS else "causal_lm"

@@ -61,7 +61,7 @@ def notes(result) -> list[str]:
         lines += [f"{v.variant}: resumed after step {v.resumed_from_step}"] if v.resumed_from_step is not None else []
     lines += [] if on_cpu(result.provenance) else loss_agreement(result)  # on a CPU it leads, above the table
     # function-local: predict.py imports torch; the CLI imports this module at start-up (kept torch-free)
-    from wavefront.workbench.distributed.train.predict import describe
+    from wavefront.workbench.distributed.train.predict import describe  # lazy: torch-free import
 
     lines += [x for v in result.variants if v.summary for x in describe(v.variant, v.summary.prediction)]
     return lines + ([f"KPIs stored in {result.store} (tables train_runs, train_steps), run {result.run_id}"]

@@ -62,7 +62,7 @@ def _op_contexts():
 
 def checkpointing_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The decoder layers Hugging Face can checkpoint one by one, in model order."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
+    from transformers.modeling_layers import GradientCheckpointingLayer  # lazy: optional transformers
 
     return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
 

@@ -50,7 +50,7 @@ class SequenceParallelNorm:
         self.gather_output = gather_output
 
     def _apply(self, module: nn.Module, mesh) -> nn.Module:
-        from torch.distributed.tensor import DTensor, Replicate, Shard
+        from torch.distributed.tensor import DTensor, Replicate, Shard  # lazy: torch submodule on use
 
         def pre(mod, args):
             x = args[0]
@@ -66,8 +66,8 @@ class SequenceParallelNorm:
 
 
 def _style(kind: str):
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
+    from torch.distributed.tensor import Replicate, Shard  # lazy: torch submodule on use
+    from torch.distributed.tensor.parallel import (  # lazy: torch submodule on use
         ColwiseParallel,
         PrepareModuleInput,
         RowwiseParallel,
@@ -106,7 +106,7 @@ def _norm_paths(model: nn.Module) -> list[str]:
 def apply(model: nn.Module, tp_mesh) -> list[str]:
     """Parallelize `model` (a Llama-like ``*ForCausalLM``, patched or not) in place over `tp_mesh`; returns
     the names of the parameters whose gradients are partial sums over the tensor-parallel group."""
-    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module  # lazy: torch submodule on use
 
     family = getattr(model.config, "model_type", "")
     if family not in FAMILIES:
@@ -142,7 +142,7 @@ def apply(model: nn.Module, tp_mesh) -> list[str]:
 def _vocab_head(model: nn.Module) -> str | None:
     """The LM head to shard by vocabulary: ``lm_head`` of a Hugging Face ``*ForCausalLM`` (whose forward takes
     the labels); None for anything else (a pipeline stage keeps its head replicated)."""
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel  # lazy: optional transformers
 
     if not isinstance(model, PreTrainedModel) or not _has(model, "lm_head"):
         return None
@@ -152,7 +152,7 @@ def _vocab_head(model: nn.Module) -> str | None:
 def _shard_head(model: nn.Module, head: str, tied_to: str | None, tp_mesh) -> None:
     """Shard the LM head's rows over `tp_mesh` (Shard(0), as ColwiseParallel does for a Linear) and route the
     training loss through the vocabulary-parallel one. A tied head takes the embedding's sharded table."""
-    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor  # lazy: torch submodule on use
 
 
     module = model.get_submodule(head)
@@ -190,7 +190,7 @@ def _localize_heads(attn: nn.Module, tp: int) -> None:
 
 
 def _is_dtensor(t) -> bool:
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # lazy: torch submodule on use
 
     return isinstance(t, DTensor)
 

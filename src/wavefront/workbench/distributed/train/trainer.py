@@ -184,7 +184,7 @@ def build(cfg: TrainConfig, env: Env, variant: str, peak: Peak, device_row, resu
         fp8 = _fp8_setup(cfg, env, model, peak, device_row)
     elif variant == "liger":
         # function-local: Liger-Kernel is optional (unavailable() skips the variant without it)
-        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance  # lazy: optional liger_kernel
 
         _apply_liger_kernel_to_instance(model=model)
     train_recompute.apply(model, cfg.recompute_policy)
