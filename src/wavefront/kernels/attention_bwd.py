@@ -31,18 +31,9 @@ fp32 [B, H, S, D] buffer with relaxed atomics; the launcher rounds that buffer t
 matmul passes instead of seven (no dQ kernel, no second recomputation of S and dP); the price is
 S / BLOCK_N fp32 atomic adds per dQ element (non-causal; about half causal), the fp32 buffer (zero fill,
 one read), and a summation order that varies run to run. dK and dV are bit for bit the deterministic ones.
-Operand layouts. A product that contracts over the sequence (P V forward; P^T dO, dS^T Q, dS K backward)
-reads its second operand along a dimension that is not contiguous in memory. On AMD, Triton then writes
-the tile to LDS and reads it back one 16-bit element per ds_read_u16; with ``transposed`` the launcher
-makes [B, H, head_dim, S] copies (V forward; Q, dO and K backward: one extra read and write of each, S D
-elements against the kernels' S^2 D work) and the kernels read them sequence-contiguous. With head_dim
-256 the dK/dV (dQ) accumulators of a tile wide enough for wgmma/tcgen05 do not fit the registers:
-``d_split`` programs share a key (query) tile, each accumulating BLOCK_D / d_split columns and
-recomputing S and dP (d_split 4 for dK/dV: 2.5x that kernel's matrix work). On RDNA3 (wave32 WMMA,
-operands replicated over the half-waves) even the tiles a program keeps across its loop (Q and dO in dQ, Q
-forward, K and V in dK/dV) fill the registers at head_dim >= 128: ``d_chunk`` (D_CHUNK < BLOCK_D) sums S
-and dP over head-dim chunks whose operands are loaded inside the loop, re-reading the kept tile from the
-cache each step (one extra tile read per step, no extra matrix work); the accumulators stay whole.
+
+Operand layouts (``transposed`` copies on AMD, ``d_split`` at head_dim 256, ``d_chunk`` on RDNA3): see
+kernels/attention.py, which holds the notes both directions share.
 
 Saved for backward: Q, K, V, O and lse2 ([B, H, S] fp32). Nothing of size S x S.
 """
