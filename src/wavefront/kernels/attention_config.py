@@ -223,13 +223,11 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
             128: (_cdna(32, 128, 4, "d128: 32 keys per wave stationary (K, V, dK, dV), 32x32 MFMA, waves_per_eu 1: 329 "
                                     "VGPRs+AGPRs, 0 spill, 8 barriers per query block, one LDS buffer, no prefetch (was "
                                     "32x64 x 4 waves, 16 keys per wave, 16x16: 202 VGPRs, 8 barriers); Q^T, dO^T "
-                                    "copies: 0 narrow LDS ops",
-                           wpe=1, nonkdim=32, transposed=True),
-                  _cdna(32, 128, 4, "the prefetching form (num_stages 2, kpack 2): 2 barriers per query block and the "
-                                    "next Q/dO tile loaded a block ahead, but 474 VGPRs+AGPRs with 7 VGPRs spilled to "
-                                    "AGPRs (no scratch); double-buffered LDS (num_stages 3) spills 352 B of scratch. "
-                                    "Second until a GPU times both",
-                           wpe=1, nonkdim=32, num_stages=2, kpack=2, transposed=True)),
+                                    "copies: 0 narrow LDS ops. Not taken: the prefetching form (num_stages 2, kpack 2: "
+                                    "2 barriers per query block, the next Q/dO tile loaded a block ahead) spills 7 VGPRs "
+                                    "to AGPRs (no scratch), double-buffered LDS (num_stages 3) 352 B of scratch; worth "
+                                    "timing on a GPU",
+                           wpe=1, nonkdim=32, transposed=True),),
             256: (_cdna(32, 128, 4, "d256: as d128 with d_split 4 (each program 64 of the 256 dK/dV columns, S and dP "
                                     "recomputed): 429 VGPRs+AGPRs, 0 spill, 2 barriers; d_split 2 spills 376 B, full "
                                     "width 2 KiB (was 16x64 at 16 rows per wave, 8 barriers)",
