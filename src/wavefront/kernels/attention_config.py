@@ -233,6 +233,19 @@ ATTENTION_TABLES: dict[str, dict[AttentionKernel, dict[int, tuple[AttentionConfi
                                     "width 2 KiB (was 16x64 at 16 rows per wave, 8 barriers)",
                            wpe=1, nonkdim=32, num_stages=2, transposed=True, d_split=4),),
         },
+        # The atomic-dQ dK/dV kernel (deterministic=False) also holds the dQ share's tile and the 32x32 dK/dV
+        # tiles above then spill with it (gfx942: 52 B at d128 GQA, 684 B at d256; 32x64 x 2 waves: 60-708 B), so
+        # it keeps the 16x16 tiles every CDNA dK/dV ran before (0 spill; 8-72 narrow LDS ops from the dQ share's
+        # transposed tile). Measured on atomic variants of the bench cases added for the purpose (not in the gate).
+        "bwd_atomic": {
+            64: (_cdna(32, 64, 4, "as d128", transposed=True),),
+            128: (_cdna(32, 64, 4, "atomic dQ, d128: 32x64 x 4 waves, 16x16 MFMA: 244 VGPRs, 0 spill, 12 barriers per "
+                                   "query block; the d128 dK/dV entry above spills 52 B with the dQ share",
+                        transposed=True),),
+            256: (_cdna(16, 64, 4, "atomic dQ, d256: 16x64 x 4 waves, waves_per_eu 1: 426 VGPRs+AGPRs, 0 spill; the "
+                                   "d256 dK/dV entry above spills 684 B with the dQ share",
+                        wpe=1, transposed=True),),
+        },
         "bwd_dq": {
             64: (_cdna(128, 32, 4, "as d128", wpe=1, nonkdim=32, num_stages=3, transposed=True),),
             128: (_cdna(128, 32, 4, "d128: 32 query rows per wave, 32x32 MFMA, LDS double-buffered (num_stages 3), K^T "
