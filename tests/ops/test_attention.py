@@ -12,6 +12,7 @@ import torch
 from wavefront import nn as wnn
 from wavefront import ops, reference, runtime
 from wavefront.kernels import attention as kernels
+from wavefront.kernels import attention_common
 from wavefront.kernels._launch import recording
 from wavefront.kernels.attention_config import ATTENTION_TABLES, attention_candidates, attention_config
 
@@ -186,10 +187,10 @@ def test_backward_operand_layouts_under_the_interpreter(d_split, transposed):
 def test_tma_only_where_the_descriptor_rules_hold():
     q, k, v = _qkv(1, 2, 2, 64, 64)
     sm90, sm80, mi300 = (runtime.get_arch(a) for a in ("sm_90", "sm_80", "gfx942"))
-    assert kernels._use_tma(sm90, q, k, v) and kernels._use_tma(runtime.get_arch("sm_100"), q, k, v)
-    assert not kernels._use_tma(sm80, q, k, v) and not kernels._use_tma(mi300, q, k, v)
+    assert attention_common._use_tma(sm90, q, k, v) and attention_common._use_tma(runtime.get_arch("sm_100"), q, k, v)
+    assert not attention_common._use_tma(sm80, q, k, v) and not attention_common._use_tma(mi300, q, k, v)
     odd = torch.randn(1, 2, 64, 68).to(torch.bfloat16)[..., :60]  # row stride 68 elements = 136 B
-    assert not kernels._use_tma(sm90, odd, k, v)
+    assert not attention_common._use_tma(sm90, odd, k, v)
     with recording(execute=False) as launches:
         kernels.attention_fwd(q, k, v, True, 0.125, arch=sm90)
         kernels.attention_fwd(q, k, v, True, 0.125, arch=sm80)

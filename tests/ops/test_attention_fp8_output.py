@@ -12,6 +12,7 @@ import torch
 
 from wavefront import ops, reference, runtime
 from wavefront.kernels import attention as kernels
+from wavefront.kernels import attention_fwd
 from wavefront.kernels._launch import recording
 from wavefront.kernels.attention_config import attention_config
 from wavefront.ops import REGISTRY
@@ -124,7 +125,7 @@ def test_option_off_launches_the_original_specialization():
     off, on = launches
     assert off.constexprs["FP8_GROUP"] == 0 and not off.constexprs["FP8_POW2"]
     assert on.constexprs["FP8_GROUP"] == 32 and on.constexprs["FP8_MAX"] == 448.0
-    named = dict(zip(kernels._attn_fwd_kernel.arg_names, off.args, strict=False))
+    named = dict(zip(attention_fwd._attn_fwd_kernel.arg_names, off.args, strict=False))
     assert named["q8_ptr"] is None and named["s8_ptr"] is None
 
 

@@ -50,8 +50,6 @@ This module is the entry point the op layer calls.
 from __future__ import annotations
 
 from wavefront.kernels.attention_bwd import attention_bwd
-from wavefront.kernels.attention_common import _layout, _tma_ready, _use_tma
-from wavefront.kernels.attention_fwd import _attn_fwd_kernel, attention_fwd
+from wavefront.kernels.attention_fwd import attention_fwd
 
 __all__ = ["attention_bwd", "attention_fwd"]
-_PRIVATE_REEXPORTS = (_attn_fwd_kernel, _layout, _tma_ready, _use_tma)  # the tests reach these through this module

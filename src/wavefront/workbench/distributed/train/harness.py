@@ -64,7 +64,7 @@ from wavefront.workbench.document import encode
 __all__ = ["EXIT_CONFIG", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_NONFINITE", "SCHEMA", "TrainFailure", "TrainResult",
            "VariantResult", "run", "run_order", "shutdown", "unavailable", "world_size_from_env"]
 
-#: The JSON document of a training run (:meth:`TrainResult.document`); docs/json/train.md.
+#: The JSON document of a training run (:meth:`TrainResult.as_dict`); docs/json/train.md.
 SCHEMA = "wavefront.train/1"
 
 
