@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -27,6 +27,7 @@ from wavefront.kernels import attention_fa3, attention_gluon, grouped_config, li
 from wavefront.kernels.attention_config import attention_config, padded_head_dim
 from wavefront.kernels.matmul_config import gemm_config, tma_capable, tma_config
 from wavefront.ops import REGISTRY
+from wavefront.ops._spec import Mode
 from wavefront.workbench.jobs.request import RequestError
 from wavefront.workbench.static import predict as pm
 from wavefront.workbench.static.gate import DEFAULT_STATIC_BASELINE
@@ -229,6 +230,13 @@ def loop_shape(op: str, mode: str, case: str, kernel: str, target: str) -> pm.Lo
     return _LOOPS[op](kernel, mode, dims, case, arch)  # type: ignore[misc]
 
 
+def bench_min_bytes(op: str, mode: str, case: str) -> int | None:
+    """The op's minimum bytes (bf16) at its bench case `case`, or None where the registry has no such case."""
+    spec = REGISTRY.get(op)
+    found = [c for c in spec.bench_cases if c.name == case] if spec else []
+    return int(spec.min_bytes(found[0], torch.bfloat16, cast(Mode, mode))) if spec and found else None
+
+
 # ---------------------------------------------------------------------------------------------------
 # The job.
 
@@ -280,7 +288,8 @@ def predict_baseline(baseline: Mapping[str, Any], targets: tuple[str, ...], ops:
                                             flags=["no traffic row"]))
                 continue
             t_case, t_row = found
-            rows.append(pm.predict_memory(op, mode, case, target, t_row, [r for _, r in kernels], t_case))
+            rows.append(pm.predict_memory(op, mode, case, target, t_row, [r for _, r in kernels], t_case,
+                                          bench_min_bytes=bench_min_bytes(op, mode, case)))
             continue
         by_kernel: dict[str, pm.PredictedRow] = {}
         for kernel, row in matrix:

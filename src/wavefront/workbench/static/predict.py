@@ -19,7 +19,13 @@ does besides its kernels), so a row whose kernels read their input twice predict
 the same row when the second read hits L1/L2. The truth lies between; which end depends on the cache, which
 no stand-in sees. A tensor read and written in place counts once in the footprint, so the high figure is
 capped at the ceiling. The ceiling is what a well-tuned streaming kernel reaches (:data:`TARGETS`, each with
-its source).
+its source). Where the caller gives the op's minimum bytes at the bench shape (the traffic row is counted at
+fewer rows), each of the op's launches also costs :data:`LAUNCH_US`::
+
+    t_stream = bench_min_bytes x (bytes_moved / min_bytes) / (hbm_ceiling x HBM bandwidth)
+    predicted = (bench_min_bytes / HBM bandwidth) / (t_stream + launches x LAUNCH_US)
+
+which matters only for small ops (a router's few hundred kilobytes), not for the norms' hundreds of megabytes.
 
 **Matrix-unit kernels** (one row per kernel x case x target; fraction of the dense matrix peak of the dtype).
 Per main-loop iteration of one CTA (clock cycles of one SM/CU)::
@@ -73,6 +79,9 @@ DRAIN_CLK = 128
 #: Cycles per output tile outside the main loop: the first loads (exposed), the prologue and the epilogue
 #: (the FA3-schedule read in docs/kernels-attention-gemm.md: about 2,000 clk a tile).
 TILE_FIXED_CLK = 2000
+#: Microseconds of fixed cost per kernel launch of a memory-bound op (ramp-up, the last wave's tail, the gap
+#: to the next kernel in the stream).
+LAUNCH_US = 3.0
 
 
 @dataclass(frozen=True)
@@ -170,7 +179,8 @@ class PredictReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "label": LABEL, "source": self.source,
-                "constants": {"BARRIER_CLK": BARRIER_CLK, "DRAIN_CLK": DRAIN_CLK, "TILE_FIXED_CLK": TILE_FIXED_CLK},
+                "constants": {"BARRIER_CLK": BARRIER_CLK, "DRAIN_CLK": DRAIN_CLK, "TILE_FIXED_CLK": TILE_FIXED_CLK,
+                              "LAUNCH_US": LAUNCH_US},
                 "targets": {k: encode(v) | {"device": v.gpu.name} for k, v in TARGETS.items()},
                 "rows": [encode(r) | {"key": r.key} for r in self.rows]}
 
@@ -180,10 +190,13 @@ class PredictReport:
 
 
 def predict_memory(op: str, mode: str, case: str, target: str, traffic: Mapping[str, Any],
-                   kernels: Iterable[Mapping[str, Any]] = (), traffic_case: str | None = None) -> PredictedRow:
-    """Fraction of HBM bandwidth of one op x mode x case on `target` from its traffic row (and the inspect rows
-    of its kernels at that case, for the spill flag). traffic_case: the traffic row's case where it is not
-    `case` (ops whose traffic cases are not their bench cases)."""
+                   kernels: Iterable[Mapping[str, Any]] = (), traffic_case: str | None = None,
+                   bench_min_bytes: int | None = None) -> PredictedRow:
+    """Fraction of HBM bandwidth of one op x mode x case on `target` from its traffic row and the inspect rows
+    of its kernels at that case (the spill flag; their number is the launch count). traffic_case: the traffic
+    row's case where it is not `case` (ops whose traffic cases are not their bench cases); bench_min_bytes: the
+    op's minimum bytes at `case` (adds the launch cost, see the module docstring)."""
+    kernels = list(kernels)
     tm = target_model(target)
     row = PredictedRow(op, mode, case, "(op)", target, "memory", "HBM bandwidth", None)
     if traffic_case and traffic_case != case:
@@ -199,8 +212,19 @@ def predict_memory(op: str, mode: str, case: str, target: str, traffic: Mapping[
     footprint = int(traffic.get("unique_bytes") or 0) + int(traffic.get("host_bytes") or 0)
     row.terms = {"hbm_ceiling": tm.hbm_ceiling, "min_bytes": min_bytes, "bytes_moved": moved,
                  "bytes_over_min": passes, "footprint_bytes": footprint}
+    high_passes = max(min_bytes, footprint) / min_bytes if footprint else passes
     row.predicted = tm.hbm_ceiling / max(passes, 1.0)
-    row.predicted_high = tm.hbm_ceiling * min_bytes / max(min_bytes, footprint) if footprint else row.predicted
+    row.predicted_high = tm.hbm_ceiling / max(high_passes, 1.0)
+    if bench_min_bytes:
+        bw = tm.gpu.hbm_tbps * 1e6  # bytes per microsecond
+        launches = max(1, len(kernels))
+        row.terms |= {"bench_min_bytes": bench_min_bytes, "launches": launches, "t_ideal_us": bench_min_bytes / bw}
+
+        def with_launches(p: float) -> float:
+            t_stream = bench_min_bytes * max(p, 1.0) / (tm.hbm_ceiling * bw)
+            return (bench_min_bytes / bw) / (t_stream + launches * LAUNCH_US)
+
+        row.predicted, row.predicted_high = with_launches(passes), with_launches(high_passes)
     if passes < 1.0:
         row.flags.append("moves fewer bytes than the op's minimum formula (the formula over-counts this case)")
     spill = max((int(k.get("spill_bytes") or 0) for k in kernels), default=0)
