@@ -48,11 +48,11 @@ compute masked-off halves). The backward of attention is also given per op: its 
 time of the dK/dV kernel's four and the dQ kernel's three (the delta pre-pass, a memory-bound read of O and dO,
 is left out).
 
-What the model leaves out (each could move a figure either way; a GPU run decides): L2 hit rates and the
-bandwidth of re-reads that hit L2 (the memory figure counts them at HBM cost, so it is a lower bound where a
-re-read hits), bytes-in-flight limits at low occupancy, spill traffic (rows with spills are flagged, not
-charged), the issue cost of address arithmetic in the GEMM loops, the cost of ``bar.sync`` turn-taking beyond
-:data:`BARRIER_CLK`, shared-memory/LDS bandwidth limits, power-limited clocks, and launch overhead.
+What the model leaves out (each could move a figure either way; a GPU run decides): L2 hit rates (the memory
+rows bracket them with their two figures), bytes-in-flight limits at low occupancy, spill traffic (rows with
+spills are flagged, not charged), the issue cost of address arithmetic in the GEMM loops, the cost of
+``bar.sync`` turn-taking beyond :data:`BARRIER_CLK`, shared-memory/LDS bandwidth limits, power-limited clocks,
+and the launch overhead of the matrix-unit kernels (long enough not to matter at the bench shapes).
 """
 
 from __future__ import annotations
