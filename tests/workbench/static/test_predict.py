@@ -178,7 +178,7 @@ def test_the_model_module_imports_no_torch():
 
 @pytest.fixture(scope="module")
 def report():
-    return predict.predict(predict.PredictRequest())
+    return predict.predict(predict.PredictRequest(baseline=str(ROOT / predict.PredictRequest.baseline)))
 
 
 def test_causal_geometry_counts_the_diagonal():

@@ -65,7 +65,7 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _flag_name(case: str) -> tuple[bool, bool]:
+def _epilogue_flags(case: str) -> tuple[bool, bool]:
     """(has an activation, has a residual) for a linear bench case name."""
     return any(a in case for a in ("silu", "gelu", "relu")), case.endswith("_res") or "_res_" in case
 
@@ -145,7 +145,7 @@ def _gemm_loop(bm: int, bn: int, bk: int, M: int, N: int, K: int, *, valu_per_st
 
 def linear_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: Arch) -> pm.LoopShape | None:
     M, N, K = dims["M"], dims["N"], dims["K"]
-    act, res = _flag_name(case)
+    act, res = _epilogue_flags(case)
     base = kernel.split("#")[0]
     second = kernel.endswith("#2")
     if mode == "fwd":
@@ -214,12 +214,12 @@ def fp8_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: A
                       valu_per_step=BLOCK_SCALE_VALU * cfg.BLOCK_M * cfg.BLOCK_N if in_loop else 0.0, note=note)
 
 
-_LOOPS = {"attention": None, "linear": linear_loop, "grouped_linear": grouped_loop, "linear_fp8": fp8_loop}
+_GEMM_LOOPS = {"linear": linear_loop, "grouped_linear": grouped_loop, "linear_fp8": fp8_loop}
 
 
 def loop_shape(op: str, mode: str, case: str, kernel: str, target: str) -> pm.LoopShape | None:
     """The LoopShape of a matrix-unit kernel row of the baseline, or None where the model has none."""
-    if op not in _LOOPS or op not in REGISTRY:
+    if op not in REGISTRY or (op != "attention" and op not in _GEMM_LOOPS):
         return None
     cases = {c.name: c for c in REGISTRY[op].bench_cases}
     if case not in cases:
@@ -227,7 +227,7 @@ def loop_shape(op: str, mode: str, case: str, kernel: str, target: str) -> pm.Lo
     dims, arch = dict(cases[case].dims), get_arch(target)
     if op == "attention":
         return attention_loop(kernel, dims, case, arch)
-    return _LOOPS[op](kernel, mode, dims, case, arch)  # type: ignore[misc]
+    return _GEMM_LOOPS[op](kernel, mode, dims, case, arch)
 
 
 def bench_min_bytes(op: str, mode: str, case: str) -> int | None:
