@@ -147,6 +147,9 @@ FITTED: dict[str, dict[str, Any]] = {
         "h100": {"attention": 0.176, "gemm": 0.547},
         "shared": {"kernel_us": 0.003},
     },
+    "nemo/24.03": {
+        "h100": {"attention": 0.227, "gemm": 0.534},
+    },
     "nemo/24.07": {
         "h100": {"attention": 0.303, "gemm": 0.712},
     },
@@ -229,6 +232,10 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "llmfoundry_mpt/A100-40GB bf16 125m s2048 n8 mb26 ga3",
         "llmfoundry_mpt/A100-40GB bf16 125m s1024 n8 mb52 ga3",
     ),
+    "nemo/24.03": (
+        "nemo_2403_long_sequence/llama2-7b seq4k 4gpu tp1 pp1 cp1 dp4 mb1 gbs1024",
+        "nemo_2403_long_sequence/llama2-7b seq16k 16gpu tp2 pp1 cp1 dp8 mb1 gbs256",
+    ),
     "nemo/24.07": (
         "nemo_2407_h100_fp8/llama2-70b 64gpu tp4 pp4 cp1 vp20 mb1 gbs128",
         "nemo_2407_h100_fp8/nemotron4-340b 128gpu tp8 pp8 cp1 vp12 mb1 gbs32",
@@ -289,6 +296,10 @@ _PROFILES = (
                 "reentrant: false (the benchmark configs): non-reentrant, the down projection not rerun in bf16 "
                 "(Training.recompute_early_stop); TE fp8 linears force reentrant and rerun the whole block")),
         tables=("llmfoundry_mpt",)),
+    StackProfile(
+        "nemo", "24.03", "NeMo 24.03.01 (Megatron-Core + Transformer Engine), cuDNN fused attention (assumed, as "
+        "24.07), P2P ring context parallelism", "megatron", "cudnn", 0.5, "ring",
+        facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2403_long_sequence",)),
     StackProfile(
         "nemo", "24.07", "NeMo 24.07 (Megatron-Core + Transformer Engine), cuDNN fused attention",
         "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2407_h100_fp8",)),
