@@ -337,7 +337,7 @@ DEFAULT_PROFILE = f"wavefront-train/{__version__}"
 #: Names without a version (a name with several versions: the newest), and releases of a profile's stack.
 ALIASES = {p.name: p.key for p in PROFILES.values() if sum(q.name == p.name for q in PROFILES.values()) == 1} | {
     "wavefront-train": DEFAULT_PROFILE, "nemo/25.02": "megatron-core-te/2025", "megatron-bridge/2025":
-    "megatron-core-te/2025", "torchtitan": "torchtitan/2025"}
+    "megatron-core-te/2025", "torchtitan": "torchtitan/2025", "nemo": "nemo/24.07"}
 #: The old `--stack megatron|fsdp` names: the profile each maps to (with a deprecation line).
 DEPRECATED = {"megatron": "megatron-core-te/2025", "fsdp": "torchtitan/2025"}
 
