@@ -27,11 +27,16 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "planner.md"
 #: The goals (issue 29) and what the model reaches: a figure above its goal is guarded at the reached value
 #: (it may only improve), one at or under it at the goal.
 HELD_OUT_MEDIAN_GOAL, HELD_OUT_P90_GOAL = 0.05, 0.15
-HELD_OUT_MEDIAN_REACHED = 0.051  # above the goal (with torchtitan's A100 table): the guard is the reached value
-HELD_OUT_P90_REACHED = 0.171  # above the goal: the guard is the reached value (0.168 before torchtitan's per-op
-#: policy was priced matmul by matmul: its rows' reruns went from half the matmul FLOPs to the 36-39% it reruns)
-NEW_TABLE_GOAL = 0.08  # tables added this round: torchtitan_a100_2024
-NEW_TABLE_REACHED = 0.097  # above the goal (7.3% with the uniform half of the matmul FLOPs rerun): the guard
+HELD_OUT_MEDIAN_REACHED = 0.048  # under the goal since the non-reentrant checkpoint's early stop (5.1% before)
+#: 14.95% over the 197 runs with NeMo 24.03's long-sequence table, 15.2% over the 190 without it (17.1% before
+#: the early stop): under the goal only with the new table's seven rows, whose errors (3.5-13%) sit under it
+HELD_OUT_P90_REACHED = 0.150
+NEW_TABLE_GOAL = 0.08  # tables added this round: nemo_2403_long_sequence
+#: its first prediction, nothing changed since: 10.2% (goal 8% not met; guarded at the reached value)
+NEW_TABLE_REACHED = 0.102
+#: torchtitan_a100_2024, added last round: 9.7% until the early stop (its full and every-other calibration
+#: rows had set a scale that priced its no-recompute and per-op rows 9-17% fast)
+TORCHTITAN_A100_REACHED = 0.027
 
 
 def _overall(stated: bool = True, split: str = "held-out"):
@@ -73,18 +78,20 @@ def test_docs_state_the_computed_held_out_figures():
 
 
 def test_held_out_accuracy_with_stacks_stated_holds_its_goals():
-    """Over every non-MoE held-out run, each priced with its stack profile: median 5.1% against a goal of
-    5% and p90 17.1% against 15% (neither met: guarded at the reached values; without the table added this
-    round, 4.9% over 184 runs); the table added this round, 9.7% (goal 8%, not met since torchtitan's
-    per-op policy reruns the matmuls it reruns, not half of the FLOPs: its three per-op rows read +10% to
-    +17%; guarded at the reached value)."""
-    overall = _overall()
-    assert overall.n_runs == 190
+    """Over every non-MoE held-out run, each priced with its stack profile: median 4.8% against a goal of
+    5% and p90 14.95% against 15% (both met, the p90 only with the table added this round: 15.2% over the
+    190 runs without it); the table added this round (NeMo 24.03's long sequences) 10.2% against 8% (not
+    met: guarded at its first prediction); torchtitan's A100 table (added last round) 2.7%."""
+    summaries = split_summaries(report_tables(DATA))
+    overall = next(s for s in summaries if s.source == "overall")
+    assert overall.n_runs == 197
     assert overall.median_abs_error <= max(HELD_OUT_MEDIAN_GOAL, HELD_OUT_MEDIAN_REACHED) + 5e-4
     assert overall.p90_abs_error <= max(HELD_OUT_P90_GOAL, HELD_OUT_P90_REACHED) + 5e-4
     assert abs(overall.signed_median_error) <= 0.05
-    new = next(s for s in split_summaries(report_tables(DATA)) if s.source == "torchtitan_a100_2024")
-    assert new.n_runs == 6 and new.median_abs_error <= max(NEW_TABLE_GOAL, NEW_TABLE_REACHED) + 5e-4
+    new = next(s for s in summaries if s.source == "nemo_2403_long_sequence")
+    assert new.n_runs == 7 and new.median_abs_error <= max(NEW_TABLE_GOAL, NEW_TABLE_REACHED) + 5e-4
+    titan = next(s for s in summaries if s.source == "torchtitan_a100_2024")
+    assert titan.n_runs == 6 and titan.median_abs_error <= max(NEW_TABLE_GOAL, TORCHTITAN_A100_REACHED) + 5e-4
 
 
 def test_default_profile_is_reported_and_worse_than_stated():

@@ -31,6 +31,18 @@ def test_rows_are_in_the_order_the_header_states():
     assert rank_value(59.1634) == 59.16 and rank_value(0.081236) == 0.08124
 
 
+def test_rank_by_cost_orders_by_dollars_then_time_then_memory():
+    """--rank-by cost: $/step to RANK_FIGURES figures, then step time at the same figures, then less memory
+    (the header's words), across the clusters compared."""
+    result = plan(PlanRequest(model="llama3-8b", gpus=("16xh100", "16xa100"), rank_by="cost"))
+    keys = [(rank_value(r.kpis.dollars_per_step), rank_value(r.time.step_s), r.memory.total_bytes)
+            for r in result.ranked]
+    assert len(keys) > 1000 and keys == sorted(keys)
+    assert any(a[:2] == b[:2] for a, b in zip(keys, keys[1:], strict=False))  # the tie rule is exercised
+    assert {r.cluster.label for r in result.ranked} == {"16xh100", "16xa100"}
+    assert "by $/step, then step time (" + TIE_RULE + ")" in " ".join(result.header())
+
+
 def test_cli_header_states_the_order_and_the_column_never_decreases():
     result = CliRunner().invoke(build_app(), ["plan", "--model", "llama3-70b", "--gpus", "64xh100", "--top", "8"])
     assert result.exit_code == 0, result.output

@@ -97,6 +97,14 @@ def test_explain_with_a_model_prints_the_profile_and_the_plan():
     assert piped.exit_code == 0 and json.loads(piped.stdout)["stack_profile"]["key"] == "llm-foundry/2023"
 
 
+def test_a_name_without_a_version_means_its_newest_profile():
+    """`--stack nemo` and `--stack torchtitan` (two versions each) mean the newest; a one-version name its
+    only profile."""
+    assert resolve("nemo") == (get_profile("nemo/24.07"), None)
+    assert resolve("torchtitan")[0].key == "torchtitan/2025"
+    assert resolve("llm-foundry")[0].key == "llm-foundry/2023"
+
+
 @pytest.mark.parametrize("old", sorted(DEPRECATED))
 def test_old_stack_names_map_to_a_profile_with_a_deprecation_line(old, tmp_path):
     profile, line = resolve(old)

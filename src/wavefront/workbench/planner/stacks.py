@@ -33,7 +33,7 @@ from wavefront.workbench.planner.training import (
 
 #: Training fields a profile sets (and that a published table may restate for one run).
 PROFILE_FIELDS = ("stack", "attention_kernel", "tp_overlap", "cp_comm", "ep_overlap", "op_recompute_mm",
-                  "loss_logits")
+                  "loss_logits", "recompute_early_stop")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class StackProfile:
     ep_overlap: float = 0.0
     op_recompute_mm: float = 0.0
     loss_logits: str = "vocab-parallel"  # how the loss holds the logits (training.LOSS_LOGITS)
+    recompute_early_stop: bool = False  # non-reentrant checkpoint early stop (Training.recompute_early_stop)
     facts: tuple[tuple[str, str], ...] = ()
     tables: tuple[str, ...] = ()
     calibration_rows: tuple[str, ...] = ()
@@ -88,7 +89,8 @@ class StackProfile:
         """The Training fields this profile sets (PROFILE_FIELDS)."""
         return {"stack": self.kernel_family, "attention_kernel": self.attention_kernel,
                 "tp_overlap": self.tp_overlap, "cp_comm": self.cp_comm, "ep_overlap": self.ep_overlap,
-                "op_recompute_mm": self.op_recompute_mm, "loss_logits": self.loss_logits}
+                "op_recompute_mm": self.op_recompute_mm, "loss_logits": self.loss_logits,
+                "recompute_early_stop": self.recompute_early_stop}
 
     def explain(self, gpu_key: str) -> list[str]:
         """What `--explain` prints: the profile's terms, where each constant came from, the rows it was
@@ -99,7 +101,8 @@ class StackProfile:
                  f"  kernels {self.kernel_family} (FP8 casts {casts}), "
                  f"attention {self.attention_kernel}, TP overlap {self.tp_overlap:g}, CP {self.cp_comm}, "
                  f"EP overlap {self.ep_overlap:g}, op recompute of matmuls {self.op_recompute_mm:g}, "
-                 f"loss logits {self.loss_logits}, collectives {'hierarchical' if self.hierarchical else 'flat'}"]
+                 f"loss logits {self.loss_logits}, collectives {'hierarchical' if self.hierarchical else 'flat'}, "
+                 f"recompute early stop {'on' if self.recompute_early_stop else 'off'}"]
         lines += [f"  {term}: {text}" for term, text in self.facts]
         lines.append(f"  constants ({family.upper()} family): " + ", ".join(
             f"{k} {v:g} ({how})" for k, (v, how) in self.constants(family).items()))
@@ -127,17 +130,25 @@ _NO_TP_OVERLAP = ("TP comm overlap", "none: DTensor TP collectives on the critic
 _TITAN_OP_AC = ("per-op checkpointing", "saves mm / attention / reduce-scatter outputs but marks every second "
                 "mm/linear PREFER_RECOMPUTE (torchtitan activation_checkpoint.py): recompute=op reruns half the "
                 "matmul forward")
+_TITAN_FULL_AC = ("full / layer checkpointing", "ptd_checkpoint_wrapper per block (non-reentrant): the recomputation "
+                  "stops before w2 in bf16 (Training.recompute_early_stop)")
+_EARLY_STOP = ("full checkpointing", "non-reentrant torch.utils.checkpoint per block, which (PyTorch >= 2.1) stops "
+               "recomputing once the backward's last saved tensor exists: the MLP down projection is not rerun "
+               "in bf16 (Training.recompute_early_stop)")
 
 # <fitted: generated from validation.fit_all(tests/data/published); test_planner_accuracy.py checks it>
 #: Each profile's constants fitted on its own calibration rows (validation.fit_profile); absent: physics.
 FITTED: dict[str, dict[str, Any]] = {
     "torchtitan/2024": {
-        "a100": {"attention": 0.505, "gemm": 0.674},
+        "a100": {"attention": 0.471, "gemm": 0.629},
     },
     "llm-foundry/2023": {
-        "a100": {"attention": 0.343, "gemm": 0.64},
+        "a100": {"attention": 0.348, "gemm": 0.633},
         "h100": {"attention": 0.176, "gemm": 0.547},
         "shared": {"kernel_us": 0.003},
+    },
+    "nemo/24.03": {
+        "h100": {"attention": 0.227, "gemm": 0.534},
     },
     "nemo/24.07": {
         "h100": {"attention": 0.303, "gemm": 0.712},
@@ -221,6 +232,10 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "llmfoundry_mpt/A100-40GB bf16 125m s2048 n8 mb26 ga3",
         "llmfoundry_mpt/A100-40GB bf16 125m s1024 n8 mb52 ga3",
     ),
+    "nemo/24.03": (
+        "nemo_2403_long_sequence/llama2-7b seq4k 4gpu tp1 pp1 cp1 dp4 mb1 gbs1024",
+        "nemo_2403_long_sequence/llama2-7b seq16k 16gpu tp2 pp1 cp1 dp8 mb1 gbs256",
+    ),
     "nemo/24.07": (
         "nemo_2407_h100_fp8/llama2-70b 64gpu tp4 pp4 cp1 vp20 mb1 gbs128",
         "nemo_2407_h100_fp8/nemotron4-340b 128gpu tp8 pp8 cp1 vp12 mb1 gbs32",
@@ -258,24 +273,33 @@ _PROFILES = (
     StackProfile(
         "wavefront-train", __version__, "`wavefront train`: PyTorch-native FSDP2 + DTensor TP/SP + PP + ring CP, "
         "SDPA flash attention (FlashAttention-2 class)", "fsdp", "fa2", 0.0, "ring", loss_logits="fused",
-        facts=(_NO_TP_OVERLAP, _FSDP2, ("CP comm", "ring attention (wavefront.parallel.ring_attention, zigzag)"),
+        recompute_early_stop=True,
+        facts=(_NO_TP_OVERLAP, _FSDP2, _EARLY_STOP,
+               ("CP comm", "ring attention (wavefront.parallel.ring_attention, zigzag)"),
                ("loss", "the patched model's fused LM-head cross-entropy (patching/loss.py, on by default): no "
                         "logits formed"))),
     StackProfile(
         "torchtitan", "2025", "torchtitan (PyTorch-native FSDP2 + TP + PP, SDPA flash attention, torch.compile)",
-        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5, loss_logits="native",
-        facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC,
+        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5, loss_logits="native", recompute_early_stop=True,
+        facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC, _TITAN_FULL_AC,
                ("CP comm", "ring attention (torch context_parallel, allgather/alltoall rotation)"))),
     StackProfile(
         "torchtitan", "2024", "torchtitan 2024 (PyTorch-native FSDP2 + TP + PP, SDPA flash attention)",
-        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5, loss_logits="native",
-        facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC),
+        "fsdp", "fa2", 0.0, "ring", op_recompute_mm=0.5, loss_logits="native", recompute_early_stop=True,
+        facts=(_NO_TP_OVERLAP, _FSDP2, _TITAN_OP_AC, _TITAN_FULL_AC),
         tables=("torchtitan_a100_2024", "torchtitan_llama3_h100_202412")),
     StackProfile(
         "llm-foundry", "2023", "MosaicML llm-foundry on Composer, FSDP1 (FULL_SHARD/HYBRID_SHARD), "
-        "flash-attn 2, TE FP8 linears", "fsdp", "fa2", 0.0, "ring",
-        facts=(("FSDP prefetch", "FSDP1 BACKWARD_PRE prefetch, forward prefetch off"),),
+        "flash-attn 2, TE FP8 linears", "fsdp", "fa2", 0.0, "ring", recompute_early_stop=True,
+        facts=(("FSDP prefetch", "FSDP1 BACKWARD_PRE prefetch, forward prefetch off"),
+               ("full checkpointing", "Composer's checkpoint wrapper per MPTBlock with activation_checkpointing_"
+                "reentrant: false (the benchmark configs): non-reentrant, the down projection not rerun in bf16 "
+                "(Training.recompute_early_stop); TE fp8 linears force reentrant and rerun the whole block")),
         tables=("llmfoundry_mpt",)),
+    StackProfile(
+        "nemo", "24.03", "NeMo 24.03.01 (Megatron-Core + Transformer Engine), cuDNN fused attention (assumed, as "
+        "24.07), P2P ring context parallelism", "megatron", "cudnn", 0.5, "ring",
+        facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2403_long_sequence",)),
     StackProfile(
         "nemo", "24.07", "NeMo 24.07 (Megatron-Core + Transformer Engine), cuDNN fused attention",
         "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2407_h100_fp8",)),
@@ -313,7 +337,7 @@ DEFAULT_PROFILE = f"wavefront-train/{__version__}"
 #: Names without a version (a name with several versions: the newest), and releases of a profile's stack.
 ALIASES = {p.name: p.key for p in PROFILES.values() if sum(q.name == p.name for q in PROFILES.values()) == 1} | {
     "wavefront-train": DEFAULT_PROFILE, "nemo/25.02": "megatron-core-te/2025", "megatron-bridge/2025":
-    "megatron-core-te/2025", "torchtitan": "torchtitan/2025"}
+    "megatron-core-te/2025", "torchtitan": "torchtitan/2025", "nemo": "nemo/24.07"}
 #: The old `--stack megatron|fsdp` names: the profile each maps to (with a deprecation line).
 DEPRECATED = {"megatron": "megatron-core-te/2025", "fsdp": "torchtitan/2025"}
 

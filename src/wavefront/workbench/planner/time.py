@@ -16,7 +16,9 @@ Compute, per layer and micro-batch on one GPU (s_l = s/cp local tokens per seque
   by tp. A materialised softmax reads + writes the 2-byte scores and (dropout) reads + writes its output
   and a 1-byte mask: 9 (4 without dropout) bytes per score element, split by tp;
 - passes: backward = 2 x forward FLOPs and bytes (2.5 x for flash attention, whose backward recomputes
-  QK^T); full recomputation adds one forward of every layer, every-other half of that, selective the
+  QK^T); full recomputation adds one forward of every layer (less the block's last matmul, the MLP down
+  projection, where the stack's non-reentrant checkpoint stops early: Training.recompute_early_stop, a
+  bf16 dense block under PyTorch >= 2.1's torch.utils.checkpoint), every-other half of that, selective the
   attention core's forward (Korthikanti et al. 2022, Sec. 5), op (per-op) the memory-bound kernels and
   the forward of the matmuls the policy reruns (Training.op_recompute_mm of them by count, in the order
   model.layer_matmuls runs them: torchtitan reruns every second one, k, o and up in a Llama block, 37% of
@@ -199,6 +201,13 @@ def _moe_experts_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluste
     return fwd + router + ew + layer_s, bwd + 2.0 * router + 2.0 * ew + 2.0 * layer_s, cast_s
 
 
+def early_stop(training: Training, moe_layer: bool = False) -> bool:
+    """Whether a checkpointed block's recomputation stops before its last matmul: the stack's non-reentrant
+    checkpoint early stop (Training.recompute_early_stop) on a bf16 dense block; fp8 linears save their
+    inputs after the GEMM and a MoE block ends with the combine, which saves the expert outputs."""
+    return training.recompute_early_stop and training.precision != "fp8" and not moe_layer
+
+
 def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
                     eff: Efficiency, moe_layer: bool = False) -> tuple[float, float]:
     """(fwd + bwd + recompute seconds of one layer for one micro-batch, attention-core seconds of one
@@ -219,9 +228,11 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     kernel_s = eff.kernel_us * 1e-6
     mm_fwd = mm_bwd = 0.0
     cast_bytes = 0.0
+    last_mm_fwd = 0.0
     for d_in, d_out in _linear_shapes(model, cfg.tp, ffn):
         f, b = linear_fwd_bwd_s(gpu, tokens, d_in, d_out, peak, hbm, 1.0 if fp8 else 2.0, kernel_s)
         mm_fwd += f
+        last_mm_fwd = f
         mm_bwd += b
         if fp8:
             act_bytes = FP8_CAST_BYTES_PER_ACT if training.stack == "fsdp" else FP8_FUSED_CAST_BYTES_PER_ACT
@@ -254,10 +265,12 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
         mm_fwd, mm_bwd, cast_s = mm_fwd + ex_fwd, mm_bwd + ex_bwd, cast_s + ex_cast
     fwd = mm_fwd + cast_s + attn + ew
     total = fwd + mm_bwd + cast_s + attn_bwd + 2.0 * ew + cp_merge_s
+    # non-reentrant checkpointing stops before the block's last matmul (Training.recompute_early_stop)
+    rerun = fwd - (last_mm_fwd if early_stop(training, moe_layer) else 0.0)
     if cfg.recompute == "full":
-        total += fwd
+        total += rerun
     elif cfg.recompute == "every-other":
-        total += 0.5 * fwd
+        total += 0.5 * rerun
     elif cfg.recompute == "op":
         total += ew + op_policy_fractions(model, training.op_recompute_mm)[0] * mm_fwd
     elif cfg.recompute == "selective":
@@ -284,7 +297,10 @@ def tp_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, c
     if cfg.tp == 1:
         return 0.0
     size = 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.dims.hidden
-    n_pairs = (4 + {"full": 2, "every-other": 1}.get(cfg.recompute, 0)) * (0.5 if moe_layer else 1.0)
+    # the recomputation reruns the forward's pair of collectives per block, less the MLP's reduction when
+    # it stops before the last matmul (Training.recompute_early_stop): 1.5 pairs with SP (AG, RS, AG), 1 without
+    rerun = (1.5 if cfg.sp else 1.0) if early_stop(training, moe_layer) else 2.0
+    n_pairs = (4 + {"full": rerun, "every-other": 0.5 * rerun}.get(cfg.recompute, 0)) * (0.5 if moe_layer else 1.0)
     if cfg.sp:
         one = (cluster.collective_s("all_gather", size, cfg.tp, 1)
                + cluster.collective_s("reduce_scatter", size, cfg.tp, 1))

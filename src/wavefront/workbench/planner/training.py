@@ -194,6 +194,14 @@ class Training:
     op_recompute_mm: fraction of a layer's weight-matmul forward that recompute="op" runs again (0: every
         matmul output saved, `wavefront train`'s policy; 0.5: torchtitan's per-op policy, which marks every
         second mm/linear PREFER_RECOMPUTE); a fact of the stack profile (stacks.py).
+    recompute_early_stop: the stack checkpoints with PyTorch's non-reentrant torch.utils.checkpoint, which
+        (PyTorch >= 2.1, `set_checkpoint_early_stop`, on by default) ends the recomputation once the last
+        tensor the backward needs is saved. Autograd saves an aten matmul's inputs before it runs, so in a
+        bf16 dense block the last matmul (the MLP down projection), its TP reduction and the residual add
+        after it are not rerun: full recomputation reruns the forward less that matmul. Not for fp8 linears
+        (autograd Functions that save after their GEMM) nor MoE layers (the weighted combine saves the expert
+        outputs); reentrant checkpointing (Megatron-LM's, DeepSpeed's, TE's) reruns the whole forward. A fact
+        of the stack profile (stacks.py).
     ep_dispatch: how the expert-parallel all-to-all crosses nodes (EP_DISPATCH).
     pp_round: micro-batches per round of the interleaved pipeline schedule (pipeline.py): 0 (default) is
         pp, Megatron-LM's; Llama 3's schedule makes it tunable (Dubey et al. 2024, Sec. 3.3.2). Memory
@@ -226,6 +234,7 @@ class Training:
     moe_capacity_factor: float | None = None
     ep_overlap: float = 0.0
     op_recompute_mm: float = 0.0
+    recompute_early_stop: bool = False
     attention_kernel: str = "fa2"
     pp_round: int = 0
     ep_dispatch: str = "all-to-all"
