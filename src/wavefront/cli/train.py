@@ -15,7 +15,7 @@ from rich.table import Table
 
 from wavefront.cli._common import JsonOut, command, console, err_console, fail, output_option, write_json
 from wavefront.workbench.distributed import launch
-from wavefront.workbench.distributed.train import config, harness, readout
+from wavefront.workbench.distributed.train import config, readout
 from wavefront.workbench.distributed.train.overlap import HELP, kpi_rows
 from wavefront.workbench.distributed.train.readout import TIMING_RATIOS, loss_agreement, notes, on_cpu
 
@@ -157,6 +157,9 @@ def _config(o: dict):
 
 
 def _run(cfg, json_out: str | None) -> None:
+    # The options, the request and the torchrun relaunch need no torch (test_train_imports.py); the ranks do.
+    from wavefront.workbench.distributed.train import harness  # lazy: torch-free import
+
     rank, order = int(os.environ.get("RANK", "0")), tuple(harness.run_order(cfg.variants))
     progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
                            rp.TextColumn("{task.fields[info]}"), rp.TimeElapsedColumn(), rp.TextColumn("eta"),
