@@ -147,7 +147,7 @@ class _LazyCommands(Mapping):
 
     def __init__(self, verbs: Mapping[str, Verb]):
         self._verbs = verbs
-        self._built: dict[str, typer.core.TyperCommand | TyperGroup] = {}
+        self._built: dict[str, object] = {}  # name -> its click command
 
     def __getitem__(self, name: str):
         if name not in self._built:
