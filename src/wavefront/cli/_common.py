@@ -8,11 +8,21 @@ constants (tests/cli/test_common.py checks they agree) so that ``wavefront --hel
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from wavefront.cli._help import VerbCommand, VerbGroup, command  # noqa: F401
 from wavefront.cli._output import (  # noqa: F401
@@ -25,8 +35,9 @@ from wavefront.cli._output import (  # noqa: F401
     fail,
     output_option,
     table,
-    write_json,
 )
+from wavefront.workbench.document import dumps
+from wavefront.workbench.jobs.request import RequestError
 
 
 class DType(str, Enum):
@@ -72,6 +83,21 @@ OpsOption = Annotated[list[str] | None, typer.Option("--op", help="Only this reg
 TargetsOption = Annotated[str, typer.Option(help="Comma-separated compile targets.")]
 
 
+def write_json(doc: dict, dest: str | Path) -> None:
+    """Write `doc` as JSON to `dest` ("-" is stdout). A destination that cannot be written is one line on
+    stderr and exit 2 (the verbs check it before the job too: :func:`~wavefront.cli._output.output_problem`)."""
+    text = dumps(doc) + b"\n"
+    if str(dest) == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(dest).write_bytes(text)
+    except OSError as exc:
+        fail(f"cannot write {dest}: {exc.strerror or exc}")
+
+
 def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
     """Enum options as the plain strings the library requests take."""
     return tuple(i.value for i in items or ())
@@ -80,8 +106,6 @@ def values(items: Sequence[Enum] | None) -> tuple[str, ...]:
 @contextlib.contextmanager
 def request_errors() -> Iterator[None]:
     """A library RequestError (a bad request field) becomes one line naming its CLI option, exit 2."""
-    from wavefront.workbench.jobs.request import RequestError  # lazy: --help
-
     try:
         yield
     except RequestError as exc:
@@ -93,15 +117,6 @@ class Bars:
     ``bars.phase(name)`` is an ``on_progress(done, total, what)`` callback for the library jobs."""
 
     def __init__(self, enabled: bool = True):
-        from rich.progress import (  # lazy: --help
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         self._progress = Progress(TextColumn("[bold]{task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                                   TextColumn("{task.description}"), console=err_console, disable=not enabled,

@@ -6,13 +6,18 @@ and choice lists mid-word (``--attention-kern…``, ``ve`` / ``ndor``) and print
 Here each panel is two columns: the option's names, whole (a ``--no-`` form on its own line), and one text
 that wraps between words: the value it takes (``fwd | bwd | fwd_bwd``, ``<int range>``; nothing for a flag),
 then the help with its default and range. Panels, usage and help text are otherwise typer's.
+
+The root group (:class:`LazyVerbGroup`) loads a verb's module only when the verb is looked up: its help lists
+each verb with the one-line summary of its :class:`Verb` row, without importing any verb module.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from typing import ClassVar, NamedTuple
 
 import typer
 from rich.console import Console
@@ -74,10 +79,9 @@ def print_help(command, ctx) -> None:
             panels[getattr(p, "rich_help_panel", None) or default].append(_row(p, ctx))
     for title in ("Arguments", "Options", *(t for t in panels if t not in ("Arguments", "Options"))):
         _panel(console, title, panels.get(title, []))
-    if hasattr(command, "list_commands"):
-        subs = [(name, command.get_command(ctx, name)) for name in command.list_commands(ctx)]
-        _panel(console, "Commands", [(Text(name, style="bold cyan"), Text((_paragraphs(sub.help) or [""])[0]))
-                                     for name, sub in subs if sub is not None and not sub.hidden])
+    if isinstance(command, VerbGroup):
+        _panel(console, "Commands", [(Text(name, style="bold cyan"), Text(text))
+                                     for name, text in command.summaries(ctx)])
 
 
 #: click's UsageError as this typer uses it (typer >= 0.26 ships its own copy of click): the base of a bad
@@ -122,6 +126,64 @@ class VerbCommand(_Usage, TyperCommand):
 
 class VerbGroup(_Usage, TyperGroup):
     """A group of verbs (``wavefront``, ``wavefront trace``): an unknown command too is one line."""
+
+    def summaries(self, ctx) -> list[tuple[str, str]]:
+        """(name, the first paragraph of its help) per visible command, for the help's command panel."""
+        subs = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        return [(name, (_paragraphs(sub.help) or [""])[0]) for name, sub in subs if sub is not None and not sub.hidden]
+
+
+class Verb(NamedTuple):
+    """A verb of the root group: the module whose ``register(app)`` adds it, and its line in ``--help``."""
+
+    module: str
+    summary: str
+    torch_free: bool = False
+
+
+class _LazyCommands(Mapping):
+    """The root group's commands by name: the names are the table's; a verb's module is imported, and every
+    command it registers is built, on the first lookup of one of them."""
+
+    def __init__(self, verbs: Mapping[str, Verb]):
+        self._verbs = verbs
+        self._built: dict[str, object] = {}  # name -> its click command
+
+    def __getitem__(self, name: str):
+        if name not in self._built:
+            scratch = typer.Typer()
+            importlib.import_module(self._verbs[name].module).register(scratch)
+            self._built.update(typer.main.get_group(scratch).commands)
+        return self._built[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._verbs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._verbs)
+
+    def __len__(self) -> int:
+        return len(self._verbs)
+
+
+class LazyVerbGroup(VerbGroup):
+    """The root group over a table of :class:`Verb` rows (``verbs``, set by a subclass): the commands load on
+    use, and the help lists the rows' summaries without importing any verb module."""
+
+    verbs: ClassVar[Mapping[str, Verb]] = {}
+
+    def __init__(self, **attrs):
+        super().__init__(**attrs)
+        self.commands = _LazyCommands(self.verbs)
+
+    def get_command(self, ctx, cmd_name: str):
+        return self.commands[cmd_name] if cmd_name in self.verbs else None  # a load's own KeyError propagates
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.verbs)
+
+    def summaries(self, ctx) -> list[tuple[str, str]]:
+        return [(name, verb.summary) for name, verb in self.verbs.items()]
 
 
 def command(app: typer.Typer, name: str) -> Callable:

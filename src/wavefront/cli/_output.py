@@ -1,35 +1,23 @@
-"""Output helpers shared by the verbs: JSON documents and rich consoles."""
+"""Output helpers shared by the verbs: rich consoles, one-line errors, tables that fit, checked output paths.
+Nothing here imports the workbench: the root group's help and usage errors use this module
+(JSON documents are written by :func:`wavefront.cli._common.write_json`)."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
-
-from wavefront.workbench.document import dumps
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
 
 console = Console()
 err_console = Console(stderr=True)
-
-
-def write_json(doc: dict, dest: str | Path) -> None:
-    """Write `doc` as JSON to `dest` ("-" is stdout). A destination that cannot be written is one line on
-    stderr and exit 2 (the verbs check it before the job too: :func:`output_problem`)."""
-    text = dumps(doc) + b"\n"
-    if str(dest) == "-":
-        sys.stdout.flush()
-        sys.stdout.buffer.write(text)
-        sys.stdout.flush()
-        return
-    try:
-        Path(dest).write_bytes(text)
-    except OSError as exc:
-        fail(f"cannot write {dest}: {exc.strerror or exc}")
 
 
 def output_problem(dest: str | Path) -> str | None:
@@ -60,8 +48,6 @@ def output_problem(dest: str | Path) -> str | None:
 def fail(message: str, code: int = 2) -> None:
     """Print one clear line on stderr (never wrapped at the terminal width) and exit non-zero (no stack
     trace)."""
-    from rich.markup import escape  # lazy: --help
-
     text = " ".join(str(message).split())
     err_console.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
@@ -85,9 +71,6 @@ class FitTable:
         self.dropped: list[str] = []
 
     def build(self, keep: Sequence[str], narrowest: bool = False):
-        from rich import box  # lazy: --help
-        from rich.table import Table  # lazy: --help
-
         out = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                     collapse_padding=True)
         idx = [self.headers.index(h) for h in keep]
@@ -101,8 +84,6 @@ class FitTable:
         return out
 
     def __rich_console__(self, console, options):
-        from rich.measure import Measurement  # lazy: --help
-
         keep = list(self.keep)
         unbounded = options.update(max_width=1 << 16)
         for name in self.droppable:

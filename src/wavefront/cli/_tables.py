@@ -4,8 +4,11 @@ dropped), in parts that line up as one table; the launch-configuration list."""
 from __future__ import annotations
 
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from wavefront.cli._common import table
+from wavefront.workbench.static.inspect import summarize
 
 
 class OneLineTable:
@@ -21,9 +24,6 @@ class OneLineTable:
         self.dropped: list[str] = []
 
     def __rich_console__(self, console, options):
-        from rich.table import Table  # lazy: --help
-        from rich.text import Text  # lazy: --help
-
         def width(cell: str) -> int:
             return Text.from_markup(cell).cell_len
 
@@ -72,8 +72,6 @@ def _narrow(bits: int) -> str:
 def inspect_table(report, all_rows: bool = False) -> OneLineTable:
     """One line per kernel x target, its worst case over the op's cases (`all_rows`: per case), under a heading
     per op and mode (and case). Kernels that failed to compile are listed under the table."""
-    from wavefront.workbench.static.inspect import summarize  # lazy: --help
-
     rows: list[list[str]] = []
     for k in (k for k in summarize(report, all_rows) if k.ok):
         if (heading := " ".join(x for x in (k.op, k.mode, k.case) if x)) not in (r[0] for r in rows if len(r) == 1):

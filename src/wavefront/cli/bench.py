@@ -24,8 +24,13 @@ from wavefront.cli._common import (
     request_errors,
     table,
     values,
+    write_json,
 )
-from wavefront.cli._output import console, err_console, fail, write_json
+from wavefront.cli._output import console, err_console, fail
+from wavefront.workbench.bench.records import CPU_LABEL
+from wavefront.workbench.jobs import bench as job
+from wavefront.workbench.jobs import profile as profile_job
+from wavefront.workbench.jobs.ops import split_targets
 
 _FULL_HELP = ("On a CPU, run the full sweep: every non-slow correctness case in every dtype, every bench case "
               "compiled and counted (about 17 min and 7.5 GiB peak on 2 CPU cores). Default: the quick sweep, one "
@@ -69,12 +74,10 @@ ProfileDirOpt = Annotated[str | None, typer.Option("--profile-dir", help="Defaul
 
 
 def _profile(request, json_out) -> None:
-    from wavefront.workbench.jobs import profile  # lazy: --help
-
     with request_errors():
-        profile.check_can_profile(request.tool, request.device)
+        profile_job.check_can_profile(request.tool, request.device)
         try:
-            result = profile.run_profile(request)
+            result = profile_job.run_profile(request)
         except RuntimeError as exc:
             fail(str(exc), 1)
     if json_out != "-":
@@ -99,8 +102,6 @@ def _failures_table(failures):
 
 
 def _timing_summary(measurements, on_gpu: bool) -> None:
-    from wavefront.workbench.bench.records import CPU_LABEL  # lazy: --help
-
     ok = [m for m in measurements if m.ok]
     bad = [m for m in measurements if not m.ok]
     console.print(f"timing: {len(ok)} measured, {len(bad)} not ({', '.join(sorted({m.status for m in bad})) or '-'})"
@@ -161,14 +162,11 @@ def bench(op: OpsOption = None, mode: ModeOpt = None, provider: ProviderOpt = No
     dashboard. Says up front what will run; prints failures and a summary. Exits 1 if a case fails.
     With --profile, the chosen cases run under a vendor profiler instead (nothing measured or stored)."""
     if profile is not None:
-        from wavefront.workbench.jobs.profile import ProfileRequest, selection  # lazy: --help
-
-        chosen = selection(op or (), values(mode), values(provider), values(dtype), case or ())
-        _profile(ProfileRequest(profile.value, profile_dir or str(Path(store).parent / "profiles" / profile.value),
-                                chosen, device.value if device else "cuda"), json_out)
+        chosen = profile_job.selection(op or (), values(mode), values(provider), values(dtype), case or ())
+        out_dir = profile_dir or str(Path(store).parent / "profiles" / profile.value)
+        _profile(profile_job.ProfileRequest(profile.value, out_dir, chosen, device.value if device else "cuda"),
+                 json_out)
         return
-    from wavefront.workbench.jobs import bench as job  # lazy: --help
-    from wavefront.workbench.jobs.ops import split_targets  # lazy: --help
 
     show = json_out != "-"
     with request_errors():

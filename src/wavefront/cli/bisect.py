@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import torch
 import typer
 
-from wavefront.cli._common import DType, JsonOut, Mode, Provider, command
-from wavefront.cli._output import console, err_console, fail, write_json
+from wavefront.cli._common import DType, JsonOut, Mode, Provider, command, write_json
+from wavefront.cli._output import console, err_console, fail
+from wavefront.workbench.bench.gitwork import GitError
+from wavefront.workbench.jobs import bisect as job
 
 
 def bisect(
@@ -31,20 +34,14 @@ def bisect(
 ) -> None:
     """Find the first commit between --good and --bad where the case regresses: git bisect run in a
     temporary worktree, with the dynamic gate's rule as the test. Exits 1 if no commit was singled out."""
-    from wavefront.workbench.bench.gitwork import GitError  # lazy: --help
-    from wavefront.workbench.jobs import bisect as job  # lazy: --help
-
     request = job.BisectRequest(good, bad, op=op, case=case, mode=mode.value, dtype=dtype.value,
                               provider=provider.value, reps=reps, command=command_, threshold=threshold, repo=repo)
     show = json_out != "-"
     try:
         request.measure_command()  # validate before any git work
-        if op is not None:
-            import torch  # lazy: --help
-
-            if not torch.cuda.is_available():
-                err_console.print("[yellow]note:[/] no GPU: commits are timed under the CPU interpreter "
-                                  "(not a performance figure)", soft_wrap=True)
+        if op is not None and not torch.cuda.is_available():
+            err_console.print("[yellow]note:[/] no GPU: commits are timed under the CPU interpreter "
+                              "(not a performance figure)", soft_wrap=True)
         result = job.bisect(request, (lambda done, total, what: err_console.print(f"[dim]{what}[/]")) if show else None)
     except (GitError, job.MeasureError, ValueError) as exc:
         fail(str(exc))

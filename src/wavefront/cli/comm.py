@@ -10,9 +10,14 @@ from enum import Enum
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
-from wavefront.cli._common import Bars, JsonOut, command, output_option
-from wavefront.cli._output import console, fail, write_json
+from wavefront.cli._common import Bars, JsonOut, command, output_option, write_json
+from wavefront.cli._output import console, fail
+from wavefront.workbench.distributed.comm import COLLECTIVES, CPU_NOTE, CommRequest
+from wavefront.workbench.distributed.launch import LaunchError, spawn, under_launcher
+from wavefront.workbench.distributed.overlap import OverlapRequest
+from wavefront.workbench.jobs import comm as job
 
 Collective = Enum("Collective", {k: k for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
                                                 "all_to_all", "send_recv")}, type=str)
@@ -23,8 +28,6 @@ Backend = Enum("Backend", {k: k for k in ("auto", "nccl", "gloo")}, type=str)
 
 def _start(rank_main, request, json_out: str | None, nproc: int | None, verb: str) -> None:
     """Validate, then run `rank_main((request, json_out))` here (under a launcher) or on `nproc` ranks."""
-    from wavefront.workbench.distributed.launch import LaunchError, spawn, under_launcher  # lazy: --help
-
     try:
         request.validate(int(os.environ["WORLD_SIZE"]) if under_launcher() else nproc)
         if under_launcher():
@@ -41,8 +44,6 @@ def _start(rank_main, request, json_out: str | None, nproc: int | None, verb: st
 
 
 def _comm_rank(args) -> None:
-    from wavefront.workbench.jobs import comm as job  # lazy: --help
-
     request, json_out = args
     with Bars(json_out != "-") as bars:
         result = job.comm(request, bars.phase("comm"))
@@ -57,8 +58,6 @@ def _comm_rank(args) -> None:
 
 
 def _render_comm(result) -> None:
-    from rich.table import Table  # lazy: --help
-
     info, report = result.runtime, result.report
     table = Table(title=f"collectives on {info['backend']} ({info['device']}, {info['world_size']} ranks)")
     for col in ("collective", "mode", "n", "S bytes", "time us", "algbw GB/s", "busbw GB/s", "check"):
@@ -103,8 +102,6 @@ def comm(
 ) -> None:
     """Benchmark collectives (time, algbw, busbw with nccl-tests conventions), check every result, fit
     t = alpha + factor*S/busbw per collective and group size, and store the fit for the planner."""
-    from wavefront.workbench.distributed.comm import COLLECTIVES, CommRequest  # lazy: --help
-
     request = CommRequest(
         ops=tuple(o.value for o in op) if op else COLLECTIVES, min_bytes=min_bytes, max_bytes=max_bytes,
         mode=mode.value, dtype=dtype.value, group_sizes=tuple(group_size) if group_size else None, warmup=warmup,
@@ -113,8 +110,6 @@ def comm(
 
 
 def _overlap_rank(args) -> None:
-    from wavefront.workbench.jobs import comm as job  # lazy: --help
-
     request, json_out = args
     result = job.overlap(request)
     if result is None:
@@ -126,10 +121,6 @@ def _overlap_rank(args) -> None:
 
 
 def _render_overlap(result) -> None:
-    from rich.table import Table  # lazy: --help
-
-    from wavefront.workbench.distributed.comm import CPU_NOTE  # lazy: --help
-
     info, fit, proxy = result.runtime, result.all_reduce_fit, result.proxy
     t = Table(title=f"overlap probe: all_reduce vs matmuls ({info['backend']}, {info['world_size']} ranks)")
     for col in ("S bytes", "compute ms", "comm ms", "both ms", "exposed ms", "overlap eff"):
@@ -172,8 +163,6 @@ def overlap(
 ) -> None:
     """Measure exposed communication and overlap efficiency of a collective running beside compute, and
     the effect of DDP's bucket cap on exposed gradient all-reduce, measured and predicted."""
-    from wavefront.workbench.distributed.overlap import OverlapRequest  # lazy: --help
-
     defaults = OverlapRequest()
     request = OverlapRequest(
         size_bytes=tuple(size_bytes or defaults.size_bytes), matmul_n=matmul_n, matmul_iters=matmul_iters, model=model,

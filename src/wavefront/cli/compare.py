@@ -7,8 +7,11 @@ from typing import Annotated
 
 import typer
 
-from wavefront.cli._common import Bars, JsonOut, Mode, OpsOption, Provider, command, table, values
-from wavefront.cli._output import console, err_console, fail, write_json
+from wavefront.cli._common import Bars, JsonOut, Mode, OpsOption, Provider, command, table, values, write_json
+from wavefront.cli._output import console, err_console, fail
+from wavefront.workbench.bench.gitwork import GitError
+from wavefront.workbench.bench.store import StoreError
+from wavefront.workbench.jobs import compare as job
 
 _COLORS = {"faster": "green", "slower": "red", "same": "white", "unknown": "yellow"}
 
@@ -25,8 +28,6 @@ def _table(deltas, title: str):
 
 
 def _calibrate(trials: int, json_out: str | None) -> None:
-    from wavefront.workbench.jobs import compare as job  # lazy: --help
-
     report = job.calibrate(job.CalibrateRequest(trials=trials))
     if json_out != "-":
         console.print(report.markdown(), soft_wrap=True)
@@ -62,9 +63,6 @@ def compare(
         return _calibrate(trials, json_out)
     if run_a is None or run_b is None:
         fail("give two runs: wavefront compare RUN_A RUN_B (or --git REV_A REV_B, or --calibrate)")
-    from wavefront.workbench.bench.gitwork import GitError  # lazy: --help
-    from wavefront.workbench.bench.store import StoreError  # lazy: --help
-    from wavefront.workbench.jobs import compare as job  # lazy: --help
 
     show = json_out != "-"
     request = job.CompareRequest(run_a, run_b, git=git_revs, ops=tuple(op or ()), cases=tuple(case or ()),

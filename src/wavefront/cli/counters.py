@@ -8,8 +8,11 @@ from typing import Annotated
 
 import typer
 
-from wavefront.cli._help import command
-from wavefront.cli._output import JsonOut, console, err_console, fail, table, write_json
+from wavefront.cli._common import command, write_json
+from wavefront.cli._output import JsonOut, console, err_console, fail, table
+from wavefront.workbench.counters.model import CountersLoadError
+from wavefront.workbench.jobs import counters as job
+from wavefront.workbench.jobs.request import RequestError
 
 
 def _num(x, fmt: str = ".3g") -> str:
@@ -54,9 +57,6 @@ def _compare_table(doc: dict):
 
 
 def _run(call, request):
-    from wavefront.workbench.counters.model import CountersLoadError  # lazy: --help
-    from wavefront.workbench.jobs.request import RequestError  # lazy: --help
-
     try:
         return call(request)
     except RequestError as exc:
@@ -82,8 +82,6 @@ def counters(
     """Per launch: duration, FLOP/s per pipe, DRAM/L2/L1 bytes, occupancy, stalls, registers, placed on the
     device roofline and matched to wavefront's kernels; gaps to the predictions called out. With two
     profiles: per kernel and metric, the `compare` statistics where launches repeat (5+), else a plain delta."""
-    from wavefront.workbench.jobs import counters as job  # lazy: --help
-
     show = json_out != "-"
     if profile_b is not None:
         if inspect or traffic:

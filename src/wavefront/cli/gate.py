@@ -8,8 +8,19 @@ from typing import Annotated
 
 import typer
 
-from wavefront.cli._common import ALL_TARGETS, Bars, JsonOut, TargetsOption, command, output_option, request_errors
-from wavefront.cli._output import console, err_console, write_json
+from wavefront.cli._common import (
+    ALL_TARGETS,
+    Bars,
+    JsonOut,
+    TargetsOption,
+    command,
+    output_option,
+    request_errors,
+    write_json,
+)
+from wavefront.cli._output import console, err_console
+from wavefront.workbench.jobs.gate import GateRequest, run
+from wavefront.workbench.jobs.ops import split_targets
 
 
 def _render(result) -> None:
@@ -51,9 +62,6 @@ def gate_cmd(
     stops compiling, or moves more bytes; or when, against a perf baseline, a case slows beyond both the
     threshold and its noise band or its peak memory grows. Both halves run in one command. Bad input
     (an unreadable baseline, a malformed document, an interrupted run) exits 2."""
-    from wavefront.workbench.jobs.gate import GateRequest, run  # lazy: --help
-    from wavefront.workbench.jobs.ops import split_targets  # lazy: --help
-
     show = json_out != "-"
     with request_errors():
         request = GateRequest(static=static, baseline=tuple(str(b) for b in baseline or ()), current=current,

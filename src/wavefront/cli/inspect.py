@@ -21,9 +21,15 @@ from wavefront.cli._common import (
     note,
     request_errors,
     table,
+    write_json,
 )
-from wavefront.cli._output import console, write_json
+from wavefront.cli._output import console
 from wavefront.cli._tables import configs_table, inspect_table
+from wavefront.workbench.jobs import inspect as inspect_job
+from wavefront.workbench.jobs import roofline as roofline_job
+from wavefront.workbench.jobs import traffic as traffic_job
+from wavefront.workbench.jobs.ops import split_targets
+from wavefront.workbench.static.inspect import LEGEND
 
 
 def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
@@ -42,14 +48,11 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
     """Compile every registered op's kernels at its bench shapes for GPU targets (no GPU needed) and report
     registers, spills, shared memory/LDS, occupancy, the widest global load/store, matrix instructions and
     the design (TMA, setmaxnreg, wgmma wait depth)."""
-    from wavefront.workbench.jobs import inspect as jobs  # lazy: --help
-    from wavefront.workbench.jobs.ops import split_targets  # lazy: --help
-
     show = json_out != "-"
     if configs:
         with request_errors():
-            found = jobs.gpu_configs(jobs.ConfigsRequest(ops=tuple(op or ()), targets=split_targets(targets),
-                                                         dtype=dtype.value))
+            found = inspect_job.gpu_configs(inspect_job.ConfigsRequest(
+                ops=tuple(op or ()), targets=split_targets(targets), dtype=dtype.value))
         if show:
             console.print(configs_table(found))
             runnable, chosen = found.coverage
@@ -60,12 +63,10 @@ def inspect_cmd(op: OpsOption = None, targets: TargetsOption = ALL_TARGETS,
             write_json(found.as_dict(), json_out)
         return
     with request_errors(), Bars(show) as bars:
-        req = jobs.InspectRequest(ops=tuple(op or ()), targets=split_targets(targets), dtype=dtype.value,
+        req = inspect_job.InspectRequest(ops=tuple(op or ()), targets=split_targets(targets), dtype=dtype.value,
                                   asm_dir=str(asm) if asm else None, workers=workers)
-        report = jobs.inspect(req, bars.phase("compile"))
+        report = inspect_job.inspect(req, bars.phase("compile"))
     if show:
-        from wavefront.workbench.static.inspect import LEGEND  # lazy: --help
-
         console.print(inspect_table(report, all_rows))
         console.print(f"[dim]{LEGEND}[/]", highlight=False)
         for r in report.failed:
@@ -108,12 +109,10 @@ def traffic_cmd(op: OpsOption = None,
                 json_out: JsonOut = None) -> None:
     """Count the bytes each op's kernels load and store (instrumented Triton interpreter) at small versions
     of its bench cases; compare with the op's minimum and with eager PyTorch."""
-    from wavefront.workbench.jobs import traffic as jobs  # lazy: --help
-
     show = json_out != "-"
     with request_errors(), Bars(show) as bars:
-        report = jobs.traffic(jobs.TrafficRequest(ops=tuple(op or ()), dtype=dtype.value, marginal=marginal),
-                              bars.phase("traffic"))
+        request = traffic_job.TrafficRequest(ops=tuple(op or ()), dtype=dtype.value, marginal=marginal)
+        report = traffic_job.traffic(request, bars.phase("traffic"))
     if show:
         console.print(traffic_table(report))
         note("ours: kernel + host bytes; ours/min: over the minimum at this case; per row: extra bytes per extra row "
@@ -160,15 +159,13 @@ def roofline_cmd(
 ) -> None:
     """Arithmetic intensity, attainable time on a device of the table and, given measured times, the
     achieved percentage of the roof, for every bench case of every registered op."""
-    from wavefront.workbench.jobs import roofline as jobs  # lazy: --help
-
-    req = jobs.RooflineRequest(device=device, ops=tuple(op or ()), dtype=dtype.value,
+    req = roofline_job.RooflineRequest(device=device, ops=tuple(op or ()), dtype=dtype.value,
                                traffic=str(traffic) if traffic else None,
                                inspect=str(inspect_json) if inspect_json else None,
                                measured=str(measured) if measured else None, store=str(store) if store else None,
                                run=run)
     with request_errors():
-        report = jobs.roofline(req)
+        report = roofline_job.roofline(req)
     if json_out != "-":
         console.print(roofline_table(report))
         g = report.device

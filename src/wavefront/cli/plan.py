@@ -8,8 +8,12 @@ from typing import Annotated, Literal, TypeAlias
 
 import typer
 
-from wavefront.cli._help import command
-from wavefront.cli._output import JsonOut, console, fail, table, write_json
+from wavefront.cli._common import command, write_json
+from wavefront.cli._output import JsonOut, console, fail, table
+from wavefront.workbench.jobs import plan as job
+from wavefront.workbench.planner.job import parse_fixed
+from wavefront.workbench.planner.search import rank_text as fig
+from wavefront.workbench.planner.stacks import explain_stack
 
 
 def _opt(help_: str, *names: str, **kw): return typer.Option(*names, help=help_, **kw)
@@ -29,8 +33,6 @@ def _render(result) -> None:
     for line in result.header():
         console.print(line)
     if shown:
-        from wavefront.workbench.planner.search import rank_text as fig  # lazy: --help
-
         cost = result.rank_by == "cost"
         console.print(_table(f"best {len(shown)}", "#|plan|step s|tok/s/GPU|MFU|GB" + ("|$/step" if cost else ""),
                              [[str(i), r.config.label() + (f" @{r.cluster.label}" if multi else ""),
@@ -62,8 +64,6 @@ def _render(result) -> None:
 
 
 def _run_validation(paths: list[str], json_out: str | None) -> None:
-    from wavefront.workbench.jobs import plan as job  # lazy: --help
-
     try:
         report = job.validate(job.ValidateRequest(tuple(paths)))
     except ValueError as exc:
@@ -149,10 +149,6 @@ def plan(  # one line per option; the job is built in _main
 def _main(a: dict) -> None:
     if a["validate"]:
         return _run_validation(a["validate"], a["json_out"])
-    from wavefront.workbench.jobs.plan import CustomDims, PlanRequest  # lazy: --help
-    from wavefront.workbench.jobs.plan import plan as run_plan  # lazy: --help
-    from wavefront.workbench.planner.job import parse_fixed  # lazy: --help
-    from wavefront.workbench.planner.stacks import explain_stack  # lazy: --help
 
     try:  # --explain: the profile's terms and rows (not into --json -); alone (no model), nothing else
         explained = explain_stack(a["stack"], (a["gpus"] or ["8xh100"])[0]) if a["explain"] else []
@@ -166,7 +162,7 @@ def _main(a: dict) -> None:
     dims = [a[k] for k in ("layers", "hidden", "heads", "ffn", "vocab")]
     if any(v is not None for v in dims) and not all(v is not None for v in dims):
         fail("give --model PRESET or path/to/config.json, or all of --layers --hidden --heads --ffn --vocab")
-    custom = CustomDims(*dims, a["kv_heads"], a["head_dim"], a["gated"], a["tied"]) if all(dims) else None
+    custom = job.CustomDims(*dims, a["kv_heads"], a["head_dim"], a["gated"], a["tied"]) if all(dims) else None
     same = ("model", "gpus_per_node", "nics_per_node", "nic_gbits", "intra_gbps", "inter_gbps", "intra_latency_us",
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
@@ -178,13 +174,13 @@ def _main(a: dict) -> None:
         fail(str(exc))
     if a["ep"] is not None and fixed.setdefault("ep", a["ep"]) != a["ep"]:
         fail(f"--ep {a['ep']} contradicts --fix ep={fixed['ep']}")
-    request = PlanRequest(
+    request = job.PlanRequest(
         custom=custom, head_dim=a["head_dim"] if custom is None else None, gpus=tuple(a["gpus"] or ["8xh100"]),
         hierarchical=not a["flat_collectives"], calibrations=tuple(a["calibration"] or ()),
         micro_batch_sizes=tuple(a["micro_batch"] or (1, 2, 4, 8)), grad_bytes=int(a["grad_bytes"]),
         dp_overlap=not a["no_dp_overlap"], price_per_gpu_hour=a["price"], fixed=fixed, **{k: a[k] for k in same})
     try:
-        result = run_plan(request)
+        result = job.plan(request)
     except ValueError as exc:
         fail(str(exc))
     if a["json_out"]:

@@ -6,8 +6,12 @@ from typing import Annotated
 
 import typer
 
-from wavefront.cli._common import JsonOut, command, output_option
-from wavefront.cli._output import console, fail, write_json
+from wavefront.cli._common import JsonOut, command, output_option, write_json
+from wavefront.cli._output import console, fail
+from wavefront.workbench.bench.store import StoreError
+from wavefront.workbench.hardware import get_gpu
+from wavefront.workbench.jobs import report as job
+from wavefront.workbench.report.tables import DocumentError
 
 Store = Annotated[str, typer.Option(help="Results store (SQLite) to read; it must exist.")]
 NoStore = Annotated[bool, typer.Option("--no-store", help="Read no store: the modeled charts and documents.")]
@@ -43,11 +47,6 @@ def report(
 ) -> None:
     """Write the dashboard: inspect heat map, traffic bars, one roofline with a device selector, the fused-loss
     memory result, correctness, speedups vs each baseline and history (GPU runs), training KPIs."""
-    from wavefront.workbench.bench.store import StoreError  # lazy: --help
-    from wavefront.workbench.hardware import get_gpu  # lazy: --help
-    from wavefront.workbench.jobs import report as job  # lazy: --help
-    from wavefront.workbench.report.tables import DocumentError  # lazy: --help
-
     if no_store and (export_json or export_csv):
         fail("--export-json/--export-csv need a store; drop --no-store")
     for d in device or []:

@@ -11,10 +11,14 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from wavefront.cli._help import VerbGroup, command
-from wavefront.cli._output import JsonOut, console, err_console, output_option, write_json
+from wavefront.cli._common import VerbGroup, command, write_json
+from wavefront.cli._output import JsonOut, console, err_console, output_option
+from wavefront.workbench.jobs import trace as job
+from wavefront.workbench.trace import TraceLoadError
+from wavefront.workbench.trace.report import blocks, diff_table
 
 app = typer.Typer(name="trace", no_args_is_help=True, add_completion=False, cls=VerbGroup,
                   help="Analyze torch.profiler, jax.profiler, nsys and rocprofv3 traces: breakdown, kernels, ranks.")
@@ -53,10 +57,6 @@ def expand_paths(items: list[str]) -> list[Path]:
 
 def _run(job, request, n_files: int, quiet: bool):
     """A trace job under a progress bar (one step per file); its errors are one line, exit 2."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: --help
-
-    from wavefront.workbench.trace import TraceLoadError  # lazy: --help
-
     # auto_refresh=False: no refresh thread while the analysis forks its worker processes
     with Progress(TextColumn("[bold]analyzing[/] {task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=err_console, disable=quiet or not err_console.is_terminal, transient=True,
@@ -108,8 +108,9 @@ def fit_table(spec, width: int) -> Table:
     return t
 
 
-def render(blocks) -> None:
-    for b in blocks:
+def render(parts) -> None:
+    """The report's blocks (:func:`wavefront.workbench.trace.report.blocks`) on the console."""
+    for b in parts:
         if b.kind == "rule":
             console.rule(escape(b.text))
         elif b.kind == "warning":
@@ -141,9 +142,6 @@ def analyze_cmd(
 ) -> None:
     """Per-step breakdown (sums to the step time), kernel table and roofline, launch statistics, and
     multi-rank skew and collective waits."""
-    from wavefront.workbench.jobs import trace as job  # lazy: --help
-    from wavefront.workbench.trace.report import blocks  # lazy: --help
-
     paths = expand_paths(traces)
     if annotate_out and len(paths) != 1:
         _fail(f"--annotate takes exactly one trace file; got {len(paths)}")
@@ -177,9 +175,6 @@ def diff_cmd(
 ) -> None:
     """B against A, per step: step time, each breakdown category and the top kernel families, each with
     a verdict (faster / slower / same / unknown) from bootstrap CI + Mann-Whitney."""
-    from wavefront.workbench.jobs import trace as job  # lazy: --help
-    from wavefront.workbench.trace.report import diff_table  # lazy: --help
-
     quiet = json_out == "-"
     pa, pb = expand_paths([a]), expand_paths([b])
     result = _run(job.diff, job.DiffRequest(tuple(pa), tuple(pb), top=top, alpha=alpha), len(pa) + len(pb), quiet)

@@ -9,9 +9,13 @@ from enum import Enum
 from typing import Annotated
 
 import typer
+from rich import progress as rp
 from rich.markup import escape
+from rich.table import Table
 
 from wavefront.cli._common import JsonOut, command, console, err_console, fail, output_option, write_json
+from wavefront.workbench.distributed import launch
+from wavefront.workbench.distributed.train import config, readout
 from wavefront.workbench.distributed.train.overlap import HELP, kpi_rows
 from wavefront.workbench.distributed.train.readout import TIMING_RATIOS, loss_agreement, notes, on_cpu
 
@@ -44,7 +48,6 @@ def _fmt(value, spec: str, none: str = "n/a", scale: float = 1.0) -> str:
 
 
 def kpi_table(result):
-    from rich.table import Table  # lazy: --help
     measured = [v for v in result.variants if v.summary]
     ref = measured[0].variant if measured else ""
     cpu = on_cpu(result.provenance)
@@ -114,9 +117,7 @@ def train(
     json_out: JsonOut = None,
 ) -> None:
     """Train (single, DDP, FSDP2 or a TP/PP/FSDP2 mesh) and report tokens/s, MFU, memory, step split, $, energy."""
-    from wavefront.workbench.distributed import launch  # lazy: --help
-    from wavefront.workbench.distributed.train.config import json_dest_problem  # lazy: --help
-    if int(os.environ.get("RANK", "0")) == 0 and (why := json_dest_problem(json_out)):
+    if int(os.environ.get("RANK", "0")) == 0 and (why := config.json_dest_problem(json_out)):
         fail(escape(why))
     plan = launch.save_stdin(out, "plan.json") if plan == "-" else plan  # the ranks read the file, not stdin
     argv = launch.replace_option(sys.argv[1:], "--plan", plan) if plan else sys.argv[1:]
@@ -131,24 +132,24 @@ def train(
 
 def _config(o: dict):
     """The typed request from the options, validated for this launch; exit 2 with one line if bad."""
-    from wavefront.workbench.distributed.train import config as c  # lazy: --help
     o = {k: v.value if isinstance(v, Enum) else v for k, v in o.items()}
     try:
         if o["compare"] and o["no_patch"]:
-            raise c.ConfigError("--compare and --no-patch exclude each other")
+            raise config.ConfigError("--compare and --no-patch exclude each other")
         if o["variants"] is not None and not o["compare"]:
-            raise c.ConfigError(f"unexpected argument {o['variants']!r}: variants are given with --compare")
-        cfg = c.TrainConfig(**{f.name: o[f.name] for f in fields(c.TrainConfig) if f.name in o and f.name not in (
-            "variants", "patch_options", "profile_steps", "inject_failure", "store")},
-            variants=c.parse_variants(o["variants"]) if o["compare"] else (
+            raise config.ConfigError(f"unexpected argument {o['variants']!r}: variants are given with --compare")
+        same = {f.name: o[f.name] for f in fields(config.TrainConfig) if f.name in o and f.name not in (
+            "variants", "patch_options", "profile_steps", "inject_failure", "store")}
+        cfg = config.TrainConfig(**same,
+            variants=config.parse_variants(o["variants"]) if o["compare"] else (
                 ("baseline",) if o["no_patch"] else ("wavefront",)),
-            patch_options=c.parse_patch_ops(o["patch_ops"]) if o["patch_ops"] is not None else {},
-            profile_steps=c.parse_step_range(o["profile_steps"]) if o["profile_steps"] else None,
-            inject_failure=c.parse_rank_step(o["inject_failure"]) if o["inject_failure"] else None,
+            patch_options=config.parse_patch_ops(o["patch_ops"]) if o["patch_ops"] is not None else {},
+            profile_steps=config.parse_step_range(o["profile_steps"]) if o["profile_steps"] else None,
+            inject_failure=config.parse_rank_step(o["inject_failure"]) if o["inject_failure"] else None,
             out_dir=o["out"], store=o["store"] or None, timeout_s=o["timeout"])
-        cfg = c.apply_plan(cfg)
+        cfg = config.apply_plan(cfg)
         cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))
-    except c.ConfigError as e:
+    except config.ConfigError as e:
         if int(os.environ.get("RANK", "0")) == 0:
             fail(escape(str(e)))
         raise typer.Exit(2) from None
@@ -156,9 +157,8 @@ def _config(o: dict):
 
 
 def _run(cfg, json_out: str | None) -> None:
-    from rich import progress as rp  # lazy: --help
-
-    from wavefront.workbench.distributed.train import harness, readout  # lazy: --help
+    # The options, the request and the torchrun relaunch need no torch (test_train_imports.py); the ranks do.
+    from wavefront.workbench.distributed.train import harness  # lazy: torch-free import
 
     rank, order = int(os.environ.get("RANK", "0")), tuple(harness.run_order(cfg.variants))
     progress = rp.Progress(rp.TextColumn("[bold]{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
