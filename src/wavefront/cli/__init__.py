@@ -39,6 +39,7 @@ VERBS: dict[str, Verb] = {
     "inspect": Verb("wavefront.cli.inspect", "Machine code of every kernel for six GPU targets (no GPU)."),
     "traffic": Verb("wavefront.cli.inspect", "Bytes each kernel moves, against the op's minimum."),
     "roofline": Verb("wavefront.cli.inspect", "Each bench case on a device's roofline."),
+    "predict": Verb("wavefront.cli.predict", "Predicted fraction of peak per kernel (a model, not measured)."),
     "gate": Verb("wavefront.cli.gate", "Fail on a static (machine code, bytes) or perf regression."),
     "counters": Verb("wavefront.cli.counters", "Hardware counters of a vendor profile on the roofline.",
                      torch_free=True),

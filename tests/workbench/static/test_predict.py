@@ -205,13 +205,13 @@ def test_fa3_forward_agrees_with_the_hand_model_in_the_attention_doc(report):
     assert default.predicted < row.predicted
 
 
-def test_doc_table_is_the_scripts_output_on_the_committed_baseline(report):
+def test_doc_table_is_the_verbs_output_on_the_committed_baseline(report):
     text = DOC.read_text()
     assert BEGIN in text and END in text, f"{DOC} lacks the table markers"
     table = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert table == predict.markdown(report, cases=predict.DOC_CASES).strip(), (
         "docs/predicted-peak.md's table drifted: regenerate it with "
-        "`PYTHONPATH=src python scripts/predicted_peak.py` (see the doc)")
+        "`wavefront predict` (see the doc)")
 
 
 def test_bad_requests_name_the_argument(tmp_path):
@@ -223,10 +223,3 @@ def test_bad_requests_name_the_argument(tmp_path):
     with pytest.raises(RequestError) as e:
         predict.predict(predict.PredictRequest(baseline=str(bad)))
     assert e.value.argument == "baseline"
-
-
-def test_script_exits_2_with_one_line_on_bad_input():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "predicted_peak.py"), "--targets", "sm_80"],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "--targets" in proc.stderr and "Traceback" not in proc.stderr

@@ -7,7 +7,7 @@ a model, never a measurement.
 The inspect and traffic facts come from the static baseline document (``benchmarks/baselines/static.json`` by
 default); the case shapes from the op registry; the tile each matrix-unit kernel runs at a case from the same
 config tables its launcher reads (``kernels/attention_config``, ``matmul_config``, ``grouped_config`` and the FP8
-GEMM's), so a changed table changes the prediction. ``scripts/predicted_peak.py`` prints the table.
+GEMM's), so a changed table changes the prediction. ``wavefront predict`` prints the table.
 """
 
 from __future__ import annotations
