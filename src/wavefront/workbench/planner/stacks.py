@@ -140,7 +140,7 @@ FITTED: dict[str, dict[str, Any]] = {
         "shared": {"kernel_us": 0.003},
     },
     "nemo/24.07": {
-        "h100": {"attention": 0.303, "gemm": 0.712},
+        "h100": {"attention": 0.303, "gemm": 0.711},
     },
     "megatron-core-te/2025": {
         "b200": {"attention": 0.256, "gemm": 0.601},
