@@ -5,12 +5,17 @@ that ran checked against the device they ran on."""
 from __future__ import annotations
 
 import glob
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np  # only to draw random chunk weights
 import pytest
 
+from wavefront.workbench.planner.job import parse_fixed
 from wavefront.workbench.planner.pipeline import _order, candidate_ranks, chunk_layers, live_counts, peak
+from wavefront.workbench.planner.search import plan
+from wavefront.workbench.planner.stacks import get_profile
+from wavefront.workbench.planner.training import Training
 from wavefront.workbench.planner.validation import load_table, predict_row
 
 PUBLISHED = Path(__file__).parents[2] / "data" / "published"
@@ -170,3 +175,31 @@ def test_published_plans_fit_on_the_devices_they_ran_on():
         assert key in KNOWN_OVER, f"{key} now over its device at {gb:.1f} GB"
         assert gb <= KNOWN_OVER[key] + 0.05, f"{key} grew to {gb:.1f} GB"
     assert not set(KNOWN_OVER) - set(over), f"rows that now fit: {set(KNOWN_OVER) - set(over)}"
+
+
+def test_fix_pins_the_round_size_a_published_run_states():
+    """`--fix pp_round=N` pins Llama 3's round size (a Training field, not a plan field) as a published row
+    may state it: Meta's plan at 8K H100 with N = 8 holds 2 x 14 + 7 x 8 + 1 = 85 one-layer chunks on rank 1,
+    what the table row priced with pp_round 8 holds; N = pp is the default schedule; a round size that does
+    not divide the micro-batches is a reason the plan cannot run, not a crash."""
+    assert parse_fixed(["pp_round=8", "vpp=8"]) == {"pp_round": 8, "vpp": 8}
+    with pytest.raises(ValueError, match="pp_round"):
+        parse_fixed(["pp_round=x"])
+    pins = dict(tp=8, pp=16, vpp=8, cp=1, recompute="none", micro_batch=1, zero=2)
+    training = Training(global_batch_tokens=2048 * 8192, seq_len=8192, grad_bytes=4)
+    spec = get_profile("meta-llama3/2024")
+    training = replace(training, **spec.training_fields())
+    res = plan("llama3-405b", "8192xh100", training, fixed=pins | {"pp_round": 8}, profile=spec)
+    best = res.ranked[0]
+    assert best.training.pp_round == 8 and best.memory.fits
+    doc = load_table(PUBLISHED / "llama3_2024_table4.json")
+    row8 = next(r for r in doc["rows"] if r["id"] == "8K-8192")
+    stated = predict_row(doc, row8 | {"pp_round": 8}).memory
+    assert best.memory.activations_bytes == pytest.approx(stated.activations_bytes)
+    assert any("round size N = 8" in w for w in res.warnings)
+    default = plan("llama3-405b", "8192xh100", training, fixed=pins, profile=spec)
+    assert default.out_of_memory[0].memory.total_bytes == pytest.approx(
+        plan("llama3-405b", "8192xh100", training, fixed=pins | {"pp_round": 16}, profile=spec)
+        .out_of_memory[0].memory.total_bytes)
+    bad = plan("llama3-405b", "8192xh100", training, fixed=pins | {"pp_round": 12}, profile=spec)
+    assert not bad.ranked and any("round size N = 12" in reason for reason in bad.rejected)

@@ -31,9 +31,15 @@ DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 STACK_DEFAULTS = {"stack": DEFAULT_PROFILE}
 
 
+#: Training fields `--fix` pins besides the plan's own (PlanConfig): the interleaved schedule's round size N
+#: (Training.pp_round: Llama 3's schedule, Dubey et al. 2024, Sec. 3.3.2; a published run may state it).
+TRAINING_FIX = ("pp_round",)
+
+
 def parse_fixed(items: list[str] | None) -> dict[str, Any]:
-    """`--fix FIELD=VALUE` items -> {field: value} of PlanConfig fields; a ValueError names --fix."""
-    fields = PlanConfig.__dataclass_fields__
+    """`--fix FIELD=VALUE` items -> {field: value} of PlanConfig fields and TRAINING_FIX; a ValueError names
+    --fix."""
+    fields = PlanConfig.__dataclass_fields__ | {k: Training.__dataclass_fields__[k] for k in TRAINING_FIX}
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")

@@ -15,7 +15,7 @@ import math
 import time as _time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -23,11 +23,11 @@ from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.document import encode
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
-from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
+from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, TRAINING_FIX, PlanRequest
 from wavefront.workbench.planner.memory import MemoryBreakdown, device_capacity, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
-from wavefront.workbench.planner.parallel import PlanConfig, structural_problems
+from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches, structural_problems
 from wavefront.workbench.planner.stacks import StackProfile
 from wavefront.workbench.planner.time import TimeBreakdown, step_time
 from wavefront.workbench.planner.training import Efficiency, Training
@@ -286,6 +286,10 @@ def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
     efficiency = efficiency or Efficiency.for_gpu(cluster.gpu.key)
     problems = structural_problems(cfg, model, cluster.n_gpus, training.global_batch_seqs, training.seq_len,
                                    allow_uneven_layers=allow_uneven_layers)
+    n_round = training.pp_round
+    if not problems and n_round and cfg.vpp > 1 and n_micro_batches(cfg, training.global_batch_seqs) % n_round:
+        problems = [f"round size N = {n_round} does not divide the "
+                    f"{n_micro_batches(cfg, training.global_batch_seqs)} micro-batches (pipeline.py)"]
     if problems:
         return PlanResult(cfg, cluster, None, None, reasons=tuple(problems))
     mem = memory_breakdown(model, cfg, training, cluster, memo)
@@ -354,9 +358,12 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
     if rank_by not in RANK_BY:
         raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
     fixed = dict(fixed or {})
-    unknown = set(fixed) - set(PlanConfig.__dataclass_fields__)
+    unknown = set(fixed) - set(PlanConfig.__dataclass_fields__) - set(TRAINING_FIX)
     if unknown:
-        raise ValueError(f"unknown plan fields {sorted(unknown)}; known: {sorted(PlanConfig.__dataclass_fields__)}")
+        raise ValueError(f"unknown plan fields {sorted(unknown)}; known: "
+                         f"{sorted(PlanConfig.__dataclass_fields__) + list(TRAINING_FIX)}")
+    # a pinned schedule setting of the training (Llama 3's round size N) is set on it, not matched per plan
+    training = replace(training, **{k: fixed.pop(k) for k in TRAINING_FIX if k in fixed})
 
     feasible: list[PlanResult] = []
     oom: list[PlanResult] = []
@@ -386,8 +393,13 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
               if fixed and n_enum == 0 else [])
     gpu0 = clusters[0].gpu.key
     first = efficiency or (profile.efficiency(gpu0) if profile else Efficiency.for_gpu(gpu0))
+    warnings = batch_warnings(training, clusters)
+    if training.pp_round:
+        warnings.append(f"pipeline round size N = {training.pp_round} (Llama 3's schedule): memory holds its "
+                        "in-flight chunks; the step time keeps the (pp - 1)/(vpp m) bubble, which holds for N >= pp "
+                        "only (the bubbles a smaller round adds are not priced)")
     return SearchResult(spec, clusters, training, first, rank_by, feasible, oom, rejected, n_enum,
-                        _time.perf_counter() - start, batch_warnings(training, clusters), misses, profile=profile)
+                        _time.perf_counter() - start, warnings, misses, profile=profile)
 
 
 def _run_request(req: PlanRequest) -> SearchResult:
