@@ -5,6 +5,7 @@ that ran checked against the device they ran on."""
 from __future__ import annotations
 
 import glob
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -182,9 +183,12 @@ def test_fix_pins_the_round_size_a_published_run_states():
     may state it: Meta's plan at 8K H100 with N = 8 holds 2 x 14 + 7 x 8 + 1 = 85 one-layer chunks on rank 1,
     what the table row priced with pp_round 8 holds; N = pp is the default schedule; a round size that does
     not divide the micro-batches is a reason the plan cannot run, not a crash."""
-    assert parse_fixed(["pp_round=8", "vpp=8"]) == {"pp_round": 8, "vpp": 8}
-    with pytest.raises(ValueError, match="pp_round"):
-        parse_fixed(["pp_round=x"])
+    assert parse_fixed(["pp_round=8", "vpp=8", "zero3_unit=sub-module"]) == {"pp_round": 8, "vpp": 8,
+                                                                               "zero3_unit": "sub-module"}
+    for bad, says in (("pp_round=x", "--fix pp_round: 'x'"), ("pp_round=-1", "--fix pp_round must be >= 0"),
+                      ("zero3_unit=module", "--fix zero3_unit must be one of")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            parse_fixed([bad])
     pins = dict(tp=8, pp=16, vpp=8, cp=1, recompute="none", micro_batch=1, zero=2)
     training = Training(global_batch_tokens=2048 * 8192, seq_len=8192, grad_bytes=4)
     spec = get_profile("meta-llama3/2024")
