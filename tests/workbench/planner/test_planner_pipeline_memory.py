@@ -14,7 +14,7 @@ import pytest
 
 from wavefront.workbench.planner.job import parse_fixed
 from wavefront.workbench.planner.pipeline import _order, candidate_ranks, chunk_layers, live_counts, peak
-from wavefront.workbench.planner.search import plan
+from wavefront.workbench.planner.search import explain, plan
 from wavefront.workbench.planner.stacks import get_profile
 from wavefront.workbench.planner.training import Training
 from wavefront.workbench.planner.validation import load_table, predict_row
@@ -207,3 +207,22 @@ def test_fix_pins_the_round_size_a_published_run_states():
         .out_of_memory[0].memory.total_bytes)
     bad = plan("llama3-405b", "8192xh100", training, fixed=pins | {"pp_round": 12}, profile=spec)
     assert not bad.ranked and any("round size N = 12" in reason for reason in bad.rejected)
+
+
+def test_a_pinned_plan_within_the_device_says_which_headroom_admits_it():
+    """Meta's 16K-GPU plan is within the H100 (80.5 of 85.0 GB, fragmentation counted) and over the default
+    headroom (0.90: the margin for the model's error): the search says so and names the headroom that admits
+    it, and that headroom does."""
+    spec = get_profile("meta-llama3/2024")
+    training = replace(Training(global_batch_tokens=2048 * 8192, seq_len=8192), **spec.training_fields())
+    pins = dict(tp=8, pp=16, vpp=8, cp=1, recompute="none", micro_batch=1, zero=2)
+    res = plan("llama3-405b", "16384xh100", training, fixed=pins, profile=spec)
+    assert not res.ranked
+    text = " ".join(explain(res))
+    assert "fits the device with fragmentation counted (80.5 of 85.0 GB)" in text
+    need = float(re.search(r"--memory-headroom (\d\.\d+) admits it", text).group(1))
+    assert 0.90 < need < 0.95
+    assert plan("llama3-405b", "16384xh100", replace(training, memory_headroom=need), fixed=pins,
+                profile=spec).ranked
+    assert not plan("llama3-405b", "16384xh100", replace(training, memory_headroom=need - 0.001), fixed=pins,
+                    profile=spec).ranked

@@ -525,7 +525,14 @@ def explain(result: SearchResult, n_runner_ups: int = 4) -> list[str]:
             reasons = "; ".join(f"{n} x {why}" for why, n in result.rejected.most_common(3))
             return [f"no valid plan: {reasons}"]
         closest = result.out_of_memory[0]
-        return ["no plan fits in memory", f"closest: {closest.config.label()} ({closest.reasons[0]})"]
+        lines = ["no plan fits in memory", f"closest: {closest.config.label()} ({closest.reasons[0]})"]
+        mem = _m(closest)
+        if mem.fits_device:  # within the device, over the search's margin for the model's error
+            need = math.ceil(mem.total_bytes / mem.capacity_bytes * 1000) / 1000
+            lines.append(f"it fits the device with fragmentation counted ({mem.total_bytes / 1e9:.1f} of "
+                         f"{mem.capacity_bytes / 1e9:.1f} GB); the headroom is the margin for this model's "
+                         f"error: --memory-headroom {need:.3f} admits it")
+        return lines
     t = _t(best)
     parts = sorted(t.parts().items(), key=lambda kv: -kv[1])
     shares = ", ".join(f"{k} {v / t.step_s:.0%}" for k, v in parts if v > 0.005 * t.step_s)
