@@ -241,7 +241,7 @@ def submodule_params(model: ModelSpec, tp: int, ep: int = 1) -> float:
     larger, Megatron-DeepSpeed's layout) and its second; the embedding; a MoE layer's E/ep routed experts,
     one grouped module per layer (Megatron-Core's TEGroupedMLP)."""
     h, f = model.dims.hidden, model.dims.ffn_hidden
-    shapes = [i * o for i, o in model.attn_linear_shapes(tp)]
+    shapes: list[float] = [float(i * o) for i, o in model.attn_linear_shapes(tp)]
     shapes += [(2 if model.dims.gated_mlp else 1) * h * f / tp, h * f / tp, model.embedding_params / tp]
     if model.moe is not None:
         shapes.append(model.moe.n_experts // ep * model.expert_params)
