@@ -206,7 +206,16 @@ def test_fix_pins_the_round_size_a_published_run_states():
         plan("llama3-405b", "8192xh100", training, fixed=pins | {"pp_round": 16}, profile=spec)
         .out_of_memory[0].memory.total_bytes)
     bad = plan("llama3-405b", "8192xh100", training, fixed=pins | {"pp_round": 12}, profile=spec)
-    assert not bad.ranked and any("round size N = 12" in reason for reason in bad.rejected)
+    assert not bad.ranked and any("divisible by the round size N = 12" in reason for reason in bad.rejected)
+    # the micro-batches need to be a multiple of N, not of pp: 30 of them (1,920 sequences over dp 64) run
+    # in rounds of 15 (Megatron-LM's schedule refuses them)
+    thirty = replace(training, global_batch_tokens=1920 * 8192)
+    assert any("divisible by pp 16" in r for r in plan("llama3-405b", "8192xh100", thirty, fixed=pins,
+                                                       profile=spec).rejected)
+    rounds = plan("llama3-405b", "8192xh100", thirty, fixed=pins | {"pp_round": 15}, profile=spec)
+    mem = (rounds.ranked or rounds.out_of_memory)[0].memory
+    one_layer = predict_row(doc, next(r for r in doc["rows"] if r["id"] == "8K-16384")).memory.activations_bytes / 128
+    assert mem.stage == "rank 1" and mem.activations_bytes / one_layer == pytest.approx(2 * 14 + 7 * 15 + 1)
 
 
 def test_a_pinned_plan_within_the_device_says_which_headroom_admits_it():

@@ -27,7 +27,7 @@ from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, TRAINI
 from wavefront.workbench.planner.memory import MemoryBreakdown, device_capacity, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
-from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches, structural_problems
+from wavefront.workbench.planner.parallel import PlanConfig, structural_problems
 from wavefront.workbench.planner.stacks import StackProfile
 from wavefront.workbench.planner.time import TimeBreakdown, step_time
 from wavefront.workbench.planner.training import Efficiency, Training
@@ -285,11 +285,7 @@ def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
     dict per model, training, cluster and efficiency) shares per-layer terms between plans."""
     efficiency = efficiency or Efficiency.for_gpu(cluster.gpu.key)
     problems = structural_problems(cfg, model, cluster.n_gpus, training.global_batch_seqs, training.seq_len,
-                                   allow_uneven_layers=allow_uneven_layers)
-    n_round = training.pp_round
-    if not problems and n_round and cfg.vpp > 1 and n_micro_batches(cfg, training.global_batch_seqs) % n_round:
-        problems = [f"round size N = {n_round} does not divide the "
-                    f"{n_micro_batches(cfg, training.global_batch_seqs)} micro-batches (pipeline.py)"]
+                                   allow_uneven_layers=allow_uneven_layers, pp_round=training.pp_round)
     if problems:
         return PlanResult(cfg, cluster, None, None, reasons=tuple(problems))
     mem = memory_breakdown(model, cfg, training, cluster, memo)
