@@ -180,8 +180,8 @@ class Training:
     memory_headroom: fraction of the device memory the search admits a plan to use (default 0.90): the
         margin for the memory model's own error and what it leaves out (torch.compile and fp8 workspaces,
         NCCL's buffers growing with the communicators), not for fragmentation, which allocator_slack counts
-        once inside the total. 0.90 because the model reads 11.6% under torchtitan's published reserved
-        peaks (held-out median, docs/planner.md). 1.0 admits up to the full device.
+        once inside the total. 0.90 (kept from before): the model reads 11.6% under torchtitan's published
+        reserved peaks (held-out median, docs/planner.md). 1.0 admits up to the full device.
     stack: the kernel family, "megatron" or "fsdp" (STACKS), from the stack profile.
     fsdp_gather: when ZeRO-3 gathers weights (FSDP_GATHER).
     zero3_unit: what ZeRO-3 gathers at a time (ZERO3_UNITS): "layer" (FSDP2) or "sub-module" (DeepSpeed).
