@@ -3,13 +3,25 @@ pipeline in-flight micro-batches, and feasibility."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner import PlanConfig, Training, make_cluster, memory_breakdown
-from wavefront.workbench.planner.memory import DEVICE_BYTES, device_capacity, loss_activation_bytes, state_bytes
+from wavefront.workbench.planner.memory import (
+    DEVICE_BYTES,
+    DS_MAX_LIVE_PARAMS,
+    device_capacity,
+    loss_activation_bytes,
+    state_bytes,
+    submodule_params,
+)
 from wavefront.workbench.planner.model import ModelSpec, layer_activation_bytes, output_activation_bytes
+from wavefront.workbench.planner.validation import load_table, predict_row
+
+PUBLISHED = Path(__file__).parents[2] / "data" / "published"
 
 GIB = 2**30
 GPT3 = ModelSpec(get_model("megatron-gpt-175b"), attention="materialized", dropout=True)
@@ -192,3 +204,48 @@ def test_loss_logits_per_stack():
     assert native.activations_bytes - vp.activations_bytes == pytest.approx(gap)
     with pytest.raises(ValueError, match="loss_logits must be one of"):
         Training(global_batch_tokens=8192, seq_len=8192, loss_logits="chunked")
+
+
+def test_deepspeed_zero3_gathers_one_sub_module_not_a_layer():
+    """DeepSpeed ZeRO-3 (Training.zero3_unit "sub-module") gathers per module that owns weights: for the
+    530B GPT of Narayanan et al. the largest is the MLP's first linear (h x 4h = 1.68e9 parameters), of
+    which two are gathered (current + next, above stage3_max_live_parameters' 1e9) and one's gradient is
+    unsharded; FSDP2's unit is the whole layer (5.0e9 parameters)."""
+    gpt530 = ModelSpec(get_model("megatron-gpt-529.6b"), attention="materialized", dropout=True)
+    h = gpt530.dims.hidden
+    assert submodule_params(gpt530, 1) == 4 * h * h == gpt530.dims.ffn_hidden * h
+    assert submodule_params(gpt530, 8) == 4 * h * h / 8
+    cfg = PlanConfig(tp=1, pp=1, dp=640, zero=3, recompute="full", micro_batch=4)
+    cluster = make_cluster("640xa100")
+    base = dict(global_batch_tokens=2560 * 2048, seq_len=2048, grad_bytes=4)
+    layer = memory_breakdown(gpt530, cfg, Training(**base), cluster)
+    sub = memory_breakdown(gpt530, cfg, Training(**base, zero3_unit="sub-module"), cluster)
+    u = 4 * h * h
+    working = layer.transient_bytes - gpt530.layer_params * (2 * 2 + 4)  # the rebuilt layer: unchanged
+    assert sub.transient_bytes == pytest.approx(working + 2 * u * 2 + u * 4)
+    assert sub.transient_bytes < layer.transient_bytes - 25e9
+    # a smaller model's sub-modules (its embedding: 0.21e9) stay resident up to 1e9 parameters
+    # (stage3_max_live_parameters)
+    small = ModelSpec(get_model("megatron-gpt-7.5b"))
+    assert 2 * submodule_params(small, 1) < DS_MAX_LIVE_PARAMS < small.total_params
+    s_cfg = PlanConfig(tp=1, pp=1, dp=8, zero=3, recompute="none", micro_batch=1)
+    s_mem = memory_breakdown(small, s_cfg, Training(global_batch_tokens=8 * 2048, seq_len=2048,
+                                                    zero3_unit="sub-module"), make_cluster("8xh100"))
+    assert s_mem.transient_bytes == pytest.approx(DS_MAX_LIVE_PARAMS * 2 + submodule_params(small, 1) * 4)
+    with pytest.raises(ValueError, match="zero3_unit"):
+        Training(global_batch_tokens=8192, seq_len=8192, zero3_unit="module")
+
+
+def test_bf16_gradient_buffer_halves_the_distributed_optimizers_gradients():
+    """Megatron-Core keeps an unsharded main-gradient buffer beside the distributed optimizer: fp32 by default,
+    bf16 when the run reduces in bf16 (grad_reduce_in_fp32=False; NeMo's grad_sync_dtype: bf16). Nemotron-4
+    340B in NeMo 24.07's configuration (TP8 PP8 v12, dp 2) fits its H100 only with the bf16 buffer its
+    config sets: 81.6 of 85.0 GB (93.1 with fp32)."""
+    doc = load_table(PUBLISHED / "validation" / "nemo_2407_h100_fp8.json")
+    row = next(r for r in doc["rows"] if r["id"].startswith("nemotron4-340b"))
+    assert row["grad_bytes"] == 2
+    bf16 = predict_row(doc, row).memory
+    fp32 = predict_row(doc, row | {"grad_bytes": 4}).memory
+    assert bf16.grads_bytes == pytest.approx(bf16.params_bytes)  # 2 B per parameter, like the weights
+    assert fp32.grads_bytes == pytest.approx(2 * bf16.grads_bytes)
+    assert bf16.fits_device and not fp32.fits_device

@@ -81,7 +81,7 @@ def test_explain_prints_the_profile_terms_and_its_calibration_rows():
     assert len(profile.calibration_rows) == 3
     for row in profile.calibration_rows:
         assert row in text
-    assert "gemm 0.712 (fitted)" in text and "kernel_us 4 (physics)" in text
+    assert "gemm 0.711 (fitted)" in text and "kernel_us 4 (physics)" in text
     titan = " ".join(explain_stack("torchtitan/2025"))
     assert "no calibration rows of this stack" in titan
     default = explain_stack(None)

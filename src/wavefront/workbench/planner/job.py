@@ -31,9 +31,16 @@ DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 STACK_DEFAULTS = {"stack": DEFAULT_PROFILE}
 
 
+#: Training fields `--fix` pins besides the plan's own (PlanConfig), each a setting a published run states:
+#: the interleaved schedule's round size N (Training.pp_round: Llama 3's schedule, Dubey et al. 2024, Sec.
+#: 3.3.2) and what ZeRO-3 gathers at a time (Training.zero3_unit: DeepSpeed's sub-modules).
+TRAINING_FIX = ("pp_round", "zero3_unit")
+
+
 def parse_fixed(items: list[str] | None) -> dict[str, Any]:
-    """`--fix FIELD=VALUE` items -> {field: value} of PlanConfig fields; a ValueError names --fix."""
-    fields = PlanConfig.__dataclass_fields__
+    """`--fix FIELD=VALUE` items -> {field: value} of PlanConfig fields and TRAINING_FIX; a ValueError names
+    --fix."""
+    fields = PlanConfig.__dataclass_fields__ | {k: Training.__dataclass_fields__[k] for k in TRAINING_FIX}
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")
@@ -46,6 +53,11 @@ def parse_fixed(items: list[str] | None) -> dict[str, Any]:
                         else int(raw) if "int" in kind else raw.strip())
         except ValueError:
             raise ValueError(f"--fix {key}: {raw!r} is not a valid value") from None
+        if key in TRAINING_FIX:  # the training's own check, said as --fix's
+            try:
+                Training(global_batch_tokens=1, seq_len=1, **{key: out[key]})
+            except ValueError as exc:
+                raise ValueError(f"--fix {exc}") from None
     return out
 
 

@@ -29,17 +29,22 @@ micro-batches: rank 1, whose 8 one-layer chunks all hold every micro-batch, whil
 chunk). fp8 training keeps the linear layers' inputs in fp8 (model.layer_activation_bytes). Transients: with full
 (selective, per-op) recomputation the backward rebuilds one layer's full activations (what the policy dropped) at a
 time; ZeRO-3 gathers the bf16 weights of two units (current + prefetch) and the unsharded gradients of one before
-its reduce-scatter, plus the whole stage's bf16 weights without resharding (Training.fsdp_gather "no-reshard") and
-its gradients too when gathering once per step ("step"); HSDP (PlanConfig.shard) shards the states over the shard
-group only; ZeRO 0-2 keep two in-flight gradient buckets. CPU offload (Training.offload_optimizer) moves the master
-weights and optimizer states to the host. Framework overhead (CUDA context, NCCL, workspaces) is a constant, and the
-caching allocator's headroom an explicit term, Training.allocator_slack (5%) x (activations + transients), reported
-as allocator_bytes: PyTorch's allocator rounds blocks and keeps freed ones cached (reserved > allocated), which the
-published peaks of frameworks that report reserved memory include. Beyond it, the search admits a plan only within
-Training.memory_headroom (default 0.90) of the device (usable_bytes; fits), leaving the rest for fragmentation the
-5% does not cover and for this model's error; fits_device checks the whole device. The 5% is an assumption (no
-published figure sizes reserved-over-allocated); the device is its memory as CUDA reports it (DEVICE_BYTES: an H100
-80GB has 85.0e9 B, not 80e9).
+its reduce-scatter (Training.zero3_unit: FSDP2's unit is a layer; DeepSpeed gathers per sub-module, the largest
+weight matrix, and keeps up to stage3_max_live_parameters, 1e9, resident: submodule_params), plus the whole stage's
+bf16 weights without resharding (Training.fsdp_gather "no-reshard") and its gradients too when gathering once per
+step ("step"); HSDP (PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two in-flight
+gradient buckets. CPU offload (Training.offload_optimizer) moves the master weights and optimizer states to the host.
+Framework overhead (CUDA context, NCCL, workspaces) is a constant.
+
+Fragmentation is counted once, as its own term: allocator_bytes = Training.allocator_slack (5%) x (activations +
+transients), the caching allocator's reserved over allocated (it rounds blocks and keeps freed ones cached, and what
+it churns is the activations and the transients, not the states allocated once). It is part of total_bytes, so
+fits_device (total <= the device) is what a run needs, and what every published run that ran is checked against.
+The search's headroom is something else: it admits a plan only within Training.memory_headroom (0.90) of the device
+(usable_bytes; fits), a margin for this model's own error and what it leaves out (compile and fp8 workspaces, NCCL
+buffers growing with the communicators; the model reads 11.6% under torchtitan's published reserved peaks), not a
+second fragmentation allowance. The 5% is an assumption (no published figure sizes reserved-over-allocated); the
+device is its memory as CUDA reports it (DEVICE_BYTES: an H100 80GB has 85.0e9 B, not 80e9).
 
 Measured (tests/workbench/planner/test_planner_recompute_measured.py, `wavefront train --recompute`): the
 per-layer activations of every policy to the norms' rstd; the full-recompute working set to 1.4%; every-other's
@@ -114,13 +119,14 @@ class MemoryBreakdown:
     total_bytes: float
     capacity_bytes: float
     inflight_micro_batches: int
-    allocator_bytes: float = 0.0  # caching-allocator headroom: Training.allocator_slack x (acts + transient)
-    usable_bytes: float = 0.0  # what a plan may use: Training.memory_headroom x capacity (0: all of it)
+    allocator_bytes: float = 0.0  # fragmentation, counted once: Training.allocator_slack x (acts + transient)
+    usable_bytes: float = 0.0  # what the search admits: Training.memory_headroom x capacity (0: all of it)
     capacity_source: str = ""  # where capacity_bytes comes from (device_capacity)
 
     @property
     def fits(self) -> bool:
-        """Admitted: within the usable memory (the headroom leaves the rest for fragmentation)."""
+        """Admitted by the search: within the usable memory (the headroom is the margin for the model's error;
+        fragmentation is already in total_bytes)."""
         return self.total_bytes <= (self.usable_bytes or self.capacity_bytes)
 
     @property
@@ -221,6 +227,25 @@ def state_bytes(params: float, cfg: PlanConfig, training: Training,
     if training.zero3_16bit_shard and master:
         return params * (master + WEIGHT_BYTES) / d, params * g / d, params * states / d
     return params * max(master, WEIGHT_BYTES) / d, params * g / d, params * states / d
+
+
+#: DeepSpeed ZeRO-3's stage3_max_live_parameters default: gathered parameters stay resident up to this many
+#: before the coordinator releases them (DeepSpeed config docs, "ZeRO optimizations": 1e9).
+DS_MAX_LIVE_PARAMS = 1e9
+
+
+def submodule_params(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    """Parameters of the largest module that owns weights directly, on one tensor-parallel rank: what
+    DeepSpeed ZeRO-3 gathers at a time (it hooks every such module). Megatron-style blocks: the fused QKV
+    projection, the output projection, the MLP's first linear (a gated MLP's gate and up fused, 2hf: the
+    larger, Megatron-DeepSpeed's layout) and its second; the embedding; a MoE layer's E/ep routed experts,
+    one grouped module per layer (Megatron-Core's TEGroupedMLP)."""
+    h, f = model.dims.hidden, model.dims.ffn_hidden
+    shapes: list[float] = [float(i * o) for i, o in model.attn_linear_shapes(tp)]
+    shapes += [(2 if model.dims.gated_mlp else 1) * h * f / tp, h * f / tp, model.embedding_params / tp]
+    if model.moe is not None:
+        shapes.append(model.moe.n_experts // ep * model.expert_params)
+    return float(max(shapes))
 
 
 def pipeline_ranks(model: ModelSpec, cfg: PlanConfig,
@@ -341,9 +366,13 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         unit_params = max(unit_params, model.moe_layer_dense_params / cfg.tp
                           + model.moe.n_experts // cfg.ep * model.expert_params)
     if cfg.zero == 3:
-        transient_states = unit_params * (2 * WEIGHT_BYTES + g)
-        buffers = 0.0
         held = max(c[1] for c in candidates)
+        if training.zero3_unit == "sub-module":
+            unit = submodule_params(model, cfg.tp, cfg.ep)
+            transient_states = max(2 * unit, min(DS_MAX_LIVE_PARAMS, held)) * WEIGHT_BYTES + unit * g
+        else:
+            transient_states = unit_params * (2 * WEIGHT_BYTES + g)
+        buffers = 0.0
         if training.fsdp_gather == "no-reshard":
             transient_states += held * WEIGHT_BYTES
         elif training.fsdp_gather == "step":

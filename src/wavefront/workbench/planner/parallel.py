@@ -81,11 +81,13 @@ def n_micro_batches(cfg: PlanConfig, global_batch_seqs: int) -> int:
 
 
 def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_batch_seqs: int,
-                        seq_len: int, *, allow_uneven_layers: bool = True) -> list[str]:
+                        seq_len: int, *, allow_uneven_layers: bool = True, pp_round: int = 0) -> list[str]:
     """Why a plan cannot run at all (empty when it can); memory is checked separately.
 
     allow_uneven_layers accepts pipeline stages that do not divide the layers (the busiest stage gets
     the rounded-up share, as Megatron-LM and torchtitan split them); False demands an even split.
+    pp_round: the interleaved schedule's round size N (Training.pp_round; 0: pp, Megatron-LM's): the
+    micro-batches must be a multiple of N, not of pp (Llama 3's schedule, Dubey et al. 2024, Sec. 3.3.2).
     """
     dims = model.dims
     problems: list[str] = []
@@ -117,9 +119,9 @@ def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_b
     if global_batch_seqs % (cfg.micro_batch * cfg.dp):
         problems.append(f"global batch of {global_batch_seqs} sequences is not divisible by micro-batch "
                         f"{cfg.micro_batch} x dp {cfg.dp}")
-    elif cfg.vpp > 1 and n_micro_batches(cfg, global_batch_seqs) % cfg.pp:
+    elif cfg.vpp > 1 and n_micro_batches(cfg, global_batch_seqs) % (pp_round or cfg.pp):
         problems.append(f"interleaved schedule needs micro-batches ({n_micro_batches(cfg, global_batch_seqs)}) "
-                        f"divisible by pp {cfg.pp}")
+                        + (f"divisible by the round size N = {pp_round}" if pp_round else f"divisible by pp {cfg.pp}"))
     if seq_len % cfg.cp or (cfg.cp > 1 and (seq_len // cfg.cp) % 2):
         problems.append(f"context parallel {cfg.cp} needs the sequence ({seq_len}) split into 2*cp equal chunks")
     if cfg.sp and (seq_len // cfg.cp) % cfg.tp:

@@ -15,7 +15,7 @@ import math
 import time as _time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -23,7 +23,7 @@ from wavefront.shapes import ModelDims, get_model
 from wavefront.workbench import kpi
 from wavefront.workbench.document import encode
 from wavefront.workbench.planner.cluster import Cluster, make_cluster
-from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, PlanRequest
+from wavefront.workbench.planner.job import DEFAULT_BATCH_TOKENS, SCHEMA, TRAINING_FIX, PlanRequest
 from wavefront.workbench.planner.memory import MemoryBreakdown, device_capacity, memory_breakdown
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
@@ -285,7 +285,7 @@ def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
     dict per model, training, cluster and efficiency) shares per-layer terms between plans."""
     efficiency = efficiency or Efficiency.for_gpu(cluster.gpu.key)
     problems = structural_problems(cfg, model, cluster.n_gpus, training.global_batch_seqs, training.seq_len,
-                                   allow_uneven_layers=allow_uneven_layers)
+                                   allow_uneven_layers=allow_uneven_layers, pp_round=training.pp_round)
     if problems:
         return PlanResult(cfg, cluster, None, None, reasons=tuple(problems))
     mem = memory_breakdown(model, cfg, training, cluster, memo)
@@ -354,9 +354,12 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
     if rank_by not in RANK_BY:
         raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
     fixed = dict(fixed or {})
-    unknown = set(fixed) - set(PlanConfig.__dataclass_fields__)
+    unknown = set(fixed) - set(PlanConfig.__dataclass_fields__) - set(TRAINING_FIX)
     if unknown:
-        raise ValueError(f"unknown plan fields {sorted(unknown)}; known: {sorted(PlanConfig.__dataclass_fields__)}")
+        raise ValueError(f"unknown plan fields {sorted(unknown)}; known: "
+                         f"{sorted(PlanConfig.__dataclass_fields__) + list(TRAINING_FIX)}")
+    # a pinned schedule setting of the training (Llama 3's round size N) is set on it, not matched per plan
+    training = replace(training, **{k: fixed.pop(k) for k in TRAINING_FIX if k in fixed})
 
     feasible: list[PlanResult] = []
     oom: list[PlanResult] = []
@@ -386,8 +389,13 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
               if fixed and n_enum == 0 else [])
     gpu0 = clusters[0].gpu.key
     first = efficiency or (profile.efficiency(gpu0) if profile else Efficiency.for_gpu(gpu0))
+    warnings = batch_warnings(training, clusters)
+    if training.pp_round:
+        warnings.append(f"pipeline round size N = {training.pp_round} (Llama 3's schedule): memory holds its "
+                        "in-flight chunks; the step time keeps the (pp - 1)/(vpp m) bubble, which holds for N >= pp "
+                        "only (the bubbles a smaller round adds are not priced)")
     return SearchResult(spec, clusters, training, first, rank_by, feasible, oom, rejected, n_enum,
-                        _time.perf_counter() - start, batch_warnings(training, clusters), misses, profile=profile)
+                        _time.perf_counter() - start, warnings, misses, profile=profile)
 
 
 def _run_request(req: PlanRequest) -> SearchResult:
@@ -513,7 +521,14 @@ def explain(result: SearchResult, n_runner_ups: int = 4) -> list[str]:
             reasons = "; ".join(f"{n} x {why}" for why, n in result.rejected.most_common(3))
             return [f"no valid plan: {reasons}"]
         closest = result.out_of_memory[0]
-        return ["no plan fits in memory", f"closest: {closest.config.label()} ({closest.reasons[0]})"]
+        lines = ["no plan fits in memory", f"closest: {closest.config.label()} ({closest.reasons[0]})"]
+        mem = _m(closest)
+        if mem.fits_device:  # within the device, over the search's margin for the model's error
+            need = math.ceil(mem.total_bytes / mem.capacity_bytes * 1000) / 1000
+            lines.append(f"it fits the device with fragmentation counted ({mem.total_bytes / 1e9:.1f} of "
+                         f"{mem.capacity_bytes / 1e9:.1f} GB); the headroom is the margin for this model's "
+                         f"error: --memory-headroom {need:.3f} admits it")
+        return lines
     t = _t(best)
     parts = sorted(t.parts().items(), key=lambda kv: -kv[1])
     shares = ", ".join(f"{k} {v / t.step_s:.0%}" for k, v in parts if v > 0.005 * t.step_s)

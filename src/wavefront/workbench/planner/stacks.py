@@ -151,7 +151,7 @@ FITTED: dict[str, dict[str, Any]] = {
         "h100": {"attention": 0.227, "gemm": 0.534},
     },
     "nemo/24.07": {
-        "h100": {"attention": 0.303, "gemm": 0.712},
+        "h100": {"attention": 0.303, "gemm": 0.711},
     },
     "megatron-core-te/2025": {
         "b200": {"attention": 0.256, "gemm": 0.601},

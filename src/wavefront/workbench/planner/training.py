@@ -17,6 +17,10 @@ STACKS = ("megatron", "fsdp")
 #: reshard_after_forward=False, torchtitan with PP); "step" (gather and reduce once per step, unsharded
 #: weights and gradients kept across micro-batches: +(2 + grad) B per parameter).
 FSDP_GATHER = ("micro-batch", "no-reshard", "step")
+#: What ZeRO-3 gathers at a time: "layer" (FSDP2 wraps each transformer block: a whole layer's weights
+#: gathered, the next prefetched) or "sub-module" (DeepSpeed ZeRO-3 hooks every nn.Module that owns
+#: parameters, so the largest single weight matrix is the unit; memory.py).
+ZERO3_UNITS = ("layer", "sub-module")
 #: How context parallelism exchanges K and V: "ring" (P2P ring attention with per-step merges: Transformer
 #: Engine's default cp_comm_type "p2p", Megatron-LM, torchtitan) or "all-gather" (gather K and V, then one
 #: attention of the local queries over them: Llama 3, Dubey et al. 2024, Sec. 3.3.2; TE "all_gather").
@@ -169,14 +173,18 @@ class Training:
     bucket_mib: DDP's bucket_cap_mb, in MiB (torch reads bucket_cap_mb as MiB: 25 by default); the last
         bucket cannot be hidden. (The planner used to read it as 10^6 bytes while the DDP model read MiB.)
     framework_overhead_gb: CUDA context, NCCL buffers and workspace (training-math.md: about 1-3 GB).
-    allocator_slack: fraction added to activation and transient memory for caching-allocator
-        fragmentation (reserved vs allocated).
+    allocator_slack: the caching allocator's fragmentation (reserved over allocated), as a fraction of the
+        activation and transient memory it churns: the one place fragmentation is counted
+        (memory.allocator_bytes; an assumption, no published figure sizes it).
     loss_logits: how the loss holds the logits (LOSS_LOGITS; memory only).
-    memory_headroom: fraction of the device memory a plan may use (default MEMORY_HEADROOM, 0.90): the
-        rest is room for allocator fragmentation beyond allocator_slack, for the memory model's error and
-        for what the model leaves out; a plan over it is out of memory. 1.0 admits up to the full device.
+    memory_headroom: fraction of the device memory the search admits a plan to use (default 0.90): the
+        margin for the memory model's own error and what it leaves out (torch.compile and fp8 workspaces,
+        NCCL's buffers growing with the communicators), not for fragmentation, which allocator_slack counts
+        once inside the total. 0.90 (kept from before): the model reads 11.6% under torchtitan's published
+        reserved peaks (held-out median, docs/planner.md). 1.0 admits up to the full device.
     stack: the kernel family, "megatron" or "fsdp" (STACKS), from the stack profile.
     fsdp_gather: when ZeRO-3 gathers weights (FSDP_GATHER).
+    zero3_unit: what ZeRO-3 gathers at a time (ZERO3_UNITS): "layer" (FSDP2) or "sub-module" (DeepSpeed).
     offload_optimizer: optimizer states and master weights live in host memory and the update runs on the
         CPU (time.PCIE_GBPS, time.CPU_ADAM_PARAMS_PER_S).
     cp_comm: how context parallelism moves K and V (CP_COMM).
@@ -228,6 +236,7 @@ class Training:
     zero3_16bit_shard: bool = False
     stack: str = "megatron"
     fsdp_gather: str = "micro-batch"
+    zero3_unit: str = "layer"
     offload_optimizer: bool = False
     cp_comm: str = "ring"
     moe_imbalance: float = 1.0
@@ -257,6 +266,8 @@ class Training:
             raise ValueError(f"ep_overlap must be in [0, 1], got {self.ep_overlap}")
         if self.cp_comm not in CP_COMM:
             raise ValueError(f"cp_comm must be one of {CP_COMM}, got {self.cp_comm!r}")
+        if self.zero3_unit not in ZERO3_UNITS:
+            raise ValueError(f"zero3_unit must be one of {ZERO3_UNITS}, got {self.zero3_unit!r}")
         if self.fsdp_gather not in FSDP_GATHER:
             raise ValueError(f"fsdp_gather must be one of {FSDP_GATHER}, got {self.fsdp_gather!r}")
         if self.stack not in STACKS:

@@ -48,7 +48,7 @@ CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-gro
 
 _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch", "ep")
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib", "loss_logits",
-               "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "stack", "cp_comm",
+               "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "zero3_unit", "stack", "cp_comm",
                "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel", "pp_round",
                "ep_dispatch")
 
