@@ -10,6 +10,7 @@ encoder uses it when present.
     encode(result)          # -> dicts, lists, str, int, float, bool, None
     dumps(result)           # -> the indented UTF-8 JSON bytes every verb writes (``--json``)
     decode(Record, d)       # -> Record(**the fields of d it knows); the inverse for flat records
+    encode_fields(result)   # -> {field: encode(value)}: what a top-level as_dict() spreads beside "schema"
 """
 
 from __future__ import annotations
@@ -44,12 +45,18 @@ def encode(obj: Any) -> Any:
     if callable(as_dict) and not isinstance(obj, type):
         return encode(as_dict())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return encode_fields(obj)
     if isinstance(obj, PurePath):
         return str(obj)
     if hasattr(obj, "tolist"):  # numpy scalars and arrays, without importing numpy
         return encode(obj.tolist())
     raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+def encode_fields(obj: Any) -> dict[str, Any]:
+    """A dataclass instance's fields as JSON values, in field order, without its own ``as_dict()``: what a
+    top-level result's document spreads beside its ``"schema"`` (``{"schema": SCHEMA, **encode_fields(self)}``)."""
+    return {f.name: encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
 
 
 def _key(k: Any) -> str:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from wavefront.workbench.bench.timer import quantiles_us
-from wavefront.workbench.document import decode, encode
+from wavefront.workbench.document import decode
 
 #: Timing kinds. Only "gpu" samples are performance figures.
 TIMING_GPU = "gpu"
@@ -148,10 +148,6 @@ class StoredRun:
 
     def by_key(self) -> dict[tuple[str, str, str, str, str], Measurement]:
         return {m.key: m for m in self.measurements}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"info": encode(self.info), "measurements": encode(self.measurements),
-                "correctness": encode(self.correctness)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StoredRun:

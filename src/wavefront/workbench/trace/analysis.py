@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.ma  # noqa: F401 - np.percentile imports it: once in the parent, not in every forked worker
 
+from wavefront.workbench.document import encode
 from wavefront.workbench.trace.annotate import load_annotated
 from wavefront.workbench.trace.breakdown import (
     CATEGORIES,
@@ -82,7 +83,7 @@ class RankAnalysis:
                 "domain": self.domain, "complete": self.complete, "n_events": self.n_events,
                 "notes": self.notes, "warnings": self.warnings, "classification": self.classification,
                 "steps": [s.as_dict() for s in self.steps], "totals": self.totals(),
-                "kernels": self.kernels.as_dict(), "launch": self.launch.as_dict() if self.launch else None,
+                "kernels": encode(self.kernels), "launch": self.launch.as_dict() if self.launch else None,
                 "hta_equivalent": self.hta}
 
 
