@@ -63,6 +63,25 @@ def _is_asdict_self(node: ast.AST) -> bool:
             and isinstance(node.args[0], ast.Name) and node.args[0].id == "self")
 
 
+def _patches_asdict(fn: ast.FunctionDef, fields: list[str]) -> bool:
+    """``d = asdict(self); d["f"] = encode(self.f); ...; return d``: every patched key a field, re-typed."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) < 2 or not (isinstance(body[0], ast.Assign) and _is_asdict_self(body[0].value)
+                             and isinstance(body[0].targets[0], ast.Name)):
+        return False
+    name = body[0].targets[0].id
+    ret = body[-1]
+    if not (isinstance(ret, ast.Return) and isinstance(ret.value, ast.Name) and ret.value.id == name):
+        return False
+    for st in body[1:-1]:
+        t = st.targets[0] if isinstance(st, ast.Assign) and len(st.targets) == 1 else None
+        if not (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name
+                and isinstance(t.slice, ast.Constant) and t.slice.value in fields
+                and _plain_view(st.value, t.slice.value)):
+            return False
+    return True
+
+
 def _restates_to(fn: ast.FunctionDef, fields: list[str]) -> str | None:
     """Why `fn` (a TO method) only restates `fields`, or None. A ``"schema"`` key makes it a top-level
     document: allowed, unless it reaches its fields through ``asdict`` instead of the encoder."""
@@ -71,6 +90,10 @@ def _restates_to(fn: ast.FunctionDef, fields: list[str]) -> str | None:
             if any(_call_name(n) == "asdict" for n in ast.walk(fn)):
                 return "a document with SCHEMA built with asdict: use encode / document.encode_fields(self)"
             return None
+    if any(_call_name(n) == "asdict" and n.args and _call_name(n.args[0]) == "replace" for n in ast.walk(fn)):
+        return "asdict(replace(self, ...)) with the left-out fields rebuilt by hand: the encoder writes them all"
+    if _patches_asdict(fn, fields):
+        return "asdict(self) with fields re-encoded in place: the encoder does both"
     ret = _returns(fn)
     if ret is None:
         return None
@@ -178,6 +201,24 @@ class G:
         n = len(self.x)
         return {"schema": SCHEMA, "n": n, "x": [asdict(v) for v in self.x]}
 @dataclass
+class H:
+    x: int
+    y: object
+    def as_dict(self):
+        d = asdict(self)
+        d["y"] = encode(self.y)
+        return d
+    def to_json(self):
+        d = asdict(self)
+        d["ok"] = self.x > 0
+        return d
+@dataclass
+class K:
+    x: int
+    steps: list
+    def as_dict(self):
+        return asdict(replace(self, steps=[])) | {"steps": [{"a": s.a} for s in self.steps]}
+@dataclass
 class F:
     x: int
     def as_dict(self):
@@ -188,7 +229,7 @@ class F:
 def test_the_finder_finds_planted_restatements_and_passes_computed_ones():
     found = dict(restatements(ast.parse(PLANTED)))
     assert set(found) == {"A.as_dict", "B.to_dict", "B.from_dict", "C.from_dict", "D.as_dict", "F.as_dict",
-                          "G.as_dict"}, found
+                          "G.as_dict", "H.as_dict", "K.as_dict"}, found
 
 
 def test_no_serialization_method_only_restates_its_fields():

@@ -1,7 +1,8 @@
 """What a benchmark run produces, as plain dataclasses: run provenance, measurements, correctness rows.
 
-The results store persists exactly these; JSON exports are their ``as_dict()`` forms, so a run read
-back from SQLite or from an exported file is the same object.
+The results store persists exactly these; JSON exports are their documents (``workbench.document.encode``:
+a record's fields, plus what a record's own ``as_dict()`` derives), so a run read back from SQLite or from
+an exported file (:meth:`StoredRun.from_dict`) is the same object.
 """
 
 from __future__ import annotations

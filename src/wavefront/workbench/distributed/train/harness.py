@@ -84,7 +84,7 @@ class TrainResult:
     def as_dict(self) -> dict:
         """The ``wavefront train --json`` document."""
         return {"schema": SCHEMA, "run_id": self.run_id, "config": self.config, "provenance": self.provenance,
-                "variants": [v.as_dict() for v in self.variants], "comparison": self.comparison,
+                "variants": encode(self.variants), "comparison": self.comparison,
                 "comparisons": self.comparisons, "out_dir": self.out_dir, "store": self.store}
 
 

@@ -57,7 +57,6 @@ from wavefront.workbench.distributed.train.parallelize import (
     parallelize,
 )
 from wavefront.workbench.distributed.train.presets import build_model
-from wavefront.workbench.document import encode
 
 #: Set by SIGTERM (harness.py installs the handler); honoured at the end of the current step.
 STOP = threading.Event()
@@ -77,11 +76,6 @@ class VariantResult:
     #: wavefront kernel launches per kernel in the first step's forward and backward on rank 0 (proof that the
     #: patched kernels ran, e.g. on tensor-parallel shards, instead of falling back to eager code)
     kernel_launches: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["summary"] = encode(self.summary)
-        return d
 
 
 @dataclass
