@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import json
 import math
 from pathlib import Path, PurePath
@@ -80,18 +79,23 @@ def _fields(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-@functools.cache
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_RECORDS: dict[type, tuple[str, ...] | None] = {}
+
+
 def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+    if (names := _FIELD_NAMES.get(cls)) is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
-@functools.cache
 def _record_fields(cls: type) -> tuple[str, ...] | None:
     """The field names of a dataclass type that has no ``as_dict()`` of its own (its document is its fields), else
     None. Cached per type: a trace document encodes thousands of records of one type."""
-    if not dataclasses.is_dataclass(cls) or callable(getattr(cls, "as_dict", None)):
-        return None
-    return _field_names(cls)
+    if cls not in _RECORDS:
+        plain = dataclasses.is_dataclass(cls) and not callable(getattr(cls, "as_dict", None))
+        _RECORDS[cls] = _field_names(cls) if plain else None
+    return _RECORDS[cls]
 
 
 def _key(k: Any) -> str:
