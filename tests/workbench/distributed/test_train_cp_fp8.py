@@ -114,7 +114,7 @@ def test_bad_cp_layouts_are_refused(options, message):
 
 def test_mixed_mfu_formula_and_missing_peaks():
     from wavefront.workbench.distributed.train import fp8 as train_fp8
-    from wavefront.workbench.distributed.train.mesh import Layout, for_plan
+    from wavefront.workbench.distributed.train.mesh import Layout, resolve
     from wavefront.workbench.hardware import get_gpu
 
     row = get_gpu("h100")
@@ -129,9 +129,9 @@ def test_mixed_mfu_formula_and_missing_peaks():
     assert train_fp8.mixed_mfu(tps, 1000.0, train_fp8.Fp8Flops("rowwise", 600.0, 4, None, "none"), 989.4, 1) is None
     # FSDP2 gives the FP8 layers bf16 weights (its param_dtype); a layout it does not wrap needs the cast: one
     # process, DDP (replicas only), tensor parallelism alone
-    assert not train_fp8.needs_bf16_params(for_plan("fsdp2", Layout(), 2))
-    assert train_fp8.needs_bf16_params(for_plan("single", Layout(), 1))
-    assert train_fp8.needs_bf16_params(for_plan("ddp", Layout(), 2))
+    assert not train_fp8.needs_bf16_params(resolve("fsdp2", Layout(), 2, mesh_options=False).layout)
+    assert train_fp8.needs_bf16_params(resolve("single", Layout(), 1, mesh_options=False).layout)
+    assert train_fp8.needs_bf16_params(resolve("ddp", Layout(), 2, mesh_options=False).layout)
     assert not train_fp8.needs_bf16_params(Layout(dp_shard=2)) and not train_fp8.needs_bf16_params(
         Layout(tp=2, dp_shard=1, dp_replicate=2))
     assert train_fp8.needs_bf16_params(Layout(dp_shard=1)) and train_fp8.needs_bf16_params(Layout(tp=2, dp_shard=1))

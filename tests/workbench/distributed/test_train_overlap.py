@@ -30,26 +30,27 @@ def test_reshard_values_parse_and_bad_ones_name_the_option():
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"async_tp": True, "plan": "mesh", "layout": _layout(tp=2), "variants": ("compile",)}, "--async-tp needs CUDA"),
-    ({"async_tp": True, "plan": "mesh", "layout": _layout(dp_shard=2), "variants": ("compile",), "cuda": True},
+    ({"async_tp": True, "layout": _layout(tp=2), "variants": ("compile",)}, "--async-tp needs CUDA"),
+    ({"async_tp": True, "layout": _layout(dp_shard=2), "variants": ("compile",), "cuda": True},
      "it needs --tp > 1"),
-    ({"async_tp": True, "plan": "mesh", "layout": _layout(tp=2), "variants": ("wavefront",), "cuda": True},
+    ({"async_tp": True, "layout": _layout(tp=2), "variants": ("wavefront",), "cuda": True},
      "it runs on the compiled model"),
-    ({"fsdp_prefetch": 1, "plan": "ddp"}, "does not shard with FSDP2"),
-    ({"fsdp_prefetch": 1, "plan": "mesh", "layout": _layout(tp=2)}, "does not shard with FSDP2"),
-    ({"reshard_after_forward": "3", "plan": "mesh", "layout": _layout(dp_shard=4)}, "must divide the shard degree 4"),
-    ({"fsdp_prefetch": 1, "plan": "mesh", "layout": _layout(pp=2, dp_shard=2)}, "not applied to pipeline stages"),
+    ({"fsdp_prefetch": 1, "layout": _layout(dp_replicate=2)}, "does not shard with FSDP2"),  # --parallel ddp
+    ({"fsdp_prefetch": 1, "layout": _layout()}, "does not shard with FSDP2"),  # --parallel single
+    ({"fsdp_prefetch": 1, "layout": _layout(tp=2)}, "does not shard with FSDP2"),
+    ({"reshard_after_forward": "3", "layout": _layout(dp_shard=4)}, "must divide the shard degree 4"),
+    ({"fsdp_prefetch": 1, "layout": _layout(pp=2, dp_shard=2)}, "not applied to pipeline stages"),
 ])
 def test_overlap_options_that_cannot_run_are_refused(kw, message):
-    args = {"fsdp_prefetch": 0, "reshard_after_forward": True, "async_tp": False, "plan": "mesh", "layout": None,
+    args = {"fsdp_prefetch": 0, "reshard_after_forward": True, "async_tp": False, "layout": _layout(),
             "variants": ("wavefront",), "cuda": False, **kw}
     assert any(message in p for p in overlap.problems(**args)), overlap.problems(**args)
 
 
 def test_good_overlap_options_pass():
-    assert overlap.problems(fsdp_prefetch=2, reshard_after_forward=2, async_tp=False, plan="mesh",
+    assert overlap.problems(fsdp_prefetch=2, reshard_after_forward=2, async_tp=False,
                             layout=_layout(dp_shard=4), variants=("wavefront",), cuda=False) == []
-    assert overlap.problems(fsdp_prefetch=0, reshard_after_forward=True, async_tp=True, plan="mesh",
+    assert overlap.problems(fsdp_prefetch=0, reshard_after_forward=True, async_tp=True,
                             layout=_layout(tp=2), variants=("baseline", "compile"), cuda=True) == []
 
 

@@ -30,7 +30,7 @@ from typing import ClassVar
 from wavefront.ops import REGISTRY
 from wavefront.workbench.bench import gitwork
 from wavefront.workbench.bench.regress import DEFAULT_THRESHOLD, is_regression
-from wavefront.workbench.document import encode
+from wavefront.workbench.document import encode, encode_fields
 
 EXIT_GOOD, EXIT_BAD, EXIT_SKIP = 0, 1, 125
 SCHEMA = "wavefront.bisect/1"
@@ -126,7 +126,7 @@ class BisectResult:
     log: str = ""
 
     def as_dict(self) -> dict:
-        return {"schema": SCHEMA, **asdict(self)}
+        return {"schema": SCHEMA, **encode_fields(self)}
 
     @property
     def exit_code(self) -> int:

@@ -1,7 +1,8 @@
 """What a benchmark run produces, as plain dataclasses: run provenance, measurements, correctness rows.
 
-The results store persists exactly these; JSON exports are their ``as_dict()`` forms, so a run read
-back from SQLite or from an exported file is the same object.
+The results store persists exactly these; JSON exports are their documents (``workbench.document.encode``:
+a record's fields, plus what a record's own ``as_dict()`` derives), so a run read back from SQLite or from
+an exported file (:meth:`StoredRun.from_dict`) is the same object.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from wavefront.workbench.bench.timer import quantiles_us
-from wavefront.workbench.document import decode, encode
+from wavefront.workbench.document import decode
 
 #: Timing kinds. Only "gpu" samples are performance figures.
 TIMING_GPU = "gpu"
@@ -148,10 +149,6 @@ class StoredRun:
 
     def by_key(self) -> dict[tuple[str, str, str, str, str], Measurement]:
         return {m.key: m for m in self.measurements}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"info": encode(self.info), "measurements": encode(self.measurements),
-                "correctness": encode(self.correctness)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StoredRun:

@@ -34,6 +34,7 @@ from typing import Any
 
 from wavefront.workbench import sqlite_schema
 from wavefront.workbench.bench.records import CorrectnessRow, Measurement, RunInfo, StoredRun
+from wavefront.workbench.document import encode
 
 SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 DOCUMENT_SCHEMA = "wavefront.results/1"
@@ -259,7 +260,7 @@ class ResultStore:
         return {
             "schema": DOCUMENT_SCHEMA,
             "store_schema_version": SCHEMA_VERSION,
-            "runs": [self.load(i).as_dict() | {"status": status[i]} for i in ids],
+            "runs": [encode(self.load(i)) | {"status": status[i]} for i in ids],
         }
 
     def export_csv(self, dest: str | Path, run_ids: Iterable[int] | None = None) -> int:

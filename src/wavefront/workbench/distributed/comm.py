@@ -249,10 +249,6 @@ class BenchReport:
     unsupported: dict[str, str]
     failures: list[str]  # cases whose result was wrong
 
-    def as_dict(self) -> dict:
-        return {"results": encode(self.results), "fits": encode(self.fits),
-                "unsupported": dict(self.unsupported), "failures": list(self.failures)}
-
 
 def run_benchmark(collectives: Sequence[str], sizes: Sequence[int], *, group_sizes: Sequence[int],
                   modes: Sequence[str] = ("in-place", "out-of-place"), dtype: str = "fp32", warmup: int = 3,
@@ -370,7 +366,7 @@ class CommJobResult:
 
     def as_dict(self) -> dict:
         """The ``wavefront comm --json`` document."""
-        return {"schema": SCHEMA, "runtime": self.runtime, "config": self.config, **self.report.as_dict(),
+        return {"schema": SCHEMA, "runtime": self.runtime, "config": self.config, **encode(self.report),
                 "calibration": self.calibration}
 
 

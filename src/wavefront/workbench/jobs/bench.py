@@ -43,7 +43,7 @@ from wavefront.workbench.bench.providers import PROVIDERS
 from wavefront.workbench.bench.records import TIMING_CPU, TIMING_GPU, TIMING_NONE, CorrectnessRow, StoredRun
 from wavefront.workbench.bench.runnable import MODES, modes_for
 from wavefront.workbench.bench.store import ResultStore, StoreError
-from wavefront.workbench.document import write_json
+from wavefront.workbench.document import encode, write_json
 from wavefront.workbench.hardware import get_gpu, gpu_from_device_name
 from wavefront.workbench.jobs import inspect as inspect_job
 from wavefront.workbench.jobs import traffic as traffic_job
@@ -170,7 +170,7 @@ class BenchResult:
                 "skipped": self.skipped, "findings": self.findings, "n_cases": len(self.results),
                 "n_failed": len(self.failures),
                 "results": [r.as_dict() for r in self.results], "modeled": [p.as_dict() for p in self.plan.modeled],
-                "run": self.run.as_dict()}
+                "run": encode(self.run)}
 
 
 def quick_correctness_case(spec):

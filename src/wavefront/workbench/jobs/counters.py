@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +23,7 @@ from wavefront.workbench import stats
 from wavefront.workbench.counters.analysis import KernelRow, analyse, occupancy
 from wavefront.workbench.counters.load import load
 from wavefront.workbench.counters.model import COMPARE_SCHEMA, SCHEMA, CountersLoadError, Launch, Profile
+from wavefront.workbench.document import encode
 from wavefront.workbench.hardware import GPU, get_gpu, gpu_from_device_name
 from wavefront.workbench.jobs.request import RequestError
 
@@ -79,7 +80,7 @@ class CountersResult:
                 "hbm_tbps": self.device.hbm_tbps, "matrix_peak_tflops": self.device.bf16_tflops,
                 "vector_peak_tflops": self.device.fp32_tflops, "inspect": self.inspect, "traffic": self.traffic,
                 "n_launches": len(self.rows), "n_gaps": gaps, "notes": list(self.profile.notes),
-                "kernels": [asdict(r) for r in self.rows]}
+                "kernels": encode(self.rows)}
 
 
 def counters(request: CountersRequest) -> CountersResult:
@@ -134,7 +135,7 @@ class CompareResult:
     def as_dict(self) -> dict[str, Any]:
         return {"schema": COMPARE_SCHEMA, "a": self.a.path, "b": self.b.path, "tool_a": self.a.tool,
                 "tool_b": self.b.tool, "min_samples": stats.MIN_SAMPLES, "only_a": self.only_a,
-                "only_b": self.only_b, "deltas": [asdict(d) for d in self.deltas]}
+                "only_b": self.only_b, "deltas": encode(self.deltas)}
 
 
 def _value(la: Launch, metric: str, gpu: GPU | None) -> float | None:

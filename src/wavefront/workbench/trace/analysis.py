@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.ma  # noqa: F401 - np.percentile imports it: once in the parent, not in every forked worker
 
+from wavefront.workbench.document import encode
 from wavefront.workbench.trace.annotate import load_annotated
 from wavefront.workbench.trace.breakdown import (
     CATEGORIES,
@@ -82,7 +83,7 @@ class RankAnalysis:
                 "domain": self.domain, "complete": self.complete, "n_events": self.n_events,
                 "notes": self.notes, "warnings": self.warnings, "classification": self.classification,
                 "steps": [s.as_dict() for s in self.steps], "totals": self.totals(),
-                "kernels": self.kernels.as_dict(), "launch": self.launch.as_dict() if self.launch else None,
+                "kernels": encode(self.kernels), "launch": encode(self.launch),
                 "hta_equivalent": self.hta}
 
 
@@ -100,7 +101,7 @@ class TraceAnalysis:
     def as_dict(self) -> dict[str, Any]:
         """The ``wavefront.trace.analyze/2`` document (docs/json/trace.md)."""
         return {"schema": SCHEMA, "warnings": self.warnings, "ranks": [r.as_dict() for r in self.ranks],
-                "multirank": self.multirank.as_dict() if self.multirank else None, "inputs": self.inputs,
+                "multirank": encode(self.multirank), "inputs": self.inputs,
                 "analysis_wall_s": self.wall_s, "annotation": self.annotation}
 
 

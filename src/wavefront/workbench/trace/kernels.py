@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from wavefront.workbench import hardware
-from wavefront.workbench.document import encode
 from wavefront.workbench.trace.breakdown import Step
 from wavefront.workbench.trace.classify import CLASS_NAMES, DeviceClasses, family
 from wavefront.workbench.trace.flops import DTYPE_PEAK, op_cost
@@ -74,11 +73,6 @@ class KernelReport:
     roofline: list[RooflinePoint] = field(default_factory=list)
     gpu: str | None = None  # device-table key used for the roofline
     notes: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"domain": self.domain, "gpu": self.gpu, "notes": self.notes,
-                "kernels": encode(self.kernels), "families": encode(self.families),
-                "roofline": encode(self.roofline)}
 
 
 def top_level_cpu_ops(trace: Trace) -> np.ndarray:

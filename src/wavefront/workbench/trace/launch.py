@@ -16,8 +16,7 @@ device's work is too short to hide its launch, and how much CPU time each step s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,12 +72,6 @@ class LaunchStats:
     per_step: list[StepLaunch] = field(default_factory=list)
     delay_ns: Distribution | None = None  # delay_us and op_delay_us from the integer nanoseconds
     op_delay_ns: Distribution | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        # per_step holds thousands of flat records: read their fields directly (asdict deep-copies each)
-        names = [f.name for f in fields(StepLaunch)]
-        return asdict(replace(self, per_step=[])) | {"per_step": [{n: getattr(s, n) for n in names}
-                                                                  for s in self.per_step]}
 
 
 def launch_stats(trace: Trace, classes: DeviceClasses, steps: list[Step], short_us: float = 10.0) -> LaunchStats:

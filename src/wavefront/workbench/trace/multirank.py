@@ -39,7 +39,7 @@ import bisect
 import itertools
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -110,19 +110,6 @@ class MultiRankReport:
     alignment_residual_ns: float | None = None
     wait_ns: dict[int, dict[int | str | None, int]] = field(default_factory=dict)
     wait_total_ns: dict[int, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(replace(self, steps=[]))
-        names = [f.name for f in fields(StepSkew)]  # thousands of flat records: asdict would deep-copy each
-        d["steps"] = [{n: getattr(s, n) for n in names}
-                      | {"dur_us_by_rank": {str(k): v for k, v in s.dur_us_by_rank.items()},
-                         "dur_ns_by_rank": {str(k): v for k, v in s.dur_ns_by_rank.items()}}
-                      for s in self.steps]
-        for key in ("wait_us", "wait_ns"):
-            d[key] = {str(r): {str(k): v for k, v in w.items()} for r, w in getattr(self, key).items()}
-        for key in ("clock_offset_us", "clock_offset_ns", "wait_total_us", "wait_total_ns", "last_arrivals"):
-            d[key] = {str(r): v for r, v in getattr(self, key).items()}
-        return d
 
 
 Instance = dict[int, tuple[int, int]]  # rank -> (start_ns, end_ns)

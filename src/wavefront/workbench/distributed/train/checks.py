@@ -23,7 +23,7 @@ from wavefront.workbench.distributed.train.overlap import problems as overlap_pr
 from wavefront.workbench.distributed.train.presets import PRESETS, build_config
 from wavefront.workbench.distributed.train.recompute import POLICIES
 from wavefront.workbench.distributed.train.store import check_store
-from wavefront.workbench.distributed.train.vocabulary import DTYPES, PARALLEL_PLANS, VARIANTS
+from wavefront.workbench.distributed.train.vocabulary import DTYPES, VARIANTS
 from wavefront.workbench.hardware import get_gpu
 
 if TYPE_CHECKING:  # config.py calls validate(); importing it here would only serve the annotation
@@ -68,26 +68,16 @@ def _sizes(cfg: TrainConfig) -> None:
 
 def _parallel(cfg: TrainConfig, world_size: int) -> None:
     """The ``--parallel`` name against the launch; the mesh and expert-parallel checks of the layout."""
-    if cfg.parallel not in PARALLEL_PLANS:
-        raise ConfigError(f"--parallel must be one of {', '.join(PARALLEL_PLANS)}, got {cfg.parallel!r}")
-    plan = cfg.resolve_parallel(world_size)
-    if plan != "mesh" and cfg.uses_mesh_options():
-        raise ConfigError(f"--tp/--pp/--cp/--dp-shard/--dp-replicate/--vpp/--plan build a device mesh: use "
-                          f"--parallel auto or mesh, not {plan}")
-    if plan == "mesh":
+    run = cfg.run_layout(world_size)  # the name's own checks (mesh.resolve)
+    if run.as_mesh:
         _mesh(cfg, world_size)
-    if plan == "single" and world_size != 1:
-        raise ConfigError(f"--parallel single runs one process, but {world_size} were launched; use ddp or fsdp2")
-    if plan in ("ddp", "fsdp2") and world_size < 2:
-        raise ConfigError(f"--parallel {plan} needs at least 2 processes; launch with torchrun --nproc_per_node=N "
-                          f"(or wavefront train --nproc-per-node N), or use --parallel single")
-    if plan != "mesh" and cfg.global_batch % (world_size * cfg.micro_batch):
+    elif cfg.global_batch % (world_size * cfg.micro_batch):
         raise ConfigError(f"--global-batch {cfg.global_batch} is not divisible by world size x micro-batch = "
                           f"{world_size} x {cfg.micro_batch} = {world_size * cfg.micro_batch}")
     if cfg.ep != 1:
         if cfg.patch_options and not cfg.patch_options.get("moe"):
             raise ConfigError("--ep splits the experts of the wavefront MoE patch: keep moe in --patch-ops")
-        expert_parallel.validate(cfg.ep, cfg.run_layout(world_size), cfg.variants, build_config(cfg.model))
+        expert_parallel.validate(cfg.ep, run.layout, cfg.variants, build_config(cfg.model))
 
 
 def _mesh(cfg: TrainConfig, world_size: int) -> None:
@@ -177,15 +167,14 @@ def _fp8(cfg: TrainConfig, world_size: int) -> None:
         if cfg.dtype == "fp32" or (cfg.dtype == "auto" and not torch.cuda.is_available()):
             raise ConfigError("--fp8 needs bf16 compute (FP8 layers take bf16 weights and inputs): pass --dtype "
                               "bf16" + (" (auto is fp32 on a CPU)" if cfg.dtype == "auto" else ""))
-    if why := all_gather_problem(cfg, cfg.run_layout(world_size)):
+    if why := all_gather_problem(cfg, cfg.run_layout(world_size).layout):
         raise ConfigError(why)
 
 
 def _overlap(cfg: TrainConfig, world_size: int) -> None:
-    plan = cfg.resolve_parallel(world_size)
     why = overlap_problems(fsdp_prefetch=cfg.fsdp_prefetch, reshard_after_forward=cfg.reshard_after_forward,
-                           async_tp=cfg.async_tp, plan=plan, variants=cfg.variants, cuda=torch.cuda.is_available(),
-                           layout=cfg.layout().resolved(world_size) if plan == "mesh" else None)
+                           async_tp=cfg.async_tp, layout=cfg.run_layout(world_size).layout, variants=cfg.variants,
+                           cuda=torch.cuda.is_available())
     if why:
         raise ConfigError("; ".join(why))
 

@@ -9,12 +9,11 @@ divide, a parallel plan that does not fit the number of processes, and so on.
 from __future__ import annotations
 
 import contextlib
-import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wavefront.workbench.distributed.train.errors import ConfigError
-from wavefront.workbench.distributed.train.mesh import Layout, for_plan, read_plan
+from wavefront.workbench.distributed.train.mesh import Layout, RunLayout, read_plan, resolve
 from wavefront.workbench.distributed.train.overlap import parse_reshard
 from wavefront.workbench.distributed.train.vocabulary import DTYPES, PARALLEL_PLANS, VARIANTS
 
@@ -76,9 +75,6 @@ class TrainConfig:
         with contextlib.suppress(ValueError):  # the CLI passes "true"/"false"/"K"; validate() names a bad one
             object.__setattr__(self, "reshard_after_forward", parse_reshard(self.reshard_after_forward))
 
-    def as_dict(self) -> dict:
-        return json.loads(json.dumps(asdict(self)))
-
     def uses_mesh_options(self) -> bool:
         return self.plan is not None or self.dp_shard > 0 or any(
             getattr(self, n) != 1 for n in ("tp", "pp", "cp", "dp_replicate", "vpp"))
@@ -88,22 +84,16 @@ class TrainConfig:
         """The recompute policy this run applies (--activation-checkpointing is --recompute full)."""
         return "full" if self.activation_checkpointing else self.recompute
 
-    def resolve_parallel(self, world_size: int) -> str:
-        if self.parallel == "auto":
-            if self.uses_mesh_options():
-                return "mesh"
-            return "single" if world_size == 1 else "ddp"
-        return self.parallel
-
     def layout(self) -> Layout:
         """The mesh layout of these options (unresolved: dp_shard may be 0)."""
         source = f"plan {self.plan} rank {self.plan_rank}" if self.plan else "options"
         return Layout(tp=self.tp, pp=self.pp, cp=self.cp, dp_shard=self.dp_shard, dp_replicate=self.dp_replicate,
                       vpp=self.vpp, pp_schedule=self.pp_schedule, source=source, ep=self.ep)
 
-    def run_layout(self, world_size: int) -> Layout:
-        """The resolved layout this launch runs: the mesh options, or the degenerate mesh ``--parallel`` names."""
-        return for_plan(self.resolve_parallel(world_size), self.layout(), world_size)
+    def run_layout(self, world_size: int) -> RunLayout:
+        """The layout this launch runs: the mesh options, or the degenerate mesh ``--parallel`` names (mesh.resolve,
+        the one reading of the name; raises ConfigError where it does not fit the launch)."""
+        return resolve(self.parallel, self.layout(), world_size, mesh_options=self.uses_mesh_options())
 
     def grad_accum_mesh(self, dp: int) -> int:
         return self.global_batch // (dp * self.micro_batch)

@@ -84,7 +84,7 @@ class TrainResult:
     def as_dict(self) -> dict:
         """The ``wavefront train --json`` document."""
         return {"schema": SCHEMA, "run_id": self.run_id, "config": self.config, "provenance": self.provenance,
-                "variants": [v.as_dict() for v in self.variants], "comparison": self.comparison,
+                "variants": encode(self.variants), "comparison": self.comparison,
                 "comparisons": self.comparisons, "out_dir": self.out_dir, "store": self.store}
 
 
@@ -126,7 +126,7 @@ def run(cfg: TrainConfig, *, on_step: Callable[[str, StepRecord, int], None] | N
         if env.rank == 0:
             _store_variant(cfg, run_id, prov, v)
     comparisons = _compare_all(results)
-    return TrainResult(run_id, cfg.as_dict(), prov, results, comparisons.get("wavefront"), cfg.out_dir, cfg.store,
+    return TrainResult(run_id, encode(cfg), prov, results, comparisons.get("wavefront"), cfg.out_dir, cfg.store,
                        comparisons)
 
 
@@ -175,7 +175,7 @@ def _provenance(env: Env) -> dict:
 def _store_variant(cfg: TrainConfig, run_id: str, prov: dict, v: VariantResult) -> None:
     if cfg.store:
         train_store.write_variant(cfg.store, run_id=run_id, variant=v.variant, status=v.status, provenance=prov,
-                                  config=cfg.as_dict(), summary=encode(v.summary),
+                                  config=encode(cfg), summary=encode(v.summary),
                                   steps=[asdict(r) for r in v.steps])
 
 

@@ -8,7 +8,8 @@ the product of the degrees. Data parallelism is FSDP2 over ``dp_shard`` and HSDP
 tensor- and pipeline-parallel peers read the same one.
 
 A layout comes from options (``--tp --pp --cp --dp-shard --dp-replicate --vpp --pp-schedule``) or from a
-plan of ``wavefront plan --json`` (:func:`from_plan_document`); :func:`validate` checks it against the
+plan of ``wavefront plan --json`` (:func:`from_plan_document`); :func:`resolve` turns a ``--parallel`` name into
+the layout it stands for (the only place the name is read); :func:`validate` checks a layout against the
 launch, the model and the batch and raises ConfigError naming the option and the numbers.
 """
 
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from wavefront.workbench.distributed.train.errors import ConfigError
+from wavefront.workbench.distributed.train.vocabulary import PARALLEL_PLANS
 
 #: Mesh dimension names, outermost first.
 DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
@@ -52,7 +54,7 @@ class Layout:
         if rest < 1 or world_size % rest:
             raise ConfigError(f"world size {world_size} is not divisible by tp x pp x cp x dp-replicate = "
                               f"{self.tp} x {self.pp} x {self.cp} x {self.dp_replicate} = {rest}")
-        return Layout(**{**asdict(self), "dp_shard": world_size // rest})
+        return replace(self, dp_shard=world_size // rest)
 
     @property
     def degrees(self) -> dict[str, int]:
@@ -95,12 +97,8 @@ class Layout:
         return asdict(self) | {"world_size": self.world_size, "dp": self.dp, "label": self.label()}
 
 
-_CP_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")  # train/context_parallel.py FAMILIES
-
-
-def validate(layout: Layout, world_size: int, model_config, *, seq_len: int, global_batch: int,
-             micro_batch: int) -> Layout:
-    """The resolved layout, or ConfigError naming what does not fit (called on every rank before work)."""
+def check_degrees(layout: Layout) -> None:
+    """Each degree and the schedule on their own, before the layout is resolved against the launch."""
     for name in ("tp", "pp", "cp", "dp_replicate", "vpp"):
         if getattr(layout, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(layout, name)}")
@@ -108,6 +106,15 @@ def validate(layout: Layout, world_size: int, model_config, *, seq_len: int, glo
         raise ConfigError(f"--dp-shard must be >= 1 (or 0: the ranks left over), got {layout.dp_shard}")
     if layout.pp_schedule not in PP_SCHEDULES:
         raise ConfigError(f"--pp-schedule must be one of {', '.join(PP_SCHEDULES)}, got {layout.pp_schedule!r}")
+
+
+_CP_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")  # train/context_parallel.py FAMILIES
+
+
+def validate(layout: Layout, world_size: int, model_config, *, seq_len: int, global_batch: int,
+             micro_batch: int) -> Layout:
+    """The resolved layout, or ConfigError naming what does not fit (called on every rank before work)."""
+    check_degrees(layout)
     lay = layout.resolved(world_size)
     if lay.world_size != world_size:
         shape = " x ".join(f"{k} {v}" for k, v in lay.degrees.items())
@@ -164,13 +171,45 @@ def _check_batch(lay: Layout, global_batch: int, micro_batch: int) -> None:
                           f"of --pp {lay.pp}")
 
 
-def for_plan(plan: str, options: Layout, world_size: int) -> Layout:
-    """The layout a ``--parallel`` name stands for: "single", "ddp" and "fsdp2" are degenerate meshes (nothing,
-    ``dp_replicate`` = world, ``dp_shard`` = world); "mesh" is `options` resolved for this launch."""
-    if plan == "mesh":
-        return options.resolved(world_size)
-    replicate, shard = {"single": (1, 1), "ddp": (world_size, 1), "fsdp2": (1, world_size)}[plan]
-    return Layout(dp_shard=shard, dp_replicate=replicate, ep=options.ep, source=f"--parallel {plan}")
+@dataclass(frozen=True)
+class RunLayout:
+    """The layout a launch runs and how the run reports it: what :func:`resolve` makes of a ``--parallel``
+    name. Everything after resolution reads these fields, never the name."""
+
+    layout: Layout  # resolved for the launch
+    name: str  # the --parallel name it resolved to (provenance: checkpoints)
+    label: str  # provenance "parallel": the --parallel name, or "mesh <label>"
+    document: dict | None  # provenance "layout": the mesh's degrees when asked for as a mesh
+    #: asked for as a mesh (not a --parallel name): the mesh-only options and checks apply (checks.py), the run
+    #: reports the planner's prediction (predict.py) and, when profiled, the communication per mesh dimension
+    as_mesh: bool
+
+
+def resolve(parallel: str, options: Layout, world_size: int, *, mesh_options: bool) -> RunLayout:
+    """The one place a ``--parallel`` name is read: "single", "ddp" and "fsdp2" are degenerate meshes (all
+    degrees 1, ``dp_replicate`` = world, ``dp_shard`` = world); "mesh" is `options` resolved for this launch;
+    "auto" is "mesh" when a mesh option was given (`mesh_options`), else "single" or "ddp". Raises ConfigError
+    where the name does not fit the launch or the options."""
+    if parallel not in PARALLEL_PLANS:
+        raise ConfigError(f"--parallel must be one of {', '.join(PARALLEL_PLANS)}, got {parallel!r}")
+    name = parallel
+    if parallel == "auto":
+        name = "mesh" if mesh_options else "single" if world_size == 1 else "ddp"
+    if name != "mesh" and mesh_options:
+        raise ConfigError(f"--tp/--pp/--cp/--dp-shard/--dp-replicate/--vpp/--plan build a device mesh: use "
+                          f"--parallel auto or mesh, not {name}")
+    if name == "mesh":
+        check_degrees(options)
+        lay = options.resolved(world_size)
+        return RunLayout(lay, name, f"mesh {lay.label()}", lay.as_dict(), as_mesh=True)
+    if name == "single" and world_size != 1:
+        raise ConfigError(f"--parallel single runs one process, but {world_size} were launched; use ddp or fsdp2")
+    if name != "single" and world_size < 2:
+        raise ConfigError(f"--parallel {name} needs at least 2 processes; launch with torchrun --nproc_per_node=N "
+                          f"(or wavefront train --nproc-per-node N), or use --parallel single")
+    replicate, shard = {"single": (1, 1), "ddp": (world_size, 1), "fsdp2": (1, world_size)}[name]
+    lay = Layout(dp_shard=shard, dp_replicate=replicate, ep=options.ep, source=f"--parallel {name}")
+    return RunLayout(lay, name, name, None, as_mesh=False)
 
 
 def from_plan_document(doc: dict, rank: int, source: str) -> tuple[Layout, int]:

@@ -40,31 +40,30 @@ def parse_reshard(text: str | bool | int) -> bool | int:
     return value
 
 
-def problems(*, fsdp_prefetch: int, reshard_after_forward, async_tp: bool, plan: str, layout, variants,
+def problems(*, fsdp_prefetch: int, reshard_after_forward, async_tp: bool, layout, variants,
              cuda: bool) -> list[str]:
-    """Why these overlap options cannot run on this launch (empty: they can). ``layout`` is resolved."""
+    """Why these overlap options cannot run on this launch (empty: they can). ``layout``: the run's, resolved
+    (mesh.resolve; ``--parallel fsdp2`` is ``dp_shard`` = world)."""
     out = []
     try:
         reshard = parse_reshard(reshard_after_forward)
     except ValueError as e:
         return [str(e)]
-    fsdp = plan == "fsdp2" or (plan == "mesh" and layout is not None and layout.shards)  # replicas only: DDP
+    fsdp = layout.shards  # replicas only: DDP
     if fsdp_prefetch < 0:
         out.append(f"--fsdp-prefetch must be >= 0, got {fsdp_prefetch}")
     if (fsdp_prefetch or reshard is not True) and not fsdp:
         out.append("--fsdp-prefetch/--reshard-after-forward set FSDP2 options, but this run does not shard with "
                    "FSDP2 (use --parallel fsdp2, or a mesh with --dp-shard > 1; replicas alone run DDP)")
-    if (fsdp_prefetch or reshard is not True) and layout is not None and layout.pp > 1:
+    if (fsdp_prefetch or reshard is not True) and layout.pp > 1:
         out.append("--fsdp-prefetch/--reshard-after-forward are not applied to pipeline stages yet; drop them with "
                    "--pp")
-    if reshard is not True and reshard is not False and fsdp:
-        shard = layout.dp_shard if plan == "mesh" else None
-        if shard is not None and (reshard > shard or shard % reshard):
-            out.append(f"--reshard-after-forward {reshard} must divide the shard degree {shard}")
+    if not isinstance(reshard, bool) and fsdp and (reshard > layout.dp_shard or layout.dp_shard % reshard):
+        out.append(f"--reshard-after-forward {reshard} must divide the shard degree {layout.dp_shard}")
     if async_tp:
         if not cuda:
             out.append("--async-tp needs CUDA GPUs (NCCL and symmetric memory); gloo on a CPU has no async TP")
-        if plan != "mesh" or layout is None or layout.tp < 2:
+        if layout.tp < 2:
             out.append("--async-tp overlaps tensor-parallel collectives: it needs --tp > 1")
         if "compile" not in variants or "liger" in variants or "wavefront" in variants:
             out.append("--async-tp is an inductor pass: it runs on the compiled model (--compare compile or "

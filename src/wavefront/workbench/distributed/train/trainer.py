@@ -49,17 +49,14 @@ from wavefront.workbench.distributed.train.kpi import (
     matmul_params,
     summarize,
 )
-from wavefront.workbench.distributed.train.mesh import Layout, build_mesh, coordinates
+from wavefront.workbench.distributed.train.mesh import Layout, RunLayout, build_mesh, coordinates
 from wavefront.workbench.distributed.train.parallelize import (
     Parallelized,
     ParallelOptions,
-    RunLayout,
     finish_backward,
     parallelize,
-    resolve,
 )
 from wavefront.workbench.distributed.train.presets import build_model
-from wavefront.workbench.document import encode
 
 #: Set by SIGTERM (harness.py installs the handler); honoured at the end of the current step.
 STOP = threading.Event()
@@ -79,11 +76,6 @@ class VariantResult:
     #: wavefront kernel launches per kernel in the first step's forward and backward on rank 0 (proof that the
     #: patched kernels ran, e.g. on tensor-parallel shards, instead of falling back to eager code)
     kernel_launches: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["summary"] = encode(self.summary)
-        return d
 
 
 @dataclass
@@ -124,7 +116,7 @@ def init(cfg: TrainConfig) -> Env:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         else:
             dist.init_process_group(backend, timeout=timeout)
-    run = resolve(cfg, world)
+    run = cfg.run_layout(world)
     mesh = build_mesh(run.layout, device.type)
     coord = coordinates(mesh)
     return Env(rank, world, device, cfg.dtype == "bf16" or (cfg.dtype == "auto" and use_cuda), run, mesh,
@@ -499,7 +491,7 @@ def _after_step(state: TrainState, step: int) -> None:
         train_checkpoint.save(ckpt_dir(cfg, state.variant), step, state.par.module, state.opt, {
             "losses": result.history_losses + [r.loss for r in result.steps], "global_batch": cfg.global_batch,
             "seq_len": cfg.seq_len, "model": cfg.model, "world_size": env.world,
-            "parallel": cfg.resolve_parallel(env.world), "variant": state.variant}, state.par.ep)
+            "parallel": env.run.name, "variant": state.variant}, state.par.ep)
     if state.stop and not last:
         saved = "checkpoint saved; rerun with --resume" if cfg.checkpoint_every else "no --checkpoint-dir"
         raise TrainFailure(f"interrupted (SIGTERM) after step {step}; {saved}", EXIT_INTERRUPTED)

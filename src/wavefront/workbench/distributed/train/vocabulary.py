@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-#: ``--parallel``: "single", "ddp" and "fsdp2" name degenerate meshes (mesh.for_plan); "auto" picks one.
+#: ``--parallel``: "single", "ddp" and "fsdp2" name degenerate meshes (mesh.resolve); "auto" picks one.
 PARALLEL_PLANS = ("auto", "single", "ddp", "fsdp2", "mesh")
 DTYPES = ("auto", "fp32", "bf16")
 #: What ``--compare`` can run side by side: Hugging Face's own PyTorch code ("baseline", or "eager" by the
