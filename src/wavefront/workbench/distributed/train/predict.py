@@ -10,10 +10,12 @@ this machine the hardware is described by what it measures at start-up, every ra
   8 B-1 MiB (best of 3 blocks) timed with ``wavefront comm``'s own case runner (gloo on a CPU);
 - the fixed cost per kernel: the time of a 1-element eager op (dispatch and launch overhead).
 
-The efficiencies are set to 1 (the measured rates are achieved rates, not datasheet peaks). The step-time
-split is compared term by term where the run measures the same thing: forward + backward (compute and
-the tensor/context-parallel collectives inside the layers), exposed communication (data-parallel tail,
-pipeline transfers and bubble), bubble (pipeline idle time) and optimizer.
+The stack facts are `wavefront train`'s own profile (``planner.stacks.DEFAULT_PROFILE``: no TP overlap, ring
+CP, the fused loss, non-reentrant checkpointing's early stop under full recomputation). The efficiencies are
+set to 1 (the measured rates are achieved rates, not datasheet peaks). The step-time split is compared term by
+term where the run measures the same thing: forward + backward (compute and the tensor/context-parallel
+collectives inside the layers), exposed communication (data-parallel tail, pipeline transfers and bubble),
+bubble (pipeline idle time) and optimizer.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from wavefront.workbench.planner import Efficiency, Link, ModelSpec, PlanConfig,
 from wavefront.workbench.planner.cluster import Cluster
 from wavefront.workbench.planner.comm_model import fit_alpha_beta
 from wavefront.workbench.planner.model import ModelDims
+from wavefront.workbench.planner.stacks import DEFAULT_PROFILE, get_profile
 
 #: all_reduce sizes timed at start-up: the smallest pins the latency, the largest the bandwidth.
 _SIZES = (8, 1 << 12, 1 << 16, 1 << 20)
@@ -113,7 +116,7 @@ def predict(dev: MeasuredDevice, hf_config, layout: Layout, *, world: int, seq_l
                      source="the run's model config")
     spec = ModelSpec(dims, attention="flash", dropout=False, kernels="fused")
     training = Training(global_batch_tokens=global_batch * seq_len, seq_len=seq_len, precision="bf16",
-                        micro_batch_sizes=(micro_batch,), stack="fsdp", tp_overlap=0.0)
+                        micro_batch_sizes=(micro_batch,), **get_profile(DEFAULT_PROFILE).training_fields())
     eff = Efficiency(gemm=1.0, attention=1.0, hbm=1.0, kernel_us=min(dev.kernel_us, 1000.0), fsdp_stack=1.0,
                      source="measured rates are achieved rates: efficiencies 1")
     result = evaluate(spec, plan_config(layout, micro_batch, recompute), training, _cluster(dev, world), eff)
