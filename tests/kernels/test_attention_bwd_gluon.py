@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 import torch
 
+import wavefront
 from wavefront import runtime
 from wavefront.kernels import attention as kernels
 from wavefront.kernels import attention_bwd_gluon as bwdg
@@ -200,6 +201,10 @@ def test_refused_off_sm100_and_off_by_default(monkeypatch):
     for name in ("sm_80", "sm_90", "gfx942", "cpu"):
         with pytest.raises(RuntimeError, match=f"{bwdg.ENV_FLAG}.*sm_100.*{name}"):
             _bwd(name)
+    q = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16, requires_grad=True)
+    out = wavefront.ops.attention(q, q, q, causal=True)  # the forward is the default one
+    with pytest.raises(RuntimeError, match=bwdg.ENV_FLAG):  # the public op's backward routes through the flag
+        out.sum().backward()
 
 
 def test_inputs_it_does_not_cover_are_clear_errors(monkeypatch):
@@ -215,6 +220,19 @@ def test_inputs_it_does_not_cover_are_clear_errors(monkeypatch):
     odd = torch.zeros(1, 4, 256, 65, dtype=torch.bfloat16)[..., :64]
     with pytest.raises(ValueError, match="'q' addressable by TMA"):
         _bwd("sm_100", q=odd)
+
+
+def test_a_do_tma_cannot_read_is_copied(monkeypatch):
+    """dO comes from autograd in any layout: a broadcast one (stride 0) reaches the kernel as a dense copy."""
+    monkeypatch.setenv(bwdg.ENV_FLAG, "1")
+    q = torch.zeros(1, 4, 256, 64, dtype=torch.bfloat16)
+    kv = torch.zeros(1, 2, 256, 64, dtype=torch.bfloat16)
+    do = torch.ones(64, dtype=torch.bfloat16).expand(1, 4, 256, 64)
+    with recording(execute=False) as launches:
+        kernels.attention_bwd(do, q, kv, kv, q, torch.zeros(1, 4, 256), True, 0.1, arch=SM100)
+    la = [la for la in launches if la.name == KERNEL][0]
+    names = [n for n in la.kernel.arg_names if n not in la.constexprs]
+    assert [la.args[names.index(f"stride_do{d}")] for d in "bhs"] == [4 * 256 * 64, 256 * 64, 64]
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

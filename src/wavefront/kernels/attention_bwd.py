@@ -449,7 +449,7 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         # Opt-in (WAVEFRONT_ATTENTION_BWD_GLUON=1), sm_100 only: the Gluon dK/dV kernel (4 barriers per
         # iteration); compiled and inspected, never run on a GPU. The dQ pass below is the Triton kernel's.
         attention_bwd_gluon.check_target(arch)
-        attention_bwd_gluon.check_inputs(q, k, v, do, cu_seqlens, deterministic)
+        attention_bwd_gluon.check_inputs(q, k, v, cu_seqlens, deterministic)
         attention_bwd_gluon.attention_bwd_dkdv(do, q, k, v, lse2, delta, causal, scale, dk, dv)
         return _dq_pass(do, q, k, v, lse2, delta, causal, scale, cu_seqlens, max_seqlen, arch, dq_config,
                         grad_dtype), dk, dv

@@ -331,8 +331,9 @@ def check_target(arch: runtime.Arch) -> None:
                            f"{arch.name}; unset {ENV_FLAG} to use the default kernel")
 
 
-def check_inputs(q, k, v, do, cu_seqlens, deterministic: bool) -> None:
-    """What this kernel covers beyond ops.attention's own validation; anything else is a clear error."""
+def check_inputs(q, k, v, cu_seqlens, deterministic: bool) -> None:
+    """What this kernel covers beyond ops.attention's own validation; anything else is a clear error (dO, which
+    autograd hands over in whatever layout, is copied by :func:`attention_bwd_dkdv` where TMA cannot read it)."""
     if cu_seqlens is not None:
         raise ValueError(f"attention: {WHAT} takes dense inputs only; 'cu_seqlens' must be None")
     if not deterministic:
@@ -342,7 +343,7 @@ def check_inputs(q, k, v, do, cu_seqlens, deterministic: bool) -> None:
         raise ValueError(f"attention: {WHAT} takes bfloat16 or float16, got {q.dtype}")
     if q.shape[-1] not in HEAD_DIMS:
         raise ValueError(f"attention: {WHAT} takes head_dim 64 or 128, got {q.shape[-1]}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
+    for name, t in (("q", q), ("k", k), ("v", v)):
         if not _tma_addressable(t):
             raise ValueError(f"attention: {WHAT} needs '{name}' addressable by TMA (16-byte aligned base and "
                              f"strides, unit head_dim stride), got strides {tuple(t.stride())}")
@@ -352,6 +353,8 @@ def attention_bwd_dkdv(do, q, k, v, lse2, delta, causal: bool, scale: float, dk,
     """dK, dV into `dk`, `dv` (shaped like k, v) from the saved lse2 and delta = rowsum(dO * O), [B, H, S] fp32."""
     B, H, S, D = q.shape
     H_kv = k.shape[1]
+    if not (_tma_addressable(do) and min(do.stride()) > 0):  # e.g. a broadcast gradient (stride 0)
+        do = do.contiguous()
     n_n_blocks = triton.cdiv(S, BLOCK_N)
     ensure_descriptor_allocator(q.device)
     launch(
