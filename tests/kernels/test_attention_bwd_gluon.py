@@ -169,11 +169,12 @@ def test_compiles_for_sm100_with_at_most_four_barriers_per_iteration(head_dim, c
     assert code.matrix_families == ["tcgen05"] and code.min_mma_n == bwdg.BLOCK_M
     assert code.loop_barriers is not None and code.loop_barriers <= 4
     # Every barrier in the loop is barrier 0 over the compute partition's 128 threads, not the whole block's
-    # 160 (the loader warp synchronizes by mbarriers only).
+    # 256 (the loader warp synchronizes by mbarriers only).
     ops, operands, address = _sass_listing(sass)
     loop = _sass_main_loop(ops, operands, address)
     bars = [operands[i].strip() for i in range(loop.first, loop.last + 1) if ops[i].startswith("BAR.")]
     assert len(bars) == code.loop_barriers and set(bars) == {"0x0, 0x80 ;"}
+    assert ".reqntid 256" in ptx
     # The loader warp issues the copies (3-D for Q and dO) and gives its registers back.
     assert code.tma_ops >= 4 and "cp.async.bulk.tensor.3d" in ptx
     assert f"setmaxnreg.dec.sync.aligned.u32 \t{int(bwdg.LOADER_REGS)};" in ptx

@@ -48,7 +48,8 @@ dS^T = 0 on those columns and the products add exact zeros (the Triton path's ar
 sequence are masked at the store.
 
 Tiles and memory (d128, NUM_STAGES 2): shared K 32 + V 32 + ring 2 x (Q 16 + dO 16) + P^T 16 + dS^T 16 KiB
-= 160 KiB; tensor memory S^T 64 + dP^T 64 + dV 128 + dK 128 = 384 of 512 columns. 4 + 1 warps. Traffic is
+= 160 KiB; tensor memory S^T 64 + dP^T 64 + dV 128 + dK 128 = 384 of 512 columns. 4 compute warps and the
+loader warp (the compiled block has 8 warps, 256 threads: whole warpgroups for setmaxnreg). Traffic is
 the Triton TMA path's (each Q/dO tile read once per key tile).
 
 Status: compiled ahead of time for sm_100 and read (``wavefront inspect``; tests/kernels/
