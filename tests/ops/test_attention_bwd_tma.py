@@ -114,7 +114,8 @@ def test_strides_tma_cannot_address_keep_the_pointer_path():
 
 
 #: Block-wide barriers per main-loop iteration of the default d128 dK/dV kernel (Triton 3.9), the figures
-#: docs/kernels-attention-gemm.md explains; the pointer path had 5 (sm_90) and 15 (sm_100).
+#: docs/kernels-attention-gemm.md explains; the pointer path had 5 (sm_90) and 15 (sm_100). The opt-in Gluon
+#: sm_100 kernel has 4 (tests/kernels/test_attention_bwd_gluon.py).
 LOOP_BARRIERS = {"sm_90": 6, "sm_100": 8}
 
 

@@ -45,6 +45,7 @@ import triton
 import triton.language as tl
 
 from wavefront import runtime
+from wavefront.kernels import attention_bwd_gluon
 from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import xcd_remap
 from wavefront.kernels.attention_common import (
@@ -444,6 +445,14 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
 
     dk = torch.empty_like(k, dtype=grad_dtype)
     dv = torch.empty_like(v, dtype=grad_dtype)
+    if attention_bwd_gluon.requested():
+        # Opt-in (WAVEFRONT_ATTENTION_BWD_GLUON=1), sm_100 only: the Gluon dK/dV kernel (4 barriers per
+        # iteration); compiled and inspected, never run on a GPU. The dQ pass below is the Triton kernel's.
+        attention_bwd_gluon.check_target(arch)
+        attention_bwd_gluon.check_inputs(q, k, v, cu_seqlens, deterministic)
+        attention_bwd_gluon.attention_bwd_dkdv(do, q, k, v, lse2, delta, causal, scale, dk, dv)
+        return _dq_pass(do, q, k, v, lse2, delta, causal, scale, cu_seqlens, max_seqlen, arch, dq_config,
+                        grad_dtype), dk, dv
     cfg = dkdv_config or attention_config("bwd_dkdv" if deterministic else "bwd_atomic", D, q.dtype, arch)
     qt, dot = (_transposed(q), _transposed(do)) if cfg.transposed else (None, None)
     if tma and (cfg.d_split > 1 or cfg.transposed or _d_chunk(cfg, block_d) < block_d):
@@ -482,6 +491,17 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
     )
     if dq_acc is not None:
         return dq_acc.to(grad_dtype or q.dtype), dk, dv
+    return _dq_pass(do, q, k, v, lse2, delta, causal, scale, cu_seqlens, max_seqlen, arch, dq_config,
+                    grad_dtype), dk, dv
+
+
+def _dq_pass(do, q, k, v, lse2, delta, causal: bool, scale: float, cu_seqlens, max_seqlen: int, arch: runtime.Arch,
+             dq_config: AttentionConfig | None, grad_dtype: torch.dtype | None) -> torch.Tensor:
+    """The deterministic backward's second pass: dQ by query tile, recomputing P and dP."""
+    H, D = q.shape[1], q.shape[3]
+    H_kv = k.shape[1]
+    block_d = padded_head_dim(D)
+    n_batch, seqlen, longest = _layout(q, cu_seqlens, max_seqlen)
     dq = torch.empty_like(q, dtype=grad_dtype)
     cfg = dq_config or attention_config("bwd_dq", D, q.dtype, arch)
     n_m_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_M)
@@ -499,8 +519,8 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         n_heads=H, group_size=H // H_kv, seqlen=seqlen, n_m_blocks=n_m_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
-                        D_CHUNK=_d_chunk(cfg, block_d)),
+                        VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch), D_SPLIT=cfg.d_split,
+                        TRANSPOSED=cfg.transposed, D_CHUNK=_d_chunk(cfg, block_d)),
         options=cfg.options(arch),
     )
-    return dq, dk, dv
+    return dq

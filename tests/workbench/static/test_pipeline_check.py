@@ -230,12 +230,16 @@ def test_the_static_gate_runs_every_model(monkeypatch):
     from wavefront.workbench.static import gate, pipeline_models
 
     # The warp-specialized models on their quick grids (the full ones take tens of seconds; the gate runs them).
-    quick = tuple(dataclasses.replace(m, grid=pipeline_models.fa3_quick_grid, policies=POLICIES[:3])
+    quick_grids = {"_attn_fwd_sm90_fa3": pipeline_models.fa3_quick_grid,
+                   "_attn_bwd_dkdv_sm100_gluon": pipeline_models.bwd_dkdv_quick_grid}
+    quick = tuple(dataclasses.replace(m, grid=quick_grids[m.kernel], policies=POLICIES[:3])
                   if isinstance(m, pipeline_models.WsKernelModel) else m for m in pipeline_models.MODELS)
     monkeypatch.setattr(pipeline_models, "MODELS", quick)
     half = gate.check_pipelines(gate.HalfResult("static"))
     assert half.passed and half.notes == ["pipeline model _attn_fwd_sm90_gluon: 2470 programs, every rule holds",
-                                          "pipeline model _attn_fwd_sm90_fa3: 360 programs, every rule holds"]
+                                          "pipeline model _attn_fwd_sm90_fa3: 360 programs, every rule holds",
+                                          "pipeline model _attn_bwd_dkdv_sm100_gluon: 216 programs, every rule "
+                                          "holds"]
     old = pipeline_models.KernelModel("old_gluon", _old_gluon_attention_fwd, attention_grid, 2)
     monkeypatch.setattr(pipeline_models, "MODELS", (old,))
     (finding,) = gate.check_pipelines(gate.HalfResult("static")).findings

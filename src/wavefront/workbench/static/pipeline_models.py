@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from wavefront.kernels import attention_bwd_gluon as bwdg
 from wavefront.kernels import attention_fa3 as fa3
 from wavefront.kernels import attention_gluon as ag
 from wavefront.workbench.static.pipeline_check import (
@@ -284,7 +285,124 @@ class KernelModel:
         return check_grid(self.kernel, self.model, self.grid(), self.n_warpgroups)
 
 
+# ---------------------------------------------------------------------------------------------------
+# The sm_100 dK/dV backward (kernels/attention_bwd_gluon.py): a loader warp and the compute partition.
+
+
+@dataclass(frozen=True)
+class BwdSchedule:
+    """The schedule functions of the Gluon sm_100 dK/dV kernel (the kernel's helpers of the same names)."""
+
+    first_row: Callable[[int, bool], int]
+    n_tiles: Callable[[int, int, int], int]
+    tile_head: Callable[[int, int], int]
+    tile_row: Callable[[int, int, int, int], int]
+    stage: Callable[[int, int], int]
+    ready_phase: Callable[[int, int], int]
+    empty_phase: Callable[[int, int], int]
+    mma_phase: Callable[[int], int]
+
+
+BWD_SCHEDULE = BwdSchedule(_python(bwdg._bwd_first_row), _python(bwdg._bwd_n_tiles), _python(bwdg._bwd_tile_head),
+                           _python(bwdg._bwd_tile_row), _python(bwdg._bwd_stage), _python(bwdg._bwd_ready_phase),
+                           _python(bwdg._bwd_empty_phase), _python(bwdg._bwd_mma_phase))
+
+
+def gluon_attention_bwd_dkdv(ws: WarpSpecialized, *, seqlen: int, n_block: int, causal: bool, group_size: int,
+                             num_stages: int, head_dim: int = 128, block_m: int = bwdg.BLOCK_M,
+                             block_n: int = bwdg.BLOCK_N, schedule: BwdSchedule = BWD_SCHEDULE,
+                             release_before_dk: bool = False) -> dict:
+    """Program `n_block` (key tile) of ``_attn_bwd_dkdv_sm100_gluon``: the loader and the compute partition as
+    event generators, each in its program order. A tcgen05 product whose completion arrives on an mbarrier
+    (``mbarriers=[...]``: a commit of every earlier product of the issuing thread) is modeled as a wait that
+    retires every product in flight followed by the arrive: the arrive is when they are done, and no partition
+    acts on them before it. The compute partition's one barrier per iteration orders its own threads only (the
+    tensor-memory and P^T / dS^T buffers, which this model does not track). `release_before_dk` breaks the
+    protocol on purpose (a negative test): the stage's empty barrier signalled by the dV product, before dK has
+    been issued on the stage's Q."""
+    del head_dim  # the schedule does not depend on it beyond num_stages (NUM_STAGES[head_dim])
+    sch, ns = schedule, num_stages
+    start_n = n_block * block_n
+    lo = sch.first_row(start_n, causal)
+    n_tiles = sch.n_tiles(seqlen, lo, block_m)
+    n_iters = group_size * n_tiles
+    ws.ring("k", 1, n_rows=seqlen)
+    ws.ring("v", 1, n_rows=seqlen)
+    ws.ring("q", ns, n_rows=seqlen)
+    ws.ring("do", ns, n_rows=seqlen)
+    ws.mbarrier("kv", 2)  # one expect-tx for both copies: complete when both land
+    ws.mbarrier("mma", 1)
+    for i in range(ns):
+        ws.mbarrier(f"ready{i}", 2)
+        ws.mbarrier(f"empty{i}", 1, releases=("q", i))
+
+    def tile(j: int) -> tuple[int, int]:
+        return sch.tile_head(j, n_tiles), sch.tile_row(j, n_tiles, lo, block_m)
+
+    def loader():
+        yield ("copy", "k", 0, n_block, "kv", start_n, "loader K")
+        yield ("copy", "v", 0, n_block, "kv", start_n, "loader V")
+        for j in range(n_iters):
+            st, at = sch.stage(j, ns), f"loader tile {j}"
+            yield ("wait", f"empty{st}", sch.empty_phase(j, ns), at)
+            yield ("copy", "q", st, tile(j), f"ready{st}", tile(j)[1], at)
+            yield ("copy", "do", st, tile(j), f"ready{st}", tile(j)[1], at)
+
+    def commit(bar: str, at: str):  # a product's mbarrier completion (see the docstring)
+        yield ("mma_wait", 0, at)
+        yield ("arrive", bar, at)
+
+    def scores(j: int, at: str):  # _issue_scores: S^T_j, dP^T_j; dP^T's completion on the MMA barrier
+        st = sch.stage(j, ns)
+        yield ("wait", f"ready{st}", sch.ready_phase(j, ns), at)
+        yield ("mma", [("k", 0, n_block), ("q", st, tile(j))], f"{at} S^T_{j}")
+        yield ("mma", [("v", 0, n_block), ("do", st, tile(j))], f"{at} dP^T_{j}")
+        yield from commit("mma", at)
+
+    def compute():
+        yield ("wait", "kv", 0, "compute K/V")
+        yield from scores(0, "prologue")
+        for j in range(n_iters):
+            st, at = sch.stage(j, ns), f"compute j={j}"
+            yield ("wait", "mma", sch.mma_phase(j), at)
+            yield ("mma", [("do", st, tile(j))], f"{at} dV")
+            if release_before_dk:
+                yield from commit(f"empty{st}", f"{at} dV")
+            yield ("mma", [("q", st, tile(j))], f"{at} dK")
+            last = j + 1 == n_iters
+            if not release_before_dk:
+                yield from commit(f"empty{st}", f"{at} dK")
+            if last:
+                yield ("arrive", "mma", f"{at} dK")  # the same completion, on the MMA barrier (epilogue)
+            else:
+                yield from scores(j + 1, at)
+        yield ("wait", "mma", sch.mma_phase(n_iters), "epilogue")
+
+    return {"producer": loader(), "consumer": compute()}
+
+
+def bwd_dkdv_grid(lengths: tuple[int, ...] = (1, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257, 383, 385),
+                  groups: tuple[int, ...] = (1, 2, 4), stages: tuple[int, ...] = (1, 2, 3, 4)) -> Iterator[dict]:
+    """Every key tile of sequence lengths around multiples of BLOCK_M (64) and BLOCK_N (128), causal and not,
+    GQA groups of 1, 2 and 4 query heads per K/V head, the kernel's head dims at their ring depth and every depth
+    in `stages` at head_dim 128 (the schedule must hold at any depth, one stage included)."""
+    depths = sorted({(d, bwdg.NUM_STAGES[d]) for d in bwdg.NUM_STAGES} | {(128, s) for s in stages})
+    for head_dim, ns in depths:
+        for causal in (False, True):
+            for seqlen in lengths:
+                for group_size in groups:
+                    for n_block in range(-(-seqlen // bwdg.BLOCK_N)):
+                        yield {"seqlen": seqlen, "n_block": n_block, "causal": causal, "group_size": group_size,
+                               "num_stages": ns, "head_dim": head_dim}
+
+
+def bwd_dkdv_quick_grid() -> Iterator[dict]:
+    """A few seconds' worth of :func:`bwd_dkdv_grid` for the default test run (the full grid is the gate's)."""
+    return bwd_dkdv_grid(lengths=(1, 129, 257), groups=(1, 2), stages=(1, 2))
+
+
 MODELS: tuple[KernelModel | WsKernelModel, ...] = (
     KernelModel("_attn_fwd_sm90_gluon", gluon_attention_fwd, attention_grid, ag.NUM_WARPS // 4),
     WsKernelModel("_attn_fwd_sm90_fa3", fa3_attention_fwd, fa3_grid),
+    WsKernelModel("_attn_bwd_dkdv_sm100_gluon", gluon_attention_bwd_dkdv, bwd_dkdv_grid),
 )

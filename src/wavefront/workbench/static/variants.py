@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from wavefront import ops
-from wavefront.kernels import attention_fa3, attention_gluon
+from wavefront.kernels import attention as attention_kernels
+from wavefront.kernels import attention_bwd_gluon, attention_fa3, attention_gluon
 from wavefront.kernels import linear_fp8 as fp8_kernels
 from wavefront.kernels._launch import Launch, recording
 from wavefront.ops._spec import Case, OpInputs, OpSpec
@@ -57,6 +58,17 @@ def _fa3_attention_run(inputs: OpInputs):
     return attention_fa3.attention_fwd(q, k, v, bool(inputs.kwargs.get("causal", False)), scale)
 
 
+def _gluon_attention_bwd_run(inputs: OpInputs):
+    # The backward as a user with the flag gets it (the Gluon dK/dV kernel, the Triton delta and dQ passes,
+    # which are the op's own rows); dO, O and lse2 are stand-ins of the right shapes: nothing executes.
+    q, k, v = inputs.args
+    scale = inputs.kwargs.get("scale") or q.shape[-1] ** -0.5
+    lse2 = torch.empty(q.shape[:3], dtype=torch.float32)
+    with _env(attention_bwd_gluon.ENV_FLAG, "1"):
+        return attention_kernels.attention_bwd(torch.empty_like(q), q, k, v, torch.empty_like(q), lse2,
+                                               bool(inputs.kwargs.get("causal", False)), scale)
+
+
 @contextmanager
 def _env(name: str, value: str) -> Iterator[None]:
     old = os.environ.get(name)
@@ -82,6 +94,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("attention", "gluon_sm90", "fwd", ("sm_90",), _gluon_attention_covers, _gluon_attention_run),
     # The FA3-schedule forward (warp-specialized, ping-pong, persistent; kernels/attention_fa3.py): same cover.
     Variant("attention", "fa3_sm90", "fwd", ("sm_90",), _gluon_attention_covers, _fa3_attention_run),
+    # The Gluon sm_100 dK/dV backward (WAVEFRONT_ATTENTION_BWD_GLUON=1, kernels/attention_bwd_gluon.py): opt-in,
+    # never run on a GPU (Gluon has no interpreter); its row shows the 4 barriers per iteration.
+    Variant("attention", "gluon_sm100_bwd", "bwd", ("sm_100",), _gluon_attention_covers, _gluon_attention_bwd_run,
+            kernels=("_attn_bwd_dkdv_sm100_gluon",)),
     # The FP8 GEMMs on the persistent, warp-specialized TMA kernel (WAVEFRONT_FP8_TMA=1, kernels/linear_fp8.py):
     # the forward product of every bench recipe. Opt-in until a GPU run proves it; the interpreter runs it
     # (tests/ops/test_linear_fp8_tma.py).
