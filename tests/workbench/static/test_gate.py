@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -171,3 +172,14 @@ def test_gate_cli_update_then_pass_then_fail(tmp_path):
     assert f"{KEY}: spills appeared" in bad.output and f"{KEY}: registers grew" in bad.output
     assert "FAIL (2 regressions)" in bad.output
     assert CliRunner().invoke(app, ["gate"]).exit_code == 2
+
+
+def test_committed_baseline_keeps_hbm_passes_of_the_row_wise_ops():
+    """The gate counts traffic with the taller run (jobs.gate: marginal=True), so the committed baseline holds
+    HBM passes per row for the row-wise ops, and a kernel that reads its rows once more fails the gate."""
+    base = g.load_baseline(Path(__file__).resolve().parents[3] / g.DEFAULT_STATIC_BASELINE)
+    passes = {key: row["hbm_passes"] for key, row in base["traffic"].items() if row.get("hbm_passes") is not None}
+    for op in ("softmax", "rms_norm", "cross_entropy"):
+        rows = [v for k, v in passes.items() if k.startswith(f"{op}/fwd/")]
+        assert rows, f"no {op} forward traffic row with hbm_passes in the baseline"
+        assert all(0.5 < v < 4.0 for v in rows), (op, rows)

@@ -103,7 +103,7 @@ def _static_half(request: GateRequest, path: Path, progress: PhaseProgress) -> g
         inspect_doc = inspect_job.inspect(inspect_job.InspectRequest(targets=request.targets),
                                           progress("compile")).as_dict()
     if traffic_doc is None:
-        traffic_doc = traffic_job.traffic(traffic_job.TrafficRequest(marginal=False), progress("traffic")).as_dict()
+        traffic_doc = traffic_job.traffic(traffic_job.TrafficRequest(marginal=True), progress("traffic")).as_dict()
     if request.update:
         g.write_baseline(g.static_snapshot(inspect_doc, traffic_doc), path)
         n = len(inspect_doc["rows"]) + len(traffic_doc["rows"])
