@@ -14,7 +14,7 @@ from wavefront import ops, reference, runtime
 from wavefront.kernels import attention as kernels
 from wavefront.kernels import attention_common
 from wavefront.kernels._launch import recording
-from wavefront.kernels.attention_config import ATTENTION_TABLES, attention_candidates, attention_config
+from wavefront.kernels.attention_config import ATTENTION_TABLES, attention_candidates, attention_config, table_key
 
 
 def _qkv(B, H, H_kv, S, D, dtype=torch.bfloat16, seed=0):
@@ -260,10 +260,20 @@ def test_attention_configs(arch_name, head_dim):
 
 
 def test_every_table_entry_has_a_reason():
-    for family, kinds in ATTENTION_TABLES.items():
-        for kind, by_dim in kinds.items():
-            for entries in by_dim.values():
-                assert all(e.reason for e in entries), (family, kind)
+    for kind, table in ATTENTION_TABLES.items():
+        for key, by_dim in table.items():
+            assert table.reason(key), (kind, key)
+            for entries in (by_dim or {}).values():
+                assert all(e.reason for e in entries), (kind, key)
+
+
+def test_table_keys_cover_every_target():
+    """Every compile target reads a row of every kernel's table (sm_90 and sm_100 their own), and the atomic
+    kernel's row is its own only where the dQ share changed the tiles."""
+    for kind, table in ATTENTION_TABLES.items():
+        assert {table_key(runtime.get_arch(a)) for a in runtime.ARCHS} <= set(table), kind
+    assert set(ATTENTION_TABLES["bwd_atomic"].differs()) == {"sm_90", "sm_100", "amd-cdna"}
+    assert ATTENTION_TABLES["bwd_dkdv"]["sm_90"] is ATTENTION_TABLES["bwd_dkdv"]["sm_100"]
 
 
 def test_head_dim_too_large_is_refused():
