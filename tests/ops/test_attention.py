@@ -105,16 +105,16 @@ def test_fp64_and_empty_use_the_reference():
     assert ops.attention(q0, k0, v0).shape == (2, 2, 0, 64)
 
 
-@pytest.mark.parametrize("arch_name", ["sm_90", "gfx942"])
-def test_gpu_tile_shapes_under_the_interpreter(arch_name):
+@pytest.mark.parametrize(("arch_name", "D", "S"), [("sm_90", 128, 200), ("gfx942", 128, 200), ("gfx942", 64, 136)])
+def test_gpu_tile_shapes_under_the_interpreter(arch_name, D, S):
     """The NVIDIA and AMD default tiles (128-row query tiles, not the interpreter's small ones) computed
-    through the interpreter: 200 rows cross tiles, the diagonal and a ragged tail."""
+    through the interpreter: S rows cross tiles (CDNA's dK/dV: 16-row query blocks against 128-key tiles),
+    the diagonal and a ragged tail."""
     arch = runtime.get_arch(arch_name)
     cpu = runtime.get_arch("cpu")
-    D = 128
     cfgs = {kind: dataclasses.replace(attention_config(kind, D, torch.bfloat16, arch), waves_per_eu=0,
                                       matrix_instr_nonkdim=0, kpack=1) for kind in ("fwd", "bwd_dkdv", "bwd_dq")}
-    q, k, v = _qkv(1, 2, 1, 200, D)
+    q, k, v = _qkv(1, 2, 1, S, D)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(4)).to(q.dtype)
     o, lse2 = kernels.attention_fwd(q, k, v, True, D ** -0.5, arch=cpu, config=cfgs["fwd"])
     dq, dk, dv = kernels.attention_bwd(dout, q, k, v, o, lse2, True, D ** -0.5, arch=cpu,

@@ -178,17 +178,32 @@ ATTENTION_FWD: FamilyTable[HeadDimRow] = FamilyTable(
             256: (_T(64, 64, 8, 2, "d256: 64x64, 96 regs, 0 spill, 165 KiB; 4 warps spill 336 B",
                      warp_specialize=True),),
         }),
+        # num_stages 4 is the depth at which AMD's pipeliner applies its schedule for two chained dots (QK^T feeding
+        # PV): each dot's loads double-buffered between the two compute clusters, and on gfx942 the block ping-pong
+        # pass then brackets the memory clusters with s_setprio 1 and the compute clusters with s_setprio 0, so
+        # of the two waves sharing a SIMD the one issuing loads goes first while the other runs its MFMAs (8
+        # s_setprio, 4 barriers per key block). gfx90a compiles the same schedule without the priorities.
         "amd-cdna": Differs(_CDNA_REASON, row={
-            64: (_cdna(128, 32, 4, "as d128", nonkdim=32, num_stages=3, transposed=True),),
-            128: (_cdna(128, 32, 4, "32 query rows per wave, 32x32 MFMA, LDS double-buffered (num_stages 3), V^T copy: "
-                                    "211 VGPRs, 0 spill, 0 narrow LDS ops, 2 barriers per key block (was 16x16 at "
-                                    "128x64 x 8 waves: 174 VGPRs, 4 barriers, one LDS buffer)",
+            64: (_cdna(128, 32, 4, "as d128: 144 | 155 VGPRs, 0 spill, 3 waves per SIMD", nonkdim=32, num_stages=4,
+                       kpack=2, transposed=True),),
+            128: (_cdna(128, 32, 4, "32 query rows per wave, 32x32 MFMA, V^T copy, the chained-dot schedule (num_stages "
+                                    "4): LDS double-buffered, s_setprio around the memory and compute clusters on gfx942; "
+                                    "220 | 240 VGPRs (kpack 2; kpack 1 spills 8 B on gfx90a with the 1x32 FP8 output), 0 "
+                                    "spill, 0 narrow LDS ops, 4 barriers per key block",
+                        nonkdim=32, num_stages=4, kpack=2, transposed=True),
+                  _cdna(128, 32, 4, "as the first with the plain stream pipeline (num_stages 3, LDS double-buffered, no "
+                                    "s_setprio): 211 VGPRs, 0 spill, 2 barriers per key block (was 16x16 at 128x64 x 8 "
+                                    "waves: 174 VGPRs, 4 barriers, one LDS buffer); untimed against it, so second",
                         nonkdim=32, num_stages=3, transposed=True),
-                  _cdna(128, 64, 8, "the 16x16 entry this replaced (16 rows per wave, one LDS buffer): 174 VGPRs, 0 "
-                                    "spill; kept second until a GPU times both", transposed=True)),
-            256: (_cdna(128, 32, 4, "d256: 32 rows per wave, 32x32 MFMA, LDS double-buffered (64 KiB), waves_per_eu 1: "
-                                    "350 VGPRs+AGPRs, 0 spill, 0 narrow LDS ops (was 64x32 at 16 rows per wave)",
-                        wpe=1, nonkdim=32, num_stages=3, transposed=True),),
+                  _cdna(128, 64, 8, "the 16x16 entry these replaced (16 rows per wave, one LDS buffer): 174 VGPRs, 0 "
+                                    "spill; kept until a GPU times them", transposed=True)),
+            256: (_cdna(128, 32, 4, "d256: 32 rows per wave, 32x32 MFMA, the chained-dot schedule (num_stages 4, s_setprio "
+                                    "on gfx942), 64 KiB LDS, waves_per_eu 1: 438 | 385 VGPRs+AGPRs, 0 spill, 0 narrow "
+                                    "LDS ops, 4 barriers",
+                        wpe=1, nonkdim=32, num_stages=4, transposed=True),
+                  _cdna(128, 32, 4, "d256, num_stages 3 (LDS double-buffered, no s_setprio): 350 VGPRs+AGPRs, 0 spill, 2 "
+                                    "barriers (was 64x32 at 16 rows per wave); untimed against the first, so second",
+                        wpe=1, nonkdim=32, num_stages=3, transposed=True)),
         }),
         "amd-rdna": Differs(_RDNA_REASON, row={
             64: (_T(64, 32, 4, 1, "64x32, 4 waves: 222 VGPRs, 0 spill"),),
@@ -229,19 +244,35 @@ ATTENTION_DKDV: FamilyTable[HeadDimRow] = FamilyTable(
     {
         "sm_90": Differs(_TMA_BWD_REASON, row=_TMA_DKDV),
         "sm_100": Differs(_TMA_BWD_REASON, row=_TMA_DKDV),
+        # dK/dV streams Q, dO and their transposed copies: four tiles per query block. At 32 query rows the
+        # double-buffered form (num_stages 3) spills at d128 (gfx942 600 B, gfx90a 560 B; kpack 2: 436-484 B;
+        # 32x64 on 2 waves: 604-664 B; num_stages 4: 1.2 KB) because the pipeliner also holds the next block's
+        # operands in registers. 16 query rows per block with 16x16x16 MFMA halves the streamed tiles and keeps
+        # 32 key rows per wave (each wave reads a Q/dO tile once per 32 of its keys, as at 32x32): CK's d128
+        # backward tile (16 query rows x 128 keys, 4 warps along the keys, 16x16 warp tiles). 16 rows at 32x32x8
+        # (nonkdim 32) also compile (512 VGPRs, 0 spill) but issue 48 MFMAs per 16-row block where 32 do the
+        # work (the 32-wide instruction half empty). Measured on the bench shapes, gfx942 | gfx90a, Triton 3.9.
         "amd-cdna": Differs(_CDNA_REASON, row={
-            64: (_cdna(32, 128, 4, "as d128", wpe=1, nonkdim=32, transposed=True),),
-            128: (_cdna(32, 128, 4, "d128: 32 keys per wave stationary (K, V, dK, dV), 32x32 MFMA, waves_per_eu 1: 329 "
-                                    "VGPRs+AGPRs, 0 spill, 8 barriers per query block, one LDS buffer, no prefetch (was "
-                                    "32x64 x 4 waves, 16 keys per wave, 16x16: 202 VGPRs, 8 barriers); Q^T, dO^T "
-                                    "copies: 0 narrow LDS ops. Not taken: the prefetching form (num_stages 2, kpack 2: "
-                                    "2 barriers per query block, the next Q/dO tile loaded a block ahead) spills 7 VGPRs "
-                                    "to AGPRs (no scratch), double-buffered LDS (num_stages 3) 352 B of scratch; worth "
-                                    "timing on a GPU",
-                           wpe=1, nonkdim=32, transposed=True),),
-            256: (_cdna(32, 128, 4, "d256: as d128 with d_split 4 (each program 64 of the 256 dK/dV columns, S and dP "
-                                    "recomputed): 429 VGPRs+AGPRs, 0 spill, 2 barriers; d_split 2 spills 376 B, full "
-                                    "width 2 KiB (was 16x64 at 16 rows per wave, 8 barriers)",
+            64: (_cdna(16, 128, 4, "as d128: 236 VGPRs (2 waves per SIMD), 0 spill, 0 narrow LDS ops, LDS double-"
+                                   "buffered (16 KiB), 2 barriers per query block (32 query rows at 32x32x8, double-"
+                                   "buffered: 400 VGPRs, 0 spill, 1 wave)",
+                       wpe=1, kpack=2, num_stages=3, transposed=True),),
+            128: (_cdna(16, 128, 4, "d128: 16 query rows x 128 keys, 32 keys per wave stationary (K, V, dK, dV), 16x16x16 "
+                                    "MFMA, kpack 2, LDS double-buffered (num_stages 3: two 16 KiB sets of Q, dO, Q^T, "
+                                    "dO^T tiles), waves_per_eu 1: 354-490 VGPRs+AGPRs, 0 spill (kpack 1: 2 VGPRs to AGPRs "
+                                    "on gfx942), 0 narrow LDS ops, 2 barriers per query block, 64 MFMAs per block (was "
+                                    "32x128 at 32x32x8, one LDS buffer, no prefetch: 329 VGPRs, 8 barriers)",
+                        wpe=1, kpack=2, num_stages=3, transposed=True),
+                  _cdna(32, 128, 4, "d128, 32 query rows at 32x32x8 with the next Q/dO block prefetched into registers "
+                                    "and one LDS buffer (num_stages 2): 468 | 502 VGPRs, 0 spill, 2 barriers; the same "
+                                    "MFMA work per key; untimed against the first, so second",
+                        wpe=1, nonkdim=32, num_stages=2, transposed=True)),
+            256: (_cdna(32, 128, 4, "d256: as d128's second entry with d_split 4 (each program 64 of the 256 dK/dV "
+                                    "columns, S and dP recomputed): 429 VGPRs+AGPRs, 0 spill, 2 barriers, one LDS buffer. "
+                                    "Not double-buffered: no such form compiles clean on both CDNA targets (16x128 at "
+                                    "16x16x16, d_split 4: gfx942 0 spill, gfx90a 1 VGPR to AGPR; with kpack 2 the "
+                                    "reverse, 9 on gfx942; d_split 2: up to 20 B; 32 query rows: 244-256 B); d_split 2 "
+                                    "at one buffer spills 376 B, full width 2 KiB",
                            wpe=1, nonkdim=32, num_stages=2, transposed=True, d_split=4),),
         }),
         "amd-rdna": Differs(_RDNA_REASON, row={
