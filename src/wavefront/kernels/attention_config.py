@@ -94,7 +94,8 @@ def _wide(dtype: torch.dtype) -> bool:
 
 def _cdna(m, n, w, reason, wpe=2, nonkdim=16, **kw):
     # nonkdim selects the MFMA shape (16: 16x16x16, 32: 32x32x8); num_stages (default 1) picks AMD's stream
-    # pipeliner's depth: 2 prefetches the next tile into registers, 3 also double-buffers it in LDS.
+    # pipeliner's depth: 2 prefetches the next tile into registers, 3 also double-buffers it in LDS, 4 on a loop
+    # of two chained dots (the forward) is the schedule that on gfx942 also gets s_setprio (ATTENTION_FWD).
     return AttentionConfig(m, n, w, kw.pop("num_stages", 1), reason, waves_per_eu=wpe, matrix_instr_nonkdim=nonkdim,
                            **kw)
 
@@ -128,9 +129,10 @@ _RDNA_REASON = ("gfx1100's WMMA replicates both operands over the half-waves: no
                 "35-shape sweep at dQ d128 (360-492 B) or any d256 kernel (500-3504 B); small tiles and head-dim "
                 "chunks (d_chunk) compile with 0 spill")
 
-# CDNA (gfx90a, gfx942): 64 KiB LDS per CU. Every entry runs 32x32x8 MFMA (matrix_instr_nonkdim 32) with 32
-# rows of the streamed or stationary tile per wave, so each wave reads a K/V (or Q/dO) tile from LDS once per 32
-# of its rows instead of per 16: half the LDS bytes per MFMA FLOP of the 16x16 entries these replaced (whose LDS
+# CDNA (gfx90a, gfx942): 64 KiB LDS per CU. Every deterministic entry gives a wave 32 rows of its stationary
+# tile (query rows in the forward and dQ, at 32x32x8 MFMA, matrix_instr_nonkdim 32; key rows in dK/dV, at
+# 16x16x16 over 16-row query blocks), so each wave reads a K/V (or Q/dO) tile from LDS once per 32 of its rows
+# instead of per 16: half the LDS bytes per MFMA FLOP of the 16-rows-per-wave entries these replaced (whose LDS
 # read time equalled their MFMA time). num_stages 3 makes AMD's stream pipeliner allocate two LDS buffers per
 # streamed operand (the TTGIR's local_alloc is 2 x tile) with the next tile's global loads issued a block ahead;
 # num_stages 2 keeps one LDS buffer and prefetches into registers. waves_per_eu 1 gives a wave the 512 unified
@@ -139,9 +141,9 @@ _RDNA_REASON = ("gfx1100's WMMA replicates both operands over the half-waves: no
 # sequence (V forward; Q, dO and K backward) comes from a [.., head_dim, S] copy, so no tile is transposed
 # through LDS 16 bits at a time. Figures: gfx942, bf16, the bench shapes (wavefront inspect --op attention
 # --targets gfx942 --all), Triton 3.9; "was" quotes the 16x16 entry each replaced.
-_CDNA_REASON = ("wave64 MFMA and 64 KiB LDS: 32 rows per wave at 32x32x8 halves the LDS reads per MFMA FLOP of the "
-                "16x16 tiles (whose LDS time equalled their MFMA time); [.., head_dim, S] operand copies: 0 narrow "
-                "LDS ops")
+_CDNA_REASON = ("wave64 MFMA and 64 KiB LDS: 32 stationary rows per wave halve the LDS reads per MFMA FLOP of the "
+                "16-rows-per-wave tiles (whose LDS time equalled their MFMA time); [.., head_dim, S] operand copies: "
+                "0 narrow LDS ops")
 
 # Backward on sm_90 and sm_100 (one row: both compile the same tiles to wgmma or tcgen05).
 _TMA_BWD_REASON = ("K/V-stationary with Q/dO by TMA (a ring of tma_stages tiles): wgmma/tcgen05 N >= 64 where the "
