@@ -14,7 +14,7 @@ from wavefront import ops, reference, runtime
 from wavefront.kernels import attention as kernels
 from wavefront.kernels import attention_common
 from wavefront.kernels._launch import recording
-from wavefront.kernels.attention_config import ATTENTION_TABLES, attention_candidates, attention_config
+from wavefront.kernels.attention_config import ATTENTION_TABLES, attention_candidates, attention_config, table_key
 
 
 def _qkv(B, H, H_kv, S, D, dtype=torch.bfloat16, seed=0):
@@ -105,16 +105,16 @@ def test_fp64_and_empty_use_the_reference():
     assert ops.attention(q0, k0, v0).shape == (2, 2, 0, 64)
 
 
-@pytest.mark.parametrize("arch_name", ["sm_90", "gfx942"])
-def test_gpu_tile_shapes_under_the_interpreter(arch_name):
+@pytest.mark.parametrize(("arch_name", "D", "S"), [("sm_90", 128, 200), ("gfx942", 128, 200), ("gfx942", 64, 136)])
+def test_gpu_tile_shapes_under_the_interpreter(arch_name, D, S):
     """The NVIDIA and AMD default tiles (128-row query tiles, not the interpreter's small ones) computed
-    through the interpreter: 200 rows cross tiles, the diagonal and a ragged tail."""
+    through the interpreter: S rows cross tiles (CDNA's dK/dV: 16-row query blocks against 128-key tiles),
+    the diagonal and a ragged tail."""
     arch = runtime.get_arch(arch_name)
     cpu = runtime.get_arch("cpu")
-    D = 128
     cfgs = {kind: dataclasses.replace(attention_config(kind, D, torch.bfloat16, arch), waves_per_eu=0,
                                       matrix_instr_nonkdim=0, kpack=1) for kind in ("fwd", "bwd_dkdv", "bwd_dq")}
-    q, k, v = _qkv(1, 2, 1, 200, D)
+    q, k, v = _qkv(1, 2, 1, S, D)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(4)).to(q.dtype)
     o, lse2 = kernels.attention_fwd(q, k, v, True, D ** -0.5, arch=cpu, config=cfgs["fwd"])
     dq, dk, dv = kernels.attention_bwd(dout, q, k, v, o, lse2, True, D ** -0.5, arch=cpu,
@@ -260,10 +260,20 @@ def test_attention_configs(arch_name, head_dim):
 
 
 def test_every_table_entry_has_a_reason():
-    for family, kinds in ATTENTION_TABLES.items():
-        for kind, by_dim in kinds.items():
-            for entries in by_dim.values():
-                assert all(e.reason for e in entries), (family, kind)
+    for kind, table in ATTENTION_TABLES.items():
+        for key, by_dim in table.items():
+            assert table.reason(key), (kind, key)
+            for entries in (by_dim or {}).values():
+                assert all(e.reason for e in entries), (kind, key)
+
+
+def test_table_keys_cover_every_target():
+    """Every compile target reads a row of every kernel's table (sm_90 and sm_100 their own), and the atomic
+    kernel's row is its own only where the dQ share changed the tiles."""
+    for kind, table in ATTENTION_TABLES.items():
+        assert {table_key(runtime.get_arch(a)) for a in runtime.ARCHS} <= set(table), kind
+    assert set(ATTENTION_TABLES["bwd_atomic"].differs()) == {"sm_90", "sm_100", "amd-cdna"}
+    assert ATTENTION_TABLES["bwd_dkdv"]["sm_90"] is ATTENTION_TABLES["bwd_dkdv"]["sm_100"]
 
 
 def test_head_dim_too_large_is_refused():

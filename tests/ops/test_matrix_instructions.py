@@ -139,12 +139,14 @@ def _analyse(target: str, compiled) -> dict:
             m = re.search(rf"\.{key}:\s+(\d+)", code)
             return int(m.group(1)) if m else 0
 
-        regs = field("vgpr_count") + field("agpr_count")
+        # .vgpr_count is the unified file's total on gfx90a/gfx942 (VGPRs and AGPRs: 490 = 256 + 234 for the
+        # d128 dK/dV kernel), so the AGPRs are not added again.
+        regs = field("vgpr_count")
         # Per lane, like the NVIDIA figure is per thread.
         spill_bytes = 4 * (field("vgpr_spill_count") + field("sgpr_spill_count"))
     found = sorted(set(re.findall(_FIND["cuda" if target.startswith("sm_") else "hip"], code)))
     return {"regs": regs, "spill_bytes": spill_bytes, "shared_bytes": compiled.metadata.shared,
-            "matrix_instructions": found}
+            "matrix_instructions": found, "setprio": len(re.findall(r"\bs_setprio\b", code))}
 
 
 def compile_table(targets, head_dims, kernels) -> list[dict]:
@@ -214,6 +216,12 @@ def test_forward_kernels_use_the_matrix_units(target):
     assert len(rows) == 2
     for row in rows:
         assert _check(row) is None
+    if target == "gfx942":
+        # The CDNA forward's entry (num_stages 4) is the depth at which Triton's AMD backend schedules the
+        # QK^T -> PV loop as two chained dots and its ping-pong pass brackets the clusters with s_setprio
+        # (docs/kernels-attention-gemm.md): a change of depth, dot count or Triton version that loses it fails.
+        fwd = next(r for r in rows if r["kernel"] == "attention_fwd")
+        assert fwd["setprio"] > 0 and "v_mfma_f32_32x32x8_bf16" in fwd["matrix_instructions"], fwd
 
 
 @pytest.mark.slow
