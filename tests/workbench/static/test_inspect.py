@@ -343,3 +343,15 @@ def test_inspect_cli_json_and_errors(tmp_path):
     assert bad.exit_code == 2 and "unknown target 'sm_75'" in bad.output
     bad = CliRunner().invoke(build_app(), ["inspect", "--op", "nope"])
     assert bad.exit_code == 2 and "unknown op 'nope'" in bad.output
+
+
+def test_amdgcn_metadata_reads_the_first_key_of_the_kernel_map():
+    """The code object's YAML kernel list starts each kernel's map with a dash on its first key (LLVM writes
+    `.agpr_count` first): every metadata key is read wherever it sits in the map."""
+    meta = ("  - .agpr_count:     12\n    .group_segment_fixed_size: 4096\n    .private_segment_fixed_size: 0\n"
+            "    .sgpr_count:     45\n    .sgpr_spill_count: 0\n    .vgpr_count:     61\n    .vgpr_spill_count: 0\n")
+    code = ip.parse_amdgcn("kernel:\n  s_endpgm\n" + meta)
+    assert (code.agprs, code.sgprs, code.regs, code.spill_bytes) == (12, 45, 61, 0)
+    first = meta.replace("  - .agpr_count:     12\n", "    .agpr_count:     12\n").replace(
+        "    .vgpr_count:     61\n", "  - .vgpr_count:     61\n")
+    assert ip.parse_amdgcn("kernel:\n  s_endpgm\n" + first).regs == 61

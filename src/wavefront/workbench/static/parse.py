@@ -473,14 +473,15 @@ def ptx_consumer_warpgroups(ptx: str) -> int | None:
 # ---------------------------------------------------------------------------------------------------
 # AMD: AMDGCN assembly with its code-object metadata.
 
+# Keys of the code object's YAML kernel map; the map's first key carries the list dash (`  - .agpr_count: 0`).
 _AMD_META = {
-    "regs": re.compile(r"^\s+\.vgpr_count:\s+(\d+)", re.M),
-    "sgprs": re.compile(r"^\s+\.sgpr_count:\s+(\d+)", re.M),
-    "agprs": re.compile(r"^\s+\.agpr_count:\s+(\d+)", re.M),
-    "vgpr_spills": re.compile(r"^\s+\.vgpr_spill_count:\s+(\d+)", re.M),
-    "sgpr_spills": re.compile(r"^\s+\.sgpr_spill_count:\s+(\d+)", re.M),
-    "lds": re.compile(r"^\s+\.group_segment_fixed_size:\s+(\d+)", re.M),
-    "scratch": re.compile(r"^\s+\.private_segment_fixed_size:\s+(\d+)", re.M),
+    "regs": re.compile(r"^\s+(?:-\s+)?\.vgpr_count:\s+(\d+)", re.M),
+    "sgprs": re.compile(r"^\s+(?:-\s+)?\.sgpr_count:\s+(\d+)", re.M),
+    "agprs": re.compile(r"^\s+(?:-\s+)?\.agpr_count:\s+(\d+)", re.M),
+    "vgpr_spills": re.compile(r"^\s+(?:-\s+)?\.vgpr_spill_count:\s+(\d+)", re.M),
+    "sgpr_spills": re.compile(r"^\s+(?:-\s+)?\.sgpr_spill_count:\s+(\d+)", re.M),
+    "lds": re.compile(r"^\s+(?:-\s+)?\.group_segment_fixed_size:\s+(\d+)", re.M),
+    "scratch": re.compile(r"^\s+(?:-\s+)?\.private_segment_fixed_size:\s+(\d+)", re.M),
 }
 _AMD_INSN = re.compile(r"^\s+([a-z][a-z0-9_]*)\b")
 _AMD_MEM = re.compile(r"^(global|buffer|flat)_(load|store|atomic)_(\w+)$")
