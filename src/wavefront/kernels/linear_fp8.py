@@ -58,6 +58,7 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import grouped_tile
+from wavefront.kernels._tables import Differs, FamilyTable
 from wavefront.kernels.linear_tma import _load_k_cols, _load_rows_k, _operand_desc
 from wavefront.kernels.matmul_config import tma_capable
 from wavefront.runtime import Arch
@@ -77,15 +78,17 @@ class Fp8GemmConfig:
         return {"num_warps": min(self.num_warps, arch.max_num_warps), "num_stages": self.num_stages}
 
 
-# One table per family: the epilogue-scaled tile; block-scaled GEMMs keep BLOCK_M/BLOCK_N and set BLOCK_K
-# to the scale group (and BLOCK_N <= 128 so a weight block covers the whole tile).
-FP8_GEMM_TABLES: dict[str, Fp8GemmConfig] = {
-    "nvidia": Fp8GemmConfig(128, 128, 128, 8, 8, 3, "two warpgroups of m64n128k32 fp8 wgmma; 3 stages of "
-                                                   "(128 + 128) x 128 B = 96 KiB smem, under sm_90's 227 KiB"),
-    "amd-cdna": Fp8GemmConfig(128, 128, 128, 8, 8, 2, "gfx942 MFMA fp8 32x32x16; 2 LDS stages of 32 KiB fit 64 KiB"),
-    "amd-rdna": Fp8GemmConfig(64, 64, 128, 8, 4, 2, "no fp8 matrix unit on RDNA3: small tiles, converted dot"),
-    "cpu": Fp8GemmConfig(64, 64, 128, 1, 4, 1, "interpreter: its cost is per program and per op, not per element"),
-}
+# One table over the families: the epilogue-scaled tile; block-scaled GEMMs keep BLOCK_M/BLOCK_N and set
+# BLOCK_K to the scale group (and BLOCK_N <= 128 so a weight block covers the whole tile).
+_FP8_NVIDIA = Fp8GemmConfig(128, 128, 128, 8, 8, 3, "two warpgroups of m64n128k32 fp8 wgmma; 3 stages of "
+                                                    "(128 + 128) x 128 B = 96 KiB smem, under sm_90's 227 KiB")
+FP8_GEMM_TABLES: FamilyTable[Fp8GemmConfig] = FamilyTable(_FP8_NVIDIA, _FP8_NVIDIA.reason, {
+    "amd-cdna": Differs("gfx942 MFMA fp8 32x32x16; 2 LDS stages of 32 KiB fit 64 KiB", num_stages=2),
+    "amd-rdna": Differs("no fp8 matrix unit on RDNA3: small tiles, converted dot", BLOCK_M=64, BLOCK_N=64,
+                        num_warps=4, num_stages=2),
+    "cpu": Differs("interpreter: its cost is per program and per op, not per element", BLOCK_M=64, BLOCK_N=64,
+                   GROUP_M=1, num_warps=4, num_stages=1),
+})
 
 
 #: Targets whose matrix units apply MX (E8M0, 1x32) block scales natively, by ``Arch.name``: there the MXFP8
