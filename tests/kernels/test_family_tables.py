@@ -103,7 +103,7 @@ def test_single_stage_options():
 
 @pytest.mark.parametrize("table", [row_config.ROW_TABLES, adamw.ADAMW_BLOCK, quantize.QUANTIZE_TABLES,
                                    moe_permute.PERMUTE_TABLES, rope.ROPE_TABLES, glu.GLU_TABLES,
-                                   moe_router.ROUTER_TABLES, linear_fp8.FP8_GEMM_TABLES,
+                                   moe_router.ROUTER_TABLES, linear_fp8.FP8_GEMM_TABLES, linear_fp8.FP8_TMA_CONFIGS,
                                    *matmul_config.GEMM_TABLES.values(), *grouped_config.POINTER_TABLES.values(),
                                    *matmul_config.TMA_TABLES.values(), matmul_config.TMA_MIN_M,
                                    *grouped_config.TMA_TABLES.values()])

@@ -60,7 +60,7 @@ from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import grouped_tile
 from wavefront.kernels._tables import Differs, FamilyTable
 from wavefront.kernels.linear_tma import _load_k_cols, _load_rows_k, _operand_desc
-from wavefront.kernels.matmul_config import tma_capable
+from wavefront.kernels.matmul_config import TMA_FAMILIES, matrix_launch_options, tma_capable
 from wavefront.runtime import Arch
 
 
@@ -73,9 +73,13 @@ class Fp8GemmConfig:
     num_warps: int
     num_stages: int
     reason: str
+    # AMD launch options at the compiler's defaults (no FP8 entry sets them): emitted for AMD targets only.
+    waves_per_eu: int = 0
+    matrix_instr_nonkdim: int = 0
+    kpack: int = 1
 
     def options(self, arch: Arch) -> dict:
-        return {"num_warps": min(self.num_warps, arch.max_num_warps), "num_stages": self.num_stages}
+        return matrix_launch_options(self, arch)
 
 
 # One table over the families: the epilogue-scaled tile; block-scaled GEMMs keep BLOCK_M/BLOCK_N and set
@@ -136,18 +140,18 @@ def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arc
 
 
 #: The persistent, warp-specialized TMA kernels (``_fp8_gemm_tma_kernel`` and its block and MX forms) on sm_90 /
-#: sm_100, by Arch.family ("nvidia" split by generation below) and the interpreter. Opt-in (see :func:`tma_requested`).
-FP8_TMA_CONFIGS: dict[str, Fp8GemmConfig] = {
-    "hopper": Fp8GemmConfig(128, 128, 128, 8, 4, 4, "num_warps 4: Triton 3.9's Hopper warp specializer makes one "
-                                                   "TMA producer and two consumer warpgroups of m64n128k32 fp8 "
-                                                   "wgmma; 4 stages of (128 + 128) x 128 B = 128 KiB smem"),
-    "blackwell": Fp8GemmConfig(128, 128, 128, 8, 8, 4, "tcgen05 with the accumulator in tensor memory; 8 warps so "
-                                                       "its load in the epilogue spreads over 256 threads (4 warps: "
-                                                       "255 registers, 264 B of spills rowwise, 184 B MX); 4 stages "
-                                                       "of 32 KiB"),
-    "cpu": Fp8GemmConfig(32, 32, 128, 2, 4, 1, "interpreter: several tiles per test matrix, and several tiles per "
-                                               "program of the persistent grid"),
-}
+#: sm_100, over matmul_config.TMA_FAMILIES (NVIDIA's generations and the interpreter). Opt-in (see
+#: :func:`tma_requested`).
+_FP8_TMA_HOPPER = Fp8GemmConfig(128, 128, 128, 8, 4, 4, "num_warps 4: Triton 3.9's Hopper warp specializer makes "
+                                                        "one TMA producer and two consumer warpgroups of m64n128k32 "
+                                                        "fp8 wgmma; 4 stages of (128 + 128) x 128 B = 128 KiB smem")
+FP8_TMA_CONFIGS: FamilyTable[Fp8GemmConfig] = FamilyTable(_FP8_TMA_HOPPER, _FP8_TMA_HOPPER.reason, {
+    "blackwell": Differs("tcgen05 with the accumulator in tensor memory; 8 warps so its load in the epilogue spreads "
+                         "over 256 threads (4 warps: 255 registers, 264 B of spills rowwise, 184 B MX); 4 stages of "
+                         "32 KiB", num_warps=8),
+    "cpu": Differs("interpreter: several tiles per test matrix, and several tiles per program of the persistent "
+                   "grid", BLOCK_M=32, BLOCK_N=32, GROUP_M=2, num_stages=1),
+}, families=TMA_FAMILIES)
 
 #: ``WAVEFRONT_FP8_TMA=1`` sends the FP8 GEMMs on sm_90 / sm_100 to the TMA kernels (every recipe, the auto
 #: provider included). Off by default until a GPU run proves it (``scripts/gpu_check.sh``).
