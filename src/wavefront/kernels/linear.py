@@ -323,6 +323,7 @@ def linear_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     kind = "epilogue" if activation else "residual" if residual is not None else "light"
     cfg = _tma_plan(M, N, K, x.dtype, arch, config, kind, tma, layouts)
     if cfg is not None:
+        assert x_l is not None and w_l is not None  # a TMA config means every layout qualified (_tma_plan)
         n_splits = splits or split_k(M, N, K, cfg, runtime.sm_count(x.device))
         operands = dict(x_ptr=x, w_ptr=weight, M=M, N=N, K=K, stride_x=x_l[1], stride_w=w_l[1])
         if n_splits > 1:

@@ -457,6 +457,7 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
         ensure_descriptor_allocator(qa.device)
         programs = min(grid[0], runtime.sm_count(qa.device))
         persistent = dict(NUM_PROGRAMS=programs, WARP_SPECIALIZE=True)
+        recipe: dict[str, object]
         if native:
             kernel, recipe = _mx_gemm_tma_kernel, dict(A_FORMAT=_MX_FORMATS[qa.dtype], B_FORMAT=_MX_FORMATS[qb.dtype])
         elif group_k:
