@@ -82,11 +82,11 @@ per element and 4 B per group written, in place of a quantize kernel that reads 
 16-bit y). Single pass: the row is in registers, every scaling fits. Looped (wide rows): the segments
 quantize in pass 2 (BLOCK_N is a multiple of 128); a rowwise scale needs the row's amax, known only after
 pass 2, so rowwise adds a pass 3 re-reading the stored y (2n B, what the separate kernel would read).
-The epilogue has its own kernels, one per norm (``_rms_norm_fwd_fp8_kernel``, ``_layer_norm_fwd_fp8_kernel``,
-over the body ``_norm_fwd_fp8``), on the same row, statistics and block helpers as ``_norm_fwd_kernel``
-(which carries no FP8 flag); in the helpers QUANT_GROUP None compiles to no epilogue. FP8_MAX follows from q's
-dtype and the scale floor is kernels/quantize.py's EPS, so neither is a flag; the forward's casting is one
-``CAST`` constexpr (:data:`CASTS`) and its accumulation dtype that of rstd.
+The epilogue has its own kernels, one per norm (``_rms_norm_fwd_fp8_kernel``, ``_layer_norm_fwd_fp8_kernel``),
+which share one body, ``_norm_fwd``, with ``_norm_fwd_kernel`` (which carries no FP8 flag: QUANT_GROUP None
+compiles to no epilogue). FP8_MAX follows from q's dtype and the scale floor is kernels/quantize.py's EPS, so
+neither is a flag; the forward's casting is one ``CAST`` constexpr (:data:`CASTS`) and its accumulation dtype
+that of rstd.
 
 Offsets: the row index is promoted to int64 before it multiplies a stride, so tensors with 2^31 or more
 elements address correctly.
@@ -299,38 +299,7 @@ def _norm_fwd_block(x_row, y_row, res_out_ptr, w_ptr, b_ptr, row, cols, mask, st
 
 
 @triton.jit
-def _norm_fwd_kernel(
-    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
-    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
-    eps, offset,
-    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    CAST: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    """CAST (see :data:`CASTS`): "fp32" multiplies the weight in fp32, "llama" rounds xhat first, "input" also
-    rounds the statistics as eager in the input dtype. Accumulation in rstd's dtype (fp64 for fp64 inputs)."""
-    CAST_BEFORE_WEIGHT: tl.constexpr = CAST != "fp32"
-    ROUND_STATS: tl.constexpr = CAST == "input"
-    ACC = rstd_ptr.dtype.element_ty
-    OUT_DTYPE = y_ptr.dtype.element_ty
-    if SINGLE_PASS:
-        _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, None, None, n_rows,
-                       n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, IS_RMS,
-                       HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, ROWS_PER_PROGRAM, WEIGHT_FIRST,
-                       BLOCK_N, ACC, ROUND_STATS, None, None, None, None)
-    else:
-        row, cols0, x_row, y_row, run_mean, rstd = _norm_fwd_stats(
-            x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row, stride_res_row,
-            stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC, ROUND_STATS, OUT_DTYPE)
-        for start in range(0, n_cols, BLOCK_N):
-            cols = start + cols0
-            _norm_fwd_block(x_row, y_row, res_out_ptr, w_ptr, b_ptr, row, cols, cols < n_cols, stride_res_out_row,
-                            run_mean, rstd, offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT,
-                            ACC, ROUND_STATS, OUT_DTYPE)
-
-
-@triton.jit
-def _norm_fwd_fp8(
+def _norm_fwd(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
     eps, offset,
@@ -338,14 +307,20 @@ def _norm_fwd_fp8(
     CAST: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
     BLOCK_N: tl.constexpr, QUANT_GROUP: tl.constexpr, POW2: tl.constexpr,
 ):
-    """_norm_fwd_kernel with the FP8 epilogue (QUANT_GROUP: 0 rowwise, else the segment width): the body of
-    _rms_norm_fwd_fp8_kernel and _layer_norm_fwd_fp8_kernel. The format's largest value comes from q's dtype."""
+    """The forward's body under its three kernels. CAST (see :data:`CASTS`): "fp32" multiplies the weight in
+    fp32, "llama" rounds xhat first, "input" also rounds the statistics as eager in the input dtype;
+    accumulation in rstd's dtype (fp64 for fp64 inputs). QUANT_GROUP None: no FP8 epilogue; else 0 (rowwise)
+    or the segment width, the format's largest value from q's dtype."""
     CAST_BEFORE_WEIGHT: tl.constexpr = CAST != "fp32"
     ROUND_STATS: tl.constexpr = CAST == "input"
     ACC = rstd_ptr.dtype.element_ty
-    FP8_MAX: tl.constexpr = fp8_max(q_ptr.dtype.element_ty)
-    Q_EPS: tl.constexpr = SCALE_EPS
     OUT_DTYPE = y_ptr.dtype.element_ty
+    if QUANT_GROUP is not None:
+        FP8_MAX: tl.constexpr = fp8_max(q_ptr.dtype.element_ty)
+        Q_EPS: tl.constexpr = SCALE_EPS
+    else:
+        FP8_MAX: tl.constexpr = None
+        Q_EPS: tl.constexpr = None
     if SINGLE_PASS:
         _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
                        n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
@@ -355,10 +330,11 @@ def _norm_fwd_fp8(
         row, cols0, x_row, y_row, run_mean, rstd = _norm_fwd_stats(
             x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row, stride_res_row,
             stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC, ROUND_STATS, OUT_DTYPE)
-        # FP8 blocks quantize in pass 2; a rowwise scale needs the row's amax first, so rowwise takes a pass 3
-        # over the stored y.
-        q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
-        q_amax = tl.zeros((), dtype=tl.float32)
+        if QUANT_GROUP is not None:
+            # FP8 blocks quantize in pass 2; a rowwise scale needs the row's amax first, so rowwise takes a pass 3
+            # over the stored y.
+            q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
+            q_amax = tl.zeros((), dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + cols0
             mask = cols < n_cols
@@ -367,7 +343,7 @@ def _norm_fwd_fp8(
                                 CAST_BEFORE_WEIGHT, ACC, ROUND_STATS, OUT_DTYPE)
             if QUANT_GROUP == 0:
                 q_amax = tl.maximum(q_amax, masked_amax(y.to(OUT_DTYPE).to(tl.float32), mask))
-            else:
+            elif QUANT_GROUP is not None:
                 quantize_block(y.to(OUT_DTYPE).to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP,
                                BLOCK_N, FP8_MAX, Q_EPS, POW2)
         if QUANT_GROUP == 0:
@@ -382,6 +358,21 @@ def _norm_fwd_fp8(
 
 
 @triton.jit
+def _norm_fwd_kernel(
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
+    eps, offset,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    CAST: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """RMSNorm or LayerNorm, optionally after the residual add: no FP8 flag."""
+    _norm_fwd(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, None, None, n_rows, n_cols,
+              stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, IS_RMS, HAS_RESIDUAL,
+              HAS_WEIGHT, HAS_BIAS, CAST, SINGLE_PASS, ROWS_PER_PROGRAM, WEIGHT_FIRST, BLOCK_N, None, None)
+
+
+@triton.jit
 def _rms_norm_fwd_fp8_kernel(
     x_ptr, res_ptr, w_ptr, y_ptr, res_out_ptr, rstd_ptr, q_ptr, q_scale_ptr,
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
@@ -391,9 +382,9 @@ def _rms_norm_fwd_fp8_kernel(
     POW2: tl.constexpr,
 ):
     """RMSNorm (optionally after the residual add) with the FP8 epilogue: no mean, no bias."""
-    _norm_fwd_fp8(x_ptr, res_ptr, w_ptr, None, y_ptr, res_out_ptr, None, rstd_ptr, q_ptr, q_scale_ptr, n_rows, n_cols,
-                  stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, True, HAS_RESIDUAL,
-                  HAS_WEIGHT, False, CAST, SINGLE_PASS, ROWS_PER_PROGRAM, WEIGHT_FIRST, BLOCK_N, QUANT_GROUP, POW2)
+    _norm_fwd(x_ptr, res_ptr, w_ptr, None, y_ptr, res_out_ptr, None, rstd_ptr, q_ptr, q_scale_ptr, n_rows, n_cols,
+              stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, True, HAS_RESIDUAL,
+              HAS_WEIGHT, False, CAST, SINGLE_PASS, ROWS_PER_PROGRAM, WEIGHT_FIRST, BLOCK_N, QUANT_GROUP, POW2)
 
 
 @triton.jit
@@ -406,10 +397,10 @@ def _layer_norm_fwd_fp8_kernel(
     POW2: tl.constexpr,
 ):
     """LayerNorm with the FP8 epilogue: the weight multiplies in fp32 (LayerNorm has no other cast)."""
-    _norm_fwd_fp8(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr, n_rows,
-                  n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, False,
-                  HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, "fp32", SINGLE_PASS, ROWS_PER_PROGRAM, WEIGHT_FIRST, BLOCK_N,
-                  QUANT_GROUP, POW2)
+    _norm_fwd(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr, n_rows,
+              n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, False,
+              HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, "fp32", SINGLE_PASS, ROWS_PER_PROGRAM, WEIGHT_FIRST, BLOCK_N,
+              QUANT_GROUP, POW2)
 
 
 @triton.jit
