@@ -315,12 +315,8 @@ def _norm_fwd(
     ROUND_STATS: tl.constexpr = CAST == "input"
     ACC = rstd_ptr.dtype.element_ty
     OUT_DTYPE = y_ptr.dtype.element_ty
-    if QUANT_GROUP is not None:
-        FP8_MAX: tl.constexpr = fp8_max(q_ptr.dtype.element_ty)
-        Q_EPS: tl.constexpr = SCALE_EPS
-    else:
-        FP8_MAX: tl.constexpr = None
-        Q_EPS: tl.constexpr = None
+    FP8_MAX: tl.constexpr = fp8_max(q_ptr.dtype.element_ty) if QUANT_GROUP is not None else None
+    Q_EPS: tl.constexpr = SCALE_EPS if QUANT_GROUP is not None else None
     if SINGLE_PASS:
         _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
                        n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
