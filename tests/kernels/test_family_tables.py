@@ -6,7 +6,18 @@ import dataclasses
 
 import pytest
 
-from wavefront.kernels import adamw, glu, moe_permute, moe_router, quantize, rope, row_config
+from wavefront.kernels import (
+    adamw,
+    glu,
+    grouped_config,
+    linear_fp8,
+    matmul_config,
+    moe_permute,
+    moe_router,
+    quantize,
+    rope,
+    row_config,
+)
 from wavefront.kernels._tables import FAMILIES, Differs, FamilyTable, SingleStage
 from wavefront.runtime import ARCHS
 
@@ -68,6 +79,19 @@ def test_table_is_a_plain_mapping_for_launchers_and_tests():
     assert "test" not in t
 
 
+def test_a_tile_entry_carries_the_reason_of_its_row():
+    @dataclasses.dataclass(frozen=True)
+    class Tile:
+        warps: int
+        reason: str
+
+    t = FamilyTable(Tile(8, "default measured"), "default measured",
+                    {"amd-cdna": Differs("wave64 measured", warps=4), "cpu": Differs("interpreter", row=Tile(1, ""))})
+    assert t["amd-cdna"] == Tile(4, "wave64 measured") and t["cpu"] == Tile(1, "interpreter")
+    with pytest.raises(ValueError, match="equal the default"):  # a new reason alone is no row of its own
+        FamilyTable(Tile(8, "default"), "default", {"cpu": Differs("the same tile", row=Tile(8, "other"))})
+
+
 def test_single_stage_options():
     @dataclasses.dataclass(frozen=True)
     class Cfg(SingleStage):
@@ -79,11 +103,15 @@ def test_single_stage_options():
 
 @pytest.mark.parametrize("table", [row_config.ROW_TABLES, adamw.ADAMW_BLOCK, quantize.QUANTIZE_TABLES,
                                    moe_permute.PERMUTE_TABLES, rope.ROPE_TABLES, glu.GLU_TABLES,
-                                   moe_router.ROUTER_TABLES])
+                                   moe_router.ROUTER_TABLES, linear_fp8.FP8_GEMM_TABLES, linear_fp8.FP8_TMA_CONFIGS,
+                                   *matmul_config.GEMM_TABLES.values(), *grouped_config.POINTER_TABLES.values(),
+                                   *matmul_config.TMA_TABLES.values(), matmul_config.TMA_MIN_M,
+                                   *grouped_config.TMA_TABLES.values()])
 def test_kernel_tables_cover_every_family_and_say_why(table):
     assert isinstance(table, FamilyTable)
-    assert set(FAMILIES) <= set(table)
-    for family in FAMILIES:
+    families = matmul_config.TMA_FAMILIES if "hopper" in table else FAMILIES
+    assert set(families) <= set(table)
+    for family in families:
         assert table.reason(family).strip()
     # A family's own row differs from the default (FamilyTable enforces it at import; this pins the data).
     assert all(table[f] != table.default for f in table.differs())

@@ -12,11 +12,11 @@ compile and parse helpers this reuses), each target compiles in a subprocess wit
 
     python tests/ops/test_fp8_machine_code.py --targets sm_90,gfx942 [--kernels gemm_rowwise,...]
 
-The TMA kernel (``_fp8_gemm_tma_kernel``, opt-in with ``WAVEFRONT_FP8_TMA=1``), every recipe on sm_90 and
-sm_100: its operand loads (UTMALDG) sit inside a loop (the producer's: in a warp-specialized kernel that loop
-holds no matrix instruction), it is warp-specialized (USETMAXREG), issues no cp.async (LDGSTS) but for
-sm_100's MX scales, and the MXFP8 product is the block-scaled MMA; the default cp.async kernels issue LDGSTS
-and no TMA.
+The TMA kernels (``_fp8_gemm_tma_kernel``, ``_fp8_block_gemm_tma_kernel``, ``_mx_gemm_tma_kernel``: one per
+scale form, opt-in with ``WAVEFRONT_FP8_TMA=1``), every recipe on sm_90 and sm_100: its operand loads (UTMALDG)
+sit inside a loop (the producer's: in a warp-specialized kernel that loop holds no matrix instruction), it is
+warp-specialized (USETMAXREG), issues no cp.async (LDGSTS) but for sm_100's MX scales, and the MXFP8 product is
+the block-scaled MMA; the default cp.async kernels issue LDGSTS and no TMA.
 
 All under ``-m slow`` (compiles take 10-20 s each on two cores): the rowwise GEMM on gfx942 alone, and
 every kernel on sm_90, sm_100 and gfx942.
@@ -38,6 +38,8 @@ TARGETS = ("sm_90", "sm_100", "gfx942")
 MXFP8 = ("gemm_mxfp8", "gemm_mxfp8_epilogue", "gemm_mxfp8_ragged")
 #: The persistent, warp-specialized TMA kernel (WAVEFRONT_FP8_TMA=1), every recipe; sm_90 and sm_100 only.
 TMA = ("tma_tensorwise", "tma_rowwise", "tma_blockwise", "tma_blockwise_dw", "tma_mxfp8")
+#: The TMA kernels, one per scale form.
+TMA_KERNELS = ("_fp8_gemm_tma_kernel", "_fp8_block_gemm_tma_kernel", "_mx_gemm_tma_kernel")
 KERNELS = ("gemm_rowwise", "gemm_blockwise", "gemm_blockwise_dw", *MXFP8, "quantize_rowwise",
            "quantize_block128x128", *TMA)
 #: The FP8 matrix instruction of each target, as the disassembly spells it.
@@ -180,14 +182,14 @@ def _check(row) -> None:
         assert row["mx_block_scale_ptx"], row
         assert row["mma_count"] > 0 and row["mx_block_scale_sass"] == row["mma_count"], row
     elif row["kernel"] == "tma_mxfp8" and row["target"] == "sm_100":
-        assert row["kernel_fn"] == "_fp8_gemm_tma_kernel", row
+        assert row["kernel_fn"] == "_mx_gemm_tma_kernel", row
         assert row["mx_block_scale_ptx"], row
         assert row["mma_count"] > 0 and row["mx_block_scale_sass"] == row["mma_count"], row
     elif row["target"].startswith("sm_"):
         assert not row["mx_block_scale_ptx"], row  # sm_90 has no MX MMA: the per-block kernel
     if row["kernel"].startswith("tma_"):
         # The fast path: operands by TMA inside the producer's loop, no cp.async, warp-specialized.
-        assert row["kernel_fn"] == "_fp8_gemm_tma_kernel", row
+        assert row["kernel_fn"] in TMA_KERNELS, row
         assert row["tma_loads_in_loops"] >= 2 and row["setmaxnreg"] > 0, row
         # No cp.async but sm_100's MX scales: tcgen05 reads them from tensor memory, and the compiler stages
         # the two [128, 4] fp32 scale tiles through shared memory by cp.async (4 KiB a step beside 32 KiB of
@@ -238,7 +240,7 @@ def test_inspect_with_the_flag_shows_tma_and_warp_specialization(monkeypatch):
     assert {(r.case, r.mode, r.target) for r in gemms} == {
         (c, mode, target) for c in cases for mode in ("fwd", "bwd") for target in ("sm_90", "sm_100")}
     for r in gemms:
-        assert r.ok and r.kernel.split("#")[0] == "_fp8_gemm_tma_kernel", (r.key, r.error)
+        assert r.ok and r.kernel.split("#")[0] in TMA_KERNELS, (r.key, r.error)
         assert r.tma_ops > 0 and r.setmaxnreg > 0 and r.spill_bytes == 0, r.key
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def compile_products(jobs) -> list[dict]:
             kernels.grouped_linear_fwd(x, w, offsets, False, False, arch=arch)
             kernels.grouped_linear_fwd(x, w, offsets, True, True, arch=arch)
             kernels.grouped_linear_bwd(dz, x, w, offsets, True, True, arch=arch)
-        gemms = [la for la in rec if la.name in ("_grouped_gemm_kernel", "_grouped_dw_kernel")]
+        gemms = [la for la in rec if la.name in GEMM_KERNELS]
         for name, launch in zip(PRODUCTS, gemms, strict=True):
             if name not in products:
                 continue
@@ -75,6 +75,10 @@ def compile_products(jobs) -> list[dict]:
                          "lds_read_widths": code.lds_read_widths if code else {}})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
+
+
+#: The grouped products' kernels: the plain forward and dx, the SwiGLU forward, dW.
+GEMM_KERNELS = ("_grouped_gemm_kernel", "_grouped_gemm_swiglu_kernel", "_grouped_dw_kernel")
 
 
 def arch_sms(target: str) -> int:
@@ -169,7 +173,7 @@ def test_every_path_matches_reference(path, monkeypatch):
     assert result.error is None, result.error
     assert {c.mode for c in result.checks} == {"fwd", "bwd"}
     assert result.passed, [c for c in result.checks if not c.passed]
-    gemms = [la for la in launches if la.name in ("_grouped_gemm_kernel", "_grouped_dw_kernel")]
+    gemms = [la for la in launches if la.name in GEMM_KERNELS]
     assert {la.constexprs["USE_TMA"] for la in gemms} == {path == "tma"}
     dw = [la for la in gemms if la.name == "_grouped_dw_kernel"]
     assert dw and {la.constexprs["ALIGNED_TOKENS"] for la in dw} == {path == "token_major"}

@@ -414,7 +414,11 @@ def test_split_k_under_the_interpreter():
         with recording() as launches:
             y, g = kernels.linear_fwd(x, w, b, r, "gelu", True, splits=splits)
             grads = kernels.linear_bwd(dy, x, w, g, True, True, True, splits=splits)
-        assert all(launch.constexprs["SPLIT_K"] == splits for launch in launches)
+        # The forward's split form is its own kernel (no epilogue flags); the plain one takes no SPLIT_K.
+        fwd = "_linear_fwd_tma_splitk_kernel" if splits > 1 else "_linear_fwd_tma_kernel"
+        assert [launch.name for launch in launches if "_fwd_" in launch.name] == [fwd]
+        assert all(launch.constexprs.get("SPLIT_K", 1) == splits for launch in launches)
+        assert all("SPLIT_K" in launch.constexprs for launch in launches if launch.name != "_linear_fwd_tma_kernel")
         assert sum(launch.name == "_splitk_epilogue_kernel" for launch in launches) == (3 if splits > 1 else 0)
         outs[splits] = (y, g, *grads)
     for a, c in zip(outs[3], outs[1], strict=True):

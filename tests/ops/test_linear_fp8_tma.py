@@ -1,6 +1,7 @@
-"""The FP8 GEMM on the persistent, warp-specialized TMA kernel (``_fp8_gemm_tma_kernel``, opt-in with
-``WAVEFRONT_FP8_TMA=1``) under the interpreter, which runs tensor descriptors (zero-filled past the edge) and
-the persistent grid (2 programs here, so each walks several tiles), with memcheck on:
+"""The FP8 GEMM on the persistent, warp-specialized TMA kernels (one per scale form: ``_fp8_gemm_tma_kernel``,
+``_fp8_block_gemm_tma_kernel``, ``_mx_gemm_tma_kernel``; opt-in with ``WAVEFRONT_FP8_TMA=1``) under the
+interpreter, which runs tensor descriptors (zero-filled past the edge) and the persistent grid (2 programs here,
+so each walks several tiles), with memcheck on:
 
 - every recipe (tensorwise, rowwise, 1x128 / 128x128 blocks, the dW product's per-column blocks, MXFP8 on
   the per-block path and on sm_100's tl.dot_scaled) against the float64 product of the dequantized
@@ -36,6 +37,12 @@ RECIPES = {
     "blockwise_dw": ("block1x128", "block1x128", 128, 1, False, E4M3),
     "mxfp8": ("block1x32", "block1x32", 32, 1, True, E4M3),
 }
+
+
+#: The TMA kernel of each recipe's scale form where the matrix unit has no MX scaling (sm_90, the interpreter).
+TMA_KERNEL = {"tensorwise": "_fp8_gemm_tma_kernel", "rowwise": "_fp8_gemm_tma_kernel",
+              "blockwise": "_fp8_block_gemm_tma_kernel", "blockwise_dw": "_fp8_block_gemm_tma_kernel",
+              "mxfp8": "_fp8_block_gemm_tma_kernel"}
 
 
 def _operands(M, N, K, recipe, seed=0, device="cpu"):
@@ -77,7 +84,8 @@ def test_tma_kernel_matches_float64_and_the_cp_async_kernel(device, recipe, M, N
     with recording() as launches:
         ours = kernels.fp8_gemm(qa, qb, sa, sb, bias, torch.float32, group_k, b_rows, arch=arch, residual=residual,
                                 tma=True)
-    assert [la.name for la in launches] == ["_fp8_gemm_tma_kernel"]
+    native = kernels.mx_native(arch, group_k, b_rows, qa.dtype, qb.dtype)
+    assert [la.name for la in launches] == ["_mx_gemm_tma_kernel" if native else TMA_KERNEL[recipe]]
     cfg = launches[0].constexprs
     tiles = -(-M // cfg["BLOCK_M"]) * -(-N // cfg["BLOCK_N"])
     assert launches[0].grid == (min(tiles, runtime.sm_count(qa.device)),)
@@ -103,8 +111,7 @@ def test_native_mx_on_the_tma_kernel_matches_the_per_block_form():
     with recording() as launches:
         native = kernels.fp8_gemm(qa, qb, sa, sb, None, torch.float32, 32, 1, arch=get_arch("sm_100"), tma=True)
         per_block = kernels.fp8_gemm(qa, qb, sa, sb, None, torch.float32, 32, 1, arch=get_arch("sm_90"), tma=True)
-    assert [la.name for la in launches] == ["_fp8_gemm_tma_kernel"] * 2
-    assert [la.constexprs["SCALES"] for la in launches] == ["mx", "block"]
+    assert [la.name for la in launches] == ["_mx_gemm_tma_kernel", "_fp8_block_gemm_tma_kernel"]
     assert native.abs().max() > 0
     # The interpreter's dot_scaled dequantizes each group exactly; the sums differ only in order (fp32).
     assert (native - per_block).abs().max() <= 4 * torch.finfo(torch.float32).eps * per_block.abs().max()
@@ -126,13 +133,14 @@ def test_op_forward_and_backward_with_the_flag(monkeypatch, target, recipe):
         result = check_case(spec, case, torch.bfloat16)
     assert result.passed, result.as_dict()
     gemms = [la.name for la in launches if "gemm" in la.name]
-    assert gemms == ["_fp8_gemm_tma_kernel"] * 3, gemms  # y, dx, dW
+    want = "_mx_gemm_tma_kernel" if (recipe, target) == ("mxfp8", "sm_100") else TMA_KERNEL[recipe]
+    assert gemms == [want] * 3, gemms  # y, dx, dW
 
 
 @pytest.mark.parametrize(("target", "flag", "K", "want"), [
     ("sm_90", "0", 64, "_fp8_gemm_kernel"),  # off by default
-    ("sm_90", "1", 64, "_fp8_gemm_tma_kernel"),
-    ("sm_100", "1", 64, "_fp8_gemm_tma_kernel"),
+    ("sm_90", "1", 64, "_fp8_block_gemm_tma_kernel"),
+    ("sm_100", "1", 64, "_fp8_block_gemm_tma_kernel"),
     ("sm_90", "1", 72, "_fp8_gemm_kernel"),  # rows of 72 B: not 16-byte aligned, no descriptor
     ("gfx942", "1", 64, "_fp8_gemm_kernel"),  # no TMA on AMD
 ])

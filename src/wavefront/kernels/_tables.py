@@ -20,7 +20,9 @@ families that have their own. A :class:`Differs` that changes nothing, names an 
 reason is an error when the module is imported.
 
 Rows whose values are not dataclasses (a tuple of candidates, a dict per kernel) give the family's whole
-row: ``Differs(reason, row=...)``. That is how the matrix-unit tables adopt the type: attention's
+row: ``Differs(reason, row=...)``. A dataclass row with a ``reason`` field (a tile entry, which reports why it
+was chosen) gets the Differs' reason written on it, and a row that differs from the default in its reason
+alone is refused like an equal one. That is how the matrix-unit tables adopt the type: attention's
 ``family -> kernel -> head dim -> candidates`` becomes one ``FamilyTable`` per kernel whose rows are the
 ``head dim -> candidates`` dicts, the default the family shared by most targets and a ``Differs(reason,
 row=...)`` for each other (the per-arch rows ``sm_90`` and ``sm_100`` are keys too: pass
@@ -33,7 +35,7 @@ elementwise kernels): ``num_warps`` from the config, ``num_stages`` 1.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import is_dataclass, replace
+from dataclasses import fields, is_dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from wavefront.runtime import ARCHS
@@ -61,11 +63,25 @@ class Differs:
 
     def resolve(self, default: Any) -> Any:
         if self.row is not None:
-            return self.row
-        if not is_dataclass(default) or isinstance(default, type):
+            row = self.row
+        elif not is_dataclass(default) or isinstance(default, type):
             raise TypeError(f"Differs: field changes need a dataclass default row, got {type(default).__name__}; "
                             "give the whole row with row=...")
-        return replace(default, **self.changes)
+        else:
+            row = replace(default, **self.changes)
+        # A row that carries its own reason (a tile entry) carries this one: the measurement written on the row.
+        if _has_reason(row) and "reason" not in self.changes:
+            row = replace(row, reason=self.reason)
+        return row
+
+
+def _has_reason(row: Any) -> bool:
+    return is_dataclass(row) and not isinstance(row, type) and any(f.name == "reason" for f in fields(row))
+
+
+def _measured(row: Any) -> Any:
+    """The row without its reason: what a family's own row must change to exist."""
+    return replace(row, reason="") if _has_reason(row) else row
 
 
 class FamilyTable(dict[str, T], Generic[T]):
@@ -81,7 +97,7 @@ class FamilyTable(dict[str, T], Generic[T]):
         if not reason.strip():
             raise ValueError("FamilyTable: reason must say why the default row holds, got an empty string")
         resolved = {f: rows[f].resolve(default) if f in rows else default for f in families}
-        same = sorted(f for f in rows if resolved[f] == default)
+        same = sorted(f for f in rows if _measured(resolved[f]) == _measured(default))
         if same:
             raise ValueError(f"FamilyTable: the rows of {same} equal the default; drop them (a row exists only "
                              "where a measurement differs)")

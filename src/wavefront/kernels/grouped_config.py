@@ -4,10 +4,11 @@ function that picks from it.
 Products: "fwd" (x_g W_e^T), "fwd_swiglu" (the same with the gate and up halves sharing each x tile, so
 BLOCK_N counts output columns and the accumulators hold 2 BLOCK_N columns), "dx" (dz_g W_e)
 and "dw" (dz_g^T x_g, reducing over the group's tokens: BLOCK_M tiles N, BLOCK_N tiles K, BLOCK_K the
-tokens). One table per family; the tile shapes start from the dense GEMM's verified entries
+tokens). One table per product and kernel kind, a FamilyTable (kernels/_tables.py) whose rows differ from the
+default only where a family measured otherwise; the tile shapes start from the dense GEMM's verified entries
 (kernels/matmul_config.py) and each reason quotes what the ahead-of-time compile showed for bf16 at that
-entry with 128 experts (``tests/ops/test_grouped_linear.py`` re-checks matrix instructions, TMA and spills). No entry carries
-a GPU timing: none was measured on this project's machines yet.
+entry with 128 experts (``tests/ops/test_grouped_linear.py`` re-checks matrix instructions, TMA and spills).
+No entry carries a GPU timing: none was measured on this project's machines yet.
 
 Group sizes are data on the device, so unlike the dense GEMM no entry is chosen by M: a routed group averages
 T top_k / E rows (Mixtral 8192 x 2 / 8 = 2048, Qwen3-30B-A3B 8192 x 8 / 128 = 512), and every group pays at
@@ -25,7 +26,8 @@ from typing import Literal
 import torch
 
 from wavefront import runtime
-from wavefront.kernels.matmul_config import PRETRANSPOSE_FAMILIES, TileConfig, tma_capable
+from wavefront.kernels._tables import Differs, FamilyTable
+from wavefront.kernels.matmul_config import PRETRANSPOSE_FAMILIES, TileConfig, tma_capable, tma_table
 from wavefront.runtime import Arch
 
 Product = Literal["fwd", "fwd_swiglu", "dx", "dw"]
@@ -33,74 +35,82 @@ PRODUCTS: tuple[str, ...] = ("fwd", "fwd_swiglu", "dx", "dw")
 
 _T = TileConfig
 
-
-def _every(cfg: TileConfig) -> dict[str, TileConfig]:
-    return {p: cfg for p in PRODUCTS}
-
-
-#: TMA kernels (sm_90 / sm_100): persistent, warp-specialized like kernels/linear_tma.py.
-TMA_TABLES: dict[str, dict[str, TileConfig]] = {
-    "hopper": {
-        "fwd": _T(128, 256, 4, 3, "128x256x64, 3 stages, one producer and two consumer warpgroups (the dense "
-                                  "GEMM's light TMA entry): sm_90 168 regs, 0 spill, 177 KiB, wgmma n256",
-                  BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "fwd_swiglu": _T(128, 64, 4, 4, "128x64x64 per half, 4 stages: gate and up as one 128x128 accumulator "
-                                        "(wgmma n128); 128x128 per half spills 64 B on sm_90 (the silu epilogue "
-                                        "and the two masked z stores beside 128x256 of accumulators); this is 168 "
-                                        "regs, 0 spill, 144 KiB", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "dx": _T(128, 256, 4, 3, "128x256x64 as fwd: W^T is a transposed shared-memory view (no copy); 168 regs, "
-                                 "0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "dw": _T(128, 128, 4, 4, "128x128x64, 4 stages: dz^T is a transposed view of token-major dz; per-group "
-                                 "descriptors; 168 regs, 0 spill, 144 KiB", BLOCK_K=64, GROUP_M=8,
-                 warp_specialize=True),
-    },
-    "blackwell": {
-        "fwd": _T(128, 128, 8, 4, "128x128x64, 4 stages, tcgen05, 8 warps: 128x256 spills 168 B on sm_100 loading "
-                                  "the accumulator from tensor memory for the masked pointer store; this is 96 "
-                                  "regs, 0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "fwd_swiglu": _T(128, 64, 8, 4, "128x64x64 per half, 4 stages, 8 warps: gate and up as one 128x128 "
-                                        "tensor-memory accumulator (two trip Triton 3.9's Blackwell partitioner: "
-                                        "NVWSInsertTmemAref 'at most 2 partitions'); 96 regs, 0 spill, 132 KiB",
-                         BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "dx": _T(128, 128, 8, 4, "128x128x64 as fwd; 96 regs, 0 spill", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
-        "dw": _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps; 96 regs, 0 spill, 136 KiB", BLOCK_K=64, GROUP_M=8,
-                 warp_specialize=True),
-    },
-}
-
-
-#: Pointer kernels, one program per virtual tile.
-POINTER_TABLES: dict[str, dict[str, TileConfig]] = {
-    "nvidia": {
-        **_every(_T(128, 128, 8, 3, "sm_80 (and unaligned operands): 128x128x32, 8 warps, mma.sync (the dense "
-                                    "GEMM's heavy pointer entry): sm_80 172-176 regs, 0 spill, 32 KiB", BLOCK_K=32,
-                    GROUP_M=8)),
-        "fwd_swiglu": _T(128, 64, 8, 3, "two 128x64 accumulators: 128x128 in all, as the other products; sm_80 134 "
-                                        "regs, 0 spill", BLOCK_K=32, GROUP_M=8),
-    },
-    "amd-cdna": {
-        **_every(_T(128, 128, 8, 2, "128x128x32, 8 waves, mfma16, kpack 2, waves_per_eu 2 (the dense GEMM's heavy "
-                                    "CDNA entry): gfx942 78-82 VGPRs, 0 spill, 8-16 KiB LDS, every LDS read a "
-                                    "ds_read_b128 (dx and dW from the reduction-contiguous copies)", BLOCK_K=32,
-                    GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
-        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: 128x128 in all; gfx942 80 VGPRs, 0 spill",
-                         BLOCK_K=32, GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2),
-    },
-    "amd-rdna": {
-        **_every(_T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: gfx1100 122-128 VGPRs, 0 spill",
-                    BLOCK_K=32, GROUP_M=8)),
-        "fwd_swiglu": _T(128, 64, 8, 2, "two 128x64 accumulators: gfx1100 190 VGPRs, 0 spill", BLOCK_K=32,
-                         GROUP_M=8),
-    },
-    # The interpreter: small tiles so small test problems cross several tiles in every dim and groups
-    # straddle tiles.
-    "cpu": _every(_T(16, 32, 4, 1, "interpreter: several tiles per test group", BLOCK_K=16, GROUP_M=2)),
-}
+#: TMA kernels (sm_90 / sm_100, and the interpreter): persistent, warp-specialized like kernels/linear_tma.py.
+#: One table per product over matmul_config.TMA_FAMILIES: sm_90's entry the default, sm_100's where its compile
+#: measured otherwise. dx takes the forward's table: W^T is a transposed shared-memory view (no copy), and the
+#: forward's entries compile to the same registers and no spill for it (sm_90 168 regs, sm_100 96).
 
 #: The interpreter runs the TMA kernels too (tests exercise them on CPU); the persistent grid then has
 #: runtime.INTERPRETER_SM_COUNT programs, so each walks several tiles.
-CPU_TMA = _every(_T(16, 32, 4, 1, "interpreter: several tiles per test group", BLOCK_K=16, GROUP_M=2,
-                    warp_specialize=True))
+_CPU_TMA = Differs("interpreter: several tiles per test group",
+                   row=_T(16, 32, 4, 1, "", BLOCK_K=16, GROUP_M=2, warp_specialize=True))
+
+_TMA_FWD = tma_table(
+    _T(128, 256, 4, 3, "128x256x64, 3 stages, one producer and two consumer warpgroups (the dense GEMM's light TMA "
+                       "entry): sm_90 168 regs, 0 spill, 177 KiB, wgmma n256", BLOCK_K=64, GROUP_M=8,
+       warp_specialize=True),
+    Differs("128x128x64, 4 stages, tcgen05, 8 warps: 128x256 spills 168 B on sm_100 loading the accumulator from "
+            "tensor memory for the masked pointer store; this is 96 regs, 0 spill", BLOCK_N=128, num_warps=8,
+            num_stages=4),
+    _CPU_TMA)
+
+TMA_TABLES: dict[str, FamilyTable[TileConfig]] = {
+    "fwd": _TMA_FWD,
+    "fwd_swiglu": tma_table(
+        _T(128, 64, 4, 4, "128x64x64 per half, 4 stages: gate and up as one 128x128 accumulator (wgmma n128); "
+                          "128x128 per half spills 64 B on sm_90 (the silu epilogue and the two masked z stores "
+                          "beside 128x256 of accumulators); this is 168 regs, 0 spill, 144 KiB", BLOCK_K=64,
+           GROUP_M=8, warp_specialize=True),
+        Differs("128x64x64 per half, 4 stages, 8 warps: gate and up as one 128x128 tensor-memory accumulator (two "
+                "trip Triton 3.9's Blackwell partitioner: NVWSInsertTmemAref 'at most 2 partitions'); 96 regs, 0 "
+                "spill, 132 KiB", num_warps=8),
+        _CPU_TMA),
+    "dx": _TMA_FWD,
+    "dw": tma_table(
+        _T(128, 128, 4, 4, "128x128x64, 4 stages: dz^T is a transposed view of token-major dz; per-group "
+                           "descriptors; 168 regs, 0 spill, 144 KiB", BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+        Differs("128x128x64, 4 stages, 8 warps; 96 regs, 0 spill, 136 KiB", num_warps=8), _CPU_TMA),
+}
+
+
+#: Pointer kernels, one program per virtual tile: one entry per family for fwd, dx and dW (the dense GEMM's heavy
+#: pointer entry), and for the SwiGLU forward the same with two 128x64 accumulators (128x128 in all).
+_POINTER_NVIDIA = _T(128, 128, 8, 3, "sm_80 (and unaligned operands): 128x128x32, 8 warps, mma.sync (the dense GEMM's "
+                                    "heavy pointer entry): sm_80 172-176 regs, 0 spill, 32 KiB", BLOCK_K=32, GROUP_M=8)
+_POINTER = FamilyTable(
+    _POINTER_NVIDIA, _POINTER_NVIDIA.reason,
+    {
+        "amd-cdna": Differs("128x128x32, 8 waves, mfma16, kpack 2, waves_per_eu 2 (the dense GEMM's heavy CDNA "
+                            "entry): gfx942 78-82 VGPRs, 0 spill, 8-16 KiB LDS, every LDS read a ds_read_b128 (dx "
+                            "and dW from the reduction-contiguous copies)", num_stages=2, GROUP_M=4, waves_per_eu=2,
+                            matrix_instr_nonkdim=16, kpack=2),
+        "amd-rdna": Differs("128x128x32, 8 wave32s, WMMA 16x16x16: gfx1100 122-128 VGPRs, 0 spill", num_stages=2),
+        # The interpreter: small tiles so small test problems cross several tiles in every dim and groups
+        # straddle tiles.
+        "cpu": Differs("interpreter: several tiles per test group", BLOCK_M=16, BLOCK_N=32, num_warps=4,
+                       num_stages=1, BLOCK_K=16, GROUP_M=2),
+    },
+)
+
+
+def _half_n(family: str, reason: str) -> Differs:
+    """The SwiGLU forward's entry: the family's tile with two 128x64 accumulators (128x128 in all)."""
+    return Differs(reason, row=replace(_POINTER[family], BLOCK_N=64))
+
+
+_SWIGLU_NVIDIA = replace(_POINTER_NVIDIA, BLOCK_N=64, reason="two 128x64 accumulators: 128x128 in all, as the "
+                                                             "other products; sm_80 134 regs, 0 spill")
+POINTER_TABLES: dict[str, FamilyTable[TileConfig]] = {
+    "fwd": _POINTER,
+    "fwd_swiglu": FamilyTable(
+        _SWIGLU_NVIDIA, _SWIGLU_NVIDIA.reason,
+        {"amd-cdna": _half_n("amd-cdna", "two 128x64 accumulators: 128x128 in all; gfx942 80 VGPRs, 0 spill"),
+         "amd-rdna": _half_n("amd-rdna", "two 128x64 accumulators: gfx1100 190 VGPRs, 0 spill"),
+         "cpu": Differs("interpreter: several tiles per test group", row=_POINTER["cpu"])},
+    ),
+    "dx": _POINTER,
+    "dw": _POINTER,
+}
 
 #: The SwiGLU backward's elementwise pass: [T, N/2] in 32 x 128 tiles.
 SWIGLU_BWD = _T(32, 128, 4, 1, "elementwise: 32 values of dy per thread, two dz halves written")
@@ -132,13 +142,11 @@ def grouped_plan(product: Product, M: int, N: int, K: int, dtype: torch.dtype, a
         raise ValueError(f"grouped_linear: sizes must be >= 1, got M={M}, N={N}, K={K}")
     use_tma = tma_ok and tma_capable(arch)
     if use_tma:
-        if arch.family == "cpu":
-            cfg = CPU_TMA[product]
-        else:
-            cfg = TMA_TABLES["hopper" if _nvidia_cc(arch) < 100 else "blackwell"][product]
+        generation = "cpu" if arch.family == "cpu" else "hopper" if _nvidia_cc(arch) < 100 else "blackwell"
+        cfg = TMA_TABLES[product][generation]
         programs = runtime.sm_count(device)
     else:
-        cfg = POINTER_TABLES[arch.family][product]
+        cfg = POINTER_TABLES[product][arch.family]
         programs = 0
     if dtype.itemsize > 2 and arch.family != "cpu":
         cfg = replace(cfg, BLOCK_K=max(16, cfg.BLOCK_K // 2), reason=cfg.reason + "; fp32: BLOCK_K halved")

@@ -25,6 +25,9 @@ by the forward's epilogue. Recomputing z would cost a second grouped GEMM (2 T N
 dz is formed by one elementwise pass (_swiglu_bwd_kernel) because both backward products read it: fusing
 it into their prologues would evaluate the sigmoid once per output tile column instead of once.
 
+The SwiGLU epilogue is its own kernel, ``_grouped_gemm_swiglu_kernel``, over the same body as
+``_grouped_gemm_kernel`` (the forward without an activation, and dx; no epilogue flag).
+
 FLOPs: 2 T N K forward, 4 T N K backward (T = offsets[-1] routed rows). Bytes (16-bit, minimum): forward
 reads x and W, writes y: 2 (T K + E N K + T N_out) (+ 2 T N for z with SwiGLU). Intensity of the forward
 at 8192 tokens: Mixtral-8x7B's gate/up (top-2: T = 16384, E = 8, N = 2 x 14336, K = 4096) about 1100
@@ -177,19 +180,18 @@ def _gemm_tile(a_ptr, b_ptr, a_desc, b_desc, e, row0, off_n, T, N, N_OUT, K, str
 
 
 @triton.jit
-def _grouped_gemm_kernel(
-    a_ptr, b_ptr, offsets_ptr, table_ptr, c_ptr, z_ptr,
-    T, N, K, E, max_m_tiles,
+def _grouped_gemm(
+    a_ptr, b_ptr, offsets_ptr, table_ptr, c_ptr, z_ptr, T, N, K, E, max_m_tiles,
     stride_am, stride_be, stride_bn, stride_bk, stride_cm, stride_zm,
     SWIGLU: tl.constexpr, SAVE_Z: tl.constexpr, B_T: tl.constexpr, USE_TMA: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     E_POW2: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
-    """C_g = epilogue(A_g B_e^T) for every group. A [T, K] (unit stride along K); B_e the logical [N, K]
-    operand of expert e: W_e (forward), or with B_T W_e^T, stored as W_e [K, N] (dx: N is in_features, K
-    the reduction over out_features). SWIGLU: C [T, N/2] = silu(a) * b of the two halves, and SAVE_Z writes
-    z = [a, b] [T, N]. NUM_PROGRAMS 0: one virtual tile per program (grid = max_tiles, the programs past the
-    real tile count exit); > 0: a persistent grid walking the tiles."""
+    """C_g = epilogue(A_g B_e^T) for every group: the body of both grouped GEMM kernels. A [T, K] (unit stride
+    along K); B_e the logical [N, K] operand of expert e: W_e (forward), or with B_T W_e^T, stored as W_e [K, N]
+    (dx: N is in_features, K the reduction over out_features). SWIGLU: C [T, N/2] = silu(a) * b of the two
+    halves, and SAVE_Z writes z = [a, b] [T, N]. NUM_PROGRAMS 0: one virtual tile per program (grid =
+    max_tiles, the programs past the real tile count exit); > 0: a persistent grid walking the tiles."""
     if SWIGLU:
         N_OUT = N // 2
     else:
@@ -241,6 +243,37 @@ def _grouped_gemm_kernel(
                 tl.store(z_ptr + rows * stride_zm + N_OUT + cols, up.to(z_ptr.dtype.element_ty), mask=mask)
             acc = acc * tl.sigmoid(acc) * up
         tl.store(c_ptr + rows * stride_cm + cols, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _grouped_gemm_kernel(
+    a_ptr, b_ptr, offsets_ptr, table_ptr, c_ptr,
+    T, N, K, E, max_m_tiles,
+    stride_am, stride_be, stride_bn, stride_bk, stride_cm,
+    B_T: tl.constexpr, USE_TMA: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, E_POW2: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    """C_g = A_g B_e^T: the forward without an epilogue, and dx (B_T)."""
+    _grouped_gemm(a_ptr, b_ptr, offsets_ptr, table_ptr, c_ptr, None, T, N, K, E, max_m_tiles, stride_am, stride_be,
+                  stride_bn, stride_bk, stride_cm, 0, False, False, B_T, USE_TMA, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K,
+                  GROUP_M, E_POW2, NUM_PROGRAMS, WARP_SPECIALIZE)
+
+
+@triton.jit
+def _grouped_gemm_swiglu_kernel(
+    a_ptr, b_ptr, offsets_ptr, table_ptr, c_ptr, z_ptr,
+    T, N, K, E, max_m_tiles,
+    stride_am, stride_be, stride_bn, stride_bk, stride_cm, stride_zm,
+    SAVE_Z: tl.constexpr, USE_TMA: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, E_POW2: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    """C_g = silu(a) * b of the gate and up halves of x_g W_e^T (the forward with the SwiGLU epilogue), and z =
+    [a, b] with SAVE_Z. W [E, N, K] rows gate then up."""
+    _grouped_gemm(a_ptr, b_ptr, offsets_ptr, table_ptr, c_ptr, z_ptr, T, N, K, E, max_m_tiles, stride_am, stride_be,
+                  stride_bn, stride_bk, stride_cm, stride_zm, True, SAVE_Z, False, USE_TMA, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K,
+                  GROUP_M, E_POW2, NUM_PROGRAMS, WARP_SPECIALIZE)
 
 
 @triton.jit
@@ -375,18 +408,21 @@ def _launch_gemm(a: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor, c
     table = torch.empty((e_pow2,), dtype=torch.int32, device=a.device)
     launch(_tile_table_kernel, (1,), offsets_ptr=offsets, table_ptr=table, T=T, E=E,
            constexprs=dict(BLOCK_M=cfg.BLOCK_M, E_POW2=e_pow2), options={"num_warps": 4, "num_stages": 1})
-    launch(_grouped_gemm_kernel, (programs or max_tiles,),
-           a_ptr=a, b_ptr=weight, offsets_ptr=offsets, table_ptr=table, c_ptr=c, z_ptr=z, T=T, N=N, K=K_red, E=E,
-           max_m_tiles=max_m_tiles, stride_am=a.stride(0), stride_be=weight.stride(0),
-           # B_e as the logical [N, K_red] operand: W_e itself, or W_e^T for dx.
-           stride_bn=weight.stride(2) if b_t else weight.stride(1),
-           stride_bk=weight.stride(1) if b_t else weight.stride(2),
-           stride_cm=c.stride(0), stride_zm=z.stride(0) if z is not None else 0,
-           constexprs=dict(SWIGLU=swiglu, SAVE_Z=z is not None, B_T=b_t, USE_TMA=plan.use_tma,
-                           EVEN_K=K_red % cfg.BLOCK_K == 0, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                           BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, E_POW2=e_pow2, NUM_PROGRAMS=programs,
-                           WARP_SPECIALIZE=cfg.warp_specialize and programs > 0),
-           options=cfg.options(plan.arch))
+    # B_e as the logical [N, K_red] operand: W_e itself, or W_e^T for dx.
+    operands = dict(a_ptr=a, b_ptr=weight, offsets_ptr=offsets, table_ptr=table, c_ptr=c, T=T, N=N, K=K_red, E=E,
+                    max_m_tiles=max_m_tiles, stride_am=a.stride(0), stride_be=weight.stride(0),
+                    stride_bn=weight.stride(2) if b_t else weight.stride(1),
+                    stride_bk=weight.stride(1) if b_t else weight.stride(2), stride_cm=c.stride(0))
+    schedule = dict(USE_TMA=plan.use_tma, EVEN_K=K_red % cfg.BLOCK_K == 0, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+                    BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, E_POW2=e_pow2, NUM_PROGRAMS=programs,
+                    WARP_SPECIALIZE=cfg.warp_specialize and programs > 0)
+    if swiglu:
+        launch(_grouped_gemm_swiglu_kernel, (programs or max_tiles,), **operands, z_ptr=z,
+               stride_zm=z.stride(0) if z is not None else 0, constexprs=dict(SAVE_Z=z is not None, **schedule),
+               options=cfg.options(plan.arch))
+    else:
+        launch(_grouped_gemm_kernel, (programs or max_tiles,), **operands, constexprs=dict(B_T=b_t, **schedule),
+               options=cfg.options(plan.arch))
 
 
 def grouped_linear_fwd(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor, swiglu: bool, save_z: bool,

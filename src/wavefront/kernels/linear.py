@@ -257,21 +257,18 @@ def _tma_plan(M: int, N: int, K: int, dtype: torch.dtype, arch: runtime.Arch, co
     return config or cfg
 
 
-def _tma_launch(kernel, cfg: TileConfig, device, splits: int | None, *, constexprs: dict,
-                **named) -> torch.Tensor | None:
-    """Launch a TMA kernel on a persistent grid of at most one program per SM. With split-K (forced `splits`
-    or the table's rule) returns the fp32 partials [SPLIT_K, M_pad, N] it wrote, else None."""
+def _tma_launch(kernel, cfg: TileConfig, device, splits: int, *, constexprs: dict, **named) -> torch.Tensor | None:
+    """Launch a TMA kernel on a persistent grid of at most one program per SM, over `splits` K slices. With
+    split-K (splits > 1) returns the fp32 partials [SPLIT_K, M_pad, N] it wrote, else None."""
     ensure_descriptor_allocator()
-    M, N, K = named["M"], named["N"], named["K"]
-    n_sms = runtime.sm_count(device)
-    splits = splits or split_k(M, N, K, cfg, n_sms)
+    M, N = named["M"], named["N"]
     work = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N) * splits
-    programs = min(work, n_sms)
+    programs = min(work, runtime.sm_count(device))
     if splits > 1:
         named["ws_ptr"] = torch.empty((splits, triton.cdiv(M, cfg.BLOCK_M) * cfg.BLOCK_M, N), dtype=torch.float32,
                                       device=device)
     launch(kernel, (programs,),
-           constexprs=dict(constexprs, SPLIT_K=splits, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
+           constexprs=dict(constexprs, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K,
                            GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs, WARP_SPECIALIZE=cfg.warp_specialize),
            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, **named)
     return named["ws_ptr"] if splits > 1 else None
@@ -326,13 +323,21 @@ def linear_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     kind = "epilogue" if activation else "residual" if residual is not None else "light"
     cfg = _tma_plan(M, N, K, x.dtype, arch, config, kind, tma, layouts)
     if cfg is not None:
-        ws = _tma_launch(
-            linear_tma._linear_fwd_tma_kernel, cfg, x.device, splits,
-            x_ptr=x, w_ptr=weight, bias_ptr=bias, res_ptr=residual, y_ptr=y, g_ptr=g, ws_ptr=None, M=M, N=N, K=K,
-            stride_x=x_l[1], stride_w=w_l[1], stride_r=residual.stride(0) if residual is not None else 0,
-            stride_y=y.stride(0), stride_g=g.stride(0) if g is not None else 0,
-            constexprs=dict(epilogue, W_T=w_l[0]),
-        )
+        assert x_l is not None and w_l is not None  # a TMA config means every layout qualified (_tma_plan)
+        n_splits = splits or split_k(M, N, K, cfg, runtime.sm_count(x.device))
+        operands = dict(x_ptr=x, w_ptr=weight, M=M, N=N, K=K, stride_x=x_l[1], stride_w=w_l[1])
+        if n_splits > 1:
+            # The K slices' partials; the epilogue runs after them in _splitk_epilogue_kernel.
+            ws = _tma_launch(linear_tma._linear_fwd_tma_splitk_kernel, cfg, x.device, n_splits, ws_ptr=None,
+                             **operands, constexprs=dict(W_T=w_l[0], SPLIT_K=n_splits))
+        else:
+            ws = _tma_launch(
+                linear_tma._linear_fwd_tma_kernel, cfg, x.device, 1, **operands,
+                bias_ptr=bias, res_ptr=residual, y_ptr=y, g_ptr=g,
+                stride_r=residual.stride(0) if residual is not None else 0,
+                stride_y=y.stride(0), stride_g=g.stride(0) if g is not None else 0,
+                constexprs=dict(epilogue, W_T=w_l[0]),
+            )
         if ws is not None:
             _splitk_epilogue(ws, y, bias=bias, residual=residual, g=g, activation=activation)
         return y, g
@@ -370,7 +375,7 @@ def _bwd_product(a: torch.Tensor, g: torch.Tensor | None, b: torch.Tensor, c: to
             a_ptr=a, g_ptr=g if g is not None else a, b_ptr=b, c_ptr=c,
             rowsum_ptr=rowsum if partial_sums is None else partial_sums, ws_ptr=None, M=M, N=N, K=K,
             stride_a=a_l[1], stride_g=g_l[1], stride_b=b_l[1], stride_c=c.stride(0),
-            constexprs=dict(flags, A_T=a_l[0], B_T=b_l[0]),
+            constexprs=dict(flags, A_T=a_l[0], B_T=b_l[0], SPLIT_K=n_splits),
         )
         if ws is not None:
             _splitk_epilogue(ws, c)

@@ -25,13 +25,15 @@ multiply-add. The kernel reads the same fp32 scales (s = 2^k, x ~ q / s) and con
 of its dequantization factor 2^-k, which is 127 - k = 254 - (the biased exponent field of s): exact, no
 extra pass. Other targets (sm_90 has no MX MMA; gfx942 none either) keep the per-block kernel.
 
-On sm_90 / sm_100, ``_fp8_gemm_tma_kernel`` runs every recipe (the three scale forms above as SCALES
-"epilogue", "block", "mx") on the bf16 GEMM's persistent, warp-specialized structure (kernels/linear_tma.py,
-whose descriptor and tile-load helpers it calls): A and B tiles by TMA into the producer's ring, the scales
-by pointer in the consumers through the same helpers as the cp.async kernels, so the sums and their order
-are the same. Opt-in (``WAVEFRONT_FP8_TMA=1`` or ``tma=True``) until a GPU run proves it; it needs both
-operands addressable by a descriptor (unit stride along K, 16-byte aligned base and rows), else the cp.async
-kernels run (also the path on sm_80 and AMD, which have no TMA). docs/fp8.md has its machine code.
+On sm_90 / sm_100, the TMA kernels run every recipe on the bf16 GEMM's persistent, warp-specialized
+structure (kernels/linear_tma.py, whose descriptor and tile-load helpers they call), one kernel per scale form
+above over one body (``_fp8_gemm_tma``, SCALES "epilogue", "block", "mx"): ``_fp8_gemm_tma_kernel``
+(tensorwise, rowwise), ``_fp8_block_gemm_tma_kernel`` and ``_mx_gemm_tma_kernel``: A and B tiles by TMA into
+the producer's ring, the scales by pointer in the consumers through the same helpers as the cp.async kernels,
+so the sums and their order are the same. Opt-in (``WAVEFRONT_FP8_TMA=1`` or ``tma=True``) until a GPU run
+proves it; it needs both operands addressable by a descriptor (unit stride along K, 16-byte aligned base and
+rows), else the cp.async kernels run (also the path on sm_80 and AMD, which have no TMA). docs/fp8.md has
+their machine code.
 
 Backward products use these kernels unchanged with other operands (ops/linear_fp8.py quantizes them along
 their reduction dims): dX = dY W: A = dY [M, N], B = W^T [K, N]; dW = dY^T X: A = dY^T [N, M], B = X^T [K, M].
@@ -56,8 +58,9 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import grouped_tile
+from wavefront.kernels._tables import Differs, FamilyTable
 from wavefront.kernels.linear_tma import _load_k_cols, _load_rows_k, _operand_desc
-from wavefront.kernels.matmul_config import tma_capable
+from wavefront.kernels.matmul_config import TMA_FAMILIES, matrix_launch_options, tma_capable
 from wavefront.runtime import Arch
 
 
@@ -70,20 +73,26 @@ class Fp8GemmConfig:
     num_warps: int
     num_stages: int
     reason: str
+    # AMD launch options at the compiler's defaults (no FP8 entry sets them): emitted for AMD targets only.
+    waves_per_eu: int = 0
+    matrix_instr_nonkdim: int = 0
+    kpack: int = 1
 
     def options(self, arch: Arch) -> dict:
-        return {"num_warps": min(self.num_warps, arch.max_num_warps), "num_stages": self.num_stages}
+        return matrix_launch_options(self, arch)
 
 
-# One table per family: the epilogue-scaled tile; block-scaled GEMMs keep BLOCK_M/BLOCK_N and set BLOCK_K
-# to the scale group (and BLOCK_N <= 128 so a weight block covers the whole tile).
-FP8_GEMM_TABLES: dict[str, Fp8GemmConfig] = {
-    "nvidia": Fp8GemmConfig(128, 128, 128, 8, 8, 3, "two warpgroups of m64n128k32 fp8 wgmma; 3 stages of "
-                                                   "(128 + 128) x 128 B = 96 KiB smem, under sm_90's 227 KiB"),
-    "amd-cdna": Fp8GemmConfig(128, 128, 128, 8, 8, 2, "gfx942 MFMA fp8 32x32x16; 2 LDS stages of 32 KiB fit 64 KiB"),
-    "amd-rdna": Fp8GemmConfig(64, 64, 128, 8, 4, 2, "no fp8 matrix unit on RDNA3: small tiles, converted dot"),
-    "cpu": Fp8GemmConfig(64, 64, 128, 1, 4, 1, "interpreter: its cost is per program and per op, not per element"),
-}
+# One table over the families: the epilogue-scaled tile; block-scaled GEMMs keep BLOCK_M/BLOCK_N and set
+# BLOCK_K to the scale group (and BLOCK_N <= 128 so a weight block covers the whole tile).
+_FP8_NVIDIA = Fp8GemmConfig(128, 128, 128, 8, 8, 3, "two warpgroups of m64n128k32 fp8 wgmma; 3 stages of "
+                                                    "(128 + 128) x 128 B = 96 KiB smem, under sm_90's 227 KiB")
+FP8_GEMM_TABLES: FamilyTable[Fp8GemmConfig] = FamilyTable(_FP8_NVIDIA, _FP8_NVIDIA.reason, {
+    "amd-cdna": Differs("gfx942 MFMA fp8 32x32x16; 2 LDS stages of 32 KiB fit 64 KiB", num_stages=2),
+    "amd-rdna": Differs("no fp8 matrix unit on RDNA3: small tiles, converted dot", BLOCK_M=64, BLOCK_N=64,
+                        num_warps=4, num_stages=2),
+    "cpu": Differs("interpreter: its cost is per program and per op, not per element", BLOCK_M=64, BLOCK_N=64,
+                   GROUP_M=1, num_warps=4, num_stages=1),
+})
 
 
 #: Targets whose matrix units apply MX (E8M0, 1x32) block scales natively, by ``Arch.name``: there the MXFP8
@@ -130,22 +139,22 @@ def fp8_gemm_config(M: int, N: int, K: int, group_k: int, b_group_rows: int, arc
     return Fp8GemmConfig(base.BLOCK_M, block_n, block_k, base.GROUP_M, base.num_warps, base.num_stages, reason)
 
 
-#: The persistent, warp-specialized TMA kernel (``_fp8_gemm_tma_kernel``) on sm_90 / sm_100, by Arch.family
-#: ("nvidia" split by generation below) and the interpreter. Opt-in (see :func:`tma_requested`).
-FP8_TMA_CONFIGS: dict[str, Fp8GemmConfig] = {
-    "hopper": Fp8GemmConfig(128, 128, 128, 8, 4, 4, "num_warps 4: Triton 3.9's Hopper warp specializer makes one "
-                                                   "TMA producer and two consumer warpgroups of m64n128k32 fp8 "
-                                                   "wgmma; 4 stages of (128 + 128) x 128 B = 128 KiB smem"),
-    "blackwell": Fp8GemmConfig(128, 128, 128, 8, 8, 4, "tcgen05 with the accumulator in tensor memory; 8 warps so "
-                                                       "its load in the epilogue spreads over 256 threads (4 warps: "
-                                                       "255 registers, 264 B of spills rowwise, 184 B MX); 4 stages "
-                                                       "of 32 KiB"),
-    "cpu": Fp8GemmConfig(32, 32, 128, 2, 4, 1, "interpreter: several tiles per test matrix, and several tiles per "
-                                               "program of the persistent grid"),
-}
+#: The persistent, warp-specialized TMA kernels (``_fp8_gemm_tma_kernel`` and its block and MX forms) on sm_90 /
+#: sm_100, over matmul_config.TMA_FAMILIES (NVIDIA's generations and the interpreter). Opt-in (see
+#: :func:`tma_requested`).
+_FP8_TMA_HOPPER = Fp8GemmConfig(128, 128, 128, 8, 4, 4, "num_warps 4: Triton 3.9's Hopper warp specializer makes "
+                                                        "one TMA producer and two consumer warpgroups of m64n128k32 "
+                                                        "fp8 wgmma; 4 stages of (128 + 128) x 128 B = 128 KiB smem")
+FP8_TMA_CONFIGS: FamilyTable[Fp8GemmConfig] = FamilyTable(_FP8_TMA_HOPPER, _FP8_TMA_HOPPER.reason, {
+    "blackwell": Differs("tcgen05 with the accumulator in tensor memory; 8 warps so its load in the epilogue spreads "
+                         "over 256 threads (4 warps: 255 registers, 264 B of spills rowwise, 184 B MX); 4 stages of "
+                         "32 KiB", num_warps=8),
+    "cpu": Differs("interpreter: several tiles per test matrix, and several tiles per program of the persistent "
+                   "grid", BLOCK_M=32, BLOCK_N=32, GROUP_M=2, num_stages=1),
+}, families=TMA_FAMILIES)
 
-#: ``WAVEFRONT_FP8_TMA=1`` sends the FP8 GEMMs on sm_90 / sm_100 to ``_fp8_gemm_tma_kernel`` (every recipe, the
-#: auto provider included). Off by default until a GPU run proves it (``scripts/gpu_check.sh``).
+#: ``WAVEFRONT_FP8_TMA=1`` sends the FP8 GEMMs on sm_90 / sm_100 to the TMA kernels (every recipe, the auto
+#: provider included). Off by default until a GPU run proves it (``scripts/gpu_check.sh``).
 TMA_ENV_FLAG = "WAVEFRONT_FP8_TMA"
 
 
@@ -320,15 +329,15 @@ def _mx_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, 
 
 
 @triton.jit
-def _fp8_gemm_tma_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
-                         stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, SCALES: tl.constexpr,
-                         B_GROUP_ROWS: tl.constexpr, A_FORMAT: tl.constexpr, B_FORMAT: tl.constexpr,
-                         HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
-                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                         NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+def _fp8_gemm_tma(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                  stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, SCALES: tl.constexpr,
+                  B_GROUP_ROWS: tl.constexpr, A_FORMAT: tl.constexpr, B_FORMAT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     # Every recipe on the bf16 GEMM's persistent, warp-specialized TMA structure (kernels/linear_tma.py): A
     # and B tiles by tensor descriptor into the producer's ring, the scales by pointer in the consumers.
-    # SCALES: "epilogue" (tensorwise, rowwise), "block" (1x128 / 128x128, per K block), "mx" (tl.dot_scaled).
+    # SCALES: "epilogue" (tensorwise, rowwise), "block" (1x128 / 128x128, per K block), "mx" (tl.dot_scaled);
+    # one kernel per recipe family calls this body with its SCALES.
     a_desc = _operand_desc(a_ptr, M, K, stride_am, BLOCK_M, BLOCK_K, False)
     b_desc = _operand_desc(b_ptr, N, K, stride_bn, BLOCK_N, BLOCK_K, False)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -362,6 +371,45 @@ def _fp8_gemm_tma_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M
         _epilogue(acc, rows, cols, row_ok, col_ok, bias_ptr, r_ptr, c_ptr, stride_rm, stride_cm, HAS_BIAS,
                   HAS_RESIDUAL)
 
+
+@triton.jit
+def _fp8_gemm_tma_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                         stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, HAS_BIAS: tl.constexpr,
+                         HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+                         WARP_SPECIALIZE: tl.constexpr):
+    """Tensorwise and rowwise scales: the plain fp8 product, the scales applied once in the epilogue."""
+    _fp8_gemm_tma(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                  stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, "epilogue", 1, "", "", HAS_BIAS,
+                  HAS_RESIDUAL, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, WARP_SPECIALIZE)
+
+
+@triton.jit
+def _fp8_block_gemm_tma_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn,
+                               stride_rm, stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                               B_GROUP_ROWS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                               GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """Block scales (1 x 128 activations, 128 x 128 or 1 x 128 weights): applied per K block."""
+    _fp8_gemm_tma(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                  stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, "block", B_GROUP_ROWS, "", "", HAS_BIAS,
+                  HAS_RESIDUAL, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, WARP_SPECIALIZE)
+
+
+@triton.jit
+def _mx_gemm_tma_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                        stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, A_FORMAT: tl.constexpr,
+                        B_FORMAT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                        NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """MXFP8 on the matrix unit's own block scaling (tl.dot_scaled), as _mx_gemm_kernel."""
+    _fp8_gemm_tma(a_ptr, b_ptr, sa_ptr, sb_ptr, bias_ptr, r_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_rm,
+                  stride_cm, stride_sam, stride_sak, stride_sbn, stride_sbk, "mx", 1, A_FORMAT, B_FORMAT, HAS_BIAS,
+                  HAS_RESIDUAL, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, WARP_SPECIALIZE)
+
+
+#: The TMA kernels' names, one per scale form (inspect's opt-in variant lists them).
+TMA_KERNELS: tuple[str, ...] = ("_fp8_gemm_tma_kernel", "_fp8_block_gemm_tma_kernel", "_mx_gemm_tma_kernel")
 
 _MX_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
@@ -408,12 +456,15 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, sa: torch.Tensor, sb: torch.Ten
     if tma_cfg is not None:
         ensure_descriptor_allocator(qa.device)
         programs = min(grid[0], runtime.sm_count(qa.device))
-        scales = "mx" if native else ("block" if group_k else "epilogue")
-        formats = dict(A_FORMAT=_MX_FORMATS[qa.dtype], B_FORMAT=_MX_FORMATS[qb.dtype]) if native else dict(
-            A_FORMAT="", B_FORMAT="")
-        launch(_fp8_gemm_tma_kernel, (programs,), **common,
-               constexprs=dict(SCALES=scales, B_GROUP_ROWS=max(b_group_rows, 1), **formats, **tiles,
-                               NUM_PROGRAMS=programs, WARP_SPECIALIZE=True),
+        persistent = dict(NUM_PROGRAMS=programs, WARP_SPECIALIZE=True)
+        recipe: dict[str, object]
+        if native:
+            kernel, recipe = _mx_gemm_tma_kernel, dict(A_FORMAT=_MX_FORMATS[qa.dtype], B_FORMAT=_MX_FORMATS[qb.dtype])
+        elif group_k:
+            kernel, recipe = _fp8_block_gemm_tma_kernel, dict(B_GROUP_ROWS=max(b_group_rows, 1))
+        else:
+            kernel, recipe = _fp8_gemm_tma_kernel, {}
+        launch(kernel, (programs,), **common, constexprs=dict(recipe, **tiles, **persistent),
                options=cfg.options(arch))
         return c
     if native:

@@ -23,7 +23,9 @@ as persistent, warp-specialized kernels whose operands move by TMA tensor descri
 
 - **Split-K** where the output has too few tiles to fill the GPU and K is long (the rule in
   kernels/matmul_config.py): work items are (tile, K slice) pairs, each writes its fp32 partial product to a
-  workspace [SPLIT_K, M, N], and ``_splitk_epilogue_kernel`` sums the slices and applies the epilogue.
+  workspace [SPLIT_K, M, N], and ``_splitk_epilogue_kernel`` sums the slices and applies the epilogue. The
+  forward's split form is its own kernel, ``_linear_fwd_tma_splitk_kernel``, over the same body as
+  ``_linear_fwd_tma_kernel`` (which carries the epilogue flags and no SPLIT_K).
 
 Descriptors need a unit stride along their last dimension and 16-byte aligned rows and base; the launcher
 (kernels/linear.py) checks that and falls back to the pointer kernels otherwise. The interpreter runs
@@ -70,27 +72,26 @@ def _load_k_cols(desc, off_cols, off_k, T: tl.constexpr):
 
 
 @triton.jit
-def _linear_fwd_tma_kernel(
-    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, ws_ptr,
-    M, N, K,
-    stride_x, stride_w, stride_r, stride_y, stride_g,
+def _linear_fwd_tma(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, ws_ptr, M, N, K, stride_x, stride_w, stride_r, stride_y, stride_g,
     ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr,
     W_T: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
-    """y = act(x W^T + b) + r, g = act'(x W^T + b). x [M, K] rows unit-stride; W [N, K] (W_T: stored [K, N]).
-    SPLIT_K > 1: fp32 partial products into ws [SPLIT_K, M, N]; the epilogue runs in _splitk_epilogue_kernel."""
+    """The forward product's body, shared by its two kernels: the tile loop of x W^T, then (SPLIT_K 1) the
+    epilogue y = act(x W^T + b) + r, g = act'(x W^T + b), or (SPLIT_K > 1) the fp32 partial of one K slice."""
     x_desc = _operand_desc(x_ptr, M, K, stride_x, BLOCK_M, BLOCK_K, False)
     w_desc = _operand_desc(w_ptr, N, K, stride_w, BLOCK_N, BLOCK_K, W_T)
-    y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[stride_y, 1], block_shape=[BLOCK_M, BLOCK_N])
-    if HAS_RESIDUAL:
-        r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[stride_r, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N])
-    if SAVE_GRAD:
-        g_desc = tl.make_tensor_descriptor(g_ptr, shape=[M, N], strides=[stride_g, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N])
     if SPLIT_K > 1:
         ws_desc = _partials_desc(ws_ptr, M, N, SPLIT_K, BLOCK_M, BLOCK_N)
+    else:
+        y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[stride_y, 1], block_shape=[BLOCK_M, BLOCK_N])
+        if HAS_RESIDUAL:
+            r_desc = tl.make_tensor_descriptor(res_ptr, shape=[M, N], strides=[stride_r, 1],
+                                               block_shape=[BLOCK_M, BLOCK_N])
+        if SAVE_GRAD:
+            g_desc = tl.make_tensor_descriptor(g_ptr, shape=[M, N], strides=[stride_g, 1],
+                                               block_shape=[BLOCK_M, BLOCK_N])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
@@ -118,6 +119,36 @@ def _linear_fwd_tma_kernel(
             if HAS_RESIDUAL:
                 y += r_desc.load([off_m, off_n]).to(tl.float32)
             y_desc.store([off_m, off_n], y.to(y_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _linear_fwd_tma_kernel(
+    x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr,
+    M, N, K,
+    stride_x, stride_w, stride_r, stride_y, stride_g,
+    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, SAVE_GRAD: tl.constexpr,
+    W_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    """y = act(x W^T + b) + r, g = act'(x W^T + b). x [M, K] rows unit-stride; W [N, K] (W_T: stored [K, N])."""
+    _linear_fwd_tma(x_ptr, w_ptr, bias_ptr, res_ptr, y_ptr, g_ptr, None, M, N, K, stride_x, stride_w, stride_r,
+                    stride_y, stride_g, ACTIVATION, HAS_BIAS, HAS_RESIDUAL, SAVE_GRAD, W_T, 1, BLOCK_M, BLOCK_N,
+                    BLOCK_K, GROUP_M, NUM_PROGRAMS, WARP_SPECIALIZE)
+
+
+@triton.jit
+def _linear_fwd_tma_splitk_kernel(
+    x_ptr, w_ptr, ws_ptr,
+    M, N, K,
+    stride_x, stride_w,
+    W_T: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    """x W^T in SPLIT_K (> 1) K slices: fp32 partial products into ws [SPLIT_K, M, N]; the epilogue (bias,
+    activation, residual) runs in _splitk_epilogue_kernel."""
+    _linear_fwd_tma(x_ptr, w_ptr, None, None, None, None, ws_ptr, M, N, K, stride_x, stride_w, 0, 0, 0, "none",
+                    False, False, False, W_T, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS,
+                    WARP_SPECIALIZE)
 
 
 @triton.jit

@@ -1,8 +1,10 @@
 """Launch configurations of the matrix-unit kernels (attention and the GEMM behind linear): data, and pure
 functions that pick from it.
 
-One table per architecture family (``nvidia``, ``amd-cdna``, ``amd-rdna``, and ``cpu`` for the
-interpreter). Each entry is a tile shape, launch options, and the reason it is there. The reasons quote
+One FamilyTable (kernels/_tables.py) per kernel kind, over the architecture families (``nvidia``,
+``amd-cdna``, ``amd-rdna``, and ``cpu`` for the interpreter; the TMA tables over NVIDIA's generations): the
+default row, and a family's own row only where its compile measured otherwise. Each entry is a tile shape,
+launch options, and the reason it is there. The reasons quote
 what the ahead-of-time compiled kernel showed for bf16 at that entry (registers per thread, spills, shared
 memory/LDS, matrix instruction; ``tests/ops/test_matrix_instructions.py`` re-checks them, and
 docs/kernels-attention-gemm.md has the full table). No entry carries a GPU timing: none was measured on
@@ -29,6 +31,7 @@ from typing import Literal, NamedTuple
 
 import torch
 
+from wavefront.kernels._tables import Differs, FamilyTable
 from wavefront.runtime import Arch
 
 #: Accelerator complex dies per device: the XCD remap is the identity elsewhere.
@@ -73,16 +76,24 @@ _T = TileConfig
 
 
 # ---------------------------------------------------------------------------------------------------
-# GEMM (linear forward, and the dx and dweight products of its backward). Per family two lists,
-# "light" (no epilogue or a bias) and "heavy" (an activation and its derivative in the epilogue, a residual
-# tile read in the epilogue, or the backward's scaled-A prologue and transposed operands), each of
-# (min M, entry): the first entry whose min M the problem reaches, so decode-sized problems get short tiles
-# instead of masked ones. Register counts below are from the compiled kernels at bf16 with Triton's own
-# specialization (AMD: buffer instructions for tensors under 2 GiB).
+# GEMM (linear forward, and the dx and dweight products of its backward). Two tables, "light" (no epilogue or
+# a bias) and "heavy" (an activation and its derivative in the epilogue, a residual tile read in the epilogue,
+# or the backward's scaled-A prologue and transposed operands), each a FamilyTable whose row is the family's
+# list of (min M, entry): the first entry whose min M the problem reaches, so decode-sized problems get short
+# tiles instead of masked ones. NVIDIA's lists are the default; every other family's own list exists because
+# its matrix unit and register file measured differently (each entry's reason). Register counts are from the
+# compiled kernels at bf16 with Triton's own specialization (AMD: buffer instructions for tensors under 2 GiB).
 
-GEMM_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
-    "nvidia": {
-        "light": (
+GemmRow = tuple[tuple[int, TileConfig], ...]
+
+_INTERPRETER = "interpreter: several tiles per test matrix"
+#: The interpreter's entry for every GEMM product: small tiles so small test matrices cross several blocks in
+#: M, N and K.
+_CPU_GEMM: GemmRow = ((1, _T(32, 32, 4, 1, _INTERPRETER, BLOCK_K=16, GROUP_M=2)),)
+
+GEMM_TABLES: dict[str, FamilyTable[GemmRow]] = {
+    "light": FamilyTable(
+        (
             (256, _T(128, 256, 8, 3, "128x256x64, two warpgroups, wgmma n256 (the Triton matmul tutorial's Hopper "
                                      "shape): 174 regs, 0 spill, 144 KiB on sm_90; sm_80 255 regs", BLOCK_K=64,
                      GROUP_M=8)),
@@ -91,7 +102,27 @@ GEMM_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
             (1, _T(16, 128, 4, 4, "decode-sized M: 16-row tiles waste no MMA rows beyond the minimum", BLOCK_K=128,
                    GROUP_M=1)),
         ),
-        "heavy": (
+        "NVIDIA (sm_80/90/100): mma.sync / wgmma / tcgen05 tiles, each entry's compile in its reason",
+        {
+            "amd-cdna": Differs("MFMA 16x16, kpack 2, 2 LDS stages (AMD's MI300X GEMM tuning guide), 304 CUs", row=(
+                (256, _T(256, 256, 8, 2, "256x256x32, 8 waves, mfma16, kpack 2, num_stages 2 (AMD's MI300X GEMM "
+                                         "tuning starting point): 206 VGPRs, 0 spill, 32 KiB LDS", BLOCK_K=32,
+                         GROUP_M=4, matrix_instr_nonkdim=16, kpack=2)),
+                (64, _T(64, 128, 4, 2, "64x128x64 for a few hundred rows: more workgroups over 304 CUs", BLOCK_K=64,
+                        GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
+                (1, _T(16, 128, 4, 2, "decode-sized M: 16-row tiles (the MFMA 16x16 minimum)", BLOCK_K=128,
+                       GROUP_M=1, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
+            )),
+            "amd-rdna": Differs("WMMA 16x16x16 on wave32 (gfx1100): 128-row tiles from 128 rows, 64x64 below", row=(
+                (128, _T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: 151 VGPRs, 16 KiB LDS", BLOCK_K=32,
+                         GROUP_M=8)),
+                (1, _T(64, 64, 4, 2, "small M: 64x64x32, 133 VGPRs", BLOCK_K=32, GROUP_M=1)),
+            )),
+            "cpu": Differs(_INTERPRETER, row=_CPU_GEMM),
+        },
+    ),
+    "heavy": FamilyTable(
+        (
             (256, _T(128, 128, 8, 4, "128x128x32: 128x256 spills 528 B with a gelu epilogue on sm_90, 120 B with a "
                                      "residual on sm_100, and ptxas spills 4 KB in the backward on sm_80; this "
                                      "shape is 0 spill on sm_80/90/100 (sm_80 gelu: 254 regs)", BLOCK_K=32,
@@ -99,45 +130,26 @@ GEMM_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
             (64, _T(64, 128, 4, 4, "64x128x32 for a few hundred rows", BLOCK_K=32, GROUP_M=8)),
             (1, _T(16, 128, 4, 4, "decode-sized M", BLOCK_K=64, GROUP_M=1)),
         ),
-    },
-    "amd-cdna": {
-        "light": (
-            (256, _T(256, 256, 8, 2, "256x256x32, 8 waves, mfma16, kpack 2, num_stages 2 (AMD's MI300X GEMM tuning "
-                                     "starting point): 206 VGPRs, 0 spill, 32 KiB LDS", BLOCK_K=32, GROUP_M=4,
-                     matrix_instr_nonkdim=16, kpack=2)),
-            (64, _T(64, 128, 4, 2, "64x128x64 for a few hundred rows: more workgroups over 304 CUs", BLOCK_K=64,
-                    GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
-            (1, _T(16, 128, 4, 2, "decode-sized M: 16-row tiles (the MFMA 16x16 minimum)", BLOCK_K=128, GROUP_M=1,
-                   waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)),
-        ),
-        "heavy": (
-            (256, _T(128, 128, 8, 2, "128x128x32, waves_per_eu 2: 256x256 spills with gelu and BLOCK_K 64 spills "
-                                     "68 B in the backward on gfx90a; this is 150-160 VGPRs, 0 spill, 16-24 KiB "
-                                     "LDS", BLOCK_K=32, GROUP_M=4, waves_per_eu=2, matrix_instr_nonkdim=16,
-                     kpack=2)),
-            (64, _T(64, 128, 4, 2, "64x128x32 for a few hundred rows", BLOCK_K=32, GROUP_M=4, waves_per_eu=2,
-                    matrix_instr_nonkdim=16, kpack=2)),
-            (1, _T(16, 128, 4, 2, "decode-sized M", BLOCK_K=64, GROUP_M=1, waves_per_eu=2, matrix_instr_nonkdim=16,
-                   kpack=2)),
-        ),
-    },
-    "amd-rdna": {
-        "light": (
-            (128, _T(128, 128, 8, 2, "128x128x32, 8 wave32s, WMMA 16x16x16: 151 VGPRs, 16 KiB LDS", BLOCK_K=32,
-                     GROUP_M=8)),
-            (1, _T(64, 64, 4, 2, "small M: 64x64x32, 133 VGPRs", BLOCK_K=32, GROUP_M=1)),
-        ),
-        "heavy": (
-            (128, _T(128, 128, 8, 2, "128x128x32: gelu epilogue 236 VGPRs, residual 169, backward 175-207, 0 spill",
-                     BLOCK_K=32, GROUP_M=8)),
-            (1, _T(64, 64, 4, 2, "small M: 64x64x32, backward 175 VGPRs", BLOCK_K=32, GROUP_M=1)),
-        ),
-    },
-    "cpu": {
-        # The interpreter: small tiles so small test matrices cross several blocks in M, N and K.
-        "light": ((1, _T(32, 32, 4, 1, "interpreter: several tiles per test matrix", BLOCK_K=16, GROUP_M=2)),),
-        "heavy": ((1, _T(32, 32, 4, 1, "interpreter: several tiles per test matrix", BLOCK_K=16, GROUP_M=2)),),
-    },
+        "NVIDIA (sm_80/90/100): the light tiles spill with an epilogue or in the backward (first entry's reason)",
+        {
+            "amd-cdna": Differs("MFMA 16x16, kpack 2, waves_per_eu 2: 256x256 spills with gelu on gfx90a", row=(
+                (256, _T(128, 128, 8, 2, "128x128x32, waves_per_eu 2: 256x256 spills with gelu and BLOCK_K 64 "
+                                         "spills 68 B in the backward on gfx90a; this is 150-160 VGPRs, 0 spill, "
+                                         "16-24 KiB LDS", BLOCK_K=32, GROUP_M=4, waves_per_eu=2,
+                         matrix_instr_nonkdim=16, kpack=2)),
+                (64, _T(64, 128, 4, 2, "64x128x32 for a few hundred rows", BLOCK_K=32, GROUP_M=4, waves_per_eu=2,
+                        matrix_instr_nonkdim=16, kpack=2)),
+                (1, _T(16, 128, 4, 2, "decode-sized M", BLOCK_K=64, GROUP_M=1, waves_per_eu=2,
+                       matrix_instr_nonkdim=16, kpack=2)),
+            )),
+            "amd-rdna": Differs("WMMA 16x16x16 on wave32 (gfx1100): the light tiles, 0 spill with every epilogue", row=(
+                (128, _T(128, 128, 8, 2, "128x128x32: gelu epilogue 236 VGPRs, residual 169, backward 175-207, 0 "
+                                         "spill", BLOCK_K=32, GROUP_M=8)),
+                (1, _T(64, 64, 4, 2, "small M: 64x64x32, backward 175 VGPRs", BLOCK_K=32, GROUP_M=1)),
+            )),
+            "cpu": Differs(_INTERPRETER, row=_CPU_GEMM),
+        },
+    ),
 }
 
 
@@ -180,7 +192,7 @@ def gemm_candidates(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, *, h
     derivative, or the kernel is a backward product (see GEMM_TABLES). fp32: BLOCK_K halved."""
     if min(M, N, K) < 1:
         raise ValueError(f"gemm: sizes must be >= 1, got M={M}, N={N}, K={K}")
-    entries = [c for min_m, c in GEMM_TABLES[arch.family]["heavy" if heavy else "light"] if min_m <= M]
+    entries = [c for min_m, c in GEMM_TABLES["heavy" if heavy else "light"][arch.family] if min_m <= M]
     if _wide(dtype) and arch.family != "cpu":
         entries = [replace(c, BLOCK_K=max(16, c.BLOCK_K // 2), reason=c.reason + "; fp32: BLOCK_K halved")
                    for c in entries]
@@ -199,11 +211,12 @@ def num_xcds(arch: Arch) -> int:
 # ---------------------------------------------------------------------------------------------------
 # GEMM on TMA-capable NVIDIA GPUs (kernels/linear_tma.py): persistent, warp-specialized, operands by TMA.
 # Used when every operand qualifies for a tensor descriptor (unit stride along the last dim, 16-byte
-# aligned rows and base) and M reaches the first entry; otherwise the pointer kernels above. "heavy" here
-# Three kinds: "light" (no epilogue beyond bias/residual, plain backward products: transposed operands are a
+# aligned rows and base) and M reaches TMA_MIN_M; otherwise the pointer kernels above. Four kinds, a table
+# each: "light" (no epilogue beyond bias/residual, plain backward products: transposed operands are a
 # shared-memory view under TMA and cost no registers), "epilogue" (an activation and its derivative on the
 # accumulator), "residual" (a residual tile staged beside the operands), "prologue" (the backward's
-# dz = dy * act'(z), formed in registers from two loaded tiles).
+# dz = dy * act'(z), formed in registers from two loaded tiles). Each table's row is one entry per NVIDIA
+# generation (TMA_FAMILIES): sm_90's is the default, sm_100's differs where its compile measured otherwise.
 
 #: Compute capability from which NVIDIA GPUs take the TMA kernels: Hopper introduced the tensor memory
 #: accelerator (cp.async.bulk.tensor) and Triton's warp specialization targets sm_90 and sm_100.
@@ -211,59 +224,53 @@ TMA_MIN_CC = 90
 
 TmaKind = Literal["light", "residual", "epilogue", "prologue"]
 
-TMA_TABLES: dict[str, dict[str, tuple[tuple[int, TileConfig], ...]]] = {
-    "hopper": {
-        "light": (
-            (64, _T(128, 256, 4, 3, "128x256x64, 3 stages: the Hopper warp specializer makes one producer and two "
-                                    "consumer warpgroups (384 threads, from num_warps 4), each consumer a 64x256 "
-                                    "wgmma accumulator (the largest wgmma N); sm_90 168 regs, 0 spill, 209 KiB",
-                    BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
-        ),
-        "residual": (
-            (64, _T(128, 256, 4, 3, "128x256x64, 3 stages as light: the residual tile fits beside it on sm_90 "
-                                    "(209 KiB, 0 spill)", BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
-        ),
-        "epilogue": (
-            (64, _T(128, 128, 4, 4, "128x128x64, 4 stages: the activation and its derivative need registers beside "
-                                    "the accumulator: 128x256 spills 944 B with gelu on sm_90; this is 0 spill, "
-                                    "161 KiB", BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
-        ),
-        "prologue": (
-            (64, _T(128, 128, 4, 4, "128x128x32, 4 stages: the dz = dy * act'(z) prologue stages A, act'(z) and "
-                                    "their transposes in shared memory: dW at 128x128x64 needs 273 KiB with 3 "
-                                    "stages (over sm_90's 227 KiB); this is 193 KiB, 0 spill",
-                    BLOCK_K=32, GROUP_M=8, warp_specialize=True)),
-        ),
-    },
-    "blackwell": {
-        "light": (
-            (64, _T(128, 256, 8, 3, "128x256x64, 3 stages, tcgen05 with the accumulator in tensor memory; 8 warps "
-                                    "so the epilogue's tensor-memory load is spread over 256 threads",
-                    BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
-        ),
-        "residual": (
-            (64, _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps: the residual tile staged in shared memory "
-                                    "takes 128x256x64 to 272 KiB on sm_100 (over 227 KiB); this is 192 KiB, 0 spill",
-                    BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
-        ),
-        "epilogue": (
-            (64, _T(128, 128, 8, 4, "128x128x64, 4 stages, 8 warps: the activation epilogue on sm_100; 4 warps "
-                                    "spill 1.5 KB loading the accumulator from tensor memory",
-                    BLOCK_K=64, GROUP_M=8, warp_specialize=True)),
-        ),
-        "prologue": (
-            (64, _T(128, 128, 8, 4, "128x128x32, 4 stages, 8 warps: the dz prologue on sm_100", BLOCK_K=32,
-                    GROUP_M=8, warp_specialize=True)),
-        ),
-    },
-    "cpu": {
-        # The interpreter runs the TMA kernels with small tiles, so small test matrices cross several tiles
-        # in every dimension and the persistent loop visits several tiles per program.
-        kind: ((1, _T(32, 32, 4, 1, "interpreter: several tiles per test matrix", BLOCK_K=16, GROUP_M=2,
-                      warp_specialize=True)),)
-        for kind in ("light", "residual", "epilogue", "prologue")
-    },
+#: The TMA tables' rows: per NVIDIA generation (sm_90 and sm_100 take different tiles) and the interpreter.
+TMA_FAMILIES: tuple[str, ...] = ("hopper", "blackwell", "cpu")
+
+#: The interpreter runs the TMA kernels with small tiles, so small test matrices cross several tiles in every
+#: dimension and the persistent loop visits several tiles per program.
+_CPU_TMA = Differs(_INTERPRETER, row=_T(32, 32, 4, 1, _INTERPRETER, BLOCK_K=16, GROUP_M=2, warp_specialize=True))
+
+
+def tma_table(default: TileConfig, blackwell: Differs, cpu: Differs = _CPU_TMA) -> FamilyTable[TileConfig]:
+    """One kind's (or product's) TMA entries over TMA_FAMILIES: sm_90's the default (its reason the table's),
+    sm_100's where its compile measured otherwise, and the interpreter's."""
+    return FamilyTable(default, default.reason, {"blackwell": blackwell, "cpu": cpu}, families=TMA_FAMILIES)
+
+
+_HOPPER_LIGHT = _T(128, 256, 4, 3, "128x256x64, 3 stages: the Hopper warp specializer makes one producer and two "
+                                   "consumer warpgroups (384 threads, from num_warps 4), each consumer a 64x256 "
+                                   "wgmma accumulator (the largest wgmma N); sm_90 168 regs, 0 spill, 209 KiB",
+                   BLOCK_K=64, GROUP_M=8, warp_specialize=True)
+
+TMA_TABLES: dict[str, FamilyTable[TileConfig]] = {
+    "light": tma_table(_HOPPER_LIGHT, Differs("128x256x64, 3 stages, tcgen05 with the accumulator in tensor memory; "
+                                               "8 warps so the epilogue's tensor-memory load is spread over 256 "
+                                               "threads", num_warps=8)),
+    "residual": tma_table(
+        replace(_HOPPER_LIGHT, reason="128x256x64, 3 stages as light: the residual tile fits beside it on sm_90 "
+                                      "(209 KiB, 0 spill)"),
+        Differs("128x128x64, 4 stages, 8 warps: the residual tile staged in shared memory takes 128x256x64 to "
+                "272 KiB on sm_100 (over 227 KiB); this is 192 KiB, 0 spill", BLOCK_N=128, num_warps=8, num_stages=4)),
+    "epilogue": tma_table(
+        _T(128, 128, 4, 4, "128x128x64, 4 stages: the activation and its derivative need registers beside the "
+                           "accumulator: 128x256 spills 944 B with gelu on sm_90; this is 0 spill, 161 KiB",
+           BLOCK_K=64, GROUP_M=8, warp_specialize=True),
+        Differs("128x128x64, 4 stages, 8 warps: the activation epilogue on sm_100; 4 warps spill 1.5 KB loading the "
+                "accumulator from tensor memory", num_warps=8)),
+    "prologue": tma_table(
+        _T(128, 128, 4, 4, "128x128x32, 4 stages: the dz = dy * act'(z) prologue stages A, act'(z) and their "
+                           "transposes in shared memory: dW at 128x128x64 needs 273 KiB with 3 stages (over sm_90's "
+                           "227 KiB); this is 193 KiB, 0 spill", BLOCK_K=32, GROUP_M=8, warp_specialize=True),
+        Differs("128x128x32, 4 stages, 8 warps: the dz prologue on sm_100", num_warps=8)),
 }
+
+#: M from which the TMA kernels run. Below 64 rows a 128-row TMA tile is mostly padding, and the pointer
+#: kernels' decode-sized entries (16-row tiles, GEMM_TABLES) serve: a threshold from tile geometry, not a timing.
+TMA_MIN_M: FamilyTable[int] = FamilyTable(
+    64, "below 64 rows a 128-row tile is more than half padding; the pointer kernels' 16-row entries serve",
+    {"cpu": Differs("the interpreter runs the TMA kernels at every M, so small tests exercise them", row=1)},
+    families=TMA_FAMILIES)
 
 
 #: Split-K (TMA kernels): used when the output's tiles fill less than half the SMs and each K slice keeps at
@@ -297,21 +304,17 @@ def _nvidia_cc(arch: Arch) -> int:
 
 def tma_config(M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, kind: TmaKind = "light") -> TileConfig | None:
     """The TMA kernels' entry for this problem, or None when the pointer kernels serve it (an architecture
-    without TMA, or M below the first entry). kind: "epilogue" with an activation in the forward epilogue,
-    "residual" with a residual (and no activation),
-    "prologue" for the backward products with the dz prologue, else "light". fp32: BLOCK_K halved."""
+    without TMA, or M below TMA_MIN_M). kind: "epilogue" with an activation in the forward epilogue, "residual"
+    with a residual (and no activation), "prologue" for the backward products with the dz prologue, else
+    "light". fp32: BLOCK_K halved."""
     if min(M, N, K) < 1:
         raise ValueError(f"gemm: sizes must be >= 1, got M={M}, N={N}, K={K}")
     if not tma_capable(arch):
         return None
-    if arch.family == "cpu":
-        table = TMA_TABLES["cpu"][kind]
-    else:
-        table = TMA_TABLES["hopper" if _nvidia_cc(arch) < 100 else "blackwell"][kind]
-    entries = [c for min_m, c in table if min_m <= M]
-    if not entries:
+    generation = "cpu" if arch.family == "cpu" else "hopper" if _nvidia_cc(arch) < 100 else "blackwell"
+    if TMA_MIN_M[generation] > M:
         return None
-    cfg = entries[0]
+    cfg = TMA_TABLES[kind][generation]
     if _wide(dtype) and arch.family != "cpu":
         cfg = replace(cfg, BLOCK_K=max(16, cfg.BLOCK_K // 2), reason=cfg.reason + "; fp32: BLOCK_K halved")
     return cfg

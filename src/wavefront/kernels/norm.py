@@ -82,8 +82,11 @@ per element and 4 B per group written, in place of a quantize kernel that reads 
 16-bit y). Single pass: the row is in registers, every scaling fits. Looped (wide rows): the segments
 quantize in pass 2 (BLOCK_N is a multiple of 128); a rowwise scale needs the row's amax, known only after
 pass 2, so rowwise adds a pass 3 re-reading the stored y (2n B, what the separate kernel would read).
-The epilogue is its own kernel, ``_norm_fwd_fp8_kernel``, over the same row, statistics and block helpers
-as ``_norm_fwd_kernel`` (which carries no FP8 flag); in the helpers QUANT_GROUP None compiles to no epilogue.
+The epilogue has its own kernels, one per norm (``_rms_norm_fwd_fp8_kernel``, ``_layer_norm_fwd_fp8_kernel``),
+which share one body, ``_norm_fwd``, with ``_norm_fwd_kernel`` (which carries no FP8 flag: QUANT_GROUP None
+compiles to no epilogue). FP8_MAX follows from q's dtype and the scale floor is kernels/quantize.py's EPS, so
+neither is a flag; the forward's casting is one ``CAST`` constexpr (:data:`CASTS`) and its accumulation dtype
+that of rstd.
 
 Offsets: the row index is promoted to int64 before it multiplies a stride, so tensors with 2^31 or more
 elements address correctly.
@@ -99,8 +102,10 @@ from wavefront import runtime
 from wavefront.kernels._heuristics import acc_dtype, stat_dtype
 from wavefront.kernels._launch import launch
 from wavefront.kernels._quantize_epilogue import (
+    GROUPS,
+    SCALE_EPS,
     alloc_fp8_out,
-    fp8_constexprs,
+    fp8_max,
     fp8_row_ptrs,
     masked_amax,
     quantize_block,
@@ -294,43 +299,24 @@ def _norm_fwd_block(x_row, y_row, res_out_ptr, w_ptr, b_ptr, row, cols, mask, st
 
 
 @triton.jit
-def _norm_fwd_kernel(
-    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
-    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
-    eps, offset,
-    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-    WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr, ROUND_STATS: tl.constexpr,
-):
-    OUT_DTYPE = y_ptr.dtype.element_ty
-    if SINGLE_PASS:
-        _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, None, None, n_rows,
-                       n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, IS_RMS,
-                       HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT, ROWS_PER_PROGRAM, WEIGHT_FIRST,
-                       BLOCK_N, ACC, ROUND_STATS, None, None, None, None)
-    else:
-        row, cols0, x_row, y_row, run_mean, rstd = _norm_fwd_stats(
-            x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row, stride_res_row,
-            stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC, ROUND_STATS, OUT_DTYPE)
-        for start in range(0, n_cols, BLOCK_N):
-            cols = start + cols0
-            _norm_fwd_block(x_row, y_row, res_out_ptr, w_ptr, b_ptr, row, cols, cols < n_cols, stride_res_out_row,
-                            run_mean, rstd, offset, IS_RMS, HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, CAST_BEFORE_WEIGHT,
-                            ACC, ROUND_STATS, OUT_DTYPE)
-
-
-@triton.jit
-def _norm_fwd_fp8_kernel(
+def _norm_fwd(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
     n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
     eps, offset,
     IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    CAST_BEFORE_WEIGHT: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-    WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr, ROUND_STATS: tl.constexpr,
-    QUANT_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, Q_EPS: tl.constexpr, POW2: tl.constexpr,
+    CAST: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    BLOCK_N: tl.constexpr, QUANT_GROUP: tl.constexpr, POW2: tl.constexpr,
 ):
-    """_norm_fwd_kernel with the FP8 epilogue (QUANT_GROUP: 0 rowwise, else the segment width)."""
+    """The forward's body under its three kernels. CAST (see :data:`CASTS`): "fp32" multiplies the weight in
+    fp32, "llama" rounds xhat first, "input" also rounds the statistics as eager in the input dtype;
+    accumulation in rstd's dtype (fp64 for fp64 inputs). QUANT_GROUP None: no FP8 epilogue; else 0 (rowwise)
+    or the segment width, the format's largest value from q's dtype."""
+    CAST_BEFORE_WEIGHT: tl.constexpr = CAST != "fp32"
+    ROUND_STATS: tl.constexpr = CAST == "input"
+    ACC = rstd_ptr.dtype.element_ty
     OUT_DTYPE = y_ptr.dtype.element_ty
+    FP8_MAX: tl.constexpr = fp8_max(q_ptr.dtype.element_ty) if QUANT_GROUP is not None else None
+    Q_EPS: tl.constexpr = SCALE_EPS if QUANT_GROUP is not None else None
     if SINGLE_PASS:
         _norm_fwd_rows(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
                        n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset,
@@ -340,10 +326,11 @@ def _norm_fwd_fp8_kernel(
         row, cols0, x_row, y_row, run_mean, rstd = _norm_fwd_stats(
             x_ptr, y_ptr, res_ptr, res_out_ptr, mean_ptr, rstd_ptr, n_cols, stride_x_row, stride_y_row, stride_res_row,
             stride_res_out_row, eps, IS_RMS, HAS_RESIDUAL, BLOCK_N, ACC, ROUND_STATS, OUT_DTYPE)
-        # FP8 blocks quantize in pass 2; a rowwise scale needs the row's amax first, so rowwise takes a pass 3
-        # over the stored y.
-        q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
-        q_amax = tl.zeros((), dtype=tl.float32)
+        if QUANT_GROUP is not None:
+            # FP8 blocks quantize in pass 2; a rowwise scale needs the row's amax first, so rowwise takes a pass 3
+            # over the stored y.
+            q_row, s_row = fp8_row_ptrs(q_ptr, q_scale_ptr, row, n_cols, QUANT_GROUP)
+            q_amax = tl.zeros((), dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             cols = start + cols0
             mask = cols < n_cols
@@ -352,7 +339,7 @@ def _norm_fwd_fp8_kernel(
                                 CAST_BEFORE_WEIGHT, ACC, ROUND_STATS, OUT_DTYPE)
             if QUANT_GROUP == 0:
                 q_amax = tl.maximum(q_amax, masked_amax(y.to(OUT_DTYPE).to(tl.float32), mask))
-            else:
+            elif QUANT_GROUP is not None:
                 quantize_block(y.to(OUT_DTYPE).to(tl.float32), start, cols, mask, q_row, s_row, n_cols, QUANT_GROUP,
                                BLOCK_N, FP8_MAX, Q_EPS, POW2)
         if QUANT_GROUP == 0:
@@ -364,6 +351,52 @@ def _norm_fwd_fp8_kernel(
                 mask = cols < n_cols
                 y = tl.load(y_row + cols, mask=mask, other=0.0).to(tl.float32)
                 store_fp8(y, scale, q_row + cols, mask, FP8_MAX)
+
+
+@triton.jit
+def _norm_fwd_kernel(
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
+    eps, offset,
+    IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    CAST: tl.constexpr, SINGLE_PASS: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """RMSNorm or LayerNorm, optionally after the residual add: no FP8 flag."""
+    _norm_fwd(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, None, None, n_rows, n_cols,
+              stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, IS_RMS, HAS_RESIDUAL,
+              HAS_WEIGHT, HAS_BIAS, CAST, SINGLE_PASS, ROWS_PER_PROGRAM, WEIGHT_FIRST, BLOCK_N, None, None)
+
+
+@triton.jit
+def _rms_norm_fwd_fp8_kernel(
+    x_ptr, res_ptr, w_ptr, y_ptr, res_out_ptr, rstd_ptr, q_ptr, q_scale_ptr,
+    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
+    eps, offset,
+    HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, CAST: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, QUANT_GROUP: tl.constexpr,
+    POW2: tl.constexpr,
+):
+    """RMSNorm (optionally after the residual add) with the FP8 epilogue: no mean, no bias."""
+    _norm_fwd(x_ptr, res_ptr, w_ptr, None, y_ptr, res_out_ptr, None, rstd_ptr, q_ptr, q_scale_ptr, n_rows, n_cols,
+              stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, True, HAS_RESIDUAL,
+              HAS_WEIGHT, False, CAST, SINGLE_PASS, ROWS_PER_PROGRAM, WEIGHT_FIRST, BLOCK_N, QUANT_GROUP, POW2)
+
+
+@triton.jit
+def _layer_norm_fwd_fp8_kernel(
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr,
+    n_rows, n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row,
+    eps, offset,
+    HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr, BLOCK_N: tl.constexpr, QUANT_GROUP: tl.constexpr,
+    POW2: tl.constexpr,
+):
+    """LayerNorm with the FP8 epilogue: the weight multiplies in fp32 (LayerNorm has no other cast)."""
+    _norm_fwd(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, res_out_ptr, mean_ptr, rstd_ptr, q_ptr, q_scale_ptr, n_rows,
+              n_cols, stride_x_row, stride_res_row, stride_y_row, stride_res_out_row, eps, offset, False,
+              HAS_RESIDUAL, HAS_WEIGHT, HAS_BIAS, "fp32", SINGLE_PASS, ROWS_PER_PROGRAM, WEIGHT_FIRST, BLOCK_N,
+              QUANT_GROUP, POW2)
 
 
 @triton.jit
@@ -522,6 +555,18 @@ def _persistent_grid(n_rows: int, device) -> tuple[int, int]:
     return triton.cdiv(max(n_rows, 1), rows_per_program), rows_per_program
 
 
+#: The forward's CAST constexpr: "fp32" multiplies the weight in fp32 and rounds once (Gemma, LayerNorm), "llama"
+#: rounds xhat to the input dtype before the weight, "input" also rounds the statistics (ROUND_STATS, the header).
+CASTS = ("fp32", "llama", "input")
+
+
+def _cast_mode(cast_before_weight: bool, round_stats: bool) -> str:
+    if round_stats and not cast_before_weight:
+        raise ValueError("norm_fwd: round_stats (cast='input') rounds xhat before the weight too; got "
+                         "cast_before_weight=False")
+    return "input" if round_stats else "llama" if cast_before_weight else "fp32"
+
+
 def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
              residual: torch.Tensor | None, eps: float, offset: float, is_rms: bool, cast_before_weight: bool,
              quant: tuple[torch.dtype, str, bool] | None = None, round_stats: bool = False):
@@ -541,22 +586,32 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     q, q_scale = alloc_fp8_out(quant, n_rows, n_cols, x.device)
     if n_rows == 0:
         return y, res_out, mean, rstd, q, q_scale
-    # The FP8 epilogue is its own kernel over the same helpers (the plain kernel carries no FP8 flags).
-    fp8 = dict(q_ptr=q, q_scale_ptr=q_scale) if quant is not None else {}
-    launch(
-        _norm_fwd_fp8_kernel if quant is not None else _norm_fwd_kernel, (triton.cdiv(n_rows, cfg.rows_per_program),),
-        x_ptr=x, res_ptr=residual, w_ptr=weight, b_ptr=bias, y_ptr=y, res_out_ptr=res_out, mean_ptr=mean,
-        rstd_ptr=rstd, **fp8, n_rows=n_rows, n_cols=n_cols, stride_x_row=x.stride(0),
-        stride_res_row=residual.stride(0) if residual is not None else 0, stride_y_row=y.stride(0),
-        stride_res_out_row=res_out.stride(0) if res_out is not None else 0, eps=eps, offset=offset,
-        constexprs=dict(IS_RMS=is_rms, HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None,
-                        HAS_BIAS=bias is not None, CAST_BEFORE_WEIGHT=cast_before_weight,
-                        SINGLE_PASS=cfg.single_pass, ROWS_PER_PROGRAM=cfg.rows_per_program,
-                        WEIGHT_FIRST=cfg.weight_first, BLOCK_N=cfg.BLOCK_N,
-                        ACC=acc_dtype(x.dtype), ROUND_STATS=round_stats,
-                        **(fp8_constexprs(quant) if quant is not None else {})),
-        options=cfg.options(),
-    )
+    cast = _cast_mode(cast_before_weight, round_stats)
+    rows = dict(x_ptr=x, res_ptr=residual, w_ptr=weight, y_ptr=y, res_out_ptr=res_out, rstd_ptr=rstd, n_rows=n_rows,
+                n_cols=n_cols, stride_x_row=x.stride(0), stride_res_row=residual.stride(0) if residual is not None else 0,
+                stride_y_row=y.stride(0), stride_res_out_row=res_out.stride(0) if res_out is not None else 0, eps=eps,
+                offset=offset)
+    schedule = dict(HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, SINGLE_PASS=cfg.single_pass,
+                    ROWS_PER_PROGRAM=cfg.rows_per_program, WEIGHT_FIRST=cfg.weight_first, BLOCK_N=cfg.BLOCK_N)
+    grid = (triton.cdiv(n_rows, cfg.rows_per_program),)
+    if quant is None:
+        launch(_norm_fwd_kernel, grid, **rows, b_ptr=bias, mean_ptr=mean,
+               constexprs=dict(schedule, IS_RMS=is_rms, HAS_BIAS=bias is not None, CAST=cast), options=cfg.options())
+        return y, res_out, mean, rstd, q, q_scale
+    # The FP8 epilogue: one kernel per norm over the same helpers (the plain kernel carries no FP8 flags).
+    _, scaling, pow2 = quant
+    epilogue = dict(q_ptr=q, q_scale_ptr=q_scale)
+    recipe = dict(QUANT_GROUP=GROUPS[scaling], POW2=bool(pow2))
+    if is_rms:
+        if bias is not None:
+            raise ValueError("norm_fwd: RMSNorm's FP8 forward takes no bias; got a bias with is_rms=True")
+        launch(_rms_norm_fwd_fp8_kernel, grid, **rows, **epilogue, constexprs=dict(schedule, CAST=cast, **recipe),
+               options=cfg.options())
+    else:
+        if cast != "fp32":
+            raise ValueError(f"norm_fwd: LayerNorm multiplies the weight in fp32; got cast {cast!r} with is_rms=False")
+        launch(_layer_norm_fwd_fp8_kernel, grid, **rows, **epilogue, b_ptr=bias, mean_ptr=mean,
+               constexprs=dict(schedule, HAS_BIAS=bias is not None, **recipe), options=cfg.options())
     return y, res_out, mean, rstd, q, q_scale
 
 

@@ -83,8 +83,9 @@ def _env(name: str, value: str) -> Iterator[None]:
 
 
 def _fp8_tma_run(inputs: OpInputs):
-    # The op's forward as a user with the flag gets it: every recipe's product on _fp8_gemm_tma_kernel (the
-    # flag makes the auto provider ours for tensorwise and rowwise too); its quantize launches are filtered out.
+    # The op's forward as a user with the flag gets it: every recipe's product on the TMA kernel of its scale form
+    # (the flag makes the auto provider ours for tensorwise and rowwise too); its quantize launches are filtered
+    # out.
     with _env(fp8_kernels.TMA_ENV_FLAG, "1"):
         return ops.linear_fp8(*inputs.args, **inputs.kwargs)
 
@@ -102,7 +103,7 @@ VARIANTS: tuple[Variant, ...] = (
     # the forward product of every bench recipe. Opt-in until a GPU run proves it; the interpreter runs it
     # (tests/ops/test_linear_fp8_tma.py).
     Variant("linear_fp8", "fp8_tma", "fwd", ("sm_90", "sm_100"), lambda case: True, _fp8_tma_run,
-            kernels=("_fp8_gemm_tma_kernel",), interpreted=True),
+            kernels=fp8_kernels.TMA_KERNELS, interpreted=True),
 )
 
 
