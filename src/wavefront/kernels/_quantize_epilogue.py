@@ -34,7 +34,24 @@ ROWWISE = 0
 #: QUANT_GROUP of each supported scaling (ops.quantize's names).
 GROUPS = {"rowwise": ROWWISE, "block1x128": 128, "block1x32": 32}
 
-__all__ = ["GROUPS", "ROWWISE", "alloc_fp8_out", "fp8_constexprs", "fp8_row_ptrs", "masked_amax", "quantize_block", "store_fp8"]
+#: The scale's floor (kernels/quantize.py's EPS) as a constexpr a kernel reads instead of taking it as a flag.
+SCALE_EPS = tl.constexpr(EPS)
+
+#: Largest finite value of each FP8 format, by Triton element type (torch.finfo's, so the two agree).
+_FP8_MAX = {tl.float8e4nv: float(torch.finfo(torch.float8_e4m3fn).max),
+            tl.float8e5: float(torch.finfo(torch.float8_e5m2).max),
+            tl.float8e4b8: float(torch.finfo(torch.float8_e4m3fnuz).max),
+            tl.float8e5b16: float(torch.finfo(torch.float8_e5m2fnuz).max)}
+
+__all__ = ["GROUPS", "ROWWISE", "SCALE_EPS", "alloc_fp8_out", "fp8_constexprs", "fp8_max", "fp8_row_ptrs",
+           "masked_amax", "quantize_block", "store_fp8"]
+
+
+@triton.constexpr_function
+def fp8_max(dtype):
+    """FP8_MAX of q's element type, at compile time: a kernel derives it from its q pointer (as
+    fp8_constexprs derives it from the torch dtype on the host), so it is no flag of the kernel."""
+    return _FP8_MAX[dtype]
 
 
 def fp8_constexprs(quant: tuple[torch.dtype, str, bool] | None) -> dict:

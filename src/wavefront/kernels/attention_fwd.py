@@ -50,6 +50,7 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import xcd_remap
+from wavefront.kernels._quantize_epilogue import fp8_max
 from wavefront.kernels.attention_common import (
     _FP8_EPS,
     LOG2E,
@@ -186,14 +187,9 @@ def _store_fp8_groups(q8_ptr, s8_ptr, o, offs_m, offs_d, seqlen, token0, h, n_he
     row, written where ops.quantize puts it for the [tokens, heads * head_dim] view of O: element (t, h, d) at
     (t * n_heads + h) * HEAD_DIM + d, its scale at (t * n_heads + h) * (HEAD_DIM // GROUP) + d // GROUP.
     The groups never cross a head (GROUP divides HEAD_DIM), so this program owns each group whole. Padded
-    head-dim columns hold zeros (V reads them as zero) and are not stored. FP8_MAX, torch.finfo(format).max,
-    follows from q8_ptr's element type (a flag for it could only restate the dtype)."""
-    if q8_ptr.dtype.element_ty == tl.float8e4nv:  # e4m3fn
-        FP8_MAX: tl.constexpr = 448.0
-    elif q8_ptr.dtype.element_ty == tl.float8e4b8:  # e4m3fnuz
-        FP8_MAX: tl.constexpr = 240.0
-    else:  # e5m2 and e5m2fnuz
-        FP8_MAX: tl.constexpr = 57344.0
+    head-dim columns hold zeros (V reads them as zero) and are not stored. FP8_MAX follows from q8_ptr's
+    element type (a flag for it could only restate the dtype)."""
+    FP8_MAX: tl.constexpr = fp8_max(q8_ptr.dtype.element_ty)
     x = o.to(tl.float32)
     rows = token0 + offs_m.to(tl.int64)
     base = (rows * n_heads + h)[:, None]
