@@ -315,7 +315,10 @@ def _attn_bwd_dkdv(
 
 # The launched dK/dV kernels, split along the operand path (TMA: no d_split, transposed copies or head-dim chunks)
 # and, on the pointer path, the dQ form (atomic dQ adds its share's layout). All keep the whole runtime argument
-# list (pointers that are None, strides that are 0), so each compiles to the machine code the single kernel had.
+# list (pointers that are None, strides that are 0). Against the single kernel they replace: the same SASS on
+# sm_80 and sm_90; on AMD the early-exit test's compare and branch come out inverted; on sm_100 the early return
+# now joins the one exit, so the tensor-memory release is emitted once instead of twice (40-48 fewer
+# instructions, none in the loop).
 
 
 @triton.jit
