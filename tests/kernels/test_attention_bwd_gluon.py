@@ -151,7 +151,10 @@ def test_inspect_plans_the_variant_on_sm100_bwd_only():
     ours = [p for p in planned if p.kernel == KERNEL]
     assert {(p.target, p.mode) for p in ours} == {("sm_100", "bwd")}
     assert len(ours) == 2  # d128 and d64; d256 is not covered
-    assert any(p.kernel == "_attn_bwd_dkdv_kernel" and p.target == "sm_100" for p in planned)  # the default's row
+    # The default's rows: its TMA kernel at d128 and d64, its pointer kernel at d256 (d_split).
+    assert {p.case.name for p in planned if p.kernel == "_attn_bwd_dkdv_tma_kernel" and p.target == "sm_100"} == {
+        p.case.name for p in ours}
+    assert any(p.kernel == "_attn_bwd_dkdv_kernel" and p.target == "sm_100" for p in planned)
 
 
 @pytest.mark.parametrize("head_dim,causal", [(128, True), pytest.param(64, False, marks=pytest.mark.slow)])

@@ -40,7 +40,7 @@ def test_inspect_plans_the_variant_on_sm90_only():
     assert {p.mode for p in gluon} == {"fwd"}
     assert len(gluon) == 2  # one per case
     # The default kernels' rows are still there, under their own names.
-    assert any(p.kernel == "_attn_fwd_kernel" and p.target == "sm_90" for p in planned)
+    assert any(p.kernel == "_attn_fwd_tma_kernel" and p.target == "sm_90" for p in planned)
 
 
 def test_variant_skips_head_dims_it_does_not_cover():

@@ -115,7 +115,7 @@ def test_gpu_only_paths_are_among_the_configurations():
         return any(c.target == target and any(all(p in k for p in parts) for k in c.key) for c in runnable)
 
     for target in ("sm_90", "sm_100"):
-        assert has(target, "_attn_fwd_kernel", "USE_TMA=True", "WARP_SPECIALIZE=True")
+        assert has(target, "_attn_fwd_tma_kernel", "WARP_SPECIALIZE=True")
         assert has(target, "_linear_fwd_tma_kernel", "NUM_PROGRAMS=persistent", "WARP_SPECIALIZE=True")
         assert has(target, "_grouped_gemm_kernel", "USE_TMA=True")
         assert has(target, "_attn_bwd_dkdv_kernel", "D_SPLIT=4")

@@ -34,7 +34,7 @@ def _bwd(q, k, v, dout, causal, cu, max_len, **kw):
     o, lse2 = kernels.attention_fwd(q, k, v, causal, scale, cu, max_len, arch=CPU)
     with recording() as launches:
         grads = kernels.attention_bwd(dout, q, k, v, o, lse2, causal, scale, cu, max_len, arch=CPU, **kw)
-    (dkdv,) = [la for la in launches if la.name == "_attn_bwd_dkdv_kernel"]
+    (dkdv,) = [la for la in launches if la.name.startswith("_attn_bwd_dkdv")]
     return grads, dkdv
 
 
@@ -51,9 +51,10 @@ def test_tma_path_equals_pointer_path_and_meets_accuracy(causal, lengths, head_d
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32) if len(lengths) > 1 else None
     max_len = max(lengths) if cu is not None else 0
     tma, launch = _bwd(q, k, v, dout, causal, cu, max_len, deterministic=deterministic, tma=True)
-    assert launch.constexprs["USE_TMA"] is True and launch.constexprs["NUM_STAGES"] >= 1
+    assert launch.name == "_attn_bwd_dkdv_tma_kernel" and launch.constexprs["NUM_STAGES"] >= 1
+    assert launch.constexprs["ATOMIC_DQ"] is not deterministic
     ptr, launch = _bwd(q, k, v, dout, causal, cu, max_len, deterministic=deterministic, tma=False)
-    assert launch.constexprs["USE_TMA"] is False
+    assert launch.name == ("_attn_bwd_dkdv_kernel" if deterministic else "_attn_bwd_dkdv_atomic_kernel")
     for a, b in zip(tma, ptr, strict=True):
         assert torch.equal(a, b)
 
@@ -95,10 +96,11 @@ def test_which_targets_take_the_tma_path(arch_name, head_dim):
     for deterministic in (True, False):
         with recording(execute=False) as launches:
             kernels.attention_bwd(q, q, kv, kv, q, lse, True, 0.1, arch=arch, deterministic=deterministic)
-        (dkdv,) = [la for la in launches if la.name == "_attn_bwd_dkdv_kernel"]
+        (dkdv,) = [la for la in launches if la.name.startswith("_attn_bwd_dkdv")]
         expected = arch_name in ("sm_90", "sm_100") and head_dim <= 128
-        assert dkdv.constexprs["USE_TMA"] is expected
-        assert dkdv.constexprs["NUM_STAGES"] == (2 if expected else None)
+        pointer = "_attn_bwd_dkdv_kernel" if deterministic else "_attn_bwd_dkdv_atomic_kernel"
+        assert dkdv.name == ("_attn_bwd_dkdv_tma_kernel" if expected else pointer)
+        assert dkdv.constexprs.get("NUM_STAGES") == (2 if expected else None)
 
 
 def test_strides_tma_cannot_address_keep_the_pointer_path():
@@ -109,8 +111,8 @@ def test_strides_tma_cannot_address_keep_the_pointer_path():
     kv = torch.empty(1, 2, 256, 36, dtype=torch.bfloat16)
     with recording(execute=False) as launches:
         kernels.attention_bwd(q, q, kv, kv, q, torch.empty(1, 4, 256), True, 0.1, arch=arch)
-    (dkdv,) = [la for la in launches if la.name == "_attn_bwd_dkdv_kernel"]
-    assert dkdv.constexprs["USE_TMA"] is False
+    (dkdv,) = [la for la in launches if la.name.startswith("_attn_bwd_dkdv")]
+    assert dkdv.name == "_attn_bwd_dkdv_kernel"
 
 
 #: Block-wide barriers per main-loop iteration of the default d128 dK/dV kernel (Triton 3.9), the figures
@@ -129,7 +131,7 @@ def test_machine_code_streams_q_and_do_by_tma_inside_the_loop(target):
     kv = torch.empty(1, 8, 8192, 128, dtype=torch.bfloat16)
     with recording(execute=False) as launches:
         kernels.attention_bwd(q, q, kv, kv, q, torch.empty(1, 32, 8192), True, 0.1, arch=runtime.get_arch(target))
-    (dkdv,) = [la for la in launches if la.name == "_attn_bwd_dkdv_kernel"]
+    (dkdv,) = [la for la in launches if la.name == "_attn_bwd_dkdv_tma_kernel"]
     job = job_for(dkdv, target, keep_asm=True)
     (res,) = compile_jobs([job]).values()
     assert res.ok, res.error

@@ -16,21 +16,22 @@ accumulator, and streams the K/V tiles up to the diagonal. P is recomputed in bo
 passes in all against the 5 of the field's 2.5x-forward FLOP convention): the price of writing each
 gradient exactly once, instead of accumulating dQ with fp32 atomics whose order varies run to run.
 
-Operand path on sm_90/sm_100 (USE_TMA; head_dim <= 128, tensors TMA can address): K and V arrive by TMA
-once per program; Q and dO stream by TMA into shared memory through 3-D descriptors over the GQA group,
-inside one loop over (query head, query tile) pairs that the software pipeline runs NUM_STAGES tiles deep
-(the next tile's copies are in flight while this one's products run). Traffic is the pointer path's (each
-Q/dO tile read once per key tile); what changes is that no Q/dO load sits exposed at the top of an
-iteration and no operand passes through registers on its way to shared memory. dK, dV and the atomic dQ
-equal the pointer path's bit for bit (same products, same order). Elsewhere (sm_80, AMD, d256's d_split)
-the pointer path: one loop per query head, Q and dO loaded through registers.
+Operand path on sm_90/sm_100 (``_attn_bwd_dkdv_tma_kernel``; head_dim <= 128, tensors TMA can address): K and
+V arrive by TMA once per program; Q and dO stream by TMA into shared memory through 3-D descriptors over the
+GQA group, inside one loop over (query head, query tile) pairs that the software pipeline runs NUM_STAGES
+tiles deep (the next tile's copies are in flight while this one's products run). Traffic is the pointer path's
+(each Q/dO tile read once per key tile); what changes is that no Q/dO load sits exposed at the top of an
+iteration and no operand passes through registers on its way to shared memory. dK, dV and the atomic dQ equal
+the pointer path's bit for bit (same products, same order). Elsewhere (sm_80, AMD, d256's d_split) the pointer
+path: one loop per query head, Q and dO loaded through registers.
 
-Non-deterministic backward (``deterministic=False``, ATOMIC_DQ): the dK/dV pass alone, where each
-program also forms its key tile's share of dQ, s dS K ([BLOCK_M, D] per query tile), and adds it to an
-fp32 [B, H, S, D] buffer with relaxed atomics; the launcher rounds that buffer to the input dtype. Five
-matmul passes instead of seven (no dQ kernel, no second recomputation of S and dP); the price is
-S / BLOCK_N fp32 atomic adds per dQ element (non-causal; about half causal), the fp32 buffer (zero fill,
-one read), and a summation order that varies run to run. dK and dV are bit for bit the deterministic ones.
+Non-deterministic backward (``deterministic=False``: ``_attn_bwd_dkdv_atomic_kernel`` on the pointer path,
+ATOMIC_DQ in the TMA kernel): the dK/dV pass alone, where each program also forms its key tile's share of dQ,
+s dS K ([BLOCK_M, D] per query tile), and adds it to an fp32 [B, H, S, D] buffer with relaxed atomics; the
+launcher rounds that buffer to the input dtype. Five matmul passes instead of seven (no dQ kernel, no second
+recomputation of S and dP); the price is S / BLOCK_N fp32 atomic adds per dQ element (non-causal; about half
+causal), the fp32 buffer (zero fill, one read), and a summation order that varies run to run. dK and dV are
+bit for bit the deterministic ones.
 
 Operand layouts (``transposed`` copies on AMD, ``d_split`` at head_dim 256, ``d_chunk`` on RDNA3): see
 kernels/attention.py, which holds the notes both directions share.
@@ -227,7 +228,7 @@ def _dkdv_blocks_tma(dk, dv, k, v, q_base, do_base, lse_base, delta_base, dqa_ba
 
 
 @triton.jit
-def _attn_bwd_dkdv_kernel(
+def _attn_bwd_dkdv(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
@@ -238,6 +239,7 @@ def _attn_bwd_dkdv_kernel(
     TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr,
     USE_TMA: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
+    """The dK/dV program, under the three kernels below: every flag of all three."""
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     # D_SPLIT consecutive programs share a key tile and each owns BLOCK_D / D_SPLIT columns of dK and dV.
     part = pid % D_SPLIT
@@ -257,7 +259,7 @@ def _attn_bwd_dkdv_kernel(
     k_base = _tile_base(k_ptr, b_mem, kvh, seq_start, stride_kb, stride_kh, stride_ks)
     v_base = _tile_base(v_ptr, b_mem, kvh, seq_start, stride_vb, stride_vh, stride_vs)
     if USE_TMA:
-        # USE_TMA implies D_SPLIT 1 (the launcher's rule): K is also the dQ share's operand.
+        # The TMA kernel runs with D_SPLIT 1: K is also the dQ share's operand.
         k = _rows_desc(k_base, seqlen, stride_ks, BLOCK_N, BLOCK_D, HEAD_DIM).load([start_n, 0])
         v = _rows_desc(v_base, seqlen, stride_vs, BLOCK_N, BLOCK_D, HEAD_DIM).load([start_n, 0])
     else:
@@ -310,6 +312,76 @@ def _attn_bwd_dkdv_kernel(
                 offs_do, seqlen, dk * sm_scale, HEAD_DIM)
     _store_tile(_tile_base(dv_ptr, b_mem, kvh, seq_start, stride_dvb, stride_dvh, stride_dvs), offs_n, stride_dvs,
                 offs_do, seqlen, dv, HEAD_DIM)
+
+# The launched dK/dV kernels, split along the operand path (TMA: no d_split, transposed copies or head-dim chunks)
+# and, on the pointer path, the dQ form (atomic dQ adds its share's layout). All keep the whole runtime argument
+# list (pointers that are None, strides that are 0). Against the single kernel they replace: the same SASS on
+# sm_80 and sm_90; on AMD the early-exit test's compare and branch come out inverted; on sm_100 the early return
+# now joins the one exit, so the tensor-memory release is emitted once instead of twice (40-48 fewer
+# instructions, none in the loop).
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+    stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
+    stride_lb, stride_lh, stride_tb, stride_th, stride_t, stride_dqab, stride_dqah, stride_dqas,
+    n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
+    TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr,
+):
+    """The deterministic dK/dV pass by pointer loads (sm_80, AMD, d256's d_split, tensors TMA cannot address)."""
+    _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
+                   stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+                   stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh,
+                   stride_dvs, stride_lb, stride_lh, stride_tb, stride_th, stride_t, stride_dqab, stride_dqah,
+                   stride_dqas, n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
+                   HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IS_CAUSAL, VARLEN, NUM_XCDS, D_SPLIT, TRANSPOSED, False, False,
+                   D_CHUNK, False, None)
+
+
+@triton.jit
+def _attn_bwd_dkdv_atomic_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+    stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
+    stride_lb, stride_lh, stride_tb, stride_th, stride_t, stride_dqab, stride_dqah, stride_dqas,
+    n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, D_SPLIT: tl.constexpr,
+    TRANSPOSED: tl.constexpr, DQ_TRANSPOSED: tl.constexpr, D_CHUNK: tl.constexpr,
+):
+    """The pointer path with the atomic dQ share (``deterministic=False``), formed as dQ or dQ^T."""
+    _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
+                   stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+                   stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh,
+                   stride_dvs, stride_lb, stride_lh, stride_tb, stride_th, stride_t, stride_dqab, stride_dqah,
+                   stride_dqas, n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
+                   HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IS_CAUSAL, VARLEN, NUM_XCDS, D_SPLIT, TRANSPOSED, True,
+                   DQ_TRANSPOSED, D_CHUNK, False, None)
+
+
+@triton.jit
+def _attn_bwd_dkdv_tma_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+    stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
+    stride_lb, stride_lh, stride_tb, stride_th, stride_t, stride_dqab, stride_dqah, stride_dqas,
+    n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    DQ_TRANSPOSED: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    """K, V, Q and dO by TMA (sm_90, sm_100), NUM_STAGES query tiles in flight; either dQ form."""
+    _attn_bwd_dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, cu_seqlens_ptr, qt_ptr, dot_ptr, dqa_ptr,
+                   stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+                   stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh,
+                   stride_dvs, stride_lb, stride_lh, stride_tb, stride_th, stride_t, stride_dqab, stride_dqah,
+                   stride_dqas, n_kv_heads, group_size, seqlen, n_n_blocks, n_programs, qk_scale, sm_scale,
+                   HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IS_CAUSAL, VARLEN, NUM_XCDS, 1, False, ATOMIC_DQ,
+                   DQ_TRANSPOSED, BLOCK_D, True, NUM_STAGES)
 
 
 @triton.jit
@@ -466,8 +538,19 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
     dq_acc = None if deterministic else torch.zeros_like(q, dtype=torch.float32)
     n_n_blocks = triton.cdiv(max(longest, 1), cfg.BLOCK_N)
     n_programs = n_n_blocks * n_batch * H_kv * cfg.d_split
+    if use_tma:
+        kernel = _attn_bwd_dkdv_tma_kernel
+        flags = dict(ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg),
+                     NUM_STAGES=cfg.tma_stages or cfg.num_stages)
+    elif dq_acc is None:
+        kernel, flags = _attn_bwd_dkdv_kernel, dict(D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
+                                                    D_CHUNK=_d_chunk(cfg, block_d))
+    else:
+        kernel, flags = _attn_bwd_dkdv_atomic_kernel, dict(D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
+                                                           DQ_TRANSPOSED=_dq_transposed(arch, cfg),
+                                                           D_CHUNK=_d_chunk(cfg, block_d))
     launch(
-        _attn_bwd_dkdv_kernel, (n_programs,),
+        kernel, (n_programs,),
         q_ptr=q, k_ptr=k, v_ptr=v, do_ptr=do, lse_ptr=lse2, delta_ptr=delta, dk_ptr=dk, dv_ptr=dv,
         cu_seqlens_ptr=cu_seqlens, qt_ptr=qt, dot_ptr=dot, dqa_ptr=dq_acc,
         stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
@@ -482,11 +565,7 @@ def attention_bwd(do, q, k, v, o, lse2, causal: bool, scale: float, cu_seqlens=N
         n_kv_heads=H_kv, group_size=H // H_kv, seqlen=seqlen, n_n_blocks=n_n_blocks, n_programs=n_programs,
         qk_scale=scale * LOG2E, sm_scale=scale,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=causal,
-                        VARLEN=varlen, NUM_XCDS=xcds, D_SPLIT=cfg.d_split, TRANSPOSED=cfg.transposed,
-                        ATOMIC_DQ=dq_acc is not None, DQ_TRANSPOSED=_dq_transposed(arch, cfg),
-                        D_CHUNK=_d_chunk(cfg, block_d), USE_TMA=use_tma,
-                        # The pointer path keeps the loop's default pipelining (its machine code unchanged).
-                        NUM_STAGES=(cfg.tma_stages or cfg.num_stages) if use_tma else None),
+                        VARLEN=varlen, NUM_XCDS=xcds, **flags),
         options=cfg.options(arch),
     )
     if dq_acc is not None:

@@ -13,30 +13,32 @@ so no [S x S] matrix ever exists in memory. The key loop is split in two: blocks
 ragged-tail blocks run masked. P is rounded to the input dtype for the P V product (the tensor cores
 take 16-bit operands); every accumulation is fp32. O = acc * (1 / l): one division per row.
 
-Forward on sm_90 and sm_100 (USE_TMA, WARP_SPECIALIZE): Q, K, V and O move by TMA through one tensor
-descriptor per (batch, head) sequence, whose bounds (the sequence, the true head dim) zero-fill ragged
-tails and padded columns and clip the O store; the key loop is warp-specialized (``tl.range(...,
-warp_specialize=True)``: a TMA producer warp and consumer warpgroups, registers moved by setmaxnreg;
-tcgen05 with the accumulators in tensor memory on sm_100). Triton 3.9 partitions only a kernel whose
-work is one loop (sm_90 gives up on, or fails to compile, a second loop or a peeled block; sm_100 spills
-with two), so there every block goes through the masked step and blocks before the diagonal pass the
-mask untouched (a compare, an or and a select per score). Programs past a packed sequence's end run
-empty loops instead of returning early, for the same reason; their stores fall outside the descriptor.
-sm_80 and AMD use pointer loads, as do tensors whose strides TMA cannot address (``_tma_ready``).
-``pipeline_qk`` (PIPELINE; sm_90's second candidate) instead issues the next block's QK^T before this
-block's softmax, without warp specialization (Triton 3.9's Hopper data partitioning aborts on that loop):
-the wgmma wait stays 0 in the PTX (Triton waits for every wgmma whose result a non-MMA op reads), but ptxas
-places the 66 exp2s of block j between the wgmma issues of block j+1 and that wait, where the default
-waits before its first exp2 (docs/kernels-attention-gemm.md has both instruction sequences).
+Forward on sm_90 and sm_100 (``_attn_fwd_tma_kernel``; WARP_SPECIALIZE, PIPELINE): Q, K, V and O move by TMA
+through one tensor descriptor per (batch, head) sequence, whose bounds (the sequence, the true head dim)
+zero-fill ragged tails and padded columns and clip the O store; the key loop is warp-specialized
+(``tl.range(..., warp_specialize=True)``: a TMA producer warp and consumer warpgroups, registers moved by
+setmaxnreg; tcgen05 with the accumulators in tensor memory on sm_100). Triton 3.9 partitions only a kernel
+whose work is one loop (sm_90 gives up on, or fails to compile, a second loop or a peeled block; sm_100 spills
+with two), so there every block goes through the masked step and blocks before the diagonal pass the mask
+untouched (a compare, an or and a select per score). Programs past a packed sequence's end run empty loops
+instead of returning early, for the same reason; their stores fall outside the descriptor. sm_80 and AMD use
+pointer loads (``_attn_fwd_kernel``; V_TRANSPOSED, D_CHUNK), as do tensors whose strides TMA cannot address
+(``_tma_ready``). Both kernels run one jit body, ``_attn_fwd``. ``pipeline_qk`` (PIPELINE; sm_90's second
+candidate) instead issues the next block's QK^T before this block's softmax, without warp specialization
+(Triton 3.9's Hopper data partitioning aborts on that loop): the wgmma wait stays 0 in the PTX (Triton waits
+for every wgmma whose result a non-MMA op reads), but ptxas places the 66 exp2s of block j between the wgmma
+issues of block j+1 and that wait, where the default waits before its first exp2
+(docs/kernels-attention-gemm.md has both instruction sequences).
 
 FP8 output (FP8_GROUP = G > 0; ops.attention's ``quantize=``): the epilogue also quantizes O for an FP8
-o_proj, whose input row is one token's H * D values. With x the O tile as stored (rounded to O's dtype),
-per row and G-column group: s = FP8_MAX / max(amax, EPS) (power of two with FP8_POW2), q = fp8_rne(clamp(
-x s, +-FP8_MAX)), kernels/quantize.py's helpers, so the bits equal ops.quantize of O's [B, S, H * D] view.
-G divides D (1 x 128 tiles at D = 128, 1 x 32 MX blocks), so a group never leaves the program's head; the
-rowwise and tensorwise scales need every head's amax and are refused by the op. Writes 1 + 4 / G bytes per
-element of O more, and saves the separate quantize pass's read of O (2 bytes per element in bf16). With
-FP8_GROUP = 0 the kernel compiles to the same machine code as without the option.
+o_proj, whose input row is one token's H * D values. With x the O tile as stored (rounded to O's dtype), per
+row and G-column group: s = FP8_MAX / max(amax, EPS) (power of two with FP8_POW2), q = fp8_rne(clamp(x s,
++-FP8_MAX)) with FP8_MAX read off the FP8 pointer's element type, kernels/quantize.py's helpers, so the bits
+equal ops.quantize of O's [B, S, H * D] view. G divides D (1 x 128 tiles at D = 128, 1 x 32 MX blocks), so a
+group never leaves the program's head; the rowwise and tensorwise scales need every head's amax and are
+refused by the op. Writes 1 + 4 / G bytes per element of O more, and saves the separate quantize pass's read
+of O (2 bytes per element in bf16). With FP8_GROUP = 0 the kernel compiles to the same machine code as without
+the option.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import triton.language as tl
 from wavefront import runtime
 from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels._program_order import xcd_remap
+from wavefront.kernels._quantize_epilogue import fp8_max
 from wavefront.kernels.attention_common import (
     _FP8_EPS,
     LOG2E,
@@ -179,12 +182,14 @@ def _fwd_blocks_pipelined(acc, l_i, m_i, q, k_src, v_src, vt_base, stride_ks, st
 
 @triton.jit
 def _store_fp8_groups(q8_ptr, s8_ptr, o, offs_m, offs_d, seqlen, token0, h, n_heads, HEAD_DIM: tl.constexpr,
-                      BLOCK_D: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr, POW2: tl.constexpr):
+                      BLOCK_D: tl.constexpr, GROUP: tl.constexpr, POW2: tl.constexpr):
     """FP8 copy of one program's O tile (already rounded to O's dtype) with one scale per GROUP columns of a
     row, written where ops.quantize puts it for the [tokens, heads * head_dim] view of O: element (t, h, d) at
     (t * n_heads + h) * HEAD_DIM + d, its scale at (t * n_heads + h) * (HEAD_DIM // GROUP) + d // GROUP.
     The groups never cross a head (GROUP divides HEAD_DIM), so this program owns each group whole. Padded
-    head-dim columns hold zeros (V reads them as zero) and are not stored."""
+    head-dim columns hold zeros (V reads them as zero) and are not stored. FP8_MAX follows from q8_ptr's
+    element type (a flag for it could only restate the dtype)."""
+    FP8_MAX: tl.constexpr = fp8_max(q8_ptr.dtype.element_ty)
     x = o.to(tl.float32)
     rows = token0 + offs_m.to(tl.int64)
     base = (rows * n_heads + h)[:, None]
@@ -205,7 +210,7 @@ def _store_fp8_groups(q8_ptr, s8_ptr, o, offs_m, offs_d, seqlen, token0, h, n_he
 
 
 @triton.jit
-def _attn_fwd_kernel(
+def _attn_fwd(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr,
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
     stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_tb, stride_th, stride_t,
@@ -213,8 +218,9 @@ def _attn_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, USE_TMA: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr, V_TRANSPOSED: tl.constexpr, PIPELINE: tl.constexpr, D_CHUNK: tl.constexpr,
-    FP8_GROUP: tl.constexpr, FP8_MAX: tl.constexpr, FP8_POW2: tl.constexpr,
+    FP8_GROUP: tl.constexpr, FP8_POW2: tl.constexpr,
 ):
+    """The forward program, under the two kernels below (one per operand path): every flag of both."""
     pid = xcd_remap(tl.program_id(0), n_programs, NUM_XCDS)
     b, h, m_block = _query_block(pid, n_m_blocks, n_heads, IS_CAUSAL)
     seq_start, seqlen, b_mem = _sequence(cu_seqlens_ptr, b, seqlen, VARLEN)
@@ -293,9 +299,52 @@ def _attn_fwd_kernel(
         # The FP8 copy is quantized from O as stored (rounded to its dtype), as ops.quantize(O) would see it.
         # Dense rows: token b * seqlen + m; packed: seq_start + m (b_mem is 0).
         _store_fp8_groups(q8_ptr, s8_ptr, out.to(o_ptr.dtype.element_ty), offs_m, offs_d, seqlen,
-                          b_mem * seqlen + seq_start, h64, n_heads, HEAD_DIM, BLOCK_D, FP8_GROUP, FP8_MAX, FP8_POW2)
+                          b_mem * seqlen + seq_start, h64, n_heads, HEAD_DIM, BLOCK_D, FP8_GROUP, FP8_POW2)
+
+# The two launched kernels: the operand path is the forward's biggest axis (five of its flags belong to one side
+# only). Both keep the whole runtime argument list (vt_ptr is None and its strides 0 under TMA). Against the single
+# kernel they replace: the same SASS on sm_80, sm_90 and sm_100; on AMD the early-exit test's compare and branch
+# come out inverted (same instruction count and registers).
 
 
+@triton.jit
+def _attn_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr,
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_tb, stride_th, stride_t,
+    n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, q8_ptr, s8_ptr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, V_TRANSPOSED: tl.constexpr,
+    D_CHUNK: tl.constexpr, FP8_GROUP: tl.constexpr, FP8_POW2: tl.constexpr,
+):
+    """Pointer loads (sm_80, AMD, tensors TMA cannot address): V from a transposed copy (V_TRANSPOSED) and
+    scores by head-dim chunks (D_CHUNK < BLOCK_D) are this path's options."""
+    _attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh,
+              stride_ks, stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+              stride_tb, stride_th, stride_t, n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, q8_ptr,
+              s8_ptr,
+              HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IS_CAUSAL, VARLEN, NUM_XCDS, False, False, V_TRANSPOSED, False,
+              D_CHUNK, FP8_GROUP, FP8_POW2)
+
+
+@triton.jit
+def _attn_fwd_tma_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr,
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+    stride_ob, stride_oh, stride_os, stride_lb, stride_lh, stride_tb, stride_th, stride_t,
+    n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, q8_ptr, s8_ptr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, VARLEN: tl.constexpr, NUM_XCDS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    PIPELINE: tl.constexpr, FP8_GROUP: tl.constexpr, FP8_POW2: tl.constexpr,
+):
+    """Q, K, V and O by TMA (sm_90, sm_100): the key loop warp-specialized (WARP_SPECIALIZE) or pipelined by
+    hand (PIPELINE), or neither."""
+    _attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_seqlens_ptr, vt_ptr, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh,
+              stride_ks, stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+              stride_tb, stride_th, stride_t, n_heads, group_size, seqlen, n_m_blocks, n_programs, qk_scale, q8_ptr,
+              s8_ptr,
+              HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IS_CAUSAL, VARLEN, NUM_XCDS, True, WARP_SPECIALIZE, False,
+              PIPELINE, BLOCK_D, FP8_GROUP, FP8_POW2)
 
 
 def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seqlen: int = 0, *,
@@ -325,7 +374,7 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
         ensure_descriptor_allocator(q.device)
     vt = _transposed(v) if cfg.transposed and not use_tma else None
     launch(
-        _attn_fwd_kernel, (n_programs,),
+        _attn_fwd_tma_kernel if use_tma else _attn_fwd_kernel, (n_programs,),
         q_ptr=q, k_ptr=k, v_ptr=v, o_ptr=o, lse_ptr=lse2, cu_seqlens_ptr=cu_seqlens, vt_ptr=vt,
         stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qs=q.stride(2),
         stride_kb=k.stride(0), stride_kh=k.stride(1), stride_ks=k.stride(2),
@@ -336,12 +385,10 @@ def attention_fwd(q, k, v, causal: bool, scale: float, cu_seqlens=None, max_seql
         qk_scale=scale * LOG2E, q8_ptr=o8, s8_ptr=s8,
         constexprs=dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                         IS_CAUSAL=causal, VARLEN=cu_seqlens is not None, NUM_XCDS=num_xcds(arch),
-                        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize, V_TRANSPOSED=vt is not None,
-                        PIPELINE=use_tma and cfg.pipeline_qk and not cfg.warp_specialize,
-                        D_CHUNK=block_d if use_tma else _d_chunk(cfg, block_d),
-                        FP8_GROUP=fp8_group if o8 is not None else 0,
-                        FP8_MAX=float(torch.finfo(fp8_dtype).max) if o8 is not None else 0.0,
-                        FP8_POW2=bool(fp8_pow2)),
+                        FP8_GROUP=fp8_group if o8 is not None else 0, FP8_POW2=bool(fp8_pow2),
+                        **(dict(WARP_SPECIALIZE=cfg.warp_specialize,
+                                PIPELINE=cfg.pipeline_qk and not cfg.warp_specialize) if use_tma else
+                           dict(V_TRANSPOSED=vt is not None, D_CHUNK=_d_chunk(cfg, block_d)))),
         options=cfg.options(arch),
     )
     return (o, lse2) if o8 is None else (o, lse2, o8, s8)

@@ -201,7 +201,9 @@ def test_fa3_forward_agrees_with_the_hand_model_in_the_attention_doc(report):
     # docs/kernels-attention-gemm.md: "predicted about 0.70 of peak for the causal d128 forward at S 8192".
     (row,) = [r for r in report.rows if r.key == "attention/fwd/llama3-8b_s8192_causal/_attn_fwd_sm90_fa3@sm_90"]
     assert row.predicted == pytest.approx(0.70, abs=0.03)
-    (default,) = [r for r in report.rows if r.key == "attention/fwd/llama3-8b_s8192_causal/_attn_fwd_kernel@sm_90"]
+    # The default kernel's row, under either of its names (_attn_fwd_tma_kernel since the operand-path split).
+    (default,) = [r for r in report.rows if r.kernel in predict.ATTENTION_KINDS and r.target == "sm_90"
+                  and (r.mode, r.case) == ("fwd", "llama3-8b_s8192_causal")]
     assert default.predicted < row.predicted
 
 
@@ -223,3 +225,12 @@ def test_bad_requests_name_the_argument(tmp_path):
     with pytest.raises(RequestError) as e:
         predict.predict(predict.PredictRequest(baseline=str(bad)))
     assert e.value.argument == "baseline"
+
+
+@pytest.mark.parametrize(("mode", "pointer", "tma"), [("fwd", "_attn_fwd_kernel", "_attn_fwd_tma_kernel"),
+                                                     ("bwd", "_attn_bwd_dkdv_kernel", "_attn_bwd_dkdv_tma_kernel")])
+def test_attention_tma_kernels_share_their_pointer_twins_loop(mode, pointer, tma):
+    # One program under two kernels (the operand-path split): the same loop model on the same entry.
+    want = predict.loop_shape("attention", mode, "llama3-8b_s8192_causal", pointer, "sm_90")
+    assert want is not None
+    assert predict.loop_shape("attention", mode, "llama3-8b_s8192_causal", tma, "sm_90") == want

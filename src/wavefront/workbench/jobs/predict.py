@@ -48,6 +48,9 @@ DOC_CASES = ("llama3-8b", "llama3_128k", "vocab_128k", "mixtral-8x7b")
 ATTENTION_VALU_PER_SCORE = {"fwd": 8, "bwd_dkdv": 16, "bwd_dq": 12}
 #: Matrix products per attention loop iteration (each 2 x BLOCK_M x BLOCK_N x head_dim FLOPs).
 ATTENTION_PRODUCTS = {"fwd": 2, "bwd_dkdv": 4, "bwd_dq": 3}
+#: The default attention kernels (pointer and TMA forms of one program) -> their config kind.
+ATTENTION_KINDS = {"_attn_fwd_kernel": "fwd", "_attn_fwd_tma_kernel": "fwd", "_attn_bwd_dkdv_kernel": "bwd_dkdv",
+                   "_attn_bwd_dkdv_tma_kernel": "bwd_dkdv", "_attn_bwd_dq_kernel": "bwd_dq"}
 #: FP32 operations per accumulator element per K step where block scales are applied by the CUDA cores
 #: (acc += partial x scale_a x scale_b), and per A-tile element where the backward forms dz = dy x act'(z).
 BLOCK_SCALE_VALU = 2
@@ -113,8 +116,7 @@ def attention_loop(kernel: str, dims: Mapping[str, int], case: str, arch: Arch) 
     elif kernel == "_attn_fwd_sm90_gluon":
         kind, bm, bn, note = "fwd", attention_gluon.BLOCK, attention_gluon.BLOCK, "Gluon kernel (opt-in)"
     else:
-        kind = {"_attn_fwd_kernel": "fwd", "_attn_bwd_dkdv_kernel": "bwd_dkdv", "_attn_bwd_dq_kernel": "bwd_dq"}.get(
-            kernel, "")
+        kind = ATTENTION_KINDS.get(kernel, "")
         if not kind:
             return None
         cfg = attention_config(kind, dims["head_dim"], torch.bfloat16, arch)  # type: ignore[arg-type]
@@ -301,8 +303,9 @@ def predict_baseline(baseline: Mapping[str, Any], targets: tuple[str, ...], ops:
                 continue
             by_kernel[kernel] = pm.predict_compute(op, mode, case, kernel, target, row, loop)
             rows.append(by_kernel[kernel])
-        if op == "attention" and mode == "bwd" and {"_attn_bwd_dkdv_kernel", "_attn_bwd_dq_kernel"} <= set(by_kernel):
-            parts = [(by_kernel["_attn_bwd_dkdv_kernel"], float(ATTENTION_PRODUCTS["bwd_dkdv"])),
+        dkdv = by_kernel.get("_attn_bwd_dkdv_kernel") or by_kernel.get("_attn_bwd_dkdv_tma_kernel")
+        if op == "attention" and mode == "bwd" and dkdv is not None and "_attn_bwd_dq_kernel" in by_kernel:
+            parts = [(dkdv, float(ATTENTION_PRODUCTS["bwd_dkdv"])),
                      (by_kernel["_attn_bwd_dq_kernel"], float(ATTENTION_PRODUCTS["bwd_dq"]))]
             rows.append(pm.combine(op, mode, case, target, parts, 5.0, "dense bf16 matrix peak (5 counted products)"))
     return pm.PredictReport(rows, source)
