@@ -3,8 +3,8 @@
 axis over a shared ``@triton.jit`` body (``_norm_fwd_fp8`` under ``_rms_norm_fwd_fp8_kernel`` and
 ``_layer_norm_fwd_fp8_kernel``, say): the body may carry the union of its kernels' flags, each kernel only its
 own. Kernels are the launched entry points: every jit function named ``*_kernel`` and every function that a
-launcher passes to ``launch(...)`` (or to a ``*_launch`` wrapper over it). The attention kernels are the only
-exceptions, each with its reason.
+launcher passes to ``launch(...)`` (or to a ``*_launch`` wrapper over it). No kernel is an
+exception.
 
 Read from the source (ast), so the test imports no Triton and takes milliseconds.
 """
@@ -21,13 +21,6 @@ import wavefront.kernels
 KERNELS_DIR = Path(wavefront.kernels.__file__).parent
 MAX_FLAGS = 8
 
-#: Attention kernels over the limit, and why they stay one kernel for now.
-EXCEPTIONS: dict[str, str] = {
-    "_attn_fwd_kernel": "one forward over every head dim, layout, pipeline and the fused FP8 output; its split "
-                        "belongs to the attention module's own restructuring (forward and backward modules)",
-    "_attn_bwd_dkdv_kernel": "the dK/dV pass with the atomic-dQ, D-split and TMA forms; split with the attention "
-                             "backward's restructuring",
-}
 
 
 def _is_jit(fn: ast.FunctionDef) -> bool:
@@ -93,17 +86,6 @@ def test_the_walk_finds_the_kernels():
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_kernel_has_at_most_eight_flags(name):
     path, flags = KERNELS[name]
-    if name in EXCEPTIONS:
-        pytest.skip(f"{name}: {EXCEPTIONS[name]}")
     assert len(flags) <= MAX_FLAGS, (
         f"{path}:{name} takes {len(flags)} non-block constexpr flags {flags}; split it along its biggest axis "
         "over a shared @triton.jit body (docs/developing.md)")
-
-
-def test_exceptions_are_attention_kernels_still_over_the_limit():
-    for name, reason in EXCEPTIONS.items():
-        assert name in KERNELS, f"exception {name} names no kernel: drop it"
-        path, flags = KERNELS[name]
-        assert path.startswith("attention"), f"only attention kernels may be exceptions, not {path}:{name}"
-        assert len(flags) > MAX_FLAGS, f"{name} has {len(flags)} flags now: drop its exception"
-        assert reason.strip()
