@@ -177,18 +177,23 @@ def grouped_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arc
     T, K, N, E = dims["T"], dims["K"], dims["N"], dims["E"]
     swiglu = "gate_up" in case
     rows = _ceil(T, E)  # tokens per expert under uniform routing
-    if kernel == "_grouped_gemm_kernel":
+    if kernel == "_grouped_gemm_swiglu_kernel":
+        product = "fwd_swiglu"
+    elif kernel == "_grouped_gemm_kernel":
         product = ("fwd_swiglu" if swiglu else "fwd") if mode == "fwd" else "dx"
     elif kernel == "_grouped_dw_kernel":
         product = "dw"
     else:
         return None
-    table = (grouped_config.TMA_TABLES["hopper" if arch.name == "sm_90" else "blackwell"] if tma_capable(arch)
-             else grouped_config.POINTER_TABLES[arch.family])
-    cfg = table[product]
+    cfg = (grouped_config.TMA_TABLES[product]["hopper" if arch.name == "sm_90" else "blackwell"]
+           if tma_capable(arch) else grouped_config.POINTER_TABLES[product][arch.family])
     bn = 2 * cfg.BLOCK_N if product == "fwd_swiglu" else cfg.BLOCK_N  # gate and up halves side by side
     m, n, k = {"fwd": (rows, N, K), "fwd_swiglu": (rows, N, K), "dx": (rows, K, N), "dw": (N, K, rows)}[product]
     return _gemm_loop(cfg.BLOCK_M, bn, cfg.BLOCK_K, m, n, k, groups=E, note="uniform routing")
+
+
+#: The opt-in FP8 TMA kernels, one per scale form (tensorwise/rowwise, 1x128 blocks, MX).
+_FP8_TMA_KERNELS = ("_fp8_gemm_tma_kernel", "_fp8_block_gemm_tma_kernel", "_mx_gemm_tma_kernel")
 
 
 def fp8_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: Arch) -> pm.LoopShape | None:
@@ -200,7 +205,7 @@ def fp8_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: A
         if arch.name not in linear_fp8.MX_NATIVE_CONFIGS:
             return None
         cfg, in_loop = linear_fp8.MX_NATIVE_CONFIGS[arch.name], False
-    elif kernel == "_fp8_gemm_tma_kernel":
+    elif kernel in _FP8_TMA_KERNELS:
         tma = linear_fp8.fp8_tma_config(arch, group_k, False)
         if tma is None:
             return None
@@ -210,7 +215,7 @@ def fp8_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: A
     else:
         return None
     note = "block scales in the loop" if in_loop else ""
-    if kernel == "_fp8_gemm_tma_kernel":
+    if kernel in _FP8_TMA_KERNELS:
         note = " ".join(p for p in (note, "opt-in TMA kernel") if p)
     return _gemm_loop(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, M, N, K, dtype="fp8",
                       valu_per_step=BLOCK_SCALE_VALU * cfg.BLOCK_M * cfg.BLOCK_N if in_loop else 0.0, note=note)
