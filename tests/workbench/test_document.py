@@ -44,6 +44,7 @@ RESULTS = [
     ("wavefront.workbench.jobs.comm", "CommJobResult"),
     ("wavefront.workbench.jobs.comm", "OverlapJobResult"),
     ("wavefront.workbench.jobs.train", "TrainResult"),
+    ("wavefront.workbench.static.predict", "PredictReport"),
 ]
 
 

@@ -64,14 +64,12 @@ from __future__ import annotations
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.blackwell import (
-    TensorMemoryLayout,
-    allocate_tensor_memory,
-    fence_async_shared,
-    mbarrier,
-    tcgen05_mma,
-    tma,
-)
+
+# Through the module, not `from ... import name`: with the names bound as module globals, defining a Gluon
+# kernel under TRITON_INTERPRET=1 on a cold Triton cache leaves builder objects alive in Triton's extension,
+# and every process that imports this module then ends with ~24 lines of "nanobind: leaked ..."
+# (tests/workbench/static/test_worker_exit.py). The compiled code is the same either way.
+from triton.experimental.gluon.language.nvidia import blackwell as bw
 
 from wavefront import runtime
 from wavefront.kernels._launch import ensure_descriptor_allocator, launch
@@ -152,18 +150,18 @@ def _bwd_mma_phase(j):
 def _loader(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty, start_n,
             n_iters, n_tiles, lo, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr):
     """The loader warp: K and V once, then every tile's Q and dO into its stage once the stage is empty."""
-    mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-    tma.async_load(k_desc, [start_n, 0], kv_bar, k_smem)
-    tma.async_load(v_desc, [start_n, 0], kv_bar, v_smem)
+    bw.mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    bw.tma.async_load(k_desc, [start_n, 0], kv_bar, k_smem)
+    bw.tma.async_load(v_desc, [start_n, 0], kv_bar, v_smem)
     for j in range(0, n_iters):
         stage = _bwd_stage(j, NUM_STAGES)
         g = _bwd_tile_head(j, n_tiles)
         row = _bwd_tile_row(j, n_tiles, lo, BLOCK_M)
-        mbarrier.wait(empty.index(stage), _bwd_empty_phase(j, NUM_STAGES))
+        bw.mbarrier.wait(empty.index(stage), _bwd_empty_phase(j, NUM_STAGES))
         bar = ready.index(stage)
-        mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-        tma.async_load(q_desc, [g, row, 0], bar, q_smem.index(stage))
-        tma.async_load(do_desc, [g, row, 0], bar, do_smem.index(stage))
+        bw.mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        bw.tma.async_load(q_desc, [g, row, 0], bar, q_smem.index(stage))
+        bw.tma.async_load(do_desc, [g, row, 0], bar, do_smem.index(stage))
 
 
 @gluon.jit
@@ -172,11 +170,11 @@ def _issue_scores(k_smem, v_smem, q_smem, do_smem, ready, st_tmem, dpt_tmem, j, 
     """Wait for tile j's stage, then S^T_j = K Q_j^T and dP^T_j = V dO_j^T (asynchronous); the MMA barrier
     completes a phase when they and every earlier product are done."""
     stage = _bwd_stage(j, NUM_STAGES)
-    mbarrier.wait(ready.index(stage), _bwd_ready_phase(j, NUM_STAGES))
+    bw.mbarrier.wait(ready.index(stage), _bwd_ready_phase(j, NUM_STAGES))
     q = q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM])
-    tcgen05_mma(k_smem, q.permute((1, 0)), st_tmem, use_acc=False)
-    tcgen05_mma(v_smem, do.permute((1, 0)), dpt_tmem, use_acc=False, mbarriers=[mma_bar])
+    bw.tcgen05_mma(k_smem, q.permute((1, 0)), st_tmem, use_acc=False)
+    bw.tcgen05_mma(v_smem, do.permute((1, 0)), dpt_tmem, use_acc=False, mbarriers=[mma_bar])
 
 
 @gluon.jit
@@ -194,7 +192,7 @@ def _compute(q_smem, do_smem, k_smem, v_smem, pt_smem, dst_smem, kv_bar, ready, 
     lse_base = lse_ptr + b * stride_lb + h0 * stride_lh
     delta_base = delta_ptr + b * stride_lb + h0 * stride_lh
 
-    mbarrier.wait(kv_bar, 0)
+    bw.mbarrier.wait(kv_bar, 0)
     _issue_scores(k_smem, v_smem, q_smem, do_smem, ready, st_tmem, dpt_tmem, 0, mma_bar, BLOCK_M, HEAD_DIM, NUM_STAGES)
     for j in range(0, n_iters):
         g = _bwd_tile_head(j, n_tiles)
@@ -203,7 +201,7 @@ def _compute(q_smem, do_smem, k_smem, v_smem, pt_smem, dst_smem, kv_bar, ready, 
         lse2 = gl.load(lse_base + stat, mask=offs_m < seqlen, other=0.0)
         delta = gl.load(delta_base + stat, mask=offs_m < seqlen, other=0.0)
 
-        mbarrier.wait(mma_bar, _bwd_mma_phase(j))  # S^T_j, dP^T_j and every earlier product are done
+        bw.mbarrier.wait(mma_bar, _bwd_mma_phase(j))  # S^T_j, dP^T_j and every earlier product are done
         s_t = st_tmem.load(s_reg)
         p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
         if IS_CAUSAL:
@@ -212,20 +210,20 @@ def _compute(q_smem, do_smem, k_smem, v_smem, pt_smem, dst_smem, kv_bar, ready, 
         ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))
         pt_smem.store(p_t.to(dtype))
         dst_smem.store(ds_t.to(dtype))
-        fence_async_shared()
+        bw.fence_async_shared()
         gl.barrier()  # every thread's tensor-memory reads and shared-memory writes are done
 
         stage = _bwd_stage(j, NUM_STAGES)
-        tcgen05_mma(pt_smem, do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM]), dv_tmem, use_acc=j > 0)
+        bw.tcgen05_mma(pt_smem, do_smem.index(stage).reshape([BLOCK_M, HEAD_DIM]), dv_tmem, use_acc=j > 0)
         # The stage is free once the four products reading it are done; the last tile's dK also completes
         # the MMA barrier's phase the epilogue waits for (no S^T / dP^T follow it).
         last = j + 1 == n_iters
-        tcgen05_mma(dst_smem, q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM]), dk_tmem, use_acc=j > 0,
+        bw.tcgen05_mma(dst_smem, q_smem.index(stage).reshape([BLOCK_M, HEAD_DIM]), dk_tmem, use_acc=j > 0,
                     mbarriers=[empty.index(stage), mma_bar], mbarrier_preds=[True, last])
         if not last:
             _issue_scores(k_smem, v_smem, q_smem, do_smem, ready, st_tmem, dpt_tmem, j + 1, mma_bar, BLOCK_M,
                           HEAD_DIM, NUM_STAGES)
-    mbarrier.wait(mma_bar, _bwd_mma_phase(n_iters))
+    bw.mbarrier.wait(mma_bar, _bwd_mma_phase(n_iters))
 
     acc_reg: gl.constexpr = dv_tmem.get_reg_layout()
     rows = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_reg))
@@ -255,8 +253,8 @@ def _attn_bwd_dkdv_sm100_gluon(
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     tile_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([1, BLOCK_M, HEAD_DIM], dtype)
     pt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
-    s_tmem_layout: gl.constexpr = TensorMemoryLayout(block=(BLOCK_N, BLOCK_M), col_stride=1)
-    acc_tmem_layout: gl.constexpr = TensorMemoryLayout(block=(BLOCK_N, HEAD_DIM), col_stride=1)
+    s_tmem_layout: gl.constexpr = bw.TensorMemoryLayout(block=(BLOCK_N, BLOCK_M), col_stride=1)
+    acc_tmem_layout: gl.constexpr = bw.TensorMemoryLayout(block=(BLOCK_N, HEAD_DIM), col_stride=1)
 
     pid = gl.program_id(0)
     bh = pid // n_n_blocks
@@ -265,14 +263,14 @@ def _attn_bwd_dkdv_sm100_gluon(
     kvh = (bh % n_kv_heads).to(gl.int64)
     h0 = kvh * group_size  # the group's first query head
 
-    k_desc = tma.make_tensor_descriptor(k_ptr + b * stride_kb + kvh * stride_kh, [seqlen, HEAD_DIM], [stride_ks, 1],
+    k_desc = bw.tma.make_tensor_descriptor(k_ptr + b * stride_kb + kvh * stride_kh, [seqlen, HEAD_DIM], [stride_ks, 1],
                                         [BLOCK_N, HEAD_DIM], kv_layout)
-    v_desc = tma.make_tensor_descriptor(v_ptr + b * stride_vb + kvh * stride_vh, [seqlen, HEAD_DIM], [stride_vs, 1],
+    v_desc = bw.tma.make_tensor_descriptor(v_ptr + b * stride_vb + kvh * stride_vh, [seqlen, HEAD_DIM], [stride_vs, 1],
                                         [BLOCK_N, HEAD_DIM], kv_layout)
     # Q and dO over the group's query heads, [group_size, seqlen, HEAD_DIM]: rows past the sequence are zeros.
-    q_desc = tma.make_tensor_descriptor(q_ptr + b * stride_qb + h0 * stride_qh, [group_size, seqlen, HEAD_DIM],
+    q_desc = bw.tma.make_tensor_descriptor(q_ptr + b * stride_qb + h0 * stride_qh, [group_size, seqlen, HEAD_DIM],
                                         [stride_qh, stride_qs, 1], [1, BLOCK_M, HEAD_DIM], tile_layout)
-    do_desc = tma.make_tensor_descriptor(do_ptr + b * stride_dob + h0 * stride_doh, [group_size, seqlen, HEAD_DIM],
+    do_desc = bw.tma.make_tensor_descriptor(do_ptr + b * stride_dob + h0 * stride_doh, [group_size, seqlen, HEAD_DIM],
                                          [stride_doh, stride_dos, 1], [1, BLOCK_M, HEAD_DIM], tile_layout)
 
     k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], kv_layout)
@@ -281,21 +279,21 @@ def _attn_bwd_dkdv_sm100_gluon(
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], tile_layout)
     pt_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M], pt_layout)
     dst_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, BLOCK_M], pt_layout)
-    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mma_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_bar, count=1)
-    mbarrier.init(mma_bar, count=1)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], bw.mbarrier.MBarrierLayout())
+    mma_bar = gl.allocate_shared_memory(gl.int64, [1], bw.mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bw.mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], bw.mbarrier.MBarrierLayout())
+    bw.mbarrier.init(kv_bar, count=1)
+    bw.mbarrier.init(mma_bar, count=1)
     for s in gl.static_range(NUM_STAGES):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
-    fence_async_shared()
+        bw.mbarrier.init(ready.index(s), count=1)
+        bw.mbarrier.init(empty.index(s), count=1)
+    bw.fence_async_shared()
 
-    st_tmem = allocate_tensor_memory(gl.float32, [BLOCK_N, BLOCK_M], s_tmem_layout)
-    dpt_tmem = allocate_tensor_memory(gl.float32, [BLOCK_N, BLOCK_M], s_tmem_layout)
-    dv_tmem = allocate_tensor_memory(gl.float32, [BLOCK_N, HEAD_DIM], acc_tmem_layout)
-    dk_tmem = allocate_tensor_memory(gl.float32, [BLOCK_N, HEAD_DIM], acc_tmem_layout)
+    st_tmem = bw.allocate_tensor_memory(gl.float32, [BLOCK_N, BLOCK_M], s_tmem_layout)
+    dpt_tmem = bw.allocate_tensor_memory(gl.float32, [BLOCK_N, BLOCK_M], s_tmem_layout)
+    dv_tmem = bw.allocate_tensor_memory(gl.float32, [BLOCK_N, HEAD_DIM], acc_tmem_layout)
+    dk_tmem = bw.allocate_tensor_memory(gl.float32, [BLOCK_N, HEAD_DIM], acc_tmem_layout)
 
     lo = _bwd_first_row(start_n, IS_CAUSAL)
     n_tiles = _bwd_n_tiles(seqlen, lo, BLOCK_M)
@@ -309,11 +307,11 @@ def _attn_bwd_dkdv_sm100_gluon(
                    n_iters, n_tiles, lo, BLOCK_M, NUM_STAGES)),
     ], [1], [LOADER_REGS])
 
-    mbarrier.invalidate(kv_bar)
-    mbarrier.invalidate(mma_bar)
+    bw.mbarrier.invalidate(kv_bar)
+    bw.mbarrier.invalidate(mma_bar)
     for s in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(ready.index(s))
-        mbarrier.invalidate(empty.index(s))
+        bw.mbarrier.invalidate(ready.index(s))
+        bw.mbarrier.invalidate(empty.index(s))
 
 
 # ---------------------------------------------------------------------------------------------------
