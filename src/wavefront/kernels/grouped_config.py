@@ -132,6 +132,15 @@ def _nvidia_cc(arch: Arch) -> int:
     return int(arch.name.removeprefix("sm_").rstrip("af"))
 
 
+def table_entry(product: Product, arch: Arch, use_tma: bool) -> TileConfig:
+    """The table's tile for `product` on `arch`: the TMA table of its generation (sm_90 hopper, sm_100
+    blackwell, the interpreter's own) or the pointer table of its family (before grouped_plan's fp32 rule)."""
+    if use_tma:
+        generation = "cpu" if arch.family == "cpu" else "hopper" if _nvidia_cc(arch) < 100 else "blackwell"
+        return TMA_TABLES[product][generation]
+    return POINTER_TABLES[product][arch.family]
+
+
 def grouped_plan(product: Product, M: int, N: int, K: int, dtype: torch.dtype, arch: Arch, device,
                  tma_ok: bool) -> GroupedPlan:
     """The plan for `product` on `arch`; tma_ok: every operand qualifies for a tensor descriptor (the launcher
@@ -141,13 +150,8 @@ def grouped_plan(product: Product, M: int, N: int, K: int, dtype: torch.dtype, a
     if min(M, N, K) < 1:
         raise ValueError(f"grouped_linear: sizes must be >= 1, got M={M}, N={N}, K={K}")
     use_tma = tma_ok and tma_capable(arch)
-    if use_tma:
-        generation = "cpu" if arch.family == "cpu" else "hopper" if _nvidia_cc(arch) < 100 else "blackwell"
-        cfg = TMA_TABLES[product][generation]
-        programs = runtime.sm_count(device)
-    else:
-        cfg = POINTER_TABLES[product][arch.family]
-        programs = 0
+    cfg = table_entry(product, arch, use_tma)
+    programs = runtime.sm_count(device) if use_tma else 0
     if dtype.itemsize > 2 and arch.family != "cpu":
         cfg = replace(cfg, BLOCK_K=max(16, cfg.BLOCK_K // 2), reason=cfg.reason + "; fp32: BLOCK_K halved")
     # CDNA: without the copies gfx942 reads the MFMA operands by ds_read_u16 (compiled, bf16: dx 48, dW 96 per

@@ -175,18 +175,16 @@ def linear_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch
 
 def grouped_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: Arch) -> pm.LoopShape | None:
     T, K, N, E = dims["T"], dims["K"], dims["N"], dims["E"]
-    swiglu = "gate_up" in case
     rows = _ceil(T, E)  # tokens per expert under uniform routing
     if kernel == "_grouped_gemm_swiglu_kernel":
         product = "fwd_swiglu"
     elif kernel == "_grouped_gemm_kernel":
-        product = ("fwd_swiglu" if swiglu else "fwd") if mode == "fwd" else "dx"
+        product = "fwd" if mode == "fwd" else "dx"
     elif kernel == "_grouped_dw_kernel":
         product = "dw"
     else:
         return None
-    cfg = (grouped_config.TMA_TABLES[product]["hopper" if arch.name == "sm_90" else "blackwell"]
-           if tma_capable(arch) else grouped_config.POINTER_TABLES[product][arch.family])
+    cfg = grouped_config.table_entry(product, arch, tma_capable(arch))
     bn = 2 * cfg.BLOCK_N if product == "fwd_swiglu" else cfg.BLOCK_N  # gate and up halves side by side
     m, n, k = {"fwd": (rows, N, K), "fwd_swiglu": (rows, N, K), "dx": (rows, K, N), "dw": (N, K, rows)}[product]
     return _gemm_loop(cfg.BLOCK_M, bn, cfg.BLOCK_K, m, n, k, groups=E, note="uniform routing")
