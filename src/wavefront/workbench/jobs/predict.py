@@ -190,10 +190,6 @@ def grouped_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arc
     return _gemm_loop(cfg.BLOCK_M, bn, cfg.BLOCK_K, m, n, k, groups=E, note="uniform routing")
 
 
-#: The opt-in FP8 TMA kernels, one per scale form (tensorwise/rowwise, 1x128 blocks, MX).
-_FP8_TMA_KERNELS = ("_fp8_gemm_tma_kernel", "_fp8_block_gemm_tma_kernel", "_mx_gemm_tma_kernel")
-
-
 def fp8_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: Arch) -> pm.LoopShape | None:
     if mode != "fwd":
         return None  # the backward products' scale layouts are not mapped here
@@ -203,7 +199,7 @@ def fp8_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: A
         if arch.name not in linear_fp8.MX_NATIVE_CONFIGS:
             return None
         cfg, in_loop = linear_fp8.MX_NATIVE_CONFIGS[arch.name], False
-    elif kernel in _FP8_TMA_KERNELS:
+    elif kernel in linear_fp8.TMA_KERNELS:
         tma = linear_fp8.fp8_tma_config(arch, group_k, False)
         if tma is None:
             return None
@@ -213,7 +209,7 @@ def fp8_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: A
     else:
         return None
     note = "block scales in the loop" if in_loop else ""
-    if kernel in _FP8_TMA_KERNELS:
+    if kernel in linear_fp8.TMA_KERNELS:
         note = " ".join(p for p in (note, "opt-in TMA kernel") if p)
     return _gemm_loop(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, M, N, K, dtype="fp8",
                       valu_per_step=BLOCK_SCALE_VALU * cfg.BLOCK_M * cfg.BLOCK_N if in_loop else 0.0, note=note)
