@@ -72,6 +72,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia import blackwell as bw
 
 from wavefront import runtime
+from wavefront.kernels import attention_gluon
 from wavefront.kernels._launch import ensure_descriptor_allocator, launch
 from wavefront.kernels.attention_gluon import DTYPES, HEAD_DIMS, LOG2E, _tma_addressable, flag_set
 
@@ -325,9 +326,7 @@ def requested() -> bool:
 
 def check_target(arch: runtime.Arch) -> None:
     """Refuse every target but sm_100, naming the flag (tcgen05 and tensor memory are Blackwell's)."""
-    if arch.name != TARGET:
-        raise RuntimeError(f"attention: {WHAT} ({ENV_FLAG}=1) runs on {TARGET} (Blackwell) only, but the target is "
-                           f"{arch.name}; unset {ENV_FLAG} to use the default kernel")
+    attention_gluon.check_target(arch, flag=ENV_FLAG, what=WHAT, target=TARGET)
 
 
 def check_inputs(q, k, v, cu_seqlens, deterministic: bool) -> None:

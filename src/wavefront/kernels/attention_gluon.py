@@ -294,11 +294,17 @@ def requested() -> bool:
     return flag_set(ENV_FLAG)
 
 
-def check_target(arch: runtime.Arch, *, flag: str = ENV_FLAG, what: str = "the Gluon forward") -> None:
-    """Refuse every target but sm_90, naming the flag (the Hopper Gluon kernels use wgmma and TMA)."""
-    if arch.name != TARGET:
-        raise RuntimeError(f"attention: {what} ({flag}=1) runs on {TARGET} (Hopper) only, but the target is "
-                           f"{arch.name}; unset {flag} to use the default kernel")
+#: The generation each Gluon kernel's target names in its refusal.
+_GENERATION = {"sm_90": "Hopper", "sm_100": "Blackwell"}
+
+
+def check_target(arch: runtime.Arch, *, flag: str = ENV_FLAG, what: str = "the Gluon forward",
+                 target: str = TARGET) -> None:
+    """Refuse every target but `target`, naming the flag (the Hopper Gluon kernels use wgmma and TMA, the
+    Blackwell one tcgen05 and tensor memory)."""
+    if arch.name != target:
+        raise RuntimeError(f"attention: {what} ({flag}=1) runs on {target} ({_GENERATION[target]}) only, but the "
+                           f"target is {arch.name}; unset {flag} to use the default kernel")
 
 
 def _tma_addressable(t: torch.Tensor) -> bool:
