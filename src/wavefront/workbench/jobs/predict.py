@@ -176,6 +176,7 @@ def linear_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch
 def grouped_loop(kernel: str, mode: str, dims: Mapping[str, int], case: str, arch: Arch) -> pm.LoopShape | None:
     T, K, N, E = dims["T"], dims["K"], dims["N"], dims["E"]
     rows = _ceil(T, E)  # tokens per expert under uniform routing
+    product: grouped_config.Product
     if kernel == "_grouped_gemm_swiglu_kernel":
         product = "fwd_swiglu"
     elif kernel == "_grouped_gemm_kernel":
