@@ -123,3 +123,20 @@ def megatron_gpt_flops_per_iteration(batch: int, seq_len: int, n_layers: int, hi
     if full_recompute:
         return 96.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
     return 72.0 * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h))
+
+
+def nemo_llama_flops_per_token(m: ModelDims, seq_len: int) -> float:
+    """FLOPs per token as NeMo's performance tables count them for Llama-style models (matmuls only).
+
+    NeMo's ``nemo/utils/flops_formulas.py`` (``llama2``/``llama3``, the releases of 2024-2025 whose tables
+    report "TFLOPS / GPU"): ``l h^2 (12 + 12 g/a + 18 f/h + 12 s/h + 6 V/(l h))`` per token, g KV heads of a:
+    the Q and output projections, K and V, the gated MLP's three matmuls, the attention scores and their
+    product with V counted over the whole s x s square (no causal half) and the logit layer, forward and
+    backward. Checked against NeMo 24.03's long-sequence table, which prints both TFLOPS / GPU and tokens/s/GPU
+    (tests/workbench/planner/test_planner_validation.py). Gated MLPs only (18 f/h is three matmuls).
+    """
+    if not m.gated_mlp:
+        raise ValueError(f"nemo_llama_flops_per_token: model {m.name!r} has no gated MLP; the formula is Llama's")
+    l, h, s = float(m.n_layers), float(m.hidden), float(seq_len)
+    return l * h * h * (12.0 + 12.0 * m.n_kv_heads / m.n_heads + 18.0 * m.ffn_hidden / h + 12.0 * s / h
+                        + 6.0 * m.vocab / (l * h))

@@ -3,13 +3,15 @@ the tolerances this model honestly reaches. The errors are printed with -s; docs
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
 
 import pytest
 
-from wavefront.workbench.planner.validation import load_table, validate
+from wavefront.workbench import kpi
+from wavefront.workbench.planner.validation import load_table, row_dims, split_of, validate
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "published"
 
@@ -156,3 +158,26 @@ def test_narayanan_zero3_rows_are_a_flat_single_nic_setting_not_per_micro_batch_
             assert flops / (default.time.step_s * row["n_gpus"]) / 1e12 > 1.4 * row["published"]["tflops_per_gpu"]
     assert implied["ZeRO-3 175B 1536"] == pytest.approx(implied["ZeRO-3 175B 768"], rel=0.02)
     assert implied["ZeRO-3 530B 2240"] == pytest.approx(implied["ZeRO-3 530B 1120"], rel=0.05)
+
+
+
+def test_nemo_llama_flop_convention_reproduces_nemo_2403_both_columns():
+    """NeMo 24.03's long-sequence table prints TFLOPS / GPU and tokens/s/GPU for the same runs: NeMo's Llama
+    FLOP count (kpi.nemo_llama_flops_per_token, the attention over the whole s x s square) turns one into
+    the other to the tables' rounding at 4K-1M tokens; with the causal half the 1M row would be off 2x."""
+    doc = load_table(DATA / "validation" / "nemo_2403_long_sequence.json")
+    for row in doc["rows"]:
+        dims = row_dims(doc, row["model"])
+        per_token = kpi.nemo_llama_flops_per_token(dims, row["seq_len"])
+        tflops = per_token * row["published"]["tokens_per_s_per_gpu"] / 1e12
+        assert tflops == pytest.approx(row["published_tflops_per_gpu_nemo"], rel=0.005), row["id"]
+    with pytest.raises(ValueError, match="gated MLP"):
+        kpi.nemo_llama_flops_per_token(dataclasses.replace(dims, gated_mlp=False), 4096)
+
+
+def test_nemo_2504_b200_table_is_split_by_the_hash_rule_and_its_plans_add_up():
+    doc = load_table(DATA / "validation" / "nemo_2504_long_sequence_b200.json")
+    assert [r["split"] for r in doc["rows"]] == [split_of(doc["name"], r["id"]) for r in doc["rows"]]
+    for r in doc["rows"]:
+        dp = int(r["id"].split(" dp")[1].split()[0])
+        assert r["tp"] * r["pp"] * r["cp"] * dp == r["n_gpus"], r["id"]

@@ -9,6 +9,8 @@ Metrics and conventions (match the source's FLOP counting):
 - tflops_per_gpu / megatron-eq3: Narayanan et al. 2021 Eq. 3 FLOPs (recomputation counted) per iteration
   / (step time x GPUs) (kpi.megatron_gpt_flops_per_iteration);
 - tflops_per_gpu / palm-model-flops: PaLM model FLOPs per token (kpi.flops_per_token) x tokens/s / GPUs;
+- tflops_per_gpu / nemo-llama: NeMo's model FLOPs per token for Llama-style models, attention counted over
+  the whole s x s square (kpi.nemo_llama_flops_per_token) x tokens/s / GPUs;
 - tokens_per_s_per_gpu / absolute or ratio-within-group: the second compares each row with the first
   row of its group (pred_i / pred_ref vs pub_i / pub_ref), for sources whose device peak is unknown;
 - memory_gib: the planner's per-GPU total (GiB = 2^30 B);
@@ -44,7 +46,7 @@ from wavefront.workbench.planner.training import FAMILY_OF, PHYSICS_FAMILY, PHYS
 SCHEMA = "wavefront.published/1"
 VALIDATION_SCHEMA = "wavefront.plan.validation/1"
 METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "memory_gib", "step_s", "layer_ms")
-CONVENTIONS = ("megatron-eq3", "palm-model-flops", "absolute", "ratio-within-group")
+CONVENTIONS = ("megatron-eq3", "palm-model-flops", "nemo-llama", "absolute", "ratio-within-group")
 
 _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch", "ep")
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib", "loss_logits",
@@ -204,6 +206,9 @@ def _metric_value(metric: dict[str, Any], doc: dict[str, Any], row: dict[str, An
         flops = kpi.megatron_gpt_flops_per_iteration(int(st["global_batch"]), int(st["seq_len"]), d.n_layers,
                                                      d.hidden, d.vocab, full_recompute=True)
         return flops / (step * n) / 1e12
+    if conv == "nemo-llama":
+        per_token = kpi.nemo_llama_flops_per_token(row_dims(doc, st["model"]), int(st["seq_len"]))
+        return per_token * _k(result).tokens_per_s_per_gpu / 1e12
     return _k(result).model_tflops_per_gpu
 
 
