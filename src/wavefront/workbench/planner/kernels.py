@@ -29,8 +29,12 @@ matmuls), at Efficiency.attention x the sequence and head-dim curves below of th
   at head dim 128, 8K tokens (Fig. 5, causal forward: FA2 333, cuDNN 529, FA3 602 TFLOP/s; Fig. 6,
   backward: FA2 318, cuDNN 518, FA3 559), forward + backward (the backward 2.5x the forward's FLOPs):
   (1/333 + 2.5/318) / (1/529 + 2.5/518) = 1.62 for cuDNN and 1.77 for FA3 (1.60-1.62 and 1.75-1.78 from
-  2K to 16K). Off Hopper the factor is 1: FA3 is Hopper-only, and no published cuDNN-vs-FA2 figure for
-  Ampere or Blackwell is used here;
+  2K to 16K). On Blackwell (sm_100) cuDNN keeps the same factor: the B200 family's attention fraction is
+  H100's transferred (training.PHYSICS_FAMILY), and cuDNN reaches about the same fraction of the bf16 peak
+  on both parts (H100: 529 / 989 = 0.53 forward, above; B200: at least 1613 / 1.3 = 1241 of 2250 TFLOP/s =
+  0.55 forward, since FlashAttention-4 reaches 1613 TFLOP/s and is at most 1.3x cuDNN 9.13 there, Zadouri et
+  al. 2026, arXiv:2603.05451), and Transformer Engine prefers cuDNN on "Hopper+" (its backend selection).
+  FA3 is Hopper-only, and Ampere has no published cuDNN-vs-FA2 figure used here: the factor is 1 there;
 - head dim: d / (d + 32) normalised to 1 at d = 128 (d64 ~ 0.83x of d128, d256 ~ 1.11x: FA2 paper Fig. 4-6
   and FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608) Fig. 5, where d64 reaches about 0.8x of
   d128 and d256 about 1.1x).
@@ -67,8 +71,11 @@ ATTENTION_KERNEL_SPEEDUP = {"fa2": 1.0, "cudnn": 1.62, "fa3": 1.77}
 
 
 def attention_kernel_speedup(kernel: str, gpu: GPU) -> float:
-    """How much faster than the FlashAttention-2 class `kernel` runs attention on `gpu` (1 off Hopper)."""
-    return ATTENTION_KERNEL_SPEEDUP[kernel] if gpu.arch == "sm_90" else 1.0
+    """How much faster than the FlashAttention-2 class `kernel` runs attention on `gpu`: every kernel on
+    Hopper, cuDNN on Blackwell too (module docstring), 1 elsewhere."""
+    if gpu.arch == "sm_90" or (gpu.arch == "sm_100" and kernel == "cudnn"):
+        return ATTENTION_KERNEL_SPEEDUP[kernel]
+    return 1.0
 
 
 def gemm_tile(gpu: GPU) -> tuple[int, int]:
