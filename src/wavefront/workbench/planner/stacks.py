@@ -156,7 +156,7 @@ FITTED: dict[str, dict[str, Any]] = {
     "megatron-core-te/2025": {
         "b200": {"attention": 0.252, "gemm": 0.592},
         "h100": {"attention": 0.364, "gemm": 0.854},
-        "shared": {"moe_layer_us": 2048.285},
+        "shared": {"moe_layer_us": 794.836},
     },
     "megatron-lm/2021": {
         "a100": {"attention": 0.546, "gemm": 0.729},
@@ -249,6 +249,14 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "nemo_2504_long_sequence_b200/llama3-8b seq256k 64gpu tp4 pp1 cp4 dp4 mb1 gbs16",
         "megatron_bridge_2509_moe/b200 qwen3-235b-a22b 64gpu tp1 pp8 cp1 vp2 ep8 mb1",
         "megatron_bridge_2511_moe/b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb1",
+        "megatron_bridge_2602_2606_moe/26.04.01 b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb4",
+        "megatron_bridge_2602_2606_moe/26.04.01 h100 qwen3-30b-a3b 16gpu tp1 pp1 cp1 vp1 ep16 mb1",
+        "megatron_bridge_2602_2606_moe/26.04.01 b200 qwen3-235b-a22b 256gpu tp1 pp8 cp1 vp1 ep8 mb1",
+        "megatron_bridge_2602_2606_moe/26.04 b200 deepseek-v3 256gpu tp1 pp16 cp1 vp1 ep8 mb1",
+        "megatron_bridge_2602_2606_moe/26.04 b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb4",
+        "megatron_bridge_2602_2606_moe/26.04 h100 qwen3-30b-a3b 16gpu tp1 pp1 cp1 vp1 ep16 mb1",
+        "megatron_bridge_2602_2606_moe/26.04 h100 qwen3-235b-a22b 256gpu tp2 pp8 cp1 vp4 ep32 mb1",
+        "megatron_bridge_2602_2606_moe/26.02.01 h100 qwen3-30b-a3b 16gpu tp1 pp2 cp1 vp12 ep8 mb1",
     ),
     "megatron-lm/2021": (
         "narayanan2021_table1/3.6B",
@@ -306,11 +314,12 @@ _PROFILES = (
         "nemo", "24.07", "NeMo 24.07 (Megatron-Core + Transformer Engine), cuDNN fused attention",
         "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2407_h100_fp8",)),
     StackProfile(
-        "megatron-core-te", "2025", "Megatron-Core + Transformer Engine, 2025 releases: NeMo 25.02 and 25.04 and "
-        "Megatron-Bridge 25.09-26.02 (the NeMo 2 recipes moved there), cuDNN fused attention",
+        "megatron-core-te", "2025", "Megatron-Core + Transformer Engine, 2025 releases and their 2026 successors: "
+        "NeMo 25.02 and 25.04 and Megatron-Bridge 25.09-26.06 (the NeMo 2 recipes moved there), cuDNN fused attention",
         "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP),
         tables=("nemo_2502_fp8", "nemo_2504_long_sequence_b200", "megatron_bridge_2509", "megatron_bridge_2511",
-                "megatron_bridge_2602", "megatron_bridge_2509_moe", "megatron_bridge_2511_moe")),
+                "megatron_bridge_2602", "megatron_bridge_2602_2606", "megatron_bridge_2509_moe",
+                "megatron_bridge_2511_moe", "megatron_bridge_2602_2606_moe")),
     StackProfile(
         "nemo-automodel", "2025", "NeMo Automodel: PyTorch FSDP2 + expert parallel with Transformer Engine "
         "kernels (cuDNN attention)", "fsdp", "cudnn", 0.0, "ring", facts=(_FSDP2,), tables=("automodel_moe",)),
