@@ -21,6 +21,7 @@ from wavefront.workbench.planner.validation import (
     calibration_row_names,
     fit_all,
     load_table,
+    priced_with,
     profile_loss,
     report_tables,
     source_of,
@@ -176,15 +177,11 @@ def test_b200_long_sequence_first_prediction_is_reproducible(monkeypatch):
     fitted before the table joined its fit): held-out median 32.0%, the error growing with the sequence."""
     monkeypatch.setattr(planner_time, "attention_kernel_speedup",
                         lambda kernel, gpu: ATTENTION_KERNEL_SPEEDUP[kernel] if gpu.arch == "sm_90" else 1.0)
-    profile = get_profile("megatron-core-te/2025")
-    before = replace(profile, fitted={"b200": {"attention": 0.256, "gemm": 0.601},
-                                      "h100": {"attention": 0.364, "gemm": 0.854},
-                                      "shared": {"moe_layer_us": 1939.053}})
-
-    def efficiency_for(gpu: str, prof):
-        return before.efficiency(gpu) if prof.key == profile.key else None
-
-    rep = validate(load_table(DATA / "validation" / "nemo_2504_long_sequence_b200.json"), efficiency_for=efficiency_for)
+    before = replace(get_profile("megatron-core-te/2025"), fitted={"b200": {"attention": 0.256, "gemm": 0.601},
+                                                                   "h100": {"attention": 0.364, "gemm": 0.854},
+                                                                   "shared": {"moe_layer_us": 1939.053}})
+    doc = load_table(DATA / "validation" / "nemo_2504_long_sequence_b200.json")
+    rep = validate(doc, efficiency_for=priced_with(before))
     held_out = [r.rel_error for r in rep.rows if r.split == "held-out"]
     assert statistics.median(abs(e) for e in held_out) == pytest.approx(B200_LONG_SEQUENCE_FIRST_PREDICTION, abs=5e-4)
     assert held_out == sorted(held_out, reverse=True)  # worse with every longer sequence

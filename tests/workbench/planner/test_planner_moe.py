@@ -24,6 +24,7 @@ from wavefront.workbench.planner.training import Efficiency
 from wavefront.workbench.planner.validation import (
     MOE_REPORT_TABLES,
     load_table,
+    priced_with,
     report_tables,
     split_of,
     split_summaries,
@@ -277,12 +278,8 @@ def test_megatron_bridge_26x_moe_first_prediction_is_reproducible():
     priced the 6 held-out rows 41.1% slow (median), every one of them slow."""
     profile = get_profile("megatron-core-te/2025")
     before = replace(profile, fitted=profile.fitted | {"shared": {"moe_layer_us": 2048.285}})
-
-    def efficiency_for(gpu: str, prof):
-        return before.efficiency(gpu) if prof.key == profile.key else None
-
     doc = load_table(DATA / "validation" / "megatron_bridge_2602_2606_moe.json")
-    rep = validate(doc, efficiency_for=efficiency_for)
+    rep = validate(doc, efficiency_for=priced_with(before))
     held_out = [r.rel_error for r in rep.rows if r.split == "held-out"]
     assert len(held_out) == 6 and all(e < 0 for e in held_out)
     assert statistics.median(abs(e) for e in held_out) == pytest.approx(0.411, abs=5e-4)

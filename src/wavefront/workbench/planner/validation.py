@@ -394,16 +394,21 @@ def _profile_with(profile: StackProfile, params: dict[str, float]) -> StackProfi
     return replace(profile, fitted=fitted_constants(params))
 
 
+def priced_with(trial: StackProfile) -> EfficiencyFor:
+    """An efficiency_for that prices the rows of trial's profile (same key) with trial's constants and every
+    other row with its own profile's."""
+    def efficiency_for(gpu: str, prof: StackProfile) -> Efficiency | None:
+        return trial.efficiency(gpu) if prof.key == trial.key else None
+    return efficiency_for
+
+
 def profile_loss(root: str | Path, profile: StackProfile, params: dict[str, float], moe: bool = False) -> float:
     """Mean |log(predicted / published)| of the profile's own calibration rows' throughput: its dense
     tables with `params` as its constants, or (moe) its MoE tables with `params` added to its constants."""
     trial = _profile_with(profile, params) if not moe else replace(profile, fitted=profile.fitted | {
         "shared": profile.fitted.get("shared", {}) | params})
     errs = []
-
-    def efficiency_for(gpu: str, prof: StackProfile) -> Efficiency | None:
-        return trial.efficiency(gpu) if prof.key == profile.key else None
-
+    efficiency_for = priced_with(trial)
     for rel in MOE_REPORT_TABLES if moe else REPORT_TABLES:
         doc = load_table(Path(root) / rel)
         if doc["name"] not in profile.tables:
