@@ -156,7 +156,7 @@ FITTED: dict[str, dict[str, Any]] = {
     "megatron-core-te/2025": {
         "b200": {"attention": 0.252, "gemm": 0.592},
         "h100": {"attention": 0.364, "gemm": 0.854},
-        "shared": {"moe_layer_us": 794.836},
+        "shared": {"moe_layer_us": 1322.791},
     },
     "megatron-lm/2021": {
         "a100": {"attention": 0.546, "gemm": 0.729},

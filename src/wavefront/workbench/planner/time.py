@@ -309,13 +309,21 @@ def tp_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, c
     return n_pairs * one * (1.0 - training.tp_overlap)
 
 
-def ep_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster) -> float:
+def ep_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+                        layer_s: float | None = None) -> float:
     """Exposed expert-parallel all-to-alls of one MoE layer per micro-batch: dispatch and combine in the
     forward and again in the backward (4; +2 with full recomputation, +1 every other layer), each moving
     the busiest rank's routed rows x h in bf16 over the ep group (consecutive ranks: stride 1), priced by
-    Cluster.all_to_all_s; Training.ep_overlap hides a fraction. Training.ep_dispatch "deepep": across
-    nodes a token goes once to each node that holds one of its experts (MoE.remote_nodes_per_token of the
-    top_k copies) and is forwarded inside the node over the scale-up link."""
+    Cluster.all_to_all_s. Training.ep_dispatch "deepep": across nodes a token goes once to each node that
+    holds one of its experts (MoE.remote_nodes_per_token of the top_k copies) and is forwarded inside the
+    node over the scale-up link.
+
+    Training.ep_overlap is the fraction of them the schedule overlaps with another micro-batch's compute
+    (Megatron-Core's EP A2A overlap pairs one micro-batch's forward with another's backward, layer by
+    layer): the forward's share hides under the paired layer's backward, the backward's under its forward,
+    and neither can hide more than that compute (layer_s, this MoE layer's seconds per micro-batch: a
+    third forward, two thirds backward, the matmul rule). Without layer_s the overlapped share is hidden
+    whole, as before the bound."""
     if model.moe is None or cfg.ep == 1:
         return 0.0
     size = 2.0 * routed_rows(model, cfg, training) * model.dims.hidden
@@ -324,7 +332,12 @@ def ep_comm_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, c
     nodes = cfg.ep // cluster.gpus_per_node
     if training.ep_dispatch == "deepep" and nodes > 1 and cfg.ep % cluster.gpus_per_node == 0:
         inter = model.moe.remote_nodes_per_token(nodes) / model.moe.top_k
-    return n * cluster.all_to_all_s(size, cfg.ep, 1, inter) * (1.0 - training.ep_overlap)
+    total = n * cluster.all_to_all_s(size, cfg.ep, 1, inter)
+    overlapped = training.ep_overlap * total
+    if layer_s is None:
+        return total - overlapped
+    half = 0.5 * overlapped
+    return total - overlapped + max(0.0, half - 2.0 * layer_s / 3.0) + max(0.0, half - layer_s / 3.0)
 
 
 def cp_comm_exposed_per_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
@@ -410,7 +423,7 @@ def _per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: C
     layer_s, attn_fwd_s = layer_compute_s(model, cfg, training, cluster, eff, moe_layer)
     tp_s = tp_comm_per_layer_s(model, cfg, training, cluster, moe_layer)
     cp_s = cp_comm_exposed_per_layer_s(model, cfg, training, cluster, attn_fwd_s)
-    ep_s = ep_comm_per_layer_s(model, cfg, training, cluster) if moe_layer else 0.0
+    ep_s = ep_comm_per_layer_s(model, cfg, training, cluster, layer_s) if moe_layer else 0.0
     return layer_s, tp_s, cp_s, ep_s, output_layer_s(model, cfg, training, cluster, eff)
 
 

@@ -65,7 +65,9 @@ class Efficiency:
     moe_layer_us: fixed microseconds per MoE layer and forward pass beyond its kernels (the backward pays
         it twice): the dispatcher copies the token counts per expert to the host to size the grouped GEMMs
         and the all-to-all, a synchronisation that drains the launch queue, plus the per-expert bookkeeping.
-        Physics default 0 (no benchmark isolates it); a stack profile fits it on its own MoE calibration rows.
+        Paid with Training.moe_capacity_factor set too: padding to capacity removes the copy (Megatron-Core's
+        drop-and-pad path has static splits) but the fitted value, about a millisecond, is far more than one
+        synchronisation, so most of it is the rest of the per-layer overhead. Physics default 0 (no benchmark isolates it); a stack profile fits it on its own MoE calibration rows.
     attention_as_is: `attention` is what the run's own kernel reaches (measured with --calibrate, or given
         with --attn-eff), so Training.attention_kernel's class factor does not apply on top of it.
     Materialised attention (attention="materialized") runs its matmuls at `gemm` and streams the

@@ -38,6 +38,7 @@ from wavefront.workbench.planner.cluster import Cluster, make_cluster
 from wavefront.workbench.planner.model import ModelSpec
 from wavefront.workbench.planner.moe import get_moe_model
 from wavefront.workbench.planner.parallel import PlanConfig
+from wavefront.workbench.planner.recipes import RECIPE_SETS, recipe_for
 from wavefront.workbench.planner.search import PlanResult, _k, _m, _t, evaluate
 from wavefront.workbench.planner.stacks import DEFAULT_PROFILE, PROFILE_FIELDS, PROFILES, StackProfile, get_profile
 from wavefront.workbench.planner.time import layer_compute_s, tp_comm_per_layer_s
@@ -143,6 +144,17 @@ def row_profile(doc: dict[str, Any], row: dict[str, Any], stated: bool = True) -
     return get_profile(_row_settings(doc, row).get("profile", DEFAULT_PROFILE) if stated else DEFAULT_PROFILE)
 
 
+def recipe_facts(doc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """The Training facts a row's recipe states beyond its table (recipes.py), when the table names a recipe
+    set (defaults "recipes") and a config's plan equals the row's; a fact the row states itself wins."""
+    st = _row_settings(doc, row)
+    recipes = RECIPE_SETS.get(st.get("recipes", ""))
+    if recipes is None:
+        return {}
+    recipe = recipe_for(st | {"gpu": st.get("gpu", doc["hardware"]["gpu"])}, recipes)
+    return recipe.training_facts() if recipe is not None else {}
+
+
 def _row_inputs(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency | None = None,
                 stated: bool = True) -> tuple[ModelSpec, PlanConfig, Training, Cluster, Efficiency]:
     """(model, plan, training, cluster, efficiency) of a published row, priced with its stack profile
@@ -162,8 +174,8 @@ def _row_inputs(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency
                            inter_gbps=hw.get("inter_gbps"), intra_gbps=hw.get("intra_gbps"),
                            hierarchical=prof.hierarchical)
     seq = int(st["seq_len"])
-    train_kw = prof.training_fields() | {k: st[k] for k in _TRAIN_KEYS
-                                         if k in st and (stated or k not in PROFILE_FIELDS)}
+    train_kw = prof.training_fields() | (recipe_facts(doc, row) if stated else {}) | {
+        k: st[k] for k in _TRAIN_KEYS if k in st and (stated or k not in PROFILE_FIELDS)}
     training = Training(global_batch_tokens=int(st["global_batch"]) * seq, seq_len=seq, **train_kw)
     plan_kw = {k: st[k] for k in _PLAN_KEYS if k in st}
     model_parallel = plan_kw.get("tp", 1) * plan_kw.get("pp", 1) * plan_kw.get("cp", 1)

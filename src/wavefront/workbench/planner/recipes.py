@@ -1,0 +1,91 @@
+"""What a published run's recipe states beyond its table: the MoE dispatcher and the EP all-to-all overlap of
+Megatron-Bridge's performance configs, looked up by the plan a table row ran.
+
+A Megatron-Bridge performance table prints the plan (GPUs, GBS, MBS, TP, PP, VP, EP) but not how the
+tokens travel. Its configs do (`scripts/performance/configs/{qwen,deepseek}/*_workload_base_configs.py`):
+`moe_token_dispatcher_type="alltoall"`, or the flex dispatcher with `moe_flex_dispatcher_backend`
+"deepep" / "hybridep", and `moe_a2a_overlap`. A row takes the facts of the config whose plan equals its
+own, field for field; a row no config matches takes none (the table's defaults stand). The configs were
+read at NVIDIA-NeMo/Megatron-Bridge commits 01b2977 (Qwen3) and 0426418 (DeepSeek-V3), which hold the
+"V1" presets (the 25.x global batches) and the "V2" presets (26.x); a release's own copy may differ,
+which is why a plan must match exactly before a fact is taken.
+
+How the planner prices the facts (Training): "deepep" and "hybridep" send a token once to each node that
+holds one of its experts (ep_dispatch "deepep": both dedupe across nodes, HybridEP with a hierarchical
+intra-node stage); "alltoall" sends every copy (ep_dispatch "all-to-all"); moe_a2a_overlap True overlaps
+the all-to-alls with another micro-batch's compute (ep_overlap 1, bounded by that compute:
+time.ep_comm_per_layer_s). Facts the planner does not price are kept for the record: CUDA-graph scopes
+and recompute modules (the recipes' `recompute_modules`; memory.py has no module-level policy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One performance config: its plan and the MoE facts it states."""
+
+    config: str
+    gpu: str
+    model: str
+    n_gpus: int
+    global_batch: int
+    micro_batch: int
+    tp: int
+    pp: int
+    vpp: int
+    ep: int
+    dispatcher: str  # "alltoall", "deepep" or "hybridep"
+    a2a_overlap: bool
+    unpriced: str = ""  # stated facts the planner does not price
+
+    def plan(self) -> tuple[Any, ...]:
+        return (self.gpu, self.model, self.n_gpus, self.global_batch, self.micro_batch, self.tp, self.pp,
+                self.vpp, self.ep)
+
+    def training_facts(self) -> dict[str, Any]:
+        return {"ep_dispatch": "all-to-all" if self.dispatcher == "alltoall" else "deepep",
+                "ep_overlap": 1.0 if self.a2a_overlap else 0.0}
+
+
+_QWEN = "qwen3_workload_base_configs.py (commit 01b2977)"
+_DSV3 = "deepseek_workload_base_configs.py (commit 0426418)"
+
+#: The H100 and B200 MoE configs of Megatron-Bridge's performance scripts (the module docstring).
+MEGATRON_BRIDGE: tuple[Recipe, ...] = (
+    Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V1, {_QWEN}", "h100", "qwen3-235b-a22b", 256, 2048, 1, 2, 8,
+           4, 32, "alltoall", True),
+    Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2, {_QWEN}", "h100", "qwen3-235b-a22b", 256, 8192, 1, 2, 8,
+           4, 32, "alltoall", True),
+    Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_CS_V1, {_QWEN}", "b200", "qwen3-235b-a22b", 64, 1024, 1, 1, 8,
+           1, 8, "alltoall", False),
+    Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_CS_V2, {_QWEN}", "b200", "qwen3-235b-a22b", 256, 8192, 1, 1, 8,
+           1, 8, "alltoall", False),
+    Recipe(f"QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1 (= FP8_CS, FP8_MX), {_QWEN}", "b200", "qwen3-30b-a3b", 8, 512,
+           4, 1, 1, 1, 8, "hybridep", False, "CUDA graphs: attn, moe_router, moe_preprocess"),
+    Recipe(f"QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1, {_QWEN}", "h100", "qwen3-30b-a3b", 16, 1024, 1, 1, 1, 1,
+           16, "hybridep", False),
+    Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 (= FP8_CS, FP8_MX), {_DSV3}", "b200", "deepseek-v3", 256, 2048, 1, 1,
+           16, 1, 8, "hybridep", False, "recompute_modules mla_up_proj"),
+    Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_CS_V2, {_DSV3}", "b200", "deepseek-v3", 256, 4096, 1, 1, 16, 1, 8,
+           "hybridep", False, "recompute_modules mla_up_proj"),
+    Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2, {_DSV3}", "b200", "deepseek-v3", 256, 4096, 1, 1, 8, 2, 32,
+           "deepep", True, "recompute_modules mla_up_proj, mlp; CUDA graphs: attn, moe_router, moe_preprocess"),
+    Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 (= FP8_CS), {_DSV3}", "h100", "deepseek-v3", 1024, 8192, 1, 2, 8, 4,
+           64, "hybridep", False, "recompute_modules mla_up_proj, mlp"),
+)
+
+#: Recipe sets a published table may name (its defaults' "recipes").
+RECIPE_SETS = {"megatron-bridge": MEGATRON_BRIDGE}
+
+
+def recipe_for(settings: dict[str, Any], recipes: tuple[Recipe, ...] = MEGATRON_BRIDGE) -> Recipe | None:
+    """The config whose plan equals a row's (its merged settings: gpu, model, n_gpus, global_batch,
+    micro_batch, tp, pp, vpp, ep; absent parallel degrees read as 1), or None."""
+    plan = (settings.get("gpu"), settings.get("model"), settings.get("n_gpus"), settings.get("global_batch"),
+            settings.get("micro_batch", 1), settings.get("tp", 1), settings.get("pp", 1), settings.get("vpp", 1),
+            settings.get("ep", 1))
+    return next((r for r in recipes if r.plan() == plan), None)
