@@ -119,6 +119,7 @@ def plan(  # one line per option; the job is built in _main
     ep: Annotated[I, _opt("MoE: pin the expert-parallel degree (same as --fix ep=N).", **Pos)] = None,
     moe_imbalance: Annotated[float, _opt("MoE: busiest expert's tokens over the mean (1: balanced).", min=1.0)] = 1.0,
     ep_overlap: Annotated[F, _opt("MoE: fraction of the EP all-to-alls hidden (the stack's).", **Frac)] = None,
+    ep_dispatch: Annotated[Literal["all-to-all", "deepep"], _opt("MoE: every copy, or once per node.")] = "all-to-all",
     head_dim: Annotated[I, _opt("Head dimension (default: the model's, or hidden / heads).", **Pos)] = None,
     price: Annotated[F, _opt("$ per GPU-hour (default: the device table's).", min=0.0)] = None,
     power_fraction: Annotated[float, _opt("Board-power fraction drawn while training.", **Frac)] = 0.75,
@@ -167,7 +168,7 @@ def _main(a: dict) -> None:
             "inter_latency_us", "hbm_gb", "hbm_tbps", "global_batch_tokens", "seq_len", "precision", "optimizer",
             "attention", "dropout", "kernels", "stack", "fsdp_gather", "offload_optimizer", "cp_comm", "tp_overlap",
             "calibrate", "power_fraction", "train_tokens", "gemm_eff", "attn_eff", "hbm_eff", "rank_by", "top",
-            "moe_imbalance", "ep_overlap", "attention_kernel", "memory_headroom")
+            "moe_imbalance", "ep_overlap", "ep_dispatch", "attention_kernel", "memory_headroom")
     try:
         fixed = parse_fixed(a["fix"])
     except ValueError as exc:

@@ -113,6 +113,7 @@ class PlanRequest:
     attention_kernel: str | None = None
     moe_imbalance: float = 1.0
     ep_overlap: float | None = None
+    ep_dispatch: str = "all-to-all"  # Training.ep_dispatch: "deepep" sends a token once per node (DeepEP, HybridEP)
     dp_overlap: bool = True
     tp_overlap: float | None = None
     price_per_gpu_hour: float | None = None
@@ -199,6 +200,7 @@ class PlanRequest:
                         grad_bytes=self.grad_bytes, micro_batch_sizes=tuple(self.micro_batch_sizes),
                         train_tokens=self.train_tokens, dp_overlap=self.dp_overlap, fsdp_gather=self.fsdp_gather,
                         offload_optimizer=self.offload_optimizer, moe_imbalance=self.moe_imbalance,
+                        ep_dispatch=self.ep_dispatch,
                         memory_headroom=self.memory_headroom, **(self.profile()[0].training_fields() | stated))
 
     def efficiency(self, cluster: Cluster) -> Efficiency | None:

@@ -132,6 +132,9 @@ _TITAN_OP_AC = ("per-op checkpointing", "saves mm / attention / reduce-scatter o
                 "matmul forward")
 _TITAN_FULL_AC = ("full / layer checkpointing", "ptd_checkpoint_wrapper per block (non-reentrant): the recomputation "
                   "stops before w2 in bf16 (Training.recompute_early_stop)")
+_MB_MOE = ("MoE dispatch", "per model and GPU in the recipes: alltoall, or DeepEP / HybridEP (a token sent once "
+           "per node: --ep-dispatch deepep), EP all-to-all overlap in some (--ep-overlap); the published rows take "
+           "the facts of the config with their exact plan (planner/recipes.py)")
 _EARLY_STOP = ("full checkpointing", "non-reentrant torch.utils.checkpoint per block, which (PyTorch >= 2.1) stops "
                "recomputing once the backward's last saved tensor exists: the MLP down projection is not rerun "
                "in bf16 (Training.recompute_early_stop)")
@@ -156,7 +159,7 @@ FITTED: dict[str, dict[str, Any]] = {
     "megatron-core-te/2025": {
         "b200": {"attention": 0.252, "gemm": 0.592},
         "h100": {"attention": 0.364, "gemm": 0.854},
-        "shared": {"moe_layer_us": 1322.791},
+        "shared": {"moe_layer_us": 1336.054},
     },
     "megatron-lm/2021": {
         "a100": {"attention": 0.546, "gemm": 0.729},
@@ -257,6 +260,8 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "megatron_bridge_2602_2606_moe/26.04 h100 qwen3-30b-a3b 16gpu tp1 pp1 cp1 vp1 ep16 mb1",
         "megatron_bridge_2602_2606_moe/26.04 h100 qwen3-235b-a22b 256gpu tp2 pp8 cp1 vp4 ep32 mb1",
         "megatron_bridge_2602_2606_moe/26.02.01 h100 qwen3-30b-a3b 16gpu tp1 pp2 cp1 vp12 ep8 mb1",
+        "megatron_bridge_2602_moe/26.02 b200 deepseek-v3 256gpu tp1 pp16 cp1 vp1 ep8 mb1",
+        "megatron_bridge_2602_moe/26.02 b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb1",
     ),
     "megatron-lm/2021": (
         "narayanan2021_table1/3.6B",
@@ -316,10 +321,10 @@ _PROFILES = (
     StackProfile(
         "megatron-core-te", "2025", "Megatron-Core + Transformer Engine, 2025 releases and their 2026 successors: "
         "NeMo 25.02 and 25.04 and Megatron-Bridge 25.09-26.06 (the NeMo 2 recipes moved there), cuDNN fused attention",
-        "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP),
+        "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP, _MB_MOE),
         tables=("nemo_2502_fp8", "nemo_2504_long_sequence_b200", "megatron_bridge_2509", "megatron_bridge_2511",
                 "megatron_bridge_2602", "megatron_bridge_2602_2606", "megatron_bridge_2509_moe",
-                "megatron_bridge_2511_moe", "megatron_bridge_2602_2606_moe")),
+                "megatron_bridge_2511_moe", "megatron_bridge_2602_2606_moe", "megatron_bridge_2602_moe")),
     StackProfile(
         "nemo-automodel", "2025", "NeMo Automodel: PyTorch FSDP2 + expert parallel with Transformer Engine "
         "kernels (cuDNN attention)", "fsdp", "cudnn", 0.0, "ring", facts=(_FSDP2,), tables=("automodel_moe",)),

@@ -277,7 +277,8 @@ THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu")
 #: The mixture-of-experts throughput tables (docs/planner.md, "MoE accuracy"): split by the same hash rule
 #: when transcribed; no constant is fitted on them (the MoE terms reuse the dense fit).
 MOE_REPORT_TABLES = ("validation/megatron_bridge_2509_moe.json", "validation/megatron_bridge_2511_moe.json",
-                     "validation/automodel_moe.json", "validation/megatron_bridge_2602_2606_moe.json")
+                     "validation/automodel_moe.json", "validation/megatron_bridge_2602_2606_moe.json",
+                     "validation/megatron_bridge_2602_moe.json")
 
 
 @dataclass(frozen=True)
