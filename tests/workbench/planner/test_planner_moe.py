@@ -16,6 +16,7 @@ from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner import PlanConfig, Training, make_cluster, plan
 from wavefront.workbench.planner.kernels import gemm_s, grouped_gemm_s
 from wavefront.workbench.planner.memory import memory_breakdown
+from wavefront.workbench.planner.model import layer_activation_bytes
 from wavefront.workbench.planner.moe import MOE_MODELS
 from wavefront.workbench.planner.recipes import recipe_for
 from wavefront.workbench.planner.search import _as_model, evaluate
@@ -25,6 +26,7 @@ from wavefront.workbench.planner.training import Efficiency
 from wavefront.workbench.planner.validation import (
     MOE_REPORT_TABLES,
     load_table,
+    predict_row,
     priced_with,
     recipe_facts,
     report_tables,
@@ -316,7 +318,8 @@ def test_recipe_facts_come_from_the_config_with_the_rows_exact_plan():
     doc = load_table(DATA / "validation" / "megatron_bridge_2602_2606_moe.json")
     by_id = {r["id"]: r for r in doc["rows"]}
     ds = by_id["26.04.01 b200 deepseek-v3 256gpu tp1 pp8 cp1 vp2 ep32 mb1"]
-    assert recipe_facts(doc, ds) == {"ep_dispatch": "deepep", "ep_overlap": 1.0}
+    assert recipe_facts(doc, ds) == {"ep_dispatch": "deepep", "ep_overlap": 1.0, "recompute": "selective",
+                                     "recompute_modules": ("mla_up_proj", "mlp")}
     assert recipe_for({**doc["defaults"], **ds}).config.startswith("DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2")
     h100 = by_id["26.04 h100 qwen3-235b-a22b 256gpu tp2 pp8 cp1 vp4 ep32 mb1"]
     assert recipe_facts(doc, h100) == {"ep_dispatch": "all-to-all", "ep_overlap": 1.0}
@@ -327,8 +330,10 @@ def test_recipe_facts_come_from_the_config_with_the_rows_exact_plan():
     assert validate(own).rows[0].predicted < stated  # the row's own fact (no overlap) wins: slower
     plain = doc | {"defaults": {k: v for k, v in doc["defaults"].items() if k != "recipes"}, "rows": [ds]}
     assert validate(plain).rows[0].predicted < stated
+    # no stack stated: the recipe's checkpointing stays (it is the plan's), its dispatcher and overlap go
+    plan_only = plain | {"rows": [ds | {"recompute": "selective", "recompute_modules": ["mla_up_proj", "mlp"]}]}
     assert validate(doc | {"rows": [ds]}, stated=False).rows[0].predicted == validate(
-        plain, stated=False).rows[0].predicted
+        plan_only, stated=False).rows[0].predicted
 
 
 def test_ep_overlap_hides_no_more_than_the_paired_compute():
@@ -367,3 +372,62 @@ def test_plan_states_the_dispatcher_from_the_command_line(tmp_path):
     assert 0.0 < times["deepep"] < times["all-to-all"]
     bad = CliRunner().invoke(app, args + ["--ep-dispatch", "nvshmem"])
     assert bad.exit_code == 2 and "--ep-dispatch" in bad.output
+    # the recipe's recompute modules, pinned with --fix: the MLA up-projections rerun, their outputs freed
+    sel = args[:-4] + ["--fix", "recompute=selective", "--fix", "cp=1", "--fix", "zero=1", "--top", "1", "--json",
+                       str(out)]
+    mems = {}
+    for modules in ("core_attn", "core_attn,mla_up_proj"):
+        res = CliRunner().invoke(app, sel + ["--fix", f"recompute_modules={modules}"])
+        assert res.exit_code in (0, 1), res.output  # 1: the plan is out of memory (its closest is reported)
+        doc = json.loads(out.read_text())
+        mems[modules] = (doc["plans"] or doc["closest_out_of_memory"])[0]["memory"]["activations_bytes"]
+    assert mems["core_attn,mla_up_proj"] < 0.8 * mems["core_attn"]
+    bad = CliRunner().invoke(app, args + ["--fix", "recompute_modules=layernorm"])
+    assert bad.exit_code == 2 and "--fix recompute_modules" in bad.output
+
+
+def test_recompute_modules_free_what_megatron_frees_and_rerun_what_it_reruns():
+    """recompute="selective" with Megatron-Core's recompute modules: mla_up_proj frees the MLA queries, keys and
+    values (2 B x (q_dim + 2 kv_dim) per token and layer) and reruns the two up-projections; mlp frees a dense
+    layer's MLP terms and leaves a MoE layer's alone; moe_act frees the experts' activation output per routed
+    row; core_attn alone is the old selective policy."""
+    spec = _as_model("deepseek-v3")
+    kw = dict(seq_len=4096, micro_batch=1, tp=1, sp=False, fp8=True)
+    sel = layer_activation_bytes(spec, recompute="selective", **kw)
+    assert sel == layer_activation_bytes(spec, recompute="none", **kw)  # flash attention: nothing dropped
+    up = layer_activation_bytes(spec, recompute="selective", modules=("mla_up_proj",), **kw)
+    assert sel - up == pytest.approx(4096 * (2 * spec.q_dim + 4 * spec.kv_dim))
+    dense_mlp = layer_activation_bytes(spec, recompute="selective", modules=("mlp",), **kw)
+    assert sel - dense_mlp == pytest.approx((4 + 1) * 4096 * spec.dims.ffn_hidden)  # gate/up bf16, down input fp8
+    rows = 4096 * 8.0
+    moe_kw = kw | {"routed_rows": rows}
+    moe_sel = layer_activation_bytes(spec, recompute="selective", **moe_kw)
+    assert layer_activation_bytes(spec, recompute="selective", modules=("mlp",), **moe_kw) == moe_sel
+    act = layer_activation_bytes(spec, recompute="selective", modules=("moe_act",), **moe_kw)
+    assert moe_sel - act == pytest.approx(rows * spec.moe.expert_ffn)  # the fp8 down-projection input
+    with pytest.raises(ValueError, match="recompute_modules"):
+        Training(global_batch_tokens=4096, seq_len=4096, recompute_modules=("layernorm",))
+    # time: the modules rerun their forward; HFU counts their matmul FLOPs
+    cluster, cfg = make_cluster("8xb200"), PlanConfig(dp=8, ep=8, recompute="selective")
+    base = Training(global_batch_tokens=64 * 4096, seq_len=4096, precision="fp8")
+    t_core = evaluate(spec, cfg, base, cluster)
+    t_up = evaluate(spec, cfg, replace(base, recompute_modules=("core_attn", "mla_up_proj")), cluster)
+    t_none = evaluate(spec, replace(cfg, recompute="none"), base, cluster)
+    assert t_none.time.step_s < t_core.time.step_s < t_up.time.step_s
+    q_b, kv_b = spec.mla.linear_shapes(spec.dims.hidden, spec.dims.n_heads)[1::2]
+    extra = spec.hardware_flops_per_token(4096, "selective", ("core_attn", "mla_up_proj")) - \
+        spec.hardware_flops_per_token(4096, "selective")
+    assert extra == pytest.approx(2.0 * spec.dims.n_layers * (q_b[0] * q_b[1] + kv_b[0] * kv_b[1]))
+
+
+def test_the_recipe_recompute_modules_make_the_b200_deepseek_plan_fit():
+    """Megatron-Bridge 26.04.01's DeepSeek-V3 on 256 B200 (pp8 vp2 ep32) ran with recompute_modules
+    mla_up_proj and mlp (its config, recipes.py): priced with no recomputation it was 207.1 GB of 191.5;
+    with the config's modules it fits, and the row's own "recompute" would win over the config's."""
+    doc = load_table(DATA / "validation" / "megatron_bridge_2602_2606_moe.json")
+    row = next(r for r in doc["rows"] if r["id"].startswith("26.04.01 b200 deepseek-v3"))
+    mem = predict_row(doc, row).memory
+    assert predict_row(doc, row).config.recompute == "selective" and mem.fits_device
+    assert mem.total_bytes < 0.9 * mem.capacity_bytes
+    stated_none = predict_row(doc, row | {"recompute": "none"})
+    assert stated_none.config.recompute == "none" and not stated_none.memory.fits_device

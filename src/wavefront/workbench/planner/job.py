@@ -34,7 +34,7 @@ STACK_DEFAULTS = {"stack": DEFAULT_PROFILE}
 #: Training fields `--fix` pins besides the plan's own (PlanConfig), each a setting a published run states:
 #: the interleaved schedule's round size N (Training.pp_round: Llama 3's schedule, Dubey et al. 2024, Sec.
 #: 3.3.2) and what ZeRO-3 gathers at a time (Training.zero3_unit: DeepSpeed's sub-modules).
-TRAINING_FIX = ("pp_round", "zero3_unit")
+TRAINING_FIX = ("pp_round", "zero3_unit", "recompute_modules")
 
 
 def parse_fixed(items: list[str] | None) -> dict[str, Any]:
@@ -50,6 +50,7 @@ def parse_fixed(items: list[str] | None) -> dict[str, Any]:
         kind = str(fields[key].type)
         try:
             out[key] = (raw.strip().lower() in ("1", "true", "yes", "on") if "bool" in kind
+                        else tuple(x.strip() for x in raw.split(",")) if "tuple" in kind
                         else int(raw) if "int" in kind else raw.strip())
         except ValueError:
             raise ValueError(f"--fix {key}: {raw!r} is not a valid value") from None

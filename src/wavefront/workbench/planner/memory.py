@@ -313,8 +313,10 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     layers = layers_per_stage(dims.n_layers, cfg)
     act_kw: dict[str, Any] = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
                         fp8=training.precision == "fp8",
-                        op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1])
-    key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute, training.op_recompute_mm)
+                        op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1],
+                        modules=training.recompute_modules)
+    key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute, training.op_recompute_mm,
+           training.recompute_modules)
     if memo is not None and key in memo:
         per_layer, full = memo[key]
     else:
@@ -344,7 +346,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         candidates.append(("only", p_first, e_first, stage_first + emb_act + out_act, 1))
     else:
         pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep,
-                training.loss_logits, training.op_recompute_mm, training.pp_round)
+                training.loss_logits, training.op_recompute_mm, training.pp_round, training.recompute_modules)
         if memo is not None and pkey in memo:
             candidates = memo[pkey]
         else:

@@ -178,11 +178,24 @@ class ModelSpec:
             return _model_flops(self.dims, seq_len)
         return 6.0 * self._matmul_active() + 12.0 * self.dims.n_layers * self.attn_core_width * seq_len
 
-    def hardware_flops_per_token(self, seq_len: int, recompute: str) -> float:
-        """Model FLOPs plus recomputation (the HFU numerator), from the shared KPI module."""
+    def hardware_flops_per_token(self, seq_len: int, recompute: str,
+                                 modules: tuple[str, ...] = ("core_attn",)) -> float:
+        """Model FLOPs plus recomputation (the HFU numerator), from the shared KPI module; recompute=
+        "selective" reruns `modules` (Training.recompute_modules): the attention core, the MLA
+        up-projections (2 FLOPs per weight per token), the dense layers' MLPs; the experts' activation
+        function has no matmul FLOPs."""
+        attn_fwd = 4.0 * self.dims.n_layers * self.attn_core_width * seq_len
+        if recompute == "selective" and tuple(modules) != ("core_attn",):
+            extra = attn_fwd if "core_attn" in modules else 0.0
+            if "mla_up_proj" in modules and self.mla is not None:
+                q_b, kv_b = self.mla.linear_shapes(self.dims.hidden, self.dims.n_heads)[1::2][:2]
+                extra += 2.0 * self.dims.n_layers * (q_b[0] * q_b[1] + kv_b[0] * kv_b[1])
+            if "mlp" in modules:
+                mlp = (3 if self.dims.gated_mlp else 2) * self.dims.hidden * self.dims.ffn_hidden
+                extra += 2.0 * (self.dims.n_layers - self.n_moe_layers) * mlp
+            return self.model_flops_per_token(seq_len) + extra
         if self.moe is None and self.mla is None:
             return _hardware_flops(self.dims, seq_len, recompute)
-        attn_fwd = 4.0 * self.dims.n_layers * self.attn_core_width * seq_len
         full = 2.0 * self._matmul_active() + attn_fwd
         extra = {"none": 0.0, "op": 0.0, "selective": attn_fwd, "full": full, "every-other": 0.5 * full}[recompute]
         return self.model_flops_per_token(seq_len) + extra
@@ -257,7 +270,8 @@ def op_policy_fractions(model: ModelSpec, fraction: float, *, tp: int = 1, sp: b
 
 def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int, tp: int, sp: bool,
                            recompute: str, kv_len: float | None = None, fp8: bool = False,
-                           routed_rows: float = 0.0, op_saved_mm: float = 1.0) -> float:
+                           routed_rows: float = 0.0, op_saved_mm: float = 1.0,
+                           modules: tuple[str, ...] = ("core_attn",)) -> float:
     """Activation bytes one layer keeps for backward, per GPU, for one micro-batch (module docstring).
 
     seq_len is the local sequence (s / cp under context parallelism); kv_len the keys each query sees
@@ -275,6 +289,10 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
     `wavefront train`'s policy keeps; torchtitan's, which recomputes every second mm, keeps
     op_policy_fractions(model, Training.op_recompute_mm)[1]: 0.55 for Llama 3 8B); the layer input,
     attention output and its LSE are kept either way.
+    modules: what recompute="selective" reruns (Training.recompute_modules): "core_attn" drops materialised
+    attention scores, "mla_up_proj" the MLA queries, keys and values (2 B x (q_dim + 2 kv_dim) per token;
+    its latents stay as the up-projections' inputs), "mlp" a dense layer's MLP terms (its input stays),
+    "moe_act" the experts' activation output (the down projection's input, per routed row).
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}")
@@ -297,6 +315,8 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
         router = 4.0 * s * b / sp_div * model.moe.n_experts
         per_row = (2.0 * h + 4.0 * fe + 2.0 * h) if recompute == "op" else (
             (1.0 if fp8 else 2.0) * (h + fe) + 4.0 * fe + 2.0 * h)
+        if recompute == "selective" and "moe_act" in modules:
+            per_row -= (1.0 if fp8 else 2.0) * fe
         moe_rows = routed_rows * per_row + router
     if recompute == "op":
         # saved: the layer input, QKV, attention output (+ LSE), output projection, the MLP's first
@@ -310,10 +330,16 @@ def layer_activation_bytes(model: ModelSpec, *, seq_len: float, micro_batch: int
     eager = model.kernels == "eager"
     replicated = (12.0 if eager else 4.0) * sbh + lin * sbh + lin * sbh + masks
     mlp = ((6.0 + lin if eager else 4.0 + lin) if model.dims.gated_mlp else 2.0 + lin) * s * b * f
-    split = (2.0 + lin) * s * b * model.q_dim + 4.0 * s * b * model.kv_dim + mlp
+    selective = set(modules) if recompute == "selective" else set()
+    if "mlp" in selective and routed_rows <= 0:
+        mlp = 0.0
+    qkv = 2.0 * s * b * model.q_dim + 4.0 * s * b * model.kv_dim
+    if "mla_up_proj" in selective and model.mla is not None:
+        qkv = 0.0
+    split = lin * s * b * model.q_dim + qkv + mlp
     if model.attention == "flash":
         split += 4.0 * a * s * b
-    elif recompute != "selective":
+    elif "core_attn" not in selective:
         split += (5.0 if model.dropout else 2.0) * a * s * kv_len * b
     return replicated / sp_div + split / tp + moe_rows
 

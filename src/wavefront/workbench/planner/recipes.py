@@ -14,8 +14,8 @@ How the planner prices the facts (Training): "deepep" and "hybridep" send a toke
 holds one of its experts (ep_dispatch "deepep": both dedupe across nodes, HybridEP with a hierarchical
 intra-node stage); "alltoall" sends every copy (ep_dispatch "all-to-all"); moe_a2a_overlap True overlaps
 the all-to-alls with another micro-batch's compute (ep_overlap 1, bounded by that compute:
-time.ep_comm_per_layer_s). Facts the planner does not price are kept for the record: CUDA-graph scopes
-and recompute modules (the recipes' `recompute_modules`; memory.py has no module-level policy).
+time.ep_comm_per_layer_s); `recompute_modules` makes the plan's recompute "selective" with those modules
+(Training.recompute_modules). CUDA-graph scopes are kept for the record, not priced.
 """
 
 from __future__ import annotations
@@ -40,15 +40,21 @@ class Recipe:
     ep: int
     dispatcher: str  # "alltoall", "deepep" or "hybridep"
     a2a_overlap: bool
+    recompute_modules: tuple[str, ...] = ()  # recompute_modules (granularity selective); () none
     unpriced: str = ""  # stated facts the planner does not price
 
     def plan(self) -> tuple[Any, ...]:
         return (self.gpu, self.model, self.n_gpus, self.global_batch, self.micro_batch, self.tp, self.pp,
                 self.vpp, self.ep)
 
-    def training_facts(self) -> dict[str, Any]:
-        return {"ep_dispatch": "all-to-all" if self.dispatcher == "alltoall" else "deepep",
-                "ep_overlap": 1.0 if self.a2a_overlap else 0.0}
+    def facts(self) -> dict[str, Any]:
+        """The row settings it states: the stack's (ep_dispatch, ep_overlap) and the plan's checkpointing
+        (recompute "selective" with its modules, when the config names any)."""
+        out: dict[str, Any] = {"ep_dispatch": "all-to-all" if self.dispatcher == "alltoall" else "deepep",
+                               "ep_overlap": 1.0 if self.a2a_overlap else 0.0}
+        if self.recompute_modules:
+            out |= {"recompute": "selective", "recompute_modules": self.recompute_modules}
+        return out
 
 
 _QWEN = "qwen3_workload_base_configs.py (commit 01b2977)"
@@ -65,17 +71,17 @@ MEGATRON_BRIDGE: tuple[Recipe, ...] = (
     Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_CS_V2, {_QWEN}", "b200", "qwen3-235b-a22b", 256, 8192, 1, 1, 8,
            1, 8, "alltoall", False),
     Recipe(f"QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1 (= FP8_CS, FP8_MX), {_QWEN}", "b200", "qwen3-30b-a3b", 8, 512,
-           4, 1, 1, 1, 8, "hybridep", False, "CUDA graphs: attn, moe_router, moe_preprocess"),
+           4, 1, 1, 1, 8, "hybridep", False, unpriced="CUDA graphs: attn, moe_router, moe_preprocess"),
     Recipe(f"QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1, {_QWEN}", "h100", "qwen3-30b-a3b", 16, 1024, 1, 1, 1, 1,
            16, "hybridep", False),
     Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 (= FP8_CS, FP8_MX), {_DSV3}", "b200", "deepseek-v3", 256, 2048, 1, 1,
-           16, 1, 8, "hybridep", False, "recompute_modules mla_up_proj"),
+           16, 1, 8, "hybridep", False, ("mla_up_proj",)),
     Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_CS_V2, {_DSV3}", "b200", "deepseek-v3", 256, 4096, 1, 1, 16, 1, 8,
-           "hybridep", False, "recompute_modules mla_up_proj"),
+           "hybridep", False, ("mla_up_proj",)),
     Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2, {_DSV3}", "b200", "deepseek-v3", 256, 4096, 1, 1, 8, 2, 32,
-           "deepep", True, "recompute_modules mla_up_proj, mlp; CUDA graphs: attn, moe_router, moe_preprocess"),
+           "deepep", True, ("mla_up_proj", "mlp"), "CUDA graphs: attn, moe_router, moe_preprocess"),
     Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 (= FP8_CS), {_DSV3}", "h100", "deepseek-v3", 1024, 8192, 1, 2, 8, 4,
-           64, "hybridep", False, "recompute_modules mla_up_proj, mlp"),
+           64, "hybridep", False, ("mla_up_proj", "mlp")),
 )
 
 #: Recipe sets a published table may name (its defaults' "recipes").

@@ -265,7 +265,7 @@ def kpis_for(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
     tok_s = tokens / step
     peak = cluster.gpu.peak_tflops("bf16")
     model_fpt = model.model_flops_per_token(training.seq_len)
-    hw_fpt = model.hardware_flops_per_token(training.seq_len, cfg.recompute)
+    hw_fpt = model.hardware_flops_per_token(training.seq_len, cfg.recompute, training.recompute_modules)
     price = cluster.price_per_gpu_hour
     dollars = kpi.cost_per_step(n, price, step) if price is not None else None
     energy = kpi.modeled_energy_j(n, cluster.gpu.tdp_w, step, cluster.power_fraction)

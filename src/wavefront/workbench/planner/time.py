@@ -229,8 +229,10 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     mm_fwd = mm_bwd = 0.0
     cast_bytes = 0.0
     last_mm_fwd = 0.0
+    fwd_of: list[float] = []  # forward seconds per weight matmul, in _linear_shapes order
     for d_in, d_out in _linear_shapes(model, cfg.tp, ffn):
         f, b = linear_fwd_bwd_s(gpu, tokens, d_in, d_out, peak, hbm, 1.0 if fp8 else 2.0, kernel_s)
+        fwd_of.append(f)
         mm_fwd += f
         last_mm_fwd = f
         mm_bwd += b
@@ -274,12 +276,33 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     elif cfg.recompute == "op":
         total += ew + op_policy_fractions(model, training.op_recompute_mm)[0] * mm_fwd
     elif cfg.recompute == "selective":
+        total += _selective_rerun_s(model, cfg, training, fwd_of, attn, moe_layer, hbm, kernel_s, tokens)
+    return total, attn
+
+
+def _selective_rerun_s(model: ModelSpec, cfg: PlanConfig, training: Training, fwd_of: list[float], attn: float,
+                       moe_layer: bool, hbm: float, kernel_s: float, tokens: int) -> float:
+    """Seconds recompute="selective" adds to one layer per micro-batch, module by module
+    (Training.recompute_modules): the attention core's forward (and materialised scores' bytes), the MLA
+    up-projections' forward (q_b and kv_b, the second and fourth attention matmuls), a dense layer's MLP
+    forward and activation, the experts' activation function (its bytes per routed row)."""
+    modules, out = training.recompute_modules, 0.0
+    if "core_attn" in modules:
         score_bytes = 0.0
         if model.attention == "materialized":
             per_score = 9.0 if model.dropout else 4.0
             score_bytes = per_score * model.dims.n_heads * tokens * training.seq_len / cfg.tp / hbm
-        total += attn + score_bytes
-    return total, attn
+        out += attn + score_bytes
+    n_attn = len(model.attn_linear_shapes(cfg.tp))
+    if "mla_up_proj" in modules and model.mla is not None:
+        up = (1, 3) if model.mla.q_lora_rank else (0, 2)  # q_b (or the whole query projection), kv_b
+        out += sum(fwd_of[i] for i in up)
+    if "mlp" in modules and not moe_layer and len(fwd_of) > n_attn:
+        act = (6.0 if model.dims.gated_mlp else 4.0) * tokens * model.dims.ffn_hidden / cfg.tp
+        out += sum(fwd_of[n_attn:]) + act / hbm + kernel_s
+    if "moe_act" in modules and moe_layer and model.moe is not None:
+        out += MOE_ACT_BYTES_PER_ROW_F * model.moe.expert_ffn * routed_rows(model, cfg, training) / hbm + kernel_s
+    return out
 
 
 def output_layer_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, eff: Efficiency) -> float:

@@ -38,6 +38,13 @@ LOSS_LOGITS = ("vocab-parallel", "native", "fused")
 #: experts once, then NVLink forwards it to the GPUs there: DeepSeek-V3 report, arXiv:2412.19437, Sec. 3.2.2).
 EP_DISPATCH = ("all-to-all", "deepep")
 
+#: What recompute="selective" reruns, by module, as Megatron-Core's --recompute-modules names them (with
+#: --recompute-granularity selective): "core_attn" the attention core (the default, Korthikanti et al.'s
+#: selective recomputation), "mla_up_proj" the MLA up-projections and RoPE (their Q, K, V freed after the
+#: attention's forward), "mlp" a dense layer's MLP (not a MoE layer's), "moe_act" the experts' activation
+#: function. Megatron-Core's "layernorm", "moe" and "shared_experts" are not modelled.
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe_act")
+
 #: Bytes per parameter kept by each optimizer: (fp32 master copy, optimizer states). AdamW keeps an fp32
 #: master weight and two fp32 moments (the 12 of ZeRO's 2 + 2 + 12 = 16 bytes per parameter, Rajbhandari
 #: et al. 2020, arXiv:1910.02054, Sec. 3.1); "adamw-bf16" trains bf16 weights directly with bf16 moments
@@ -67,7 +74,8 @@ class Efficiency:
         and the all-to-all, a synchronisation that drains the launch queue, plus the per-expert bookkeeping.
         Paid with Training.moe_capacity_factor set too: padding to capacity removes the copy (Megatron-Core's
         drop-and-pad path has static splits) but the fitted value, about a millisecond, is far more than one
-        synchronisation, so most of it is the rest of the per-layer overhead. Physics default 0 (no benchmark isolates it); a stack profile fits it on its own MoE calibration rows.
+        synchronisation, so most of it is the rest of the per-layer overhead. Physics default 0 (no
+        benchmark isolates it); a stack profile fits it on its own MoE calibration rows.
     attention_as_is: `attention` is what the run's own kernel reaches (measured with --calibrate, or given
         with --attn-eff), so Training.attention_kernel's class factor does not apply on top of it.
     Materialised attention (attention="materialized") runs its matmuls at `gemm` and streams the
@@ -213,6 +221,8 @@ class Training:
         outputs); reentrant checkpointing (Megatron-LM's, DeepSpeed's, TE's) reruns the whole forward. A fact
         of the stack profile (stacks.py).
     ep_dispatch: how the expert-parallel all-to-all crosses nodes (EP_DISPATCH).
+    recompute_modules: what a plan with recompute="selective" reruns (RECOMPUTE_MODULES; default the
+        attention core only).
     pp_round: micro-batches per round of the interleaved pipeline schedule (pipeline.py): 0 (default) is
         pp, Megatron-LM's; Llama 3's schedule makes it tunable (Dubey et al. 2024, Sec. 3.3.2). Memory
         only: the time model keeps the (pp - 1)/(vpp m) bubble, which does not hold for a round below pp.
@@ -249,6 +259,7 @@ class Training:
     attention_kernel: str = "fa2"
     pp_round: int = 0
     ep_dispatch: str = "all-to-all"
+    recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -258,6 +269,10 @@ class Training:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor <= 0.0:
             raise ValueError(f"moe_capacity_factor must be > 0 (a multiple of the mean tokens per expert), "
                              f"got {self.moe_capacity_factor}")
+        bad = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if bad or not self.recompute_modules or len(set(self.recompute_modules)) != len(self.recompute_modules):
+            raise ValueError(f"recompute_modules must be distinct names from {RECOMPUTE_MODULES}, got "
+                             f"{list(self.recompute_modules)}")
         if self.ep_dispatch not in EP_DISPATCH:
             raise ValueError(f"ep_dispatch must be one of {EP_DISPATCH}, got {self.ep_dispatch!r}")
         if self.pp_round < 0:

@@ -53,7 +53,7 @@ _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch",
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib", "loss_logits",
                "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "zero3_unit", "stack", "cp_comm",
                "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel", "pp_round",
-               "ep_dispatch")
+               "ep_dispatch", "recompute_modules")
 
 #: efficiency_for(gpu_key, profile): the constants to price a row with (None: the profile's own).
 EfficiencyFor = Callable[[str, StackProfile], Efficiency | None]
@@ -145,21 +145,24 @@ def row_profile(doc: dict[str, Any], row: dict[str, Any], stated: bool = True) -
 
 
 def recipe_facts(doc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    """The Training facts a row's recipe states beyond its table (recipes.py), when the table names a recipe
-    set (defaults "recipes") and a config's plan equals the row's; a fact the row states itself wins."""
+    """The settings a row's recipe states beyond its table (recipes.py), when the table names a recipe set
+    (defaults "recipes") and a config's plan equals the row's: its dispatcher and EP overlap, and its
+    recompute modules; a setting the row states itself wins over them, they win over the table's defaults."""
     st = _row_settings(doc, row)
     recipes = RECIPE_SETS.get(st.get("recipes", ""))
     if recipes is None:
         return {}
     recipe = recipe_for(st | {"gpu": st.get("gpu", doc["hardware"]["gpu"])}, recipes)
-    return recipe.training_facts() if recipe is not None else {}
+    return recipe.facts() if recipe is not None else {}
 
 
 def _row_inputs(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency | None = None,
                 stated: bool = True) -> tuple[ModelSpec, PlanConfig, Training, Cluster, Efficiency]:
     """(model, plan, training, cluster, efficiency) of a published row, priced with its stack profile
     (stated) or with the default profile (stated=False: the table's stack fields are dropped too)."""
-    st = _row_settings(doc, row)
+    facts = recipe_facts(doc, row)
+    plan_facts = {k: v for k, v in facts.items() if k in ("recompute", "recompute_modules") and "recompute" not in row}
+    st = _row_settings(doc, row) | plan_facts  # the recipe's checkpointing is the plan's: kept with stated=False
     prof = row_profile(doc, row, stated)
     hw = dict(doc["hardware"])
     if "gpu" in st:
@@ -174,8 +177,11 @@ def _row_inputs(doc: dict[str, Any], row: dict[str, Any], efficiency: Efficiency
                            inter_gbps=hw.get("inter_gbps"), intra_gbps=hw.get("intra_gbps"),
                            hierarchical=prof.hierarchical)
     seq = int(st["seq_len"])
-    train_kw = prof.training_fields() | (recipe_facts(doc, row) if stated else {}) | {
+    stack_facts = {k: v for k, v in facts.items() if k in ("ep_dispatch", "ep_overlap")} if stated else {}
+    train_kw = prof.training_fields() | stack_facts | {
         k: st[k] for k in _TRAIN_KEYS if k in st and (stated or k not in PROFILE_FIELDS)}
+    if "recompute_modules" in train_kw:
+        train_kw["recompute_modules"] = tuple(train_kw["recompute_modules"])
     training = Training(global_batch_tokens=int(st["global_batch"]) * seq, seq_len=seq, **train_kw)
     plan_kw = {k: st[k] for k in _PLAN_KEYS if k in st}
     model_parallel = plan_kw.get("tp", 1) * plan_kw.get("pp", 1) * plan_kw.get("cp", 1)
