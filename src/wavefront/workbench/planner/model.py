@@ -102,6 +102,15 @@ class ModelSpec:
             return self.dims.n_heads * (self.mla.qk_head + self.mla.v_head) // 2
         return self.q_dim
 
+    @property
+    def mla_up_proj_positions(self) -> tuple[int, ...]:
+        """Where the MLA up-projections sit in attn_linear_shapes (q_b, or the whole query projection
+        without a query bottleneck, and kv_b): what Megatron-Core's "mla_up_proj" recompute module reruns;
+        () without MLA."""
+        if self.mla is None:
+            return ()
+        return (1, 3) if self.mla.q_lora_rank else (0, 2)
+
     def attn_linear_shapes(self, tp: int) -> list[tuple[int, int]]:
         """(d_in, d_out) of the attention block's weight matmuls on one tensor-parallel rank. MLA's two
         down-projections are replicated across tp (Megatron-Core keeps them whole); the rest are split."""
@@ -187,9 +196,9 @@ class ModelSpec:
         attn_fwd = 4.0 * self.dims.n_layers * self.attn_core_width * seq_len
         if recompute == "selective" and tuple(modules) != ("core_attn",):
             extra = attn_fwd if "core_attn" in modules else 0.0
-            if "mla_up_proj" in modules and self.mla is not None:
-                q_b, kv_b = self.mla.linear_shapes(self.dims.hidden, self.dims.n_heads)[1::2][:2]
-                extra += 2.0 * self.dims.n_layers * (q_b[0] * q_b[1] + kv_b[0] * kv_b[1])
+            if "mla_up_proj" in modules:
+                shapes = self.attn_linear_shapes(1)
+                extra += 2.0 * self.dims.n_layers * sum(shapes[i][0] * shapes[i][1] for i in self.mla_up_proj_positions)
             if "mlp" in modules:
                 mlp = (3 if self.dims.gated_mlp else 2) * self.dims.hidden * self.dims.ffn_hidden
                 extra += 2.0 * (self.dims.n_layers - self.n_moe_layers) * mlp

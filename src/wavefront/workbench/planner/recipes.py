@@ -1,11 +1,12 @@
-"""What a published run's recipe states beyond its table: the MoE dispatcher and the EP all-to-all overlap of
-Megatron-Bridge's performance configs, looked up by the plan a table row ran.
+"""What a published run's recipe states beyond its table: the MoE dispatcher, the EP all-to-all overlap and
+the recompute modules of Megatron-Bridge's performance configs, looked up by the plan a table row ran.
 
 A Megatron-Bridge performance table prints the plan (GPUs, GBS, MBS, TP, PP, VP, EP) but not how the
 tokens travel. Its configs do (`scripts/performance/configs/{qwen,deepseek}/*_workload_base_configs.py`):
 `moe_token_dispatcher_type="alltoall"`, or the flex dispatcher with `moe_flex_dispatcher_backend`
-"deepep" / "hybridep", and `moe_a2a_overlap`. A row takes the facts of the config whose plan equals its
-own, field for field; a row no config matches takes none (the table's defaults stand). The configs were
+"deepep" / "hybridep", `moe_a2a_overlap` and `recompute_modules`. A row takes the facts of the config
+whose plan equals its own, field for field; a row no config matches takes none (the table's defaults
+stand). The configs were
 read at NVIDIA-NeMo/Megatron-Bridge commits 01b2977 (Qwen3) and 0426418 (DeepSeek-V3), which hold the
 "V1" presets (the 25.x global batches) and the "V2" presets (26.x); a release's own copy may differ,
 which is why a plan must match exactly before a fact is taken.

@@ -294,9 +294,8 @@ def _selective_rerun_s(model: ModelSpec, cfg: PlanConfig, training: Training, fw
             score_bytes = per_score * model.dims.n_heads * tokens * training.seq_len / cfg.tp / hbm
         out += attn + score_bytes
     n_attn = len(model.attn_linear_shapes(cfg.tp))
-    if "mla_up_proj" in modules and model.mla is not None:
-        up = (1, 3) if model.mla.q_lora_rank else (0, 2)  # q_b (or the whole query projection), kv_b
-        out += sum(fwd_of[i] for i in up)
+    if "mla_up_proj" in modules:
+        out += sum(fwd_of[i] for i in model.mla_up_proj_positions)
     if "mlp" in modules and not moe_layer and len(fwd_of) > n_attn:
         act = (6.0 if model.dims.gated_mlp else 4.0) * tokens * model.dims.ffn_hidden / cfg.tp
         out += sum(fwd_of[n_attn:]) + act / hbm + kernel_s
