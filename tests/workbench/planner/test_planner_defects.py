@@ -225,16 +225,18 @@ def test_context_parallel_attention_runs_on_chunks_of_s_over_2cp_and_pays_its_me
     assert total2 > total1  # the same tokens per rank cost more under CP at 8K
 
 
-@pytest.mark.parametrize(("gpu", "bf16", "hbm_gb", "family"), [
-    ("h100-pcie", 756.5, 80, "H100 family"), ("h100-nvl", 835.5, 94, "H100 family"),
-    ("gb200", 2500.0, 186, "transferred"), ("mi355x", 2500.0, 288, "defaults"),
+@pytest.mark.parametrize(("gpu", "bf16", "hbm_gb", "family", "capacity"), [
+    ("h100-pcie", 756.5, 80, "H100 family", 80e9), ("h100-nvl", 835.5, 94, "H100 family", 94e9),
+    ("gb200", 2500.0, 186, "transferred", 189_471 * 2**20), ("mi355x", 2500.0, 288, "defaults", 288e9),
 ])
-def test_gpu_variants_plan_with_their_own_peaks_and_say_which_constants_they_use(gpu, bf16, hbm_gb, family):
+def test_gpu_variants_plan_with_their_own_peaks_and_say_which_constants_they_use(gpu, bf16, hbm_gb, family,
+                                                                                 capacity):
     """Defect 6: GPU variants. Dense peaks from the vendors' datasheets (hardware.py); the planner uses the
     H100 family's fitted fractions for the GH100 parts, transfers them to GB200, keeps the defaults for
     MI355X, and says so in the efficiency's source."""
     result = plan("llama3-8b", f"16x{gpu}")
     cluster = result.clusters[0]
     assert cluster.gpu.bf16_tflops == bf16 and cluster.gpu.hbm_gb == hbm_gb
-    assert result.best is not None and result.best.memory.capacity_bytes == hbm_gb * 1e9
+    # the capacity a run has: CUDA's (nvidia-smi's for GB200, memory.DEVICE_BYTES) where published, else hbm_gb x 1e9
+    assert result.best is not None and result.best.memory.capacity_bytes == capacity
     assert family in Efficiency.for_gpu(gpu).source

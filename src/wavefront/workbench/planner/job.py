@@ -33,8 +33,10 @@ STACK_DEFAULTS = {"stack": DEFAULT_PROFILE}
 
 #: Training fields `--fix` pins besides the plan's own (PlanConfig), each a setting a published run states:
 #: the interleaved schedule's round size N (Training.pp_round: Llama 3's schedule, Dubey et al. 2024, Sec.
-#: 3.3.2) and what ZeRO-3 gathers at a time (Training.zero3_unit: DeepSpeed's sub-modules).
-TRAINING_FIX = ("pp_round", "zero3_unit", "recompute_modules")
+#: 3.3.2), what ZeRO-3 gathers at a time (Training.zero3_unit: DeepSpeed's sub-modules), what selective
+#: recomputation reruns (Training.recompute_modules) and how many layers' activations go to the host
+#: (Training.offload_activation_layers: Megatron-Core's CPU offloading).
+TRAINING_FIX = ("pp_round", "zero3_unit", "recompute_modules", "offload_activation_layers")
 
 
 def parse_fixed(items: list[str] | None) -> dict[str, Any]:

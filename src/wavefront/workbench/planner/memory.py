@@ -90,6 +90,9 @@ DEVICE_BYTES: dict[str, tuple[float, str]] = {
                              "reports 79.25 GiB visible; the lower is kept)"),
     "a100-40gb": (40_536 * 2**20, "A100-SXM4-40GB: total_memory 40,536 MiB (published device listings)"),
     "b200": (182_631 * 2**20, "B200: total_memory 182,631-182,642 MiB (published torch device listings)"),
+    "gb200": (189_471 * 2**20, "GB200: nvidia-smi memory.total 189,471 MiB (published nvidia-smi listings, "
+                               "drivers 580-590); torch's total_memory, not found for GB200, is 0.4-0.6% below "
+                               "nvidia-smi's on H100 and B200"),
 }
 
 
@@ -122,6 +125,7 @@ class MemoryBreakdown:
     allocator_bytes: float = 0.0  # fragmentation, counted once: Training.allocator_slack x (acts + transient)
     usable_bytes: float = 0.0  # what the search admits: Training.memory_headroom x capacity (0: all of it)
     capacity_source: str = ""  # where capacity_bytes comes from (device_capacity)
+    offloaded_bytes: float = 0.0  # activations held in host memory per GPU (Training.offload_activation_layers)
 
     @property
     def fits(self) -> bool:
@@ -342,8 +346,10 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     out_act = loss_activation_bytes(model, training, seq_len=s_local, micro_batch=b, tp=cfg.tp)
     # (stage name, parameters, routed-expert parameters, activations, micro-batches in flight)
     candidates: list[tuple[str, float, float, float, int]] = []
+    offloaded = 0.0
     if cfg.pp == 1:
-        candidates.append(("only", p_first, e_first, stage_first + emb_act + out_act, 1))
+        offloaded = stage_first * offload_fraction(model, training)
+        candidates.append(("only", p_first, e_first, stage_first - offloaded + emb_act + out_act, 1))
     else:
         pkey = ("pipeline", cfg.tp, cfg.sp, cfg.cp, cfg.pp, cfg.vpp, cfg.zero_bubble, b, cfg.recompute, m, cfg.ep,
                 training.loss_logits, training.op_recompute_mm, training.pp_round, training.recompute_modules)
@@ -399,4 +405,14 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     assert best is not None  # candidates is never empty
     total, stage, acts, w, gr, opt, slack, inflight = best
     return MemoryBreakdown(stage, w, gr, opt, acts, transient, buffers, overhead, total, capacity, inflight, slack,
-                           capacity * training.memory_headroom, capacity_source)
+                           capacity * training.memory_headroom, capacity_source, offloaded)
+
+
+def offload_fraction(model: ModelSpec, training: Training) -> float:
+    """Share of a pp = 1 model's layer activations that stays in host memory under activation offloading
+    (Training.offload_activation_layers = k of n layers): each offloaded layer's activations leave the GPU
+    once its forward is done, copied while the next layer runs, and come back one layer ahead of its
+    backward, so one of them is on the GPU at a time: (k - 1) / n. Layers are taken as alike (a MoE
+    model's dense first layers are counted as MoE layers)."""
+    k, n = training.offload_activation_layers, model.dims.n_layers
+    return max(0, min(k, n - 1) - 1) / n

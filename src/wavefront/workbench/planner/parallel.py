@@ -81,13 +81,16 @@ def n_micro_batches(cfg: PlanConfig, global_batch_seqs: int) -> int:
 
 
 def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_batch_seqs: int,
-                        seq_len: int, *, allow_uneven_layers: bool = True, pp_round: int = 0) -> list[str]:
+                        seq_len: int, *, allow_uneven_layers: bool = True, pp_round: int = 0,
+                        offload_layers: int = 0) -> list[str]:
     """Why a plan cannot run at all (empty when it can); memory is checked separately.
 
     allow_uneven_layers accepts pipeline stages that do not divide the layers (the busiest stage gets
     the rounded-up share, as Megatron-LM and torchtitan split them); False demands an even split.
     pp_round: the interleaved schedule's round size N (Training.pp_round; 0: pp, Megatron-LM's): the
     micro-batches must be a multiple of N, not of pp (Llama 3's schedule, Dubey et al. 2024, Sec. 3.3.2).
+    offload_layers: layers whose activations go to host memory (Training.offload_activation_layers),
+    modelled with pp = 1 only (the runs that state it: Megatron FSDP without a pipeline).
     """
     dims = model.dims
     problems: list[str] = []
@@ -116,6 +119,11 @@ def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_b
         problems.append(f"HSDP shard group {cfg.shard} needs ZeRO-3 and must divide dp*cp = {cfg.dp * cfg.cp}")
     if cfg.vpp > 1 and cfg.pp == 1:
         problems.append("interleaved schedule (vpp > 1) needs pipeline parallel > 1")
+    if offload_layers and cfg.pp > 1:
+        problems.append("activation offloading (offload_activation_layers) is modelled with pipeline parallel 1 "
+                        "only")
+    elif offload_layers >= dims.n_layers:
+        problems.append(f"offload_activation_layers {offload_layers} must be below the {dims.n_layers} layers")
     if global_batch_seqs % (cfg.micro_batch * cfg.dp):
         problems.append(f"global batch of {global_batch_seqs} sequences is not divisible by micro-batch "
                         f"{cfg.micro_batch} x dp {cfg.dp}")

@@ -285,7 +285,8 @@ def evaluate(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Clu
     dict per model, training, cluster and efficiency) shares per-layer terms between plans."""
     efficiency = efficiency or Efficiency.for_gpu(cluster.gpu.key)
     problems = structural_problems(cfg, model, cluster.n_gpus, training.global_batch_seqs, training.seq_len,
-                                   allow_uneven_layers=allow_uneven_layers, pp_round=training.pp_round)
+                                   allow_uneven_layers=allow_uneven_layers, pp_round=training.pp_round,
+                                   offload_layers=training.offload_activation_layers)
     if problems:
         return PlanResult(cfg, cluster, None, None, reasons=tuple(problems))
     mem = memory_breakdown(model, cfg, training, cluster, memo)

@@ -77,7 +77,12 @@ from wavefront.workbench.planner.kernels import (
     linear_fwd_bwd_s,
 )
 from wavefront.workbench.planner.memory import stage_terms
-from wavefront.workbench.planner.model import ModelSpec, attention_core_flops, op_policy_fractions
+from wavefront.workbench.planner.model import (
+    ModelSpec,
+    attention_core_flops,
+    layer_activation_bytes,
+    op_policy_fractions,
+)
 from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
@@ -95,6 +100,10 @@ ZB_H1_BUBBLE_FRACTION = 1.0 / 3.0
 #: 25 GB/s per GPU each way; a vectorised CPU Adam is taken to update 1e9 parameters/s per GPU's share of
 #: the host cores (an order-of-magnitude assumption, not fitted: no offload run is in the validation set).
 PCIE_GBPS = 25.0
+#: The host link activation offloading (Training.offload_activation_layers) copies over, GB/s per direction:
+#: GB200's NVLink-C2C to its Grace CPU, 900 GB/s both ways (NVIDIA GB200 NVL72 specifications); other parts
+#: PCIE_GBPS (what a PCIe Gen4 x16 host link moves in practice; Gen5 parts are not credited more).
+HOST_LINK_GBPS = {"gb200": 450.0}
 CPU_ADAM_PARAMS_PER_S = 1.0e9  # fp32 logits read + written by the loss forward and backward
 
 
@@ -113,11 +122,12 @@ class TimeBreakdown:
     dp_comm_total_s: float  # before overlap
     n_micro: int
     ep_comm_s: float = 0.0  # exposed expert-parallel all-to-alls (MoE)
+    offload_s: float = 0.0  # exposed activation copies to and from the host (Training.offload_activation_layers)
 
     def parts(self) -> dict[str, float]:
         return {"compute": self.compute_s, "tp comm": self.tp_comm_s, "cp comm": self.cp_comm_s,
                 "pp p2p": self.pp_p2p_s, "bubble": self.bubble_s, "dp comm": self.dp_comm_s,
-                "optimizer": self.optimizer_s, "ep comm": self.ep_comm_s}
+                "optimizer": self.optimizer_s, "ep comm": self.ep_comm_s, "offload": self.offload_s}
 
 
 def _elementwise_bytes(model: ModelSpec, tokens: float, kv_len: float, cfg: PlanConfig,
@@ -488,7 +498,8 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
             # bubble term already covers
             p2p_s = 0.0
 
-    stage_mb = stage_compute + tp_s + cp_s + ep_s + p2p_s
+    offload_s = activation_offload_exposed_s(model, cfg, training, cluster, layers_s)
+    stage_mb = stage_compute + tp_s + cp_s + ep_s + p2p_s + offload_s
     body_mb = layers_s + tp_s + cp_s + ep_s + p2p_s
     bubble = (cfg.pp - 1) / cfg.vpp * body_mb if cfg.pp > 1 else 0.0
     if cfg.zero_bubble:
@@ -513,4 +524,25 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     compute_total = m * stage_compute
     step = m * stage_mb + bubble + dp_exposed + optimizer_s
     return TimeBreakdown(compute_total, m * tp_s, m * cp_s, m * p2p_s, bubble, dp_exposed,
-                         optimizer_s, step, dp_total, m, m * ep_s)
+                         optimizer_s, step, dp_total, m, m * ep_s, m * offload_s)
+
+
+def activation_offload_exposed_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+                                 layers_s: float) -> float:
+    """Seconds per micro-batch that activation offloading (Training.offload_activation_layers, pp = 1) adds:
+    the offloaded layers' activations go to the host during their forward and come back during their
+    backward, each way over the host link (HOST_LINK_GBPS) on its own stream, hidden under the compute
+    of the offloaded layers' forward (a third of their seconds) and backward (two thirds); what exceeds it
+    is exposed."""
+    k = min(training.offload_activation_layers, model.dims.n_layers - 1)
+    if k <= 0 or cfg.pp > 1:
+        return 0.0
+    n = model.dims.n_layers
+    per_layer = layer_activation_bytes(
+        model, seq_len=training.seq_len / cfg.cp, micro_batch=cfg.micro_batch, tp=cfg.tp, sp=cfg.sp,
+        recompute=cfg.recompute, kv_len=training.seq_len, fp8=training.precision == "fp8",
+        op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1],
+        modules=training.recompute_modules)
+    copy_s = k * per_layer / (HOST_LINK_GBPS.get(cluster.gpu.key, PCIE_GBPS) * 1e9)
+    under_s = k / n * layers_s
+    return max(0.0, copy_s - under_s / 3.0) + max(0.0, copy_s - 2.0 * under_s / 3.0)

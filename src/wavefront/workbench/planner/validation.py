@@ -53,7 +53,7 @@ _PLAN_KEYS = ("tp", "sp", "pp", "vpp", "cp", "zero", "recompute", "micro_batch",
 _TRAIN_KEYS = ("precision", "optimizer", "grad_bytes", "dp_overlap", "tp_overlap", "bucket_mib", "loss_logits",
                "framework_overhead_gb", "allocator_slack", "zero3_16bit_shard", "zero3_unit", "stack", "cp_comm",
                "moe_imbalance", "moe_capacity_factor", "ep_overlap", "attention_kernel", "pp_round",
-               "ep_dispatch", "recompute_modules")
+               "ep_dispatch", "recompute_modules", "offload_activation_layers")
 
 #: efficiency_for(gpu_key, profile): the constants to price a row with (None: the profile's own).
 EfficiencyFor = Callable[[str, StackProfile], Efficiency | None]
