@@ -34,6 +34,8 @@ weight matrix, and keeps up to stage3_max_live_parameters, 1e9, resident: submod
 bf16 weights without resharding (Training.fsdp_gather "no-reshard") and its gradients too when gathering once per
 step ("step"); HSDP (PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two in-flight
 gradient buckets. CPU offload (Training.offload_optimizer) moves the master weights and optimizer states to the host.
+Activation offloading (Training.offload_activation_layers, pp = 1) keeps (k - 1) of n layers' activations in
+host memory (offload_fraction; MemoryBreakdown.offloaded_bytes).
 Framework overhead (CUDA context, NCCL, workspaces) is a constant.
 
 Fragmentation is counted once, as its own term: allocator_bytes = Training.allocator_slack (5%) x (activations +

@@ -157,9 +157,9 @@ FITTED: dict[str, dict[str, Any]] = {
         "h100": {"attention": 0.303, "gemm": 0.711},
     },
     "megatron-core-te/2025": {
-        "b200": {"attention": 0.252, "gemm": 0.592},
-        "h100": {"attention": 0.364, "gemm": 0.854},
-        "shared": {"moe_layer_us": 1336.054},
+        "b200": {"attention": 0.255, "gemm": 0.568},
+        "h100": {"attention": 0.354, "gemm": 0.83},
+        "shared": {"kernel_us": 0.003, "moe_layer_us": 1436.554},
     },
     "megatron-lm/2021": {
         "a100": {"attention": 0.546, "gemm": 0.729},
@@ -250,6 +250,13 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "nemo_2502_fp8/h100 nemo-gpt3-175b 512gpu tp4 pp8 cp1 vp6 mb2 gbs2048",
         "nemo_2504_long_sequence_b200/llama3-8b seq32k 8gpu tp1 pp1 cp2 dp4 mb1 gbs128",
         "nemo_2504_long_sequence_b200/llama3-8b seq256k 64gpu tp4 pp1 cp4 dp4 mb1 gbs16",
+        "megatron_bridge_gb200/25.09 gb200 llama3-405b 128gpu fsdp64 tp2 pp1 cp1 vp1 mb1",
+        "megatron_bridge_gb200/26.02 gb200 llama3-70b 64gpu fsdp64 tp1 pp1 cp1 vp1 mb2",
+        "megatron_bridge_gb200/26.02.01 gb200 llama3-405b 256gpu fsdp0 tp4 pp16 cp1 vp4 mb1",
+        "megatron_bridge_gb200/26.04 gb200 llama3-405b 256gpu fsdp0 tp4 pp16 cp1 vp4 mb1",
+        "megatron_bridge_gb200/26.04.01 gb200 llama3-70b 64gpu fsdp64 tp1 pp1 cp1 vp1 mb2",
+        "megatron_bridge_gb200/26.06 gb200 llama3-405b 256gpu fsdp0 tp4 pp16 cp1 vp4 mb1",
+        "nemo_2504_2507_gb200/25.04 gb200 nemo-gpt3-175b 128gpu fsdp0 tp4 pp4 cp1 vp12 mb2",
         "megatron_bridge_2509_moe/b200 qwen3-235b-a22b 64gpu tp1 pp8 cp1 vp2 ep8 mb1",
         "megatron_bridge_2511_moe/b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb1",
         "megatron_bridge_2602_2606_moe/26.04.01 b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb4",
@@ -320,10 +327,11 @@ _PROFILES = (
         "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2407_h100_fp8",)),
     StackProfile(
         "megatron-core-te", "2025", "Megatron-Core + Transformer Engine, 2025 releases and their 2026 successors: "
-        "NeMo 25.02 and 25.04 and Megatron-Bridge 25.09-26.06 (the NeMo 2 recipes moved there), cuDNN fused attention",
+        "NeMo 25.02-25.07 and Megatron-Bridge 25.09-26.06 (the NeMo 2 recipes moved there), cuDNN fused attention",
         "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP, _MB_MOE),
         tables=("nemo_2502_fp8", "nemo_2504_long_sequence_b200", "megatron_bridge_2509", "megatron_bridge_2511",
-                "megatron_bridge_2602", "megatron_bridge_2602_2606", "megatron_bridge_2509_moe",
+                "megatron_bridge_2602", "megatron_bridge_2602_2606", "megatron_bridge_gb200", "nemo_2504_2507_gb200",
+                "megatron_bridge_2509_moe",
                 "megatron_bridge_2511_moe", "megatron_bridge_2602_2606_moe", "megatron_bridge_2602_moe")),
     StackProfile(
         "nemo-automodel", "2025", "NeMo Automodel: PyTorch FSDP2 + expert parallel with Transformer Engine "
