@@ -9,7 +9,11 @@ whose plan equals its own, field for field; a row no config matches takes none (
 stand). The configs were
 read at NVIDIA-NeMo/Megatron-Bridge commits 01b2977 (Qwen3) and 0426418 (DeepSeek-V3), which hold the
 "V1" presets (the 25.x global batches) and the "V2" presets (26.x); a release's own copy may differ,
-which is why a plan must match exactly before a fact is taken.
+which is why a plan must match exactly before a fact is taken. Where configs of one plan differ by
+precision (DeepSeek-V3 on GB200: FP8-CS recomputes the dense MLPs, BF16 and MXFP8 the MLA up-projections,
+MXFP8 alone overlaps the all-to-alls), the config names its precisions and a row must state its own
+(`recipe_precision`: "bf16", "fp8_cs" or "fp8_mx"); a row that matches configs with different facts and
+states none takes none.
 
 How the planner prices the facts (Training): "deepep" and "hybridep" send a token once to each node that
 holds one of its experts (ep_dispatch "deepep": both dedupe across nodes, HybridEP with a hierarchical
@@ -43,6 +47,7 @@ class Recipe:
     a2a_overlap: bool
     recompute_modules: tuple[str, ...] = ()  # recompute_modules (granularity selective); () none
     unpriced: str = ""  # stated facts the planner does not price
+    precisions: tuple[str, ...] = ()  # the precision variants it is ("bf16", "fp8_cs", "fp8_mx"); (): any
 
     def plan(self) -> tuple[Any, ...]:
         return (self.gpu, self.model, self.n_gpus, self.global_batch, self.micro_batch, self.tp, self.pp,
@@ -60,6 +65,8 @@ class Recipe:
 
 _QWEN = "qwen3_workload_base_configs.py (commit 01b2977)"
 _DSV3 = "deepseek_workload_base_configs.py (commit 0426418)"
+_GRAPHS = "CUDA graphs: attn, moe_router, moe_preprocess"
+_MX_DSV3 = "full-iteration CUDA graph; CuTe DSL fused grouped MLP"
 
 #: The H100 and B200 MoE configs of Megatron-Bridge's performance scripts (the module docstring).
 MEGATRON_BRIDGE: tuple[Recipe, ...] = (
@@ -83,6 +90,23 @@ MEGATRON_BRIDGE: tuple[Recipe, ...] = (
            "deepep", True, ("mla_up_proj", "mlp"), "CUDA graphs: attn, moe_router, moe_preprocess"),
     Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 (= FP8_CS), {_DSV3}", "h100", "deepseek-v3", 1024, 8192, 1, 2, 8, 4,
            64, "hybridep", False, ("mla_up_proj", "mlp")),
+    # GB200 (read 2026-12-05, before the GB200 MoE table was priced)
+    Recipe(f"QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_{{BF16,FP8_CS,FP8_MX}}_V1, {_QWEN}", "gb200", "qwen3-30b-a3b", 8, 512,
+           4, 1, 1, 1, 8, "hybridep", False, unpriced=_GRAPHS),
+    Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_{{BF16,FP8_CS,FP8_MX}}_V1, {_QWEN}", "gb200", "qwen3-235b-a22b", 64,
+           1024, 1, 1, 8, 1, 8, "hybridep", False, unpriced=_GRAPHS),
+    Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_V2, {_QWEN}", "gb200", "qwen3-235b-a22b", 256, 8192, 1, 1, 8, 1,
+           8, "hybridep", False, unpriced=_GRAPHS),
+    Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_CS_V2, {_QWEN}", "gb200", "qwen3-235b-a22b", 256, 8192, 1, 1, 8,
+           1, 32, "hybridep", False, unpriced=_GRAPHS),
+    Recipe(f"QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2, {_QWEN}", "gb200", "qwen3-235b-a22b", 256, 8192, 1, 1, 8,
+           3, 32, "hybridep", False, unpriced=_GRAPHS),
+    *(Recipe(f"DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_{variant}_V{v}, {_DSV3}", "gb200", "deepseek-v3", 256, gbs, 1, 1, 4, 4,
+             64, "hybridep", overlap, modules, unpriced, (prec,))
+      for v, gbs in ((1, 2048), (2, 4096))
+      for variant, prec, overlap, modules, unpriced in (
+          ("FP8_CS", "fp8_cs", False, ("mlp",), _GRAPHS), ("BF16", "bf16", False, ("mla_up_proj",), _GRAPHS),
+          ("FP8_MX", "fp8_mx", True, ("mla_up_proj",), _MX_DSV3))),
 )
 
 #: Recipe sets a published table may name (its defaults' "recipes").
@@ -91,8 +115,15 @@ RECIPE_SETS = {"megatron-bridge": MEGATRON_BRIDGE}
 
 def recipe_for(settings: dict[str, Any], recipes: tuple[Recipe, ...] = MEGATRON_BRIDGE) -> Recipe | None:
     """The config whose plan equals a row's (its merged settings: gpu, model, n_gpus, global_batch,
-    micro_batch, tp, pp, vpp, ep; absent parallel degrees read as 1), or None."""
+    micro_batch, tp, pp, vpp, ep; absent parallel degrees read as 1) and, where configs name precisions,
+    whose precision is the row's `recipe_precision`; None when none matches, or when the matches state
+    different facts (a row that does not say which variant it ran)."""
     plan = (settings.get("gpu"), settings.get("model"), settings.get("n_gpus"), settings.get("global_batch"),
             settings.get("micro_batch", 1), settings.get("tp", 1), settings.get("pp", 1), settings.get("vpp", 1),
             settings.get("ep", 1))
-    return next((r for r in recipes if r.plan() == plan), None)
+    variant = settings.get("recipe_precision")
+    found = [r for r in recipes
+             if r.plan() == plan and (not r.precisions or variant is None or variant in r.precisions)]
+    if not found or any(r.facts() != found[0].facts() for r in found[1:]):
+        return None
+    return found[0]
