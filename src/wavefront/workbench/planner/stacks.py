@@ -269,6 +269,9 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "megatron_bridge_2602_2606_moe/26.02.01 h100 qwen3-30b-a3b 16gpu tp1 pp2 cp1 vp12 ep8 mb1",
         "megatron_bridge_2602_moe/26.02 b200 deepseek-v3 256gpu tp1 pp16 cp1 vp1 ep8 mb1",
         "megatron_bridge_2602_moe/26.02 b200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb1",
+        "megatron_bridge_gb200_moe/25.09 gb200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb4 fp8_mx",
+        "megatron_bridge_gb200_moe/25.11 gb200 qwen3-30b-a3b 8gpu tp1 pp1 cp1 vp1 ep8 mb4 fp8_mx",
+        "megatron_bridge_gb200_moe/26.02.01 gb200 qwen3-235b-a22b 256gpu tp1 pp8 cp1 vp1 ep32 mb1 fp8_mx",
     ),
     "megatron-lm/2021": (
         "narayanan2021_table1/3.6B",
@@ -332,7 +335,8 @@ _PROFILES = (
         tables=("nemo_2502_fp8", "nemo_2504_long_sequence_b200", "megatron_bridge_2509", "megatron_bridge_2511",
                 "megatron_bridge_2602", "megatron_bridge_2602_2606", "megatron_bridge_gb200", "nemo_2504_2507_gb200",
                 "megatron_bridge_2509_moe",
-                "megatron_bridge_2511_moe", "megatron_bridge_2602_2606_moe", "megatron_bridge_2602_moe")),
+                "megatron_bridge_2511_moe", "megatron_bridge_2602_2606_moe", "megatron_bridge_2602_moe",
+                "megatron_bridge_gb200_moe")),
     StackProfile(
         "nemo-automodel", "2025", "NeMo Automodel: PyTorch FSDP2 + expert parallel with Transformer Engine "
         "kernels (cuDNN attention)", "fsdp", "cudnn", 0.0, "ring", facts=(_FSDP2,), tables=("automodel_moe",)),

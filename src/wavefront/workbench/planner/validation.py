@@ -285,7 +285,7 @@ THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu")
 #: when transcribed; no constant is fitted on them (the MoE terms reuse the dense fit).
 MOE_REPORT_TABLES = ("validation/megatron_bridge_2509_moe.json", "validation/megatron_bridge_2511_moe.json",
                      "validation/automodel_moe.json", "validation/megatron_bridge_2602_2606_moe.json",
-                     "validation/megatron_bridge_2602_moe.json")
+                     "validation/megatron_bridge_2602_moe.json", "validation/megatron_bridge_gb200_moe.json")
 
 
 @dataclass(frozen=True)
