@@ -317,10 +317,7 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     b = cfg.micro_batch
     m = n_micro_batches(cfg, training.global_batch_seqs)
     layers = layers_per_stage(dims.n_layers, cfg)
-    act_kw: dict[str, Any] = dict(seq_len=s_local, micro_batch=b, tp=cfg.tp, sp=cfg.sp, kv_len=training.seq_len,
-                        fp8=training.precision == "fp8",
-                        op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1],
-                        modules=training.recompute_modules)
+    act_kw = activation_kwargs(model, cfg, training)
     key = ("act", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute, training.op_recompute_mm,
            training.recompute_modules)
     if memo is not None and key in memo:
@@ -410,11 +407,25 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
                            capacity * training.memory_headroom, capacity_source, offloaded)
 
 
+def activation_kwargs(model: ModelSpec, cfg: PlanConfig, training: Training) -> dict[str, Any]:
+    """The plan's arguments to model.layer_activation_bytes besides `recompute` (and a MoE layer's
+    routed_rows): what memory_breakdown keeps per layer and time.activation_offload_exposed_s copies."""
+    return dict(seq_len=training.seq_len / cfg.cp, micro_batch=cfg.micro_batch, tp=cfg.tp, sp=cfg.sp,
+                kv_len=training.seq_len, fp8=training.precision == "fp8",
+                op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1],
+                modules=training.recompute_modules)
+
+
+def offloaded_layers(model: ModelSpec, training: Training) -> int:
+    """Layers whose activations are offloaded (Training.offload_activation_layers), at most all but one
+    (parallel.structural_problems refuses more)."""
+    return max(0, min(training.offload_activation_layers, model.dims.n_layers - 1))
+
+
 def offload_fraction(model: ModelSpec, training: Training) -> float:
     """Share of a pp = 1 model's layer activations that stays in host memory under activation offloading
-    (Training.offload_activation_layers = k of n layers): each offloaded layer's activations leave the GPU
-    once its forward is done, copied while the next layer runs, and come back one layer ahead of its
-    backward, so one of them is on the GPU at a time: (k - 1) / n. Layers are taken as alike (a MoE
-    model's dense first layers are counted as MoE layers)."""
-    k, n = training.offload_activation_layers, model.dims.n_layers
-    return max(0, min(k, n - 1) - 1) / n
+    (k = offloaded_layers of n): each offloaded layer's activations leave the GPU once its forward is done,
+    copied while the next layer runs, and come back one layer ahead of its backward, so one of them is on
+    the GPU at a time: (k - 1) / n. Layers are taken as alike (a MoE model's dense first layers are counted
+    as MoE layers)."""
+    return max(0, offloaded_layers(model, training) - 1) / model.dims.n_layers

@@ -76,7 +76,7 @@ from wavefront.workbench.planner.kernels import (
     grouped_linear_fwd_bwd_s,
     linear_fwd_bwd_s,
 )
-from wavefront.workbench.planner.memory import stage_terms
+from wavefront.workbench.planner.memory import activation_kwargs, offloaded_layers, stage_terms
 from wavefront.workbench.planner.model import (
     ModelSpec,
     attention_core_flops,
@@ -534,15 +534,11 @@ def activation_offload_exposed_s(model: ModelSpec, cfg: PlanConfig, training: Tr
     backward, each way over the host link (HOST_LINK_GBPS) on its own stream, hidden under the compute
     of the offloaded layers' forward (a third of their seconds) and backward (two thirds); what exceeds it
     is exposed."""
-    k = min(training.offload_activation_layers, model.dims.n_layers - 1)
+    k = offloaded_layers(model, training)
     if k <= 0 or cfg.pp > 1:
         return 0.0
     n = model.dims.n_layers
-    per_layer = layer_activation_bytes(
-        model, seq_len=training.seq_len / cfg.cp, micro_batch=cfg.micro_batch, tp=cfg.tp, sp=cfg.sp,
-        recompute=cfg.recompute, kv_len=training.seq_len, fp8=training.precision == "fp8",
-        op_saved_mm=op_policy_fractions(model, training.op_recompute_mm, tp=cfg.tp, sp=cfg.sp)[1],
-        modules=training.recompute_modules)
+    per_layer = layer_activation_bytes(model, recompute=cfg.recompute, **activation_kwargs(model, cfg, training))
     copy_s = k * per_layer / (HOST_LINK_GBPS.get(cluster.gpu.key, PCIE_GBPS) * 1e9)
     under_s = k / n * layers_s
     return max(0.0, copy_s - under_s / 3.0) + max(0.0, copy_s - 2.0 * under_s / 3.0)
