@@ -1,48 +1,31 @@
 """GB200 (NVL72) published runs: transcribed and split before any prediction (commit 11e531d), predicted blind
-with the planner as it stood (be1f8cd: GB200 priced as the B200 family with its own peak), then their
-calibration rows joined the megatron-core-te/2025 fit as every table's do (docs/planner.md)."""
+with the planner as it stood (be1f8cd: GB200 priced as the B200 family with its own peak; the record and its
+figures: test_planner_first_predictions.py), then their calibration rows joined the megatron-core-te/2025 fit
+as every table's do (docs/planner.md)."""
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from wavefront.workbench.planner.stacks import get_profile
-from wavefront.workbench.planner.validation import load_table, predict_row, priced_with, validate
+from wavefront.workbench.planner.validation import load_table, predict_row, validate
 
 DATA = Path(__file__).parents[2] / "data" / "published" / "validation"
 TABLES = ("megatron_bridge_gb200", "nemo_2504_2507_gb200")
-#: megatron-core-te/2025's constants at be1f8cd, the planner that made the first prediction.
-AT_FIRST_PREDICTION = {"b200": {"attention": 0.252, "gemm": 0.592}, "h100": {"attention": 0.364, "gemm": 0.854},
-                       "shared": {"moe_layer_us": 1336.054}}
 
 
-def _held_out(name: str, fitted: dict | None = None) -> list[float]:
-    profile = get_profile("megatron-core-te/2025")
-    trial = profile if fitted is None else replace(profile, fitted=fitted)
-    rep = validate(load_table(DATA / f"{name}.json"), efficiency_for=priced_with(trial))
+def _held_out(name: str) -> list[float]:
+    rep = validate(load_table(DATA / f"{name}.json"))
     return [r.rel_error for r in rep.rows if r.split == "held-out"]
 
 
-def test_first_predictions_are_reproducible_and_within_the_new_table_goal():
-    """Blind: Megatron-Bridge 25.09-26.06 on GB200 6.6% held-out median over 9 rows (signed +2.4%), NeMo
-    25.04/25.07 on GB200 4.0% over 8, 5.6% over the 17 together; goal 8% for tables added this round. The
-    rows' offload facts, added after (memory only), do not move a step time, so the reproduction holds."""
-    mb, nemo = (_held_out(name, AT_FIRST_PREDICTION) for name in TABLES)
-    assert len(mb) == 9 and len(nemo) == 8
-    assert statistics.median(abs(e) for e in mb) == pytest.approx(0.0657, abs=5e-4)
-    assert statistics.median(mb) == pytest.approx(0.0239, abs=5e-4)
-    assert statistics.median(abs(e) for e in nemo) == pytest.approx(0.0400, abs=5e-4)
-    both = [abs(e) for e in mb + nemo]
-    assert statistics.median(both) == pytest.approx(0.0557, abs=5e-4) and statistics.median(both) <= 0.08
-
-
 def test_after_the_refit_the_tables_stay_under_the_goal():
-    """With the tables' 7 calibration rows in the profile's fit: 4.1% and 3.4% held-out."""
-    for name, want in zip(TABLES, (0.041, 0.034), strict=True):
+    """With the tables' 7 calibration rows in the profile's fit: 4.1% and 3.5% held-out (4.1% and 3.4% before
+    time.step_time took the busiest rank of the memory model's layout)."""
+    for name, want in zip(TABLES, (0.041, 0.035), strict=True):
         errors = _held_out(name)
         assert statistics.median(abs(e) for e in errors) == pytest.approx(want, abs=5e-4)
 
@@ -58,27 +41,6 @@ def test_gb200_rows_run_on_64_gpu_nvlink_domains_with_the_b200_family_constants(
     assert res.cluster.inter.busbw_gbps == pytest.approx(0.8 * 400 / 8)
     profile = get_profile("megatron-core-te/2025")
     assert profile.efficiency("gb200").gemm == profile.efficiency("b200").gemm
-
-
-#: megatron-core-te/2025's constants at 168a9c9, the planner that made the GB200 MoE table's first prediction
-#: (unchanged by the table's own 3 calibration rows: the refit gave the same constants).
-AT_MOE_FIRST_PREDICTION = {"b200": {"attention": 0.255, "gemm": 0.568}, "h100": {"attention": 0.354, "gemm": 0.83},
-                           "shared": {"kernel_us": 0.003, "moe_layer_us": 1436.554}}
-
-
-def test_gb200_moe_first_prediction_is_reproducible():
-    """Blind, with the GB200 recipe facts committed before it: 12.2% held-out median over 21 rows, signed
-    -12.2% (DeepSeek-V3 -3% to -23%, Qwen3-30B-A3B -5% to +8% until 26.06's -39%, Qwen3-235B-A22B -32% to
-    -49%: every Qwen3-235B row slow), within the 15% MoE goal."""
-    errors = _held_out("megatron_bridge_gb200_moe", AT_MOE_FIRST_PREDICTION)
-    assert len(errors) == 21
-    assert statistics.median(abs(e) for e in errors) == pytest.approx(0.122, abs=5e-4)
-    assert statistics.median(errors) == pytest.approx(-0.122, abs=5e-4)
-    doc = load_table(DATA / "megatron_bridge_gb200_moe.json")
-    qwen235 = [r.rel_error for r in validate(doc, efficiency_for=priced_with(
-        replace(get_profile("megatron-core-te/2025"), fitted=AT_MOE_FIRST_PREDICTION))).rows
-        if "qwen3-235b" in r.row]
-    assert len(qwen235) == 8 and max(qwen235) < -0.3
 
 
 def test_gb200_recipes_are_matched_by_plan_and_precision_variant():

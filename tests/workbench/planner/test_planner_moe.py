@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,14 +19,12 @@ from wavefront.workbench.planner.model import layer_activation_bytes
 from wavefront.workbench.planner.moe import MOE_MODELS
 from wavefront.workbench.planner.recipes import recipe_for
 from wavefront.workbench.planner.search import _as_model, evaluate
-from wavefront.workbench.planner.stacks import get_profile
 from wavefront.workbench.planner.time import ep_comm_per_layer_s, step_time
 from wavefront.workbench.planner.training import Efficiency
 from wavefront.workbench.planner.validation import (
     MOE_REPORT_TABLES,
     load_table,
     predict_row,
-    priced_with,
     recipe_facts,
     report_tables,
     split_of,
@@ -274,47 +271,6 @@ def test_deepep_sends_a_token_once_per_node_and_node_limited_routing_caps_the_no
         spec, small, plain, make_cluster("8xh100"))
     with pytest.raises(ValueError, match="ep_dispatch"):
         Training(global_batch_tokens=4096, seq_len=4096, ep_dispatch="nvshmem")
-
-
-#: The profile's dense constants when the MoE tables below were first predicted (before the GB200 tables'
-#: calibration rows joined its fit, 2026-12-05): the first predictions are recomputed with them.
-BEFORE_GB200 = {"b200": {"attention": 0.252, "gemm": 0.592}, "h100": {"attention": 0.364, "gemm": 0.854}}
-
-
-def test_megatron_bridge_26x_moe_first_prediction_is_reproducible():
-    """Megatron-Bridge 26.02.01-26.06's MoE rows as first predicted (blind), before their calibration rows joined
-    the profile's dispatcher fit: the dispatcher cost then (2,048 us per MoE layer, fitted on the 25.x rows)
-    priced the 6 held-out rows 41.1% slow (median), every one of them slow. The table named no recipe facts
-    then (defaults "recipes", added after: recipes.py), so they are taken off here."""
-    profile = get_profile("megatron-core-te/2025")
-    before = replace(profile, fitted=BEFORE_GB200 | {"shared": {"moe_layer_us": 2048.285}})
-    doc = load_table(DATA / "validation" / "megatron_bridge_2602_2606_moe.json")
-    doc["defaults"].pop("recipes")
-    rep = validate(doc, efficiency_for=priced_with(before))
-    held_out = [r.rel_error for r in rep.rows if r.split == "held-out"]
-    assert len(held_out) == 6 and all(e < 0 for e in held_out)
-    assert statistics.median(abs(e) for e in held_out) == pytest.approx(0.411, abs=5e-4)
-
-
-def _first_26_02(us: float, recipes: bool) -> list[float]:
-    profile = get_profile("megatron-core-te/2025")
-    trial = replace(profile, fitted=BEFORE_GB200 | {"shared": {"moe_layer_us": us}})
-    doc = load_table(DATA / "validation" / "megatron_bridge_2602_moe.json")
-    if not recipes:
-        doc["defaults"].pop("recipes")
-    return [r.rel_error for r in validate(doc, efficiency_for=priced_with(trial)).rows if r.split == "held-out"]
-
-
-def test_megatron_bridge_26_02_moe_both_first_predictions_are_reproducible():
-    """Megatron-Bridge 26.02's MoE rows, committed before any prediction and before this round's MoE changes
-    (recipe facts, bounded EP overlap), priced blind twice: by the planner as it was (dispatcher cost 795 us,
-    no recipe facts) 28.6% held-out median over its 3 held-out rows, and with the changes (1,323 us, refitted
-    on the other tables' calibration rows only) 9.8%; its calibration rows joined the fit after both."""
-    before = _first_26_02(794.836, recipes=False)
-    after = _first_26_02(1322.791, recipes=True)
-    assert len(before) == len(after) == 3
-    assert statistics.median(abs(e) for e in before) == pytest.approx(0.286, abs=5e-4)
-    assert statistics.median(abs(e) for e in after) == pytest.approx(0.098, abs=5e-4)
 
 
 def test_recipe_facts_come_from_the_config_with_the_rows_exact_plan():

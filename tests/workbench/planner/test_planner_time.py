@@ -61,6 +61,40 @@ def test_bubble_is_p_minus_one_over_v_micro_batch_times():
     assert no_pp.bubble_s == 0.0 and no_pp.pp_p2p_s == 0.0
 
 
+def test_the_step_runs_at_the_pace_of_the_busiest_rank_of_the_memory_models_layout():
+    """Llama 3 405B's 126 layers on pp x vpp chunks that do not divide them: the first and last chunks hold one
+    fewer layer (pipeline.chunk_layers, as Megatron's account_for_embedding/loss_in_pipeline_split and Meta's
+    uneven stages place them). At PP16 VP4 the middle ranks run 8 layers and the last 7 plus the output
+    layer: at 8K tokens and TP4 the output layer costs less than a layer, so a middle rank sets the pace.
+    With a vocabulary large enough that the output layer outweighs a layer, the last rank sets it; with 128
+    layers (no uneven chunk), the last rank's 8 layers plus the output layer."""
+    from dataclasses import replace as _replace
+
+    from wavefront.workbench.planner.memory import busiest_candidates
+    from wavefront.workbench.planner.pipeline import chunk_layers
+
+    big = ModelSpec(get_model("llama3-405b"))
+    cluster = make_cluster("256xh100")
+    training = _training(batch_seqs=64, seq=8192, precision="fp8")
+    cfg = PlanConfig(tp=4, sp=True, pp=16, vpp=4, dp=4, zero=1, micro_batch=1)
+    assert [sum(r) for r in chunk_layers(126, 16, 4)] == [7] + [8] * 14 + [7]
+    ranks = {r: (d, m) for r, d, m, _, _ in busiest_candidates(big, cfg)}
+    assert ranks[0] == (7, 0) and ranks[15] == (7, 0) and (8, 0) in ranks.values()
+    layer_s, _ = layer_compute_s(big, cfg, training, cluster, EFF)
+    out = output_layer_s(big, cfg, training, cluster, EFF)
+    assert out < layer_s
+    t = step_time(big, cfg, training, cluster, EFF)
+    assert t.compute_s == pytest.approx(t.n_micro * 8 * layer_s)  # a middle rank, not 8 layers + the output
+    wide = _replace(big, dims=_replace(big.dims, vocab=big.dims.vocab * 8))
+    wide_out = output_layer_s(wide, cfg, training, cluster, EFF)
+    assert wide_out > layer_s
+    t_wide = step_time(wide, cfg, training, cluster, EFF)
+    assert t_wide.compute_s == pytest.approx(t_wide.n_micro * (7 * layer_s + wide_out))
+    even = _replace(big, dims=_replace(big.dims, n_layers=128))
+    t128 = step_time(even, cfg, training, cluster, EFF)
+    assert t128.compute_s == pytest.approx(t128.n_micro * (8 * layer_s + out))
+
+
 def test_recompute_costs_time():
     cluster = make_cluster("8xh100")
     training = _training()

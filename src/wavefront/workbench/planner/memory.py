@@ -286,6 +286,18 @@ def pipeline_ranks(model: ModelSpec, cfg: PlanConfig,
     return out
 
 
+def busiest_candidates(model: ModelSpec, cfg: PlanConfig,
+                       memo: dict[tuple[Any, ...], Any] | None = None) -> list[tuple[int, int, int, float, float]]:
+    """(rank, dense layers, MoE layers, parameters, routed-expert parameters) on one GPU of each rank that
+    can be the slowest of a pipeline: pipeline_ranks' candidates with their chunks summed (time.step_time
+    takes the slowest; the last rank adds the output layer), the one stage when pp = 1."""
+    if cfg.pp == 1:
+        ((fd, fm), _), (params, _), (experts, _) = stage_terms(model, cfg, memo)
+        return [(0, fd, fm, params, experts)]
+    return [(r, sum(dense), sum(moe), params, experts)
+            for r, dense, moe, params, experts in pipeline_ranks(model, cfg, memo)]
+
+
 def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: float, per_moe: float,
                         emb_act: float, out_act: float, memo: dict[tuple[Any, ...], Any] | None = None,
                         round_size: int = 0) -> list[tuple[Any, ...]]:

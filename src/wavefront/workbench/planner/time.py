@@ -24,7 +24,11 @@ Compute, per layer and micro-batch on one GPU (s_l = s/cp local tokens per seque
   model.layer_matmuls runs them: torchtitan reruns every second one, k, o and up in a Llama block, 37% of
   the matmul FLOPs of Llama 3 8B; model.op_policy_fractions; a MoE layer's experts at the same share).
 The output layer (2 * b * s_l * h * V / tp forward, x3 with backward) and the float32 cross-entropy
-(16 B per logit) run on the last stage.
+(16 B per logit) run on the last stage. A step runs at the pace of the slowest pipeline rank: each rank
+holds the layers the memory model gives it (pipeline.chunk_layers: when pp x vpp chunks do not divide the
+layers, the first and last chunks hold one fewer, which is where Megatron's
+account_for_embedding/loss_in_pipeline_split and Llama 3's uneven stages put them, Dubey et al. 2024,
+Sec. 3.3.2), the last rank adds the output layer, and the slowest of them sets the per-micro-batch time.
 
 Communication (cluster.py cost model, Megatron-LM rank layout):
 - tensor parallel, per layer and micro-batch (Narayanan et al. 2021, Sec. 3.2.2): 2 all-reduces of
@@ -76,7 +80,7 @@ from wavefront.workbench.planner.kernels import (
     grouped_linear_fwd_bwd_s,
     linear_fwd_bwd_s,
 )
-from wavefront.workbench.planner.memory import activation_kwargs, offloaded_layers, stage_terms
+from wavefront.workbench.planner.memory import activation_kwargs, busiest_candidates, offloaded_layers
 from wavefront.workbench.planner.model import (
     ModelSpec,
     attention_core_flops,
@@ -476,16 +480,15 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     dense = _memo_per_layer(model, cfg, training, cluster, eff, memo, False)
     moe = _memo_per_layer(model, cfg, training, cluster, eff, memo, True) if model.moe is not None else dense
     out_s = dense[4]
-    # per micro-batch on the first and on the last stage (MoE: the first_dense layers sit on the first)
-    ((fd, fm), (ld, lm)), (p_first, p_last), (e_first, e_last) = stage_terms(model, cfg, memo)
-    first = [fd * a + fm * b for a, b in zip(dense[:4], moe[:4], strict=True)]
-    last = [ld * a + lm * b for a, b in zip(dense[:4], moe[:4], strict=True)]
-    if cfg.pp == 1 or first[0] <= last[0] + out_s:
-        layers_s, tp_s, cp_s, ep_s = last
-        stage_compute = layers_s + out_s  # the last stage (or the only one) is the busiest
-    else:
-        layers_s, tp_s, cp_s, ep_s = first
-        stage_compute = layers_s
+    # per micro-batch on the busiest pipeline rank, its layers laid out as the memory model lays them
+    # (pipeline.chunk_layers: uneven stages hold fewer layers on the first and last chunks; MoE: the
+    # first_dense layers sit on the first); the last rank also runs the output layer
+    stages = []
+    for rank, n_dense, n_moe, params, experts in busiest_candidates(model, cfg, memo):
+        parts = [n_dense * a + n_moe * b for a, b in zip(dense[:4], moe[:4], strict=True)]
+        compute = parts[0] + (out_s if rank == cfg.pp - 1 else 0.0)
+        stages.append((compute + sum(parts[1:]), compute, parts, params - experts, experts))
+    _, stage_compute, (layers_s, tp_s, cp_s, ep_s), _, _ = max(stages, key=lambda st: st[0])
 
     p2p_s = 0.0
     if cfg.pp > 1:
@@ -505,7 +508,7 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     if cfg.zero_bubble:
         bubble *= ZB_H1_BUBBLE_FRACTION
 
-    params, experts = max(p_first - e_first, p_last - e_last), max(e_first, e_last)
+    params, experts = max(st[3] for st in stages), max(st[4] for st in stages)
     dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers_s, stage_compute)
     if experts:
         ex_total, ex_exposed = _data_parallel_s(model, cfg, training, cluster, experts, m, layers_s, stage_compute,
