@@ -24,6 +24,7 @@ hold no more), so it uses 1F1B's counts. The counts are per chunk, so uneven chu
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 
@@ -58,6 +59,68 @@ def _order(pp: int, vpp: int, m: int, rank: int, round_size: int = 0) -> list[tu
     for i in range(total - warm):
         ops += [op(True, warm + i), op(False, i)]
     return ops + [op(False, k) for k in range(total - warm, total)]
+
+
+class ScheduleDeadlock(ValueError):
+    """The schedule's fixed per-rank order cannot run: every rank waits on another (pipeline.run_schedule)."""
+
+
+def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[list[float]],
+                 round_size: int = 0) -> tuple[float, list[float]]:
+    """Execute the schedule: each rank r runs _order(pp, vpp, m, r, round_size) in that order, forward of
+    chunk k taking fwd[r][k] seconds and its backward bwd[r][k]; returns (makespan, busy seconds per rank).
+
+    Model chunk g = k*pp + r (module docstring). A forward of micro-batch i on chunk g starts when the rank
+    is free and the forward of i on chunk g - 1 has finished; a backward of i on chunk g when the rank is
+    free, the backward of i on chunk g + 1 has finished, and (the last chunk) its own forward has. Transfers
+    take no time. An order whose ranks end up all waiting on one another raises ScheduleDeadlock, naming
+    each rank's blocked operation: whether an order deadlocks depends on the order only, not on the times."""
+    if vpp > 1 and m % (round_size or pp):
+        raise ValueError(f"the interleaved schedule needs micro-batches ({m}) divisible by the round size "
+                         f"({round_size or pp})")
+    orders = [_order(pp, vpp, m, r, round_size) for r in range(pp)]
+    last = pp * vpp - 1
+    done: dict[tuple[bool, int, int], float] = {}
+    clock, busy, at = [0.0] * pp, [0.0] * pp, [0] * pp
+    left = sum(len(o) for o in orders)
+    while left:
+        moved = False
+        for r in range(pp):
+            while at[r] < len(orders[r]):
+                forward, i, k = orders[r][at[r]]
+                g = k * pp + r
+                needs = [(True, i, g - 1)] if forward and g > 0 else []
+                if not forward:
+                    needs = [(True, i, g)] + ([(False, i, g + 1)] if g < last else [])
+                if any(n not in done for n in needs):
+                    break
+                seconds = fwd[r][k] if forward else bwd[r][k]
+                clock[r] = max([clock[r]] + [done[n] for n in needs]) + seconds
+                busy[r] += seconds
+                done[(forward, i, g)] = clock[r]
+                at[r] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            stuck = [(r, orders[r][at[r]]) for r in range(pp) if at[r] < len(orders[r])]
+            waiting = [f"rank {r} at the {'forward' if op[0] else 'backward'} of micro-batch {op[1]} on chunk {op[2]}"
+                       for r, op in stuck]
+            blocked = "; ".join(waiting[:3]) + (f"; and {len(waiting) - 3} more ranks" if len(waiting) > 3 else "")
+            raise ScheduleDeadlock(f"the schedule (pp {pp}, vpp {vpp}, {m} micro-batches, rounds of "
+                                   f"{round_size or pp}) deadlocks: {blocked}")
+    return max(clock), busy
+
+
+@cache
+def bubble_stage_times(pp: int, vpp: int, m: int, round_size: int = 0) -> float:
+    """The schedule's idle time on its busiest rank, in units of one micro-batch's forward + backward on
+    one stage (every chunk equal, backward twice the forward), found by running it (run_schedule): for
+    Megatron-LM's orders (round_size 0 or pp) exactly (pp - 1) / vpp, Narayanan et al.'s closed form; a
+    round of N < pp micro-batches waits on the round trip through the pipeline and adds to it, and
+    N <= pp - 2 with more than one round deadlocks (ScheduleDeadlock)."""
+    fwd = [[1.0 / vpp] * vpp for _ in range(pp)]
+    span, busy = run_schedule(pp, vpp, m, fwd, [[2.0 * t for t in row] for row in fwd], round_size)
+    return (span - max(busy)) / 3.0
 
 
 def _prefix(n: int, size: int, vpp: int) -> tuple[int, ...]:

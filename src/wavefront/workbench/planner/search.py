@@ -393,8 +393,9 @@ def plan(model: PlanRequest | str | ModelDims | ModelSpec,
     warnings = batch_warnings(training, clusters)
     if training.pp_round:
         warnings.append(f"pipeline round size N = {training.pp_round} (Llama 3's schedule): memory holds its "
-                        "in-flight chunks; the step time keeps the (pp - 1)/(vpp m) bubble, which holds for N >= pp "
-                        "only (the bubbles a smaller round adds are not priced)")
+                        "in-flight chunks and the step time its bubbles, both from running its order "
+                        "(a round below pp waits on the pipeline's round trip; one of pp - 2 or fewer, over "
+                        "several rounds, deadlocks and is refused)")
     return SearchResult(spec, clusters, training, first, rank_by, feasible, oom, rejected, n_enum,
                         _time.perf_counter() - start, warnings, misses, profile=profile)
 

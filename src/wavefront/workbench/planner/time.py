@@ -49,7 +49,9 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
   backward, split over the tp ranks (scatter/gather, Narayanan Sec. 4.1), exposed with 1F1B and hidden
   under the next chunk's compute with interleaving (Megatron overlap_p2p_comm);
   bubble = (pp - 1) / vpp x one micro-batch's stage time (Narayanan Sec. 2.2: (p-1)/m of the ideal
-  time for 1F1B, divided by v interleaved);
+  time for 1F1B, divided by v interleaved); with rounds of N != pp micro-batches (Training.pp_round,
+  Llama 3's schedule) the bubble is the one found by running that order (pipeline.bubble_stage_times),
+  which equals the closed form for Megatron-LM's orders;
 - data parallel over d = dp * cp ranks, gradients in Training.grad_bytes: ZeRO-0 all-reduces them once
   per step; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16 weights after the optimizer
   (same bytes as the all-reduce), the gather hidden bucket by bucket under the next forward like the
@@ -88,6 +90,7 @@ from wavefront.workbench.planner.model import (
     op_policy_fractions,
 )
 from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
+from wavefront.workbench.planner.pipeline import bubble_stage_times
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
 CE_BYTES_PER_LOGIT = 16.0
@@ -505,6 +508,9 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     stage_mb = stage_compute + tp_s + cp_s + ep_s + p2p_s + offload_s
     body_mb = layers_s + tp_s + cp_s + ep_s + p2p_s
     bubble = (cfg.pp - 1) / cfg.vpp * body_mb if cfg.pp > 1 else 0.0
+    if cfg.pp > 1 and cfg.vpp > 1 and training.pp_round and training.pp_round != cfg.pp:
+        # rounds of N != pp micro-batches (Llama 3's schedule): the bubble of the order run as it is
+        bubble = bubble_stage_times(cfg.pp, cfg.vpp, m, training.pp_round) * body_mb
     if cfg.zero_bubble:
         bubble *= ZB_H1_BUBBLE_FRACTION
 
