@@ -28,18 +28,23 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "planner.md"
 #: (it may only improve), one at or under it at the goal.
 HELD_OUT_MEDIAN_GOAL, HELD_OUT_P90_GOAL = 0.05, 0.15
 #: under the goal since the non-reentrant checkpoint's early stop (5.1% before); 4.5% until time.step_time took
-#: the busiest rank of the memory model's pipeline layout (4.6% since)
+#: the busiest rank of the memory model's pipeline layout (4.6% since, and with the interleaved transfers)
 HELD_OUT_MEDIAN_REACHED = 0.046
-#: 12.7% over the 225 runs (14.1% before the busiest-rank layout, 13.4% over 208 before the GB200 tables);
-#: 13.0% over the 190 of the tables that predate this round's new tables (14.6% before the layout, 15.2%
+#: 13.1% over the 225 runs (12.7% before the interleaved schedule's critical-path transfers were priced,
+#: 14.1% before the busiest-rank layout, 13.4% over 208 before the GB200 tables); 13.4% over the 190 of the
+#: tables that predate this round's new tables (13.0% before the transfers, 14.6% before the layout, 15.2%
 #: before cuDNN was priced on Blackwell, 17.1% before the early stop)
-HELD_OUT_P90_REACHED = 0.127
+HELD_OUT_P90_REACHED = 0.131
 #: tables added this round: nemo_2403_long_sequence, nemo_2504_long_sequence_b200, megatron_bridge_2602_2606,
 #: megatron_bridge_gb200, nemo_2504_2507_gb200
 NEW_TABLE_GOAL = 0.08
-#: megatron_bridge_2602_2606's first (blind) prediction, all 5 rows held-out: 10.3%; 9.8% since the GB200
-#: calibration rows joined the profile's fit (its H100 constants moved with them)
-MB_2606_REACHED = 0.098
+#: megatron_bridge_2602_2606's first (blind) prediction, all 5 rows held-out: 10.3%; 9.8% once the GB200
+#: calibration rows joined the profile's fit (its H100 constants moved with them); 10.2% since the interleaved
+#: schedule's critical-path transfers are priced (found by running the schedule, test_planner_schedule.py):
+#: the profile's one H100 calibration row, GPT-3 175B at PP8 VP6, slowed by 1%, so the refit made H100
+#: compute 1% faster, and this table's Llama 3 plans, with few transfers, read 0.4 points more optimistic.
+#: The guard follows the model that is right by construction, not the better number.
+MB_2606_REACHED = 0.102
 #: nemo_2403's first prediction, nothing changed since: 10.2% (goal 8% not met; guarded at the reached value)
 NEW_TABLE_REACHED = 0.102
 #: nemo_2504's first prediction was 32.0% (test_planner_first_predictions.py); 0.7% after two changes made on
@@ -89,10 +94,10 @@ def test_docs_state_the_computed_held_out_figures():
 
 def test_held_out_accuracy_with_stacks_stated_holds_its_goals():
     """Over every non-MoE held-out run, each priced with its stack profile: median 4.6% against a goal of
-    5% and p90 12.7% against 15%; the tables added this round: NeMo 24.03's long sequences 10.2% against 8%
-    (not met: guarded at its first prediction), NeMo 25.04's B200 long sequences 0.7% (guarded at the goal;
-    32.0% at its first prediction), Megatron-Bridge 26.02.01-26.06 9.8% (10.3% blind, not met), the GB200
-    tables 4.1% and 3.5% (6.6% and 4.0% blind: test_planner_first_predictions.py); torchtitan's A100 table
+    5% and p90 13.1% against 15%; the tables added this round: NeMo 24.03's long sequences 10.2% against 8%
+    (not met: guarded at its first prediction), NeMo 25.04's B200 long sequences 1.0% (guarded at the goal;
+    32.0% at its first prediction), Megatron-Bridge 26.02.01-26.06 10.2% (10.3% blind, not met), the GB200
+    tables 3.1% and 3.0% (6.6% and 4.0% blind: test_planner_first_predictions.py); torchtitan's A100 table
     (added last round) 2.7%."""
     summaries = split_summaries(report_tables(DATA))
     overall = next(s for s in summaries if s.source == "overall")

@@ -23,9 +23,10 @@ def _held_out(name: str) -> list[float]:
 
 
 def test_after_the_refit_the_tables_stay_under_the_goal():
-    """With the tables' 7 calibration rows in the profile's fit: 4.1% and 3.5% held-out (4.1% and 3.4% before
-    time.step_time took the busiest rank of the memory model's layout)."""
-    for name, want in zip(TABLES, (0.041, 0.035), strict=True):
+    """With the tables' 7 calibration rows in the profile's fit: 3.1% and 3.0% held-out (4.1% and 3.4% before
+    time.step_time took the busiest rank of the memory model's layout, 4.1% and 3.5% before the interleaved
+    schedule's critical-path transfers were priced)."""
+    for name, want in zip(TABLES, (0.031, 0.030), strict=True):
         errors = _held_out(name)
         assert statistics.median(abs(e) for e in errors) == pytest.approx(want, abs=5e-4)
 

@@ -220,12 +220,17 @@ def test_fix_pins_the_round_size_a_published_run_states():
     assert mem.stage == "rank 1" and mem.activations_bytes / one_layer == pytest.approx(2 * 14 + 7 * 15 + 1)
     t = best.time
     # the busiest rank is a middle one (8 layers, no output layer): its micro-batch time is the stage time
-    per_micro = (t.step_s - t.bubble_s - t.dp_comm_s - t.optimizer_s) / t.n_micro
-    assert t.n_micro == 30 and t.bubble_s == pytest.approx(15.875 * per_micro, rel=1e-6)
+    # (interleaved: the transfers are a per-step term, pp_p2p_s, not part of a micro-batch's time)
+    def per_micro(t):
+        return (t.step_s - t.bubble_s - t.pp_p2p_s - t.dp_comm_s - t.optimizer_s) / t.n_micro
+
+    assert t.n_micro == 30 and t.bubble_s == pytest.approx(15.875 * per_micro(t), rel=1e-6)
     at_pp = plan("llama3-405b", "8192xh100", replace(training, global_batch_tokens=2048 * 8192), fixed=pins,
                  profile=spec).out_of_memory[0].time
-    assert at_pp.bubble_s == pytest.approx(1.875 * (at_pp.step_s - at_pp.bubble_s - at_pp.dp_comm_s
-                                                    - at_pp.optimizer_s) / at_pp.n_micro, rel=1e-6)
+    assert at_pp.bubble_s == pytest.approx(1.875 * per_micro(at_pp), rel=1e-6)
+    # the round trips a round below pp waits on are transfers too: 464 on the critical path against
+    # 2 (16 x 8 - 1) = 254 for N = pp
+    assert t.pp_p2p_s / at_pp.pp_p2p_s == pytest.approx(464 / 254, rel=1e-6)
 
 
 def test_a_pinned_plan_within_the_device_says_which_headroom_admits_it():

@@ -14,6 +14,7 @@ from wavefront.workbench.planner.pipeline import (
     _order,
     bubble_stage_times,
     chunk_layers,
+    critical_transfers,
     run_schedule,
 )
 
@@ -78,3 +79,12 @@ def test_uneven_layouts_the_closed_form_bubble_overestimates_by_little(layers, p
     assert max(busy) == pytest.approx(3.0 * m * heaviest)
     priced = max(busy) + (pp - 1) / vpp * 3.0 * heaviest
     assert span <= priced <= 1.015 * span
+
+
+@pytest.mark.parametrize("pp,vpp", list(itertools.product((2, 3, 4, 8, 16), (2, 3, 4, 8))))
+def test_interleaved_transfers_on_the_critical_path_are_one_trip_through_every_chunk(pp, vpp):
+    """Sent ahead and overlapped with compute (Megatron's overlap_p2p_comm), the transfers of the interleaved
+    schedule still delay the step by the ones on its critical path: 2 (pp vpp - 1), forward through every
+    model chunk and back, whatever the number of micro-batches (the step time's pp p2p term for vpp > 1)."""
+    for m in (pp, 2 * pp, 4 * pp):
+        assert critical_transfers(pp, vpp, m) == pytest.approx(2 * (pp * vpp - 1)), m

@@ -82,7 +82,7 @@ def test_explain_prints_the_profile_terms_and_its_calibration_rows():
     assert len(profile.calibration_rows) == 3
     for row in profile.calibration_rows:
         assert row in text
-    assert "gemm 0.711 (fitted)" in text and "kernel_us 4 (physics)" in text
+    assert f"gemm {profile.fitted['h100']['gemm']:g} (fitted)" in text and "kernel_us 4 (physics)" in text
     titan = " ".join(explain_stack("torchtitan/2025"))
     assert "no calibration rows of this stack" in titan
     default = explain_stack(None)
@@ -128,11 +128,11 @@ def test_a_bad_profile_name_exits_2_naming_stack(extra):
 
 
 def test_moe_held_out_accuracy_per_profile():
-    """MoE held-out median with each run's profile and its recipe's stated facts: 12.2% over 42 runs (goal 15%;
-    10.9% until time.step_time took the busiest rank of the memory model's pipeline layout). 18 of them were
-    seen before the recipe facts and the overlap bound were added (after the 26.02.01-26.06 table's first
-    prediction, 41.1%); 24 were priced blind: Megatron-Bridge 26.02's 3 (9.8%) and the GB200 table's 21
-    (12.2% blind; 8.2% now)."""
+    """MoE held-out median with each run's profile and its recipe's stated facts: 12.6% over 42 runs (goal 15%;
+    10.9% until time.step_time took the busiest rank of the memory model's pipeline layout, 12.2% until the
+    interleaved schedule's critical-path transfers were priced). 18 of them were seen before the recipe facts
+    and the overlap bound were added (after the 26.02.01-26.06 table's first prediction, 41.1%); 24 were
+    priced blind: Megatron-Bridge 26.02's 3 (9.8%) and the GB200 table's 21 (12.2% blind; 9.1% now)."""
     reps = report_tables(DATA, tables=MOE_REPORT_TABLES)
     summaries = split_summaries(reps)
     overall = next(s for s in summaries if s.source == "overall")

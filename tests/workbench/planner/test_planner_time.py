@@ -55,7 +55,10 @@ def test_bubble_is_p_minus_one_over_v_micro_batch_times():
     assert plain.bubble_s == pytest.approx(3 * (per_mb - out))
     assert inter.bubble_s < plain.bubble_s
     assert plain.pp_p2p_s > 0.0
-    assert inter.pp_p2p_s == 0.0  # interleaving overlaps its transfers with the next chunk (overlap_p2p_comm)
+    # interleaving overlaps its transfers with compute (overlap_p2p_comm): the step waits only on the
+    # 2 (pp vpp - 1) along its critical path, once a step rather than per micro-batch
+    send = plain.pp_p2p_s / (2 * plain.n_micro)
+    assert inter.pp_p2p_s == pytest.approx(2 * (4 * 2 - 1) * send)
     no_pp = step_time(MODEL, PlanConfig(tp=8, sp=True, pp=1, dp=4, zero=1, recompute="selective"), training, cluster,
                       EFF)
     assert no_pp.bubble_s == 0.0 and no_pp.pp_p2p_s == 0.0

@@ -66,15 +66,17 @@ class ScheduleDeadlock(ValueError):
 
 
 def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[list[float]],
-                 round_size: int = 0) -> tuple[float, list[float]]:
+                 round_size: int = 0, transfer: float = 0.0) -> tuple[float, list[float]]:
     """Execute the schedule: each rank r runs _order(pp, vpp, m, r, round_size) in that order, forward of
     chunk k taking fwd[r][k] seconds and its backward bwd[r][k]; returns (makespan, busy seconds per rank).
 
     Model chunk g = k*pp + r (module docstring). A forward of micro-batch i on chunk g starts when the rank
     is free and the forward of i on chunk g - 1 has finished; a backward of i on chunk g when the rank is
-    free, the backward of i on chunk g + 1 has finished, and (the last chunk) its own forward has. Transfers
-    take no time. An order whose ranks end up all waiting on one another raises ScheduleDeadlock, naming
-    each rank's blocked operation: whether an order deadlocks depends on the order only, not on the times."""
+    free, the backward of i on chunk g + 1 has finished, and (the last chunk) its own forward has. What one
+    chunk hands the next (an activation, or its gradient) arrives `transfer` seconds after it is made, sent
+    asynchronously: no rank waits on its own sends (Megatron's overlap_p2p_comm). An order whose ranks end
+    up all waiting on one another raises ScheduleDeadlock, naming each rank's blocked operation: whether an
+    order deadlocks depends on the order only, not on the times."""
     if vpp > 1 and m % (round_size or pp):
         raise ValueError(f"the interleaved schedule needs micro-batches ({m}) divisible by the round size "
                          f"({round_size or pp})")
@@ -95,7 +97,8 @@ def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[li
                 if any(n not in done for n in needs):
                     break
                 seconds = fwd[r][k] if forward else bwd[r][k]
-                clock[r] = max([clock[r]] + [done[n] for n in needs]) + seconds
+                arrive = [done[n] + (transfer if n[2] != g else 0.0) for n in needs]
+                clock[r] = max([clock[r]] + arrive) + seconds
                 busy[r] += seconds
                 done[(forward, i, g)] = clock[r]
                 at[r] += 1
@@ -121,6 +124,21 @@ def bubble_stage_times(pp: int, vpp: int, m: int, round_size: int = 0) -> float:
     fwd = [[1.0 / vpp] * vpp for _ in range(pp)]
     span, busy = run_schedule(pp, vpp, m, fwd, [[2.0 * t for t in row] for row in fwd], round_size)
     return (span - max(busy)) / 3.0
+
+
+@cache
+def critical_transfers(pp: int, vpp: int, m: int, round_size: int = 0) -> float:
+    """How many chunk-to-chunk transfers a step of the schedule waits on when they overlap with compute
+    (run_schedule's transfer term): the makespan's growth per second of transfer time, every chunk equal
+    (backward twice the forward). For Megatron-LM's interleaved orders it is 2 (pp vpp - 1), the path through
+    every model chunk forward and back, whatever the micro-batch count (tests/workbench/planner/
+    test_planner_schedule.py); the transfers of the other micro-batches hide under compute."""
+    fwd = [[1.0 / vpp] * vpp for _ in range(pp)]
+    bwd = [[2.0 * t for t in row] for row in fwd]
+    step = 1e-3  # small against a chunk's time, so no transfer turns into a wait that was not one
+    slow, _ = run_schedule(pp, vpp, m, fwd, bwd, round_size, transfer=step)
+    fast, _ = run_schedule(pp, vpp, m, fwd, bwd, round_size)
+    return round((slow - fast) / step, 6)
 
 
 def _prefix(n: int, size: int, vpp: int) -> tuple[int, ...]:

@@ -46,8 +46,10 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
   Sec. 3.3.2) instead gathers K and V (exposed all-gather forward, reduce-scatter of their gradients
   backward) and runs one attention of the local queries over the whole sequence: no merges, no chunking;
 - pipeline: per micro-batch and stage one send of the b*s_l*h activation forward and one of its gradient
-  backward, split over the tp ranks (scatter/gather, Narayanan Sec. 4.1), exposed with 1F1B and hidden
-  under the next chunk's compute with interleaving (Megatron overlap_p2p_comm);
+  backward, split over the tp ranks (scatter/gather, Narayanan Sec. 4.1), exposed with 1F1B; with
+  interleaving each is posted ahead and overlapped with compute (Megatron overlap_p2p_comm), and the step
+  waits only on those along its critical path, 2 (pp vpp - 1) transfers a step through every model chunk
+  forward and back (found by running the order with transfer times: pipeline.critical_transfers);
   bubble = (pp - 1) / vpp x one micro-batch's stage time (Narayanan Sec. 2.2: (p-1)/m of the ideal
   time for 1F1B, divided by v interleaved); with rounds of N != pp micro-batches (Training.pp_round,
   Llama 3's schedule) the bubble is the one found by running that order (pipeline.bubble_stage_times),
@@ -90,7 +92,7 @@ from wavefront.workbench.planner.model import (
     op_policy_fractions,
 )
 from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
-from wavefront.workbench.planner.pipeline import bubble_stage_times
+from wavefront.workbench.planner.pipeline import bubble_stage_times, critical_transfers
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
 CE_BYTES_PER_LOGIT = 16.0
@@ -493,16 +495,20 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
         stages.append((compute + sum(parts[1:]), compute, parts, params - experts, experts))
     _, stage_compute, (layers_s, tp_s, cp_s, ep_s), _, _ = max(stages, key=lambda st: st[0])
 
-    p2p_s = 0.0
+    p2p_s = p2p_step = 0.0
     if cfg.pp > 1:
         act_bytes = 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.dims.hidden / cfg.tp
         stride = cfg.tp * cfg.cp * cfg.dp
-        p2p_s = 2.0 * cfg.vpp * cluster.collective_s("send_recv", act_bytes, cfg.pp, stride)
+        send = cluster.collective_s("send_recv", act_bytes, cfg.pp, stride)
+        p2p_s = 2.0 * cfg.vpp * send
         if cfg.vpp > 1:
             # Megatron's interleaved schedule posts each send/recv ahead and overlaps it with the next
-            # chunk's compute (overlap_p2p_comm): only the bubble-side transfers stay exposed, which the
-            # bubble term already covers
-            p2p_s = 0.0
+            # chunk's compute (overlap_p2p_comm): no rank waits on its own transfers, but the step still waits
+            # on those along its critical path, through every model chunk forward and back: 2 (pp vpp - 1) a
+            # step for Megatron-LM's order (pipeline.critical_transfers runs the order to count them)
+            n_round = training.pp_round if training.pp_round and training.pp_round != cfg.pp else 0
+            hops = critical_transfers(cfg.pp, cfg.vpp, m, n_round) if n_round else 2.0 * (cfg.pp * cfg.vpp - 1)
+            p2p_s, p2p_step = 0.0, hops * send
 
     offload_s = activation_offload_exposed_s(model, cfg, training, cluster, layers_s)
     stage_mb = stage_compute + tp_s + cp_s + ep_s + p2p_s + offload_s
@@ -531,8 +537,8 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
         optimizer_s = owned * (2.0 * (master + states) + g + 2.0) / (cluster.gpu.hbm_tbps * 1e12 * eff.hbm)
 
     compute_total = m * stage_compute
-    step = m * stage_mb + bubble + dp_exposed + optimizer_s
-    return TimeBreakdown(compute_total, m * tp_s, m * cp_s, m * p2p_s, bubble, dp_exposed,
+    step = m * stage_mb + bubble + p2p_step + dp_exposed + optimizer_s
+    return TimeBreakdown(compute_total, m * tp_s, m * cp_s, m * p2p_s + p2p_step, bubble, dp_exposed,
                          optimizer_s, step, dp_total, m, m * ep_s, m * offload_s)
 
 
