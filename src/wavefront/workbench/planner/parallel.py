@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from wavefront.workbench.planner.model import RECOMPUTE_MODES, ModelSpec
-from wavefront.workbench.planner.pipeline import ScheduleDeadlock, bubble_stage_times
+from wavefront.workbench.planner.pipeline import ScheduleDeadlock, bubble_stage_times, custom_round
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -131,7 +131,7 @@ def structural_problems(cfg: PlanConfig, model: ModelSpec, n_gpus: int, global_b
     elif cfg.vpp > 1 and n_micro_batches(cfg, global_batch_seqs) % (pp_round or cfg.pp):
         problems.append(f"interleaved schedule needs micro-batches ({n_micro_batches(cfg, global_batch_seqs)}) "
                         + (f"divisible by the round size N = {pp_round}" if pp_round else f"divisible by pp {cfg.pp}"))
-    elif cfg.vpp > 1 and pp_round and pp_round != cfg.pp:
+    elif cfg.vpp > 1 and custom_round(cfg.pp, pp_round):
         try:  # an order other than Megatron-LM's: run it (pipeline.run_schedule) to see that it can
             bubble_stage_times(cfg.pp, cfg.vpp, n_micro_batches(cfg, global_batch_seqs), pp_round)
         except ScheduleDeadlock as err:

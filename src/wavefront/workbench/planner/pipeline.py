@@ -114,31 +114,45 @@ def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[li
     return max(clock), busy
 
 
+def custom_round(pp: int, round_size: int) -> int:
+    """The round size N when it makes an order other than Megatron-LM's (Llama 3's schedule with N != pp),
+    else 0: the closed forms hold for 0 and pp, any other N is priced by running its order."""
+    return round_size if round_size and round_size != pp else 0
+
+
 @cache
+def _unit_run(pp: int, vpp: int, m: int, round_size: int, transfer: float) -> tuple[float, float]:
+    """(makespan, busiest rank's busy time) of the order run with every chunk equal: a stage's forward 1,
+    its backward 2, split over its vpp chunks."""
+    fwd = [[1.0 / vpp] * vpp for _ in range(pp)]
+    span, busy = run_schedule(pp, vpp, m, fwd, [[2.0 * t for t in row] for row in fwd], round_size, transfer)
+    return span, max(busy)
+
+
 def bubble_stage_times(pp: int, vpp: int, m: int, round_size: int = 0) -> float:
     """The schedule's idle time on its busiest rank, in units of one micro-batch's forward + backward on
     one stage (every chunk equal, backward twice the forward), found by running it (run_schedule): for
     Megatron-LM's orders (round_size 0 or pp) exactly (pp - 1) / vpp, Narayanan et al.'s closed form; a
     round of N < pp micro-batches waits on the round trip through the pipeline and adds to it, and
     N <= pp - 2 with more than one round deadlocks (ScheduleDeadlock)."""
-    fwd = [[1.0 / vpp] * vpp for _ in range(pp)]
-    span, busy = run_schedule(pp, vpp, m, fwd, [[2.0 * t for t in row] for row in fwd], round_size)
-    return (span - max(busy)) / 3.0
+    span, busy = _unit_run(pp, vpp, m, round_size, 0.0)
+    return (span - busy) / 3.0
 
 
-@cache
+#: The transfer time critical_transfers runs the order with: small against a chunk's time, so no transfer
+#: turns into a wait that was not one.
+_PROBE_TRANSFER = 1e-3
+
+
 def critical_transfers(pp: int, vpp: int, m: int, round_size: int = 0) -> float:
     """How many chunk-to-chunk transfers a step of the schedule waits on when they overlap with compute
     (run_schedule's transfer term): the makespan's growth per second of transfer time, every chunk equal
     (backward twice the forward). For Megatron-LM's interleaved orders it is 2 (pp vpp - 1), the path through
     every model chunk forward and back, whatever the micro-batch count (tests/workbench/planner/
     test_planner_schedule.py); the transfers of the other micro-batches hide under compute."""
-    fwd = [[1.0 / vpp] * vpp for _ in range(pp)]
-    bwd = [[2.0 * t for t in row] for row in fwd]
-    step = 1e-3  # small against a chunk's time, so no transfer turns into a wait that was not one
-    slow, _ = run_schedule(pp, vpp, m, fwd, bwd, round_size, transfer=step)
-    fast, _ = run_schedule(pp, vpp, m, fwd, bwd, round_size)
-    return round((slow - fast) / step, 6)
+    slow, _ = _unit_run(pp, vpp, m, round_size, _PROBE_TRANSFER)
+    fast, _ = _unit_run(pp, vpp, m, round_size, 0.0)
+    return round((slow - fast) / _PROBE_TRANSFER, 6)
 
 
 def _prefix(n: int, size: int, vpp: int) -> tuple[int, ...]:

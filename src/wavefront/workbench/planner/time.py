@@ -92,7 +92,7 @@ from wavefront.workbench.planner.model import (
     op_policy_fractions,
 )
 from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
-from wavefront.workbench.planner.pipeline import bubble_stage_times, critical_transfers
+from wavefront.workbench.planner.pipeline import bubble_stage_times, critical_transfers, custom_round
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
 CE_BYTES_PER_LOGIT = 16.0
@@ -495,6 +495,7 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
         stages.append((compute + sum(parts[1:]), compute, parts, params - experts, experts))
     _, stage_compute, (layers_s, tp_s, cp_s, ep_s), _, _ = max(stages, key=lambda st: st[0])
 
+    n_round = custom_round(cfg.pp, training.pp_round) if cfg.vpp > 1 else 0  # Llama 3's rounds, N != pp
     p2p_s = p2p_step = 0.0
     if cfg.pp > 1:
         act_bytes = 2.0 * cfg.micro_batch * training.seq_len / cfg.cp * model.dims.hidden / cfg.tp
@@ -506,7 +507,6 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
             # chunk's compute (overlap_p2p_comm): no rank waits on its own transfers, but the step still waits
             # on those along its critical path, through every model chunk forward and back: 2 (pp vpp - 1) a
             # step for Megatron-LM's order (pipeline.critical_transfers runs the order to count them)
-            n_round = training.pp_round if training.pp_round and training.pp_round != cfg.pp else 0
             hops = critical_transfers(cfg.pp, cfg.vpp, m, n_round) if n_round else 2.0 * (cfg.pp * cfg.vpp - 1)
             p2p_s, p2p_step = 0.0, hops * send
 
@@ -514,9 +514,8 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     stage_mb = stage_compute + tp_s + cp_s + ep_s + p2p_s + offload_s
     body_mb = layers_s + tp_s + cp_s + ep_s + p2p_s
     bubble = (cfg.pp - 1) / cfg.vpp * body_mb if cfg.pp > 1 else 0.0
-    if cfg.pp > 1 and cfg.vpp > 1 and training.pp_round and training.pp_round != cfg.pp:
-        # rounds of N != pp micro-batches (Llama 3's schedule): the bubble of the order run as it is
-        bubble = bubble_stage_times(cfg.pp, cfg.vpp, m, training.pp_round) * body_mb
+    if cfg.pp > 1 and n_round:  # the bubble of the order run as it is
+        bubble = bubble_stage_times(cfg.pp, cfg.vpp, m, n_round) * body_mb
     if cfg.zero_bubble:
         bubble *= ZB_H1_BUBBLE_FRACTION
 
