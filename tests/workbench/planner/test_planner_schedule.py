@@ -1,14 +1,20 @@
 """The pipeline schedule run as an executable model (pipeline.run_schedule): every rank executes the order the
 memory model counts in-flight activations from, each operation waiting on the one it needs. It must reproduce
 the closed-form bubble the step time uses for Megatron-LM's orders, and it finds what a closed form cannot:
-an order that deadlocks."""
+an order that deadlocks. ZB-H1 (pipeline.zb_h1_order) runs on the same executor with the weight gradient split
+off the backward: its bubble, its in-flight counts and what the step time and memory model take from them."""
 
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
+from wavefront.shapes import get_model
+from wavefront.workbench.planner import Efficiency, PlanConfig, Training, make_cluster
+from wavefront.workbench.planner.memory import activation_kwargs, memory_breakdown, zb_state_bytes
+from wavefront.workbench.planner.model import ModelSpec, layer_activation_bytes, layer_matmul_flops
 from wavefront.workbench.planner.pipeline import (
     ScheduleDeadlock,
     _order,
@@ -16,7 +22,12 @@ from wavefront.workbench.planner.pipeline import (
     chunk_layers,
     critical_transfers,
     run_schedule,
+    run_zb_h1,
+    zb_h1_bubble,
+    zb_h1_live,
+    zb_h1_order,
 )
+from wavefront.workbench.planner.time import layer_passes, step_time
 
 
 @pytest.mark.parametrize("pp,vpp", list(itertools.product((2, 3, 4, 8, 16), (1, 2, 3, 4, 8))))
@@ -88,3 +99,93 @@ def test_interleaved_transfers_on_the_critical_path_are_one_trip_through_every_c
     model chunk and back, whatever the number of micro-batches (the step time's pp p2p term for vpp > 1)."""
     for m in (pp, 2 * pp, 4 * pp):
         assert critical_transfers(pp, vpp, m) == pytest.approx(2 * (pp * vpp - 1)), m
+
+
+def _times(rng: random.Random) -> tuple[float, float, float]:
+    return rng.uniform(0.3, 1.5), rng.uniform(0.3, 2.0), rng.uniform(0.1, 1.5)
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 5, 8, 16])
+def test_zb_h1_runs_and_idles_as_its_closed_form(pp):
+    """ZB-H1's order holds every pass once, each weight-gradient pass after its own input-gradient pass; run
+    with random pass times (forward f, input gradient b, weight gradient w) it never deadlocks, and with at
+    least pp micro-batches its busiest rank idles exactly (pp - 1) max(f + b - w, f, b): Qi et al.'s
+    (pp - 1)(f + b - w) while w <= min(f, b), a third of 1F1B's (pp - 1)(f + b + w) at f = b = w. 1F1B run
+    on the same executor (W fused into B) idles (pp - 1)(f + b + w). Fewer micro-batches than stages idle
+    at least the closed form; zb_h1_bubble runs the order for them."""
+    rng = random.Random(pp)
+    for m in sorted({1, 2, pp - 1, pp, pp + 1, 2 * pp, 3 * pp + 1} - {0}):
+        for r in range(pp):
+            order = zb_h1_order(pp, m, r)
+            assert sorted(order) == sorted((k, i) for k in "BFW" for i in range(m))
+            assert all(order.index(("B", i)) < order.index(("W", i)) for i in range(m))
+        for f, b, w in [(1.0, 1.0, 1.0)] + [_times(rng) for _ in range(12)]:
+            span, busy = run_zb_h1(pp, m, f, b, w)
+            assert busy == pytest.approx([m * (f + b + w)] * pp)
+            closed = (pp - 1) * max(f + b - w, f, b)
+            fused, fused_busy = run_schedule(pp, 1, m, [[f]] * pp, [[b + w]] * pp)
+            assert fused - max(fused_busy) == pytest.approx((pp - 1) * (f + b + w))
+            if m >= pp:
+                assert span - max(busy) == pytest.approx(closed)
+                assert zb_h1_bubble(pp, m, f, b, w) == pytest.approx(closed)
+            else:
+                assert span - max(busy) >= closed - 1e-9
+                assert zb_h1_bubble(pp, m, f, b, w) == pytest.approx(span - max(busy), rel=0.01)
+        assert zb_h1_bubble(pp, max(m, pp), 1.0, 1.0, 1.0) == pytest.approx((pp - 1) * (1.0 + 1.0 + 1.0) / 3)
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8, 16])
+def test_zb_h1_holds_pp_micro_batches_on_every_rank_and_1f1b_s_on_the_first(pp):
+    """Qi et al. Sec. 2.1: ZB-H1 delays rank r's weight gradients so that every rank has as many micro-batches
+    in flight as the first has under 1F1B. Counted from the order: rank r holds at most pp - r whole
+    activations (1F1B's count) and, with those awaiting their weight gradient, at most pp; rank 0 never has
+    more than one awaiting."""
+    for m in (pp, 2 * pp, 4 * pp + 1):
+        for r in range(pp):
+            live = zb_h1_live(pp, m, r)
+            assert max(full for full, _ in live) == min(pp - r, m)
+            assert max(full + wait for full, wait in live) == pp
+        assert max(wait for _, wait in zb_h1_live(pp, m, 0)) <= 1
+
+
+def _llama70b() -> tuple[ModelSpec, Training, PlanConfig, PlanConfig]:
+    model = ModelSpec(get_model("llama3-70b"))
+    training = Training(global_batch_tokens=512 * 8192, seq_len=8192)
+    return (model, training, PlanConfig(tp=8, sp=True, pp=4, dp=2), PlanConfig(tp=8, sp=True, pp=4, dp=2,
+                                                                            zero_bubble=True))
+
+
+def test_zb_h1_step_time_prices_the_bubble_of_the_layer_s_own_passes():
+    """The step time splits a layer into forward, input-gradient and weight-gradient passes (time.layer_passes:
+    the weight gradient is the dW GEMMs, the same FLOPs as the forward's matmuls) and prices ZB-H1's bubble
+    with them: the ratio to 1F1B's is max(f + b - w, f, b) / (f + b + w), not a fixed third. For Llama 3 70B
+    the weight gradient is lighter than the input gradient (attention's backward has no weights), so ZB-H1
+    keeps about half of 1F1B's bubble."""
+    model, training, plain, zb = _llama70b()
+    cluster, eff = make_cluster("64xh100"), Efficiency.for_gpu("h100")
+    total, _, f, w = layer_passes(model, plain, training, cluster, eff)
+    flops = layer_matmul_flops(model, training.seq_len) / plain.tp
+    peak = cluster.gpu.peak_tflops("bf16") * 1e12 * eff.gemm
+    assert 1.0 <= w * peak / flops <= 1.25  # the dW GEMMs at the GEMM efficiency, tile quantization only
+    b = total - f - w
+    assert 0 < w < b and f + w < total
+    ratio = step_time(model, zb, training, cluster, eff).bubble_s / step_time(model, plain, training, cluster,
+                                                                               eff).bubble_s
+    assert ratio == pytest.approx(max(f + b - w, f, b) / total, rel=1e-6)
+    assert 0.4 < ratio < 0.6
+
+
+def test_zb_h1_memory_counts_the_deferred_weight_gradient_inputs():
+    """What waits for a deferred weight gradient (memory.zb_state_bytes: each linear's X and dY) is about a
+    whole layer activation for Llama 3 (Qi et al.'s Table 1: 32 sbh of 34 sbh), so ZB-H1 holds about
+    pp activations on every rank: its first rank's activations are 1F1B's, and the plan's memory is at least
+    1F1B's."""
+    model, training, plain, zb = _llama70b()
+    full = layer_activation_bytes(model, recompute="none", **activation_kwargs(model, plain, training))
+    assert 0.85 < zb_state_bytes(model, plain, training) / full < 1.15
+    cluster = make_cluster("64xh100")
+    one, zero = memory_breakdown(model, plain, training, cluster), memory_breakdown(model, zb, training, cluster)
+    assert zero.total_bytes >= one.total_bytes
+    assert zero.activations_bytes <= 1.1 * one.activations_bytes
+    no_sp = PlanConfig(tp=8, sp=False, pp=4, dp=2)
+    assert zb_state_bytes(model, no_sp, training) > zb_state_bytes(model, plain, training)

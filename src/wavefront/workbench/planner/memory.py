@@ -20,22 +20,23 @@ weights replicated) plus the input embedding V*h/tp on the first stage and the o
 Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_bytes) with pipeline parallelism: per
 rank, the largest set of (micro-batch, chunk) activations the schedule keeps live, stepped from the schedule's own
 order (pipeline.py: 1F1B holds min(pp - r, m) micro-batches on rank r; the interleaved schedule min(2 (pp - r - 1) +
-(vpp - 1) pp + 1, m vpp) chunks; ZB-H1 keeps 1F1B's), each chunk weighed by its own layers (uneven stages: fewer
-layers on the first and last chunks), the first chunk of rank 0 adding the embedding's output per live micro-batch,
-the last rank the loss once (loss_activation_bytes, per Training.loss_logits: Megatron's vocab-parallel fp32 logits
-4sbh(1 + V/h)/t, PyTorch's F.cross_entropy on an fp32 copy 4sbh/t + 10sbV/t, or a fused LM-head loss 4sbh/t). The
-memory reported is that of the rank with the largest total (`stage`: "first", "last" or "rank R"; Llama 3 405B at 16
-micro-batches: rank 1, whose 8 one-layer chunks all hold every micro-batch, while rank 0 has an embedding-only
-chunk). fp8 training keeps the linear layers' inputs in fp8 (model.layer_activation_bytes). Transients: with full
-(selective, per-op) recomputation the backward rebuilds one layer's full activations (what the policy dropped) at a
-time; ZeRO-3 gathers the bf16 weights of two units (current + prefetch) and the unsharded gradients of one before
-its reduce-scatter (Training.zero3_unit: FSDP2's unit is a layer; DeepSpeed gathers per sub-module, the largest
-weight matrix, and keeps up to stage3_max_live_parameters, 1e9, resident: submodule_params), plus the whole stage's
-bf16 weights without resharding (Training.fsdp_gather "no-reshard") and its gradients too when gathering once per
-step ("step"); HSDP (PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two in-flight
-gradient buckets. CPU offload (Training.offload_optimizer) moves the master weights and optimizer states to the host.
-Activation offloading (Training.offload_activation_layers, pp = 1) keeps (k - 1) of n layers' activations in
-host memory (offload_fraction; MemoryBreakdown.offloaded_bytes).
+(vpp - 1) pp + 1, m vpp) chunks; ZB-H1 1F1B's on rank r plus up to r micro-batches' weight-gradient inputs,
+zb_state_bytes), each chunk weighed by its own layers (uneven stages: fewer layers on the first and last chunks), the
+first chunk of rank 0 adding the embedding's output per live micro-batch, the last rank the loss once
+(loss_activation_bytes, per Training.loss_logits: Megatron's vocab-parallel fp32 logits 4sbh(1 + V/h)/t, PyTorch's
+F.cross_entropy on an fp32 copy 4sbh/t + 10sbV/t, or a fused LM-head loss 4sbh/t). The memory reported is that of the
+rank with the largest total (`stage`: "first", "last" or "rank R"; Llama 3 405B at 16 micro-batches: rank 1, whose 8
+one-layer chunks all hold every micro-batch, while rank 0 has an embedding-only chunk). fp8 training keeps the linear
+layers' inputs in fp8 (model.layer_activation_bytes). Transients: with full (selective, per-op) recomputation the
+backward rebuilds one layer's full activations (what the policy dropped) at a time; ZeRO-3 gathers the bf16 weights of
+two units (current + prefetch) and the unsharded gradients of one before its reduce-scatter (Training.zero3_unit:
+FSDP2's unit is a layer; DeepSpeed gathers per sub-module, the largest weight matrix, and keeps up to
+stage3_max_live_parameters, 1e9, resident: submodule_params), plus the whole stage's bf16 weights without resharding
+(Training.fsdp_gather "no-reshard") and its gradients too when gathering once per step ("step"); HSDP
+(PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two in-flight gradient buckets. CPU
+offload (Training.offload_optimizer) moves the master weights and optimizer states to the host. Activation offloading
+(Training.offload_activation_layers, pp = 1) keeps (k - 1) of n layers' activations in host memory (offload_fraction;
+MemoryBreakdown.offloaded_bytes).
 Framework overhead (CUDA context, NCCL, workspaces) is a constant.
 
 Fragmentation is counted once, as its own term: allocator_bytes = Training.allocator_slack (5%) x (activations +
@@ -75,6 +76,7 @@ from wavefront.workbench.planner.pipeline import (
     chunk_layers,
     peak,
     schedule_live_counts,
+    zb_h1_live,
 )
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Training
 
@@ -298,22 +300,53 @@ def busiest_candidates(model: ModelSpec, cfg: PlanConfig,
             for r, dense, moe, params, experts in pipeline_ranks(model, cfg, memo)]
 
 
+def zb_state_bytes(model: ModelSpec, cfg: PlanConfig, training: Training, routed_rows: float = 0.0) -> float:
+    """What one layer keeps for one micro-batch between ZB-H1's input-gradient pass and its deferred
+    weight-gradient pass: each linear's input X and output gradient dY, the operands of dW = X^T dY, in bf16,
+    over the rank's local tokens b s / cp; a hidden-wide X or dY (the residual stream's side of a linear) is
+    kept sequence-sharded under sequence parallelism (/ tp, gathered again for the GEMM, as Megatron keeps
+    the inputs of its column-parallel linears), the other side is the rank's tensor-parallel slice. For
+    Llama 3 70B at TP 8 with SP that is about the whole layer's activation (34 sbh / t), Qi et al.'s
+    Table 1 (W keeps 32 sbh of B's 34 sbh). routed_rows > 0: a MoE layer, its experts' rows instead of the
+    dense MLP (the shared experts' MLP kept). The input-gradient pass frees the rest of the activations."""
+    tokens = cfg.micro_batch * training.seq_len / cfg.cp
+    h = model.dims.hidden
+    shapes = list(model.attn_linear_shapes(cfg.tp))
+    ffn = model.dims.ffn_hidden if model.moe is None or not routed_rows else model.moe.shared_ffn
+    if ffn:
+        shapes += [(h, (2 if model.dims.gated_mlp else 1) * ffn // cfg.tp), (ffn // cfg.tp, h)]
+    shard = cfg.tp if cfg.sp else 1
+    state = tokens * sum((i / shard if i == h else i) + (o / shard if o == h else o) for i, o in shapes)
+    if routed_rows and model.moe is not None:
+        fe = model.moe.expert_ffn
+        state += routed_rows * ((h + 2 * fe) + (fe + h))
+    return WEIGHT_BYTES * state
+
+
 def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: float, per_moe: float,
                         emb_act: float, out_act: float, memo: dict[tuple[Any, ...], Any] | None = None,
-                        round_size: int = 0) -> list[tuple[Any, ...]]:
+                        round_size: int = 0, zb_state: tuple[float, float] = (0.0, 0.0)) -> list[tuple[Any, ...]]:
     """(stage name, parameters, routed-expert parameters, peak activation bytes, micro-batches in flight
     on its fullest chunk) for each candidate rank of a pipeline: the schedule's live sets
-    (pipeline.schedule_live_counts; ZB-H1 keeps 1F1B's) weighed by each chunk's layers, the embedding
-    output on rank 0's first chunk per live micro-batch and the output layer's inputs on the last rank;
-    round_size: micro-batches per round of the interleaved schedule (Training.pp_round)."""
+    (pipeline.schedule_live_counts) weighed by each chunk's layers, the embedding output on rank 0's first
+    chunk per live micro-batch and the output layer's inputs on the last rank; round_size: micro-batches
+    per round of the interleaved schedule (Training.pp_round). ZB-H1 (cfg.zero_bubble): its order's live
+    sets (pipeline.zb_h1_live), whole activations for the micro-batches between forward and input-gradient
+    pass and zb_state (dense, MoE layer: zb_state_bytes) per layer for those awaiting their deferred
+    weight-gradient pass, up to r on rank r (the output layer's weight gradient taken as not deferred)."""
     out = []
     for r, dense, moe, params, experts in pipeline_ranks(model, cfg, memo):
         chunk_bytes = [d * per_layer + e * per_moe for d, e in zip(dense, moe, strict=True)]
         if r == 0:
             chunk_bytes[0] += emb_act
-        vpp = 1 if cfg.zero_bubble else cfg.vpp
-        acts, inflight = peak(schedule_live_counts(cfg.pp, vpp, m, r, memo, round_size if vpp > 1 else 0),
-                              chunk_bytes)
+        if cfg.zero_bubble and cfg.vpp == 1:
+            pending = sum(dense) * zb_state[0] + sum(moe) * zb_state[1]
+            acts, inflight = max((full * chunk_bytes[0] + wait * pending, full)
+                                 for full, wait in zb_h1_live(cfg.pp, m, r))
+        else:  # a zero-bubble plan with vpp > 1 (`wavefront train`'s ZBV) counts as 1F1B, not run
+            vpp = 1 if cfg.zero_bubble else cfg.vpp
+            acts, inflight = peak(schedule_live_counts(cfg.pp, vpp, m, r, memo, round_size if vpp > 1 else 0),
+                                  chunk_bytes)
         if r == cfg.pp - 1:
             acts += out_act
         out.append(("first" if r == 0 else "last" if r == cfg.pp - 1 else f"rank {r}", params, experts, acts,
@@ -367,8 +400,13 @@ def memory_breakdown(model: ModelSpec, cfg: PlanConfig, training: Training, clus
         if memo is not None and pkey in memo:
             candidates = memo[pkey]
         else:
+            zb_state = (0.0, 0.0)
+            if cfg.zero_bubble:
+                rows = (b * s_local / (cfg.tp if cfg.sp else 1)) * (model.moe.top_k * training.moe_rows_factor
+                                                                     if model.moe is not None else 0.0)
+                zb_state = (zb_state_bytes(model, cfg, training), zb_state_bytes(model, cfg, training, rows))
             candidates = pipeline_candidates(model, cfg, m, per_layer, per_moe, emb_act, out_act, memo,
-                                             training.pp_round)
+                                             training.pp_round, zb_state)
             if memo is not None:
                 memo[pkey] = candidates
 

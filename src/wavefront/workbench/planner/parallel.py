@@ -29,7 +29,7 @@ class PlanConfig:
     zero: int = 0  # 0 DDP; 1 optimizer states (Megatron distributed optimizer); 2 + gradients; 3 FSDP
     recompute: str = "none"
     micro_batch: int = 1
-    zero_bubble: bool = False  # ZB-H1 schedule (Qi et al. 2023): 1F1B's memory, about a third of its bubble
+    zero_bubble: bool = False  # ZB-H1 schedule (Qi et al. 2023): W split off the backward (pipeline.zb_h1_order)
     shard: int = 0  # ZeRO-3 sharding group (HSDP: shard within `shard` ranks, replicate across); 0: all d
     ep: int = 1  # expert parallel (MoE): experts split over ep ranks folded into tp*cp*dp (moe.py)
 

@@ -65,6 +65,51 @@ class ScheduleDeadlock(ValueError):
     """The schedule's fixed per-rank order cannot run: every rank waits on another (pipeline.run_schedule)."""
 
 
+#: What each kind of pass is called in a deadlock report.
+_PASS_NAMES = {"F": "forward", "B": "backward", "W": "weight-gradient pass"}
+
+
+def _execute(orders: list[list[tuple[str, int, int]]], seconds: list[dict[tuple[str, int], float]], pp: int,
+             last: int, transfer: float, what: str) -> tuple[float, list[float]]:
+    """Run per-rank orders of passes (kind "F", "B" or "W", micro-batch, virtual stage) on pp ranks, model
+    chunk g = k*pp + r; seconds[r][(kind, k)] is a pass's time. F of micro-batch i on chunk g needs F of i on
+    g - 1; B needs its own F and (below the last chunk) B of i on g + 1; W (the weight gradient split off a
+    backward) needs its own B. What one chunk hands the next arrives `transfer` seconds after it is made,
+    sent asynchronously. Returns (makespan, busy seconds per rank); a cycle raises ScheduleDeadlock."""
+    done: dict[tuple[str, int, int], float] = {}
+    clock, busy, at = [0.0] * pp, [0.0] * pp, [0] * pp
+    left = sum(len(o) for o in orders)
+    while left:
+        moved = False
+        for r in range(pp):
+            while at[r] < len(orders[r]):
+                kind, i, k = orders[r][at[r]]
+                g = k * pp + r
+                if kind == "F":
+                    needs = [("F", i, g - 1)] if g > 0 else []
+                elif kind == "B":
+                    needs = [("F", i, g)] + ([("B", i, g + 1)] if g < last else [])
+                else:
+                    needs = [("B", i, g)]
+                if any(n not in done for n in needs):
+                    break
+                took = seconds[r][(kind, k)]
+                arrive = [done[n] + (transfer if n[2] != g else 0.0) for n in needs]
+                clock[r] = max([clock[r]] + arrive) + took
+                busy[r] += took
+                done[(kind, i, g)] = clock[r]
+                at[r] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            stuck = [(r, orders[r][at[r]]) for r in range(pp) if at[r] < len(orders[r])]
+            waiting = [f"rank {r} at the {_PASS_NAMES[op[0]]} of micro-batch {op[1]} on chunk {op[2]}"
+                       for r, op in stuck]
+            blocked = "; ".join(waiting[:3]) + (f"; and {len(waiting) - 3} more ranks" if len(waiting) > 3 else "")
+            raise ScheduleDeadlock(f"the schedule ({what}) deadlocks: {blocked}")
+    return max(clock), busy
+
+
 def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[list[float]],
                  round_size: int = 0, transfer: float = 0.0) -> tuple[float, list[float]]:
     """Execute the schedule: each rank r runs _order(pp, vpp, m, r, round_size) in that order, forward of
@@ -80,38 +125,72 @@ def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[li
     if vpp > 1 and m % (round_size or pp):
         raise ValueError(f"the interleaved schedule needs micro-batches ({m}) divisible by the round size "
                          f"({round_size or pp})")
-    orders = [_order(pp, vpp, m, r, round_size) for r in range(pp)]
-    last = pp * vpp - 1
-    done: dict[tuple[bool, int, int], float] = {}
-    clock, busy, at = [0.0] * pp, [0.0] * pp, [0] * pp
-    left = sum(len(o) for o in orders)
-    while left:
-        moved = False
-        for r in range(pp):
-            while at[r] < len(orders[r]):
-                forward, i, k = orders[r][at[r]]
-                g = k * pp + r
-                needs = [(True, i, g - 1)] if forward and g > 0 else []
-                if not forward:
-                    needs = [(True, i, g)] + ([(False, i, g + 1)] if g < last else [])
-                if any(n not in done for n in needs):
-                    break
-                seconds = fwd[r][k] if forward else bwd[r][k]
-                arrive = [done[n] + (transfer if n[2] != g else 0.0) for n in needs]
-                clock[r] = max([clock[r]] + arrive) + seconds
-                busy[r] += seconds
-                done[(forward, i, g)] = clock[r]
-                at[r] += 1
-                left -= 1
-                moved = True
-        if not moved:
-            stuck = [(r, orders[r][at[r]]) for r in range(pp) if at[r] < len(orders[r])]
-            waiting = [f"rank {r} at the {'forward' if op[0] else 'backward'} of micro-batch {op[1]} on chunk {op[2]}"
-                       for r, op in stuck]
-            blocked = "; ".join(waiting[:3]) + (f"; and {len(waiting) - 3} more ranks" if len(waiting) > 3 else "")
-            raise ScheduleDeadlock(f"the schedule (pp {pp}, vpp {vpp}, {m} micro-batches, rounds of "
-                                   f"{round_size or pp}) deadlocks: {blocked}")
-    return max(clock), busy
+    orders = [[("F" if forward else "B", i, k) for forward, i, k in _order(pp, vpp, m, r, round_size)]
+              for r in range(pp)]
+    seconds = [{(kind, k): (fwd if kind == "F" else bwd)[r][k] for kind in "FB" for k in range(vpp)}
+               for r in range(pp)]
+    return _execute(orders, seconds, pp, pp * vpp - 1, transfer,
+                    f"pp {pp}, vpp {vpp}, {m} micro-batches, rounds of {round_size or pp}")
+
+
+def zb_h1_order(pp: int, m: int, rank: int) -> list[tuple[str, int]]:
+    """ZB-H1's order on `rank` (Qi et al. 2023, arXiv:2401.10241, Sec. 2.1): 1F1B's forwards and input-gradient
+    backwards (B), each micro-batch's weight gradient (W) split off and run r micro-batches late on rank r, so
+    every rank has pp micro-batches between their forward and their W (1F1B's count on rank 0): (kind,
+    micro-batch) pairs, W after the B of micro-batch j + r, the deferred ones at the end."""
+    warm = min(pp - rank - 1, m)
+    ops = [("F", i) for i in range(warm)]
+    for i in range(m):
+        if i < m - warm:
+            ops.append(("F", warm + i))
+        ops.append(("B", i))
+        if i >= rank:
+            ops.append(("W", i - rank))
+    return ops + [("W", j) for j in range(max(0, m - rank), m)]
+
+
+def run_zb_h1(pp: int, m: int, f: float, b: float, w: float, transfer: float = 0.0) -> tuple[float, list[float]]:
+    """Execute ZB-H1 (zb_h1_order) with every stage's forward f, input-gradient backward b and weight-gradient
+    pass w seconds; returns (makespan, busy seconds per rank). 1F1B is the same run with W fused into B."""
+    orders = [[(kind, i, 0) for kind, i in zb_h1_order(pp, m, r)] for r in range(pp)]
+    seconds = [{("F", 0): f, ("B", 0): b, ("W", 0): w}] * pp
+    return _execute(orders, seconds, pp, pp - 1, transfer, f"ZB-H1, pp {pp}, {m} micro-batches")
+
+
+@cache
+def _zb_h1_idle(pp: int, m: int, f: float, b: float, w: float) -> float:
+    span, busy = run_zb_h1(pp, m, f, b, w)
+    return span - max(busy)
+
+
+def zb_h1_bubble(pp: int, m: int, f: float, b: float, w: float) -> float:
+    """ZB-H1's idle seconds on its busiest rank, stages of equal pass times (forward f, input-gradient b,
+    weight-gradient w): (pp - 1) max(f + b - w, f, b) when m >= pp, what running the order gives
+    (tests/workbench/planner/test_planner_schedule.py checks it against run_zb_h1 over sizes and times;
+    Qi et al.'s (pp - 1)(f + b - w) holds while w <= min(f, b)); fewer micro-batches than stages idle
+    longer, so the order is run (times rounded to 1e-3 of their sum for the cache). 1F1B idles
+    (pp - 1)(f + b + w)."""
+    if m >= pp:
+        return (pp - 1) * max(f + b - w, f, b)
+    unit = f + b + w
+    if unit <= 0:
+        return 0.0
+    return unit * _zb_h1_idle(pp, m, round(f / unit, 3), round(b / unit, 3), round(w / unit, 3))
+
+
+@cache
+def zb_h1_live(pp: int, m: int, rank: int) -> tuple[tuple[int, int], ...]:
+    """(micro-batches between forward and input-gradient backward, micro-batches between that and their
+    weight-gradient pass) after each pass of ZB-H1's order on `rank`, the sets no other holds both counts
+    of: the first hold whole activations, the second only what W reads (memory.pipeline_candidates)."""
+    full = pending = 0
+    rows = set()
+    for kind, _ in zb_h1_order(pp, m, rank):
+        full += kind == "F"
+        full -= kind == "B"
+        pending += (kind == "B") - (kind == "W")
+        rows.add((full, pending))
+    return tuple(sorted(r for r in rows if not any(o != r and o[0] >= r[0] and o[1] >= r[1] for o in rows)))
 
 
 def custom_round(pp: int, round_size: int) -> int:

@@ -53,7 +53,10 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
   bubble = (pp - 1) / vpp x one micro-batch's stage time (Narayanan Sec. 2.2: (p-1)/m of the ideal
   time for 1F1B, divided by v interleaved); with rounds of N != pp micro-batches (Training.pp_round,
   Llama 3's schedule) the bubble is the one found by running that order (pipeline.bubble_stage_times),
-  which equals the closed form for Megatron-LM's orders;
+  which equals the closed form for Megatron-LM's orders; ZB-H1 (PlanConfig.zero_bubble, Qi et al. 2023)
+  splits each backward into the input-gradient pass and the weight-gradient GEMMs (layer_passes) and idles
+  (pp - 1) max(F + B - W, F, B) for stage passes F, B, W, what running its order gives (pipeline.zb_h1_bubble;
+  1F1B's is (pp - 1)(F + B + W): a third of it only when the three are equal);
 - data parallel over d = dp * cp ranks, gradients in Training.grad_bytes: ZeRO-0 all-reduces them once
   per step; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16 weights after the optimizer
   (same bytes as the all-reduce), the gather hidden bucket by bucket under the next forward like the
@@ -81,6 +84,7 @@ from wavefront.workbench.planner.kernels import (
     attention_curve,
     attention_kernel_speedup,
     gemm_s,
+    grouped_gemm_s,
     grouped_linear_fwd_bwd_s,
     linear_fwd_bwd_s,
 )
@@ -92,7 +96,7 @@ from wavefront.workbench.planner.model import (
     op_policy_fractions,
 )
 from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
-from wavefront.workbench.planner.pipeline import bubble_stage_times, critical_transfers, custom_round
+from wavefront.workbench.planner.pipeline import bubble_stage_times, critical_transfers, custom_round, zb_h1_bubble
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
 CE_BYTES_PER_LOGIT = 16.0
@@ -102,9 +106,10 @@ CE_BYTES_PER_LOGIT = 16.0
 #: parallelism keeps these fp32 accumulators (assumed from its design, not measured here).
 CP_MERGE_FWD_BYTES = 10.0
 CP_MERGE_BWD_BYTES = 8.0
-#: ZB-H1 (Qi et al. 2023, arXiv:2401.10241, Sec. 3): splitting the backward into input- and weight-gradient
-#: passes fills the 1F1B bubble to about a third at the same activation memory.
-ZB_H1_BUBBLE_FRACTION = 1.0 / 3.0
+#: Zero-bubble schedules over virtual stages (ZBV, interleaved ZB: `wavefront train` runs them; the search makes
+#: only ZB-H1, which is run, pipeline.zb_h1_bubble): a third of the interleaved bubble, Qi et al.'s figure for
+#: equal pass times, not run here.
+ZB_INTERLEAVED_FRACTION = 1.0 / 3.0
 #: CPU offload of the optimizer (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): PCIe Gen4 x16 moves about
 #: 25 GB/s per GPU each way; a vectorised CPU Adam is taken to update 1e9 parameters/s per GPU's share of
 #: the host cores (an order-of-magnitude assumption, not fitted: no offload run is in the validation set).
@@ -233,6 +238,16 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     forward) on one GPU: weight matmuls GEMM by GEMM (kernels.py), attention from its curve, memory-bound
     kernels from their bytes, FP8 casts, a fixed cost per kernel. moe_layer: the MLP is the MoE block
     (shared experts as a tensor-parallel MLP, routed experts by _moe_experts_s)."""
+    total, attn, _, _ = layer_passes(model, cfg, training, cluster, eff, moe_layer)
+    return total, attn
+
+
+def layer_passes(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
+                 eff: Efficiency, moe_layer: bool = False) -> tuple[float, float, float, float]:
+    """layer_compute_s's (total, attention-core forward) and the layer's (forward, weight-gradient) seconds:
+    the weight-gradient GEMMs (dW = X^T dY of every linear, the routed experts' included) are what ZB-H1
+    splits off the backward into its own pass; the rest of the total (the input gradients, attention's
+    backward, the memory-bound backward, recomputation) runs in the input-gradient pass."""
     gpu = cluster.gpu
     ffn = None
     if moe_layer:
@@ -249,8 +264,10 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     cast_bytes = 0.0
     last_mm_fwd = 0.0
     fwd_of: list[float] = []  # forward seconds per weight matmul, in _linear_shapes order
+    wgrad = 0.0
     for d_in, d_out in _linear_shapes(model, cfg.tp, ffn):
         f, b = linear_fwd_bwd_s(gpu, tokens, d_in, d_out, peak, hbm, 1.0 if fp8 else 2.0, kernel_s)
+        wgrad += gemm_s(gpu, d_in, d_out, tokens, peak, hbm, 1.0 if fp8 else 2.0, kernel_s)
         fwd_of.append(f)
         mm_fwd += f
         last_mm_fwd = f
@@ -284,6 +301,7 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
         ex_fwd, ex_bwd, ex_cast = _moe_experts_s(model, cfg, training, cluster, peak, hbm, kernel_s,
                                                  eff.moe_layer_us * 1e-6)
         mm_fwd, mm_bwd, cast_s = mm_fwd + ex_fwd, mm_bwd + ex_bwd, cast_s + ex_cast
+        wgrad += _experts_wgrad_s(model, cfg, training, cluster, peak, hbm, kernel_s)
     fwd = mm_fwd + cast_s + attn + ew
     total = fwd + mm_bwd + cast_s + attn_bwd + 2.0 * ew + cp_merge_s
     # non-reentrant checkpointing stops before the block's last matmul (Training.recompute_early_stop)
@@ -296,7 +314,19 @@ def layer_compute_s(model: ModelSpec, cfg: PlanConfig, training: Training, clust
         total += ew + op_policy_fractions(model, training.op_recompute_mm)[0] * mm_fwd
     elif cfg.recompute == "selective":
         total += _selective_rerun_s(model, cfg, training, fwd_of, attn, moe_layer, hbm, kernel_s, tokens)
-    return total, attn
+    return total, attn, fwd, wgrad
+
+
+def _experts_wgrad_s(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, peak: float,
+                     hbm: float, kernel_s: float) -> float:
+    """The routed experts' weight-gradient grouped GEMMs of one MoE layer (_moe_experts_s's shapes)."""
+    assert model.moe is not None
+    h, fe = model.dims.hidden, model.moe.expert_ffn
+    groups = model.moe.n_experts // cfg.ep
+    rows = routed_rows(model, cfg, training) / groups
+    opb = 1.0 if training.precision == "fp8" else 2.0
+    return sum(grouped_gemm_s(cluster.gpu, groups, d_in, d_out, rows, peak, hbm, opb, kernel_s)
+               for d_in, d_out in ((h, 2 * fe), (fe, h)))
 
 
 def _selective_rerun_s(model: ModelSpec, cfg: PlanConfig, training: Training, fwd_of: list[float], attn: float,
@@ -476,6 +506,19 @@ def _memo_per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     return cast(tuple[float, float, float, float, float], memo[key])
 
 
+def _pass_fractions(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, eff: Efficiency,
+                    memo: dict[tuple[Any, ...], Any], counts: tuple[int, int]) -> tuple[float, float]:
+    """(forward, weight-gradient) shares of a stage's compute, its dense and MoE layers (counts) summed."""
+    key = ("passes", cfg.tp, cfg.sp, cfg.cp, cfg.micro_batch, cfg.recompute, cfg.ep, counts)
+    if key not in memo:
+        runs = [(n, layer_passes(model, cfg, training, cluster, eff, moe_layer))
+                for n, moe_layer in zip(counts, (False, True), strict=True) if n]
+        total = sum(n * p[0] for n, p in runs)
+        memo[key] = ((sum(n * p[2] for n, p in runs) / total, sum(n * p[3] for n, p in runs) / total)
+                     if total > 0 else (1.0 / 3.0, 1.0 / 3.0))
+    return cast(tuple[float, float], memo[key])
+
+
 def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster,
               eff: Efficiency, memo: dict[tuple[Any, ...], Any] | None = None) -> TimeBreakdown:
     """Seconds per step (module docstring). `memo` (a dict the search keeps for one model, training,
@@ -492,8 +535,8 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     for rank, n_dense, n_moe, params, experts in busiest_candidates(model, cfg, memo):
         parts = [n_dense * a + n_moe * b for a, b in zip(dense[:4], moe[:4], strict=True)]
         compute = parts[0] + (out_s if rank == cfg.pp - 1 else 0.0)
-        stages.append((compute + sum(parts[1:]), compute, parts, params - experts, experts))
-    _, stage_compute, (layers_s, tp_s, cp_s, ep_s), _, _ = max(stages, key=lambda st: st[0])
+        stages.append((compute + sum(parts[1:]), compute, parts, params - experts, experts, (n_dense, n_moe)))
+    _, stage_compute, (layers_s, tp_s, cp_s, ep_s), _, _, counts = max(stages, key=lambda st: st[0])
 
     n_round = custom_round(cfg.pp, training.pp_round) if cfg.vpp > 1 else 0  # Llama 3's rounds, N != pp
     p2p_s = p2p_step = 0.0
@@ -516,8 +559,12 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     bubble = (cfg.pp - 1) / cfg.vpp * body_mb if cfg.pp > 1 else 0.0
     if cfg.pp > 1 and n_round:  # the bubble of the order run as it is
         bubble = bubble_stage_times(cfg.pp, cfg.vpp, m, n_round) * body_mb
-    if cfg.zero_bubble:
-        bubble *= ZB_H1_BUBBLE_FRACTION
+
+    if cfg.zero_bubble and cfg.vpp == 1:  # ZB-H1: its order run with the layer's passes (pipeline.zb_h1_bubble)
+        f, w = _pass_fractions(model, cfg, training, cluster, eff, memo, counts)
+        bubble = zb_h1_bubble(cfg.pp, m, f * body_mb, (1.0 - f - w) * body_mb, w * body_mb)
+    elif cfg.zero_bubble:  # `wavefront train`'s ZBV / interleaved zero-bubble (no search plan): not run, a third
+        bubble *= ZB_INTERLEAVED_FRACTION
 
     params, experts = max(st[3] for st in stages), max(st[4] for st in stages)
     dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers_s, stage_compute)
