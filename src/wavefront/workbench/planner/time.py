@@ -74,7 +74,7 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from wavefront.workbench.planner.cluster import Cluster
 from wavefront.workbench.planner.kernels import (
@@ -506,6 +506,19 @@ def _memo_per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, clust
     return cast(tuple[float, float, float, float, float], memo[key])
 
 
+class _Stage(NamedTuple):
+    """One candidate pipeline rank in step_time, per micro-batch: its seconds (compute and communication),
+    its compute (the output layer's on the last rank included), the layers' (compute, TP, exposed CP,
+    exposed EP) seconds, its dense parameters, its routed-expert parameters, and its (dense, MoE) layers."""
+
+    seconds: float
+    compute: float
+    parts: tuple[float, float, float, float]
+    params: float
+    experts: float
+    counts: tuple[int, int]
+
+
 def _pass_fractions(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, eff: Efficiency,
                     memo: dict[tuple[Any, ...], Any], counts: tuple[int, int]) -> tuple[float, float]:
     """(forward, weight-gradient) shares of a stage's compute, its dense and MoE layers (counts) summed."""
@@ -535,8 +548,11 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     for rank, n_dense, n_moe, params, experts in busiest_candidates(model, cfg, memo):
         parts = [n_dense * a + n_moe * b for a, b in zip(dense[:4], moe[:4], strict=True)]
         compute = parts[0] + (out_s if rank == cfg.pp - 1 else 0.0)
-        stages.append((compute + sum(parts[1:]), compute, parts, params - experts, experts, (n_dense, n_moe)))
-    _, stage_compute, (layers_s, tp_s, cp_s, ep_s), _, _, counts = max(stages, key=lambda st: st[0])
+        stages.append(_Stage(compute + sum(parts[1:]), compute, (parts[0], parts[1], parts[2], parts[3]),
+                             params - experts, experts, (n_dense, n_moe)))
+    busiest = max(stages, key=lambda st: st.seconds)
+    stage_compute, counts = busiest.compute, busiest.counts
+    layers_s, tp_s, cp_s, ep_s = busiest.parts
 
     n_round = custom_round(cfg.pp, training.pp_round) if cfg.vpp > 1 else 0  # Llama 3's rounds, N != pp
     p2p_s = p2p_step = 0.0
@@ -566,7 +582,7 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     elif cfg.zero_bubble:  # `wavefront train`'s ZBV / interleaved zero-bubble (no search plan): not run, a third
         bubble *= ZB_INTERLEAVED_FRACTION
 
-    params, experts = max(st[3] for st in stages), max(st[4] for st in stages)
+    params, experts = max(st.params for st in stages), max(st.experts for st in stages)
     dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers_s, stage_compute)
     if experts:
         ex_total, ex_exposed = _data_parallel_s(model, cfg, training, cluster, experts, m, layers_s, stage_compute,
