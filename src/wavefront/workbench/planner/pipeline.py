@@ -25,6 +25,7 @@ hold no more), so it uses 1F1B's counts. The counts are per chunk, so uneven chu
 from __future__ import annotations
 
 from functools import cache
+from operator import mul
 from typing import Any
 
 
@@ -70,13 +71,15 @@ _PASS_NAMES = {"F": "forward", "B": "backward", "W": "weight-gradient pass"}
 
 
 def _execute(orders: list[list[tuple[str, int, int]]], seconds: list[dict[tuple[str, int], float]], pp: int,
-             last: int, transfer: float, what: str) -> tuple[float, list[float]]:
+             last: int, transfer: float, what: str,
+             ends: dict[tuple[str, int, int], float] | None = None) -> tuple[float, list[float]]:
     """Run per-rank orders of passes (kind "F", "B" or "W", micro-batch, virtual stage) on pp ranks, model
     chunk g = k*pp + r; seconds[r][(kind, k)] is a pass's time. F of micro-batch i on chunk g needs F of i on
     g - 1; B needs its own F and (below the last chunk) B of i on g + 1; W (the weight gradient split off a
     backward) needs its own B. What one chunk hands the next arrives `transfer` seconds after it is made,
-    sent asynchronously. Returns (makespan, busy seconds per rank); a cycle raises ScheduleDeadlock."""
-    done: dict[tuple[str, int, int], float] = {}
+    sent asynchronously. Returns (makespan, busy seconds per rank); a cycle raises ScheduleDeadlock. `ends`,
+    when given, receives each pass's finish time, keyed (kind, micro-batch, model chunk g)."""
+    done: dict[tuple[str, int, int], float] = {} if ends is None else ends
     clock, busy, at = [0.0] * pp, [0.0] * pp, [0] * pp
     left = sum(len(o) for o in orders)
     while left:
@@ -234,6 +237,51 @@ def critical_transfers(pp: int, vpp: int, m: int, round_size: int = 0) -> float:
     return round((slow - fast) / _PROBE_TRANSFER, 6)
 
 
+def grad_sync_launches(pp: int, vpp: int, m: int, rank: int) -> tuple[float, list[float]]:
+    """Megatron-LM's interleaved order run with unit times (a stage's forward 1 and backward 2 per
+    micro-batch): (makespan, the times rank `rank` launches each model chunk's gradient reduction, sorted).
+    With overlap_grad_reduce and align_grad_reduce (Megatron-LM's defaults with interleaving) a chunk's
+    reduction is launched as a whole after the backward that comes `rank` backwards after the chunk's last one
+    (so every rank launches at the same step of the schedule), or at the end of the rank's order
+    (megatron/core/pipeline_parallel/schedules.py, grad_sync_func). The reference that
+    interleaved_reduce_exposed's closed form is tested against."""
+    order = _order(pp, vpp, m, rank)
+    orders = [[("F" if f else "B", i, k) for f, i, k in _order(pp, vpp, m, r)] for r in range(pp)]
+    seconds = [{(kind, k): (1.0 if kind == "F" else 2.0) / vpp for kind in "FB" for k in range(vpp)}] * pp
+    ends: dict[tuple[str, int, int], float] = {}
+    span, _ = _execute(orders, seconds, pp, pp * vpp - 1, 0.0, f"pp {pp}, vpp {vpp}, {m} micro-batches", ends)
+    backwards = [(i, k) for forward, i, k in order if not forward]
+    finish = [ends[("B", i, k * pp + rank)] for i, k in backwards]
+    last = {k: max(j for j, (_, kk) in enumerate(backwards) if kk == k) for k in range(vpp)}
+    return span, sorted(finish[min(last[k] + rank, len(finish) - 1)] for k in range(vpp))
+
+
+def interleaved_reduce_exposed(pp: int, vpp: int, chunk_s: float, chunk_bwd_s: float) -> float:
+    """Seconds the gradient reductions of Megatron-LM's interleaved schedule run past the step's compute,
+    each of the vpp chunks' reductions taking chunk_s on one stream and a chunk's backward of one
+    micro-batch chunk_bwd_s: rank 0 (the last to finish, tests/workbench/planner/test_planner_schedule.py)
+    launches its chunks' reductions pp backwards apart, the last one at the end (grad_sync_launches), so
+    max over j < vpp of (j + 1) chunk_s - j pp chunk_bwd_s: one chunk's reduction when each fits in the
+    gap, all of them less the gaps when the stream falls behind."""
+    gap = pp * chunk_bwd_s
+    return max((j + 1) * chunk_s - j * gap for j in range(vpp))
+
+
+def interleaved_gather_exposed(pp: int, vpp: int, chunk_s: float, chunk_fwd_s: float, first_s: float) -> float:
+    """Seconds the next step's forward waits on the parameter all-gathers of Megatron-LM's interleaved
+    schedule (overlap_param_gather, align_param_gather): chunks 0 and 1 are gathered from the start, chunk
+    c >= 2 from the first forward of chunk c - 1, one after another on one stream, chunk_s each; chunk c's
+    first forward on rank 0 starts c pp chunk_fwd_s in (pp forwards of each earlier chunk); first_s: what the
+    first chunk's gather exposes bucket by bucket under its own first forward (bucketed_exposed_s). The
+    forwards slip by the largest lateness so far."""
+    delay, free = first_s, chunk_s
+    for c in range(1, vpp):
+        release = 0.0 if c == 1 else (c - 1) * pp * chunk_fwd_s + delay
+        free = max(release, free) + chunk_s
+        delay = max(delay, free - c * pp * chunk_fwd_s)
+    return delay
+
+
 def _prefix(n: int, size: int, vpp: int) -> tuple[int, ...]:
     """Per chunk, how many of the first n forwards (in schedule order, rounds of `size`) ran on it."""
     group = size * vpp
@@ -305,5 +353,7 @@ def peak(rows: list[tuple[int, ...]], chunk_bytes: list[float]) -> tuple[float, 
     if min(chunk_bytes) == max(chunk_bytes):  # even chunks: the most chunk activations live
         top = max(rows, key=sum)
         return float(sum(top) * chunk_bytes[0]), max(top)
-    best = max(rows, key=lambda row: sum(c * w for c, w in zip(row, chunk_bytes, strict=True)))
-    return float(sum(c * w for c, w in zip(best, chunk_bytes, strict=True))), max(best)
+    if len(rows[0]) != len(chunk_bytes):  # every live set has one count per chunk
+        raise ValueError(f"live sets of {len(rows[0])} chunks against {len(chunk_bytes)} chunk sizes")
+    best = max(rows, key=lambda row: sum(map(mul, row, chunk_bytes)))
+    return float(sum(map(mul, best, chunk_bytes))), max(best)

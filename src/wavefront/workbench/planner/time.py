@@ -96,7 +96,14 @@ from wavefront.workbench.planner.model import (
     op_policy_fractions,
 )
 from wavefront.workbench.planner.parallel import PlanConfig, n_micro_batches
-from wavefront.workbench.planner.pipeline import bubble_stage_times, critical_transfers, custom_round, zb_h1_bubble
+from wavefront.workbench.planner.pipeline import (
+    bubble_stage_times,
+    critical_transfers,
+    custom_round,
+    interleaved_gather_exposed,
+    interleaved_reduce_exposed,
+    zb_h1_bubble,
+)
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
 CE_BYTES_PER_LOGIT = 16.0
@@ -479,6 +486,19 @@ def _data_parallel_s(model: ModelSpec, cfg: PlanConfig, training: Training, clus
     if not training.dp_overlap:
         return reduce + gather, reduce + gather
     kind = "all_reduce" if cfg.zero == 0 else "reduce_scatter"
+    if cfg.pp > 1 and cfg.vpp > 1:
+        # Megatron's interleaved schedule syncs chunk by chunk: each model chunk's reduction launches after
+        # its last backward and runs under the later chunks' backwards; each chunk's parameters are gathered
+        # from an earlier chunk's first forward (pipeline.interleaved_reduce_exposed / _gather_exposed)
+        v = cfg.vpp
+        chunk_fwd = layers_s / 3.0 / v
+        exposed = interleaved_reduce_exposed(cfg.pp, v, cluster.collective_s(kind, g * params / v, d, stride),
+                                             2.0 * chunk_fwd)
+        if gather > 0:
+            first = bucketed_exposed_s(cluster, "all_gather", 2.0 * params / v, bucket, d, stride, chunk_fwd)
+            exposed += interleaved_gather_exposed(cfg.pp, v, cluster.collective_s("all_gather", 2.0 * params / v,
+                                                                                   d, stride), chunk_fwd, first)
+        return reduce + gather, exposed
     # the reduction runs bucket by bucket under the last backward; the parameter all-gather under the next
     # step's first forward (Megatron --overlap-param-gather, FSDP forward prefetch): only the excess shows
     gather_exposed = (bucketed_exposed_s(cluster, "all_gather", 2.0 * params, bucket, d, stride, layers_s / 3.0)
@@ -507,16 +527,20 @@ def _memo_per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, clust
 
 
 class _Stage(NamedTuple):
-    """One candidate pipeline rank in step_time, per micro-batch: its seconds (compute and communication),
-    its compute (the output layer's on the last rank included), the layers' (compute, TP, exposed CP,
-    exposed EP) seconds, its dense parameters, its routed-expert parameters, and its (dense, MoE) layers."""
+    """One candidate pipeline rank in step_time, per micro-batch: its compute (the output layer's on the last
+    rank included), its layers' compute, TP, exposed CP and exposed EP seconds, and its (dense, MoE) layers."""
 
-    seconds: float
     compute: float
-    parts: tuple[float, float, float, float]
-    params: float
-    experts: float
+    layers_s: float
+    tp_s: float
+    cp_s: float
+    ep_s: float
     counts: tuple[int, int]
+
+    @property
+    def seconds(self) -> float:
+        """Compute and communication: what makes a rank the pipeline's slowest."""
+        return self.compute + self.tp_s + self.cp_s + self.ep_s
 
 
 def _pass_fractions(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cluster, eff: Efficiency,
@@ -544,15 +568,17 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     # per micro-batch on the busiest pipeline rank, its layers laid out as the memory model lays them
     # (pipeline.chunk_layers: uneven stages hold fewer layers on the first and last chunks; MoE: the
     # first_dense layers sit on the first); the last rank also runs the output layer
-    stages = []
-    for rank, n_dense, n_moe, params, experts in busiest_candidates(model, cfg, memo):
-        parts = [n_dense * a + n_moe * b for a, b in zip(dense[:4], moe[:4], strict=True)]
-        compute = parts[0] + (out_s if rank == cfg.pp - 1 else 0.0)
-        stages.append(_Stage(compute + sum(parts[1:]), compute, (parts[0], parts[1], parts[2], parts[3]),
-                             params - experts, experts, (n_dense, n_moe)))
-    busiest = max(stages, key=lambda st: st.seconds)
+    busiest, params, experts = None, 0.0, 0.0
+    for rank, n_dense, n_moe, rank_params, rank_experts in busiest_candidates(model, cfg, memo):
+        stage = _Stage(n_dense * dense[0] + n_moe * moe[0] + (out_s if rank == cfg.pp - 1 else 0.0),
+                       n_dense * dense[0] + n_moe * moe[0], n_dense * dense[1] + n_moe * moe[1],
+                       n_dense * dense[2] + n_moe * moe[2], n_dense * dense[3] + n_moe * moe[3], (n_dense, n_moe))
+        if busiest is None or stage.seconds > busiest.seconds:
+            busiest = stage
+        params, experts = max(params, rank_params - rank_experts), max(experts, rank_experts)
+    assert busiest is not None  # busiest_candidates is never empty
     stage_compute, counts = busiest.compute, busiest.counts
-    layers_s, tp_s, cp_s, ep_s = busiest.parts
+    layers_s, tp_s, cp_s, ep_s = busiest.layers_s, busiest.tp_s, busiest.cp_s, busiest.ep_s
 
     n_round = custom_round(cfg.pp, training.pp_round) if cfg.vpp > 1 else 0  # Llama 3's rounds, N != pp
     p2p_s = p2p_step = 0.0
@@ -582,7 +608,6 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     elif cfg.zero_bubble:  # `wavefront train`'s ZBV / interleaved zero-bubble (no search plan): not run, a third
         bubble *= ZB_INTERLEAVED_FRACTION
 
-    params, experts = max(st.params for st in stages), max(st.experts for st in stages)
     dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers_s, stage_compute)
     if experts:
         ex_total, ex_exposed = _data_parallel_s(model, cfg, training, cluster, experts, m, layers_s, stage_compute,
