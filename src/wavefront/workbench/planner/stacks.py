@@ -123,7 +123,9 @@ class StackProfile:
 _TE_TP = ("TP comm overlap", "0.5 hidden: Transformer Engine userbuffers (--tp-comm-overlap, on in the H100 "
           "recipes; training.TP_OVERLAP)")
 _TE_CP = ("CP comm", "P2P ring, K/V exchange behind the attention (TE cp_comm_type p2p)")
-_MEGATRON_DP = ("DP overlap", "--overlap-grad-reduce / --overlap-param-gather (distributed optimizer)")
+_MEGATRON_DP = ("DP overlap", "--overlap-grad-reduce / --overlap-param-gather (distributed optimizer); with "
+                "interleaving each model chunk's reduction and gather run on their own, under the other chunks' "
+                "compute (align_grad_reduce; pipeline.interleaved_reduce_exposed)")
 _FSDP2 = ("FSDP prefetch", "FSDP2 forward/backward prefetch of the next unit's all-gather; "
           "reshard after forward")
 _NO_TP_OVERLAP = ("TP comm overlap", "none: DTensor TP collectives on the critical path (async TP off)")

@@ -65,7 +65,10 @@ Communication (cluster.py cost model, Megatron-LM rank layout):
   DDP per micro-batch). With Training.dp_overlap the ZeRO 0-2 reduction runs in bucket_mib buckets
   during the backward of the last micro-batch (bucketed_exposed_s, the closed form of the DDP bucket
   model in workbench.distributed.overlap), and ZeRO-3 traffic hides behind each micro-batch's compute except
-  the first unit's gather.
+  the first unit's gather. With interleaving (vpp > 1) each model chunk's reduction is launched once its
+  last backward is done, as Megatron-LM does (align_grad_reduce), and runs under the later chunks'
+  backwards; its parameter gather runs from an earlier chunk's first forward (pipeline.interleaved_reduce_exposed
+  and interleaved_gather_exposed, the first checked against the run of the order).
 - optimizer step: memory-bound over the locally owned parameters (sharded from ZeRO-1): AdamW reads and
   writes the master weight and both moments, reads the gradient and writes the bf16 weight
   (26 + grad_bytes B per parameter).
