@@ -30,6 +30,9 @@ from wavefront.workbench.planner.pipeline import (
     zb_h1_bubble,
     zb_h1_live,
     zb_h1_order,
+    zbv_bubble,
+    zbv_live,
+    zbv_order,
 )
 from wavefront.workbench.planner.time import layer_passes, step_time
 
@@ -259,3 +262,43 @@ def test_the_step_time_prices_interleaved_data_parallel_sync_chunk_by_chunk():
     plain = step_time(model, PlanConfig(tp=4, sp=True, pp=8, dp=16, zero=1, micro_batch=2), training, cluster, eff)
     assert inter.dp_comm_total_s == pytest.approx(plain.dp_comm_total_s, rel=0.01)
     assert 0.0 < inter.dp_comm_s < 0.3 * plain.dp_comm_s
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 8])
+def test_zbv_runs_and_holds_1f1b_s_activations(pp):
+    """torch's ZBV order (zbv_order: two chunks a rank in a V, the weight gradient split off): every pass
+    once, each W after its own input-gradient pass; run with random pass times it never deadlocks, idles
+    (pp - 1) f / 2 at f = b = w once m >= 2 pp (the start-up of one chunk a stage: half ZB-H1's), never more
+    than ZB-H1 then, and every rank holds at most 2 pp chunk activations, whole or awaiting their weight
+    gradient: 1F1B's first-rank count, as Qi et al. state for ZB-V."""
+    rng = random.Random(pp)
+    for m in sorted({1, 2, pp, 2 * pp, 4 * pp + 3}):
+        for r in range(pp):
+            order = zbv_order(pp, m, r)
+            assert sorted(order) == sorted((kind, i, k) for kind in "BFW" for i in range(m) for k in (0, 1))
+            assert all(order.index(("B", i, k)) < order.index(("W", i, k)) for i in range(m) for k in (0, 1))
+            if m >= 2 * pp:
+                assert max(sum(row) for row in zbv_live(pp, m, r)) == 2 * pp
+        for f, b, w in [(1.0, 1.0, 1.0)] + [_times(rng) for _ in range(4)]:
+            idle = zbv_bubble(pp, m, f, b, w)
+            assert idle >= 0.0
+            if m >= 2 * pp:
+                assert idle <= zb_h1_bubble(pp, m, f, b, w) + 1e-2 * (f + b + w)
+        if m >= 2 * pp:
+            assert zbv_bubble(pp, m, 1.0, 1.0, 1.0) == pytest.approx((pp - 1) / 2.0, abs=1e-2)
+
+
+def test_zbv_plan_is_priced_by_its_run_and_holds_about_1f1b_s_memory():
+    """`wavefront train --pp-schedule zbv` is predicted as PlanConfig(vpp=2, zero_bubble=True): its bubble comes
+    from running torch's order with the layer's passes, below ZB-H1's and the interleaved schedule's at the same
+    pp, and its activations are about 1F1B's (the interleaved order at vpp 2 holds more)."""
+    model, training, plain, zb = _llama70b()
+    cluster, eff = make_cluster("64xh100"), Efficiency.for_gpu("h100")
+    zbv = PlanConfig(tp=8, sp=True, pp=4, vpp=2, dp=2, zero_bubble=True)
+    inter = PlanConfig(tp=8, sp=True, pp=4, vpp=2, dp=2)
+    bubble = {name: step_time(model, cfg, training, cluster, eff).bubble_s
+              for name, cfg in (("1f1b", plain), ("zb", zb), ("zbv", zbv), ("inter", inter))}
+    assert 0.0 < bubble["zbv"] < bubble["zb"] < bubble["1f1b"] and bubble["zbv"] < bubble["inter"]
+    acts = {name: memory_breakdown(model, cfg, training, cluster).activations_bytes
+            for name, cfg in (("1f1b", plain), ("zbv", zbv), ("inter", inter))}
+    assert acts["1f1b"] <= acts["zbv"] <= 1.1 * acts["1f1b"] < acts["inter"]

@@ -77,6 +77,7 @@ from wavefront.workbench.planner.pipeline import (
     peak,
     schedule_live_counts,
     zb_h1_live,
+    zbv_live,
 )
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Training
 
@@ -343,7 +344,11 @@ def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: fl
             pending = sum(dense) * zb_state[0] + sum(moe) * zb_state[1]
             acts, inflight = max((full * chunk_bytes[0] + wait * pending, full)
                                  for full, wait in zb_h1_live(cfg.pp, m, r))
-        else:  # a zero-bubble plan with vpp > 1 (`wavefront train`'s ZBV) counts as 1F1B, not run
+        elif cfg.zero_bubble and cfg.vpp == 2:  # ZBV: its order's live sets per chunk (pipeline.zbv_live)
+            waits = [d * zb_state[0] + e * zb_state[1] for d, e in zip(dense, moe, strict=True)]
+            acts, inflight = max((f0 * chunk_bytes[0] + f1 * chunk_bytes[1] + w0 * waits[0] + w1 * waits[1],
+                                  max(f0, f1)) for f0, f1, w0, w1 in zbv_live(cfg.pp, m, r))
+        else:  # the interleaved zero-bubble schedule (vpp > 2, `wavefront train`) counts as 1F1B, not run
             vpp = 1 if cfg.zero_bubble else cfg.vpp
             acts, inflight = peak(schedule_live_counts(cfg.pp, vpp, m, r, memo, round_size if vpp > 1 else 0),
                                   chunk_bytes)

@@ -72,9 +72,10 @@ _PASS_NAMES = {"F": "forward", "B": "backward", "W": "weight-gradient pass"}
 
 def _execute(orders: list[list[tuple[str, int, int]]], seconds: list[dict[tuple[str, int], float]], pp: int,
              last: int, transfer: float, what: str,
-             ends: dict[tuple[str, int, int], float] | None = None) -> tuple[float, list[float]]:
+             ends: dict[tuple[str, int, int], float] | None = None, v_shape: bool = False) -> tuple[float, list[float]]:
     """Run per-rank orders of passes (kind "F", "B" or "W", micro-batch, virtual stage) on pp ranks, model
-    chunk g = k*pp + r; seconds[r][(kind, k)] is a pass's time. F of micro-batch i on chunk g needs F of i on
+    chunk g = k*pp + r (v_shape: two chunks a rank, g = r and 2 pp - 1 - r, the V of ZBV); seconds[r][(kind,
+    k)] is a pass's time. F of micro-batch i on chunk g needs F of i on
     g - 1; B needs its own F and (below the last chunk) B of i on g + 1; W (the weight gradient split off a
     backward) needs its own B. What one chunk hands the next arrives `transfer` seconds after it is made,
     sent asynchronously. Returns (makespan, busy seconds per rank); a cycle raises ScheduleDeadlock. `ends`,
@@ -87,7 +88,7 @@ def _execute(orders: list[list[tuple[str, int, int]]], seconds: list[dict[tuple[
         for r in range(pp):
             while at[r] < len(orders[r]):
                 kind, i, k = orders[r][at[r]]
-                g = k * pp + r
+                g = (2 * pp - 1 - r if k else r) if v_shape else k * pp + r
                 if kind == "F":
                     needs = [("F", i, g - 1)] if g > 0 else []
                 elif kind == "B":
@@ -158,6 +159,96 @@ def run_zb_h1(pp: int, m: int, f: float, b: float, w: float, transfer: float = 0
     orders = [[(kind, i, 0) for kind, i in zb_h1_order(pp, m, r)] for r in range(pp)]
     seconds = [{("F", 0): f, ("B", 0): b, ("W", 0): w}] * pp
     return _execute(orders, seconds, pp, pp - 1, transfer, f"ZB-H1, pp {pp}, {m} micro-batches")
+
+
+def zbv_order(pp: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """ZBV's order on `rank` as torch.distributed.pipelining's ScheduleZBVZeroBubble runs it (torch 2.13; Qi et
+    al. 2024, arXiv:2401.10241 Sec. 6): two chunks a rank in a V (chunk 0 is model chunk r, chunk 1 model chunk
+    2 pp - 1 - r), (kind, micro-batch, chunk) with B the input-gradient pass and W the weight gradient. Warm-up:
+    2 (pp - r) - 1 forwards of chunk 0, then r pairs (F1, F0), then pp - r rounds of (F1, B1, W1); steady
+    rounds (F0 while any is left, B0, W0, F1, B1, W1) until chunk 1 has caught up; cool-down: r pairs (B0,
+    B1), pp - r pairs (B0, W0 of the oldest waiting), then the waiting W1s and W0s. The order is laid out for
+    max(2 pp - 1, m) micro-batches and the ones past m dropped, as torch does."""
+    n = max(2 * pp - 1, m)
+    ops: list[tuple[str, int, int]] = []
+    count = {(kind, k): 0 for kind in "FBW" for k in (0, 1)}
+
+    def add(kind: str, k: int, index: int | None = None) -> None:
+        i = count[kind, k] if index is None else index
+        ops.append((kind, i, k))
+        count[kind, k] = i + 1 if index is None else count[kind, k]
+
+    for _ in range(2 * (pp - rank) - 1):
+        add("F", 0)
+    for _ in range(rank):
+        add("F", 1)
+        add("F", 0)
+    for _ in range(pp - rank):
+        add("F", 1)
+        add("B", 1)
+        add("W", 1, count["B", 1] - 1)
+    while count["F", 1] < count["F", 0] or count["F", 0] < n:
+        if count["F", 0] < n:
+            add("F", 0)
+        add("B", 0)
+        add("W", 0, count["B", 0] - 1)
+        add("F", 1)
+        add("B", 1)
+        add("W", 1, count["B", 1] - 1)
+    waiting = {0: count["B", 0], 1: count["B", 1]}  # the first W not yet run, per chunk
+    for _ in range(rank):
+        add("B", 0)
+        add("B", 1)
+    for _ in range(pp - rank):
+        add("B", 0)
+        add("W", 0, waiting[0])
+        waiting[0] += 1
+    ops += [("W", i, 1) for i in range(waiting[1], count["B", 1])]
+    ops += [("W", i, 0) for i in range(waiting[0], count["B", 0])]
+    return [op for op in ops if op[1] < m]
+
+
+def run_zbv(pp: int, m: int, f: float, b: float, w: float, transfer: float = 0.0) -> tuple[float, list[float]]:
+    """Execute ZBV (zbv_order) with a stage's forward f, input-gradient b and weight-gradient w seconds per
+    micro-batch, split evenly over its two chunks; returns (makespan, busy seconds per rank)."""
+    orders = [zbv_order(pp, m, r) for r in range(pp)]
+    seconds = [{(kind, k): t / 2.0 for kind, t in (("F", f), ("B", b), ("W", w)) for k in (0, 1)}] * pp
+    return _execute(orders, seconds, pp, 2 * pp - 1, transfer, f"ZBV, pp {pp}, {m} micro-batches", v_shape=True)
+
+
+@cache
+def _zbv_idle(pp: int, m: int, f: float, b: float, w: float) -> float:
+    span, busy = run_zbv(pp, m, f, b, w)
+    return span - max(busy)
+
+
+def zbv_bubble(pp: int, m: int, f: float, b: float, w: float) -> float:
+    """ZBV's idle seconds on its busiest rank, found by running torch's order (run_zbv; times rounded to
+    1e-3 of their sum for the cache): at f = b = w and m >= 2 pp, (pp - 1) f / 2, the start-up of one chunk
+    per stage; more as the passes differ (tests/workbench/planner/test_planner_schedule.py)."""
+    unit = f + b + w
+    if unit <= 0:
+        return 0.0
+    return unit * _zbv_idle(pp, m, round(f / unit, 3), round(b / unit, 3), round(w / unit, 3))
+
+
+@cache
+def zbv_live(pp: int, m: int, rank: int) -> tuple[tuple[int, int, int, int], ...]:
+    """(whole activations of chunk 0, of chunk 1, micro-batches awaiting their weight gradient on chunk 0,
+    on chunk 1) after each pass of ZBV's order on `rank`, the sets no other holds every count of."""
+    live = [0, 0, 0, 0]
+    rows = set()
+    for kind, _, k in zbv_order(pp, m, rank):
+        if kind == "F":
+            live[k] += 1
+        elif kind == "B":
+            live[k] -= 1
+            live[2 + k] += 1
+        else:
+            live[2 + k] -= 1
+        rows.add((live[0], live[1], live[2], live[3]))
+    return tuple(sorted(r for r in rows if not any(o != r and all(a >= c for a, c in zip(o, r, strict=True))
+                                                   for o in rows)))
 
 
 @cache

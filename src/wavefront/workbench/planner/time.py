@@ -106,6 +106,7 @@ from wavefront.workbench.planner.pipeline import (
     interleaved_gather_exposed,
     interleaved_reduce_exposed,
     zb_h1_bubble,
+    zbv_bubble,
 )
 from wavefront.workbench.planner.training import OPTIMIZER_BYTES, Efficiency, Training
 
@@ -116,9 +117,9 @@ CE_BYTES_PER_LOGIT = 16.0
 #: parallelism keeps these fp32 accumulators (assumed from its design, not measured here).
 CP_MERGE_FWD_BYTES = 10.0
 CP_MERGE_BWD_BYTES = 8.0
-#: Zero-bubble schedules over virtual stages (ZBV, interleaved ZB: `wavefront train` runs them; the search makes
-#: only ZB-H1, which is run, pipeline.zb_h1_bubble): a third of the interleaved bubble, Qi et al.'s figure for
-#: equal pass times, not run here.
+#: The interleaved zero-bubble schedule over more than two virtual stages (`wavefront train --pp-schedule
+#: interleaved-zb`; the search makes only ZB-H1, and ZBV is run too: pipeline.zb_h1_bubble, zbv_bubble): a third
+#: of the interleaved bubble, Qi et al.'s figure for equal pass times, not run here.
 ZB_INTERLEAVED_FRACTION = 1.0 / 3.0
 #: CPU offload of the optimizer (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840): PCIe Gen4 x16 moves about
 #: 25 GB/s per GPU each way; a vectorised CPU Adam is taken to update 1e9 parameters/s per GPU's share of
@@ -608,7 +609,10 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     if cfg.zero_bubble and cfg.vpp == 1:  # ZB-H1: its order run with the layer's passes (pipeline.zb_h1_bubble)
         f, w = _pass_fractions(model, cfg, training, cluster, eff, memo, counts)
         bubble = zb_h1_bubble(cfg.pp, m, f * body_mb, (1.0 - f - w) * body_mb, w * body_mb)
-    elif cfg.zero_bubble:  # `wavefront train`'s ZBV / interleaved zero-bubble (no search plan): not run, a third
+    elif cfg.zero_bubble and cfg.vpp == 2:  # ZBV (`wavefront train --pp-schedule zbv`): torch's order, run
+        f, w = _pass_fractions(model, cfg, training, cluster, eff, memo, counts)
+        bubble = zbv_bubble(cfg.pp, m, f * body_mb, (1.0 - f - w) * body_mb, w * body_mb)
+    elif cfg.zero_bubble:  # `wavefront train`'s interleaved zero-bubble (no search plan): not run, a third
         bubble *= ZB_INTERLEAVED_FRACTION
 
     dp_total, dp_exposed = _data_parallel_s(model, cfg, training, cluster, params, m, layers_s, stage_compute)
