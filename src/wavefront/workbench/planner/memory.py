@@ -21,19 +21,19 @@ Activations (Korthikanti et al. 2022, Sec. 4.2.3, and model.layer_activation_byt
 rank, the largest set of (micro-batch, chunk) activations the schedule keeps live, stepped from the schedule's own
 order (pipeline.py: 1F1B holds min(pp - r, m) micro-batches on rank r; the interleaved schedule min(2 (pp - r - 1) +
 (vpp - 1) pp + 1, m vpp) chunks; ZB-H1 1F1B's on rank r plus up to r micro-batches' weight-gradient inputs,
-zb_state_bytes), each chunk weighed by its own layers (uneven stages: fewer layers on the first and last chunks), the
-first chunk of rank 0 adding the embedding's output per live micro-batch, the last rank the loss once
-(loss_activation_bytes, per Training.loss_logits: Megatron's vocab-parallel fp32 logits 4sbh(1 + V/h)/t, PyTorch's
-F.cross_entropy on an fp32 copy 4sbh/t + 10sbV/t, or a fused LM-head loss 4sbh/t). The memory reported is that of the
-rank with the largest total (`stage`: "first", "last" or "rank R"; Llama 3 405B at 16 micro-batches: rank 1, whose 8
-one-layer chunks all hold every micro-batch, while rank 0 has an embedding-only chunk). fp8 training keeps the linear
-layers' inputs in fp8 (model.layer_activation_bytes). Transients: with full (selective, per-op) recomputation the
-backward rebuilds one layer's full activations (what the policy dropped) at a time; ZeRO-3 gathers the bf16 weights of
-two units (current + prefetch) and the unsharded gradients of one before its reduce-scatter (Training.zero3_unit:
-FSDP2's unit is a layer; DeepSpeed gathers per sub-module, the largest weight matrix, and keeps up to
-stage3_max_live_parameters, 1e9, resident: submodule_params), plus the whole stage's bf16 weights without resharding
-(Training.fsdp_gather "no-reshard") and its gradients too when gathering once per step ("step"); HSDP
-(PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two in-flight gradient buckets. CPU
+zb_state_bytes; ZBV its own order's, per chunk), each chunk weighed by its own layers (uneven stages: fewer layers on
+the first and last chunks), the first chunk of rank 0 adding the embedding's output per live micro-batch, the last
+rank the loss once (loss_activation_bytes, per Training.loss_logits: Megatron's vocab-parallel fp32 logits 4sbh(1 +
+V/h)/t, PyTorch's F.cross_entropy on an fp32 copy 4sbh/t + 10sbV/t, or a fused LM-head loss 4sbh/t). The memory
+reported is that of the rank with the largest total (`stage`: "first", "last" or "rank R"; Llama 3 405B at 16 micro-
+batches: rank 1, whose 8 one-layer chunks all hold every micro-batch, while rank 0 has an embedding-only chunk). fp8
+training keeps the linear layers' inputs in fp8 (model.layer_activation_bytes). Transients: with full (selective, per-
+op) recomputation the backward rebuilds one layer's full activations (what the policy dropped) at a time; ZeRO-3
+gathers the bf16 weights of two units (current + prefetch) and the unsharded gradients of one before its reduce-
+scatter (Training.zero3_unit: FSDP2's unit is a layer; DeepSpeed gathers per sub-module, the largest weight matrix,
+and keeps up to stage3_max_live_parameters, 1e9, resident: submodule_params), plus the whole stage's bf16 weights
+without resharding (Training.fsdp_gather "no-reshard") and its gradients too when gathering once per step ("step");
+HSDP (PlanConfig.shard) shards the states over the shard group only; ZeRO 0-2 keep two in-flight gradient buckets. CPU
 offload (Training.offload_optimizer) moves the master weights and optimizer states to the host. Activation offloading
 (Training.offload_activation_layers, pp = 1) keeps (k - 1) of n layers' activations in host memory (offload_fraction;
 MemoryBreakdown.offloaded_bytes).
@@ -334,7 +334,8 @@ def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: fl
     per round of the interleaved schedule (Training.pp_round). ZB-H1 (cfg.zero_bubble): its order's live
     sets (pipeline.zb_h1_live), whole activations for the micro-batches between forward and input-gradient
     pass and zb_state (dense, MoE layer: zb_state_bytes) per layer for those awaiting their deferred
-    weight-gradient pass, up to r on rank r (the output layer's weight gradient taken as not deferred)."""
+    weight-gradient pass, up to r on rank r (the output layer's weight gradient taken as not deferred); ZBV
+    (zero_bubble with vpp 2, `wavefront train`): the same per chunk from its order (pipeline.zbv_live)."""
     out = []
     for r, dense, moe, params, experts in pipeline_ranks(model, cfg, memo):
         chunk_bytes = [d * per_layer + e * per_moe for d, e in zip(dense, moe, strict=True)]
