@@ -18,8 +18,14 @@ makes N, the contiguous micro-batches of a round, tunable instead of pp (`round_
 Interleaved1F1B has the same warm-up, (vpp - 1) N + 2 (pp - 1 - r)): a smaller N holds fewer chunks in
 flight at the cost of bubbles when N < pp; N must divide m here. A forward makes its (micro-batch,
 chunk) activations live, its backward frees them; the peak is the largest live set after a forward.
-ZB-H1 keeps 1F1B's order of forwards and backwards for the activations (the split-off weight gradients
-hold no more), so it uses 1F1B's counts. The counts are per chunk, so uneven chunks weigh in exactly.
+The counts are per chunk, so uneven chunks weigh in exactly.
+
+ZB-H1 and ZBV (Qi et al. 2023) split each backward into the input-gradient pass (B) and the weight gradient
+(W); their orders (zb_h1_order; zbv_order, torch's) run on the same executor with three kinds of pass, and
+their live sets count whole activations (forward done, B not) and what waits for a deferred W apart
+(zb_h1_live, zbv_live): ZB-H1 keeps 1F1B's forwards and B passes in 1F1B's order, so rank r holds 1F1B's
+whole activations plus up to r micro-batches awaiting W. The executor also runs Megatron-LM's interleaved
+order to find when each model chunk's gradient reduction is launched (grad_sync_launches).
 """
 
 from __future__ import annotations
