@@ -302,3 +302,25 @@ def test_zbv_plan_is_priced_by_its_run_and_holds_about_1f1b_s_memory():
     acts = {name: memory_breakdown(model, cfg, training, cluster).activations_bytes
             for name, cfg in (("1f1b", plain), ("zbv", zbv), ("inter", inter))}
     assert acts["1f1b"] <= acts["zbv"] <= 1.1 * acts["1f1b"] < acts["inter"]
+
+
+def test_zbv_lays_its_layers_out_as_the_v():
+    """In ZBV's V rank r holds model chunks r and 2 pp - 1 - r: rank 0 holds both ends, the embedding and the
+    output layer, and with uneven chunks (pipeline.chunk_layers: one fewer layer on the first and last
+    chunks) both short ones; the interleaved layout puts the second end on rank pp - 1."""
+    from wavefront.workbench.planner.memory import output_rank, pipeline_ranks
+
+    model = ModelSpec(get_model("llama3-8b"))  # 32 layers on 3 x 2 chunks: 6, 5, 5, 5, 5, ... uneven
+    zbv = PlanConfig(pp=3, vpp=2, dp=1, zero_bubble=True)
+    inter = PlanConfig(pp=3, vpp=2, dp=1)
+    assert output_rank(zbv) == 0 and output_rank(inter) == 2
+    lay = chunk_layers(32, 3, 2)
+    counts = [lay[g % 3][g // 3] for g in range(6)]  # model chunk g = k pp + r
+    assert counts[0] == counts[5] == min(counts) < max(counts)
+    v = {r: (dense, params) for r, dense, _, params, _ in pipeline_ranks(model, zbv)}
+    plain = {r: (dense, params) for r, dense, _, params, _ in pipeline_ranks(model, inter)}
+    assert v[0][0] == [counts[0], counts[5]] and plain[0][0] == [counts[0], counts[3]]
+    layer = model.layer_matmul_params + 2 * model.dims.hidden
+    emb = model.embedding_params
+    assert v[0][1] == pytest.approx(sum(v[0][0]) * layer + 2 * emb + model.dims.hidden)
+    assert plain[0][1] == pytest.approx(sum(plain[0][0]) * layer + emb)

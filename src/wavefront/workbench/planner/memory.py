@@ -257,18 +257,34 @@ def submodule_params(model: ModelSpec, tp: int, ep: int = 1) -> float:
     return float(max(shapes))
 
 
+def v_shaped(cfg: PlanConfig) -> bool:
+    """ZBV (zero_bubble with two chunks a rank, `wavefront train --pp-schedule zbv`): rank r holds model chunks
+    r and 2 pp - 1 - r, a V, instead of r and pp + r."""
+    return cfg.zero_bubble and cfg.vpp == 2
+
+
+def output_rank(cfg: PlanConfig) -> int:
+    """The pipeline rank that holds the output layer: the last, or rank 0 in a V (v_shaped)."""
+    return 0 if v_shaped(cfg) else cfg.pp - 1
+
+
 def pipeline_ranks(model: ModelSpec, cfg: PlanConfig,
                    memo: dict[tuple[Any, ...], Any] | None = None) -> list[tuple[Any, ...]]:
     """For each candidate rank of a pipeline (pipeline.candidate_ranks): (rank, dense layers per chunk,
     MoE layers per chunk, parameters, routed-expert parameters) on one GPU of it, the chunks laid out as
-    pipeline.chunk_layers does (uneven: fewer layers on the first and last chunks)."""
-    key = ("ranks", cfg.tp, cfg.pp, cfg.vpp, cfg.ep)
+    pipeline.chunk_layers does (uneven: fewer layers on the first and last chunks), or as the V places them
+    (v_shaped: both ends on rank 0)."""
+    key = ("ranks", cfg.tp, cfg.pp, cfg.vpp, cfg.ep, v_shaped(cfg))
     if memo is not None and key in memo:
         cached: list[tuple[Any, ...]] = memo[key]
         return cached
     dims = model.dims
     layers = chunk_layers(dims.n_layers, cfg.pp, cfg.vpp)
     firsts = chunk_first_layer(dims.n_layers, cfg.pp, cfg.vpp)
+    if v_shaped(cfg):  # model chunk g = k pp + r in the interleaved layout; the V puts 2 pp - 1 - r on rank r
+        last = cfg.pp - 1
+        layers = [[layers[r][0], layers[last - r][1]] for r in range(cfg.pp)]
+        firsts = [[firsts[r][0], firsts[last - r][1]] for r in range(cfg.pp)]
     fd = model.moe.first_dense if model.moe is not None else dims.n_layers
     dense_layer = model.layer_matmul_params / cfg.tp + 2 * dims.hidden
     moe_layer = (model.moe_layer_dense_params - 2 * dims.hidden) / cfg.tp + 2 * dims.hidden if model.moe else 0.0
@@ -281,7 +297,7 @@ def pipeline_ranks(model: ModelSpec, cfg: PlanConfig,
         params = sum(dense) * dense_layer + sum(moe) * (moe_layer + experts)
         if r == 0:
             params += emb
-        if r == cfg.pp - 1:
+        if r == output_rank(cfg):
             params += emb + dims.hidden  # the output layer (Megatron keeps a tied copy) and the final norm
         out.append((r, dense, moe, float(params), float(sum(moe) * experts)))
     if memo is not None:
@@ -353,7 +369,7 @@ def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: fl
             vpp = 1 if cfg.zero_bubble else cfg.vpp
             acts, inflight = peak(schedule_live_counts(cfg.pp, vpp, m, r, memo, round_size if vpp > 1 else 0),
                                   chunk_bytes)
-        if r == cfg.pp - 1:
+        if r == output_rank(cfg):
             acts += out_act
         out.append(("first" if r == 0 else "last" if r == cfg.pp - 1 else f"rank {r}", params, experts, acts,
                      inflight))

@@ -91,7 +91,7 @@ from wavefront.workbench.planner.kernels import (
     grouped_linear_fwd_bwd_s,
     linear_fwd_bwd_s,
 )
-from wavefront.workbench.planner.memory import activation_kwargs, busiest_candidates, offloaded_layers
+from wavefront.workbench.planner.memory import activation_kwargs, busiest_candidates, offloaded_layers, output_rank
 from wavefront.workbench.planner.model import (
     ModelSpec,
     attention_core_flops,
@@ -572,9 +572,9 @@ def step_time(model: ModelSpec, cfg: PlanConfig, training: Training, cluster: Cl
     # per micro-batch on the busiest pipeline rank, its layers laid out as the memory model lays them
     # (pipeline.chunk_layers: uneven stages hold fewer layers on the first and last chunks; MoE: the
     # first_dense layers sit on the first); the last rank also runs the output layer
-    busiest, params, experts = None, 0.0, 0.0
+    busiest, params, experts, out_rank = None, 0.0, 0.0, output_rank(cfg)
     for rank, n_dense, n_moe, rank_params, rank_experts in busiest_candidates(model, cfg, memo):
-        stage = _Stage(n_dense * dense[0] + n_moe * moe[0] + (out_s if rank == cfg.pp - 1 else 0.0),
+        stage = _Stage(n_dense * dense[0] + n_moe * moe[0] + (out_s if rank == out_rank else 0.0),
                        n_dense * dense[0] + n_moe * moe[0], n_dense * dense[1] + n_moe * moe[1],
                        n_dense * dense[2] + n_moe * moe[2], n_dense * dense[3] + n_moe * moe[3], (n_dense, n_moe))
         if busiest is None or stage.seconds > busiest.seconds:
