@@ -290,14 +290,14 @@ def pipeline_ranks(model: ModelSpec, cfg: PlanConfig,
     moe_layer = (model.moe_layer_dense_params - 2 * dims.hidden) / cfg.tp + 2 * dims.hidden if model.moe else 0.0
     experts = model.moe.n_experts // cfg.ep * model.expert_params if model.moe is not None else 0.0
     emb = model.embedding_params / cfg.tp
-    out = []
+    out, last = [], output_rank(cfg)
     for r in candidate_ranks(layers):
         dense = [max(0, min(fd, a + n) - a) for a, n in zip(firsts[r], layers[r], strict=True)]
         moe = [n - d for n, d in zip(layers[r], dense, strict=True)]
         params = sum(dense) * dense_layer + sum(moe) * (moe_layer + experts)
         if r == 0:
             params += emb
-        if r == output_rank(cfg):
+        if r == last:
             params += emb + dims.hidden  # the output layer (Megatron keeps a tied copy) and the final norm
         out.append((r, dense, moe, float(params), float(sum(moe) * experts)))
     if memo is not None:
@@ -352,7 +352,7 @@ def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: fl
     pass and zb_state (dense, MoE layer: zb_state_bytes) per layer for those awaiting their deferred
     weight-gradient pass, up to r on rank r (the output layer's weight gradient taken as not deferred); ZBV
     (zero_bubble with vpp 2, `wavefront train`): the same per chunk from its order (pipeline.zbv_live)."""
-    out = []
+    out, last = [], output_rank(cfg)
     for r, dense, moe, params, experts in pipeline_ranks(model, cfg, memo):
         chunk_bytes = [d * per_layer + e * per_moe for d, e in zip(dense, moe, strict=True)]
         if r == 0:
@@ -369,7 +369,7 @@ def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: fl
             vpp = 1 if cfg.zero_bubble else cfg.vpp
             acts, inflight = peak(schedule_live_counts(cfg.pp, vpp, m, r, memo, round_size if vpp > 1 else 0),
                                   chunk_bytes)
-        if r == output_rank(cfg):
+        if r == last:
             acts += out_act
         out.append(("first" if r == 0 else "last" if r == cfg.pp - 1 else f"rank {r}", params, experts, acts,
                      inflight))
