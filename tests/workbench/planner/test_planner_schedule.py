@@ -17,7 +17,6 @@ from wavefront.workbench.planner.memory import activation_kwargs, memory_breakdo
 from wavefront.workbench.planner.model import ModelSpec, layer_activation_bytes, layer_matmul_flops
 from wavefront.workbench.planner.pipeline import (
     ScheduleDeadlock,
-    _execute,
     _order,
     bubble_stage_times,
     chunk_layers,
@@ -232,10 +231,8 @@ def test_interleaved_parameter_gathers_wait_on_their_chunk_s_first_forward(pp, v
     against that reference: nothing waits while each gather fits in pp chunk forwards, and the wait grows
     once they do not."""
     m = 2 * pp
-    orders = [[("F" if f else "B", i, k) for f, i, k in _order(pp, vpp, m, r)] for r in range(pp)]
     ends: dict = {}
-    _execute(orders, [{(kind, k): (1.0 if kind == "F" else 2.0) / vpp for kind in "FB" for k in range(vpp)}] * pp,
-             pp, pp * vpp - 1, 0.0, "test", ends)
+    run_schedule(pp, vpp, m, [[1.0 / vpp] * vpp] * pp, [[2.0 / vpp] * vpp] * pp, ends=ends)
     first_fwd = [min(ends[("F", i, k * pp)] for i in range(m)) - 1.0 / vpp for k in range(vpp)]
     assert first_fwd == pytest.approx([k * pp / vpp for k in range(vpp)])
     for t in (0.05, 0.5, pp / vpp, 1.5 * pp / vpp, 4.0):

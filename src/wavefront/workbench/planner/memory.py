@@ -58,6 +58,7 @@ backward's own activation gradients (about 0.4 of a layer) are not modelled; PP2
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from operator import mul
 from typing import Any, cast
 
 from wavefront.workbench.hardware import GPU, GPUS
@@ -357,14 +358,12 @@ def pipeline_candidates(model: ModelSpec, cfg: PlanConfig, m: int, per_layer: fl
         chunk_bytes = [d * per_layer + e * per_moe for d, e in zip(dense, moe, strict=True)]
         if r == 0:
             chunk_bytes[0] += emb_act
-        if cfg.zero_bubble and cfg.vpp == 1:
-            pending = sum(dense) * zb_state[0] + sum(moe) * zb_state[1]
-            acts, inflight = max((full * chunk_bytes[0] + wait * pending, full)
-                                 for full, wait in zb_h1_live(cfg.pp, m, r))
-        elif cfg.zero_bubble and cfg.vpp == 2:  # ZBV: its order's live sets per chunk (pipeline.zbv_live)
+        if cfg.zero_bubble and cfg.vpp <= 2:  # ZB-H1, ZBV: whole activations, then what waits for W, per chunk
+            n = cfg.vpp
             waits = [d * zb_state[0] + e * zb_state[1] for d, e in zip(dense, moe, strict=True)]
-            acts, inflight = max((f0 * chunk_bytes[0] + f1 * chunk_bytes[1] + w0 * waits[0] + w1 * waits[1],
-                                  max(f0, f1)) for f0, f1, w0, w1 in zbv_live(cfg.pp, m, r))
+            live = zb_h1_live(cfg.pp, m, r) if n == 1 else zbv_live(cfg.pp, m, r)
+            acts, inflight = max((sum(map(mul, row[:n], chunk_bytes)) + sum(map(mul, row[n:], waits)), max(row[:n]))
+                                 for row in live)
         else:  # the interleaved zero-bubble schedule (vpp > 2, `wavefront train`) counts as 1F1B, not run
             vpp = 1 if cfg.zero_bubble else cfg.vpp
             acts, inflight = peak(schedule_live_counts(cfg.pp, vpp, m, r, memo, round_size if vpp > 1 else 0),

@@ -121,7 +121,8 @@ def _execute(orders: list[list[tuple[str, int, int]]], seconds: list[dict[tuple[
 
 
 def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[list[float]],
-                 round_size: int = 0, transfer: float = 0.0) -> tuple[float, list[float]]:
+                 round_size: int = 0, transfer: float = 0.0,
+                 ends: dict[tuple[str, int, int], float] | None = None) -> tuple[float, list[float]]:
     """Execute the schedule: each rank r runs _order(pp, vpp, m, r, round_size) in that order, forward of
     chunk k taking fwd[r][k] seconds and its backward bwd[r][k]; returns (makespan, busy seconds per rank).
 
@@ -131,7 +132,7 @@ def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[li
     chunk hands the next (an activation, or its gradient) arrives `transfer` seconds after it is made, sent
     asynchronously: no rank waits on its own sends (Megatron's overlap_p2p_comm). An order whose ranks end
     up all waiting on one another raises ScheduleDeadlock, naming each rank's blocked operation: whether an
-    order deadlocks depends on the order only, not on the times."""
+    order deadlocks depends on the order only, not on the times. `ends`: as _execute's."""
     if vpp > 1 and m % (round_size or pp):
         raise ValueError(f"the interleaved schedule needs micro-batches ({m}) divisible by the round size "
                          f"({round_size or pp})")
@@ -140,7 +141,7 @@ def run_schedule(pp: int, vpp: int, m: int, fwd: list[list[float]], bwd: list[li
     seconds = [{(kind, k): (fwd if kind == "F" else bwd)[r][k] for kind in "FB" for k in range(vpp)}
                for r in range(pp)]
     return _execute(orders, seconds, pp, pp * vpp - 1, transfer,
-                    f"pp {pp}, vpp {vpp}, {m} micro-batches, rounds of {round_size or pp}")
+                    f"pp {pp}, vpp {vpp}, {m} micro-batches, rounds of {round_size or pp}", ends)
 
 
 def zb_h1_order(pp: int, m: int, rank: int) -> list[tuple[str, int]]:
@@ -222,45 +223,57 @@ def run_zbv(pp: int, m: int, f: float, b: float, w: float, transfer: float = 0.0
     return _execute(orders, seconds, pp, 2 * pp - 1, transfer, f"ZBV, pp {pp}, {m} micro-batches", v_shape=True)
 
 
-@cache
-def _zbv_idle(pp: int, m: int, f: float, b: float, w: float) -> float:
-    span, busy = run_zbv(pp, m, f, b, w)
-    return span - max(busy)
-
-
 def zbv_bubble(pp: int, m: int, f: float, b: float, w: float) -> float:
-    """ZBV's idle seconds on its busiest rank, found by running torch's order (run_zbv; times rounded to
-    1e-3 of their sum for the cache): at f = b = w and m >= 2 pp, (pp - 1) f / 2, the start-up of one chunk
-    per stage; more as the passes differ (tests/workbench/planner/test_planner_schedule.py)."""
-    unit = f + b + w
-    if unit <= 0:
-        return 0.0
-    return unit * _zbv_idle(pp, m, round(f / unit, 3), round(b / unit, 3), round(w / unit, 3))
+    """ZBV's idle seconds on its busiest rank, found by running torch's order (run_zbv, through _idle_run):
+    at f = b = w and m >= 2 pp, (pp - 1) f / 2, the start-up of one chunk per stage; more as the passes
+    differ (tests/workbench/planner/test_planner_schedule.py)."""
+    return _idle_run("zbv", pp, m, f, b, w)
 
 
-@cache
-def zbv_live(pp: int, m: int, rank: int) -> tuple[tuple[int, int, int, int], ...]:
-    """(whole activations of chunk 0, of chunk 1, micro-batches awaiting their weight gradient on chunk 0,
-    on chunk 1) after each pass of ZBV's order on `rank`, the sets no other holds every count of."""
-    live = [0, 0, 0, 0]
+def _undominated(rows: set[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The live sets no other holds count by count, sorted: with bytes >= 0 only these can be the peak."""
+    return sorted(r for r in rows if not any(o != r and all(a >= b for a, b in zip(o, r, strict=True))
+                                             for o in rows))
+
+
+def _split_live(passes: list[tuple[str, int]], chunks: int) -> tuple[tuple[int, ...], ...]:
+    """The live sets of a split-backward order, (kind, chunk) pass by pass: per chunk the micro-batches
+    between forward and input-gradient pass (whole activations), then per chunk those between that and their
+    weight-gradient pass (what W reads); the undominated ones."""
+    live = [0] * (2 * chunks)
     rows = set()
-    for kind, _, k in zbv_order(pp, m, rank):
+    for kind, k in passes:
         if kind == "F":
             live[k] += 1
         elif kind == "B":
             live[k] -= 1
-            live[2 + k] += 1
+            live[chunks + k] += 1
         else:
-            live[2 + k] -= 1
-        rows.add((live[0], live[1], live[2], live[3]))
-    return tuple(sorted(r for r in rows if not any(o != r and all(a >= c for a, c in zip(o, r, strict=True))
-                                                   for o in rows)))
+            live[chunks + k] -= 1
+        rows.add(tuple(live))
+    return tuple(_undominated(rows))
 
 
 @cache
-def _zb_h1_idle(pp: int, m: int, f: float, b: float, w: float) -> float:
-    span, busy = run_zb_h1(pp, m, f, b, w)
+def zbv_live(pp: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
+    """(whole activations of chunk 0, of chunk 1, micro-batches awaiting their weight gradient on chunk 0,
+    on chunk 1) after each pass of ZBV's order on `rank`, the sets no other holds every count of."""
+    return _split_live([(kind, k) for kind, _, k in zbv_order(pp, m, rank)], 2)
+
+
+@cache
+def _unit_idle(schedule: str, pp: int, m: int, f: float, b: float, w: float) -> float:
+    span, busy = (run_zbv if schedule == "zbv" else run_zb_h1)(pp, m, f, b, w)
     return span - max(busy)
+
+
+def _idle_run(schedule: str, pp: int, m: int, f: float, b: float, w: float) -> float:
+    """A split-backward schedule's ("zb-h1" or "zbv") idle seconds on its busiest rank, its order run with
+    the pass times rounded to 1e-3 of their sum (so that runs are cached across plans), scaled back."""
+    unit = f + b + w
+    if unit <= 0:
+        return 0.0
+    return unit * _unit_idle(schedule, pp, m, round(f / unit, 3), round(b / unit, 3), round(w / unit, 3))
 
 
 def zb_h1_bubble(pp: int, m: int, f: float, b: float, w: float) -> float:
@@ -268,29 +281,18 @@ def zb_h1_bubble(pp: int, m: int, f: float, b: float, w: float) -> float:
     weight-gradient w): (pp - 1) max(f + b - w, f, b) when m >= pp, what running the order gives
     (tests/workbench/planner/test_planner_schedule.py checks it against run_zb_h1 over sizes and times;
     Qi et al.'s (pp - 1)(f + b - w) holds while w <= min(f, b)); fewer micro-batches than stages idle
-    longer, so the order is run (times rounded to 1e-3 of their sum for the cache). 1F1B idles
-    (pp - 1)(f + b + w)."""
+    longer, so the order is run (_idle_run). 1F1B idles (pp - 1)(f + b + w)."""
     if m >= pp:
         return (pp - 1) * max(f + b - w, f, b)
-    unit = f + b + w
-    if unit <= 0:
-        return 0.0
-    return unit * _zb_h1_idle(pp, m, round(f / unit, 3), round(b / unit, 3), round(w / unit, 3))
+    return _idle_run("zb-h1", pp, m, f, b, w)
 
 
 @cache
-def zb_h1_live(pp: int, m: int, rank: int) -> tuple[tuple[int, int], ...]:
+def zb_h1_live(pp: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
     """(micro-batches between forward and input-gradient backward, micro-batches between that and their
     weight-gradient pass) after each pass of ZB-H1's order on `rank`, the sets no other holds both counts
     of: the first hold whole activations, the second only what W reads (memory.pipeline_candidates)."""
-    full = pending = 0
-    rows = set()
-    for kind, _ in zb_h1_order(pp, m, rank):
-        full += kind == "F"
-        full -= kind == "B"
-        pending += (kind == "B") - (kind == "W")
-        rows.add((full, pending))
-    return tuple(sorted(r for r in rows if not any(o != r and o[0] >= r[0] and o[1] >= r[1] for o in rows)))
+    return _split_live([(kind, 0) for kind, _ in zb_h1_order(pp, m, rank)], 1)
 
 
 def custom_round(pp: int, round_size: int) -> int:
@@ -342,12 +344,10 @@ def grad_sync_launches(pp: int, vpp: int, m: int, rank: int) -> tuple[float, lis
     (so every rank launches at the same step of the schedule), or at the end of the rank's order
     (megatron/core/pipeline_parallel/schedules.py, grad_sync_func). The reference that
     interleaved_reduce_exposed's closed form is tested against."""
-    order = _order(pp, vpp, m, rank)
-    orders = [[("F" if f else "B", i, k) for f, i, k in _order(pp, vpp, m, r)] for r in range(pp)]
-    seconds = [{(kind, k): (1.0 if kind == "F" else 2.0) / vpp for kind in "FB" for k in range(vpp)}] * pp
     ends: dict[tuple[str, int, int], float] = {}
-    span, _ = _execute(orders, seconds, pp, pp * vpp - 1, 0.0, f"pp {pp}, vpp {vpp}, {m} micro-batches", ends)
-    backwards = [(i, k) for forward, i, k in order if not forward]
+    fwd = [[1.0 / vpp] * vpp for _ in range(pp)]
+    span, _ = run_schedule(pp, vpp, m, fwd, [[2.0 * t for t in row] for row in fwd], ends=ends)
+    backwards = [(i, k) for forward, i, k in _order(pp, vpp, m, rank) if not forward]
     finish = [ends[("B", i, k * pp + rank)] for i, k in backwards]
     last = {k: max(j for j, (_, kk) in enumerate(backwards) if kk == k) for k in range(vpp)}
     return span, sorted(finish[min(last[k] + rank, len(finish) - 1)] for k in range(vpp))
@@ -401,9 +401,7 @@ def live_counts(pp: int, vpp: int, m: int, rank: int, round_size: int = 0) -> li
     for j in range(max(0, warm - 1), min(m * vpp, warm + n * vpp)):  # the warm-up only adds: its last set
         fwd, bwd = _prefix(j + 1, n, vpp), _prefix(max(0, j - warm), n, vpp)[::-1]  # backwards: chunks reversed
         rows.add(tuple(f - b for f, b in zip(fwd, bwd, strict=True)))
-    # a live set that another holds chunk by chunk can never be the peak (bytes are >= 0): drop it
-    return sorted(r for r in rows if not any(o != r and all(a >= b for a, b in zip(o, r, strict=True))
-                                             for o in rows))
+    return _undominated(rows)  # a live set another holds chunk by chunk can never be the peak
 
 
 def schedule_live_counts(pp: int, vpp: int, m: int, rank: int, memo: dict[tuple[Any, ...], Any] | None = None,

@@ -531,8 +531,9 @@ def _memo_per_layer(model: ModelSpec, cfg: PlanConfig, training: Training, clust
 
 
 class _Stage(NamedTuple):
-    """One candidate pipeline rank in step_time, per micro-batch: its compute (the output layer's on the last
-    rank included), its layers' compute, TP, exposed CP and exposed EP seconds, and its (dense, MoE) layers."""
+    """One candidate pipeline rank in step_time, per micro-batch: its compute (the output layer's on the rank
+    that holds it, memory.output_rank, included), its layers' compute, TP, exposed CP and exposed EP seconds,
+    and its (dense, MoE) layers."""
 
     compute: float
     layers_s: float
