@@ -36,7 +36,8 @@ HELD_OUT_MEDIAN_REACHED = 0.045
 #: 14.1% before the busiest-rank layout, 13.4% over 208 before the GB200 tables); 13.4% over the 190 of the
 #: tables that predate this round's new tables (13.0% before the transfers, 14.6% before the layout, 15.2%
 #: before cuDNN was priced on Blackwell, 17.1% before the early stop)
-HELD_OUT_P90_REACHED = 0.120
+#: 11.6% since NeMo 24.03.01's table states the FlashAttention-2 its Transformer Engine ran (12.0% before)
+HELD_OUT_P90_REACHED = 0.116
 #: tables added this round: nemo_2403_long_sequence, nemo_2504_long_sequence_b200, megatron_bridge_2602_2606,
 #: megatron_bridge_gb200, nemo_2504_2507_gb200
 NEW_TABLE_GOAL = 0.08
@@ -49,8 +50,9 @@ NEW_TABLE_GOAL = 0.08
 #: interleaved schedule's data-parallel sync is priced per model chunk (a change made with this table's H100
 #: errors in view: docs/planner.md), so under the goal and guarded at it; 10.3% stays its blind figure.
 MB_2606_REACHED = 0.068
-#: nemo_2403's first prediction, nothing changed since: 10.2% (goal 8% not met; guarded at the reached value)
-NEW_TABLE_REACHED = 0.102
+#: nemo_2403's first prediction (blind, cuDNN attention assumed): 10.2% (test_planner_first_predictions.py);
+#: 6.5% since the table states FlashAttention-2, what NeMo 24.03.01's Transformer Engine ranked first (a
+#: revision made with both figures in view: docs/planner.md), so it is guarded at the goal but no blind test
 #: nemo_2504's first prediction was 32.0% (test_planner_first_predictions.py); 0.7% after two changes made on
 #: seeing it (docs/planner.md), so it is guarded at the goal but is no blind test
 #: torchtitan_a100_2024, added last round: 9.7% until the early stop (its full and every-other calibration
@@ -97,10 +99,10 @@ def test_docs_state_the_computed_held_out_figures():
 
 
 def test_held_out_accuracy_with_stacks_stated_holds_its_goals():
-    """Over every non-MoE held-out run, each priced with its stack profile: median 4.6% against a goal of
-    5% and p90 13.1% against 15%; the tables added this round: NeMo 24.03's long sequences 10.2% against 8%
-    (not met: guarded at its first prediction), NeMo 25.04's B200 long sequences 1.0% (guarded at the goal;
-    32.0% at its first prediction), Megatron-Bridge 26.02.01-26.06 10.2% (10.3% blind, not met), the GB200
+    """Over every non-MoE held-out run, each priced with its stack profile: median 4.5% against a goal of
+    5% and p90 11.6% against 15%; the tables added this round: NeMo 24.03's long sequences 6.5% against 8%
+    (10.2% at its blind first prediction), NeMo 25.04's B200 long sequences 1.0% (guarded at the goal;
+    32.0% at its first prediction), Megatron-Bridge 26.02.01-26.06 6.8% (10.3% blind), the GB200
     tables 3.1% and 3.0% (6.6% and 4.0% blind: test_planner_first_predictions.py); torchtitan's A100 table
     (added last round) 2.7%."""
     summaries = split_summaries(report_tables(DATA))
@@ -110,7 +112,7 @@ def test_held_out_accuracy_with_stacks_stated_holds_its_goals():
     assert overall.p90_abs_error <= max(HELD_OUT_P90_GOAL, HELD_OUT_P90_REACHED) + 5e-4
     assert abs(overall.signed_median_error) <= 0.05
     new = next(s for s in summaries if s.source == "nemo_2403_long_sequence")
-    assert new.n_runs == 7 and new.median_abs_error <= max(NEW_TABLE_GOAL, NEW_TABLE_REACHED) + 5e-4
+    assert new.n_runs == 7 and new.median_abs_error <= NEW_TABLE_GOAL
     b200 = next(s for s in summaries if s.source == "nemo_2504_long_sequence_b200")
     assert b200.n_runs == 6 and b200.median_abs_error <= NEW_TABLE_GOAL
     mb26 = next(s for s in summaries if s.source == "megatron_bridge_2602_2606")

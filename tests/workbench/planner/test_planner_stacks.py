@@ -213,3 +213,30 @@ def test_per_op_recomputation_of_matmuls_is_a_profile_fact():
     mem_titan = memory_breakdown(spec, cfg, titan, cluster)
     assert mem_ours.activations_bytes - mem_titan.activations_bytes == pytest.approx(
         spec.dims.n_layers * (1 - kept) * mm_out)
+
+
+def _profile_table_lines() -> list[str]:
+    """docs/planner.md's profile table as the code has it: each profile's facts, its constants per GPU family
+    ("(fit)" where its own calibration rows fitted them) and its calibration rows, dense + MoE."""
+    lines = []
+    for key, p in PROFILES.items():
+        cells = []
+        for fam in ("a100", "h100", "b200"):
+            c = p.constants(fam)
+            cells.append(f"{c['gemm'][0]:.3f} / {c['attention'][0]:.3f}" + (" (fit)" if fam in p.fitted else ""))
+        n_moe = sum(1 for r in p.calibration_rows if r.split("/")[0].endswith("_moe"))
+        rows = f"{len(p.calibration_rows) - n_moe}" + (f" + {n_moe} MoE" if n_moe else "")
+        lines.append(f"| `{key}` | {p.kernel_family}, {p.attention_kernel} | {p.tp_overlap:g} | {p.cp_comm} | "
+                     f"{'hierarchical' if p.hierarchical else 'flat'} | " + " | ".join(cells) + f" | {rows} |")
+    return lines
+
+
+def test_docs_profile_table_is_the_code():
+    """The profile table in docs/planner.md is what stacks.PROFILES holds now (it had drifted from the fits
+    before this test: NeMo 24.07, the 2025 Megatron-Core profile and Llama 3 read older constants), and the
+    sentence under it quotes the fitted MoE term."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "planner.md").read_text()
+    block = re.search(r"<!-- profile-table.*?-->\n(.*?)<!-- /profile-table -->", text, re.S).group(1)
+    assert [ln for ln in block.splitlines() if ln.startswith("| `")] == _profile_table_lines()
+    moe_us = PROFILES["megatron-core-te/2025"].fitted["shared"]["moe_layer_us"]
+    assert f"`moe_layer_us` {moe_us:,.0f} us" in " ".join(text.split())

@@ -123,6 +123,10 @@ class StackProfile:
 _TE_TP = ("TP comm overlap", "0.5 hidden: Transformer Engine userbuffers (--tp-comm-overlap, on in the H100 "
           "recipes; training.TP_OVERLAP)")
 _TE_CP = ("CP comm", "P2P ring, K/V exchange behind the attention (TE cp_comm_type p2p)")
+_TE_FA2_FIRST = ("attention kernel", "FlashAttention-2 (flash-attn): Transformer Engine releases before mid-2024 "
+                 "rank flash-attn above their cuDNN backend ('TransformerEngine prioritizes FlashAttention over "
+                 "FusedAttention', DotProductAttention's docstring then); the cuDNN preference on Hopper is first "
+                 "stated in NeMo's docs by NVIDIA/NeMo#9188, May 2024, after this release")
 _MEGATRON_DP = ("DP overlap", "--overlap-grad-reduce / --overlap-param-gather (distributed optimizer); with "
                 "interleaving each model chunk's reduction and gather run on their own, under the other chunks' "
                 "compute (align_grad_reduce; pipeline.interleaved_reduce_exposed)")
@@ -153,7 +157,7 @@ FITTED: dict[str, dict[str, Any]] = {
         "shared": {"kernel_us": 0.003},
     },
     "nemo/24.03": {
-        "h100": {"attention": 0.227, "gemm": 0.534},
+        "h100": {"attention": 0.293, "gemm": 0.689},
     },
     "nemo/24.07": {
         "h100": {"attention": 0.296, "gemm": 0.695},
@@ -324,9 +328,9 @@ _PROFILES = (
                 "(Training.recompute_early_stop); TE fp8 linears force reentrant and rerun the whole block")),
         tables=("llmfoundry_mpt",)),
     StackProfile(
-        "nemo", "24.03", "NeMo 24.03.01 (Megatron-Core + Transformer Engine), cuDNN fused attention (assumed, as "
-        "24.07), P2P ring context parallelism", "megatron", "cudnn", 0.5, "ring",
-        facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2403_long_sequence",)),
+        "nemo", "24.03", "NeMo 24.03.01 (Megatron-Core + Transformer Engine), FlashAttention-2 through Transformer "
+        "Engine, P2P ring context parallelism", "megatron", "fa2", 0.5, "ring",
+        facts=(_TE_TP, _TE_CP, _MEGATRON_DP, _TE_FA2_FIRST), tables=("nemo_2403_long_sequence",)),
     StackProfile(
         "nemo", "24.07", "NeMo 24.07 (Megatron-Core + Transformer Engine), cuDNN fused attention",
         "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2407_h100_fp8",)),
