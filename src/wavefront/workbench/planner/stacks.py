@@ -162,6 +162,9 @@ FITTED: dict[str, dict[str, Any]] = {
     "nemo/24.07": {
         "h100": {"attention": 0.296, "gemm": 0.695},
     },
+    "nemo/24.09": {
+        "h100": {"attention": 0.281, "gemm": 0.659},
+    },
     "megatron-core-te/2025": {
         "b200": {"attention": 0.255, "gemm": 0.561},
         "h100": {"attention": 0.343, "gemm": 0.806},
@@ -250,6 +253,17 @@ CALIBRATION_ROWS: dict[str, tuple[str, ...]] = {
         "nemo_2407_h100_fp8/nemotron4-340b 128gpu tp8 pp8 cp1 vp12 mb1 gbs32",
         "nemo_2407_h100_fp8/llama3-70b 64gpu tp4 pp4 cp2 vp5 mb1 gbs128",
     ),
+    "nemo/24.09": (
+        "dgxc_nemo_2409_h100/llama3.1-8b fp8 16gpu tp1 pp1 cp2 vp1 dp8 mb1 gbs256",
+        "dgxc_nemo_2409_h100/llama3.1-8b fp8 64gpu tp1 pp1 cp2 vp1 dp32 mb1 gbs1024",
+        "dgxc_nemo_2409_h100/llama3.1-8b fp8 128gpu tp1 pp1 cp2 vp1 dp64 mb1 gbs2048",
+        "dgxc_nemo_2409_h100/llama3.1-70b bf16 64gpu tp4 pp4 cp2 vp5 dp2 mb1 gbs128",
+        "dgxc_nemo_2409_h100/llama3.1-70b bf16 256gpu tp4 pp4 cp2 vp5 dp8 mb1 gbs512",
+        "dgxc_nemo_2409_h100/llama3.1-70b bf16 512gpu tp4 pp4 cp2 vp5 dp16 mb1 gbs1024",
+        "dgxc_nemo_2409_h100/llama3.1-70b bf16 1024gpu tp4 pp4 cp2 vp5 dp32 mb1 gbs2048",
+        "dgxc_nemo_2409_h100/llama3.1-405b-126l bf16 2304gpu tp8 pp9 cp2 vp7 dp16 mb1 gbs1008",
+        "dgxc_nemo_2409_h100/llama3.1-405b-126l fp8 1152gpu tp8 pp9 cp2 vp7 dp8 mb1 gbs504",
+    ),
     "megatron-core-te/2025": (
         "nemo_2502_fp8/b200 llama3-8b 8gpu tp1 pp1 cp1 vp1 mb2 gbs128",
         "nemo_2502_fp8/b200 nemotron4-15b 64gpu tp1 pp1 cp1 vp1 mb2 gbs256",
@@ -334,6 +348,9 @@ _PROFILES = (
     StackProfile(
         "nemo", "24.07", "NeMo 24.07 (Megatron-Core + Transformer Engine), cuDNN fused attention",
         "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("nemo_2407_h100_fp8",)),
+    StackProfile(
+        "nemo", "24.09", "NeMo 24.09 (Megatron-Core 0.9 + Transformer Engine 1.10), cuDNN fused attention",
+        "megatron", "cudnn", 0.5, "ring", facts=(_TE_TP, _TE_CP, _MEGATRON_DP), tables=("dgxc_nemo_2409_h100",)),
     StackProfile(
         "megatron-core-te", "2025", "Megatron-Core + Transformer Engine, 2025 releases and their 2026 successors: "
         "NeMo 25.02-25.07 and Megatron-Bridge 25.09-26.06 (the NeMo 2 recipes moved there), cuDNN fused attention",

@@ -279,7 +279,7 @@ REPORT_TABLES = ("validation/llmfoundry_mpt.json", "validation/nemo_2407_h100_fp
                  "validation/megatron_bridge_2602.json", "validation/torchtitan_a100_2024.json",
                  "validation/nemo_2403_long_sequence.json", "validation/nemo_2504_long_sequence_b200.json",
                  "validation/megatron_bridge_2602_2606.json", "validation/megatron_bridge_gb200.json",
-                 "validation/nemo_2504_2507_gb200.json")
+                 "validation/nemo_2504_2507_gb200.json", "validation/dgxc_nemo_2409_h100.json")
 THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu")
 #: The mixture-of-experts throughput tables (docs/planner.md, "MoE accuracy"): split by the same hash rule
 #: when transcribed; no constant is fitted on them (the MoE terms reuse the dense fit).
