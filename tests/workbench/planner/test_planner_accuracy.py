@@ -30,16 +30,18 @@ HELD_OUT_MEDIAN_GOAL, HELD_OUT_P90_GOAL = 0.05, 0.15
 #: under the goal since the non-reentrant checkpoint's early stop (5.1% before); 4.5% until time.step_time took
 #: the busiest rank of the memory model's pipeline layout (4.6% since, and with the interleaved transfers); 4.5%
 #: since the interleaved schedule's data-parallel sync is priced per model chunk
-HELD_OUT_MEDIAN_REACHED = 0.045
+#: 4.3% over 250 since the DGX Cloud NeMo 24.09 table (25 held-out runs at 1.2%) joined
+HELD_OUT_MEDIAN_REACHED = 0.043
 #: 12.0% over the 225 runs since the per-chunk data-parallel sync (13.1% before it, 12.7% before the
 #: interleaved schedule's critical-path transfers were priced,
 #: 14.1% before the busiest-rank layout, 13.4% over 208 before the GB200 tables); 13.4% over the 190 of the
 #: tables that predate this round's new tables (13.0% before the transfers, 14.6% before the layout, 15.2%
 #: before cuDNN was priced on Blackwell, 17.1% before the early stop)
-#: 11.6% since NeMo 24.03.01's table states the FlashAttention-2 its Transformer Engine ran (12.0% before)
-HELD_OUT_P90_REACHED = 0.116
+#: 11.6% since NeMo 24.03.01's table states the FlashAttention-2 its Transformer Engine ran (12.0% before);
+#: 12.1% over 250 since the NeMo 24.09 table joined (its FP8 405B rows are 12-14% slow)
+HELD_OUT_P90_REACHED = 0.121
 #: tables added this round: nemo_2403_long_sequence, nemo_2504_long_sequence_b200, megatron_bridge_2602_2606,
-#: megatron_bridge_gb200, nemo_2504_2507_gb200
+#: megatron_bridge_gb200, nemo_2504_2507_gb200, dgxc_nemo_2409_h100
 NEW_TABLE_GOAL = 0.08
 #: megatron_bridge_2602_2606's first (blind) prediction, all 5 rows held-out: 10.3%; 9.8% once the GB200
 #: calibration rows joined the profile's fit (its H100 constants moved with them); 10.2% since the interleaved
@@ -99,15 +101,16 @@ def test_docs_state_the_computed_held_out_figures():
 
 
 def test_held_out_accuracy_with_stacks_stated_holds_its_goals():
-    """Over every non-MoE held-out run, each priced with its stack profile: median 4.5% against a goal of
-    5% and p90 11.6% against 15%; the tables added this round: NeMo 24.03's long sequences 6.5% against 8%
+    """Over every non-MoE held-out run (250), each priced with its stack profile: median 4.3% against a goal
+    of 5% and p90 12.1% against 15%; the tables added this round: NeMo 24.09 on DGX-H100 1.2% (blind, its
+    first prediction: test_planner_first_predictions.py), NeMo 24.03's long sequences 6.5% against 8%
     (10.2% at its blind first prediction), NeMo 25.04's B200 long sequences 1.0% (guarded at the goal;
     32.0% at its first prediction), Megatron-Bridge 26.02.01-26.06 6.8% (10.3% blind), the GB200
     tables 3.1% and 3.0% (6.6% and 4.0% blind: test_planner_first_predictions.py); torchtitan's A100 table
     (added last round) 2.7%."""
     summaries = split_summaries(report_tables(DATA))
     overall = next(s for s in summaries if s.source == "overall")
-    assert overall.n_runs == 225
+    assert overall.n_runs == 250
     assert overall.median_abs_error <= max(HELD_OUT_MEDIAN_GOAL, HELD_OUT_MEDIAN_REACHED) + 5e-4
     assert overall.p90_abs_error <= max(HELD_OUT_P90_GOAL, HELD_OUT_P90_REACHED) + 5e-4
     assert abs(overall.signed_median_error) <= 0.05
@@ -120,6 +123,8 @@ def test_held_out_accuracy_with_stacks_stated_holds_its_goals():
     for name, n in (("megatron_bridge_gb200", 9), ("nemo_2504_2507_gb200", 8)):
         gb200 = next(s for s in summaries if s.source == name)
         assert gb200.n_runs == n and gb200.median_abs_error <= NEW_TABLE_GOAL
+    dgxc = next(s for s in summaries if s.source == "dgxc_nemo_2409_h100")
+    assert dgxc.n_runs == 25 and dgxc.median_abs_error <= NEW_TABLE_GOAL
     titan = next(s for s in summaries if s.source == "torchtitan_a100_2024")
     assert titan.n_runs == 6 and titan.median_abs_error <= max(NEW_TABLE_GOAL, TORCHTITAN_A100_REACHED) + 5e-4
 

@@ -89,7 +89,8 @@ def test_transformer_engine_tables_declare_cudnn_and_the_others_keep_the_default
         kernels[doc["name"]] = doc["defaults"].get("attention_kernel", "fa2")
         if kernels[doc["name"]] == "cudnn":
             assert "Transformer Engine" in doc["assumed"]["attention_kernel"]
-    te = {n for n in kernels if n.startswith(("nemo_", "megatron_bridge_")) and n != "nemo_2403_long_sequence"}
+    te = {n for n in kernels if n.startswith(("nemo_", "megatron_bridge_", "dgxc_nemo_"))
+          and n != "nemo_2403_long_sequence"}
     assert te and all(kernels[n] == "cudnn" for n in te)
     early = load_table(DATA / "validation" / "nemo_2403_long_sequence.json")
     assert kernels[early["name"]] == "fa2" and "NVIDIA/NeMo#9188" in early["assumed"]["attention_kernel"]

@@ -148,6 +148,11 @@ KNOWN_OVER = {
     # allowance (3.4 GB); DeepSpeed's activation-checkpoint partitioning and CPU offload, which the paper
     # does not state, would each take GBs off
     ('narayanan2021_table2', 'ZeRO-3 530B 640'): 87.9,
+    # NeMo 24.09's 405B at TP8 PP9 VP7 CP2 on 576 GPUs (DP4, BF16), blind: the first stage's in-flight
+    # activations (38.2 GB) and fp32 gradient buffers (23.0 GB; the config states no grad dtype): 83.3 GB
+    # before the 5% fragmentation allowance (1.9 GB), 0.2 GB over with it; the same plan on 1,152 GPUs
+    # (optimizer state over twice the ranks) fits at 80.9 GB
+    ('dgxc_nemo_2409_h100', 'llama3.1-405b-126l bf16 576gpu tp8 pp9 cp2 vp7 dp4 mb1 gbs252'): 85.2,
 }
 
 #: Published metrics that time one layer, not a run of the whole model (Korthikanti et al. Table 4).
