@@ -4,9 +4,10 @@ constants are the fit of the calibration rows only, and docs/planner.md states t
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
+
+from _planner_docs import DOCS, documented, summary_lines
 
 from wavefront.workbench.planner.stacks import CALIBRATION_ROWS, FITTED, PROFILES, get_profile
 from wavefront.workbench.planner.validation import (
@@ -23,7 +24,6 @@ from wavefront.workbench.planner.validation import (
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "published"
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "planner.md"
 #: The goals (issue 29) and what the model reaches: a figure above its goal is guarded at the reached value
 #: (it may only improve), one at or under it at the goal.
 HELD_OUT_MEDIAN_GOAL, HELD_OUT_P90_GOAL = 0.05, 0.15
@@ -78,22 +78,11 @@ def test_validation_set_is_broad_and_its_split_is_the_hash_rule():
     assert rows >= 60 and len(sources) >= 4
 
 
-def _table_lines(reps) -> list[str]:
-    return [f"| {s.split} | {s.source} | {s.n_runs} | {s.median_abs_error:.1%} | {s.p90_abs_error:.1%} | "
-            f"{s.signed_median_error:+.1%} |"
-            for split in ("held-out", "calibration") for s in split_summaries(reps, split)]
-
-
-def _documented(marker: str) -> list[str]:
-    block = re.search(rf"<!-- {marker}.*?-->\n(.*?)<!-- /{marker} -->", DOCS.read_text(), re.S).group(1)
-    return [line for line in block.splitlines() if line.startswith(("| held-out", "| calibration"))]
-
-
 def test_docs_state_the_computed_held_out_figures():
     """docs/planner.md's accuracy tables are what split_summaries computes from the committed data: each
     run priced with its own stack profile, and with the default profile (no --stack) beside it."""
-    assert _documented("accuracy-table") == _table_lines(report_tables(DATA))
-    assert _documented("default-accuracy-table") == _table_lines(report_tables(DATA, stated=False))
+    assert documented("accuracy-table") == summary_lines(report_tables(DATA))
+    assert documented("default-accuracy-table") == summary_lines(report_tables(DATA, stated=False))
     overall = _overall()
     n_sources = len({source_of(load_table(DATA / r)) for r in REPORT_TABLES})
     assert (f"median absolute error {overall.median_abs_error:.1%} over {overall.n_runs} runs from "

@@ -111,8 +111,7 @@ def test_rows_the_planner_prices_as_then_are_reproduced(name, monkeypatch):
         monkeypatch.setattr(planner_time, "attention_kernel_speedup",
                             lambda kernel, gpu: ATTENTION_KERNEL_SPEEDUP[kernel] if gpu.arch == "sm_90" else 1.0)
     profile = get_profile(pred.get("profile", "megatron-core-te/2025"))
-    trial = replace(profile, fitted=pred["constants"],
-                    attention_kernel=pred.get("attention_kernel", profile.attention_kernel))
+    trial = replace(profile, fitted=pred["constants"])
     recorded = {(r["table"], r["row"], r["metric"]): r for r in pred["rows"]}
     checked = 0
     for table in {r["table"] for r in pred["rows"]}:

@@ -5,11 +5,11 @@ figures that docs/planner.md states."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _planner_docs import documented, summary_lines
 
 from wavefront.workbench.hardware import get_gpu
 from wavefront.workbench.planner import PlanConfig, Training, make_cluster, plan
@@ -28,12 +28,10 @@ from wavefront.workbench.planner.validation import (
     recipe_facts,
     report_tables,
     split_of,
-    split_summaries,
     validate,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "published"
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "planner.md"
 TRAIN = Training(global_batch_tokens=256 * 4096, seq_len=4096)
 
 
@@ -169,14 +167,7 @@ def test_moe_tables_split_by_the_hash_rule_and_docs_state_their_held_out_figures
         for row in doc["rows"]:
             assert row["split"] == split_of(doc["name"], str(row["id"]))
             assert MOE_MODELS.get(row["model"]) is not None
-    reps = report_tables(DATA, tables=MOE_REPORT_TABLES)
-    expected = [f"| {s.split} | {s.source} | {s.n_runs} | {s.median_abs_error:.1%} | {s.p90_abs_error:.1%} | "
-                f"{s.signed_median_error:+.1%} |" for split in ("held-out", "calibration")
-                for s in split_summaries(reps, split)]
-    block = re.search(r"<!-- moe-accuracy-table.*?-->\n(.*?)<!-- /moe-accuracy-table -->", DOCS.read_text(), re.S)
-    assert block is not None
-    documented = [line for line in block.group(1).splitlines() if line.startswith(("| held-out", "| calibration"))]
-    assert documented == expected
+    assert documented("moe-accuracy-table") == summary_lines(report_tables(DATA, tables=MOE_REPORT_TABLES))
 
 
 def _hf_config(tmp_path: Path, name: str, cfg: dict) -> str:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _planner_docs import DOCS, documented
 from typer.testing import CliRunner
 
 from wavefront.cli import build_app
@@ -235,8 +236,6 @@ def test_docs_profile_table_is_the_code():
     """The profile table in docs/planner.md is what stacks.PROFILES holds now (it had drifted from the fits
     before this test: NeMo 24.07, the 2025 Megatron-Core profile and Llama 3 read older constants), and the
     sentence under it quotes the fitted MoE term."""
-    text = (Path(__file__).resolve().parents[3] / "docs" / "planner.md").read_text()
-    block = re.search(r"<!-- profile-table.*?-->\n(.*?)<!-- /profile-table -->", text, re.S).group(1)
-    assert [ln for ln in block.splitlines() if ln.startswith("| `")] == _profile_table_lines()
+    assert documented("profile-table", ("| `",)) == _profile_table_lines()
     moe_us = PROFILES["megatron-core-te/2025"].fitted["shared"]["moe_layer_us"]
-    assert f"`moe_layer_us` {moe_us:,.0f} us" in " ".join(text.split())
+    assert f"`moe_layer_us` {moe_us:,.0f} us" in " ".join(DOCS.read_text().split())
